@@ -1,0 +1,110 @@
+"""The engine interface: a server process with an explicit lifecycle.
+
+Every adapter follows the same five steps, and the base never branches on engine names::
+
+    server = registry.create("llama-server", config)   # typed, validated config
+    server.validate()     # checks every input; raises UserError before anything starts
+    server.start()        # spawns the process (own process group, log captured to a file)
+    server.wait_ready()   # blocks until the server answers, or raises RunError with the log tail
+    ...                   # the load client talks to server.base_url (OpenAI-compatible)
+    snap = server.scrape()  # engine counters (Prometheus text), parsed
+    server.stop()         # SIGTERM, then SIGKILL of the whole group; the port is free afterwards
+
+Servers are context managers: ``with server: ...`` runs start/wait_ready and always stop.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+
+@dataclass(frozen=True)
+class MetricsSnapshot:
+    """One scrape of an engine's metrics endpoint: the raw text and the parsed samples.
+
+    ``samples`` maps a sample name (labels rendered in sorted order, e.g.
+    ``llamacpp:spec_decode_num_accepted_tokens_per_pos_total{position="0"}``) to its value.
+    """
+
+    t_ns: int
+    text: str
+    samples: dict[str, float] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class EngineIdentity:
+    """What exactly ran: version string, build number and commit, hashes of binary and libraries."""
+
+    kind: str
+    version: str
+    build_number: int | None
+    commit: str | None
+    binary: str
+    sha256: dict[str, str] = field(default_factory=dict)
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+class EngineServer(ABC):
+    """A speculative-decoding-capable inference server, driven through its lifecycle."""
+
+    #: registry name, e.g. ``"llama-server"``
+    kind: str = ""
+
+    @abstractmethod
+    def validate(self) -> None:
+        """Check binary, model files, method and flags; raise UserError naming field and fix."""
+
+    @abstractmethod
+    def command(self) -> list[str]:
+        """The exact argv that :meth:`start` will run (for manifests and ``--dry-run``)."""
+
+    @abstractmethod
+    def start(self) -> None:
+        """Spawn the server in its own process group with its log captured to a file."""
+
+    @abstractmethod
+    def wait_ready(self, timeout_s: float | None = None) -> None:
+        """Block until the server serves requests; raise RunError (with log tail) otherwise."""
+
+    @property
+    @abstractmethod
+    def base_url(self) -> str:
+        """Root URL of the OpenAI-compatible API, e.g. ``http://127.0.0.1:8080``."""
+
+    @abstractmethod
+    def scrape(self) -> MetricsSnapshot:
+        """Fetch and parse the engine's metrics endpoint."""
+
+    @abstractmethod
+    def identity(self) -> EngineIdentity:
+        """Version, build and hashes of the engine actually run."""
+
+    @abstractmethod
+    def stop(self) -> None:
+        """Stop the whole process tree; safe to call twice."""
+
+    @property
+    @abstractmethod
+    def log_path(self) -> Path:
+        """The file that holds the server's captured stdout and stderr."""
+
+    def __enter__(self) -> EngineServer:
+        self.start()
+        try:
+            self.wait_ready()
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()

@@ -1,0 +1,36 @@
+"""User-facing errors.
+
+A :class:`UserError` is a mistake in what the user asked for (a missing file, an unknown flag,
+a method without its draft model). The CLI prints it as one line and exits with code 2; it never
+shows a traceback. A :class:`RunError` is a failure while running (a server that died, a
+timeout); the CLI prints it as one line and exits with code 1. Both carry the fix in ``hint``.
+"""
+
+from __future__ import annotations
+
+
+class CrossbenchError(Exception):
+    """Base class of every error crossbench raises on purpose."""
+
+    exit_code = 1
+
+    def __init__(self, message: str, hint: str | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.hint = hint
+
+    def one_line(self) -> str:
+        """The message and its fix on one line, as the CLI prints it."""
+        return f"{self.message} (fix: {self.hint})" if self.hint else self.message
+
+
+class UserError(CrossbenchError):
+    """Bad input: names the field or file and the fix. Exit code 2."""
+
+    exit_code = 2
+
+
+class RunError(CrossbenchError):
+    """A failure while running an engine or a workload. Exit code 1."""
+
+    exit_code = 1
