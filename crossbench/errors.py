@@ -23,6 +23,9 @@ class CrossbenchError(Exception):
         """The message and its fix on one line, as the CLI prints it."""
         return f"{self.message} (fix: {self.hint})" if self.hint else self.message
 
+    def __str__(self) -> str:
+        return self.one_line()
+
 
 class UserError(CrossbenchError):
     """Bad input: names the field or file and the fix. Exit code 2."""

@@ -1,0 +1,172 @@
+"""Acceptance accounting: one definition of each figure, whatever the engine calls it.
+
+Definitions (all fractions in [0, 1], never percentages):
+
+- *drafts*: verification steps that carried at least one drafted token;
+- *draft acceptance rate* = accepted tokens / drafted tokens;
+- *mean acceptance length* (MAL) = 1 + accepted tokens / drafts: tokens produced per target
+  verification step, counting the token the target itself samples;
+- *per-position acceptance* p_k (k = 0 first) = share of drafts whose accepted prefix reaches
+  position k (unconditional), so p_0 >= p_1 >= ... and MAL = 1 + sum(p_k).
+
+Run-level figures come from ``/metrics`` counter deltas (llama.cpp:
+``llamacpp:spec_decode_num_drafts_total``, ``..._num_draft_tokens_total``,
+``..._num_accepted_tokens_total``, ``..._num_accepted_tokens_per_pos_total{position="k"}``;
+names without ``_total`` are accepted too). Per-request figures come from each response's
+``timings`` (``draft_n``, ``draft_n_accepted``). The integrity checks tie the two together.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from crossbench.engines.prometheus import counter, labelled
+
+PREFIX = "llamacpp:spec_decode_"
+DRAFTS = PREFIX + "num_drafts_total"
+DRAFT_TOKENS = PREFIX + "num_draft_tokens_total"
+ACCEPTED = PREFIX + "num_accepted_tokens_total"
+PER_POS = PREFIX + "num_accepted_tokens_per_pos_total"
+
+
+@dataclass
+class CounterDelta:
+    """Speculative counters accumulated over a measured window (after minus before)."""
+
+    drafts: float = 0.0
+    draft_tokens: float = 0.0
+    accepted: float = 0.0
+    per_position: list[float] = field(default_factory=list)
+    present: bool = False
+
+    def add(self, other: CounterDelta) -> None:
+        """Accumulate another window (e.g. the next trial)."""
+        self.drafts += other.drafts
+        self.draft_tokens += other.draft_tokens
+        self.accepted += other.accepted
+        n = max(len(self.per_position), len(other.per_position))
+        a = self.per_position + [0.0] * (n - len(self.per_position))
+        b = other.per_position + [0.0] * (n - len(other.per_position))
+        self.per_position = [x + y for x, y in zip(a, b, strict=True)]
+        self.present = self.present or other.present
+
+
+def counter_delta(before: Mapping[str, float], after: Mapping[str, float]) -> CounterDelta:
+    """Delta of the speculative counters between two parsed ``/metrics`` scrapes."""
+    def d(name: str) -> float | None:
+        a, b = counter(dict(after), name), counter(dict(before), name)
+        if a is None:
+            return None
+        return a - (b or 0.0)
+
+    drafts, tokens, acc = d(DRAFTS), d(DRAFT_TOKENS), d(ACCEPTED)
+    pa, pb = labelled(dict(after), PER_POS, "position"), labelled(dict(before), PER_POS, "position")
+    per_pos = [pa[k] - pb.get(k, 0.0) for k in sorted(pa, key=int)]
+    present = drafts is not None and tokens is not None and acc is not None
+    return CounterDelta(drafts or 0.0, tokens or 0.0, acc or 0.0, per_pos, present)
+
+
+@dataclass
+class Acceptance:
+    """Acceptance figures of a measured window, with their raw counts."""
+
+    source: str  # "metrics" (counter deltas) or "timings" (per-request sums only)
+    drafts: float | None
+    draft_tokens: float
+    accepted_tokens: float
+    draft_acceptance_rate: float | None
+    mean_acceptance_length: float | None
+    per_position: list[float]
+    per_request_draft_tokens: float
+    per_request_accepted_tokens: float
+    requests_with_drafts: int
+    requests_without_drafts: int
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready view."""
+        return asdict(self)
+
+
+def per_request_sums(records: Iterable[Mapping[str, Any]]) -> tuple[float, float, int, int]:
+    """(drafted, accepted, requests with draft counts, requests without) from ``timings``."""
+    drafted = accepted = 0.0
+    with_d = without = 0
+    for r in records:
+        t = r.get("timings") or {}
+        if "draft_n" in t:
+            drafted += float(t["draft_n"])
+            accepted += float(t.get("draft_n_accepted", 0))
+            with_d += 1
+        else:
+            without += 1
+    return drafted, accepted, with_d, without
+
+
+def compute(delta: CounterDelta | None, records: Iterable[Mapping[str, Any]]) -> Acceptance:
+    """Acceptance from counter deltas (preferred) and per-request timings."""
+    drafted, accepted, with_d, without = per_request_sums(records)
+    if delta is not None and delta.present:
+        drafts: float | None = delta.drafts
+        tok, acc, source = delta.draft_tokens, delta.accepted, "metrics"
+        per_pos = [c / delta.drafts for c in delta.per_position] if delta.drafts else []
+    else:
+        drafts, tok, acc, source, per_pos = None, drafted, accepted, "timings", []
+    rate = acc / tok if tok else None
+    mal = 1.0 + acc / drafts if drafts else None
+    return Acceptance(source, drafts, tok, acc, rate, mal, per_pos, drafted, accepted,
+                      with_d, without)
+
+
+@dataclass
+class Check:
+    """One integrity check: its name, outcome, and what was compared."""
+
+    name: str
+    passed: bool
+    detail: str
+
+
+def integrity(acc: Acceptance, delta: CounterDelta | None, n: int | None,
+              spec_enabled: bool) -> list[Check]:
+    """Checks that fail loudly when acceptance figures cannot be trusted."""
+    checks: list[Check] = []
+    if not spec_enabled:
+        ok = acc.draft_tokens == 0 and acc.per_request_draft_tokens == 0
+        return [Check("no_drafts_without_spec", ok,
+                      f"drafted tokens {acc.draft_tokens:g} (expected 0: speculation is off)")]
+    checks.append(Check(
+        "spec_configured_and_drafting", acc.requests_with_drafts > 0,
+        f"{acc.requests_with_drafts} requests report draft_n, {acc.requests_without_drafts} "
+        "do not" + ("" if acc.requests_with_drafts else
+                    ": speculation is configured but nothing was drafted")))
+    checks.append(Check(
+        "accepted_le_drafted", acc.accepted_tokens <= acc.draft_tokens
+        and acc.per_request_accepted_tokens <= acc.per_request_draft_tokens,
+        f"accepted {acc.accepted_tokens:g} <= drafted {acc.draft_tokens:g} (counters); "
+        f"{acc.per_request_accepted_tokens:g} <= {acc.per_request_draft_tokens:g} (timings)"))
+    if n is not None and acc.mean_acceptance_length is not None:
+        checks.append(Check(
+            "mal_le_n_plus_1", acc.mean_acceptance_length <= n + 1 + 1e-9,
+            f"MAL {acc.mean_acceptance_length:.4f} <= n+1 = {n + 1}"))
+    if delta is not None and delta.present:
+        same = (abs(delta.draft_tokens - acc.per_request_draft_tokens) < 0.5
+                and abs(delta.accepted - acc.per_request_accepted_tokens) < 0.5)
+        checks.append(Check(
+            "per_request_sums_equal_counters", same,
+            f"timings: drafted {acc.per_request_draft_tokens:g}, accepted "
+            f"{acc.per_request_accepted_tokens:g}; /metrics deltas: drafted "
+            f"{delta.draft_tokens:g}, accepted {delta.accepted:g}"))
+        if delta.per_position:
+            s = sum(delta.per_position)
+            mono = all(b <= a for a, b in zip(delta.per_position, delta.per_position[1:],
+                                               strict=False))
+            checks.append(Check(
+                "per_position_consistent", abs(s - delta.accepted) < 0.5 and mono,
+                f"sum over positions {s:g} vs accepted {delta.accepted:g}; "
+                f"non-increasing: {mono}"))
+    else:
+        checks.append(Check("counters_present", False,
+                            "the speculative counters are missing from /metrics"))
+    return checks

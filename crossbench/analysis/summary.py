@@ -1,0 +1,192 @@
+"""Per-run summary computed from raw request records (``requests.jsonl``).
+
+Definitions (times from the client's monotonic clock; see ``docs/metrics.md``):
+
+- TTFT = first content chunk arrival - send time;
+- decode time = last chunk arrival - first chunk arrival;
+- TPOT = decode time / (output tokens - 1): per token, after the first;
+- decode rate of a request = (output tokens - 1) / decode time;
+- pooled rate = sum(output tokens - 1) / sum(decode time); request-mean rate = mean of the
+  per-request rates (the two differ when requests differ in length or speed);
+- chunk gap = time between consecutive content chunks (one chunk may carry several tokens
+  under speculation, so chunk gaps are not per-token latencies);
+- end-to-end latency = last chunk arrival - send time.
+
+Warm-up records and failed records are counted but never enter the timing statistics.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+import numpy as np
+
+NS_PER_MS = 1e6
+
+
+def output_tokens(r: Mapping[str, Any]) -> int | None:
+    """Generated tokens of a request: usage, else server timings, else summed chunk counts."""
+    usage = r.get("usage") or {}
+    if isinstance(usage.get("completion_tokens"), int):
+        return int(usage["completion_tokens"])
+    timings = r.get("timings") or {}
+    if isinstance(timings.get("predicted_n"), int):
+        return int(timings["predicted_n"])
+    counts = [c[1] for c in r.get("chunks") or []]
+    if counts and all(isinstance(c, int) for c in counts):
+        return int(sum(counts))
+    return None
+
+
+def dist(values: Iterable[float]) -> dict[str, float | int | None]:
+    """count, mean, p50, p90, p99, min, max of a sample (None when empty)."""
+    a = np.asarray(list(values), dtype=float)
+    if a.size == 0:
+        return {"count": 0, "mean": None, "p50": None, "p90": None, "p99": None,
+                "min": None, "max": None}
+    return {"count": int(a.size), "mean": float(a.mean()),
+            "p50": float(np.percentile(a, 50)), "p90": float(np.percentile(a, 90)),
+            "p99": float(np.percentile(a, 99)), "min": float(a.min()), "max": float(a.max())}
+
+
+def request_metrics(r: Mapping[str, Any]) -> dict[str, float | None]:
+    """Client-side timing figures of one completed request (ms and tok/s)."""
+    chunks = r.get("chunks") or []
+    sent, first = r.get("t_sent_ns"), r.get("t_first_chunk_ns")
+    n = output_tokens(r)
+    out: dict[str, float | None] = {"ttft_ms": None, "decode_ms": None, "tpot_ms": None,
+                                    "rate_tok_s": None, "e2e_ms": None,
+                                    "server_rate_tok_s": None, "tokens": None}
+    out["tokens"] = float(n) if n is not None else None
+    if sent is not None and first is not None:
+        out["ttft_ms"] = (first - sent) / NS_PER_MS
+    if chunks and sent is not None:
+        out["e2e_ms"] = (chunks[-1][0] - sent) / NS_PER_MS
+    if len(chunks) >= 2 and n is not None and n >= 2:
+        decode_ns = chunks[-1][0] - chunks[0][0]
+        if decode_ns > 0:
+            out["decode_ms"] = decode_ns / NS_PER_MS
+            out["tpot_ms"] = decode_ns / NS_PER_MS / (n - 1)
+            out["rate_tok_s"] = (n - 1) / (decode_ns / 1e9)
+    t = r.get("timings") or {}
+    if t.get("predicted_ms") and t.get("predicted_n"):
+        out["server_rate_tok_s"] = float(t["predicted_n"]) / (float(t["predicted_ms"]) / 1e3)
+    return out
+
+
+def summarize_records(records: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
+    """Throughput, latency and status counts of the measured (non-warm-up) records."""
+    counts = {"ok": 0, "error": 0, "incomplete": 0, "warmup": 0}
+    ttft, tpot, e2e, gaps, rates = [], [], [], [], []
+    sum_tok = 0.0
+    sum_decode_s = 0.0
+    server_tok = server_s = 0.0
+    total_tokens = 0
+    t_start: int | None = None
+    t_end: int | None = None
+    for r in records:
+        if r.get("warmup"):
+            counts["warmup"] += 1
+            continue
+        status = str(r.get("status", "error"))
+        counts[status] = counts.get(status, 0) + 1
+        if status != "ok":
+            continue
+        m = request_metrics(r)
+        chunks = r.get("chunks") or []
+        t_start = r["t_sent_ns"] if t_start is None else min(t_start, r["t_sent_ns"])
+        if chunks:
+            t_end = chunks[-1][0] if t_end is None else max(t_end, chunks[-1][0])
+        for a, b in zip(chunks, chunks[1:], strict=False):
+            gaps.append((b[0] - a[0]) / NS_PER_MS)
+        if m["ttft_ms"] is not None:
+            ttft.append(m["ttft_ms"])
+        if m["e2e_ms"] is not None:
+            e2e.append(m["e2e_ms"])
+        if m["tokens"] is not None:
+            total_tokens += int(m["tokens"])
+        if m["tpot_ms"] is not None and m["rate_tok_s"] is not None and m["decode_ms"]:
+            tpot.append(m["tpot_ms"])
+            rates.append(m["rate_tok_s"])
+            sum_tok += (m["tokens"] or 0) - 1
+            sum_decode_s += m["decode_ms"] / 1e3
+        t = r.get("timings") or {}
+        if t.get("predicted_ms") and t.get("predicted_n"):
+            server_tok += float(t["predicted_n"])
+            server_s += float(t["predicted_ms"]) / 1e3
+    wall_s = (t_end - t_start) / 1e9 if t_start is not None and t_end is not None else None
+    return {
+        "requests": counts,
+        "throughput": {
+            "pooled_tok_s": sum_tok / sum_decode_s if sum_decode_s else None,
+            "request_mean_tok_s": float(np.mean(rates)) if rates else None,
+            "server_pooled_tok_s": server_tok / server_s if server_s else None,
+            "wall_output_tok_s": total_tokens / wall_s if wall_s else None,
+            "output_tokens_total": total_tokens,
+        },
+        "latency_ms": {"ttft": dist(ttft), "tpot": dist(tpot), "chunk_gap": dist(gaps),
+                       "e2e": dist(e2e)},
+    }
+
+
+SUMMARY_SCHEMA = 1
+# Format history of summary.json:
+#   1: first version (throughput, latency_ms, acceptance, integrity, requests, per_trial)
+
+
+def _spec_of(config: Mapping[str, Any]) -> tuple[bool, int | None]:
+    spec = (config.get("engine_config") or {}).get("spec") or {}
+    enabled = spec.get("type", "none") != "none"
+    n = spec.get("n")
+    if n is None and spec.get("synth_rates"):
+        n = len(spec["synth_rates"])
+    return enabled, n
+
+
+def summarize_run_dir(run_dir: Any) -> dict[str, Any]:
+    """Recompute ``summary.json`` from a run directory's raw files alone."""
+    import json
+    from pathlib import Path
+
+    from crossbench.analysis import acceptance as acc_mod
+    from crossbench.engines.prometheus import parse_samples
+    from crossbench.store.atomic import read_jsonl
+
+    root = Path(run_dir)
+    manifest = json.loads((root / "manifest.json").read_text())
+    records = read_jsonl(root / "requests.jsonl") if (root / "requests.jsonl").exists() else []
+    enabled, n = _spec_of(manifest.get("config", {}))
+    total = acc_mod.CounterDelta()
+    per_trial: list[dict[str, Any]] = []
+    trials = sorted({int(r.get("trial", 0)) for r in records})
+    any_missing = False
+    for t in trials:
+        recs = [r for r in records if int(r.get("trial", 0)) == t]
+        measured = [r for r in recs if not r.get("warmup")]
+        b, a = root / "metrics" / f"t{t}-before.prom", root / "metrics" / f"t{t}-after.prom"
+        delta = None
+        if b.exists() and a.exists():
+            delta = acc_mod.counter_delta(parse_samples(b.read_text()),
+                                          parse_samples(a.read_text()))
+            total.add(delta)
+        else:
+            any_missing = True
+        trial_acc = acc_mod.compute(delta, measured)
+        per_trial.append({"trial": t, **summarize_records(recs),
+                          "acceptance": trial_acc.to_dict()})
+    measured_all = [r for r in records if not r.get("warmup")]
+    acc = acc_mod.compute(None if any_missing else total, measured_all)
+    checks = acc_mod.integrity(acc, None if any_missing else total, n, enabled)
+    base = summarize_records(records)
+    return {
+        "schema_version": SUMMARY_SCHEMA,
+        "kind": "crossbench.summary",
+        "run_status": manifest.get("status"),
+        **base,
+        "acceptance": {"enabled": enabled, "n": n, **acc.to_dict()},
+        "integrity": {"passed": all(c.passed for c in checks),
+                      "checks": [{"name": c.name, "passed": c.passed, "detail": c.detail}
+                                 for c in checks]},
+        "per_trial": per_trial,
+    }

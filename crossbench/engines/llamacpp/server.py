@@ -1,0 +1,351 @@
+"""The llama-server adapter: typed config -> argv -> a managed process with a known lifecycle."""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import json
+import os
+import signal
+import socket
+import subprocess
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+from crossbench.engines.base import EngineIdentity, EngineServer, MetricsSnapshot
+from crossbench.engines.llamacpp.build import load_install, sha256_file
+from crossbench.engines.llamacpp.config import LlamaServerConfig
+from crossbench.engines.llamacpp.profile import LlamaCppProfile, parse_version, probe_binary, run_version
+from crossbench.engines.prometheus import parse_samples
+from crossbench.errors import RunError, UserError
+
+_PR_SET_PDEATHSIG = 1
+
+
+def _die_with_parent() -> None:  # runs in the child between fork and exec
+    os.setsid()
+    with contextlib.suppress(Exception):
+        libc = ctypes.CDLL("libc.so.6", use_errno=True)
+        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """A port that is free on ``host`` right now."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind((host, 0))
+        return int(s.getsockname()[1])
+
+
+def port_in_use(host: str, port: int) -> bool:
+    """Whether something already listens on (or holds) ``host:port``."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        try:
+            s.bind((host, port))
+        except OSError:
+            return True
+    return False
+
+
+def log_tail(path: Path, n: int = 12) -> str:
+    """The last ``n`` lines of a log file (empty if missing)."""
+    try:
+        lines = path.read_text(errors="replace").splitlines()
+    except OSError:
+        return ""
+    return "\n".join(lines[-n:])
+
+
+def http_get(url: str, timeout: float = 5.0) -> tuple[int, bytes]:
+    """GET a URL; (status, body). Connection errors raise OSError."""
+    try:
+        with urllib.request.urlopen(url, timeout=timeout) as r:  # noqa: S310 - loopback URL
+            return int(r.status), r.read()
+    except urllib.error.HTTPError as e:
+        return int(e.code), e.read()
+
+
+class LlamaServer(EngineServer):
+    """llama.cpp's ``llama-server`` behind the common lifecycle.
+
+    Example::
+
+        cfg = LlamaServerConfig(model=Path("t.gguf"),
+                                spec={"type": "draft-simple", "n": 4, "draft_model": "d.gguf"})
+        with LlamaServer(cfg, log_path=Path("run/server.log")) as srv:
+            print(srv.base_url)        # http://127.0.0.1:<free port>
+            snap = srv.scrape()        # llamacpp:* counters
+    """
+
+    kind = "llama-server"
+
+    def __init__(self, config: LlamaServerConfig, log_path: Path) -> None:
+        self.config = config
+        self._log_path = log_path
+        self._proc: subprocess.Popen[bytes] | None = None
+        self._port: int | None = config.port
+        self._profile: LlamaCppProfile | None = None
+        self._binary: Path | None = None
+
+    # -- inputs -------------------------------------------------------------------------------
+
+    @property
+    def binary(self) -> Path:
+        """The llama-server that will run (the user's own, or crossbench's build of the pin)."""
+        if self._binary is None:
+            if self.config.binary is not None:
+                b = self.config.binary.expanduser()
+                if not b.exists():
+                    raise UserError(f"binary: {b} does not exist",
+                                    "fix the path, or drop `binary` to use "
+                                    "`crossbench engines install llama.cpp`")
+                self._binary = b
+            else:
+                cuda = self.config.variant.startswith("cuda-sm")
+                arch = self.config.variant.removeprefix("cuda-sm") if cuda else None
+                inst = load_install(self.config.pin, cuda, arch)
+                if inst is None:
+                    flag = f" --cuda --cuda-arch {arch}" if cuda else ""
+                    pin = "" if self.config.pin.startswith("llama-cpp-python") else \
+                        f" --pin {self.config.pin}"
+                    raise UserError(
+                        f"llama-server for {self.config.pin} ({self.config.variant}) is not built",
+                        f"run `crossbench engines install llama.cpp{flag}{pin}` (about 6 min on "
+                        "2 cores), or pass --binary /path/to/llama-server",
+                    )
+                self._binary = inst.binary()
+        return self._binary
+
+    @property
+    def profile(self) -> LlamaCppProfile:
+        """Flags, spec types and metrics of the detected build."""
+        if self._profile is None:
+            self._profile = probe_binary(self.binary)
+        return self._profile
+
+    def validate(self) -> None:
+        """Check every input before anything starts; raises UserError naming field and fix."""
+        cfg, spec = self.config, self.config.spec
+        if not os.access(self.binary, os.X_OK):
+            raise UserError(f"binary: {self.binary} is not executable", "chmod +x it")
+        if not cfg.model.exists():
+            raise UserError(f"model: {cfg.model} does not exist",
+                            "fix the path; `crossbench fixtures make` writes small test models")
+        prof = self.profile
+        if spec.type not in prof.spec_types and prof.spec_types:
+            raise UserError(f"spec type {spec.type!r} is unknown to llama-server {prof.label}",
+                            f"use one of: {', '.join(prof.spec_types)}")
+        rules = prof.methods.get(spec.type, {})
+        need = rules.get("draft_model", "forbidden")
+        if need == "required" and spec.draft_model is None:
+            raise UserError(f"--spec {spec.type} needs a draft model",
+                            "pass --draft DRAFT.gguf (draft_model), or choose an n-gram method")
+        if need == "forbidden" and spec.draft_model is not None:
+            why = rules.get("note", f"{spec.type} does not use a draft model")
+            raise UserError(f"--spec {spec.type} takes no draft model ({why})",
+                            "drop --draft, or use --spec draft-simple")
+        if spec.draft_model is not None and not spec.draft_model.exists():
+            raise UserError(f"draft_model: {spec.draft_model} does not exist", "fix the path")
+        n = self.effective_n()
+        n_max = rules.get("n_max")
+        if n is not None and n_max is not None and n > int(n_max):
+            raise UserError(
+                f"n={n} is outside what {spec.type} allows (n <= {n_max})",
+                f"{rules.get('note', 'lower n')}; use n <= {n_max}",
+            )
+        if spec.enabled and n is not None and n < 1:
+            raise UserError(f"n={n} drafts nothing", "use n >= 1, or --spec none for a baseline")
+        if spec.synth_rates is not None and n is not None and len(spec.synth_rates) != n:
+            raise UserError(
+                f"--synth-rates has {len(spec.synth_rates)} values but n={n}",
+                "give exactly one rate per drafted position",
+            )
+        if (spec.synth_rates or spec.synth_len) and not spec.enabled:
+            raise UserError("synthetic acceptance needs a speculative method",
+                            "add --spec draft-simple (with --draft) or drop --synth-*")
+        for arg in cfg.extra_args:
+            if arg.startswith("-"):
+                prof.check_raw_flag(arg)
+        if cfg.port is not None and port_in_use(cfg.host, cfg.port):
+            raise UserError(f"port {cfg.port} on {cfg.host} is in use",
+                            "stop what holds it, or omit --port to pick a free one")
+        self.command()  # every option must map to a flag of this build
+
+    def effective_n(self) -> int | None:
+        """n as it will be passed: the configured value, or the length of synth_rates."""
+        spec = self.config.spec
+        if spec.n is not None:
+            return spec.n
+        if spec.synth_rates is not None:
+            return len(spec.synth_rates)
+        return None
+
+    # -- command ------------------------------------------------------------------------------
+
+    def command(self) -> list[str]:
+        """Exact argv of the server (flags spelled for the detected build)."""
+        cfg, spec, prof = self.config, self.config.spec, self.profile
+        f = prof.flag
+        argv = [str(self.binary), f("model"), str(cfg.model), f("host"), cfg.host,
+                f("port"), str(self._port or 0), f("ctx_size"), str(cfg.ctx_size),
+                f("parallel"), str(cfg.parallel), f("metrics")]
+        if "--no-webui" in prof.flags:
+            argv.append(f("no_webui"))
+        optional: list[tuple[str, Any]] = [
+            ("n_gpu_layers", cfg.n_gpu_layers), ("flash_attn", cfg.flash_attn),
+            ("cache_type_k", cfg.cache_type_k), ("cache_type_v", cfg.cache_type_v),
+            ("threads", cfg.threads), ("threads_batch", cfg.threads_batch), ("seed", cfg.seed),
+        ]
+        if spec.enabled:
+            rules = prof.methods.get(spec.type, {})
+            argv += [f("spec_type"), spec.type]
+            n = self.effective_n()
+            if n is not None:
+                optional.append((str(rules.get("n_option", "draft_n_max")), n))
+            optional += [
+                ("draft_model", spec.draft_model), ("draft_ngl", spec.draft_ngl),
+                ("draft_n_min", spec.n_min), ("draft_p_min", spec.p_min),
+                ("ngram_mod_n_min", spec.ngram_mod_n_min),
+                ("ngram_mod_n_match", spec.ngram_mod_n_match),
+                ("synth_rates", ",".join(f"{r:g}" for r in spec.synth_rates)
+                 if spec.synth_rates else None),
+                ("synth_len", spec.synth_len),
+            ]
+        for option, value in optional:
+            if value is not None:
+                argv += [f(option), str(value)]
+        return argv + list(cfg.extra_args)
+
+    # -- lifecycle ----------------------------------------------------------------------------
+
+    @property
+    def log_path(self) -> Path:
+        """Captured stdout+stderr of the server."""
+        return self._log_path
+
+    @property
+    def base_url(self) -> str:
+        """``http://host:port`` of the running server."""
+        return f"http://{self.config.host}:{self._port}"
+
+    @property
+    def pid(self) -> int | None:
+        """Process id (also the process-group id) of the running server."""
+        return self._proc.pid if self._proc else None
+
+    def start(self) -> None:
+        """Spawn llama-server in its own process group; it dies if crossbench dies."""
+        if self._proc is not None:
+            raise RuntimeError("server already started")
+        if self._port is None:
+            self._port = free_port(self.config.host)
+        argv = self.command()
+        self._log_path.parent.mkdir(parents=True, exist_ok=True)
+        log = self._log_path.open("ab")
+        try:
+            self._proc = subprocess.Popen(  # noqa: S603 - argv built from typed config
+                argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                preexec_fn=_die_with_parent,  # noqa: PLW1509 - setsid + parent-death signal
+            )
+        finally:
+            log.close()
+
+    def wait_ready(self, timeout_s: float | None = None) -> None:
+        """Poll ``/health`` until 200 (503 means loading); fail fast if the process dies."""
+        timeout = timeout_s if timeout_s is not None else self.config.ready_timeout_s
+        deadline = time.monotonic() + timeout
+        url = self.base_url + "/health"
+        while True:
+            proc = self._proc
+            if proc is None:
+                raise RuntimeError("wait_ready() before start()")
+            rc = proc.poll()
+            if rc is not None:
+                tail = log_tail(self._log_path)
+                raise RunError(
+                    f"llama-server exited with code {rc} during start-up; last log lines:\n{tail}",
+                    _startup_hint(tail),
+                )
+            try:
+                status, _ = http_get(url, timeout=2.0)
+                if status == 200:
+                    return
+            except OSError:
+                pass
+            if time.monotonic() > deadline:
+                tail = log_tail(self._log_path)
+                self.stop()
+                raise RunError(
+                    f"llama-server did not become ready within {timeout:.0f} s; "
+                    f"last log lines:\n{tail}",
+                    "raise ready_timeout_s for big models, or read the full log at "
+                    f"{self._log_path}",
+                )
+            time.sleep(0.1)
+
+    def scrape(self) -> MetricsSnapshot:
+        """GET ``/metrics`` (enabled by ``--metrics``) and parse it."""
+        status, body = http_get(self.base_url + "/metrics", timeout=10.0)
+        if status != 200:
+            raise RunError(f"/metrics answered HTTP {status}",
+                           "llama-server needs --metrics (crossbench always passes it)")
+        text = body.decode()
+        return MetricsSnapshot(t_ns=time.monotonic_ns(), text=text, samples=parse_samples(text))
+
+    def props(self) -> dict[str, Any]:
+        """The server's ``/props`` (build info, default generation settings)."""
+        status, body = http_get(self.base_url + "/props", timeout=10.0)
+        if status != 200:
+            return {}
+        data: dict[str, Any] = json.loads(body)
+        return data
+
+    def identity(self) -> EngineIdentity:
+        """Version string, build, commit and hashes of the binary and its shared libraries."""
+        text = run_version(self.binary)
+        build, commit = parse_version(text)
+        binary = self.binary.resolve()
+        hashes = {binary.name: sha256_file(binary)}
+        for lib in sorted(binary.parent.glob("*.so*")):
+            if lib.is_file() and not lib.is_symlink():
+                hashes[lib.name] = sha256_file(lib)
+        return EngineIdentity(kind=self.kind, version=text, build_number=build, commit=commit,
+                              binary=str(binary), sha256=hashes,
+                              extra={"profile": self.profile.origin})
+
+    def stop(self) -> None:
+        """SIGTERM the process group, SIGKILL after ``stop_timeout_s``; wait for the port."""
+        proc = self._proc
+        if proc is None:
+            return
+        if proc.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGTERM)
+            try:
+                proc.wait(timeout=self.config.stop_timeout_s)
+            except subprocess.TimeoutExpired:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait(timeout=30)
+        with contextlib.suppress(ProcessLookupError):  # stray children of the group
+            os.killpg(proc.pid, signal.SIGKILL)
+        self._proc = None
+        if self._port is not None:
+            deadline = time.monotonic() + 10
+            while port_in_use(self.config.host, self._port) and time.monotonic() < deadline:
+                time.sleep(0.05)
+
+
+def _startup_hint(tail: str) -> str:
+    low = tail.lower()
+    if "address already in use" in low or "couldn't bind" in low:
+        return "the port is taken; omit --port to pick a free one"
+    if "failed to load model" in low or "error loading model" in low:
+        return "check that the GGUF file is complete and of an architecture this build knows"
+    if "out of memory" in low or "cudamalloc failed" in low:
+        return "lower the context size (-c), offload fewer layers (-ngl), or use a smaller quant"
+    if "invalid argument" in low or "error while handling argument" in low:
+        return "a flag value was rejected; see the log line above"
+    return "read the server log for the cause"

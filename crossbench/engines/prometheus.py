@@ -1,0 +1,52 @@
+"""Prometheus text parsing shared by engine adapters (a real parser, not prefix matching)."""
+
+from __future__ import annotations
+
+from prometheus_client.parser import text_string_to_metric_families
+
+
+def sample_key(name: str, labels: dict[str, str]) -> str:
+    """Canonical key of a sample: ``name{a="1",b="2"}`` with labels sorted, or just ``name``."""
+    if not labels:
+        return name
+    inner = ",".join(f'{k}="{v}"' for k, v in sorted(labels.items()))
+    return f"{name}{{{inner}}}"
+
+
+def parse_samples(text: str) -> dict[str, float]:
+    """Every sample of a Prometheus text exposition, keyed by :func:`sample_key`.
+
+    ``_created`` series (timestamps, not counts) are dropped.
+    """
+    out: dict[str, float] = {}
+    for fam in text_string_to_metric_families(text):
+        for s in fam.samples:
+            if s.name.endswith("_created"):
+                continue
+            out[sample_key(s.name, dict(s.labels))] = float(s.value)
+    return out
+
+
+def counter(samples: dict[str, float], name: str) -> float | None:
+    """A counter's value, accepting the name with or without the ``_total`` suffix."""
+    base = name[: -len("_total")] if name.endswith("_total") else name
+    for cand in (base + "_total", base):
+        if cand in samples:
+            return samples[cand]
+    return None
+
+
+def labelled(samples: dict[str, float], name: str, label: str) -> dict[str, float]:
+    """``{label value: value}`` for one metric (``_total`` optional), summed over other labels."""
+    base = name[: -len("_total")] if name.endswith("_total") else name
+    out: dict[str, float] = {}
+    for key, value in samples.items():
+        metric, _, rest = key.partition("{")
+        if metric not in (base, base + "_total") or not rest:
+            continue
+        for part in rest.rstrip("}").split(","):
+            k, _, v = part.partition("=")
+            if k == label:
+                lv = v.strip('"')
+                out[lv] = out.get(lv, 0.0) + value
+    return out

@@ -1,0 +1,70 @@
+"""Lazy engine registry: names map to ``"module:Class"`` so heavy adapters load only when asked.
+
+Built-in engines register exactly as a third party would, with :func:`register`.
+"""
+
+from __future__ import annotations
+
+import importlib
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ValidationError
+
+from crossbench.engines.base import EngineServer
+from crossbench.errors import UserError
+
+_ENGINES: dict[str, tuple[str, str]] = {}
+
+
+def register(name: str, server: str, config: str) -> None:
+    """Register an engine: ``server`` and ``config`` are ``"module:Class"`` paths."""
+    _ENGINES[name] = (server, config)
+
+
+register("llama-server", "crossbench.engines.llamacpp.server:LlamaServer",
+         "crossbench.engines.llamacpp.config:LlamaServerConfig")
+
+
+def names() -> list[str]:
+    """Registered engine names."""
+    return sorted(_ENGINES)
+
+
+def _load(path: str) -> Any:
+    module, _, attr = path.partition(":")
+    return getattr(importlib.import_module(module), attr)
+
+
+def _entry(name: str) -> tuple[str, str]:
+    try:
+        return _ENGINES[name]
+    except KeyError:
+        raise UserError(f"unknown engine {name!r}",
+                        f"use one of: {', '.join(names())}") from None
+
+
+def config_class(name: str) -> type[BaseModel]:
+    """The strict config model of an engine."""
+    cls: type[BaseModel] = _load(_entry(name)[1])
+    return cls
+
+
+def create(name: str, config: dict[str, Any], log_path: Path) -> EngineServer:
+    """Validate ``config`` against the engine's model and build its server (not started)."""
+    cfg_cls = config_class(name)
+    try:
+        cfg = cfg_cls.model_validate(config)
+    except ValidationError as e:
+        raise UserError(*_describe(e)) from None
+    server: EngineServer = _load(_entry(name)[0])(cfg, log_path)
+    return server
+
+
+def _describe(e: ValidationError) -> tuple[str, str]:
+    err = e.errors()[0]
+    field = ".".join(str(x) for x in err["loc"]) or "config"
+    msg = err["msg"].removeprefix("Value error, ")
+    if err["type"] == "extra_forbidden":
+        return f"{field}: unknown field", "remove it or check its spelling"
+    return f"{field}: {msg}", f"fix `{field}`"

@@ -1,0 +1,1 @@
+"""Orchestration: one configuration over N trials (``crossbench run``)."""

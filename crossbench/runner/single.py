@@ -1,0 +1,204 @@
+"""``crossbench run``: one engine configuration, N trials, a self-describing run directory.
+
+Run directory (``--out DIR``)::
+
+    manifest.json          schema version, config, engine identity, argv per trial, status
+    requests.jsonl         one raw record per request (all trials), appended + fsynced
+    server.log             every trial's server output, separated by header lines
+    metrics/tK-before.prom /metrics right before trial K's measured requests (raw text)
+    metrics/tK-after.prom  /metrics after they all finished
+    summary.json           statistics recomputed from the files above
+
+Each record is persisted as its request completes, so a crash or kill loses only requests in
+flight; the summary is always recomputed from the raw files (``crossbench summarize DIR``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import platform
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from crossbench import __version__
+from crossbench.analysis.summary import summarize_run_dir
+from crossbench.engines import registry
+from crossbench.engines.base import EngineServer, MetricsSnapshot
+from crossbench.errors import RunError, UserError
+from crossbench.load.client import ClientConfig, RequestSpec, run_load
+from crossbench.load.workloads import load_workload
+from crossbench.runner.config import RunConfig
+from crossbench.store.atomic import JsonlAppender, write_bytes_atomic, write_json_atomic
+
+MANIFEST_SCHEMA = 1
+Progress = Callable[[str], None]
+
+
+def _quiet(_: str) -> None:
+    return None
+
+
+def model_vocab_size(model: Path) -> int | None:
+    """Vocabulary size from a GGUF's tokenizer metadata (for random-token workloads)."""
+    try:
+        from gguf import GGUFReader
+
+        field = GGUFReader(str(model)).fields.get("tokenizer.ggml.tokens")
+        return len(field.data) if field is not None else None
+    except Exception:  # noqa: BLE001 - a non-GGUF model simply has no known vocab size
+        return None
+
+
+def _same_counters(a: MetricsSnapshot, b: MetricsSnapshot) -> bool:
+    keys = [k for k in b.samples if k.endswith("_total") or "_total{" in k]
+    return all(a.samples.get(k) == b.samples.get(k) for k in keys)
+
+
+def settled_scrape(server: EngineServer, timeout_s: float = 10.0) -> MetricsSnapshot:
+    """Scrape until no request is processing and two scrapes agree on every counter."""
+    deadline = time.monotonic() + timeout_s
+    prev = server.scrape()
+    while True:
+        time.sleep(0.05)
+        cur = server.scrape()
+        busy = cur.samples.get("llamacpp:requests_processing", 0.0)
+        if (busy == 0 and _same_counters(prev, cur)) or time.monotonic() > deadline:
+            return cur
+        prev = cur
+
+
+def run(cfg: RunConfig, out: Path, progress: Progress = _quiet,
+        argv: list[str] | None = None) -> dict[str, Any]:
+    """Execute a run and write its directory; returns the summary. See module docstring."""
+    if (out / "requests.jsonl").exists() or (out / "manifest.json").exists():
+        raise UserError(f"--out {out} already holds a run",
+                        "choose a new --out directory (runs are never overwritten)")
+    server = registry.create(cfg.engine, cfg.engine_config, out / "server.log")
+    server.validate()  # every input checked before anything starts
+    model = Path(cfg.engine_config["model"])
+    vocab = model_vocab_size(model) if cfg.load.workload.startswith("random:") else None
+    workload = load_workload(cfg.load.workload, vocab_size=vocab, seed=cfg.load.seed,
+                             count=cfg.load.requests + cfg.load.warmup)
+    if cfg.load.endpoint == "chat" and any(p.token_ids is not None for p in workload.prompts):
+        raise UserError("random:N workloads are token ids, which the chat endpoint cannot take",
+                        "use --endpoint completions with random:N, or a builtin: workload")
+    identity = server.identity()
+    out.mkdir(parents=True, exist_ok=True)
+    manifest: dict[str, Any] = {
+        "schema_version": MANIFEST_SCHEMA,
+        "kind": "crossbench.run",
+        "crossbench_version": __version__,
+        "created_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "argv": argv or [],
+        "config": cfg.model_dump(mode="json"),
+        "engine": {"kind": identity.kind, "version": identity.version,
+                   "build_number": identity.build_number, "commit": identity.commit,
+                   "binary": identity.binary, "sha256": identity.sha256, **identity.extra},
+        "workload": {"spec": workload.spec, "digest": workload.digest,
+                     "prompts": len(workload.prompts)},
+        "host": {"python": sys.version.split()[0], "platform": platform.platform(),
+                 "machine": platform.machine()},
+        "status": "running",
+        "trials": [],
+    }
+    write_json_atomic(out / "manifest.json", manifest)
+    (out / "metrics").mkdir(exist_ok=True)
+    prompts = workload.prompts
+    warm = [RequestSpec(request_index=i, prompt=p) for i, p in enumerate(prompts[:cfg.load.warmup])]
+    measured = [RequestSpec(request_index=cfg.load.warmup + i, prompt=p)
+                for i, p in enumerate(prompts[cfg.load.warmup:])]
+    failures: list[str] = []
+    with JsonlAppender(out / "requests.jsonl") as sink:
+        try:
+            for t in range(cfg.trials):
+                if t > 0 and cfg.fresh_server:
+                    server = registry.create(cfg.engine, cfg.engine_config, out / "server.log")
+                entry = _trial(cfg, t, server, warm, measured, sink, out, progress,
+                               keep_running=not cfg.fresh_server and t + 1 < cfg.trials)
+                manifest["trials"].append(entry)
+                if entry["status"] != "ok":
+                    failures.append(f"trial {t}: {entry['error']}")
+                write_json_atomic(out / "manifest.json", manifest)
+        except BaseException as e:
+            manifest["status"] = "interrupted" if isinstance(e, KeyboardInterrupt) else "failed"
+            manifest["error"] = str(e)
+            write_json_atomic(out / "manifest.json", manifest)
+            raise
+        finally:
+            server.stop()
+    manifest["status"] = "failed" if failures else "complete"
+    write_json_atomic(out / "manifest.json", manifest)
+    summary = summarize_run_dir(out)
+    write_json_atomic(out / "summary.json", summary)
+    if failures:
+        raise RunError(f"{len(failures)} of {cfg.trials} trials failed: {'; '.join(failures)}",
+                       f"records so far are kept in {out}; see server.log for the cause")
+    return summary
+
+
+def _trial(cfg: RunConfig, t: int, server: EngineServer, warm: list[RequestSpec],
+           measured: list[RequestSpec], sink: JsonlAppender, out: Path, progress: Progress,
+           keep_running: bool) -> dict[str, Any]:
+    entry: dict[str, Any] = {"trial": t, "argv": server.command(), "status": "ok",
+                             "error": None, "started_utc": _now()}
+    started_here = getattr(server, "pid", None) is None
+    if started_here:
+        with (out / "server.log").open("a") as log:
+            log.write(f"\n===== crossbench trial {t}: {' '.join(server.command())} =====\n")
+        progress(f"trial {t + 1}/{cfg.trials}: starting {server.kind}")
+        server.start()
+        server.wait_ready()
+        entry["argv"] = server.command()  # with the port actually bound
+    try:
+        props = getattr(server, "props", lambda: {})()
+        entry["server_props"] = _props_subset(props)
+        client_cfg = _client_config(cfg, server.base_url)
+
+        def write(rec: dict[str, Any]) -> None:
+            sink.write({"trial": t, **rec})
+
+        if warm:
+            asyncio.run(run_load(client_cfg, warm, concurrency=1, rate=None, sink=write))
+        before = server.scrape()
+        write_bytes_atomic(out / "metrics" / f"t{t}-before.prom", before.text.encode())
+        progress(f"trial {t + 1}/{cfg.trials}: {len(measured)} requests, "
+                 f"concurrency {cfg.load.concurrency}")
+        stats = asyncio.run(run_load(client_cfg, measured, concurrency=cfg.load.concurrency,
+                                     rate=cfg.load.rate, sink=write))
+        after = settled_scrape(server)
+        write_bytes_atomic(out / "metrics" / f"t{t}-after.prom", after.text.encode())
+        entry["load"] = stats.to_dict()
+        if stats.errors or stats.incomplete:
+            entry["status"] = "failed"
+            entry["error"] = f"{stats.errors} errors, {stats.incomplete} incomplete requests"
+    except RunError as e:
+        entry["status"], entry["error"] = "failed", e.one_line()
+    finally:
+        entry["ended_utc"] = _now()
+        if not keep_running:
+            server.stop()
+    return entry
+
+
+def _client_config(cfg: RunConfig, base_url: str) -> ClientConfig:
+    ld = cfg.load
+    extra: dict[str, Any] = {"cache_prompt": ld.cache_prompt}
+    if cfg.engine == "llama-server":
+        extra["timings_per_token"] = True  # tokens per chunk, and server timings per request
+    return ClientConfig(base_url=base_url, endpoint=ld.endpoint, max_tokens=ld.max_tokens,
+                        temperature=ld.temperature, top_p=ld.top_p, seed=ld.seed,
+                        ignore_eos=ld.ignore_eos, extra_body=extra,
+                        request_timeout_s=ld.request_timeout_s)
+
+
+def _props_subset(props: dict[str, Any]) -> dict[str, Any]:
+    keep = ("build_info", "default_generation_settings", "total_slots", "model_path",
+            "chat_template_caps", "n_ctx")
+    return {k: props[k] for k in keep if k in props}
+
+
+def _now() -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())

@@ -1,0 +1,72 @@
+"""Atomic file writes (write to a temporary file, fsync, rename) and durable JSONL appends."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any, TextIO
+
+
+def write_bytes_atomic(path: Path, data: bytes) -> None:
+    """Replace ``path`` with ``data`` so that readers see the old or the new file, never half."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    with tmp.open("wb") as f:
+        f.write(data)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+    dir_fd = os.open(path.parent, os.O_RDONLY)
+    try:
+        os.fsync(dir_fd)
+    finally:
+        os.close(dir_fd)
+
+
+def write_json_atomic(path: Path, obj: Any) -> None:
+    """Atomically write ``obj`` as indented, key-sorted JSON."""
+    write_bytes_atomic(path, (json.dumps(obj, indent=2, sort_keys=True) + "\n").encode())
+
+
+class JsonlAppender:
+    """Append one JSON object per line, flushed and fsynced per record.
+
+    A kill at any moment leaves every record written before it intact; at most a partial last
+    line, which :func:`read_jsonl` skips.
+    """
+
+    def __init__(self, path: Path) -> None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self.path = path
+        self._fh: TextIO = path.open("a", encoding="utf-8")
+        self.count = 0
+
+    def write(self, record: dict[str, Any]) -> None:
+        """Append and persist one record."""
+        self._fh.write(json.dumps(record, separators=(",", ":")) + "\n")
+        self._fh.flush()
+        os.fsync(self._fh.fileno())
+        self.count += 1
+
+    def close(self) -> None:
+        """Close the file; safe to call twice."""
+        if not self._fh.closed:
+            self._fh.close()
+
+    def __enter__(self) -> JsonlAppender:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def read_jsonl(path: Path) -> list[dict[str, Any]]:
+    """Read every complete record of a JSONL file (a torn last line is ignored)."""
+    out: list[dict[str, Any]] = []
+    with path.open(encoding="utf-8") as f:
+        for line in f:
+            if not line.endswith("\n"):
+                break
+            out.append(json.loads(line))
+    return out

@@ -1,0 +1,64 @@
+"""Shared test fixtures: the real llama-server build and the project's fixture models.
+
+Both are made by the project's own code and cached under ~/.cache/crossbench (CI runs
+`crossbench engines install llama.cpp` and `crossbench fixtures make` first, so these only
+look them up; on a fresh machine they build them, which takes minutes once).
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+from pathlib import Path
+
+import pytest
+
+
+@pytest.fixture(scope="session")
+def llama_server() -> Path:
+    """Path of crossbench's CPU build of llama-server (default pin)."""
+    from crossbench.engines.llamacpp.build import install
+
+    return install().binary()
+
+
+@pytest.fixture(scope="session")
+def fixture_models() -> tuple[Path, Path]:
+    """(target, draft) GGUF fixture pair."""
+    from crossbench.cli.fixtures_cmd import ensure_fixtures
+
+    return ensure_fixtures("tiny", 0)
+
+
+@pytest.fixture
+def fake_binary(tmp_path: Path):  # type: ignore[no-untyped-def]
+    """Factory of executable stand-in scripts that pose as a llama-server binary.
+
+    ``fake_binary(version="version: 11312 (0c1e570)", body="sleep 600")`` -> Path. Used only
+    for lifecycle failures (a server that hangs or dies), never for results.
+    """
+    def make(version: str = "version: 11312 (0c1e570)", body: str = "exit 0",
+             name: str = "llama-server") -> Path:
+        p = tmp_path / name
+        p.write_text(
+            "#!/bin/sh\n"
+            f'if [ "$1" = "--version" ]; then echo "{version}"; exit 0; fi\n'
+            f"{body}\n"
+        )
+        p.chmod(p.stat().st_mode | stat.S_IEXEC)
+        return p
+
+    return make
+
+
+@pytest.fixture
+def gguf_stub(tmp_path: Path) -> Path:
+    """A file that stands where a model path is needed but the server never starts."""
+    p = tmp_path / "model.gguf"
+    p.write_bytes(b"GGUF")
+    return p
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Keep caches of test runs where the user's are, unless told otherwise."""
+    os.environ.setdefault("CROSSBENCH_CACHE", str(Path.home() / ".cache" / "crossbench"))
