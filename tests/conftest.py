@@ -34,10 +34,10 @@ def fixture_models() -> tuple[Path, Path]:
 def fake_binary(tmp_path: Path):  # type: ignore[no-untyped-def]
     """Factory of executable stand-in scripts that pose as a llama-server binary.
 
-    ``fake_binary(version="version: 11312 (0c1e570)", body="sleep 600")`` -> Path. Used only
+    ``fake_binary(version="version: 0.5.0-dev (build 11312, commit 0c1e570)", body="sleep 600")`` -> Path. Used only
     for lifecycle failures (a server that hangs or dies), never for results.
     """
-    def make(version: str = "version: 11312 (0c1e570)", body: str = "exit 0",
+    def make(version: str = "version: 0.5.0-dev (build 11312, commit 0c1e570)", body: str = "exit 0",
              name: str = "llama-server") -> Path:
         p = tmp_path / name
         p.write_text(

@@ -11,8 +11,8 @@ from crossbench.engines import registry
 from crossbench.engines.llamacpp.server import LlamaServer
 from crossbench.errors import UserError
 
-B11312 = "version: 11312 (0c1e570)"
-B11434 = "version: 11434 (515e855)"
+B11312 = "version: 0.5.0-dev (build 11312, commit 0c1e570)"
+B11434 = "version: 0.5.0-dev (build 11434, commit 515e855)"
 
 
 def make(binary: Path, model: Path, tmp_path: Path, **cfg: object) -> LlamaServer:
@@ -184,3 +184,15 @@ def test_unknown_build_is_probed_through_help(fake_binary, gguf_stub, tmp_path):
     assert s.profile.origin.startswith("probe:")
     # An older build that spells the option --draft-max gets that spelling.
     assert s.profile.flag("draft_n_max") == "--draft-max"
+
+
+@pytest.mark.parametrize(("text", "want"), [
+    ("version: 0.5.0-dev (build 11312, commit 0c1e570)\nbuilt with GNU 12.2.0", (11312, "0c1e570")),
+    ("version: 4567 (abc1234)\nbuilt with cc", (4567, "abc1234")),
+    ("version: 0.5.0-dev (build 0, commit unknown)", (0, None)),
+    ("garbage", (None, None)),
+])
+def test_parse_version(text, want):
+    from crossbench.engines.llamacpp.profile import parse_version
+
+    assert parse_version(text) == want

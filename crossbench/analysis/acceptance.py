@@ -63,7 +63,8 @@ def counter_delta(before: Mapping[str, float], after: Mapping[str, float]) -> Co
 
     drafts, tokens, acc = d(DRAFTS), d(DRAFT_TOKENS), d(ACCEPTED)
     pa, pb = labelled(dict(after), PER_POS, "position"), labelled(dict(before), PER_POS, "position")
-    per_pos = [pa[k] - pb.get(k, 0.0) for k in sorted(pa, key=int)]
+    top = max((int(k) for k in pa), default=-1)
+    per_pos = [pa.get(str(k), 0.0) - pb.get(str(k), 0.0) for k in range(top + 1)]
     present = drafts is not None and tokens is not None and acc is not None
     return CounterDelta(drafts or 0.0, tokens or 0.0, acc or 0.0, per_pos, present)
 

@@ -17,6 +17,7 @@ Warm-up records and failed records are counted but never enter the timing statis
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -98,7 +99,7 @@ def summarize_records(records: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
         t_start = r["t_sent_ns"] if t_start is None else min(t_start, r["t_sent_ns"])
         if chunks:
             t_end = chunks[-1][0] if t_end is None else max(t_end, chunks[-1][0])
-        for a, b in zip(chunks, chunks[1:], strict=False):
+        for a, b in itertools.pairwise(chunks):
             gaps.append((b[0] - a[0]) / NS_PER_MS)
         if m["ttft_ms"] is not None:
             ttft.append(m["ttft_ms"])

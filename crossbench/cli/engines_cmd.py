@@ -29,7 +29,8 @@ Examples:
               help=f"Source pin: {', '.join(sorted(PINS))}.")
 @click.option("--cuda", is_flag=True, help="Build with CUDA (needs nvcc).")
 @click.option("--cuda-arch", default=None, help="CUDA compute capability, e.g. 90 (H100/H200).")
-@click.option("--jobs", "-j", type=int, default=None, help="Parallel compile jobs (default: all cores).")
+@click.option("--jobs", "-j", type=int, default=None,
+              help="Parallel compile jobs (default: all cores).")
 @click.option("--force", is_flag=True, help="Rebuild even if a matching build exists.")
 @user_errors
 def install(engine: str, pin: str, cuda: bool, cuda_arch: str | None, jobs: int | None,

@@ -44,11 +44,12 @@ def cli() -> None:
 
 
 def _register() -> None:
-    from crossbench.cli import engines_cmd, fixtures_cmd, run_cmd
+    from crossbench.cli import demo_cmd, engines_cmd, fixtures_cmd, run_cmd
 
     cli.add_command(engines_cmd.engines)
     cli.add_command(fixtures_cmd.fixtures)
     cli.add_command(run_cmd.run)
+    cli.add_command(demo_cmd.demo)
 
 
 _register()

@@ -65,7 +65,8 @@ def format_table(summary: dict[str, Any]) -> str:
         rows += [
             (f"draft acceptance rate (accepted/drafted, from {acc['source']})",
              f(acc["draft_acceptance_rate"], ".4f")),
-            ("mean acceptance length (1 + accepted/drafts)", f(acc["mean_acceptance_length"], ".3f")),
+            ("mean acceptance length (1 + accepted/drafts)",
+             f(acc["mean_acceptance_length"], ".3f")),
             ("per-position acceptance (position 0 first)",
              ", ".join(f"{p:.3f}" for p in per_pos) if per_pos else "n/a"),
             ("drafts / drafted / accepted", f"{f(acc['drafts'], '.0f')} / "
@@ -134,19 +135,21 @@ def run(**o: Any) -> None:
         if val is not None:
             engine_cfg[key] = val
     try:
-        cfg = RunConfig(
-            engine=o["engine"], engine_config=json.loads(json.dumps(engine_cfg, default=str)),
-            trials=o["trials"], fresh_server=not o["reuse_server"],
-            load={"workload": o["workload"], "requests": o["requests"], "warmup": o["warmup"],
-                  "max_tokens": o["max_tokens"], "endpoint": o["endpoint"],
-                  "temperature": o["temperature"], "seed": o["seed"],
-                  "cache_prompt": o["cache_prompt"], "concurrency": o["concurrency"],
-                  "rate": o["rate"]},
-        )
+        cfg = RunConfig.model_validate({
+            "engine": o["engine"],
+            "engine_config": json.loads(json.dumps(engine_cfg, default=str)),
+            "trials": o["trials"], "fresh_server": not o["reuse_server"],
+            "load": {"workload": o["workload"], "requests": o["requests"],
+                     "warmup": o["warmup"], "max_tokens": o["max_tokens"],
+                     "endpoint": o["endpoint"], "temperature": o["temperature"],
+                     "seed": o["seed"], "cache_prompt": o["cache_prompt"],
+                     "concurrency": o["concurrency"], "rate": o["rate"]},
+        })
     except ValidationError as e:
         err = e.errors()[0]
         field = ".".join(str(x) for x in err["loc"])
-        raise UserError(f"{field}: {err['msg']}", f"fix --{field.split('.')[-1].replace('_', '-')}") from None
+        flag = field.split(".")[-1].replace("_", "-")
+        raise UserError(f"{field}: {err['msg']}", f"fix --{flag}") from None
     summary = run_once(cfg, o["out"], progress=progress, argv=sys.argv)
     if o["as_json"]:
         click.echo(json.dumps(summary, indent=2))

@@ -38,7 +38,7 @@ class RunConfig(BaseModel):
 
     engine: str = Field("llama-server", description="Registered engine name.")
     engine_config: dict[str, Any] = Field(description="The engine's own strict config.")
-    load: LoadSettings = Field(default_factory=LoadSettings,  # type: ignore[arg-type]
+    load: LoadSettings = Field(default_factory=LoadSettings,
                                description="Workload and load shape.")
     trials: int = Field(3, ge=1, description="Repeats, each on a fresh server by default.")
     fresh_server: bool = Field(True, description="Start a new server for every trial.")

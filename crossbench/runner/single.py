@@ -28,8 +28,8 @@ from crossbench.analysis.summary import summarize_run_dir
 from crossbench.engines import registry
 from crossbench.engines.base import EngineServer, MetricsSnapshot
 from crossbench.errors import RunError, UserError
-from crossbench.load.client import ClientConfig, RequestSpec, run_load
-from crossbench.load.workloads import load_workload
+from crossbench.load.client import ClientConfig, ConcurrencyMode, RateMode, run_load
+from crossbench.load.workloads import RequestSpec, load_workload
 from crossbench.runner.config import RunConfig
 from crossbench.store.atomic import JsonlAppender, write_bytes_atomic, write_json_atomic
 
@@ -48,7 +48,7 @@ def model_vocab_size(model: Path) -> int | None:
 
         field = GGUFReader(str(model)).fields.get("tokenizer.ggml.tokens")
         return len(field.data) if field is not None else None
-    except Exception:  # noqa: BLE001 - a non-GGUF model simply has no known vocab size
+    except Exception:
         return None
 
 
@@ -107,8 +107,8 @@ def run(cfg: RunConfig, out: Path, progress: Progress = _quiet,
     write_json_atomic(out / "manifest.json", manifest)
     (out / "metrics").mkdir(exist_ok=True)
     prompts = workload.prompts
-    warm = [RequestSpec(request_index=i, prompt=p) for i, p in enumerate(prompts[:cfg.load.warmup])]
-    measured = [RequestSpec(request_index=cfg.load.warmup + i, prompt=p)
+    warm = [RequestSpec(p, i) for i, p in enumerate(prompts[:cfg.load.warmup])]
+    measured = [RequestSpec(p, cfg.load.warmup + i)
                 for i, p in enumerate(prompts[cfg.load.warmup:])]
     failures: list[str] = []
     with JsonlAppender(out / "requests.jsonl") as sink:
@@ -153,27 +153,31 @@ def _trial(cfg: RunConfig, t: int, server: EngineServer, warm: list[RequestSpec]
         server.wait_ready()
         entry["argv"] = server.command()  # with the port actually bound
     try:
-        props = getattr(server, "props", lambda: {})()
+        props: dict[str, Any] = getattr(server, "props", dict)()
         entry["server_props"] = _props_subset(props)
         client_cfg = _client_config(cfg, server.base_url)
 
         def write(rec: dict[str, Any]) -> None:
             sink.write({"trial": t, **rec})
 
+        mode: ConcurrencyMode | RateMode = (
+            RateMode(rate=cfg.load.rate, seed=cfg.load.seed) if cfg.load.rate
+            else ConcurrencyMode(concurrency=cfg.load.concurrency))
         if warm:
-            asyncio.run(run_load(client_cfg, warm, concurrency=1, rate=None, sink=write))
+            asyncio.run(run_load(client_cfg, [], mode, write, warmup=warm))
         before = server.scrape()
         write_bytes_atomic(out / "metrics" / f"t{t}-before.prom", before.text.encode())
         progress(f"trial {t + 1}/{cfg.trials}: {len(measured)} requests, "
                  f"concurrency {cfg.load.concurrency}")
-        stats = asyncio.run(run_load(client_cfg, measured, concurrency=cfg.load.concurrency,
-                                     rate=cfg.load.rate, sink=write))
+        stats = asyncio.run(run_load(client_cfg, measured, mode, write))
         after = settled_scrape(server)
         write_bytes_atomic(out / "metrics" / f"t{t}-after.prom", after.text.encode())
-        entry["load"] = stats.to_dict()
-        if stats.errors or stats.incomplete:
+        entry["load"] = {"ok": stats.n_ok, "error": stats.n_error,
+                         "incomplete": stats.n_incomplete, "chunks": stats.n_chunks,
+                         "wall_s": stats.wall_s}
+        if stats.n_error or stats.n_incomplete:
             entry["status"] = "failed"
-            entry["error"] = f"{stats.errors} errors, {stats.incomplete} incomplete requests"
+            entry["error"] = f"{stats.n_error} errors, {stats.n_incomplete} incomplete requests"
     except RunError as e:
         entry["status"], entry["error"] = "failed", e.one_line()
     finally:

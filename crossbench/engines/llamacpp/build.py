@@ -181,7 +181,8 @@ def cmake_flags(pin: SourcePin, cuda: bool, cuda_arch: str | None) -> list[str]:
         "-DLLAMA_OPENSSL=OFF",
     ]
     if cuda:
-        flags += ["-DGGML_CUDA=ON", f"-DCMAKE_CUDA_ARCHITECTURES={(cuda_arch or '').replace('.', '')}"]
+        arch = (cuda_arch or "").replace(".", "")
+        flags += ["-DGGML_CUDA=ON", f"-DCMAKE_CUDA_ARCHITECTURES={arch}"]
     return flags
 
 
@@ -234,7 +235,8 @@ def _run_logged(cmd: list[str], log: Path, progress: Progress, label: str) -> No
     if rc != 0:
         tail = "\n".join(log.read_text(errors="replace").splitlines()[-15:])
         raise RunError(f"{label} failed (exit {rc}); last lines of {log}:\n{tail}",
-                       "read the full build log above; a missing compiler needs `apt-get install build-essential cmake ninja-build`")
+                       "read the full build log; a missing toolchain needs "
+                       "`apt-get install build-essential cmake ninja-build`")
 
 
 def load_install(pin_spec: str = DEFAULT_PIN, cuda: bool = False,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 from pathlib import Path
 from typing import Literal
 
@@ -30,7 +31,8 @@ class LlamaSpecConfig(_Strict):
         "--spec-draft-n-max for draft-*, --spec-ngram-mod-n-max for ngram-mod, "
         "--spec-ngram-*-size-m for the other n-gram types.",
     )
-    n_min: int | None = Field(None, ge=0, description="`--spec-draft-n-min`: fewest drafted tokens.")
+    n_min: int | None = Field(None, ge=0,
+                              description="`--spec-draft-n-min`: fewest drafted tokens.")
     p_min: float | None = Field(None, ge=0, le=1,
                                 description="`--spec-draft-p-min`: greedy draft probability cut.")
     draft_model: Path | None = Field(None, description="`-md`: draft GGUF (draft-* methods).")
@@ -55,7 +57,7 @@ class LlamaSpecConfig(_Strict):
             raise ValueError("synth_rates is empty; give one rate per drafted position")
         if any(not 0.0 <= r <= 1.0 for r in v):
             raise ValueError("synth_rates must be fractions in [0, 1] (not percentages)")
-        if any(b > a for a, b in zip(v, v[1:], strict=False)):
+        if any(b > a for a, b in itertools.pairwise(v)):
             raise ValueError("synth_rates must be non-increasing (they are unconditional: "
                              "a draft reaches position k+1 only through position k)")
         return v
@@ -92,7 +94,7 @@ class LlamaServerConfig(_Strict):
     threads: int | None = Field(None, ge=1, description="`-t`: generation threads.")
     threads_batch: int | None = Field(None, ge=1, description="`-tb`: prompt threads.")
     seed: int | None = Field(None, description="`-s`: server RNG seed.")
-    spec: LlamaSpecConfig = Field(default_factory=LlamaSpecConfig,  # type: ignore[arg-type]
+    spec: LlamaSpecConfig = Field(default_factory=LlamaSpecConfig,
                                   description="Speculative decoding settings.")
     extra_args: list[str] = Field(
         default_factory=list,

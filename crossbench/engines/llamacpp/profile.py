@@ -21,7 +21,10 @@ import yaml
 from crossbench.errors import RunError, UserError
 from crossbench.paths import repo_root
 
-_VERSION_RE = re.compile(r"version:\s*(\d+)\s*\(([0-9a-fA-F]+|unknown)\)")
+# "version: 0.5.0-dev (build 11312, commit 0c1e570)" (current) or "version: 4567 (abc1234)"
+_VERSION_RE = re.compile(
+    r"version:\s*(?:\S+\s*\(build\s*(\d+),\s*commit\s*([0-9a-fA-F]+|unknown)\)"
+    r"|(\d+)\s*\(([0-9a-fA-F]+|unknown)\))")
 _HELP_FLAG_RE = re.compile(r"^(-[-\w]+(?:,\s*-[-\w]+)*)", re.M)
 
 
@@ -133,8 +136,9 @@ def parse_version(text: str) -> tuple[int | None, str | None]:
     m = _VERSION_RE.search(text)
     if not m:
         return None, None
-    commit = None if m.group(2) == "unknown" else m.group(2)
-    return int(m.group(1)), commit
+    build = m.group(1) or m.group(3)
+    commit = m.group(2) or m.group(4)
+    return int(build), (None if commit == "unknown" else commit)
 
 
 def run_version(binary: Path) -> str:

@@ -18,7 +18,12 @@ from typing import Any
 from crossbench.engines.base import EngineIdentity, EngineServer, MetricsSnapshot
 from crossbench.engines.llamacpp.build import load_install, sha256_file
 from crossbench.engines.llamacpp.config import LlamaServerConfig
-from crossbench.engines.llamacpp.profile import LlamaCppProfile, parse_version, probe_binary, run_version
+from crossbench.engines.llamacpp.profile import (
+    LlamaCppProfile,
+    parse_version,
+    probe_binary,
+    run_version,
+)
 from crossbench.engines.prometheus import parse_samples
 from crossbench.errors import RunError, UserError
 
@@ -61,7 +66,7 @@ def log_tail(path: Path, n: int = 12) -> str:
 def http_get(url: str, timeout: float = 5.0) -> tuple[int, bytes]:
     """GET a URL; (status, body). Connection errors raise OSError."""
     try:
-        with urllib.request.urlopen(url, timeout=timeout) as r:  # noqa: S310 - loopback URL
+        with urllib.request.urlopen(url, timeout=timeout) as r:
             return int(r.status), r.read()
     except urllib.error.HTTPError as e:
         return int(e.code), e.read()
@@ -245,9 +250,9 @@ class LlamaServer(EngineServer):
         self._log_path.parent.mkdir(parents=True, exist_ok=True)
         log = self._log_path.open("ab")
         try:
-            self._proc = subprocess.Popen(  # noqa: S603 - argv built from typed config
+            self._proc = subprocess.Popen(
                 argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                preexec_fn=_die_with_parent,  # noqa: PLW1509 - setsid + parent-death signal
+                preexec_fn=_die_with_parent,
             )
         finally:
             log.close()

@@ -1,0 +1,12 @@
+#!/usr/bin/env bash
+# The project's test command (README "Run the tests"; .ci/run runs exactly this).
+# On a fresh machine it installs crossbench, builds llama-server from the pinned sdist and makes
+# the fixture models; all three are cached under ~/.cache/crossbench, so a second run is quick.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+python3 -m pip install -q --disable-pip-version-check -e '.[dev]'
+crossbench engines install llama.cpp >/dev/null        # ~6 min on 2 cores the first time
+crossbench fixtures make >/dev/null
+ruff check crossbench tests benchmarks
+mypy
+python3 -m pytest -q "$@"                               # exit code 5 (no tests) fails too

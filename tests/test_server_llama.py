@@ -1,0 +1,192 @@
+"""End-to-end tests against the real llama-server built by the project (CPU).
+
+Ground truth comes from llama-server's synthetic acceptance (`--spec-synth-rates`): the
+suite's acceptance figures must reproduce the configured rates.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from crossbench.engines import registry
+from crossbench.errors import RunError
+from crossbench.runner.config import RunConfig
+from crossbench.runner.single import run
+from crossbench.store.atomic import read_jsonl
+
+pytestmark = pytest.mark.server
+
+RATES = [0.9, 0.7, 0.5, 0.2]
+
+
+def cfg(binary: Path, target: Path, spec: dict[str, object], **load: object) -> RunConfig:
+    base = {"requests": 4, "warmup": 1, "max_tokens": 48}
+    base.update(load)
+    trials = int(base.pop("trials", 1))  # type: ignore[call-overload]
+    return RunConfig.model_validate({
+        "engine_config": {"binary": str(binary), "model": str(target), "spec": spec,
+                          "ctx_size": 2048},
+        "trials": trials, "load": base})
+
+
+def test_synthetic_ground_truth(llama_server, fixture_models, tmp_path):
+    """Per-position acceptance within 0.05 of the configured rates, MAL within 0.1."""
+    target, draft = fixture_models
+    s = run(cfg(llama_server, target, {"type": "draft-simple", "n": 4, "draft_model": str(draft),
+                                       "synth_rates": RATES},
+                requests=12, max_tokens=400, trials=1), tmp_path / "synth")
+    acc = s["acceptance"]
+    assert acc["source"] == "metrics"
+    assert acc["drafts"] >= 1000, "too few drafts for a tight check"
+    assert len(acc["per_position"]) == 4
+    for got, want in zip(acc["per_position"], RATES, strict=True):
+        assert abs(got - want) <= 0.05, (acc["per_position"], RATES)
+    assert abs(acc["mean_acceptance_length"] - (1 + sum(RATES))) <= 0.1
+    assert s["integrity"]["passed"], s["integrity"]
+    # the same figure read back from the raw files alone
+    from crossbench.analysis.summary import summarize_run_dir
+
+    again = summarize_run_dir(tmp_path / "synth")
+    assert again["acceptance"] == acc
+
+
+def _check_records(run_dir: Path, n_requests: int, max_tokens: int) -> list[dict]:
+    recs = read_jsonl(run_dir / "requests.jsonl")
+    measured = [r for r in recs if not r["warmup"]]
+    assert len(measured) == n_requests
+    assert len([r for r in recs if r["warmup"]]) == 1
+    for r in measured:
+        assert r["status"] == "ok", r["error"]
+        assert r["usage"]["completion_tokens"] == max_tokens  # ignore_eos honoured
+        assert r["timings"]["predicted_n"] == max_tokens
+        assert r["timings"]["cache_n"] == 0  # cache_prompt off
+        times = [c[0] for c in r["chunks"]]
+        assert times == sorted(times)
+        assert r["t_sent_ns"] < r["t_first_chunk_ns"] <= times[0] <= r["t_done_ns"]
+        assert sum(c[1] for c in r["chunks"]) == max_tokens
+    return measured
+
+
+def test_baseline_draft_model_and_ngram_end_to_end(llama_server, fixture_models, tmp_path):
+    target, draft = fixture_models
+    base = run(cfg(llama_server, target, {"type": "none"}), tmp_path / "base")
+    _check_records(tmp_path / "base", 4, 48)
+    assert base["integrity"]["passed"]
+    assert base["acceptance"]["enabled"] is False
+    assert base["acceptance"]["draft_tokens"] == 0
+    assert base["throughput"]["pooled_tok_s"] > 0
+
+    dft = run(cfg(llama_server, target, {"type": "draft-simple", "n": 4,
+                                         "draft_model": str(draft)}, max_tokens=96),
+              tmp_path / "draft")
+    _check_records(tmp_path / "draft", 4, 96)
+    assert dft["integrity"]["passed"], dft["integrity"]
+    rate = dft["acceptance"]["draft_acceptance_rate"]
+    assert 0.3 <= rate <= 0.9, f"fixture draft's real acceptance {rate} outside 0.3-0.9"
+
+    ng = run(cfg(llama_server, target, {"type": "ngram-mod", "n": 8, "ngram_mod_n_min": 1,
+                                        "ngram_mod_n_match": 4}, max_tokens=96),
+             tmp_path / "ngram")
+    _check_records(tmp_path / "ngram", 4, 96)
+    assert ng["integrity"]["passed"], ng["integrity"]
+    assert ng["acceptance"]["draft_tokens"] > 0
+
+    man = json.loads((tmp_path / "draft" / "manifest.json").read_text())
+    assert man["schema_version"] == 1
+    assert man["engine"]["build_number"] == 11312
+    assert man["engine"]["commit"] == "0c1e570"
+    assert "libllama-server-impl.so" in man["engine"]["sha256"] or any(
+        k.startswith("libllama") for k in man["engine"]["sha256"])
+    argv = man["trials"][0]["argv"]
+    assert argv[argv.index("--spec-type") + 1] == "draft-simple"
+
+
+def test_server_dying_at_start_reports_log_tail(llama_server, tmp_path):
+    broken = tmp_path / "broken.gguf"
+    broken.write_bytes(b"GGUF" + b"\0" * 64)
+    srv = registry.create("llama-server", {"binary": str(llama_server), "model": str(broken)},
+                          tmp_path / "server.log")
+    srv.validate()
+    srv.start()
+    with pytest.raises(RunError) as e:
+        srv.wait_ready(timeout_s=60)
+    srv.stop()
+    text = e.value.one_line()
+    assert "llama-server exited with code" in text
+    assert "GGUF" in text or "model" in text
+
+
+def test_server_hanging_is_stopped(fake_binary, gguf_stub, tmp_path):
+    hang = fake_binary(body="exec sleep 600")
+    srv = registry.create("llama-server", {"binary": str(hang), "model": str(gguf_stub),
+                                           "ready_timeout_s": 1.5}, tmp_path / "server.log")
+    srv.start()
+    pid = srv.pid
+    assert pid is not None
+    t0 = time.monotonic()
+    with pytest.raises(RunError, match="did not become ready within 2 s"):
+        srv.wait_ready()
+    assert time.monotonic() - t0 < 15
+    with pytest.raises(ProcessLookupError):
+        os.kill(pid, 0)
+
+
+def test_stop_frees_the_port_and_kills_the_group(llama_server, fixture_models, tmp_path):
+    target, _ = fixture_models
+    srv = registry.create("llama-server", {"binary": str(llama_server), "model": str(target)},
+                          tmp_path / "server.log")
+    with srv:
+        port = int(srv.base_url.rsplit(":", 1)[1])
+        pid = srv.pid
+        assert srv.scrape().samples  # /metrics is on
+    from crossbench.engines.llamacpp.server import port_in_use
+
+    assert not port_in_use("127.0.0.1", port)
+    with pytest.raises(ProcessLookupError):
+        os.killpg(pid, 0)
+
+
+def test_a_failed_run_keeps_its_records(llama_server, fixture_models, tmp_path, monkeypatch):
+    """Kill the server mid-run: finished records stay, the failure is recorded, exit is 1."""
+    target, _ = fixture_models
+    out = tmp_path / "killed"
+    from crossbench.engines.llamacpp import server as server_mod
+
+    started: list[int] = []
+    real_start = server_mod.LlamaServer.start
+
+    def start(self):  # type: ignore[no-untyped-def]
+        real_start(self)
+        started.append(self.pid)
+
+    monkeypatch.setattr(server_mod.LlamaServer, "start", start)
+
+    def killer() -> None:
+        path = out / "requests.jsonl"
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            if path.exists() and len(read_jsonl(path)) >= 3:  # warm-up + 2 measured
+                os.killpg(started[0], signal.SIGKILL)
+                return
+            time.sleep(0.02)
+
+    threading.Thread(target=killer, daemon=True).start()
+    with pytest.raises(RunError, match="1 of 1 trials failed"):
+        run(cfg(llama_server, target, {"type": "none"}, requests=30, max_tokens=64), out)
+    recs = read_jsonl(out / "requests.jsonl")
+    ok = [r for r in recs if r["status"] == "ok" and not r["warmup"]]
+    bad = [r for r in recs if r["status"] != "ok"]
+    assert len(ok) >= 2
+    assert bad, "requests after the kill must be recorded as failed"
+    man = json.loads((out / "manifest.json").read_text())
+    assert man["status"] == "failed"
+    assert man["trials"][0]["status"] == "failed"
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["requests"]["ok"] == len(ok)
