@@ -16,7 +16,13 @@ import pytest
 
 @pytest.fixture(scope="session")
 def llama_server() -> Path:
-    """Path of crossbench's CPU build of llama-server (default pin)."""
+    """crossbench's CPU build of llama-server (default pin), or ``CROSSBENCH_TEST_LLAMA_SERVER``.
+
+    The variable lets a developer run the suite against their own build (used as is).
+    """
+    own = os.environ.get("CROSSBENCH_TEST_LLAMA_SERVER")
+    if own:
+        return Path(own)
     from crossbench.engines.llamacpp.build import install
 
     return install().binary()

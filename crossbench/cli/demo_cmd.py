@@ -8,7 +8,7 @@ from typing import Any
 
 import click
 
-from crossbench.cli.main import progress, user_errors
+from crossbench.cli.common import progress, user_errors
 
 ARMS: list[tuple[str, dict[str, Any]]] = [
     ("baseline", {"type": "none"}),

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import click
 
-from crossbench.cli.main import progress, user_errors
+from crossbench.cli.common import progress, user_errors
 from crossbench.engines.llamacpp import build as llbuild
 from crossbench.engines.llamacpp.pins import DEFAULT_PIN, PINS, get_pin
 from crossbench.errors import UserError

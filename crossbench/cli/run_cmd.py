@@ -10,7 +10,7 @@ from typing import Any
 import click
 from pydantic import ValidationError
 
-from crossbench.cli.main import progress, user_errors
+from crossbench.cli.common import progress, user_errors
 from crossbench.engines.llamacpp.config import SPEC_TYPES
 from crossbench.engines.llamacpp.pins import DEFAULT_PIN
 from crossbench.errors import UserError
@@ -81,8 +81,9 @@ def format_table(summary: dict[str, Any]) -> str:
 
 @click.command(epilog=EPILOG)
 @click.option("--engine", default="llama-server", show_default=True, help="Engine adapter.")
-@click.option("--model", type=click.Path(path_type=Path), required=True, help="Target GGUF.")
-@click.option("--draft", type=click.Path(path_type=Path), default=None, help="Draft GGUF.")
+@click.option("--model", required=True,
+              help="Target GGUF: a path, or hf://OWNER/REPO@REVISION/FILE.gguf.")
+@click.option("--draft", default=None, help="Draft GGUF: a path or an hf:// reference.")
 @click.option("--spec", "spec_type", type=click.Choice(SPEC_TYPES), default="none",
               show_default=True, help="Speculative method (llama-server --spec-type).")
 @click.option("--n", type=int, default=None, help="Most tokens drafted per step.")
@@ -118,9 +119,14 @@ def format_table(summary: dict[str, Any]) -> str:
 @user_errors
 def run(**o: Any) -> None:
     """Run one configuration for N trials and write raw records plus a summary."""
+    from crossbench.models import parse_model_ref, resolve_model
     from crossbench.runner.config import RunConfig
     from crossbench.runner.single import run as run_once
 
+    refs = {k: o[k] for k in ("model", "draft") if o[k] is not None and o[k].startswith("hf://")}
+    for key in ("model", "draft"):
+        if o[key] is not None:
+            o[key] = resolve_model(parse_model_ref(o[key]))
     spec: dict[str, Any] = {"type": o["spec_type"]}
     for key, val in (("n", o["n"]), ("draft_model", o["draft"]),
                      ("synth_rates", parse_rates(o["synth_rates"])),
@@ -138,7 +144,7 @@ def run(**o: Any) -> None:
         cfg = RunConfig.model_validate({
             "engine": o["engine"],
             "engine_config": json.loads(json.dumps(engine_cfg, default=str)),
-            "trials": o["trials"], "fresh_server": not o["reuse_server"],
+            "trials": o["trials"], "fresh_server": not o["reuse_server"], "model_refs": refs,
             "load": {"workload": o["workload"], "requests": o["requests"],
                      "warmup": o["warmup"], "max_tokens": o["max_tokens"],
                      "endpoint": o["endpoint"], "temperature": o["temperature"],

@@ -42,3 +42,6 @@ class RunConfig(BaseModel):
                                description="Workload and load shape.")
     trials: int = Field(3, ge=1, description="Repeats, each on a fresh server by default.")
     fresh_server: bool = Field(True, description="Start a new server for every trial.")
+    model_refs: dict[str, str] = Field(
+        default_factory=dict,
+        description="How each model was named before resolution (e.g. an hf:// reference).")

@@ -212,6 +212,8 @@ def hash_binaries(bin_dir: Path) -> dict[str, str]:
     """sha256 of every program and shared library in a folder, keyed by file name."""
     out: dict[str, str] = {}
     for p in sorted(bin_dir.iterdir()):
+        if p.is_symlink():  # libfoo.so -> libfoo.so.0 -> libfoo.so.0.25.3: hash the file once
+            continue
         if p.is_file() and (os.access(p, os.X_OK) or ".so" in p.name):
             out[p.name] = sha256_file(p)
     return out
