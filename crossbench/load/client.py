@@ -1,0 +1,634 @@
+"""The streaming load client: OpenAI-compatible SSE over aiohttp, one raw record per request.
+
+The client sends each request with ``stream: true`` and timestamps every server-sent event on
+arrival with ``time.monotonic_ns()``, before any JSON parsing. It keeps nothing after a request
+ends: the finished record goes straight to the caller's ``sink`` (which writes
+``requests.jsonl``), so memory stays flat however long the run. Statistics are computed later,
+from the records.
+
+Two load modes:
+
+- :class:`ConcurrencyMode` -- closed loop: N workers, each sends its next request when the
+  previous one has finished.
+- :class:`RateMode` -- open loop: Poisson arrivals at R requests/s from a seeded RNG; each
+  request has a scheduled send time, recorded beside the actual one.
+
+Warm-up requests run first, one at a time, and are recorded with ``"warmup": true``.
+
+Record format (a plain JSON-serialisable dict; times are ``time.monotonic_ns()``)::
+
+    request_index     int   index of the request in the run (warm-up has its own indices)
+    prompt_id         str   id of the prompt (prompts may repeat across requests)
+    category          str   prompt category
+    warmup            bool  true for warm-up requests (excluded from metrics)
+    endpoint          str   "completions" or "chat"
+    max_tokens        int   the max_tokens sent
+    t_scheduled_ns    int   when the request was due: its Poisson arrival (rate mode) or when a
+                            worker took it (concurrency mode, warm-up)
+    t_sent_ns         int   just before the request was handed to the HTTP client
+    t_first_chunk_ns  int|null  arrival of the first content chunk
+    t_done_ns         int   arrival of ``data: [DONE]``, else of the end of the stream or error
+    chunks            [[t_ns, n_tokens|null], ...]  one per event that carried generated text
+    n_chunks          int   len(chunks)
+    text              str   generated text, concatenated
+    finish_reason     str|null  last finish_reason seen
+    usage             obj|null  last ``usage`` object seen
+    timings           obj|null  last ``timings`` object seen (llama-server)
+    status            "ok" | "error" | "incomplete"
+    error             str|null  what went wrong
+    http_status       int|null  HTTP status of the response (null if none came)
+
+Tokens per chunk: the delta of ``timings.predicted_n`` (llama-server with
+``timings_per_token``), else of ``usage.completion_tokens`` (vLLM with continuous usage
+stats), since the previous content chunk; else null. Events without generated text (role-only,
+final usage-only) are not chunks, but their ``timings`` and ``usage`` are kept.
+
+Status: ``ok`` when the stream ended with ``[DONE]`` or a finish_reason; ``error`` when there
+was no successful response (HTTP 4xx/5xx with the body's message, connection refused, a
+timeout before the response headers) or the stream carried an error object; ``incomplete``
+when a 200 stream stopped early (connection dropped, timeout mid-stream): its chunks are kept.
+
+An event's timestamp is the arrival time of the read that completed it; events that arrive in
+one read share it. ``text`` joins ``content`` (chat), ``text`` (completions) and, when a delta
+has no ``content``, its ``reasoning_content``.
+
+Each request carries ``X-Request-Id: <prefix>-<index>`` (see :func:`request_id`) so server
+logs, and the stand-in's truth, can be joined to records. A request that fails on a kept-alive
+connection the server had already closed, before any response (llama-server closes
+connections after a stream despite its ``Keep-Alive`` header), is sent once more on a new
+connection; its ``t_sent_ns`` is that of the second send.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import random
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Annotated, Any, Literal
+
+import aiohttp
+import orjson
+from pydantic import BaseModel, ConfigDict, Field
+
+from crossbench.errors import RunError, UserError
+from crossbench.load.workloads import RequestSpec
+
+__all__ = [
+    "ClientConfig",
+    "ConcurrencyMode",
+    "LoadMode",
+    "LoadStats",
+    "RateMode",
+    "RequestSpec",
+    "Sink",
+    "poisson_schedule_ns",
+    "request_id",
+    "run_load",
+    "run_load_sync",
+]
+
+Sink = Callable[[dict[str, Any]], None]
+"""Receives each finished record; called on the event loop, so keep it quick."""
+
+RECORD_KEYS = (
+    "request_index", "prompt_id", "category", "warmup", "endpoint", "max_tokens",
+    "t_scheduled_ns", "t_sent_ns", "t_first_chunk_ns", "t_done_ns", "chunks", "n_chunks",
+    "text", "finish_reason", "usage", "timings", "status", "error", "http_status",
+)  # fmt: skip
+"""The keys of every record, in order."""
+
+
+class ClientConfig(BaseModel):
+    """How to talk to the server: endpoint, sampling fields, timeouts and connections."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    base_url: str = Field(description="Root URL of the server, e.g. http://127.0.0.1:8080.")
+    endpoint: Literal["completions", "chat"] = Field(
+        default="completions",
+        description="`completions` posts to /v1/completions, `chat` to /v1/chat/completions.",
+    )
+    model: str = Field(default="default", description="The `model` field of every request.")
+    max_tokens: int = Field(default=128, ge=1, description="Tokens to generate per request.")
+    temperature: float = Field(default=0.0, ge=0, description="Sampling temperature; 0 is greedy.")
+    top_p: float = Field(default=1.0, gt=0, le=1, description="Nucleus sampling threshold.")
+    seed: int | None = Field(
+        default=None, description="Sampling seed sent to the server; null omits it."
+    )
+    ignore_eos: bool = Field(
+        default=True,
+        description="Ask the server to keep generating past end-of-sequence, so every request "
+        "generates max_tokens tokens (llama-server and vLLM both accept it).",
+    )
+    extra_body: dict[str, Any] = Field(
+        default_factory=dict,
+        description="Merged (last, shallowly) into every request body, e.g. llama-server's "
+        '{"cache_prompt": false, "timings_per_token": true} or vLLM\'s {"stream_options": '
+        '{"include_usage": true, "continuous_usage_stats": true}}.',
+    )
+    request_timeout_s: float = Field(
+        default=600.0, gt=0, description="Longest a request may take from send to end of stream."
+    )
+    connect_timeout_s: float = Field(
+        default=10.0, gt=0, description="Longest a TCP connect may take."
+    )
+    max_connections: int = Field(
+        default=0,
+        ge=0,
+        description="Cap on open connections; 0 sizes it to the load (N for concurrency N, "
+        "unlimited for rate mode). Requests over the cap wait for a free connection.",
+    )
+    keepalive_s: float = Field(
+        default=60.0,
+        ge=0,
+        description="How long an idle connection is kept for reuse; 0 closes each.",
+    )
+    send_request_id: bool = Field(
+        default=True,
+        description="Send an `X-Request-Id: <prefix>-<index>` header (`<prefix>-warmup-<index>` "
+        "for warm-up) so server-side logs can be joined to records.",
+    )
+    request_id_prefix: str = Field(
+        default="crossbench", description="Prefix of the X-Request-Id header."
+    )
+
+    def url(self) -> str:
+        """The full URL requests are posted to."""
+        path = "/v1/chat/completions" if self.endpoint == "chat" else "/v1/completions"
+        return self.base_url.rstrip("/") + path
+
+
+class ConcurrencyMode(BaseModel):
+    """Closed loop: ``concurrency`` workers, each sending its next request when one ends."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    kind: Literal["concurrency"] = Field(default="concurrency", description="Selects this mode.")
+    concurrency: int = Field(default=1, ge=1, description="Requests in flight at once.")
+
+
+class RateMode(BaseModel):
+    """Open loop: Poisson arrivals at ``rate`` requests/s, drawn from a seeded RNG."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    kind: Literal["rate"] = Field(default="rate", description="Selects this mode.")
+    rate: float = Field(gt=0, description="Mean arrival rate in requests per second.")
+    seed: int = Field(
+        default=0, description="Seed of the arrival process: same seed, same schedule."
+    )
+
+
+LoadMode = Annotated[ConcurrencyMode | RateMode, Field(discriminator="kind")]
+"""Either load mode, chosen by its ``kind`` field."""
+
+
+@dataclass(frozen=True)
+class LoadStats:
+    """Counts of one run's measured requests (warm-up counted apart) and its wall time."""
+
+    n_ok: int
+    n_error: int
+    n_incomplete: int
+    n_warmup: int
+    n_chunks: int
+    t_first_sent_ns: int | None
+    t_last_done_ns: int | None
+
+    @property
+    def n_requests(self) -> int:
+        """Measured requests, whatever their status."""
+        return self.n_ok + self.n_error + self.n_incomplete
+
+    @property
+    def wall_s(self) -> float:
+        """Seconds from the first measured send to the last measured end (0 if none)."""
+        if self.t_first_sent_ns is None or self.t_last_done_ns is None:
+            return 0.0
+        return (self.t_last_done_ns - self.t_first_sent_ns) / 1e9
+
+
+def request_id(index: int, warmup: bool = False, prefix: str = "crossbench") -> str:
+    """The ``X-Request-Id`` the client sends for a request."""
+    return f"{prefix}-warmup-{index}" if warmup else f"{prefix}-{index}"
+
+
+def poisson_schedule_ns(rate: float, n: int, seed: int) -> list[int]:
+    """Offsets (ns from the start) of ``n`` Poisson arrivals at ``rate`` per second.
+
+    Inter-arrival times are ``-ln(1 - U) / rate`` with ``U`` from ``random.Random(seed)``,
+    whose stream Python keeps stable across versions. The first request is sent at 0.
+    """
+    rng = random.Random(seed)
+    out: list[int] = []
+    t = 0.0
+    for i in range(n):
+        if i:
+            t += -math.log(1.0 - rng.random()) / rate
+        out.append(round(t * 1e9))
+    return out
+
+
+def _request_body(cfg: ClientConfig, spec: RequestSpec) -> bytes:
+    p = spec.prompt
+    body: dict[str, Any] = {"model": cfg.model}
+    if cfg.endpoint == "chat":
+        if p.text is None:
+            raise UserError(
+                f"prompt {p.id!r} is token ids; the chat endpoint needs text",
+                hint="use endpoint 'completions' for random:<N> workloads",
+            )
+        body["messages"] = [{"role": "user", "content": p.text}]
+    else:
+        body["prompt"] = p.text if p.text is not None else p.token_ids
+    body.update(
+        max_tokens=cfg.max_tokens,
+        temperature=cfg.temperature,
+        top_p=cfg.top_p,
+        stream=True,
+    )
+    if cfg.seed is not None:
+        body["seed"] = cfg.seed
+    if cfg.ignore_eos:
+        body["ignore_eos"] = True
+    body.update(cfg.extra_body)
+    return orjson.dumps(body)
+
+
+def _error_message(status: int, body: bytes) -> str:
+    """The message of an OpenAI-style error body, else the start of the body."""
+    try:
+        obj = orjson.loads(body)
+    except orjson.JSONDecodeError:
+        obj = None
+    if isinstance(obj, dict):
+        err = obj.get("error", obj)
+        if isinstance(err, dict) and isinstance(err.get("message"), str):
+            return f"HTTP {status}: {err['message']}"
+        if isinstance(err, str):
+            return f"HTTP {status}: {err}"
+    text = body[:500].decode("utf-8", "replace").strip()
+    return f"HTTP {status}: {text}" if text else f"HTTP {status}"
+
+
+def _data_of(event: bytes) -> bytes | None:
+    """The data payload of one SSE event (lines joined with \\n), or None if it has none."""
+    if event.startswith(b"data: ") and b"\n" not in event:
+        return event[6:]
+    parts = []
+    for line in event.split(b"\n"):
+        if line.startswith(b"data:"):
+            v = line[5:]
+            parts.append(v[1:] if v.startswith(b" ") else v)
+    return b"\n".join(parts) if parts else None
+
+
+class _SSEStream:
+    """Parse state of one streamed response: SSE events in, record fields out."""
+
+    __slots__ = (
+        "buf", "chunks", "done_ns", "error", "finish_reason", "last_ct", "last_pn", "pieces",
+        "timings", "usage",
+    )  # fmt: skip
+
+    def __init__(self) -> None:
+        self.buf = b""
+        self.chunks: list[list[int | None]] = []
+        self.pieces: list[str] = []
+        self.finish_reason: str | None = None
+        self.usage: Any = None
+        self.timings: Any = None
+        self.error: str | None = None
+        self.done_ns = 0  # arrival of data: [DONE]; 0 until then
+        self.last_pn = 0  # predicted_n at the previous content chunk
+        self.last_ct = 0  # usage.completion_tokens at the previous content chunk
+
+    def feed(self, data: bytes, t: int) -> None:
+        """Take the bytes of one read, stamped ``t``; handle every event it completes."""
+        if self.done_ns:
+            return  # after [DONE] the rest is drained unread
+        buf = self.buf + data if self.buf else data
+        if b"\r" in buf:
+            buf = buf.replace(b"\r\n", b"\n")
+        if b"\n\n" not in buf:
+            self.buf = buf
+            return
+        events = buf.split(b"\n\n")
+        self.buf = events.pop()
+        for ev in events:
+            payload = _data_of(ev)
+            if payload is None:
+                continue  # comment, keep-alive, or event without data
+            if payload == b"[DONE]":
+                self.done_ns = t
+                return
+            obj = orjson.loads(payload)
+            if isinstance(obj, dict):
+                self._event(obj, t)
+
+    def _event(self, obj: dict[str, Any], t: int) -> None:
+        u = obj.get("usage")
+        if u:
+            self.usage = u
+        tm = obj.get("timings")
+        if tm:
+            self.timings = tm
+        choices = obj.get("choices")
+        content = None
+        if choices:
+            c = choices[0]
+            d = c.get("delta")
+            content = (d.get("content") or d.get("reasoning_content")) if d else c.get("text")
+            fr = c.get("finish_reason")
+            if fr:
+                self.finish_reason = fr
+        elif "error" in obj:
+            err = obj["error"]
+            msg = err.get("message") if isinstance(err, dict) else err
+            self.error = f"error event: {msg}"
+        if content:
+            n: int | None = None
+            if tm and "predicted_n" in tm:
+                n = tm["predicted_n"] - self.last_pn
+                self.last_pn = tm["predicted_n"]
+            elif u and u.get("completion_tokens") is not None:
+                n = u["completion_tokens"] - self.last_ct
+                self.last_ct = u["completion_tokens"]
+            self.chunks.append([t, n])
+            self.pieces.append(content)
+
+
+def _stale_connection(exc: BaseException, http_status: int | None) -> bool:
+    """Did the request fail on a reused connection the server had closed, before any answer?
+
+    llama-server closes each connection shortly after a streamed response despite its
+    ``Keep-Alive`` header; a request sent on it in that window fails at once. Such a request
+    never reached the server, so it is sent once more on a new connection.
+    """
+    return (
+        http_status is None
+        and isinstance(exc, aiohttp.ServerDisconnectedError | aiohttp.ClientOSError)
+        and not isinstance(exc, aiohttp.ClientConnectorError)
+    )
+
+
+async def _one_request(
+    session: aiohttp.ClientSession,
+    cfg: ClientConfig,
+    url: str,
+    spec: RequestSpec,
+    warmup: bool,
+    t_scheduled_ns: int,
+    sink: Sink,
+) -> None:
+    """Send one request, read its stream, build its record and hand it to ``sink``."""
+    body = _request_body(cfg, spec)
+    headers = {"Content-Type": "application/json", "Accept": "text/event-stream"}
+    if cfg.send_request_id:
+        headers["X-Request-Id"] = request_id(spec.request_index, warmup, cfg.request_id_prefix)
+    monotonic_ns = time.monotonic_ns
+    retried = False
+    status = "error"
+    while True:
+        st = _SSEStream()
+        status = "error"
+        error: str | None = None
+        http_status: int | None = None
+        t_done_ns = 0
+        t_sent_ns = monotonic_ns()
+        try:
+            async with (
+                asyncio.timeout(cfg.request_timeout_s),
+                session.post(url, data=body, headers=headers) as resp,
+            ):
+                http_status = resp.status
+                if resp.status != 200:
+                    error = _error_message(resp.status, await resp.read())
+                else:
+                    status = "incomplete"  # until the stream ends properly
+                    read = resp.content.readany
+                    feed = st.feed
+                    while True:
+                        data = await read()
+                        t = monotonic_ns()  # first thing after the bytes arrive
+                        if not data:
+                            break  # end of the body; read on after [DONE] to reuse the connection
+                        feed(data, t)
+                    if st.error is not None:
+                        status, error = "error", st.error
+                    elif st.done_ns or st.finish_reason is not None:
+                        status = "ok"
+                    else:
+                        error = "stream ended before [DONE] or a finish_reason"
+            t_done_ns = st.done_ns or monotonic_ns()
+        except TimeoutError:
+            t_done_ns = monotonic_ns()
+            error = f"timeout after {cfg.request_timeout_s:g} s (request_timeout_s)"
+        except (aiohttp.ClientError, OSError, ValueError) as exc:
+            t_done_ns = monotonic_ns()
+            if _stale_connection(exc, http_status) and not retried:
+                retried = True
+                continue
+            if isinstance(exc, orjson.JSONDecodeError):
+                status = "error"  # a malformed event is a protocol error, not an early end
+            error = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+        break
+    if st.error is not None and status != "error":  # an error event, then the stream broke
+        status, error = "error", st.error
+    chunks = st.chunks
+    sink(
+        {
+            "request_index": spec.request_index,
+            "prompt_id": spec.prompt.id,
+            "category": spec.prompt.category,
+            "warmup": warmup,
+            "endpoint": cfg.endpoint,
+            "max_tokens": cfg.max_tokens,
+            "t_scheduled_ns": t_scheduled_ns,
+            "t_sent_ns": t_sent_ns,
+            "t_first_chunk_ns": chunks[0][0] if chunks else None,
+            "t_done_ns": t_done_ns,
+            "chunks": chunks,
+            "n_chunks": len(chunks),
+            "text": "".join(st.pieces),
+            "finish_reason": st.finish_reason,
+            "usage": st.usage,
+            "timings": st.timings,
+            "status": status,
+            "error": error,
+            "http_status": http_status,
+        }
+    )
+
+
+class _Tally:
+    """Running counts; the only state kept across requests."""
+
+    def __init__(self) -> None:
+        self.counts = {"ok": 0, "error": 0, "incomplete": 0}
+        self.n_warmup = 0
+        self.n_chunks = 0
+        self.t_first_sent: int | None = None
+        self.t_last_done: int | None = None
+
+    def add(self, rec: dict[str, Any]) -> None:
+        if rec["warmup"]:
+            self.n_warmup += 1
+            return
+        self.counts[rec["status"]] += 1
+        self.n_chunks += rec["n_chunks"]
+        if self.t_first_sent is None or rec["t_sent_ns"] < self.t_first_sent:
+            self.t_first_sent = rec["t_sent_ns"]
+        if self.t_last_done is None or rec["t_done_ns"] > self.t_last_done:
+            self.t_last_done = rec["t_done_ns"]
+
+    def stats(self) -> LoadStats:
+        c = self.counts
+        return LoadStats(
+            c["ok"], c["error"], c["incomplete"], self.n_warmup, self.n_chunks,
+            self.t_first_sent, self.t_last_done,
+        )  # fmt: skip
+
+
+_SPIN_NS = 1_500_000
+"""Rate mode yields in a loop for the last 1.5 ms before a send: asyncio's default selector
+rounds every wait up to a whole millisecond, so a plain sleep sends up to 1 ms late."""
+
+
+async def _sleep_until_ns(t_ns: int) -> None:
+    """Wait until the monotonic clock reaches ``t_ns``: never early, rarely late by more than
+    one event-loop iteration (other tasks keep running meanwhile)."""
+    delay = t_ns - time.monotonic_ns()
+    if delay > _SPIN_NS:
+        await asyncio.sleep((delay - _SPIN_NS) / 1e9)
+    while time.monotonic_ns() < t_ns:
+        await asyncio.sleep(0)
+
+
+async def run_load(
+    config: ClientConfig,
+    requests: Sequence[RequestSpec],
+    mode: ConcurrencyMode | RateMode,
+    sink: Sink,
+    warmup: Sequence[RequestSpec] = (),
+) -> LoadStats:
+    """Run warm-up (sequentially), then the measured requests under ``mode``.
+
+    Every record goes to ``sink`` as soon as its request ends; nothing is kept here beyond
+    counts. Raises :class:`UserError` for requests the endpoint cannot send, and re-raises
+    whatever ``sink`` raises (the run stops).
+    """
+    for spec in (*warmup, *requests):  # fail before sending anything
+        _request_body(config, spec)
+    tally = _Tally()
+
+    def emit(rec: dict[str, Any]) -> None:
+        tally.add(rec)
+        sink(rec)
+
+    if isinstance(mode, ConcurrencyMode):
+        limit = config.max_connections or mode.concurrency
+    else:
+        limit = config.max_connections
+    if config.keepalive_s:
+        connector = aiohttp.TCPConnector(limit=limit, keepalive_timeout=config.keepalive_s)
+    else:
+        connector = aiohttp.TCPConnector(limit=limit, force_close=True)
+    timeout = aiohttp.ClientTimeout(total=None, sock_connect=config.connect_timeout_s)
+    url = config.url()
+    async with aiohttp.ClientSession(
+        connector=connector, timeout=timeout, auto_decompress=False, raise_for_status=False
+    ) as session:
+        for spec in warmup:
+            await _one_request(session, config, url, spec, True, time.monotonic_ns(), emit)
+        if isinstance(mode, ConcurrencyMode):
+            await _run_closed_loop(session, config, url, requests, mode.concurrency, emit)
+        else:
+            await _run_poisson(session, config, url, requests, mode, emit)
+    return tally.stats()
+
+
+async def _run_closed_loop(
+    session: aiohttp.ClientSession,
+    cfg: ClientConfig,
+    url: str,
+    requests: Sequence[RequestSpec],
+    concurrency: int,
+    sink: Sink,
+) -> None:
+    it = iter(requests)
+
+    async def worker() -> None:
+        for spec in it:  # a shared iterator: each worker takes the next request
+            await _one_request(session, cfg, url, spec, False, time.monotonic_ns(), sink)
+
+    await _gather_or_cancel([worker() for _ in range(min(concurrency, len(requests)))])
+
+
+async def _run_poisson(
+    session: aiohttp.ClientSession,
+    cfg: ClientConfig,
+    url: str,
+    requests: Sequence[RequestSpec],
+    mode: RateMode,
+    sink: Sink,
+) -> None:
+    offsets = poisson_schedule_ns(mode.rate, len(requests), mode.seed)
+    in_flight: set[asyncio.Task[None]] = set()
+    failure: list[BaseException] = []
+
+    def done(task: asyncio.Task[None]) -> None:
+        in_flight.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            failure.append(task.exception())  # type: ignore[arg-type]
+
+    t0 = time.monotonic_ns()
+    try:
+        for spec, off in zip(requests, offsets, strict=True):
+            t_sched = t0 + off
+            await _sleep_until_ns(t_sched)
+            if failure:
+                break
+            task = asyncio.create_task(_one_request(session, cfg, url, spec, False, t_sched, sink))
+            in_flight.add(task)
+            task.add_done_callback(done)
+        while in_flight and not failure:
+            await asyncio.wait(set(in_flight), return_when=asyncio.FIRST_EXCEPTION)
+    finally:
+        for task in list(in_flight):
+            task.cancel()
+        if in_flight:
+            await asyncio.gather(*in_flight, return_exceptions=True)
+    if failure:
+        raise failure[0]
+
+
+async def _gather_or_cancel(coros: list[Any]) -> None:
+    tasks = [asyncio.create_task(c) for c in coros]
+    try:
+        await asyncio.gather(*tasks)
+    finally:
+        for t in tasks:
+            t.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+
+
+def run_load_sync(
+    config: ClientConfig,
+    requests: Sequence[RequestSpec],
+    mode: ConcurrencyMode | RateMode,
+    sink: Sink,
+    warmup: Sequence[RequestSpec] = (),
+) -> LoadStats:
+    """:func:`run_load` from synchronous code (starts and closes its own event loop)."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return asyncio.run(run_load(config, requests, mode, sink, warmup))
+    raise RunError(
+        "run_load_sync was called from inside a running event loop",
+        hint="await run_load(...) instead",
+    )
