@@ -71,7 +71,7 @@ from typing import Annotated, Any, Literal
 
 import aiohttp
 import orjson
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from crossbench.errors import RunError, UserError
 from crossbench.load.workloads import RequestSpec
@@ -118,6 +118,12 @@ class ClientConfig(BaseModel):
     seed: int | None = Field(
         default=None, description="Sampling seed sent to the server; null omits it."
     )
+    seed_per_request: bool = Field(
+        default=True,
+        description="Send seed + request index rather than one seed for all, so requests draw "
+        "independent random streams (llama-server seeds its synthetic acceptance from it; one "
+        "shared seed would repeat the same accept/reject pattern in every request).",
+    )
     ignore_eos: bool = Field(
         default=True,
         description="Ask the server to keep generating past end-of-sequence, so every request "
@@ -154,6 +160,13 @@ class ClientConfig(BaseModel):
     request_id_prefix: str = Field(
         default="crossbench", description="Prefix of the X-Request-Id header."
     )
+
+    @field_validator("base_url")
+    @classmethod
+    def _http_url(cls, v: str) -> str:
+        if not v.startswith(("http://", "https://")):
+            raise ValueError(f"base_url must start with http:// or https://, got {v!r}")
+        return v
 
     def url(self) -> str:
         """The full URL requests are posted to."""
@@ -233,6 +246,7 @@ def poisson_schedule_ns(rate: float, n: int, seed: int) -> list[int]:
 
 
 def _request_body(cfg: ClientConfig, spec: RequestSpec) -> bytes:
+    """The JSON body of one request; UserError for token ids on the chat endpoint."""
     p = spec.prompt
     body: dict[str, Any] = {"model": cfg.model}
     if cfg.endpoint == "chat":
@@ -251,7 +265,7 @@ def _request_body(cfg: ClientConfig, spec: RequestSpec) -> bytes:
         stream=True,
     )
     if cfg.seed is not None:
-        body["seed"] = cfg.seed
+        body["seed"] = cfg.seed + spec.request_index if cfg.seed_per_request else cfg.seed
     if cfg.ignore_eos:
         body["ignore_eos"] = True
     body.update(cfg.extra_body)
@@ -446,7 +460,7 @@ async def _one_request(
             "category": spec.prompt.category,
             "warmup": warmup,
             "endpoint": cfg.endpoint,
-            "max_tokens": cfg.max_tokens,
+            "max_tokens": cfg.extra_body.get("max_tokens", cfg.max_tokens),
             "t_scheduled_ns": t_scheduled_ns,
             "t_sent_ns": t_sent_ns,
             "t_first_chunk_ns": chunks[0][0] if chunks else None,
@@ -521,8 +535,9 @@ async def run_load(
     counts. Raises :class:`UserError` for requests the endpoint cannot send, and re-raises
     whatever ``sink`` raises (the run stops).
     """
-    for spec in (*warmup, *requests):  # fail before sending anything
-        _request_body(config, spec)
+    if config.endpoint == "chat":  # fail before sending anything
+        for spec in (*warmup, *requests):
+            _request_body(config, spec)
     tally = _Tally()
 
     def emit(rec: dict[str, Any]) -> None:
