@@ -10,7 +10,9 @@ Each scenario compares what the client recorded with that truth:
 2. ttft   -- concurrency 8, 10 ms gaps: the worst per-request TTFT error (target <= 2 ms);
 3. cpu    -- client CPU seconds (getrusage of this process) per 1,000 chunks, at the highest
    passing sweep rate and in the ttft scenario (target <= 0.02 s);
-4. llama  -- with ``--llama-server-url``: a real llama-server at concurrency 1, client decode
+4. llama  -- with ``--llama-server`` (crossbench's own build and fixture target, server pinned
+   to the stand-in's core) or ``--llama-server-url`` (a server you run): a real llama-server
+   at concurrency 1, client decode
    rate against the server's own ``timings`` per request (target within 0.5 %), see
    :func:`crossbench.load.fidelity.decode_rate_agreement`.
 
@@ -22,6 +24,7 @@ Usage::
 
     python benchmarks/client_fidelity.py --out client_fidelity.json
     python benchmarks/client_fidelity.py --quick            # fewer points, a smoke run
+    python benchmarks/client_fidelity.py --only llama --llama-server
     python benchmarks/client_fidelity.py --llama-server-url http://127.0.0.1:8080
 """
 
@@ -284,12 +287,51 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
         if any(v.startswith("ok") for v in result["peers"].values()):
             print("3. peers: two scenarios through crossbench and each peer", flush=True)
             result["peer_runs"] = await run_peers(args, standin_cpu, result["peers"])
-    if "llama" in parts and args.llama_server_url:
+    if "llama" in parts and args.llama_server and not args.llama_server_url:
+        print("4. llama-server: concurrency 1, decode rate vs server timings", flush=True)
+        result["llama_server"] = await own_llama_server_check(args, standin_cpu, client_cpu)
+    elif "llama" in parts and args.llama_server_url:
         print("4. llama-server: concurrency 1, decode rate vs server timings", flush=True)
         result["llama_server"] = await llama_server_check(
             args.llama_server_url, args.llama_requests, args.llama_max_tokens
         )
     return result
+
+
+async def own_llama_server_check(
+    args: argparse.Namespace, server_cpu: int | None, client_cpu: int | None
+) -> dict[str, Any]:
+    """Scenario 4 on crossbench's own llama-server build and fixture target (one thread).
+
+    The server is pinned to the stand-in's core (it inherits the affinity set around its
+    start), the client stays on the other.
+    """
+    from crossbench.cli.fixtures_cmd import ensure_fixtures
+    from crossbench.engines import registry
+
+    target, _ = ensure_fixtures()
+    with tempfile.TemporaryDirectory(prefix="cb-llama-") as tmp:
+        server = registry.create(
+            "llama-server", {"model": str(target), "threads": 1, "threads_batch": 1},
+            Path(tmp) / "server.log",
+        )
+        server.validate()
+        if server_cpu is not None:
+            os.sched_setaffinity(0, {server_cpu})
+        try:
+            server.start()
+        finally:
+            if client_cpu is not None:
+                os.sched_setaffinity(0, {client_cpu})
+        try:
+            server.wait_ready()
+            out = await llama_server_check(
+                server.base_url, args.llama_requests, args.llama_max_tokens
+            )
+            out["server"] = {"argv": server.command(), "identity": server.identity().version}
+            return out
+        finally:
+            server.stop()
 
 
 async def standin_scenarios(
@@ -753,6 +795,11 @@ def main() -> int:
         help="interpreter that may have guidellm / aiperf installed",
     )
     p.add_argument("--llama-server-url", help="also check a running llama-server (scenario 4)")
+    p.add_argument(
+        "--llama-server",
+        action="store_true",
+        help="scenario 4 on crossbench's own llama-server build and fixture target",
+    )
     p.add_argument("--llama-requests", type=int, default=16)
     p.add_argument("--llama-max-tokens", type=int, default=128)
     args = p.parse_args()

@@ -91,8 +91,14 @@ def test_baseline_draft_model_and_ngram_end_to_end(llama_server, fixture_models,
     rate = dft["acceptance"]["draft_acceptance_rate"]
     assert 0.3 <= rate <= 0.9, f"fixture draft's real acceptance {rate} outside 0.3-0.9"
 
+    # n-gram drafting needs repeated text: the same prompt again (the fixture target's own
+    # greedy text does not repeat 4-grams, and ngram-mod's pool outlives a request).
+    one = tmp_path / "one.jsonl"
+    one.write_text('{"id": "repeat-01", "category": "code", "prompt": '
+                   '"Write a Python function that reverses a string."}\n')
     ng = run(cfg(llama_server, target, {"type": "ngram-mod", "n": 8, "ngram_mod_n_min": 1,
-                                        "ngram_mod_n_match": 4}, max_tokens=96),
+                                        "ngram_mod_n_match": 4},
+                 max_tokens=96, workload=f"file:{one}"),
              tmp_path / "ngram")
     _check_records(tmp_path / "ngram", 4, 96)
     assert ng["integrity"]["passed"], ng["integrity"]

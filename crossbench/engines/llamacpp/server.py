@@ -45,8 +45,10 @@ def free_port(host: str = "127.0.0.1") -> int:
 
 
 def port_in_use(host: str, port: int) -> bool:
-    """Whether something already listens on (or holds) ``host:port``."""
+    """Whether a socket is bound to ``host:port`` (connections in TIME_WAIT do not count:
+    servers, llama-server included, bind with SO_REUSEADDR)."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             s.bind((host, port))
         except OSError:
@@ -292,7 +294,14 @@ class LlamaServer(EngineServer):
 
     def scrape(self) -> MetricsSnapshot:
         """GET ``/metrics`` (enabled by ``--metrics``) and parse it."""
-        status, body = http_get(self.base_url + "/metrics", timeout=10.0)
+        try:
+            status, body = http_get(self.base_url + "/metrics", timeout=10.0)
+        except OSError as e:
+            alive = self._proc is not None and self._proc.poll() is None
+            state = "is not answering" if alive else "has exited"
+            raise RunError(f"cannot read /metrics: llama-server {state} ({e}); last log lines:\n"
+                           f"{log_tail(self._log_path)}",
+                           f"see {self._log_path} for why it stopped") from e
         if status != 200:
             raise RunError(f"/metrics answered HTTP {status}",
                            "llama-server needs --metrics (crossbench always passes it)")
