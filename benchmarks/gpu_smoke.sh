@@ -6,9 +6,10 @@
 set -euo pipefail
 : "${OUT:?set OUT to a directory for the results}"
 export CROSSBENCH_CACHE=${CROSSBENCH_CACHE:-/tmp/crossbench-cache}
+export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}
 if ls .whl/*.whl >/dev/null 2>&1; then
   python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/*.whl
-  export PYTHONPATH=/tmp/site:$PWD
+  export PYTHONPATH=/tmp/site:$PYTHONPATH
 fi
 cb() { python3 -m crossbench "$@"; }
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee "$OUT/gpu.txt"
