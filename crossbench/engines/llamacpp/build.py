@@ -171,7 +171,7 @@ def source_tree(pin: SourcePin, progress: Progress = _quiet) -> Path:
 
 # What a build does not need; left out of carried source archives (`engines pack-source`).
 PRUNE = ("docs", "media", "tests", "benches", ".github", "gguf-py", "conversion", "examples",
-         "tools/ui", "models")
+         "models")  # tools/ui stays: tools/CMakeLists.txt adds it unconditionally
 KEEP = ("models/ggml-vocab-qwen35.gguf",)  # the fixture models' tokenizer
 
 
@@ -289,7 +289,9 @@ def _run_logged(cmd: list[str], log: Path, progress: Progress, label: str) -> No
                 progress(f"{label}: step {int(m[1])}/{int(m[2])}")
         rc = proc.wait()
     if rc != 0:
-        tail = "\n".join(log.read_text(errors="replace").splitlines()[-15:])
+        lines = log.read_text(errors="replace").splitlines()
+        errors = [ln for ln in lines if "CMake Error" in ln or "error:" in ln][:5]
+        tail = "\n".join([*errors, "...", *lines[-15:]] if errors else lines[-15:])
         raise RunError(f"{label} failed (exit {rc}); last lines of {log}:\n{tail}",
                        "read the full build log; a missing toolchain needs "
                        "`apt-get install build-essential cmake ninja-build`")
