@@ -55,6 +55,19 @@ def test_synthetic_ground_truth(llama_server, fixture_models, tmp_path):
 
     again = summarize_run_dir(tmp_path / "synth")
     assert again["acceptance"] == acc
+    from click.testing import CliRunner
+
+    from crossbench.cli.main import cli
+
+    ok = CliRunner().invoke(cli, ["summarize", "--check", str(tmp_path / "synth")])
+    assert ok.exit_code == 0, ok.output
+    path = tmp_path / "synth" / "summary.json"
+    stored = json.loads(path.read_text())
+    stored["acceptance"]["mean_acceptance_length"] += 0.01  # a hand-edited figure
+    path.write_text(json.dumps(stored))
+    bad = CliRunner().invoke(cli, ["summarize", "--check", str(tmp_path / "synth")])
+    assert bad.exit_code == 1
+    assert "does not match its raw files" in bad.stderr
 
 
 def _check_records(run_dir: Path, n_requests: int, max_tokens: int) -> list[dict]:

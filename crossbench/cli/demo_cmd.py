@@ -56,7 +56,7 @@ def demo(out: Path | None, requests: int, max_tokens: int, trials: int) -> None:
         s = run_once(cfg, root / f"arm{i}", progress=progress)
         rows.append((label, s))
     base = rows[0][1]["throughput"]["pooled_tok_s"]
-    click.echo(f"{'arm':<45} {'tok/s':>8} {'vs base':>8} {'accept':>7} {'MAL':>5}")
+    click.echo(f"{'arm':<45} {'tok/s':>8} {'vs base':>8} {'accept':>7} {'MAL':>5}  integrity")
     for label, s in rows:
         rate = s["throughput"]["pooled_tok_s"]
         acc = s["acceptance"]
@@ -65,5 +65,6 @@ def demo(out: Path | None, requests: int, max_tokens: int, trials: int) -> None:
         mal = acc["mean_acceptance_length"]
         click.echo(f"{label:<45} {rate or 0:>8.1f} {ratio:>8} "
                    f"{'-' if ar is None else f'{ar:.3f}':>7} "
-                   f"{'-' if mal is None else f'{mal:.2f}':>5}")
+                   f"{'-' if mal is None else f'{mal:.2f}':>5}  "
+                   f"{'pass' if s['integrity']['passed'] else 'FAIL'}")
     progress(f"run directories in {root}; single-run ratios, no confidence intervals")

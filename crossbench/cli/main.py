@@ -21,6 +21,7 @@ def cli() -> None:
 cli.add_command(engines_cmd.engines)
 cli.add_command(fixtures_cmd.fixtures)
 cli.add_command(run_cmd.run)
+cli.add_command(run_cmd.summarize)
 cli.add_command(demo_cmd.demo)
 
 

@@ -27,6 +27,16 @@ Examples:
 """
 
 
+INTEGRITY_HINTS = {
+    "spec_configured_and_drafting": "n-gram methods draft only from repeated text (try a "
+    "workload that repeats prompts); a draft method needs a draft model with the target's "
+    "vocabulary",
+    "counters_present": "use a llama-server build that exports spec_decode_* in /metrics",
+    "per_request_sums_equal_counters": "another client used the server during the run; give "
+    "crossbench the server to itself",
+}
+
+
 def parse_rates(value: str | None) -> list[float] | None:
     """``0.9,0.7`` -> [0.9, 0.7]; a clear error for anything else."""
     if value is None:
@@ -162,3 +172,38 @@ def run(**o: Any) -> None:
     else:
         click.echo(format_table(summary))
         progress(f"raw records and summary in {o['out']}")
+    failed = [c for c in summary["integrity"]["checks"] if not c["passed"]]
+    if failed:
+        click.echo(f"crossbench: failed: integrity check {failed[0]['name']}: "
+                   f"{failed[0]['detail']} (fix: {INTEGRITY_HINTS.get(failed[0]['name'], '')})",
+                   err=True)
+        sys.exit(1)
+
+
+@click.command(epilog="""\b
+Examples:
+  crossbench summarize runs/synth            # print the table again
+  crossbench summarize runs/synth --check    # exit 1 if summary.json does not re-derive
+""")
+@click.argument("run_dir", type=click.Path(exists=True, file_okay=False, path_type=Path))
+@click.option("--check", is_flag=True,
+              help="Compare with the stored summary.json instead of printing; exit 1 on any "
+              "difference.")
+@click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
+@user_errors
+def summarize(run_dir: Path, check: bool, as_json: bool) -> None:
+    """Recompute a run's summary from its raw files alone (records and /metrics snapshots)."""
+    from crossbench.analysis.summary import summarize_run_dir
+
+    if not (run_dir / "manifest.json").exists():
+        raise UserError(f"{run_dir} has no manifest.json", "point at a `crossbench run --out` dir")
+    fresh = summarize_run_dir(run_dir)
+    if check:
+        stored = json.loads((run_dir / "summary.json").read_text())
+        if json.loads(json.dumps(fresh)) != stored:
+            click.echo(f"crossbench: failed: {run_dir}/summary.json does not match its raw "
+                       "files (fix: regenerate it with `crossbench summarize`)", err=True)
+            sys.exit(1)
+        click.echo(f"{run_dir}: summary.json re-derives from the raw records")
+        return
+    click.echo(json.dumps(fresh, indent=2) if as_json else format_table(fresh))

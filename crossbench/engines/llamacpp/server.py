@@ -119,7 +119,7 @@ class LlamaServer(EngineServer):
                         f" --pin {self.config.pin}"
                     raise UserError(
                         f"llama-server for {self.config.pin} ({self.config.variant}) is not built",
-                        f"run `crossbench engines install llama.cpp{flag}{pin}` (about 6 min on "
+                        f"run `crossbench engines install llama.cpp{flag}{pin}` (about 5 min on "
                         "2 cores), or pass --binary /path/to/llama-server",
                     )
                 self._binary = inst.binary()
