@@ -196,3 +196,21 @@ def test_parse_version(text, want):
     from crossbench.engines.llamacpp.profile import parse_version
 
     assert parse_version(text) == want
+
+
+def test_other_engine_processes_are_found(tmp_path):
+    """A process named llama-server that crossbench did not start is reported."""
+    import shutil
+    import subprocess
+
+    from crossbench.runner.single import other_engine_processes
+
+    fake = tmp_path / "llama-server"
+    shutil.copy("/bin/sleep", fake)
+    proc = subprocess.Popen([str(fake), "30"])
+    try:
+        assert (proc.pid, "llama-server") in other_engine_processes(set())
+        assert proc.pid not in [p for p, _ in other_engine_processes({proc.pid})]
+    finally:
+        proc.kill()
+        proc.wait()

@@ -16,6 +16,7 @@ flight; the summary is always recomputed from the raw files (``crossbench summar
 from __future__ import annotations
 
 import asyncio
+import os
 import platform
 import sys
 import time
@@ -50,6 +51,21 @@ def model_vocab_size(model: Path) -> int | None:
         return len(field.data) if field is not None else None
     except Exception:
         return None
+
+
+def other_engine_processes(own: set[int]) -> list[tuple[int, str]]:
+    """(pid, name) of inference servers running on this host that crossbench did not start."""
+    names = ("llama-server", "vllm", "llama-cli", "llama-bench")
+    found: list[tuple[int, str]] = []
+    for entry in Path("/proc").glob("[0-9]*"):
+        try:
+            comm = (entry / "comm").read_text().strip()
+        except OSError:
+            continue
+        pid = int(entry.name)
+        if pid not in own and pid != os.getpid() and comm.startswith(names):
+            found.append((pid, comm))
+    return found
 
 
 def _same_counters(a: MetricsSnapshot, b: MetricsSnapshot) -> bool:
@@ -146,6 +162,15 @@ def _trial(cfg: RunConfig, t: int, server: EngineServer, warm: list[RequestSpec]
                              "error": None, "started_utc": _now()}
     started_here = getattr(server, "pid", None) is None
     if started_here:
+        others = other_engine_processes(set())
+        if others:
+            listed = ", ".join(f"{name} (pid {pid})" for pid, name in others[:3])
+            msg = (f"other inference processes are running: {listed}; they compete for the "
+                   "same cores or GPU and can slow this trial many times over (two CPU "
+                   "llama-servers on 2 cores ran 100x slower here): stop them, or treat this "
+                   "trial's speed as unreliable")
+            entry.setdefault("warnings", []).append(msg)
+            progress(f"warning: {msg}")
         with (out / "server.log").open("a") as log:
             log.write(f"\n===== crossbench trial {t}: {' '.join(server.command())} =====\n")
         progress(f"trial {t + 1}/{cfg.trials}: starting {server.kind}")
