@@ -52,6 +52,7 @@ import orjson
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from crossbench.host import cpu_model
 from crossbench.load.client import (
     ClientConfig,
     ConcurrencyMode,
@@ -248,21 +249,11 @@ def machine() -> dict[str, Any]:
     return {
         "date": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
         "cpus": os.cpu_count(),
-        "cpu_model": _cpu_model(),
+        "cpu_model": cpu_model(),
         "python": platform.python_version(),
         "platform": platform.platform(),
         "loadavg_before": os.getloadavg(),
     }
-
-
-def _cpu_model() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor()
 
 
 async def main_async(args: argparse.Namespace) -> dict[str, Any]:

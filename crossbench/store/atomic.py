@@ -1,27 +1,53 @@
-"""Atomic file writes (write to a temporary file, fsync, rename) and durable JSONL appends."""
+"""Atomic file writes (write to a temporary file, fsync, rename), durable JSONL appends,
+and file hashing."""
 
 from __future__ import annotations
 
+import contextlib
+import hashlib
 import json
 import os
 from pathlib import Path
 from typing import Any, TextIO
 
 
+def sha256_file(path: Path) -> str:
+    """Hex sha256 of a file, read in 1 MiB blocks."""
+    h = hashlib.sha256()
+    with path.open("rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def temp_name(path: Path) -> Path:
+    """The hidden temporary name a file is written under before its atomic rename."""
+    return path.with_name(f".{path.name}.{os.getpid()}.tmp")
+
+
+def fsync_dir(path: Path) -> None:
+    """Persist a directory entry (a rename into it), where the platform allows."""
+    with contextlib.suppress(OSError):
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+
 def write_bytes_atomic(path: Path, data: bytes) -> None:
     """Replace ``path`` with ``data`` so that readers see the old or the new file, never half."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    with tmp.open("wb") as f:
-        f.write(data)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
-    dir_fd = os.open(path.parent, os.O_RDONLY)
+    tmp = temp_name(path)
     try:
-        os.fsync(dir_fd)
+        with tmp.open("wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
     finally:
-        os.close(dir_fd)
+        tmp.unlink(missing_ok=True)
+    fsync_dir(path.parent)
 
 
 def write_json_atomic(path: Path, obj: Any) -> None:

@@ -22,7 +22,6 @@ import gzip
 import hashlib
 import json
 import os
-import platform
 import re
 import shutil
 import subprocess
@@ -36,8 +35,9 @@ from typing import Any
 
 from crossbench.engines.llamacpp.pins import DEFAULT_PIN, SourcePin, get_pin
 from crossbench.errors import RunError, UserError
+from crossbench.host import cpu_model
 from crossbench.paths import cache_dir
-from crossbench.store.atomic import write_json_atomic
+from crossbench.store.atomic import sha256_file, write_json_atomic
 
 Progress = Callable[[str], None]
 
@@ -48,15 +48,6 @@ _NINJA_STEP = re.compile(rb"^\[(\d+)/(\d+)\]")
 
 def _quiet(_: str) -> None:
     return None
-
-
-def sha256_file(path: Path) -> str:
-    """Hex sha256 of a file, read in 1 MiB blocks."""
-    h = hashlib.sha256()
-    with path.open("rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
 
 
 def variant_name(cuda: bool, cuda_arch: str | None) -> str:
@@ -240,16 +231,6 @@ def cmake_flags(pin: SourcePin, cuda: bool, cuda_arch: str | None) -> list[str]:
     return flags
 
 
-def _cpu_model() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown"
-
-
 def _cpu_flags_digest() -> str:
     """Digest of the CPU's feature flags: a native CPU build is only valid on the same set."""
     try:
@@ -380,7 +361,7 @@ def install(pin_spec: str = DEFAULT_PIN, cuda: bool = False, cuda_arch: str | No
             "cmake_flags": flags,
             "compiler": compiler,
             "compiler_version": _compiler_version(),
-            "host_cpu": _cpu_model(),
+            "host_cpu": cpu_model(),
             "host_cpu_flags": _cpu_flags_digest(),
             "build_seconds": round(seconds, 1),
             "built_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),

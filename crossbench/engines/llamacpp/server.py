@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from crossbench.engines.base import EngineIdentity, EngineServer, MetricsSnapshot
-from crossbench.engines.llamacpp.build import load_install, sha256_file
+from crossbench.engines.llamacpp.build import load_install
 from crossbench.engines.llamacpp.config import LlamaServerConfig
 from crossbench.engines.llamacpp.profile import (
     LlamaCppProfile,
@@ -26,6 +26,7 @@ from crossbench.engines.llamacpp.profile import (
 )
 from crossbench.engines.prometheus import parse_samples
 from crossbench.errors import RunError, UserError
+from crossbench.store.atomic import sha256_file
 
 _PR_SET_PDEATHSIG = 1
 
