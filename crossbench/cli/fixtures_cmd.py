@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 import click
@@ -35,6 +36,33 @@ def ensure_fixtures(shape: str = "tiny", seed: int = 0) -> tuple[Path, Path]:
     return pair.target, pair.draft
 
 
+def quantize(src: Path, qtype: str, progress_fn: Callable[[str], None] = progress) -> Path:
+    """``src`` quantized to ``qtype`` with the installed llama-quantize (cached beside it)."""
+    import subprocess
+
+    from crossbench.engines.llamacpp.build import load_install
+    from crossbench.store.atomic import temp_name
+
+    out = src.with_name(f"{src.stem}-{qtype}.gguf")
+    if out.exists():
+        return out
+    inst = load_install()
+    if inst is None:
+        raise UserError("llama-quantize is not built",
+                        "run `crossbench engines install llama.cpp` first")
+    tmp = temp_name(out)
+    progress_fn(f"quantizing {src.name} to {qtype}")
+    proc = subprocess.run([str(inst.binary("llama-quantize")), str(src), str(tmp), qtype],
+                          capture_output=True, text=True, check=False)
+    if proc.returncode != 0:
+        tmp.unlink(missing_ok=True)
+        tail = "\n".join((proc.stdout + proc.stderr).strip().splitlines()[-5:])
+        raise UserError(f"llama-quantize {qtype} failed:\n{tail}",
+                        "use a type llama-quantize lists, e.g. Q4_K_M, Q8_0, Q6_K")
+    tmp.rename(out)
+    return out
+
+
 @click.group()
 def fixtures() -> None:
     """Make and locate the project's own small GGUF models (qwen3, real Qwen tokenizer)."""
@@ -43,14 +71,24 @@ def fixtures() -> None:
 @fixtures.command("make", epilog="""\b
 Examples:
   crossbench fixtures make                  # tiny pair for CPU tests
-  crossbench fixtures make --shape qwen3-8b # 8B-shaped target + 0.6B draft (F16, ~17 GB)
+  crossbench fixtures make --shape qwen3-8b --quant Q4_K_M --draft-quant Q8_0
 """)
 @click.option("--shape", default="tiny", show_default=True, help="tiny or qwen3-8b.")
 @click.option("--seed", default=0, show_default=True, help="RNG seed (same seed, same bytes).")
+@click.option("--quant", default=None, help="Also quantize the target, e.g. Q4_K_M.")
+@click.option("--draft-quant", default=None, help="Also quantize the draft, e.g. Q8_0.")
 @user_errors
-def make(shape: str, seed: int) -> None:
-    """Write the target/draft GGUF pair (cached) and print their two paths."""
+def make(shape: str, seed: int, quant: str | None, draft_quant: str | None) -> None:
+    """Write the target/draft GGUF pair (cached) and print their two paths.
+
+    With --quant / --draft-quant, the printed paths are the quantized files (made with the
+    installed llama-quantize, cached beside the F16 originals).
+    """
     target, draft = ensure_fixtures(shape, seed)
+    if quant:
+        target = quantize(target, quant)
+    if draft_quant:
+        draft = quantize(draft, draft_quant)
     click.echo(str(target))
     click.echo(str(draft))
 

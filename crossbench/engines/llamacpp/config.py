@@ -37,6 +37,9 @@ class LlamaSpecConfig(_Strict):
                                 description="`--spec-draft-p-min`: greedy draft probability cut.")
     draft_model: Path | None = Field(None, description="`-md`: draft GGUF (draft-* methods).")
     draft_ngl: str | None = Field(None, description="`-ngld`: draft layers on GPU (N|auto|all).")
+    draft_sampling: Literal["greedy", "probabilistic"] | None = Field(
+        None, description="`--spec-draft-sampling` (b11434 and later): greedy argmax drafts, or "
+        "sampled drafts verified by rejection sampling.")
     ngram_mod_n_min: int | None = Field(None, ge=0, description="`--spec-ngram-mod-n-min`.")
     ngram_mod_n_match: int | None = Field(None, ge=1, description="`--spec-ngram-mod-n-match`.")
     synth_rates: list[float] | None = Field(

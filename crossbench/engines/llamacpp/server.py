@@ -215,6 +215,7 @@ class LlamaServer(EngineServer):
             optional += [
                 ("draft_model", spec.draft_model), ("draft_ngl", spec.draft_ngl),
                 ("draft_n_min", spec.n_min), ("draft_p_min", spec.p_min),
+                ("draft_sampling", spec.draft_sampling),
                 ("ngram_mod_n_min", spec.ngram_mod_n_min),
                 ("ngram_mod_n_match", spec.ngram_mod_n_match),
                 ("synth_rates", ",".join(f"{r:g}" for r in spec.synth_rates)
