@@ -29,6 +29,7 @@ from crossbench.analysis.summary import summarize_run_dir
 from crossbench.engines import registry
 from crossbench.engines.base import EngineServer, MetricsSnapshot
 from crossbench.errors import RunError, UserError
+from crossbench.host import cpu_model
 from crossbench.load.client import ClientConfig, ConcurrencyMode, RateMode, run_load
 from crossbench.load.workloads import RequestSpec, load_workload
 from crossbench.runner.config import RunConfig
@@ -116,7 +117,7 @@ def run(cfg: RunConfig, out: Path, progress: Progress = _quiet,
         "workload": {"spec": workload.spec, "digest": workload.digest,
                      "prompts": len(workload.prompts)},
         "host": {"python": sys.version.split()[0], "platform": platform.platform(),
-                 "machine": platform.machine()},
+                 "machine": platform.machine(), "cpu": cpu_model(), "cpus": os.cpu_count()},
         "status": "running",
         "trials": [],
     }
