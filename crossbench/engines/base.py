@@ -59,6 +59,11 @@ class EngineServer(ABC):
         """Check binary, model files, method and flags; raise UserError naming field and fix."""
 
     @abstractmethod
+    def validate_static(self) -> None:
+        """Check the configuration without the engine binary or model files (for matrices
+        validated on another machine); raise UserError naming field and fix."""
+
+    @abstractmethod
     def command(self) -> list[str]:
         """The exact argv that :meth:`start` will run (for manifests and ``--dry-run``)."""
 

@@ -18,10 +18,12 @@ from typing import Any
 from crossbench.engines.base import EngineIdentity, EngineServer, MetricsSnapshot
 from crossbench.engines.llamacpp.build import load_install
 from crossbench.engines.llamacpp.config import LlamaServerConfig
+from crossbench.engines.llamacpp.pins import get_pin
 from crossbench.engines.llamacpp.profile import (
     LlamaCppProfile,
     parse_version,
     probe_binary,
+    profile_for_build,
     run_version,
 )
 from crossbench.engines.prometheus import parse_samples
@@ -135,13 +137,36 @@ class LlamaServer(EngineServer):
 
     def validate(self) -> None:
         """Check every input before anything starts; raises UserError naming field and fix."""
-        cfg, spec = self.config, self.config.spec
+        cfg = self.config
         if not os.access(self.binary, os.X_OK):
             raise UserError(f"binary: {self.binary} is not executable", "chmod +x it")
         if not cfg.model.exists():
             raise UserError(f"model: {cfg.model} does not exist",
                             "fix the path; `crossbench fixtures make` writes small test models")
-        prof = self.profile
+        if cfg.spec.draft_model is not None and not cfg.spec.draft_model.exists():
+            raise UserError(f"draft_model: {cfg.spec.draft_model} does not exist",
+                            "fix the path")
+        self._check_against(self.profile)
+        if cfg.port is not None and port_in_use(cfg.host, cfg.port):
+            raise UserError(f"port {cfg.port} on {cfg.host} is in use",
+                            "stop what holds it, or omit --port to pick a free one")
+
+    def static_profile(self) -> LlamaCppProfile | None:
+        """The profile this config will meet, known without running anything: the pin's
+        profile file, or the probed binary when it exists here; None when unknowable."""
+        if self.config.binary is not None:
+            return self.profile if self.config.binary.expanduser().exists() else None
+        return profile_for_build(get_pin(self.config.pin).build_number)
+
+    def validate_static(self) -> None:
+        """Check method, n, synthetic settings and every flag against the expected build,
+        without the binary or the model files (a matrix validated on another machine)."""
+        prof = self.static_profile()
+        if prof is not None:
+            self._check_against(prof)
+
+    def _check_against(self, prof: LlamaCppProfile) -> None:
+        cfg, spec = self.config, self.config.spec
         if spec.type not in prof.spec_types and prof.spec_types:
             raise UserError(f"spec type {spec.type!r} is unknown to llama-server {prof.label}",
                             f"use one of: {', '.join(prof.spec_types)}")
@@ -154,8 +179,6 @@ class LlamaServer(EngineServer):
             why = rules.get("note", f"{spec.type} does not use a draft model")
             raise UserError(f"--spec {spec.type} takes no draft model ({why})",
                             "drop --draft, or use --spec draft-simple")
-        if spec.draft_model is not None and not spec.draft_model.exists():
-            raise UserError(f"draft_model: {spec.draft_model} does not exist", "fix the path")
         n = self.effective_n()
         n_max = rules.get("n_max")
         if n is not None and n_max is not None and n > int(n_max):
@@ -176,10 +199,7 @@ class LlamaServer(EngineServer):
         for arg in cfg.extra_args:
             if arg.startswith("-"):
                 prof.check_raw_flag(arg)
-        if cfg.port is not None and port_in_use(cfg.host, cfg.port):
-            raise UserError(f"port {cfg.port} on {cfg.host} is in use",
-                            "stop what holds it, or omit --port to pick a free one")
-        self.command()  # every option must map to a flag of this build
+        self.argv(prof, "llama-server")  # every option must map to a flag of this build
 
     def effective_n(self) -> int | None:
         """n as it will be passed: the configured value, or the length of synth_rates."""
@@ -194,9 +214,13 @@ class LlamaServer(EngineServer):
 
     def command(self) -> list[str]:
         """Exact argv of the server (flags spelled for the detected build)."""
-        cfg, spec, prof = self.config, self.config.spec, self.profile
+        return self.argv(self.profile, str(self.binary))
+
+    def argv(self, prof: LlamaCppProfile, binary: str) -> list[str]:
+        """The argv for a given build's flags (``command()`` uses the detected build)."""
+        cfg, spec = self.config, self.config.spec
         f = prof.flag
-        argv = [str(self.binary), f("model"), str(cfg.model), f("host"), cfg.host,
+        argv = [binary, f("model"), str(cfg.model), f("host"), cfg.host,
                 f("port"), str(self._port or 0), f("ctx_size"), str(cfg.ctx_size),
                 f("parallel"), str(cfg.parallel), f("metrics")]
         if "--no-webui" in prof.flags:
