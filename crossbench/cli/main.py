@@ -5,7 +5,7 @@ from __future__ import annotations
 import click
 
 from crossbench import __version__
-from crossbench.cli import demo_cmd, engines_cmd, fixtures_cmd, run_cmd
+from crossbench.cli import demo_cmd, engines_cmd, fixtures_cmd, matrix_cmd, run_cmd
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -23,6 +23,7 @@ cli.add_command(fixtures_cmd.fixtures)
 cli.add_command(run_cmd.run)
 cli.add_command(run_cmd.summarize)
 cli.add_command(demo_cmd.demo)
+cli.add_command(matrix_cmd.validate)
 
 
 def main() -> None:

@@ -1,0 +1,393 @@
+"""Matrix files: a whole study as engine x target x arm (method, n) x workload x concurrency.
+
+A matrix is validated and expanded completely before anything runs. Every speculative cell is
+paired with its baseline: the cell with the same engine, target model, workload, concurrency,
+server and sampling settings and ``method: none``; a speculative cell without one is an error.
+
+Schema history (``schema_version``): 1 -- first version.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import random
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from crossbench.engines import registry
+from crossbench.engines.llamacpp.config import SpecType
+from crossbench.errors import UserError
+from crossbench.models import HFModelRef
+from crossbench.runner.axes import parse_int_axis
+from crossbench.runner.config import LoadSettings
+
+MATRIX_SCHEMA = 1
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class Study(_Strict):
+    """Who and what the study is."""
+
+    name: str = Field(description="Short name; used in run directories and reports.")
+    notes: str = Field("", description="Free text: purpose, caveats, what was held fixed.")
+
+
+class Hardware(_Strict):
+    """What the study expects to run on (recorded; checked against the host when it runs)."""
+
+    gpu: str | None = Field(None, description="GPU model, e.g. 'NVIDIA GeForce RTX 3090'.")
+    gpu_count: int | None = Field(None, ge=0, description="GPUs the study uses.")
+
+
+class EngineEntry(_Strict):
+    """One engine build: crossbench's build of a pin, or your own binary."""
+
+    kind: str = Field("llama-server", description="Registered engine adapter.")
+    pin: str | None = Field(None, description="Source pin of a crossbench build, e.g. "
+                            "llama-cpp-python==0.3.36 (default pin when neither is set).")
+    binary: str | None = Field(None, description="Your own server binary, used as is.")
+    variant: str = Field("cpu", description="Build variant of the pin: cpu or cuda-smNN.")
+
+    @model_validator(mode="after")
+    def _one_source(self) -> EngineEntry:
+        if self.pin is not None and self.binary is not None:
+            raise ValueError("set either pin or binary, not both")
+        return self
+
+
+class HFFile(_Strict):
+    """A file in a Hugging Face model repository at a fixed revision."""
+
+    repo: str = Field(description="OWNER/REPO.")
+    revision: str = Field(description="Commit hash (best) or tag; recorded with the result.")
+    file: str = Field(description="File name inside the repository.")
+
+
+class ModelEntry(_Strict):
+    """A model file: a local path, ``fixture:target|draft``, or a Hugging Face file."""
+
+    path: str | None = Field(None, description="Local GGUF, or fixture:target / fixture:draft "
+                             "for the project's own models.")
+    hf: HFFile | None = Field(None, description="Hugging Face repo + revision + file.")
+    quant: str = Field(description="Quantization label, e.g. Q4_K_M (a confound if it differs).")
+    role: Literal["target", "draft"] = Field(description="What the model is used as.")
+
+    @model_validator(mode="after")
+    def _one_source(self) -> ModelEntry:
+        if (self.path is None) == (self.hf is None):
+            raise ValueError("set exactly one of path and hf")
+        return self
+
+    def reference(self) -> str:
+        """The model as written: a path, fixture:..., or hf://OWNER/REPO@REV/FILE."""
+        if self.hf is not None:
+            return str(HFModelRef(self.hf.repo, self.hf.revision, self.hf.file))
+        assert self.path is not None
+        return self.path
+
+
+class Arm(_Strict):
+    """One speculative configuration (or the baseline, ``method: none``), swept over n."""
+
+    name: str | None = Field(None, description="Label in cell ids; needed when two arms share "
+                             "a method (e.g. real vs synthetic acceptance).")
+    method: SpecType = Field(description="Speculative method (llama-server --spec-type).")
+    draft: str | None = Field(None, description="Model id (role draft) for draft-* methods.")
+    n: int | str | list[int] | None = Field(None, description="Drafted tokens per step: a "
+                                             "value, a list, or a range such as 1-15+2.")
+    synth_rates: list[float] | None = Field(None, description="Synthetic per-position "
+                                            "acceptance (fractions), one per position.")
+    synth_len: float | None = Field(None, description="Synthetic mean acceptance length.")
+    spec: dict[str, Any] = Field(default_factory=dict, description="Other fields of the "
+                                 "engine's spec config, e.g. ngram_mod_n_match.")
+
+
+class Axes(_Strict):
+    """The crossed dimensions besides the arms."""
+
+    engine: list[str] = Field(description="Engine ids from `engines`.")
+    target: list[str] = Field(description="Model ids (role target) from `models`.")
+    workload: list[str] = Field(default_factory=lambda: ["builtin:mixed"],
+                                description="Workload specs (builtin:..., random:N, file:...).")
+    concurrency: int | str | list[int] = Field(1, description="Requests in flight: value, "
+                                               "list or range.")
+
+
+class Exclusion(_Strict):
+    """Cells to leave out: every given coordinate must match."""
+
+    engine: str | None = Field(None, description="Engine id.")
+    target: str | None = Field(None, description="Target model id.")
+    arm: str | None = Field(None, description="Arm name (or method when unnamed).")
+    method: str | None = Field(None, description="Method.")
+    n: int | None = Field(None, description="n.")
+    workload: str | None = Field(None, description="Workload spec.")
+    concurrency: int | None = Field(None, description="Concurrency.")
+
+
+class Schedule(_Strict):
+    """Order of trials: interleaved rounds (drift hits every arm alike) or sequential."""
+
+    order: Literal["interleaved", "sequential"] = Field(
+        "interleaved", description="interleaved: round k runs trial k of every cell, shuffled; "
+        "sequential: all trials of a cell, then the next.")
+    seed: int = Field(0, description="Seed of the shuffle (recorded).")
+
+
+class Matrix(_Strict):
+    """A whole study. See docs/matrix.md."""
+
+    schema_version: Literal[1] = Field(description="Matrix format version (1).")
+    study: Study = Field(description="Name and notes.")
+    hardware: Hardware = Field(default_factory=Hardware, description="Expected hardware.")
+    engines: dict[str, EngineEntry] = Field(description="Engine builds by id.")
+    models: dict[str, ModelEntry] = Field(description="Model files by id.")
+    server: dict[str, Any] = Field(default_factory=dict, description="Engine settings shared "
+                                   "by every cell (e.g. ctx_size, n_gpu_layers, threads).")
+    load: dict[str, Any] = Field(default_factory=dict, description="Sampling and request "
+                                 "settings shared by every cell (crossbench run's load fields "
+                                 "except workload and concurrency, which are axes).")
+    arms: list[Arm] = Field(description="Speculative configurations; include method: none.")
+    axes: Axes = Field(description="Crossed dimensions.")
+    exclude: list[Exclusion] = Field(default_factory=list, description="Cells to leave out.")
+    trials: int = Field(3, ge=1, description="Trials per cell (at least 2 to report a spread).")
+    schedule: Schedule = Field(default_factory=Schedule, description="Trial order.")
+    fresh_server: bool = Field(True, description="New server for every cell and trial.")
+    cooldown_s: float = Field(0.0, ge=0, description="Pause between trials (thermal drift).")
+    estimate_tok_s: float | None = Field(None, gt=0, description="Expected decode rate, only "
+                                         "for the duration estimate of `validate`.")
+    out: str | None = Field(None, description="Default output directory.")
+
+
+@dataclass(frozen=True)
+class Cell:
+    """One point of the matrix, ready to run."""
+
+    id: str
+    coords: dict[str, Any]
+    engine_kind: str
+    engine_config: dict[str, Any]
+    load: dict[str, Any]
+    baseline: str | None = None
+    model_refs: dict[str, str] = field(default_factory=dict)
+
+
+def load_matrix(path: Path) -> Matrix:
+    """Read and validate a matrix file; errors name the field and the fix."""
+    try:
+        data = yaml.safe_load(path.read_text())
+    except OSError as e:
+        raise UserError(f"cannot read matrix {path}: {e.strerror}", "check the path") from None
+    except yaml.YAMLError as e:
+        raise UserError(f"{path} is not valid YAML: {e}", "fix the syntax") from None
+    try:
+        return Matrix.model_validate(data)
+    except ValidationError as e:
+        err = e.errors()[0]
+        loc = ".".join(str(x) for x in err["loc"]) or "(top level)"
+        if err["type"] == "extra_forbidden":
+            raise UserError(f"{path}: {loc}: unknown field",
+                            "remove it or fix its spelling (see docs/matrix.md)") from None
+        if err["type"] == "missing":
+            raise UserError(f"{path}: {loc}: required field missing",
+                            "add it (see docs/matrix.md)") from None
+        msg = err["msg"].removeprefix("Value error, ")
+        raise UserError(f"{path}: {loc}: {msg}", f"fix `{loc}`") from None
+
+
+def _slug(text: str) -> str:
+    return re.sub(r"[^A-Za-z0-9._-]+", "-", text).strip("-")
+
+
+def _model_path(entry: ModelEntry) -> str:
+    """The path an engine config carries before resolution (hf:// and fixture: kept as is)."""
+    return entry.reference()
+
+
+def expand(m: Matrix, source: Path | None = None) -> list[Cell]:
+    """All cells of a matrix, in declaration order, each speculative cell with its baseline."""
+    where = f"{source}: " if source else ""
+
+    def bad(msg: str, hint: str) -> UserError:
+        return UserError(where + msg, hint)
+
+    for eid in m.axes.engine:
+        if eid not in m.engines:
+            raise bad(f"axes.engine: unknown engine {eid!r}",
+                      f"define it under engines (known: {', '.join(m.engines) or 'none'})")
+        if m.engines[eid].kind not in registry.names():
+            raise bad(f"engines.{eid}.kind: unknown engine {m.engines[eid].kind!r}",
+                      f"use one of: {', '.join(registry.names())}")
+    for tid in m.axes.target:
+        if tid not in m.models:
+            raise bad(f"axes.target: unknown model {tid!r}",
+                      f"define it under models (known: {', '.join(m.models) or 'none'})")
+        if m.models[tid].role != "target":
+            raise bad(f"axes.target: model {tid!r} has role {m.models[tid].role}",
+                      "use a model with role: target")
+    for key in ("workload", "concurrency"):
+        if key in m.load:
+            raise bad(f"load.{key}: {key} is an axis here", f"move it to axes.{key}")
+    concurrencies = parse_int_axis(m.axes.concurrency, "axes.concurrency")
+    arms: list[tuple[Arm, str, list[int | None]]] = []
+    for i, arm in enumerate(m.arms):
+        label = arm.name or arm.method
+        if arm.draft is not None:
+            if arm.draft not in m.models:
+                raise bad(f"arms[{i}].draft: unknown model {arm.draft!r}",
+                          f"define it under models (known: {', '.join(m.models)})")
+            if m.models[arm.draft].role != "draft":
+                raise bad(f"arms[{i}].draft: model {arm.draft!r} has role "
+                          f"{m.models[arm.draft].role}", "use a model with role: draft")
+        ns: list[int | None] = ([None] if arm.n is None
+                                else list(parse_int_axis(arm.n, f"arms[{i}].n")))
+        arms.append((arm, label, ns))
+    cells: list[Cell] = []
+    seen: dict[str, Cell] = {}
+    for eid in m.axes.engine:
+        eng = m.engines[eid]
+        for tid in m.axes.target:
+            for wl in m.axes.workload:
+                for conc in concurrencies:
+                    for arm, label, ns in arms:
+                        for n in ns:
+                            coords = {"engine": eid, "target": tid, "arm": label,
+                                      "method": arm.method, "n": n, "workload": wl,
+                                      "concurrency": conc}
+                            if any(_excluded(x, coords) for x in m.exclude):
+                                continue
+                            cell = _cell(m, eng, coords, arm)
+                            if cell.id in seen:
+                                raise bad(f"two cells share the id {cell.id}",
+                                          "give the arms distinct `name`s")
+                            seen[cell.id] = cell
+                            cells.append(cell)
+    if not cells:
+        raise bad("the matrix expands to no cells", "check axes and exclude")
+    return _pair(cells, where)
+
+
+def _excluded(x: Exclusion, coords: dict[str, Any]) -> bool:
+    given = {k: v for k, v in x.model_dump().items() if v is not None}
+    return bool(given) and all(coords.get(k) == v for k, v in given.items())
+
+
+def _cell(m: Matrix, eng: EngineEntry, coords: dict[str, Any], arm: Arm) -> Cell:
+    target = m.models[coords["target"]]
+    spec: dict[str, Any] = {"type": arm.method, **arm.spec}
+    refs = {"model": target.reference()}
+    if coords["n"] is not None:
+        spec["n"] = coords["n"]
+    if arm.draft is not None:
+        spec["draft_model"] = _model_path(m.models[arm.draft])
+        refs["draft"] = m.models[arm.draft].reference()
+    if arm.synth_rates is not None:
+        spec["synth_rates"] = arm.synth_rates
+    if arm.synth_len is not None:
+        spec["synth_len"] = arm.synth_len
+    engine_config: dict[str, Any] = {**m.server, "model": _model_path(target), "spec": spec,
+                                     "variant": eng.variant}
+    if eng.pin is not None:
+        engine_config["pin"] = eng.pin
+    if eng.binary is not None:
+        engine_config["binary"] = eng.binary
+    load = {**m.load, "workload": coords["workload"], "concurrency": coords["concurrency"]}
+    parts = [coords["engine"], coords["target"], coords["arm"]]
+    if coords["n"] is not None:
+        parts.append(f"n{coords['n']}")
+    parts += [_slug(coords["workload"]), f"c{coords['concurrency']}"]
+    return Cell(id="/".join(_slug(str(p)) for p in parts), coords=coords,
+                engine_kind=eng.kind, engine_config=engine_config, load=load, model_refs=refs)
+
+
+def _pair(cells: list[Cell], where: str) -> list[Cell]:
+    base_key = ("engine", "target", "workload", "concurrency")
+    baselines = {tuple(c.coords[k] for k in base_key): c for c in cells
+                 if c.coords["method"] == "none"}
+    out: list[Cell] = []
+    for c in cells:
+        if c.coords["method"] == "none":
+            out.append(c)
+            continue
+        b = baselines.get(tuple(c.coords[k] for k in base_key))
+        if b is None:
+            raise UserError(f"{where}cell {c.id} has no baseline (same engine, target, "
+                            "workload and concurrency with method none)",
+                            "add `- method: none` to arms, or do not exclude its baseline")
+        out.append(Cell(c.id, c.coords, c.engine_kind, c.engine_config, c.load, b.id,
+                        c.model_refs))
+    return out
+
+
+def validate_cells(m: Matrix, cells: list[Cell], source: Path | None = None) -> list[str]:
+    """Check every cell against its engine's profile; returns notes (not errors).
+
+    Local model files must exist; ``fixture:`` models are made on first use; Hugging Face
+    files are checked in the local cache only (a note when they will be downloaded).
+    """
+    where = f"{source}: " if source else ""
+    notes: list[str] = []
+    for mid, entry in m.models.items():
+        if entry.path is not None and not entry.path.startswith("fixture:"):
+            p = Path(entry.path).expanduser()
+            if not p.is_absolute() and source is not None:
+                p = source.parent / p
+            if not p.exists():
+                raise UserError(f"{where}models.{mid}.path: {entry.path} does not exist",
+                                "fix the path, or use hf: {repo, revision, file}")
+        if entry.path is not None and entry.path.startswith("fixture:") and \
+                entry.path not in ("fixture:target", "fixture:draft"):
+            raise UserError(f"{where}models.{mid}.path: unknown fixture {entry.path!r}",
+                            "use fixture:target or fixture:draft")
+        if entry.hf is not None and len(entry.hf.revision) != 40:
+            notes.append(f"models.{mid}: revision {entry.hf.revision!r} is not a commit hash; "
+                         "the bytes it names can change (pin a commit)")
+    for c in cells:
+        cfg = dict(c.engine_config)
+        cfg["model"] = "/nonexistent/model.gguf"
+        if "draft_model" in cfg["spec"]:
+            cfg["spec"] = {**cfg["spec"], "draft_model": "/nonexistent/draft.gguf"}
+        try:
+            LoadSettings.model_validate(c.load)
+            registry.create(c.engine_kind, cfg, Path("/dev/null")).validate_static()
+        except UserError as e:
+            raise UserError(f"{where}cell {c.id}: {e.message}", e.hint) from None
+        except ValidationError as e:
+            err = e.errors()[0]
+            loc = ".".join(str(x) for x in err["loc"])
+            raise UserError(f"{where}load.{loc}: {err['msg']}", f"fix `load.{loc}`") from None
+    if m.trials < 2:
+        notes.append("trials: 1 gives no spread; use trials >= 2 (3 is the default)")
+    return notes
+
+
+def schedule(cells: list[Cell], trials: int, order: str, seed: int) -> list[tuple[str, int]]:
+    """(cell id, trial) in run order: interleaved rounds shuffled with ``seed + round``."""
+    ids = [c.id for c in cells]
+    if order == "sequential":
+        return [(cid, t) for cid in ids for t in range(trials)]
+    out: list[tuple[str, int]] = []
+    for t in range(trials):
+        rnd = ids[:]
+        random.Random(seed + t).shuffle(rnd)
+        out += [(cid, t) for cid in rnd]
+    return out
+
+
+def matrix_digest(path: Path) -> str:
+    """sha256 of the matrix file's bytes (``--resume`` refuses a changed file)."""
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def json_schema() -> str:
+    """The matrix JSON Schema (exported to docs/matrix.schema.json)."""
+    return json.dumps(Matrix.model_json_schema(), indent=2, sort_keys=True) + "\n"
