@@ -16,6 +16,7 @@ flight; the summary is always recomputed from the raw files (``crossbench summar
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import platform
 import sys
@@ -33,7 +34,12 @@ from crossbench.host import cpu_model
 from crossbench.load.client import ClientConfig, ConcurrencyMode, RateMode, run_load
 from crossbench.load.workloads import RequestSpec, load_workload
 from crossbench.runner.config import RunConfig
-from crossbench.store.atomic import JsonlAppender, write_bytes_atomic, write_json_atomic
+from crossbench.store.atomic import (
+    JsonlAppender,
+    read_jsonl,
+    write_bytes_atomic,
+    write_json_atomic,
+)
 
 MANIFEST_SCHEMA = 1
 Progress = Callable[[str], None]
@@ -87,69 +93,130 @@ def settled_scrape(server: EngineServer, timeout_s: float = 10.0) -> MetricsSnap
         prev = cur
 
 
+class RunSession:
+    """One configuration's run directory, filled trial by trial.
+
+    ``crossbench run`` runs its trials in a row; a matrix interleaves the trials of many
+    sessions. Inputs are validated when the session is made, before any server starts. With
+    ``resume=True`` an existing directory is continued: records of trials that never finished
+    (a kill in the middle) are dropped, and a changed engine build is refused.
+    """
+
+    def __init__(self, cfg: RunConfig, out: Path, progress: Progress = _quiet,
+                 argv: list[str] | None = None, resume: bool = False) -> None:
+        self.cfg, self.out, self.progress = cfg, out, progress
+        exists = (out / "manifest.json").exists()
+        if exists and not resume:
+            raise UserError(f"--out {out} already holds a run",
+                            "choose a new --out directory (runs are never overwritten)")
+        server = registry.create(cfg.engine, cfg.engine_config, out / "server.log")
+        server.validate()  # every input checked before anything starts
+        model = Path(cfg.engine_config["model"])
+        vocab = model_vocab_size(model) if cfg.load.workload.startswith("random:") else None
+        workload = load_workload(cfg.load.workload, vocab_size=vocab, seed=cfg.load.seed,
+                                 count=cfg.load.requests + cfg.load.warmup)
+        if cfg.load.endpoint == "chat" and any(p.token_ids is not None
+                                               for p in workload.prompts):
+            raise UserError("random:N workloads are token ids, which the chat endpoint cannot "
+                            "take", "use --endpoint completions with random:N, or a builtin: "
+                            "workload")
+        identity = server.identity()
+        self._server: EngineServer | None = server
+        prompts = workload.prompts
+        self.warm = [RequestSpec(p, i) for i, p in enumerate(prompts[:cfg.load.warmup])]
+        self.measured = [RequestSpec(p, cfg.load.warmup + i)
+                         for i, p in enumerate(prompts[cfg.load.warmup:])]
+        engine = {"kind": identity.kind, "version": identity.version,
+                  "build_number": identity.build_number, "commit": identity.commit,
+                  "binary": identity.binary, "sha256": identity.sha256, **identity.extra}
+        if exists:
+            self.manifest: dict[str, Any] = json.loads((out / "manifest.json").read_text())
+            if self.manifest["engine"]["sha256"] != engine["sha256"]:
+                raise UserError(f"the engine build changed since {out} started "
+                                f"({self.manifest['engine']['binary']} had other hashes)",
+                                "resume with the same build, or start a new --out")
+            self._drop_unfinished()
+            return
+        out.mkdir(parents=True, exist_ok=True)
+        self.manifest = {
+            "schema_version": MANIFEST_SCHEMA,
+            "kind": "crossbench.run",
+            "crossbench_version": __version__,
+            "created_utc": _now(),
+            "argv": argv or [],
+            "config": cfg.model_dump(mode="json"),
+            "engine": engine,
+            "workload": {"spec": workload.spec, "digest": workload.digest,
+                         "prompts": len(workload.prompts)},
+            "host": {"python": sys.version.split()[0], "platform": platform.platform(),
+                     "machine": platform.machine(), "cpu": cpu_model(),
+                     "cpus": os.cpu_count()},
+            "status": "running",
+            "trials": [],
+        }
+        write_json_atomic(out / "manifest.json", self.manifest)
+        (out / "metrics").mkdir(exist_ok=True)
+
+    def finished_trials(self) -> set[int]:
+        """Trials with a recorded outcome (ok or failed)."""
+        return {int(e["trial"]) for e in self.manifest["trials"]}
+
+    def _drop_unfinished(self) -> None:
+        done = self.finished_trials()
+        path = self.out / "requests.jsonl"
+        if path.exists():
+            keep = [r for r in read_jsonl(path) if int(r.get("trial", -1)) in done]
+            write_bytes_atomic(path, "".join(json.dumps(r, separators=(",", ":")) + "\n"
+                                             for r in keep).encode())
+
+    def run_trial(self, t: int) -> dict[str, Any]:
+        """Run trial ``t`` (a fresh server unless the config reuses one); record its outcome."""
+        cfg = self.cfg
+        if self._server is None or (cfg.fresh_server and self.manifest["trials"]):
+            self._server = registry.create(cfg.engine, cfg.engine_config,
+                                           self.out / "server.log")
+        last = len(self.finished_trials()) + 1 >= cfg.trials
+        with JsonlAppender(self.out / "requests.jsonl") as sink:
+            try:
+                entry = _trial(cfg, t, self._server, self.warm, self.measured, sink, self.out,
+                               self.progress, keep_running=not cfg.fresh_server and not last)
+            except BaseException as e:
+                self._server.stop()
+                self.manifest["status"] = ("interrupted" if isinstance(e, KeyboardInterrupt)
+                                           else "failed")
+                self.manifest["error"] = str(e)
+                write_json_atomic(self.out / "manifest.json", self.manifest)
+                raise
+        self.manifest["trials"] = [e for e in self.manifest["trials"] if e["trial"] != t]
+        self.manifest["trials"].append(entry)
+        write_json_atomic(self.out / "manifest.json", self.manifest)
+        return entry
+
+    def finish(self) -> dict[str, Any]:
+        """Stop any server, close the manifest, write and return the summary."""
+        if self._server is not None:
+            self._server.stop()
+        failed = [e for e in self.manifest["trials"] if e["status"] != "ok"]
+        complete = len(self.finished_trials()) >= self.cfg.trials
+        self.manifest["status"] = ("failed" if failed else "complete") if complete \
+            else "incomplete"
+        write_json_atomic(self.out / "manifest.json", self.manifest)
+        summary = summarize_run_dir(self.out)
+        write_json_atomic(self.out / "summary.json", summary)
+        return summary
+
+
 def run(cfg: RunConfig, out: Path, progress: Progress = _quiet,
         argv: list[str] | None = None) -> dict[str, Any]:
     """Execute a run and write its directory; returns the summary. See module docstring."""
-    if (out / "requests.jsonl").exists() or (out / "manifest.json").exists():
-        raise UserError(f"--out {out} already holds a run",
-                        "choose a new --out directory (runs are never overwritten)")
-    server = registry.create(cfg.engine, cfg.engine_config, out / "server.log")
-    server.validate()  # every input checked before anything starts
-    model = Path(cfg.engine_config["model"])
-    vocab = model_vocab_size(model) if cfg.load.workload.startswith("random:") else None
-    workload = load_workload(cfg.load.workload, vocab_size=vocab, seed=cfg.load.seed,
-                             count=cfg.load.requests + cfg.load.warmup)
-    if cfg.load.endpoint == "chat" and any(p.token_ids is not None for p in workload.prompts):
-        raise UserError("random:N workloads are token ids, which the chat endpoint cannot take",
-                        "use --endpoint completions with random:N, or a builtin: workload")
-    identity = server.identity()
-    out.mkdir(parents=True, exist_ok=True)
-    manifest: dict[str, Any] = {
-        "schema_version": MANIFEST_SCHEMA,
-        "kind": "crossbench.run",
-        "crossbench_version": __version__,
-        "created_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-        "argv": argv or [],
-        "config": cfg.model_dump(mode="json"),
-        "engine": {"kind": identity.kind, "version": identity.version,
-                   "build_number": identity.build_number, "commit": identity.commit,
-                   "binary": identity.binary, "sha256": identity.sha256, **identity.extra},
-        "workload": {"spec": workload.spec, "digest": workload.digest,
-                     "prompts": len(workload.prompts)},
-        "host": {"python": sys.version.split()[0], "platform": platform.platform(),
-                 "machine": platform.machine(), "cpu": cpu_model(), "cpus": os.cpu_count()},
-        "status": "running",
-        "trials": [],
-    }
-    write_json_atomic(out / "manifest.json", manifest)
-    (out / "metrics").mkdir(exist_ok=True)
-    prompts = workload.prompts
-    warm = [RequestSpec(p, i) for i, p in enumerate(prompts[:cfg.load.warmup])]
-    measured = [RequestSpec(p, cfg.load.warmup + i)
-                for i, p in enumerate(prompts[cfg.load.warmup:])]
-    failures: list[str] = []
-    with JsonlAppender(out / "requests.jsonl") as sink:
-        try:
-            for t in range(cfg.trials):
-                if t > 0 and cfg.fresh_server:
-                    server = registry.create(cfg.engine, cfg.engine_config, out / "server.log")
-                entry = _trial(cfg, t, server, warm, measured, sink, out, progress,
-                               keep_running=not cfg.fresh_server and t + 1 < cfg.trials)
-                manifest["trials"].append(entry)
-                if entry["status"] != "ok":
-                    failures.append(f"trial {t}: {entry['error']}")
-                write_json_atomic(out / "manifest.json", manifest)
-        except BaseException as e:
-            manifest["status"] = "interrupted" if isinstance(e, KeyboardInterrupt) else "failed"
-            manifest["error"] = str(e)
-            write_json_atomic(out / "manifest.json", manifest)
-            raise
-        finally:
-            server.stop()
-    manifest["status"] = "failed" if failures else "complete"
-    write_json_atomic(out / "manifest.json", manifest)
-    summary = summarize_run_dir(out)
-    write_json_atomic(out / "summary.json", summary)
+    session = RunSession(cfg, out, progress, argv)
+    try:
+        for t in range(cfg.trials):
+            session.run_trial(t)
+    finally:
+        summary = session.finish()
+    failures = [f"trial {e['trial']}: {e['error']}" for e in session.manifest["trials"]
+                if e["status"] != "ok"]
     if failures:
         raise RunError(f"{len(failures)} of {cfg.trials} trials failed: {'; '.join(failures)}",
                        f"records so far are kept in {out}; see server.log for the cause")
@@ -176,7 +243,12 @@ def _trial(cfg: RunConfig, t: int, server: EngineServer, warm: list[RequestSpec]
             log.write(f"\n===== crossbench trial {t}: {' '.join(server.command())} =====\n")
         progress(f"trial {t + 1}/{cfg.trials}: starting {server.kind}")
         server.start()
-        server.wait_ready()
+        try:
+            server.wait_ready()
+        except RunError as e:
+            server.stop()
+            entry.update(status="failed", error=e.one_line(), ended_utc=_now())
+            return entry
         entry["argv"] = server.command()  # with the port actually bound
     try:
         props: dict[str, Any] = getattr(server, "props", dict)()
