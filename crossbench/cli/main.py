@@ -24,6 +24,8 @@ cli.add_command(run_cmd.run)
 cli.add_command(run_cmd.summarize)
 cli.add_command(demo_cmd.demo)
 cli.add_command(matrix_cmd.validate)
+cli.add_command(matrix_cmd.matrix)
+cli.add_command(matrix_cmd.status)
 
 
 def main() -> None:

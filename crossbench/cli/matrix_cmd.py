@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
+from typing import Any
 
 import click
 
@@ -55,3 +57,74 @@ def validate(matrix_file: Path, as_json: bool) -> None:
         click.echo("estimated duration: unknown (set estimate_tok_s in the matrix)")
     for note in notes:
         progress(f"note: {note}")
+
+
+@click.command(epilog="""\b
+Examples:
+  crossbench matrix matrices/cpu-smoke.yaml --out runs/smoke
+  crossbench matrix matrices/cpu-smoke.yaml --out runs/smoke --resume
+  crossbench matrix matrices/cpu-smoke.yaml --only method=none --dry-run
+""")
+@click.argument("matrix_file", type=click.Path(path_type=Path))
+@click.option("--out", type=click.Path(path_type=Path), default=None,
+              help="Run directory (default: the matrix's `out`, else runs/<study>).")
+@click.option("--resume", is_flag=True, help="Continue a run directory: only what is missing.")
+@click.option("--only", multiple=True, help="Run only cells with KEY=VALUE (repeatable).")
+@click.option("--skip", multiple=True, help="Skip cells with KEY=VALUE (repeatable).")
+@click.option("--dry-run", is_flag=True, help="Print each trial's server command; run nothing.")
+@user_errors
+def matrix(matrix_file: Path, out: Path | None, resume: bool, only: tuple[str, ...],
+           skip: tuple[str, ...], dry_run: bool) -> None:
+    """Run a matrix: every cell's trials in the schedule's order, resumable.
+
+    Each finished trial is journaled atomically; a kill loses at most the trial in flight, and
+    --resume runs only what is missing (refusing a changed matrix file or engine build).
+    """
+    from crossbench.runner.matrix import load_matrix
+    from crossbench.runner.matrix_run import run_matrix
+
+    if out is None:
+        m = load_matrix(matrix_file)
+        out = Path(m.out) if m.out else Path("runs") / m.study.name
+    result = run_matrix(matrix_file, out, resume=resume, only=only, skip=skip,
+                        dry_run=dry_run, progress=progress)
+    if dry_run:
+        for step in result["dry_run"]:
+            click.echo(f"# {step['cell']} trial {step['trial']}")
+            click.echo(" ".join(step["argv"]))
+        return
+    click.echo(format_status(result))
+    progress(f"results in {out}")
+    if result["totals"]["failed"]:
+        click.echo(f"crossbench: failed: {result['totals']['failed']} trials failed (fix: see "
+                   f"the cells' server.log and `crossbench status {out}`)", err=True)
+        sys.exit(1)
+
+
+def format_status(summary: dict[str, Any]) -> str:
+    """Per-cell table of a matrix run."""
+    lines = [f"{'cell':<60} {'done':>4} {'fail':>4} {'miss':>4} {'tok/s':>8} {'accept':>7}"]
+    for r in summary["cells"]:
+        rate = r.get("pooled_tok_s")
+        acc = r.get("draft_acceptance_rate")
+        lines.append(f"{r['id']:<60} {r['done']:>4} {r['failed']:>4} {r['missing']:>4} "
+                     f"{'-' if rate is None else f'{rate:.1f}':>8} "
+                     f"{'-' if acc is None else f'{acc:.3f}':>7}")
+    t = summary["totals"]
+    lines.append(f"trials: {t['done']} done, {t['failed']} failed, {t['missing']} missing")
+    return "\n".join(lines)
+
+
+@click.command(epilog="""\b
+Example:
+  crossbench status runs/smoke --json
+""")
+@click.argument("run_dir", type=click.Path(path_type=Path))
+@click.option("--json", "as_json", is_flag=True, help="JSON: cells[].id, done, failed, missing.")
+@user_errors
+def status(run_dir: Path, as_json: bool) -> None:
+    """Per cell of a matrix run: trials done, failed and missing."""
+    from crossbench.runner.matrix_run import matrix_status
+
+    s = matrix_status(run_dir)
+    click.echo(json.dumps(s, indent=2) if as_json else format_status(s))

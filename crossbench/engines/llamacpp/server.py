@@ -336,7 +336,10 @@ class LlamaServer(EngineServer):
 
     def props(self) -> dict[str, Any]:
         """The server's ``/props`` (build info, default generation settings)."""
-        status, body = http_get(self.base_url + "/props", timeout=10.0)
+        try:
+            status, body = http_get(self.base_url + "/props", timeout=10.0)
+        except OSError:
+            return {}  # informational only; a dead server shows up in the requests
         if status != 200:
             return {}
         data: dict[str, Any] = json.loads(body)

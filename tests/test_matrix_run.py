@@ -1,0 +1,115 @@
+"""Running matrices on the real CPU llama-server: end to end, kill -9 and --resume."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+from crossbench.errors import UserError
+from crossbench.runner.matrix_run import matrix_status, read_journal, run_matrix
+from crossbench.runner.single import other_engine_processes
+from crossbench.store.atomic import read_jsonl
+
+pytestmark = pytest.mark.server
+
+
+def small_matrix(tmp_path: Path, binary: Path, requests: int = 2, trials: int = 2) -> Path:
+    data = {
+        "schema_version": 1,
+        "study": {"name": "small"},
+        "engines": {"llama": {"kind": "llama-server", "binary": str(binary)}},
+        "models": {"t": {"path": "fixture:target", "quant": "F16", "role": "target"},
+                   "d": {"path": "fixture:draft", "quant": "F16", "role": "draft"}},
+        "server": {"ctx_size": 1024},
+        "load": {"requests": requests, "warmup": 1, "max_tokens": 16},
+        "arms": [{"method": "none"},
+                 {"name": "synth", "method": "draft-simple", "draft": "d", "n": 2,
+                  "synth_rates": [0.8, 0.5]}],
+        "axes": {"engine": ["llama"], "target": ["t"], "workload": ["builtin:code"]},
+        "trials": trials,
+    }
+    p = tmp_path / "small.yaml"
+    p.write_text(yaml.safe_dump(data))
+    return p
+
+
+def test_matrix_end_to_end(llama_server, fixture_models, tmp_path):
+    m = small_matrix(tmp_path, llama_server)
+    out = tmp_path / "run"
+    s = run_matrix(m, out)
+    assert s["totals"] == {"done": 4, "failed": 0, "missing": 0}
+    by_id = {c["id"]: c for c in s["cells"]}
+    synth = by_id["llama/t/synth/n2/builtin-code/c1"]
+    assert synth["baseline"] == "llama/t/none/builtin-code/c1"
+    assert synth["integrity_passed"] is True
+    assert 0 < synth["draft_acceptance_rate"] <= 1
+    assert matrix_status(out)["totals"] == s["totals"]
+    order = json.loads((out / "state.json").read_text())["order"]
+    assert [t for _, t in order] == [0, 0, 1, 1]  # interleaved rounds
+    with pytest.raises(UserError, match="already holds a matrix run"):
+        run_matrix(m, out)
+    m.write_text(m.read_text().replace("max_tokens: 16", "max_tokens: 17"))
+    with pytest.raises(UserError, match="changed since"):
+        run_matrix(m, out, resume=True)
+
+
+def test_kill_9_then_resume_runs_every_trial_exactly_once(llama_server, fixture_models,
+                                                          tmp_path):
+    m = small_matrix(tmp_path, llama_server, requests=3, trials=3)
+    out = tmp_path / "run"
+    cmd = [sys.executable, "-m", "crossbench", "matrix", str(m), "--out", str(out)]
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline:
+        if len(read_journal(out)) >= 2:
+            break
+        time.sleep(0.05)
+    time.sleep(0.3)  # land inside the next trial
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    # the server died with its parent (parent-death signal)
+    for _ in range(100):
+        if not [p for p, n in other_engine_processes(set()) if n == "llama-server"]:
+            break
+        time.sleep(0.05)
+    assert not [p for p, n in other_engine_processes(set()) if n == "llama-server"]
+    before = len(read_journal(out))
+    assert 2 <= before < 6
+    r = subprocess.run([*cmd, "--resume"], capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr
+    journal = read_jsonl(out / "journal.jsonl")
+    keys = [(j["cell"], j["trial"]) for j in journal]
+    assert len(keys) == len(set(keys)) == 6
+    for cell in json.loads((out / "state.json").read_text())["cells"]:
+        recs = read_jsonl(out / cell["dir"] / "requests.jsonl")
+        seen = [(x["trial"], x["request_index"]) for x in recs]
+        assert len(seen) == len(set(seen)) == 3 * (3 + 1)  # trials x (requests + warm-up)
+
+
+def test_server_crash_mid_trial_is_recorded_and_the_next_cell_runs(
+        llama_server, fixture_models, tmp_path, monkeypatch):
+    from crossbench.engines.llamacpp import server as server_mod
+
+    started: list[int] = []
+    real_wait = server_mod.LlamaServer.wait_ready
+
+    def wait_ready(self, timeout_s=None):  # type: ignore[no-untyped-def]
+        real_wait(self, timeout_s)
+        started.append(self.pid)
+        if len(started) == 1:  # the first trial's server dies once it is ready
+            os.killpg(self.pid, signal.SIGKILL)
+
+    monkeypatch.setattr(server_mod.LlamaServer, "wait_ready", wait_ready)
+    m = small_matrix(tmp_path, llama_server, trials=1)
+    s = run_matrix(m, tmp_path / "run")
+    assert s["totals"] == {"done": 1, "failed": 1, "missing": 0}
+    failed = [c for c in s["cells"] if c["failed"]]
+    assert len(failed) == 1 and failed[0]["errors"][0]
