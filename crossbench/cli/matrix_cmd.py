@@ -103,15 +103,20 @@ def matrix(matrix_file: Path, out: Path | None, resume: bool, only: tuple[str, .
 
 def format_status(summary: dict[str, Any]) -> str:
     """Per-cell table of a matrix run."""
-    lines = [f"{'cell':<60} {'done':>4} {'fail':>4} {'miss':>4} {'tok/s':>8} {'accept':>7}"]
+    lines = [f"{'cell':<60} {'done':>4} {'fail':>4} {'miss':>4} {'tok/s':>8} {'accept':>7}"
+             "  integrity"]
     for r in summary["cells"]:
         rate = r.get("pooled_tok_s")
         acc = r.get("draft_acceptance_rate")
         lines.append(f"{r['id']:<60} {r['done']:>4} {r['failed']:>4} {r['missing']:>4} "
                      f"{'-' if rate is None else f'{rate:.1f}':>8} "
-                     f"{'-' if acc is None else f'{acc:.3f}':>7}")
+                     f"{'-' if acc is None else f'{acc:.3f}':>7}  "
+                     f"{ {True: 'pass', False: 'FAIL'}.get(r.get('integrity_passed'), '-')}")
     t = summary["totals"]
     lines.append(f"trials: {t['done']} done, {t['failed']} failed, {t['missing']} missing")
+    if any(r.get("integrity_passed") is False for r in summary["cells"]):
+        lines.append("integrity FAIL: see the cell's summary.json `integrity` (an n-gram "
+                     "method that drafted nothing fails `spec_configured_and_drafting`)")
     return "\n".join(lines)
 
 
