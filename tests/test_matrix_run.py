@@ -52,6 +52,11 @@ def test_matrix_end_to_end(llama_server, fixture_models, tmp_path):
     assert synth["integrity_passed"] is True
     assert 0 < synth["draft_acceptance_rate"] <= 1
     assert matrix_status(out)["totals"] == s["totals"]
+    man = json.loads((out / "cells" / "llama__t__none__builtin-code__c1" / "manifest.json")
+                     .read_text())
+    phases = man["trials"][0]["phase_s"]
+    assert set(phases) == {"startup", "warmup", "scrape_write", "measured", "stop", "total"}
+    assert sum(v for k, v in phases.items() if k != "total") <= phases["total"]
     order = json.loads((out / "state.json").read_text())["order"]
     assert [t for _, t in order] == [0, 0, 1, 1]  # interleaved rounds
     with pytest.raises(UserError, match="already holds a matrix run"):

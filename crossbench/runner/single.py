@@ -228,6 +228,10 @@ def _trial(cfg: RunConfig, t: int, server: EngineServer, warm: list[RequestSpec]
            keep_running: bool) -> dict[str, Any]:
     entry: dict[str, Any] = {"trial": t, "argv": server.command(), "status": "ok",
                              "error": None, "started_utc": _now()}
+    clock = time.monotonic
+    t0 = clock()
+    phases: dict[str, float] = {}
+    entry["phase_s"] = phases  # where the trial's wall time went (harness overhead)
     started_here = getattr(server, "pid", None) is None
     if started_here:
         others = other_engine_processes(set())
@@ -245,6 +249,7 @@ def _trial(cfg: RunConfig, t: int, server: EngineServer, warm: list[RequestSpec]
         server.start()
         try:
             server.wait_ready()
+            phases["startup"] = clock() - t0
         except RunError as e:
             server.stop()
             entry.update(status="failed", error=e.one_line(), ended_utc=_now())
@@ -261,15 +266,23 @@ def _trial(cfg: RunConfig, t: int, server: EngineServer, warm: list[RequestSpec]
         mode: ConcurrencyMode | RateMode = (
             RateMode(rate=cfg.load.rate, seed=cfg.load.seed) if cfg.load.rate
             else ConcurrencyMode(concurrency=cfg.load.concurrency))
+        t1 = clock()
         if warm:
             asyncio.run(run_load(client_cfg, [], mode, write, warmup=warm))
+        phases["warmup"] = clock() - t1
+        t1 = clock()
         before = server.scrape()
         write_bytes_atomic(out / "metrics" / f"t{t}-before.prom", before.text.encode())
+        phases["scrape_write"] = clock() - t1
         progress(f"trial {t + 1}/{cfg.trials}: {len(measured)} requests, "
                  f"concurrency {cfg.load.concurrency}")
+        t1 = clock()
         stats = asyncio.run(run_load(client_cfg, measured, mode, write))
+        phases["measured"] = clock() - t1
+        t1 = clock()
         after = settled_scrape(server)
         write_bytes_atomic(out / "metrics" / f"t{t}-after.prom", after.text.encode())
+        phases["scrape_write"] += clock() - t1
         entry["load"] = {"ok": stats.n_ok, "error": stats.n_error,
                          "incomplete": stats.n_incomplete, "chunks": stats.n_chunks,
                          "wall_s": stats.wall_s}
@@ -280,8 +293,11 @@ def _trial(cfg: RunConfig, t: int, server: EngineServer, warm: list[RequestSpec]
         entry["status"], entry["error"] = "failed", e.one_line()
     finally:
         entry["ended_utc"] = _now()
+        t1 = clock()
         if not keep_running:
             server.stop()
+        phases["stop"] = clock() - t1
+        phases["total"] = clock() - t0
     return entry
 
 
