@@ -77,3 +77,34 @@ def resolve_model(ref: Path | HFModelRef) -> Path:
     except RepositoryNotFoundError as e:
         raise UserError(f"{ref}: repository {ref.repo!r} not found (or gated)",
                         "check the name; gated repos need HF_TOKEN in the environment") from e
+
+
+def file_record(path: Path, ref: str | None = None) -> dict[str, object]:
+    """Provenance of a model file: path, size, sha256 (cached by path, size and mtime), the
+    reference it came from, and for Hugging Face files the commit of the snapshot."""
+    import json
+
+    from crossbench.paths import cache_dir
+    from crossbench.store.atomic import sha256_file, write_json_atomic
+
+    st = path.stat()
+    key = f"{path.resolve()}|{st.st_size}|{st.st_mtime_ns}"
+    cache = cache_dir() / "hashes.json"
+    known: dict[str, str] = {}
+    if cache.exists():
+        try:
+            known = json.loads(cache.read_text())
+        except (OSError, ValueError):
+            known = {}
+    digest = known.get(key)
+    if digest is None:
+        digest = sha256_file(path)
+        known[key] = digest
+        write_json_atomic(cache, known)
+    out: dict[str, object] = {"path": str(path), "bytes": st.st_size, "sha256": digest}
+    if ref is not None:
+        out["ref"] = ref
+    parts = path.parts
+    if "snapshots" in parts and parts.index("snapshots") + 1 < len(parts):
+        out["hf_commit"] = parts[parts.index("snapshots") + 1]
+    return out

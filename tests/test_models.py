@@ -44,3 +44,17 @@ def test_resolve_offline_from_cache(tmp_path, monkeypatch):
     assert COMMIT in str(path)
     with pytest.raises(RunError, match="not in the local Hugging Face cache"):
         resolve_model(HFModelRef("org/repo", COMMIT, "other.gguf"))
+
+
+def test_file_record_hashes_once_and_reads_the_hf_commit(tmp_path, monkeypatch):
+    import hashlib
+
+    from crossbench.models import file_record
+
+    monkeypatch.setenv("CROSSBENCH_CACHE", str(tmp_path / "cache"))
+    fill_cache(tmp_path / "hub", "org/repo", COMMIT, "m.gguf", b"weights")
+    path = tmp_path / "hub" / "models--org--repo" / "snapshots" / COMMIT / "m.gguf"
+    rec = file_record(path, f"hf://org/repo@{COMMIT}/m.gguf")
+    assert rec["sha256"] == hashlib.sha256(b"weights").hexdigest()
+    assert rec["hf_commit"] == COMMIT and rec["bytes"] == 7
+    assert (tmp_path / "cache" / "hashes.json").exists()

@@ -121,6 +121,9 @@ def test_baseline_draft_model_and_ngram_end_to_end(llama_server, fixture_models,
     assert man["schema_version"] == 1
     assert man["engine"]["build_number"] == 11312
     assert man["engine"]["commit"] == "0c1e570"
+    assert set(man["models"]) == {"model", "draft"}
+    assert len(man["models"]["draft"]["sha256"]) == 64
+    assert man["trials"][0]["load"]["pooled_tok_s"] > 0
     assert "libllama-server-impl.so" in man["engine"]["sha256"] or any(
         k.startswith("libllama") for k in man["engine"]["sha256"])
     argv = man["trials"][0]["argv"]

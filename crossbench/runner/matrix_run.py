@@ -148,6 +148,7 @@ def run_matrix(path: Path, out: Path, resume: bool = False, only: tuple[str, ...
     sessions: dict[str, RunSession] = {}
     t0 = time.monotonic()
     failures = sum(1 for r in done.values() if r["status"] != "ok")
+    last = ""
     with JsonlAppender(out / "journal.jsonl") as journal:
         for i, (cid, t) in enumerate(todo):
             if cid not in sessions:
@@ -159,10 +160,12 @@ def run_matrix(path: Path, out: Path, resume: bool = False, only: tuple[str, ...
                 per = (time.monotonic() - t0) / i
                 eta = f", ETA {per * (len(todo) - i) / 60:.1f} min"
             progress(f"[{i + 1}/{len(todo)}] {cid} trial {t + 1}/{m.trials}"
-                     f" (failures so far: {failures}{eta})")
+                     f" (failures so far: {failures}{eta}{last})")
             entry = sessions[cid].run_trial(t)
             if entry["status"] != "ok":
                 failures += 1
+            rate = (entry.get("load") or {}).get("pooled_tok_s")
+            last = f", last {rate:.1f} tok/s" if rate else ""
             journal.write({"cell": cid, "trial": t, "status": entry["status"],
                            "error": entry["error"]})
             if m.cooldown_s and i + 1 < len(todo):

@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from crossbench import __version__
-from crossbench.analysis.summary import summarize_run_dir
+from crossbench.analysis.summary import request_metrics, summarize_run_dir
 from crossbench.engines import registry
 from crossbench.engines.base import EngineServer, MetricsSnapshot
 from crossbench.errors import RunError, UserError
@@ -146,6 +146,7 @@ class RunSession:
             "argv": argv or [],
             "config": cfg.model_dump(mode="json"),
             "engine": engine,
+            "models": self._model_records(),
             "workload": {"spec": workload.spec, "digest": workload.digest,
                          "prompts": len(workload.prompts)},
             "host": {"python": sys.version.split()[0], "platform": platform.platform(),
@@ -156,6 +157,14 @@ class RunSession:
         }
         write_json_atomic(out / "manifest.json", self.manifest)
         (out / "metrics").mkdir(exist_ok=True)
+
+    def _model_records(self) -> dict[str, Any]:
+        from crossbench.models import file_record
+
+        ec = self.cfg.engine_config
+        files = {"model": ec.get("model"), "draft": (ec.get("spec") or {}).get("draft_model")}
+        return {k: file_record(Path(v), self.cfg.model_refs.get(k))
+                for k, v in files.items() if v is not None and Path(v).is_file()}
 
     def finished_trials(self) -> set[int]:
         """Trials with a recorded outcome (ok or failed)."""
@@ -260,8 +269,15 @@ def _trial(cfg: RunConfig, t: int, server: EngineServer, warm: list[RequestSpec]
         entry["server_props"] = _props_subset(props)
         client_cfg = _client_config(cfg, server.base_url)
 
+        acc = [0.0, 0.0]  # decoded tokens after the first, decode seconds (measured only)
+
         def write(rec: dict[str, Any]) -> None:
             sink.write({"trial": t, **rec})
+            if not rec["warmup"] and rec["status"] == "ok":
+                m = request_metrics(rec)
+                if m["decode_ms"] and m["tokens"]:
+                    acc[0] += m["tokens"] - 1
+                    acc[1] += m["decode_ms"] / 1e3
 
         mode: ConcurrencyMode | RateMode = (
             RateMode(rate=cfg.load.rate, seed=cfg.load.seed) if cfg.load.rate
@@ -285,7 +301,8 @@ def _trial(cfg: RunConfig, t: int, server: EngineServer, warm: list[RequestSpec]
         phases["scrape_write"] += clock() - t1
         entry["load"] = {"ok": stats.n_ok, "error": stats.n_error,
                          "incomplete": stats.n_incomplete, "chunks": stats.n_chunks,
-                         "wall_s": stats.wall_s}
+                         "wall_s": stats.wall_s,
+                         "pooled_tok_s": acc[0] / acc[1] if acc[1] else None}
         if stats.n_error or stats.n_incomplete:
             entry["status"] = "failed"
             entry["error"] = f"{stats.n_error} errors, {stats.n_incomplete} incomplete requests"
