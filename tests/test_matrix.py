@@ -166,3 +166,26 @@ def test_json_schema_is_current():
         "docs/matrix.schema.json is stale: run "
         "`python -c 'from crossbench.runner.matrix import json_schema as j; "
         "print(j(), end=\"\")' > docs/matrix.schema.json`")
+
+
+def test_synth_alpha_makes_geometric_rates_per_n(tmp_path):
+    arms = [{"method": "none"},
+            {"name": "a", "method": "draft-simple", "draft": "dft", "n": "1,3",
+             "synth_alpha": 0.5}]
+    cells = cells_of(tmp_path, arms=arms, axes={**BASE["axes"], "concurrency": 1})
+    rates = {c.coords["n"]: c.engine_config["spec"]["synth_rates"] for c in cells
+             if c.coords["arm"] == "a"}
+    assert rates == {1: [0.5], 3: [0.5, 0.25, 0.125]}
+
+
+@pytest.mark.parametrize(("ref", "ok"), [
+    ("fixture:target", True), ("fixture:qwen3-8b/draft@Q8_0", True),
+    ("fixture:huge/target", False), ("fixture:tgt", False),
+])
+def test_fixture_references(tmp_path, ref, ok):
+    models = {**BASE["models"], "tgt": {"path": ref, "quant": "F16", "role": "target"}}
+    if ok:
+        cells_of(tmp_path, models=models)
+    else:
+        with pytest.raises(UserError, match="unknown fixture"):
+            cells_of(tmp_path, models=models)

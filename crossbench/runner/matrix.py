@@ -107,6 +107,9 @@ class Arm(_Strict):
     synth_rates: list[float] | None = Field(None, description="Synthetic per-position "
                                             "acceptance (fractions), one per position.")
     synth_len: float | None = Field(None, description="Synthetic mean acceptance length.")
+    synth_alpha: float | None = Field(None, gt=0, le=1, description="Synthetic geometric "
+                                      "acceptance: rates alpha^(k+1) for positions k < n, "
+                                      "made for each n of the arm.")
     spec: dict[str, Any] = Field(default_factory=dict, description="Other fields of the "
                                  "engine's spec config, e.g. ngram_mod_n_match.")
 
@@ -204,6 +207,22 @@ def load_matrix(path: Path) -> Matrix:
         raise UserError(f"{path}: {loc}: {msg}", f"fix `{loc}`") from None
 
 
+_FIXTURE = re.compile(r"^fixture:(?:(?P<shape>[\w.-]+)/)?(?P<role>target|draft)"
+                      r"(?:@(?P<quant>[A-Za-z0-9_]+))?$")
+
+
+def parse_fixture_ref(ref: str, field: str) -> tuple[str, str, str | None]:
+    """``fixture:[SHAPE/]target|draft[@QUANT]`` -> (shape, role, quant); shape tiny default."""
+    from crossbench.fixtures import SHAPES
+
+    m = _FIXTURE.match(ref)
+    if not m or (m["shape"] or "tiny") not in SHAPES:
+        raise UserError(f"{field}: unknown fixture {ref!r}",
+                        "write fixture:target, fixture:draft or fixture:SHAPE/ROLE@QUANT with "
+                        f"SHAPE one of {', '.join(SHAPES)} (e.g. fixture:qwen3-8b/target@Q4_K_M)")
+    return m["shape"] or "tiny", m["role"], m["quant"]
+
+
 def _slug(text: str) -> str:
     return re.sub(r"[^A-Za-z0-9._-]+", "-", text).strip("-")
 
@@ -294,6 +313,12 @@ def _cell(m: Matrix, eng: EngineEntry, coords: dict[str, Any], arm: Arm) -> Cell
         spec["synth_rates"] = arm.synth_rates
     if arm.synth_len is not None:
         spec["synth_len"] = arm.synth_len
+    if arm.synth_alpha is not None:
+        if coords["n"] is None:
+            raise UserError(f"arm {coords['arm']}: synth_alpha needs n",
+                            "give the arm an n (the rates have one value per position)")
+        spec["synth_rates"] = [round(arm.synth_alpha ** (k + 1), 6)
+                               for k in range(coords["n"])]
     engine_config: dict[str, Any] = {**m.server, "model": _model_path(target), "spec": spec,
                                      "variant": eng.variant}
     if eng.pin is not None:
@@ -344,10 +369,8 @@ def validate_cells(m: Matrix, cells: list[Cell], source: Path | None = None) -> 
             if not p.exists():
                 raise UserError(f"{where}models.{mid}.path: {entry.path} does not exist",
                                 "fix the path, or use hf: {repo, revision, file}")
-        if entry.path is not None and entry.path.startswith("fixture:") and \
-                entry.path not in ("fixture:target", "fixture:draft"):
-            raise UserError(f"{where}models.{mid}.path: unknown fixture {entry.path!r}",
-                            "use fixture:target or fixture:draft")
+        if entry.path is not None and entry.path.startswith("fixture:"):
+            parse_fixture_ref(entry.path, f"{where}models.{mid}.path")
         if entry.hf is not None and len(entry.hf.revision) != 40:
             notes.append(f"models.{mid}: revision {entry.hf.revision!r} is not a commit hash; "
                          "the bytes it names can change (pin a commit)")

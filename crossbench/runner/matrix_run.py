@@ -47,10 +47,13 @@ def cell_dir(out: Path, cell_id: str) -> Path:
 def _resolve(ref: str) -> str:
     """A model reference as a local path (fixtures are made, hf files fetched, on first use)."""
     if ref.startswith("fixture:"):
-        from crossbench.cli.fixtures_cmd import ensure_fixtures
+        from crossbench.cli.fixtures_cmd import ensure_fixtures, quantize
+        from crossbench.runner.matrix import parse_fixture_ref
 
-        target, draft = ensure_fixtures()
-        return str(target if ref == "fixture:target" else draft)
+        shape, role, quant = parse_fixture_ref(ref, "model")
+        target, draft = ensure_fixtures(shape)
+        path = target if role == "target" else draft
+        return str(quantize(path, quant) if quant else path)
     if ref.startswith("hf://"):
         from crossbench.models import parse_model_ref, resolve_model
 
