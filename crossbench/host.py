@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import platform
+import shutil
+import subprocess
 from pathlib import Path
 
 
@@ -15,3 +17,29 @@ def cpu_model() -> str:
     except OSError:
         pass
     return platform.processor() or "unknown"
+
+
+def gpu_names() -> list[str]:
+    """Names of the NVIDIA GPUs ``nvidia-smi`` sees (empty without a driver or GPU)."""
+    if shutil.which("nvidia-smi") is None:
+        return []
+    try:
+        out = subprocess.run(["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"],
+                             capture_output=True, text=True, timeout=30, check=False)
+    except (OSError, subprocess.TimeoutExpired):
+        return []
+    return [ln.strip() for ln in out.stdout.splitlines() if ln.strip()]
+
+
+def hardware_mismatch(gpu: str | None, gpu_count: int | None) -> str | None:
+    """A warning when this host lacks the GPUs a study expects, else None."""
+    if gpu is None and not gpu_count:
+        return None
+    names = gpu_names()
+    want = f"{gpu_count or 1} x {gpu or 'GPU'}"
+    have = ", ".join(names) if names else "no NVIDIA GPU visible (nvidia-smi finds none)"
+    matching = [n for n in names if gpu is None or gpu.lower() in n.lower()]
+    if len(matching) < (gpu_count or 1):
+        return (f"the matrix expects {want}, this host has {have}: its results will not "
+                "describe that hardware; run it there, or change `hardware` to what you have")
+    return None

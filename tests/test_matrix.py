@@ -189,3 +189,17 @@ def test_fixture_references(tmp_path, ref, ok):
     else:
         with pytest.raises(UserError, match="unknown fixture"):
             cells_of(tmp_path, models=models)
+
+
+def test_hardware_expectation_is_checked(monkeypatch):
+    from crossbench import host
+
+    monkeypatch.setattr(host, "gpu_names", lambda: [])
+    msg = host.hardware_mismatch("NVIDIA GeForce RTX 3090", 2)
+    assert msg is not None
+    assert msg.startswith("the matrix expects 2 x NVIDIA GeForce RTX 3090, this host has no "
+                          "NVIDIA GPU visible")
+    monkeypatch.setattr(host, "gpu_names", lambda: ["NVIDIA GeForce RTX 3090"] * 2)
+    assert host.hardware_mismatch("RTX 3090", 2) is None
+    assert host.hardware_mismatch("RTX 3090", 3) is not None
+    assert host.hardware_mismatch(None, None) is None

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from crossbench.errors import UserError
+from crossbench.host import hardware_mismatch
 from crossbench.runner.config import RunConfig
 from crossbench.runner.matrix import (
     Cell,
@@ -138,6 +139,9 @@ def run_matrix(path: Path, out: Path, resume: bool = False, only: tuple[str, ...
     else:
         out.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(path, out / "matrix.yaml")
+        warning = hardware_mismatch(m.hardware.gpu, m.hardware.gpu_count)
+        if warning:
+            progress(f"warning: {warning}")
         write_json_atomic(state_path, {
             "schema_version": STATE_SCHEMA, "kind": "crossbench.matrix",
             "matrix_sha256": digest, "study": m.study.name, "trials": m.trials,
@@ -145,6 +149,7 @@ def run_matrix(path: Path, out: Path, resume: bool = False, only: tuple[str, ...
             "cells": [{"id": c.id, "coords": c.coords, "baseline": c.baseline,
                        "dir": str(cell_dir(out, c.id).relative_to(out))} for c in cells],
             "order": [[cid, t] for cid, t in order],
+            "warnings": [warning] if warning else [],
         })
     done = read_journal(out)
     todo = [(cid, t) for cid, t in order if (cid, t) not in done]
