@@ -8,6 +8,8 @@ timeout); the CLI prints it as one line and exits with code 1. Both carry the fi
 
 from __future__ import annotations
 
+from typing import Any
+
 
 class CrossbenchError(Exception):
     """Base class of every error crossbench raises on purpose."""
@@ -37,3 +39,13 @@ class RunError(CrossbenchError):
     """A failure while running an engine or a workload. Exit code 1."""
 
     exit_code = 1
+
+
+def first_validation_error(exc: Any, top: str = "config") -> tuple[str, str, str]:
+    """(dotted field, error type, message) of a pydantic ValidationError's first error.
+
+    The message drops pydantic's "Value error, " prefix; ``top`` names an error at the root.
+    """
+    err = exc.errors()[0]
+    field = ".".join(str(x) for x in err["loc"]) or top
+    return field, str(err["type"]), str(err["msg"]).removeprefix("Value error, ")

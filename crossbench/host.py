@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import platform
 import shutil
 import subprocess
@@ -17,6 +18,18 @@ def cpu_model() -> str:
     except OSError:
         pass
     return platform.processor() or "unknown"
+
+
+def cpu_flags_digest() -> str:
+    """Digest of the CPU's feature flags: a native CPU build is only valid on the same set."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("flags"):
+                flags = " ".join(sorted(line.split(":", 1)[1].split()))
+                return hashlib.sha256(flags.encode()).hexdigest()[:16]
+    except OSError:
+        pass
+    return "unknown"
 
 
 def gpu_names() -> list[str]:

@@ -13,7 +13,7 @@ from pydantic import ValidationError
 from crossbench.cli.common import progress, user_errors
 from crossbench.engines.llamacpp.config import SPEC_TYPES
 from crossbench.engines.llamacpp.pins import DEFAULT_PIN
-from crossbench.errors import UserError
+from crossbench.errors import UserError, first_validation_error
 
 EPILOG = """\b
 Examples:
@@ -162,10 +162,9 @@ def run(**o: Any) -> None:
                      "concurrency": o["concurrency"], "rate": o["rate"]},
         })
     except ValidationError as e:
-        err = e.errors()[0]
-        field = ".".join(str(x) for x in err["loc"])
+        field, _, msg = first_validation_error(e)
         flag = field.split(".")[-1].replace("_", "-")
-        raise UserError(f"{field}: {err['msg']}", f"fix --{flag}") from None
+        raise UserError(f"{field}: {msg}", f"fix --{flag}") from None
     summary = run_once(cfg, o["out"], progress=progress, argv=sys.argv)
     if o["as_json"]:
         click.echo(json.dumps(summary, indent=2))

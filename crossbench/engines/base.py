@@ -53,6 +53,9 @@ class EngineServer(ABC):
 
     #: registry name, e.g. ``"llama-server"``
     kind: str = ""
+    #: gauge of requests in flight in the metrics, if the engine exports one (the runner
+    #: waits for it to reach 0 before the closing scrape)
+    in_flight_metric: str | None = None
 
     @abstractmethod
     def validate(self) -> None:

@@ -12,7 +12,7 @@ from typing import Any
 from pydantic import BaseModel, ValidationError
 
 from crossbench.engines.base import EngineServer
-from crossbench.errors import UserError
+from crossbench.errors import UserError, first_validation_error
 
 _ENGINES: dict[str, tuple[str, str]] = {}
 
@@ -62,9 +62,7 @@ def create(name: str, config: dict[str, Any], log_path: Path) -> EngineServer:
 
 
 def _describe(e: ValidationError) -> tuple[str, str]:
-    err = e.errors()[0]
-    field = ".".join(str(x) for x in err["loc"]) or "config"
-    msg = err["msg"].removeprefix("Value error, ")
-    if err["type"] == "extra_forbidden":
+    field, kind, msg = first_validation_error(e)
+    if kind == "extra_forbidden":
         return f"{field}: unknown field", "remove it or check its spelling"
     return f"{field}: {msg}", f"fix `{field}`"

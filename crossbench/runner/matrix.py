@@ -22,7 +22,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from crossbench.engines import registry
 from crossbench.engines.llamacpp.config import SpecType
-from crossbench.errors import UserError
+from crossbench.errors import UserError, first_validation_error
 from crossbench.models import HFModelRef
 from crossbench.runner.axes import parse_int_axis
 from crossbench.runner.config import LoadSettings
@@ -195,15 +195,13 @@ def load_matrix(path: Path) -> Matrix:
     try:
         return Matrix.model_validate(data)
     except ValidationError as e:
-        err = e.errors()[0]
-        loc = ".".join(str(x) for x in err["loc"]) or "(top level)"
-        if err["type"] == "extra_forbidden":
+        loc, kind, msg = first_validation_error(e, top="(top level)")
+        if kind == "extra_forbidden":
             raise UserError(f"{path}: {loc}: unknown field",
                             "remove it or fix its spelling (see docs/matrix.md)") from None
-        if err["type"] == "missing":
+        if kind == "missing":
             raise UserError(f"{path}: {loc}: required field missing",
                             "add it (see docs/matrix.md)") from None
-        msg = err["msg"].removeprefix("Value error, ")
         raise UserError(f"{path}: {loc}: {msg}", f"fix `{loc}`") from None
 
 
@@ -385,9 +383,8 @@ def validate_cells(m: Matrix, cells: list[Cell], source: Path | None = None) -> 
         except UserError as e:
             raise UserError(f"{where}cell {c.id}: {e.message}", e.hint) from None
         except ValidationError as e:
-            err = e.errors()[0]
-            loc = ".".join(str(x) for x in err["loc"])
-            raise UserError(f"{where}load.{loc}: {err['msg']}", f"fix `load.{loc}`") from None
+            loc, _, msg = first_validation_error(e)
+            raise UserError(f"{where}load.{loc}: {msg}", f"fix `load.{loc}`") from None
     if m.trials < 2:
         notes.append("trials: 1 gives no spread; use trials >= 2 (3 is the default)")
     return notes

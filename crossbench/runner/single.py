@@ -87,7 +87,8 @@ def settled_scrape(server: EngineServer, timeout_s: float = 10.0) -> MetricsSnap
     while True:
         time.sleep(0.05)
         cur = server.scrape()
-        busy = cur.samples.get("llamacpp:requests_processing", 0.0)
+        metric = server.in_flight_metric
+        busy = cur.samples.get(metric, 0.0) if metric else 0.0
         if (busy == 0 and _same_counters(prev, cur)) or time.monotonic() > deadline:
             return cur
         prev = cur

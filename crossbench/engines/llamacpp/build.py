@@ -19,7 +19,6 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import gzip
-import hashlib
 import json
 import os
 import re
@@ -35,7 +34,7 @@ from typing import Any
 
 from crossbench.engines.llamacpp.pins import DEFAULT_PIN, SourcePin, get_pin
 from crossbench.errors import RunError, UserError
-from crossbench.host import cpu_model
+from crossbench.host import cpu_flags_digest, cpu_model
 from crossbench.paths import cache_dir
 from crossbench.store.atomic import sha256_file, write_json_atomic
 
@@ -231,18 +230,6 @@ def cmake_flags(pin: SourcePin, cuda: bool, cuda_arch: str | None) -> list[str]:
     return flags
 
 
-def _cpu_flags_digest() -> str:
-    """Digest of the CPU's feature flags: a native CPU build is only valid on the same set."""
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("flags"):
-                flags = " ".join(sorted(line.split(":", 1)[1].split()))
-                return hashlib.sha256(flags.encode()).hexdigest()[:16]
-    except OSError:
-        pass
-    return "unknown"
-
-
 def hash_binaries(bin_dir: Path) -> dict[str, str]:
     """sha256 of every program and shared library in a folder, keyed by file name."""
     out: dict[str, str] = {}
@@ -291,7 +278,7 @@ def load_install(pin_spec: str = DEFAULT_PIN, cuda: bool = False,
     server = inst.binary()
     if not server.exists():
         return None
-    if not cuda and manifest.get("host_cpu_flags") != _cpu_flags_digest():
+    if not cuda and manifest.get("host_cpu_flags") != cpu_flags_digest():
         return None  # a native CPU build from another processor may not run here
     if manifest.get("sha256", {}).get("llama-server") != sha256_file(server):
         return None
@@ -362,7 +349,7 @@ def install(pin_spec: str = DEFAULT_PIN, cuda: bool = False, cuda_arch: str | No
             "compiler": compiler,
             "compiler_version": _compiler_version(),
             "host_cpu": cpu_model(),
-            "host_cpu_flags": _cpu_flags_digest(),
+            "host_cpu_flags": cpu_flags_digest(),
             "build_seconds": round(seconds, 1),
             "built_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
             "version_output": (version.stdout + version.stderr).strip(),

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from crossbench.engines.base import EngineIdentity, EngineServer, MetricsSnapshot
-from crossbench.engines.llamacpp.build import load_install
+from crossbench.engines.llamacpp.build import hash_binaries, load_install
 from crossbench.engines.llamacpp.config import LlamaServerConfig
 from crossbench.engines.llamacpp.pins import get_pin
 from crossbench.engines.llamacpp.profile import (
@@ -28,7 +28,6 @@ from crossbench.engines.llamacpp.profile import (
 )
 from crossbench.engines.prometheus import parse_samples
 from crossbench.errors import RunError, UserError
-from crossbench.store.atomic import sha256_file
 
 _PR_SET_PDEATHSIG = 1
 
@@ -90,6 +89,7 @@ class LlamaServer(EngineServer):
     """
 
     kind = "llama-server"
+    in_flight_metric = "llamacpp:requests_processing"
 
     def __init__(self, config: LlamaServerConfig, log_path: Path) -> None:
         self.config = config
@@ -350,10 +350,8 @@ class LlamaServer(EngineServer):
         text = run_version(self.binary)
         build, commit = parse_version(text)
         binary = self.binary.resolve()
-        hashes = {binary.name: sha256_file(binary)}
-        for lib in sorted(binary.parent.glob("*.so*")):
-            if lib.is_file() and not lib.is_symlink():
-                hashes[lib.name] = sha256_file(lib)
+        hashes = {name: digest for name, digest in hash_binaries(binary.parent).items()
+                  if name == binary.name or ".so" in name}
         return EngineIdentity(kind=self.kind, version=text, build_number=build, commit=commit,
                               binary=str(binary), sha256=hashes,
                               extra={"profile": self.profile.origin})
