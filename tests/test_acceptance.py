@@ -98,3 +98,33 @@ def test_prometheus_parser_handles_exponents_labels_and_created():
     assert labelled(s, "vllm:x", "engine") == {"0": 1500.0, "1": 250.0}
     assert counter({"a_total": 3.0}, "a") == 3.0
     assert counter({"a": 4.0}, "a_total") == 4.0
+
+
+def test_counter_delta_other_prefix_sums_series_across_engine_labels() -> None:
+    """vLLM under data parallel exports one series per engine; the delta is their sum."""
+    def page(scale: float) -> str:
+        lines = []
+        for eng in ("0", "1"):
+            lab = f'engine="{eng}",model_name="m"'
+            lines += [
+                f"vllm:spec_decode_num_drafts_total{{{lab}}} {10 * scale}",
+                f"vllm:spec_decode_num_draft_tokens_total{{{lab}}} {30 * scale}",
+                f"vllm:spec_decode_num_accepted_tokens_total{{{lab}}} {15 * scale}",
+            ]
+            for pos, v in enumerate((8, 5, 2)):
+                lines.append("vllm:spec_decode_num_accepted_tokens_per_pos_total"
+                             f'{{{lab},position="{pos}"}} {v * scale}')
+        return "\n".join(lines) + "\n"
+
+    d = counter_delta(parse_samples(page(1)), parse_samples(page(3)), "vllm:spec_decode_")
+    assert d.present
+    assert (d.drafts, d.draft_tokens, d.accepted) == (40.0, 120.0, 60.0)
+    assert d.per_position == [32.0, 20.0, 8.0]
+    acc = compute(d, [])
+    assert acc.draft_acceptance_rate == 0.5
+    assert acc.mean_acceptance_length == 2.5
+    # without per-request draft counts the counters alone show that drafting happened
+    names = {c.name: c.passed for c in integrity(acc, d, 3, True)}
+    assert names["spec_configured_and_drafting"]
+    assert "per_request_sums_equal_counters" not in names
+    assert counter_delta(parse_samples(page(1)), parse_samples(page(3))).present is False

@@ -24,11 +24,8 @@ from typing import Any
 
 from crossbench.engines.prometheus import counter, labelled
 
+#: llama-server's counter prefix (the default); other engines register theirs
 PREFIX = "llamacpp:spec_decode_"
-DRAFTS = PREFIX + "num_drafts_total"
-DRAFT_TOKENS = PREFIX + "num_draft_tokens_total"
-ACCEPTED = PREFIX + "num_accepted_tokens_total"
-PER_POS = PREFIX + "num_accepted_tokens_per_pos_total"
 
 
 @dataclass
@@ -53,16 +50,35 @@ class CounterDelta:
         self.present = self.present or other.present
 
 
-def counter_delta(before: Mapping[str, float], after: Mapping[str, float]) -> CounterDelta:
-    """Delta of the speculative counters between two parsed ``/metrics`` scrapes."""
+def counter_delta(before: Mapping[str, float], after: Mapping[str, float],
+                  prefix: str = PREFIX) -> CounterDelta:
+    """Delta of the speculative counters between two parsed ``/metrics`` scrapes.
+
+    ``prefix`` is the engine's counter prefix (``llamacpp:spec_decode_``,
+    ``vllm:spec_decode_``; registered with the engine). Series that differ only in other
+    labels (vLLM's ``engine`` under data parallel) are summed.
+    """
+    def total(samples: Mapping[str, float], name: str) -> float | None:
+        exact = counter(dict(samples), name)
+        if exact is not None:
+            return exact
+        base = name[: -len("_total")]
+        series = [v for k, v in samples.items()
+                  if k.partition("{")[0] in (base, name) and "{" in k]
+        return sum(series) if series else None
+
     def d(name: str) -> float | None:
-        a, b = counter(dict(after), name), counter(dict(before), name)
+        a, b = total(after, prefix + name), total(before, prefix + name)
         if a is None:
             return None
         return a - (b or 0.0)
 
-    drafts, tokens, acc = d(DRAFTS), d(DRAFT_TOKENS), d(ACCEPTED)
-    pa, pb = labelled(dict(after), PER_POS, "position"), labelled(dict(before), PER_POS, "position")
+    drafts = d("num_drafts_total")
+    tokens = d("num_draft_tokens_total")
+    acc = d("num_accepted_tokens_total")
+    per_pos_name = prefix + "num_accepted_tokens_per_pos_total"
+    pa = labelled(dict(after), per_pos_name, "position")
+    pb = labelled(dict(before), per_pos_name, "position")
     top = max((int(k) for k in pa), default=-1)
     per_pos = [pa.get(str(k), 0.0) - pb.get(str(k), 0.0) for k in range(top + 1)]
     present = drafts is not None and tokens is not None and acc is not None
@@ -137,11 +153,13 @@ def integrity(acc: Acceptance, delta: CounterDelta | None, n: int | None,
         ok = acc.draft_tokens == 0 and acc.per_request_draft_tokens == 0
         return [Check("no_drafts_without_spec", ok,
                       f"drafted tokens {acc.draft_tokens:g} (expected 0: speculation is off)")]
+    counted = delta is not None and delta.present
+    drafting = acc.requests_with_drafts > 0 or (counted and acc.draft_tokens > 0)
     checks.append(Check(
-        "spec_configured_and_drafting", acc.requests_with_drafts > 0,
+        "spec_configured_and_drafting", drafting,
         f"{acc.requests_with_drafts} requests report draft_n, {acc.requests_without_drafts} "
-        "do not" + ("" if acc.requests_with_drafts else
-                    ": speculation is configured but nothing was drafted")))
+        f"do not; counters: {acc.draft_tokens:g} drafted tokens"
+        + ("" if drafting else ": speculation is configured but nothing was drafted")))
     checks.append(Check(
         "accepted_le_drafted", acc.accepted_tokens <= acc.draft_tokens
         and acc.per_request_accepted_tokens <= acc.per_request_draft_tokens,
@@ -151,7 +169,7 @@ def integrity(acc: Acceptance, delta: CounterDelta | None, n: int | None,
         checks.append(Check(
             "mal_le_n_plus_1", acc.mean_acceptance_length <= n + 1 + 1e-9,
             f"MAL {acc.mean_acceptance_length:.4f} <= n+1 = {n + 1}"))
-    if delta is not None and delta.present:
+    if delta is not None and delta.present and acc.requests_with_drafts:
         same = (abs(delta.draft_tokens - acc.per_request_draft_tokens) < 0.5
                 and abs(delta.accepted - acc.per_request_accepted_tokens) < 0.5)
         checks.append(Check(
@@ -159,6 +177,7 @@ def integrity(acc: Acceptance, delta: CounterDelta | None, n: int | None,
             f"timings: drafted {acc.per_request_draft_tokens:g}, accepted "
             f"{acc.per_request_accepted_tokens:g}; /metrics deltas: drafted "
             f"{delta.draft_tokens:g}, accepted {delta.accepted:g}"))
+    if delta is not None and delta.present:
         if delta.per_position:
             s = sum(delta.per_position)
             mono = all(b <= a for a, b in zip(delta.per_position, delta.per_position[1:],

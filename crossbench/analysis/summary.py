@@ -145,6 +145,18 @@ def _spec_of(config: Mapping[str, Any]) -> tuple[bool, int | None]:
     return enabled, n
 
 
+def _metric_prefix(manifest: Mapping[str, Any]) -> str:
+    """The engine's speculative counter prefix: recorded in the manifest, else registered."""
+    from crossbench.analysis.acceptance import PREFIX
+    from crossbench.engines import registry
+
+    recorded = (manifest.get("engine") or {}).get("spec_metric_prefix")
+    if isinstance(recorded, str):
+        return recorded
+    kind = (manifest.get("config") or {}).get("engine")
+    return registry.spec_metric_prefix(kind) if kind in registry.names() else PREFIX
+
+
 def summarize_run_dir(run_dir: Any) -> dict[str, Any]:
     """Recompute ``summary.json`` from a run directory's raw files alone."""
     import json
@@ -158,6 +170,7 @@ def summarize_run_dir(run_dir: Any) -> dict[str, Any]:
     manifest = json.loads((root / "manifest.json").read_text())
     records = read_jsonl(root / "requests.jsonl") if (root / "requests.jsonl").exists() else []
     enabled, n = _spec_of(manifest.get("config", {}))
+    prefix = _metric_prefix(manifest)
     total = acc_mod.CounterDelta()
     per_trial: list[dict[str, Any]] = []
     trials = sorted({int(r.get("trial", 0)) for r in records})
@@ -169,7 +182,7 @@ def summarize_run_dir(run_dir: Any) -> dict[str, Any]:
         delta = None
         if b.exists() and a.exists():
             delta = acc_mod.counter_delta(parse_samples(b.read_text()),
-                                          parse_samples(a.read_text()))
+                                          parse_samples(a.read_text()), prefix)
             total.add(delta)
         else:
             any_missing = True

@@ -15,15 +15,28 @@ from crossbench.engines.base import EngineServer
 from crossbench.errors import UserError, first_validation_error
 
 _ENGINES: dict[str, tuple[str, str]] = {}
+_PREFIXES: dict[str, str] = {}
 
 
-def register(name: str, server: str, config: str) -> None:
-    """Register an engine: ``server`` and ``config`` are ``"module:Class"`` paths."""
+def register(name: str, server: str, config: str,
+             spec_metric_prefix: str = "llamacpp:spec_decode_") -> None:
+    """Register an engine: ``server`` and ``config`` are ``"module:Class"`` paths.
+
+    ``spec_metric_prefix`` starts the names of the engine's speculative counters
+    (``<prefix>num_drafts_total`` and its siblings; see crossbench.analysis.acceptance).
+    """
     _ENGINES[name] = (server, config)
+    _PREFIXES[name] = spec_metric_prefix
 
 
 register("llama-server", "crossbench.engines.llamacpp.server:LlamaServer",
          "crossbench.engines.llamacpp.config:LlamaServerConfig")
+
+
+def spec_metric_prefix(name: str) -> str:
+    """The prefix of an engine's speculative counters (read without loading the adapter)."""
+    _entry(name)
+    return _PREFIXES[name]
 
 
 def names() -> list[str]:

@@ -129,7 +129,9 @@ class RunSession:
                          for i, p in enumerate(prompts[cfg.load.warmup:])]
         engine = {"kind": identity.kind, "version": identity.version,
                   "build_number": identity.build_number, "commit": identity.commit,
-                  "binary": identity.binary, "sha256": identity.sha256, **identity.extra}
+                  "binary": identity.binary, "sha256": identity.sha256,
+                  "spec_metric_prefix": registry.spec_metric_prefix(cfg.engine),
+                  **identity.extra}
         if exists:
             self.manifest: dict[str, Any] = json.loads((out / "manifest.json").read_text())
             if self.manifest["engine"]["sha256"] != engine["sha256"]:
