@@ -100,7 +100,10 @@ def test_exclusion_drops_cells(tmp_path):
 @pytest.mark.parametrize(("over", "msg"), [
     ({"axes": {**BASE["axes"], "engine": ["vllm"]}},  # type: ignore[dict-item]
      "axes.engine: unknown engine 'vllm'"),
-    ({"arms": [{"method": "none"}, {"method": "eagle"}]}, "arms.1.method: Input should be"),
+    ({"arms": [{"method": "none"}, {"method": "eagle"}]},
+     "cell llama/tgt/eagle/builtin-code/c1: method 'eagle' is not a llama-server method"),
+    ({"arms": [{"method": "none"}, {"method": "ngram-mod", "engines": ["nope"]}]},
+     "arms[1].engines: unknown engine 'nope'"),
     ({"arms": [{"method": "none"}, {"method": "draft-simple", "n": 4}]},
      "needs a draft model"),
     ({"arms": [{"method": "none"}, {"method": "draft-dflash", "draft": "dft", "n": "8,16"}]},
@@ -203,3 +206,39 @@ def test_hardware_expectation_is_checked(monkeypatch):
     assert host.hardware_mismatch("RTX 3090", 2) is None
     assert host.hardware_mismatch("RTX 3090", 3) is not None
     assert host.hardware_mismatch(None, None) is None
+
+
+def test_engine_scoped_models_arms_and_settings(tmp_path):
+    """Two engine builds with their own targets, arms and settings, in one matrix."""
+    models = {**BASE["models"],  # type: ignore[dict-item]
+              "tgt": {"path": "fixture:target", "quant": "F16", "role": "target",
+                      "engines": ["llama"]},
+              "tgt-q": {"path": "fixture:target@Q8_0", "quant": "Q8_0", "role": "target",
+                        "engines": ["new"]}}
+    engines = {"llama": {**BASE["engines"]["llama"], "server": {"ctx_size": 1024}},  # type: ignore[index]
+               "new": {**BASE["engines"]["new"], "server": {"ctx_size": 512}}}  # type: ignore[index]
+    arms = [{"method": "none"}, {"method": "ngram-mod", "engines": ["new"]}]
+    cells = cells_of(tmp_path, models=models, engines=engines, arms=arms,
+                     server={"ctx_size": 4096, "parallel": 1},
+                     axes={**BASE["axes"], "engine": ["llama", "new"],  # type: ignore[dict-item]
+                           "target": ["tgt", "tgt-q"], "concurrency": 1})
+    assert [c.id for c in cells] == ["llama/tgt/none/builtin-code/c1",
+                                     "new/tgt-q/none/builtin-code/c1",
+                                     "new/tgt-q/ngram-mod/builtin-code/c1"]
+    by = {c.id: c for c in cells}
+    assert by["llama/tgt/none/builtin-code/c1"].engine_config["ctx_size"] == 1024
+    spec = by["new/tgt-q/ngram-mod/builtin-code/c1"]
+    assert spec.engine_config["ctx_size"] == 512 and spec.engine_config["parallel"] == 1
+    assert spec.baseline == "new/tgt-q/none/builtin-code/c1"
+
+
+def test_whole_repo_hf_model_reference(tmp_path):
+    from crossbench.runner.matrix_run import _resolve
+
+    m = load_matrix(write(tmp_path, models={
+        **BASE["models"],  # type: ignore[dict-item]
+        "hf": {"hf": {"repo": "Qwen/Qwen3-8B", "revision": "a" * 40}, "quant": "BF16",
+               "role": "target"}}))
+    ref = m.models["hf"].reference()
+    assert ref == "hf://Qwen/Qwen3-8B@" + "a" * 40
+    assert _resolve(ref) == ref  # left for the engine to fetch, never downloaded here

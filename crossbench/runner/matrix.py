@@ -21,7 +21,6 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from crossbench.engines import registry
-from crossbench.engines.llamacpp.config import SpecType
 from crossbench.errors import UserError, first_validation_error
 from crossbench.models import HFModelRef
 from crossbench.runner.axes import parse_int_axis
@@ -55,7 +54,11 @@ class EngineEntry(_Strict):
     pin: str | None = Field(None, description="Source pin of a crossbench build, e.g. "
                             "llama-cpp-python==0.3.36 (default pin when neither is set).")
     binary: str | None = Field(None, description="Your own server binary, used as is.")
-    variant: str = Field("cpu", description="Build variant of the pin: cpu or cuda-smNN.")
+    variant: str | None = Field(None, description="Build variant of the pin (llama-server: "
+                                "cpu or cuda-smNN; default cpu).")
+    server: dict[str, Any] = Field(default_factory=dict, description="Settings for this "
+                                   "engine only, merged over the matrix's `server` (e.g. "
+                                   "tensor_parallel_size for vllm, ctx_size for llama-server).")
 
     @model_validator(mode="after")
     def _one_source(self) -> EngineEntry:
@@ -69,7 +72,8 @@ class HFFile(_Strict):
 
     repo: str = Field(description="OWNER/REPO.")
     revision: str = Field(description="Commit hash (best) or tag; recorded with the result.")
-    file: str = Field(description="File name inside the repository.")
+    file: str | None = Field(None, description="File name inside the repository (GGUF "
+                             "engines); omit for engines that load a whole repo (vllm).")
 
 
 class ModelEntry(_Strict):
@@ -80,6 +84,9 @@ class ModelEntry(_Strict):
     hf: HFFile | None = Field(None, description="Hugging Face repo + revision + file.")
     quant: str = Field(description="Quantization label, e.g. Q4_K_M (a confound if it differs).")
     role: Literal["target", "draft"] = Field(description="What the model is used as.")
+    engines: list[str] | None = Field(None, description="Engine ids that load this model "
+                                      "(default: all); cells crossing it with another engine "
+                                      "are left out.")
 
     @model_validator(mode="after")
     def _one_source(self) -> ModelEntry:
@@ -90,6 +97,8 @@ class ModelEntry(_Strict):
     def reference(self) -> str:
         """The model as written: a path, fixture:..., or hf://OWNER/REPO@REV/FILE."""
         if self.hf is not None:
+            if self.hf.file is None:
+                return f"hf://{self.hf.repo}@{self.hf.revision}"
             return str(HFModelRef(self.hf.repo, self.hf.revision, self.hf.file))
         assert self.path is not None
         return self.path
@@ -100,7 +109,11 @@ class Arm(_Strict):
 
     name: str | None = Field(None, description="Label in cell ids; needed when two arms share "
                              "a method (e.g. real vs synthetic acceptance).")
-    method: SpecType = Field(description="Speculative method (llama-server --spec-type).")
+    method: str = Field(description="Speculative method as the engine names it "
+                        "(llama-server: a --spec-type such as draft-simple or ngram-mod; vllm: "
+                        "a speculative-config method such as mtp or eagle3), or none.")
+    engines: list[str] | None = Field(None, description="Engine ids this arm runs on "
+                                      "(default: all).")
     draft: str | None = Field(None, description="Model id (role draft) for draft-* methods.")
     n: int | str | list[int] | None = Field(None, description="Drafted tokens per step: a "
                                              "value, a list, or a range such as 1-15+2.")
@@ -254,6 +267,12 @@ def expand(m: Matrix, source: Path | None = None) -> list[Cell]:
     for key in ("workload", "concurrency"):
         if key in m.load:
             raise bad(f"load.{key}: {key} is an axis here", f"move it to axes.{key}")
+    for where_, ids in ([(f"models.{k}.engines", v.engines) for k, v in m.models.items()]
+                        + [(f"arms[{i}].engines", a.engines) for i, a in enumerate(m.arms)]):
+        for eid in ids or []:
+            if eid not in m.engines:
+                raise bad(f"{where_}: unknown engine {eid!r}",
+                          f"use engine ids from `engines` ({', '.join(m.engines)})")
     concurrencies = parse_int_axis(m.axes.concurrency, "axes.concurrency")
     arms: list[tuple[Arm, str, list[int | None]]] = []
     for i, arm in enumerate(m.arms):
@@ -282,6 +301,9 @@ def expand(m: Matrix, source: Path | None = None) -> list[Cell]:
                                       "concurrency": conc}
                             if any(_excluded(x, coords) for x in m.exclude):
                                 continue
+                            if not _runs_on(arm.engines, eid) or \
+                                    not _runs_on(m.models[tid].engines, eid):
+                                continue
                             cell = _cell(m, eng, coords, arm)
                             if cell.id in seen:
                                 raise bad(f"two cells share the id {cell.id}",
@@ -291,6 +313,10 @@ def expand(m: Matrix, source: Path | None = None) -> list[Cell]:
     if not cells:
         raise bad("the matrix expands to no cells", "check axes and exclude")
     return _pair(cells, where)
+
+
+def _runs_on(engines: list[str] | None, eid: str) -> bool:
+    return engines is None or eid in engines
 
 
 def _excluded(x: Exclusion, coords: dict[str, Any]) -> bool:
@@ -317,8 +343,10 @@ def _cell(m: Matrix, eng: EngineEntry, coords: dict[str, Any], arm: Arm) -> Cell
                             "give the arm an n (the rates have one value per position)")
         spec["synth_rates"] = [round(arm.synth_alpha ** (k + 1), 6)
                                for k in range(coords["n"])]
-    engine_config: dict[str, Any] = {**m.server, "model": _model_path(target), "spec": spec,
-                                     "variant": eng.variant}
+    engine_config: dict[str, Any] = {**m.server, **eng.server, "model": _model_path(target),
+                                     "spec": spec}
+    if eng.variant is not None:
+        engine_config["variant"] = eng.variant
     if eng.pin is not None:
         engine_config["pin"] = eng.pin
     if eng.binary is not None:
@@ -381,6 +409,11 @@ def validate_cells(m: Matrix, cells: list[Cell], source: Path | None = None) -> 
             LoadSettings.model_validate(c.load)
             registry.create(c.engine_kind, cfg, Path("/dev/null")).validate_static()
         except UserError as e:
+            if e.message.startswith("spec.type:"):
+                raise UserError(f"{where}cell {c.id}: method {c.coords['method']!r} is not a "
+                                f"{c.engine_kind} method ({e.message})",
+                                "fix the arm's method, or limit the arm to other engines "
+                                "with `engines:`") from None
             raise UserError(f"{where}cell {c.id}: {e.message}", e.hint) from None
         except ValidationError as e:
             loc, _, msg = first_validation_error(e)

@@ -55,6 +55,8 @@ def _resolve(ref: str) -> str:
         target, draft = ensure_fixtures(shape)
         path = target if role == "target" else draft
         return str(quantize(path, quant) if quant else path)
+    if ref.startswith("hf://") and ref.count("/") < 4:
+        return ref  # a whole repository (hf://OWNER/REPO@REV): the engine fetches it
     if ref.startswith("hf://"):
         from crossbench.models import parse_model_ref, resolve_model
 
