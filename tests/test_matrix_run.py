@@ -14,7 +14,7 @@ import pytest
 import yaml
 
 from crossbench.errors import UserError
-from crossbench.runner.matrix_run import matrix_status, read_journal, run_matrix
+from crossbench.runner.matrix_run import Tick, matrix_status, read_journal, run_matrix
 from crossbench.runner.single import other_engine_processes
 from crossbench.store.atomic import read_jsonl
 
@@ -44,8 +44,12 @@ def small_matrix(tmp_path: Path, binary: Path, requests: int = 2, trials: int = 
 def test_matrix_end_to_end(llama_server, fixture_models, tmp_path):
     m = small_matrix(tmp_path, llama_server)
     out = tmp_path / "run"
-    s = run_matrix(m, out)
+    ticks: list[Tick] = []
+    s = run_matrix(m, out, on_tick=ticks.append)
     assert s["totals"] == {"done": 4, "failed": 0, "missing": 0}
+    assert [(t.index, t.ended) for t in ticks] == [(i, e) for i in range(4) for e in (0, 1)]
+    assert all(t.status == "ok" for t in ticks if t.ended)
+    assert ticks[-1].eta_s == 0 and ticks[-1].last_tok_s and ticks[-1].last_tok_s > 0
     by_id = {c["id"]: c for c in s["cells"]}
     synth = by_id["llama/t/synth/n2/builtin-code/c1"]
     assert synth["baseline"] == "llama/t/none/builtin-code/c1"

@@ -8,6 +8,7 @@ from pathlib import Path
 import click
 
 from crossbench.cli.common import progress, user_errors
+from crossbench.cli.live import make_view
 from crossbench.paths import repo_root
 
 DEFAULT_MATRIX = "matrices/cpu-smoke.yaml"
@@ -39,7 +40,8 @@ def demo(matrix_file: Path | None, out: Path | None) -> None:
     ensure_fixtures()
     path = matrix_file or repo_root() / DEFAULT_MATRIX
     root = out or Path("runs") / time.strftime("demo-%Y%m%d-%H%M%S")
-    summary = run_matrix(path, root, progress=progress)
+    with make_view("auto") as view:
+        summary = run_matrix(path, root, progress=view.message, on_tick=view.tick)
     click.echo(format_status(summary))
     progress(f"run directory: {root} (per cell: cells/<id>/summary.json; "
              f"`crossbench status {root}`)")

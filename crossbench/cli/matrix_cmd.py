@@ -10,6 +10,7 @@ from typing import Any
 import click
 
 from crossbench.cli.common import progress, user_errors
+from crossbench.cli.live import Mode, make_view
 
 
 @click.command(epilog="""\b
@@ -72,9 +73,12 @@ Examples:
 @click.option("--only", multiple=True, help="Run only cells with KEY=VALUE (repeatable).")
 @click.option("--skip", multiple=True, help="Skip cells with KEY=VALUE (repeatable).")
 @click.option("--dry-run", is_flag=True, help="Print each trial's server command; run nothing.")
+@click.option("--progress", "progress_mode", type=click.Choice(["auto", "live", "plain"]),
+              default="auto", show_default=True,
+              help="Live panel on stderr (auto: when stderr is a terminal) or plain lines.")
 @user_errors
 def matrix(matrix_file: Path, out: Path | None, resume: bool, only: tuple[str, ...],
-           skip: tuple[str, ...], dry_run: bool) -> None:
+           skip: tuple[str, ...], dry_run: bool, progress_mode: Mode) -> None:
     """Run a matrix: every cell's trials in the schedule's order, resumable.
 
     Each finished trial is journaled atomically; a kill loses at most the trial in flight, and
@@ -86,8 +90,9 @@ def matrix(matrix_file: Path, out: Path | None, resume: bool, only: tuple[str, .
     if out is None:
         m = load_matrix(matrix_file)
         out = Path(m.out) if m.out else Path("runs") / m.study.name
-    result = run_matrix(matrix_file, out, resume=resume, only=only, skip=skip,
-                        dry_run=dry_run, progress=progress)
+    with make_view(progress_mode) as view:
+        result = run_matrix(matrix_file, out, resume=resume, only=only, skip=skip,
+                            dry_run=dry_run, progress=view.message, on_tick=view.tick)
     if dry_run:
         for step in result["dry_run"]:
             click.echo(f"# {step['cell']} trial {step['trial']}")

@@ -19,6 +19,7 @@ import json
 import shutil
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -38,6 +39,27 @@ from crossbench.store.atomic import JsonlAppender, read_jsonl, write_json_atomic
 
 STATE_SCHEMA = 1
 Progress = Callable[[str], None]
+
+
+@dataclass(frozen=True)
+class Tick:
+    """Where a matrix run stands: emitted before (``ended=False``) and after each trial."""
+
+    index: int  # 0-based position in this invocation's to-do list
+    total: int  # trials this invocation runs
+    done_before: int  # trials a resumed run found finished
+    cell: str
+    trial: int  # 0-based
+    trials: int
+    failures: int  # failed trials so far, including earlier invocations
+    eta_s: float | None
+    last_tok_s: float | None
+    ended: bool = False
+    status: str | None = None  # the trial's outcome when ended
+
+
+def _no_ticks(_: Tick) -> None:
+    return None
 
 
 def cell_dir(out: Path, cell_id: str) -> Path:
@@ -108,8 +130,13 @@ def read_journal(out: Path) -> dict[tuple[str, int], dict[str, Any]]:
 
 def run_matrix(path: Path, out: Path, resume: bool = False, only: tuple[str, ...] = (),
                skip: tuple[str, ...] = (), dry_run: bool = False,
-               progress: Progress = lambda _: None) -> dict[str, Any]:
-    """Run (or with ``dry_run`` print) a matrix's schedule; returns the matrix summary."""
+               progress: Progress = lambda _: None,
+               on_tick: Callable[[Tick], None] = _no_ticks) -> dict[str, Any]:
+    """Run (or with ``dry_run`` print) a matrix's schedule; returns the matrix summary.
+
+    ``progress`` gets messages (warnings, each trial's steps); ``on_tick`` gets a :class:`Tick`
+    before and after every trial (the CLI draws its live view from them).
+    """
     m = load_matrix(path)
     cells = expand(m, path)
     validate_cells(m, cells, path)
@@ -158,26 +185,26 @@ def run_matrix(path: Path, out: Path, resume: bool = False, only: tuple[str, ...
     sessions: dict[str, RunSession] = {}
     t0 = time.monotonic()
     failures = sum(1 for r in done.values() if r["status"] != "ok")
-    last = ""
+    last: float | None = None
     with JsonlAppender(out / "journal.jsonl") as journal:
         for i, (cid, t) in enumerate(todo):
             if cid not in sessions:
                 d = cell_dir(out, cid)
                 sessions[cid] = RunSession(run_config(by_id[cid], m.trials, m.fresh_server), d,
+                                           progress=progress,
                                            resume=(d / "manifest.json").exists())
-            eta = ""
-            if i:
-                per = (time.monotonic() - t0) / i
-                eta = f", ETA {per * (len(todo) - i) / 60:.1f} min"
-            progress(f"[{i + 1}/{len(todo)}] {cid} trial {t + 1}/{m.trials}"
-                     f" (failures so far: {failures}{eta}{last})")
+            eta = (time.monotonic() - t0) / i * (len(todo) - i) if i else None
+            tick = Tick(i, len(todo), len(done), cid, t, m.trials, failures, eta, last)
+            on_tick(tick)
             entry = sessions[cid].run_trial(t)
             if entry["status"] != "ok":
                 failures += 1
-            rate = (entry.get("load") or {}).get("pooled_tok_s")
-            last = f", last {rate:.1f} tok/s" if rate else ""
+            last = (entry.get("load") or {}).get("pooled_tok_s") or last
             journal.write({"cell": cid, "trial": t, "status": entry["status"],
                            "error": entry["error"]})
+            eta = (time.monotonic() - t0) / (i + 1) * (len(todo) - i - 1)
+            on_tick(Tick(i, len(todo), len(done), cid, t, m.trials, failures, eta, last,
+                         ended=True, status=entry["status"]))
             if m.cooldown_s and i + 1 < len(todo):
                 time.sleep(m.cooldown_s)
     for cid in by_id:
