@@ -21,7 +21,8 @@ from crossbench.store.atomic import read_jsonl
 pytestmark = pytest.mark.server
 
 
-def small_matrix(tmp_path: Path, binary: Path, requests: int = 2, trials: int = 2) -> Path:
+def small_matrix(tmp_path: Path, binary: Path, requests: int = 2, trials: int = 2,
+                 **extra: object) -> Path:
     data = {
         "schema_version": 1,
         "study": {"name": "small"},
@@ -35,6 +36,7 @@ def small_matrix(tmp_path: Path, binary: Path, requests: int = 2, trials: int = 
                   "synth_rates": [0.8, 0.5]}],
         "axes": {"engine": ["llama"], "target": ["t"], "workload": ["builtin:code"]},
         "trials": trials,
+        **extra,
     }
     p = tmp_path / "small.yaml"
     p.write_text(yaml.safe_dump(data))
@@ -42,7 +44,7 @@ def small_matrix(tmp_path: Path, binary: Path, requests: int = 2, trials: int = 
 
 
 def test_matrix_end_to_end(llama_server, fixture_models, tmp_path):
-    m = small_matrix(tmp_path, llama_server)
+    m = small_matrix(tmp_path, llama_server, thermal_gate={"max_temp_c": 70})
     out = tmp_path / "run"
     ticks: list[Tick] = []
     s = run_matrix(m, out, on_tick=ticks.append)
@@ -56,6 +58,9 @@ def test_matrix_end_to_end(llama_server, fixture_models, tmp_path):
     assert synth["integrity_passed"] is True
     assert 0 < synth["draft_acceptance_rate"] <= 1
     assert matrix_status(out)["totals"] == s["totals"]
+    gates = [r["thermal_gate"] for r in read_journal(out).values()]
+    assert len(gates) == 4 and all(g["checked"] is False and "NVIDIA" in g["reason"]
+                                   for g in gates)  # this host has no GPU: recorded, ungated
     man = json.loads((out / "cells" / "llama__t__none__builtin-code__c1" / "manifest.json")
                      .read_text())
     phases = man["trials"][0]["phase_s"]

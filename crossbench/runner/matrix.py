@@ -159,6 +159,16 @@ class Schedule(_Strict):
     seed: int = Field(0, description="Seed of the shuffle (recorded).")
 
 
+class ThermalGate(_Strict):
+    """Before each trial, wait until every GPU has cooled to a temperature (NVML readings)."""
+
+    max_temp_c: float = Field(gt=0, description="Start a trial only when the hottest GPU is "
+                              "at or below this temperature (Celsius).")
+    timeout_s: float = Field(600.0, gt=0, description="Longest wait; after it the trial runs "
+                             "and the journal records the gate as not passed.")
+    poll_s: float = Field(2.0, gt=0, description="Seconds between readings.")
+
+
 class Matrix(_Strict):
     """A whole study. See docs/matrix.md."""
 
@@ -179,6 +189,8 @@ class Matrix(_Strict):
     schedule: Schedule = Field(default_factory=Schedule, description="Trial order.")
     fresh_server: bool = Field(True, description="New server for every cell and trial.")
     cooldown_s: float = Field(0.0, ge=0, description="Pause between trials (thermal drift).")
+    thermal_gate: ThermalGate | None = Field(None, description="Optional wait for the GPUs to "
+                                             "cool before each trial (recorded per trial).")
     estimate_tok_s: float | None = Field(None, gt=0, description="Expected decode rate, only "
                                          "for the duration estimate of `validate`.")
     out: str | None = Field(None, description="Default output directory.")

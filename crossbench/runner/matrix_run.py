@@ -28,6 +28,7 @@ from crossbench.host import hardware_mismatch
 from crossbench.runner.config import RunConfig
 from crossbench.runner.matrix import (
     Cell,
+    ThermalGate,
     expand,
     load_matrix,
     matrix_digest,
@@ -193,6 +194,7 @@ def run_matrix(path: Path, out: Path, resume: bool = False, only: tuple[str, ...
                 sessions[cid] = RunSession(run_config(by_id[cid], m.trials, m.fresh_server), d,
                                            progress=progress,
                                            resume=(d / "manifest.json").exists())
+            gate = _gate(m.thermal_gate, progress)
             eta = (time.monotonic() - t0) / i * (len(todo) - i) if i else None
             tick = Tick(i, len(todo), len(done), cid, t, m.trials, failures, eta, last)
             on_tick(tick)
@@ -201,7 +203,8 @@ def run_matrix(path: Path, out: Path, resume: bool = False, only: tuple[str, ...
                 failures += 1
             last = (entry.get("load") or {}).get("pooled_tok_s") or last
             journal.write({"cell": cid, "trial": t, "status": entry["status"],
-                           "error": entry["error"]})
+                           "error": entry["error"],
+                           **({"thermal_gate": gate} if gate is not None else {})})
             eta = (time.monotonic() - t0) / (i + 1) * (len(todo) - i - 1)
             on_tick(Tick(i, len(todo), len(done), cid, t, m.trials, failures, eta, last,
                          ended=True, status=entry["status"]))
@@ -215,6 +218,22 @@ def run_matrix(path: Path, out: Path, resume: bool = False, only: tuple[str, ...
     summary = matrix_status(out, cell_summaries)
     write_json_atomic(out / "summary.json", summary)
     return summary
+
+
+def _gate(gate: ThermalGate | None, progress: Progress) -> dict[str, Any] | None:
+    """Run the thermal gate if the matrix has one; warn when it cannot check or times out."""
+    if gate is None:
+        return None
+    from crossbench.telemetry.gpu import thermal_gate
+
+    res = thermal_gate(gate.max_temp_c, gate.timeout_s, gate.poll_s)
+    if not res.checked:
+        progress(f"warning: thermal gate not applied: {res.reason}; the trial runs ungated "
+                 "(remove thermal_gate on hosts without NVIDIA GPUs)")
+    elif not res.passed:
+        progress(f"warning: thermal gate: {res.reason}; the trial runs hot (raise "
+                 "thermal_gate.timeout_s or cooldown_s, or improve cooling)")
+    return res.to_dict()
 
 
 def matrix_status(out: Path, cell_summaries: dict[str, dict[str, Any]] | None = None

@@ -1,0 +1,176 @@
+"""Statistics for paired comparisons: geometric means, a clustered and stratified bootstrap,
+verdicts, robust outliers, spread and straight-line fits.
+
+The bootstrap resamples *clusters* (prompts: every trial of a prompt moves together, since
+they share the prompt's difficulty) within *strata* (categories: each category keeps its
+number of prompts, so a resample never over-represents one kind of text). The statistic is
+the mean of log ratios over the resampled samples, so ``exp`` of it is a geometric mean.
+All resamples are drawn at once with numpy from a seeded generator: the same seed gives the
+same interval.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Literal
+
+import numpy as np
+import numpy.typing as npt
+
+FloatArray = npt.NDArray[np.float64]
+
+Verdict = Literal["faster", "slower", "indistinguishable", "too few samples"]
+"""Outcome of a paired comparison (a later issue adds ``confounded``)."""
+
+MAD_THRESHOLD = 3.5
+"""Modified z-score above which a value is an outlier (Iglewicz and Hoaglin, 1993)."""
+
+MIN_CLUSTERS = 2
+"""Fewest prompts a bootstrap needs: with one, every resample is the same."""
+
+
+def geomean(values: Sequence[float] | FloatArray) -> float | None:
+    """Geometric mean of positive values (None when empty)."""
+    a = np.asarray(values, dtype=float)
+    if a.size == 0:
+        return None
+    if np.any(a <= 0):
+        raise ValueError("geometric mean needs positive values")
+    return float(np.exp(np.mean(np.log(a))))
+
+
+@dataclass(frozen=True)
+class Clusters:
+    """Per-cluster sums and counts of sample values, with each cluster's stratum."""
+
+    sums: FloatArray
+    counts: FloatArray
+    strata: npt.NDArray[np.int64]
+
+    @classmethod
+    def of(cls, values: Sequence[float] | FloatArray, cluster: Sequence[str],
+           stratum: Sequence[str]) -> Clusters:
+        """Group ``values`` by ``cluster`` (a cluster keeps the stratum of its first sample)."""
+        index: dict[str, int] = {}
+        strata_of: list[str] = []
+        ids = np.empty(len(cluster), dtype=np.int64)
+        for i, (c, s) in enumerate(zip(cluster, stratum, strict=True)):
+            if c not in index:
+                index[c] = len(index)
+                strata_of.append(s)
+            ids[i] = index[c]
+        v = np.asarray(values, dtype=float)
+        sums = np.bincount(ids, weights=v, minlength=len(index))
+        counts = np.bincount(ids, minlength=len(index)).astype(float)
+        names = {s: i for i, s in enumerate(dict.fromkeys(strata_of))}
+        return cls(sums, counts, np.array([names[s] for s in strata_of], dtype=np.int64))
+
+    @property
+    def n_clusters(self) -> int:
+        """Number of clusters."""
+        return int(self.sums.size)
+
+
+def bootstrap_means(c: Clusters, resamples: int, seed: int) -> FloatArray:
+    """Means of the values over ``resamples`` clustered, stratified resamples.
+
+    In every stratum with m clusters, m clusters are drawn with replacement; a resample's
+    mean is the sum of the drawn clusters' sums over the sum of their counts.
+    """
+    rng = np.random.default_rng(seed)
+    total = np.zeros(resamples)
+    count = np.zeros(resamples)
+    for h in range(int(c.strata.max(initial=-1)) + 1):
+        members = np.flatnonzero(c.strata == h)
+        draw = members[rng.integers(0, members.size, size=(resamples, members.size))]
+        total += c.sums[draw].sum(axis=1)
+        count += c.counts[draw].sum(axis=1)
+    return total / count
+
+
+def interval(samples: FloatArray, level: float) -> tuple[float, float]:
+    """Percentile interval of bootstrap samples at confidence ``level``."""
+    tail = (1.0 - level) / 2.0
+    low, high = np.quantile(samples, [tail, 1.0 - tail])
+    return float(low), float(high)
+
+
+def ratio_interval(log_ratios: Sequence[float] | FloatArray, cluster: Sequence[str],
+                   stratum: Sequence[str], resamples: int, seed: int,
+                   level: float) -> tuple[float, float] | None:
+    """Bootstrap interval of the geometric mean of ratios given as logs (None: no data)."""
+    if len(log_ratios) == 0:
+        return None
+    c = Clusters.of(log_ratios, cluster, stratum)
+    low, high = interval(bootstrap_means(c, resamples, seed), level)
+    return float(np.exp(low)), float(np.exp(high))
+
+
+def verdict(ci: tuple[float, float] | None, n_samples: int, n_clusters: int,
+            min_samples: int) -> Verdict:
+    """The one place a comparison's verdict is decided.
+
+    ``too few samples`` when there are fewer than ``min_samples`` paired samples or fewer
+    than two prompts; else ``faster`` when the whole interval is above 1, ``slower`` when it
+    is below 1, ``indistinguishable`` when it contains 1.
+    """
+    if ci is None or n_samples < min_samples or n_clusters < MIN_CLUSTERS:
+        return "too few samples"
+    if ci[0] > 1.0:
+        return "faster"
+    if ci[1] < 1.0:
+        return "slower"
+    return "indistinguishable"
+
+
+def modified_z(values: Sequence[float] | FloatArray) -> FloatArray:
+    """Modified z-scores 0.6745 (x - median) / MAD (zeros when MAD is 0 or no values)."""
+    a = np.asarray(values, dtype=float)
+    if a.size == 0:
+        return a
+    med = np.median(a)
+    mad = np.median(np.abs(a - med))
+    if mad == 0:
+        return np.zeros_like(a)
+    return np.asarray(0.6745 * (a - med) / mad, dtype=float)
+
+
+def mad_outliers(values: Sequence[float] | FloatArray,
+                 threshold: float = MAD_THRESHOLD) -> npt.NDArray[np.bool_]:
+    """Mask of values whose |modified z| exceeds ``threshold`` (flagged, never dropped)."""
+    return np.abs(modified_z(values)) > threshold
+
+
+def cv(values: Sequence[float] | FloatArray) -> float | None:
+    """Coefficient of variation: sample standard deviation / mean (None below 2 values)."""
+    a = np.asarray(values, dtype=float)
+    if a.size < 2 or a.mean() == 0:
+        return None
+    return float(a.std(ddof=1) / a.mean())
+
+
+@dataclass(frozen=True)
+class LineFit:
+    """Least-squares line y = intercept + slope * x."""
+
+    intercept: float
+    slope: float
+    r2: float | None  # None with fewer than 3 points or constant y
+
+    def __call__(self, x: float) -> float:
+        return self.intercept + self.slope * x
+
+
+def fit_line(x: Sequence[float] | FloatArray, y: Sequence[float] | FloatArray) -> LineFit:
+    """Ordinary least squares through at least two points with distinct x."""
+    xa, ya = np.asarray(x, dtype=float), np.asarray(y, dtype=float)
+    if xa.size < 2 or np.ptp(xa) == 0:
+        raise ValueError("a line needs at least two distinct x values")
+    design = np.column_stack([np.ones_like(xa), xa])
+    (a, b), *_ = np.linalg.lstsq(design, ya, rcond=None)
+    ss_tot = float(np.sum((ya - ya.mean()) ** 2))
+    r2 = None
+    if xa.size >= 3 and ss_tot > 0:
+        r2 = 1.0 - float(np.sum((ya - (a + b * xa)) ** 2)) / ss_tot
+    return LineFit(float(a), float(b), r2)
