@@ -214,3 +214,17 @@ def test_other_engine_processes_are_found(tmp_path):
     finally:
         proc.kill()
         proc.wait()
+
+
+def test_thinking_setting_reaches_the_chat_request_only() -> None:
+    from crossbench.runner.config import RunConfig
+    from crossbench.runner.single import _client_config
+
+    def body(load: dict[str, object]) -> dict[str, object]:
+        cfg = RunConfig.model_validate({"engine_config": {"model": "/m.gguf"}, "load": load})
+        return _client_config(cfg, "http://127.0.0.1:1").extra_body
+
+    assert body({"endpoint": "chat", "thinking": False})["chat_template_kwargs"] == {
+        "enable_thinking": False}
+    assert "chat_template_kwargs" not in body({"endpoint": "chat"})
+    assert "chat_template_kwargs" not in body({"endpoint": "completions", "thinking": False})

@@ -23,6 +23,10 @@ class LoadSettings(BaseModel):
     temperature: float = Field(0.0, ge=0, description="Sampling temperature; 0 = greedy.")
     top_p: float = Field(1.0, gt=0, le=1, description="Nucleus sampling cut.")
     seed: int = Field(0, description="Request seed and workload seed.")
+    thinking: bool | None = Field(None, description="Chat endpoint: sent as "
+                                  "chat_template_kwargs.enable_thinking (Qwen3-style templates); "
+                                  "None leaves the template's default. Ignored by raw "
+                                  "completions, which apply no template.")
     cache_prompt: bool = Field(False, description="Allow the server's prompt cache (off: every "
                                "request pays its prefill, so arms compare alike).")
     concurrency: int = Field(1, ge=1, description="Requests in flight (closed loop).")

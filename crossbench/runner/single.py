@@ -324,6 +324,8 @@ def _trial(cfg: RunConfig, t: int, server: EngineServer, warm: list[RequestSpec]
 def _client_config(cfg: RunConfig, base_url: str) -> ClientConfig:
     ld = cfg.load
     extra: dict[str, Any] = {"cache_prompt": ld.cache_prompt}
+    if ld.endpoint == "chat" and ld.thinking is not None:
+        extra["chat_template_kwargs"] = {"enable_thinking": ld.thinking}
     if cfg.engine == "llama-server":
         extra["timings_per_token"] = True  # tokens per chunk, and server timings per request
     return ClientConfig(base_url=base_url, endpoint=ld.endpoint, max_tokens=ld.max_tokens,
