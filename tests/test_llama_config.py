@@ -217,12 +217,16 @@ def test_other_engine_processes_are_found(tmp_path):
 
 
 def test_thinking_setting_reaches_the_chat_request_only() -> None:
+    from crossbench.engines.llamacpp.config import LlamaServerConfig
+    from crossbench.engines.llamacpp.server import LlamaServer
     from crossbench.runner.config import RunConfig
     from crossbench.runner.single import _client_config
 
+    server = LlamaServer(LlamaServerConfig(model=Path("/m.gguf")), Path("/dev/null"))
+
     def body(load: dict[str, object]) -> dict[str, object]:
         cfg = RunConfig.model_validate({"engine_config": {"model": "/m.gguf"}, "load": load})
-        return _client_config(cfg, "http://127.0.0.1:1").extra_body
+        return _client_config(cfg, server).extra_body
 
     assert body({"endpoint": "chat", "thinking": False})["chat_template_kwargs"] == {
         "enable_thinking": False}

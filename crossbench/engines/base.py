@@ -100,6 +100,18 @@ class EngineServer(ABC):
     def log_path(self) -> Path:
         """The file that holds the server's captured stdout and stderr."""
 
+    @property
+    def served_model_name(self) -> str:
+        """The ``model`` field requests must carry (engines that check it override this)."""
+        return "default"
+
+    def request_extras(self, cache_prompt: bool) -> dict[str, Any]:
+        """Engine-specific fields of every streamed request: what makes the engine report
+        tokens per chunk and per-request figures, and its prompt-cache switch if it has one
+        per request. Example (llama-server): ``{"cache_prompt": False,
+        "timings_per_token": True}``."""
+        return {}
+
     def __enter__(self) -> EngineServer:
         self.start()
         try:

@@ -50,3 +50,16 @@ def labelled(samples: dict[str, float], name: str, label: str) -> dict[str, floa
                 lv = v.strip('"')
                 out[lv] = out.get(lv, 0.0) + value
     return out
+
+
+def total(samples: dict[str, float], name: str) -> float | None:
+    """Sum of every series of one metric whatever its labels (``_total`` optional), e.g. a
+    vLLM counter or gauge over its ``engine`` label under data parallel; None when absent.
+
+    Only the metric itself counts: a histogram named ``x_total`` shows as ``x_total_bucket``,
+    ``x_total_sum`` and ``x_total_count``, none of which is ``x_total``.
+    """
+    base = name[: -len("_total")] if name.endswith("_total") else name
+    names = (base, base + "_total")
+    values = [v for k, v in samples.items() if k.partition("{")[0] in names]
+    return sum(values) if values else None

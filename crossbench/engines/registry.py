@@ -31,6 +31,8 @@ def register(name: str, server: str, config: str,
 
 register("llama-server", "crossbench.engines.llamacpp.server:LlamaServer",
          "crossbench.engines.llamacpp.config:LlamaServerConfig")
+register("vllm", "crossbench.engines.vllm.server:VllmServer",
+         "crossbench.engines.vllm.config:VllmServerConfig", spec_metric_prefix="vllm:spec_decode_")
 
 
 def spec_metric_prefix(name: str) -> str:

@@ -34,6 +34,8 @@ Record format (a plain JSON-serialisable dict; times are ``time.monotonic_ns()``
     finish_reason     str|null  last finish_reason seen
     usage             obj|null  last ``usage`` object seen
     timings           obj|null  last ``timings`` object seen (llama-server)
+    metrics           obj|null  last top-level ``metrics`` object seen (vLLM per-request
+                                figures, e.g. ``speculative_decoding``)
     status            "ok" | "error" | "incomplete"
     error             str|null  what went wrong
     http_status       int|null  HTTP status of the response (null if none came)
@@ -96,7 +98,7 @@ Sink = Callable[[dict[str, Any]], None]
 RECORD_KEYS = (
     "request_index", "prompt_id", "category", "warmup", "endpoint", "max_tokens",
     "t_scheduled_ns", "t_sent_ns", "t_first_chunk_ns", "t_done_ns", "chunks", "n_chunks",
-    "text", "finish_reason", "usage", "timings", "status", "error", "http_status",
+    "text", "finish_reason", "usage", "timings", "metrics", "status", "error", "http_status",
 )  # fmt: skip
 """The keys of every record, in order."""
 
@@ -304,8 +306,8 @@ class _SSEStream:
     """Parse state of one streamed response: SSE events in, record fields out."""
 
     __slots__ = (
-        "buf", "chunks", "done_ns", "error", "finish_reason", "last_ct", "last_pn", "pieces",
-        "timings", "usage",
+        "buf", "chunks", "done_ns", "error", "finish_reason", "last_ct", "last_pn", "metrics",
+        "pieces", "timings", "usage",
     )  # fmt: skip
 
     def __init__(self) -> None:
@@ -315,6 +317,7 @@ class _SSEStream:
         self.finish_reason: str | None = None
         self.usage: Any = None
         self.timings: Any = None
+        self.metrics: Any = None  # vLLM's per-request ``metrics`` (final usage chunk)
         self.error: str | None = None
         self.done_ns = 0  # arrival of data: [DONE]; 0 until then
         self.last_pn = 0  # predicted_n at the previous content chunk
@@ -350,6 +353,9 @@ class _SSEStream:
         tm = obj.get("timings")
         if tm:
             self.timings = tm
+        em = obj.get("metrics")
+        if em:
+            self.metrics = em
         choices = obj.get("choices")
         content = None
         if choices:
@@ -471,6 +477,7 @@ async def _one_request(
             "finish_reason": st.finish_reason,
             "usage": st.usage,
             "timings": st.timings,
+            "metrics": st.metrics,
             "status": status,
             "error": error,
             "http_status": http_status,

@@ -424,8 +424,8 @@ def validate_cells(m: Matrix, cells: list[Cell], source: Path | None = None) -> 
             if e.message.startswith("spec.type:"):
                 raise UserError(f"{where}cell {c.id}: method {c.coords['method']!r} is not a "
                                 f"{c.engine_kind} method ({e.message})",
-                                "fix the arm's method, or limit the arm to other engines "
-                                "with `engines:`") from None
+                                f"{e.hint}; or limit the arm to other engines with "
+                                "`engines:`") from None
             raise UserError(f"{where}cell {c.id}: {e.message}", e.hint) from None
         except ValidationError as e:
             loc, _, msg = first_validation_error(e)

@@ -29,6 +29,7 @@ from crossbench import __version__
 from crossbench.analysis.summary import request_metrics, summarize_run_dir
 from crossbench.engines import registry
 from crossbench.engines.base import EngineServer, MetricsSnapshot
+from crossbench.engines.prometheus import total
 from crossbench.errors import RunError, UserError
 from crossbench.host import cpu_model
 from crossbench.load.client import ClientConfig, ConcurrencyMode, RateMode, run_load
@@ -88,7 +89,7 @@ def settled_scrape(server: EngineServer, timeout_s: float = 10.0) -> MetricsSnap
         time.sleep(0.05)
         cur = server.scrape()
         metric = server.in_flight_metric
-        busy = cur.samples.get(metric, 0.0) if metric else 0.0
+        busy = (total(cur.samples, metric) or 0.0) if metric else 0.0
         if (busy == 0 and _same_counters(prev, cur)) or time.monotonic() > deadline:
             return cur
         prev = cur
@@ -270,7 +271,7 @@ def _trial(cfg: RunConfig, t: int, server: EngineServer, warm: list[RequestSpec]
     try:
         props: dict[str, Any] = getattr(server, "props", dict)()
         entry["server_props"] = _props_subset(props)
-        client_cfg = _client_config(cfg, server.base_url)
+        client_cfg = _client_config(cfg, server)
 
         acc = [0.0, 0.0]  # decoded tokens after the first, decode seconds (measured only)
 
@@ -317,18 +318,20 @@ def _trial(cfg: RunConfig, t: int, server: EngineServer, warm: list[RequestSpec]
         if not keep_running:
             server.stop()
         phases["stop"] = clock() - t1
+        report = getattr(server, "stop_report", None)
+        if report:
+            entry["stop_report"] = report  # signals needed, leftovers, GPU memory released
         phases["total"] = clock() - t0
     return entry
 
 
-def _client_config(cfg: RunConfig, base_url: str) -> ClientConfig:
+def _client_config(cfg: RunConfig, server: EngineServer) -> ClientConfig:
     ld = cfg.load
-    extra: dict[str, Any] = {"cache_prompt": ld.cache_prompt}
+    extra: dict[str, Any] = dict(server.request_extras(ld.cache_prompt))
     if ld.endpoint == "chat" and ld.thinking is not None:
         extra["chat_template_kwargs"] = {"enable_thinking": ld.thinking}
-    if cfg.engine == "llama-server":
-        extra["timings_per_token"] = True  # tokens per chunk, and server timings per request
-    return ClientConfig(base_url=base_url, endpoint=ld.endpoint, max_tokens=ld.max_tokens,
+    return ClientConfig(base_url=server.base_url, model=server.served_model_name,
+                        endpoint=ld.endpoint, max_tokens=ld.max_tokens,
                         temperature=ld.temperature, top_p=ld.top_p, seed=ld.seed,
                         ignore_eos=ld.ignore_eos, extra_body=extra,
                         request_timeout_s=ld.request_timeout_s)
@@ -336,7 +339,7 @@ def _client_config(cfg: RunConfig, base_url: str) -> ClientConfig:
 
 def _props_subset(props: dict[str, Any]) -> dict[str, Any]:
     keep = ("build_info", "default_generation_settings", "total_slots", "model_path",
-            "chat_template_caps", "n_ctx")
+            "chat_template_caps", "n_ctx", "startup", "served_models", "standin")
     return {k: props[k] for k in keep if k in props}
 
 

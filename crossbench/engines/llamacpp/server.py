@@ -258,6 +258,11 @@ class LlamaServer(EngineServer):
         """Captured stdout+stderr of the server."""
         return self._log_path
 
+    def request_extras(self, cache_prompt: bool) -> dict[str, Any]:
+        """Per-request prompt cache switch, and timings on every chunk (tokens per chunk and
+        the server's own timings and draft counts per request)."""
+        return {"cache_prompt": cache_prompt, "timings_per_token": True}
+
     @property
     def base_url(self) -> str:
         """``http://host:port`` of the running server."""

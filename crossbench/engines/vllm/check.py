@@ -1,0 +1,212 @@
+"""Check the vLLM adapter against a real vLLM on your own GPU machine, in one command.
+
+::
+
+    python -m crossbench.engines.vllm.check                       # vllm on PATH, Qwen3-0.6B
+    python -m crossbench.engines.vllm.check --model Qwen/Qwen3-8B --draft Qwen/Qwen3-0.6B
+
+It starts ``vllm serve`` through the adapter with a draft model (the target drafting for
+itself by default) and synthetic acceptance (vLLM's ``rejection_sample_method: synthetic``,
+rates 0.9, 0.6, 0.3), streams requests with crossbench's load client, and checks that:
+
+1. ``vllm --version`` is a release with a profile in ``engines/vllm/``, and the config
+   validates against it;
+2. the server becomes ready and its startup log yields the facts crossbench records;
+3. every request streams to completion with several tokens per chunk;
+4. the acceptance figures recovered from ``/metrics`` deltas match the configured rates
+   (within 0.05 per position, 0.1 in mean acceptance length; at least 1000 drafts);
+5. the per-request ``metrics.speculative_decoding`` of a request equals its counter deltas
+   (releases with ``--per-request-spec-decode-metrics``);
+6. ``stop()`` leaves no process behind and the GPU memory is released.
+
+It prints one line per check and exits 0 when all pass. Releases without synthetic
+acceptance (0.10) are checked with ngram and the integrity checks instead of known rates.
+Everything it saw is kept under ``--out`` (server log, both scrapes, the records).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from crossbench.analysis import acceptance
+from crossbench.engines import registry
+from crossbench.engines.base import MetricsSnapshot
+from crossbench.engines.prometheus import total
+from crossbench.engines.vllm.metrics import IN_FLIGHT, SPEC_PREFIX
+from crossbench.engines.vllm.profile import is_standin, parse_version, profile_for
+from crossbench.engines.vllm.server import VllmServer
+from crossbench.errors import CrossbenchError
+from crossbench.load.client import ClientConfig, ConcurrencyMode, run_load_sync
+from crossbench.load.workloads import load_workload
+
+RATES = [0.9, 0.6, 0.3]
+
+
+class _Report:
+    def __init__(self, say: Callable[[str], None]) -> None:
+        self.say, self.failed = say, 0
+
+    def check(self, name: str, ok: bool, detail: str) -> bool:
+        self.failed += not ok
+        self.say(f"{'ok  ' if ok else 'FAIL'} {name}: {detail}")
+        return ok
+
+
+def _version(binary: str) -> str:
+    out = subprocess.run([binary, "--version"], capture_output=True, text=True, timeout=300,
+                         check=False)
+    lines = [ln for ln in (out.stdout + out.stderr).splitlines() if ln.strip()]
+    return lines[-1].strip() if lines else ""
+
+
+def settled(srv: VllmServer, timeout_s: float = 30.0) -> MetricsSnapshot:
+    """Scrape until nothing runs and the speculative counters stopped moving (vLLM records a
+    step's statistics after it streams the step's tokens)."""
+    deadline = time.monotonic() + timeout_s
+    prev = srv.scrape()
+    while True:
+        time.sleep(0.2)
+        cur = srv.scrape()
+        names = [SPEC_PREFIX + n for n in ("num_drafts", "num_accepted_tokens")]
+        still = all(total(cur.samples, n) == total(prev.samples, n) for n in names)
+        if (still and not total(cur.samples, IN_FLIGHT)) or time.monotonic() > deadline:
+            return cur
+        prev = cur
+
+
+def run_check(binary: str, model: str, draft: str | None, out: Path, requests: int,
+              max_tokens: int, say: Callable[[str], None] = print,
+              server: dict[str, Any] | None = None) -> int:
+    """Run the checks; returns the number that failed."""
+    rep = _Report(say)
+    out.mkdir(parents=True, exist_ok=True)
+    text = _version(binary)
+    release, _ = parse_version(text)
+    try:
+        prof = profile_for(release or "?")
+    except CrossbenchError as e:
+        rep.check("profile", False, f"`{binary} --version` says {text!r}: {e.one_line()}")
+        return rep.failed
+    rep.check("profile", True, f"{text} -> {prof.origin}"
+              + (" (crossbench's STAND-IN, not vLLM)" if is_standin(text) else ""))
+    synthetic = "synthetic_acceptance_rates" in prof.spec_fields
+    spec: dict[str, Any] = (
+        {"type": "draft_model", "draft_model": draft or model, "synth_rates": RATES}
+        if synthetic else {"type": "ngram", "n": len(RATES)})
+    config: dict[str, Any] = {"binary": binary, "version": prof.version, "model": model,
+                              "seed": 0, "max_model_len": 2048, "spec": spec, **(server or {})}
+    if prof.per_request is not None:
+        config["per_request_spec_decode_metrics"] = "summary"
+    try:
+        srv = registry.create("vllm", config, out / "server.log")
+        assert isinstance(srv, VllmServer)
+        srv.validate()
+    except CrossbenchError as e:
+        rep.check("config", False, e.one_line())
+        return rep.failed
+    rep.check("config", True, f"validated against {prof.origin}")
+    srv.start()
+    try:
+        _serve_and_measure(rep, srv, out, requests, max_tokens, synthetic)
+    finally:
+        try:
+            srv.stop()
+            r = srv.stop_report
+            rep.check("stop", not r["leftover"], f"{r['stop_s']} s, SIGKILL needed for "
+                      f"{r['sigkill'] or 'none'}, GPU: {r['gpu']}")
+        except CrossbenchError as e:
+            rep.check("stop", False, e.one_line())
+    return rep.failed
+
+
+def _serve_and_measure(rep: _Report, srv: VllmServer, out: Path, requests: int,
+                       max_tokens: int, synthetic: bool) -> None:
+    try:
+        srv.wait_ready()
+    except CrossbenchError as e:
+        rep.check("ready", False, e.one_line())
+        return
+    rep.check("ready", True, " ".join(srv.command()))
+    facts = srv.startup_facts()
+    got = {k: v for k, v in (facts.to_dict() if facts else {}).items()
+           if k != "lines" and v is not None}
+    rep.check("startup log", "version" in got and "kv_cache_tokens" in got,
+              json.dumps(got, default=str))
+    before = srv.scrape()
+    records: list[dict[str, Any]] = []
+    cfg = ClientConfig(base_url=srv.base_url, model=srv.served_model_name,
+                       max_tokens=max_tokens, seed=0, extra_body={"stream_options": {
+                           "include_usage": True, "continuous_usage_stats": True}})
+    work = load_workload("builtin:mixed", count=requests).requests()
+    stats = run_load_sync(cfg, work, ConcurrencyMode(concurrency=4), records.append)
+    after = settled(srv)
+    (out / "before.prom").write_text(before.text)
+    (out / "after.prom").write_text(after.text)
+    (out / "requests.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    multi = sum(1 for r in records for _, n in r["chunks"] if n and n > 1)
+    rep.check("streaming", stats.n_ok == requests and multi > 0,
+              f"{stats.n_ok}/{requests} ok, {multi} chunks carried several tokens")
+    d = acceptance.counter_delta(before.samples, after.samples,
+                                 registry.spec_metric_prefix("vllm"))
+    acc = acceptance.compute(d, records)
+    mal = acc.mean_acceptance_length
+    figures = (f"{d.drafts:g} drafts, per position {[round(p, 3) for p in acc.per_position]}"
+               f", MAL {'-' if mal is None else round(mal, 3)}")
+    if synthetic:
+        close = (len(acc.per_position) == len(RATES) and d.drafts >= 1000
+                 and all(abs(a - b) <= 0.05 for a, b in zip(acc.per_position, RATES,
+                                                              strict=True))
+                 and abs((acc.mean_acceptance_length or 0) - 1 - sum(RATES)) <= 0.1)
+        rep.check("acceptance", close, f"{figures}; configured {RATES}")
+    else:
+        bad = [c.detail for c in acceptance.integrity(acc, d, len(RATES), True)
+               if c.name in ("accepted_le_drafted", "mal_le_n_plus_1",
+                             "per_position_consistent") and not c.passed]
+        rep.check("acceptance", d.present and not bad, figures + "; " + "; ".join(bad))
+    if srv.profile.per_request is not None:
+        _check_per_request(rep, srv, max_tokens)
+
+
+def _check_per_request(rep: _Report, srv: VllmServer, max_tokens: int) -> None:
+    before = settled(srv).samples
+    body = json.dumps({"model": srv.served_model_name, "prompt": "Count from one to fifty:",
+                       "max_tokens": max_tokens, "temperature": 0, "ignore_eos": True})
+    req = urllib.request.Request(srv.base_url + "/v1/completions", data=body.encode(),
+                                 headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(req, timeout=600) as r:
+        per = (json.loads(r.read()).get("metrics") or {}).get("speculative_decoding") or {}
+    d = acceptance.counter_delta(before, settled(srv).samples,
+                                 registry.spec_metric_prefix("vllm"))
+    same = (per.get("num_spec_steps") == d.drafts and per.get("num_draft_tokens") ==
+            d.draft_tokens and per.get("num_accepted_draft_tokens") == d.accepted)
+    rep.check("per-request metrics", same, f"response {per or 'has no metrics'}; counters "
+              f"drafts {d.drafts:g}, drafted {d.draft_tokens:g}, accepted {d.accepted:g}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Command-line entry; exit code 0 when every check passes."""
+    ap = argparse.ArgumentParser(prog="python -m crossbench.engines.vllm.check",
+                                 description=(__doc__ or "").splitlines()[0])
+    ap.add_argument("--binary", default="vllm", help="the vllm executable (default: on PATH)")
+    ap.add_argument("--model", default="Qwen/Qwen3-0.6B", help="target (OWNER/REPO[@...])")
+    ap.add_argument("--draft", default=None, help="draft model (default: the target)")
+    ap.add_argument("--requests", type=int, default=16)
+    ap.add_argument("--max-tokens", type=int, default=256)
+    ap.add_argument("--out", type=Path, default=Path("vllm-check"))
+    a = ap.parse_args(argv)
+    failed = run_check(a.binary, a.model, a.draft, a.out, a.requests, a.max_tokens)
+    print(f"{'all checks passed' if not failed else f'{failed} check(s) failed'}; "
+          f"server log and scrapes in {a.out}/", file=sys.stderr)
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

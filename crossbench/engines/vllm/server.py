@@ -1,0 +1,539 @@
+"""The vLLM adapter: typed config -> ``vllm serve`` argv -> a process tree with a known lifecycle.
+
+Lifecycle: :meth:`VllmServer.start` runs ``vllm serve`` in a new session (``setsid``: its own
+process group, whose id is the session id) with a parent-death signal, logging to
+``log_path``; :meth:`~VllmServer.wait_ready` polls ``/health`` and then ``/v1/models`` and
+parses the startup log (:mod:`crossbench.engines.vllm.startup_log`);
+:meth:`~VllmServer.stop` ends the whole session, including workers that outlived the API
+server or left its process group, found through ``/proc/*/stat``, and waits until the GPU
+memory they held is released (through NVML when ``pynvml`` is importable). Processes that
+survive SIGKILL are a :class:`~crossbench.errors.RunError`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import hashlib
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import time
+from pathlib import Path
+from typing import Any
+
+from crossbench.engines.base import EngineIdentity, EngineServer, MetricsSnapshot
+from crossbench.engines.llamacpp.server import free_port, http_get, log_tail, port_in_use
+from crossbench.engines.prometheus import parse_samples
+from crossbench.engines.vllm import startup_log
+from crossbench.engines.vllm.config import VllmServerConfig
+from crossbench.engines.vllm.metrics import IN_FLIGHT
+from crossbench.engines.vllm.profile import (
+    VllmProfile,
+    is_standin,
+    known_profiles,
+    not_benchmarkable,
+    parse_version,
+    profile_for,
+)
+from crossbench.errors import RunError, UserError
+
+_PR_SET_PDEATHSIG = 1
+_FLAG_RE = re.compile(r"--?[A-Za-z]")
+#: flags the adapter sets from typed fields; extra_args may not repeat them
+_MANAGED = ("--model", "--revision", "--host", "--port", "--speculative-config",
+            "--per-request-spec-decode-metrics", "--served-model-name")
+
+
+def _new_session_with_parent_death() -> None:  # runs in the child between fork and exec
+    os.setsid()
+    with contextlib.suppress(Exception):
+        libc = ctypes.CDLL("libc.so.6", use_errno=True)
+        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+
+
+def session_processes(sid: int) -> list[tuple[int, str, str]]:
+    """(pid, command name, state) of every process in session ``sid``, from ``/proc``."""
+    out: list[tuple[int, str, str]] = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+        except OSError:
+            continue
+        # "pid (comm) state ppid pgrp session ...": comm may hold spaces and parentheses
+        head, _, rest = stat.rpartition(")")
+        fields = rest.split()
+        if len(fields) > 3 and int(fields[3]) == sid:
+            out.append((int(entry.name), head.partition("(")[2], fields[0]))
+    return out
+
+
+def _alive(procs: list[tuple[int, str, str]]) -> list[tuple[int, str, str]]:
+    return [p for p in procs if p[2] not in ("Z", "X")]  # zombies hold no memory
+
+
+def _signal_all(pids: list[int], sig: signal.Signals) -> None:
+    for pid in pids:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(pid, sig)
+
+
+def wait_gpu_release(pids: set[int], timeout_s: float) -> str:
+    """Wait until none of ``pids`` holds GPU memory; a one-line outcome for the record."""
+    try:
+        import pynvml
+    except ImportError:
+        return "no GPU (pynvml is not importable)"
+    try:
+        pynvml.nvmlInit()
+    except Exception as e:
+        return f"no GPU (NVML: {e})"
+    try:
+        handles = [pynvml.nvmlDeviceGetHandleByIndex(i)
+                   for i in range(pynvml.nvmlDeviceGetCount())]
+        if not handles:
+            return "no GPU"
+        deadline = time.monotonic() + timeout_s
+        while True:
+            held = sorted({p.pid for h in handles
+                           for p in pynvml.nvmlDeviceGetComputeRunningProcesses(h)
+                           if p.pid in pids})
+            if not held:
+                return "released"
+            if time.monotonic() > deadline:
+                return f"still held by pids {held} after {timeout_s:g} s"
+            time.sleep(0.2)
+    finally:
+        with contextlib.suppress(Exception):
+            pynvml.nvmlShutdown()
+
+
+class VllmServer(EngineServer):
+    """vLLM's ``vllm serve`` behind the common lifecycle.
+
+    Example::
+
+        cfg = VllmServerConfig(model="hf://Qwen/Qwen3-8B@b968826d",
+                               spec={"type": "eagle3", "n": 3,
+                                     "draft_model": "AngelSlim/Qwen3-8B_eagle3"})
+        with VllmServer(cfg, log_path=Path("run/server.log")) as srv:
+            print(srv.base_url)        # http://127.0.0.1:<free port>
+            snap = srv.scrape()        # vllm:* series, labels model_name and engine
+    """
+
+    kind = "vllm"
+    in_flight_metric = IN_FLIGHT
+
+    def __init__(self, config: VllmServerConfig, log_path: Path) -> None:
+        self.config = config
+        self._log_path = log_path
+        self._proc: subprocess.Popen[bytes] | None = None
+        self._port: int | None = config.port
+        self._binary: Path | None = None
+        self._version_text: str | None = None
+        self._log_offset = 0
+        self._startup: startup_log.StartupFacts | None = None
+        self._served: list[str] = []
+        #: outcome of the last :meth:`stop`: signals needed, leftovers, GPU release
+        self.stop_report: dict[str, Any] = {}
+
+    # -- inputs -------------------------------------------------------------------------------
+
+    @property
+    def profile(self) -> VllmProfile:
+        """Flags, speculative-config fields, methods and metrics of the pinned release."""
+        return profile_for(self.config.version)
+
+    @property
+    def binary(self) -> Path:
+        """The ``vllm`` executable (config ``binary``, else ``vllm`` on PATH)."""
+        if self._binary is None:
+            if self.config.binary is not None:
+                b = self.config.binary.expanduser()
+                if not b.exists():
+                    raise UserError(f"binary: {b} does not exist",
+                                    "fix the path, or drop `binary` to use `vllm` on PATH")
+                self._binary = b
+            else:
+                found = shutil.which("vllm")
+                if found is None:
+                    raise UserError("vllm is not on PATH",
+                                    f"pip install vllm=={self.config.version} (needs a GPU "
+                                    "machine), or set binary: /path/to/vllm")
+                self._binary = Path(found)
+        return self._binary
+
+    @property
+    def served_model_name(self) -> str:
+        """The name requests must carry in ``model`` (vLLM answers 404 to any other)."""
+        return self.config.served_model_name or self.config.model_ref().name
+
+    def validate_static(self) -> None:
+        """Check method, n, synthetic settings and every flag and spec-config field against
+        the pinned release's profile, without the binary or the model files."""
+        self.argv(self.profile, "vllm")
+
+    def validate(self) -> None:
+        """Everything :meth:`validate_static` checks, plus the binary's reported release,
+        local model folders and the port."""
+        cfg = self.config
+        self.validate_static()
+        if not os.access(self.binary, os.X_OK):
+            raise UserError(f"binary: {self.binary} is not executable", "chmod +x it")
+        release, _ = parse_version(self.version_text())
+        if release != cfg.version:
+            profiled = any(p.version == release for p in known_profiles())
+            raise UserError(
+                f"version: the config pins vLLM {cfg.version} but {self.binary} reports "
+                f"{self.version_text()!r}",
+                (f"set version: {release}" if profiled else
+                 f"make a profile for {release} (python -m crossbench.engines.vllm.profile_gen"
+                 " WHEEL) and set version to it") + f", or install vllm=={cfg.version}")
+        for setting, ref in (("model", cfg.model_ref()), ("spec.draft_model",
+                                                          cfg.spec.draft_ref())):
+            if ref is not None and ref.local and not Path(ref.name).exists():
+                raise UserError(f"{setting}: {ref.name} does not exist",
+                                "fix the path, or give OWNER/REPO or hf://OWNER/REPO@REVISION")
+        if cfg.port is not None and port_in_use(cfg.host, cfg.port):
+            raise UserError(f"port {cfg.port} on {cfg.host} is in use",
+                            "stop what holds it, or omit port to pick a free one")
+
+    def _check_spec(self, prof: VllmProfile) -> None:
+        spec = self.config.spec
+        if not spec.enabled:
+            if spec.synthetic:
+                raise UserError("spec.synth_rates: synthetic acceptance needs a speculative "
+                                "method", "set spec.type (e.g. draft_model or ngram), or drop "
+                                "synth_rates / synth_len")
+            return
+        if spec.type in not_benchmarkable():
+            raise UserError(f"spec.type: {spec.type!r} is not a method crossbench runs "
+                            f"({not_benchmarkable()[spec.type]})",
+                            "choose a drafting method such as ngram, eagle3 or mtp")
+        if spec.type not in prof.methods:
+            have = [p.version for p in known_profiles() if spec.type in p.methods]
+            raise UserError(f"spec.type: method {spec.type!r} is not in {prof.label}",
+                            f"releases that have it: {', '.join(have)}; pin one of them"
+                            if have else "use one of: " + ", ".join(
+                                m for m in prof.methods if m not in not_benchmarkable()))
+        if spec.type in prof.unsupported:
+            raise UserError(f"spec.type: {prof.label} refuses {spec.type!r} at start-up: "
+                            f"{prof.unsupported[spec.type]}", "choose another method, or pin "
+                            "a release that runs it")
+        rule = prof.rule(spec.type)
+        if rule.draft_model == "required" and spec.draft_model is None:
+            raise UserError(f"spec.draft_model: {spec.type} needs a draft model ({rule.note})",
+                            "set draft_model (OWNER/REPO, hf://OWNER/REPO@REV or a folder)")
+        if rule.draft_model == "forbidden" and spec.draft_model is not None:
+            raise UserError(f"spec.draft_model: {spec.type} takes no draft model ({rule.note})",
+                            "drop draft_model, or choose draft_model / eagle3 / ...")
+        n = spec.effective_n
+        if n is None and rule.n == "required":
+            raise UserError(f"spec.n: {spec.type} needs num_speculative_tokens",
+                            "set n (tokens drafted per step), e.g. n: 4")
+        if n is not None and n < 1:
+            raise UserError(f"spec.n: n={n} drafts nothing",
+                            "use n >= 1, or type: none for a baseline")
+        if spec.synth_rates is not None and n is not None and len(spec.synth_rates) != n:
+            raise UserError(f"spec.synth_rates: {len(spec.synth_rates)} rates but n={n}",
+                            "give exactly one rate per drafted position")
+        if spec.synth_len is not None and n is not None and spec.synth_len > n + 1:
+            raise UserError(f"spec.synth_len: {spec.synth_len:g} exceeds n + 1 = {n + 1}",
+                            "the mean acceptance length counts at most n drafted tokens + 1")
+        if spec.synth_len is not None and n is None:
+            raise UserError("spec.synth_len: synthetic acceptance length needs n",
+                            "set n (num_speculative_tokens)")
+        sources = {"method": "spec.type", "model": "spec.draft_model",
+                   "num_speculative_tokens": "spec.n", "rejection_sample_method":
+                   "spec.synth_rates" if spec.synthetic else "spec.rejection_sample_method",
+                   "synthetic_acceptance_rates": "spec.synth_rates",
+                   "synthetic_acceptance_length": "spec.synth_len"}
+        for name, value in spec.vllm_fields().items():
+            setting = sources.get(name, f"spec.{name}")
+            prof.check_spec_field(name, setting)
+            if isinstance(value, str):
+                prof.check_choice(name, value, setting)
+
+    # -- command ------------------------------------------------------------------------------
+
+    def command(self) -> list[str]:
+        """Exact argv of the server (the port is 0 until :meth:`start` picks one)."""
+        return self.argv(self.profile, str(self.binary))
+
+    def argv(self, prof: VllmProfile, binary: str) -> list[str]:
+        """The argv for a release's profile; raises UserError for anything it lacks.
+
+        Server flags come only from the server settings and the speculative ones only from
+        ``spec``, so a baseline and its speculative arm differ in ``--speculative-config``
+        (and ``--per-request-spec-decode-metrics`` when asked for) and nothing else.
+        """
+        cfg, spec = self.config, self.config.spec
+        self._check_spec(prof)
+        argv = [binary, "serve"]
+
+        def add(flag: str, value: Any, setting: str) -> None:
+            if value is None:
+                return
+            prof.check_flag(flag, setting)
+            argv.extend([flag, str(value)])
+
+        def switch(name: str, value: bool | None, setting: str) -> None:
+            if value is None:
+                return
+            flag = f"--{name}" if value else f"--no-{name}"
+            prof.check_flag(flag, setting)
+            argv.append(flag)
+
+        ref = cfg.model_ref()
+        add("--model", ref.name, "model")
+        add("--revision", ref.revision, "revision")
+        add("--served-model-name", cfg.served_model_name, "served_model_name")
+        add("--tokenizer", cfg.tokenizer, "tokenizer")
+        add("--dtype", cfg.dtype, "dtype")
+        add("--quantization", cfg.quantization, "quantization")
+        add("--seed", cfg.seed, "seed")
+        add("--host", cfg.host, "host")
+        add("--port", self._port or 0, "port")
+        add("--tensor-parallel-size", cfg.tensor_parallel_size, "tensor_parallel_size")
+        add("--data-parallel-size", cfg.data_parallel_size, "data_parallel_size")
+        add("--gpu-memory-utilization", cfg.gpu_memory_utilization, "gpu_memory_utilization")
+        add("--max-model-len", cfg.max_model_len, "max_model_len")
+        add("--max-num-seqs", cfg.max_num_seqs, "max_num_seqs")
+        add("--max-num-batched-tokens", cfg.max_num_batched_tokens, "max_num_batched_tokens")
+        switch("enable-prefix-caching", cfg.enable_prefix_caching, "enable_prefix_caching")
+        switch("enable-chunked-prefill", cfg.enable_chunked_prefill, "enable_chunked_prefill")
+        switch("enforce-eager", cfg.enforce_eager, "enforce_eager")
+        if spec.enabled:
+            add("--speculative-config", json.dumps(spec.vllm_fields(), separators=(",", ":")),
+                "spec")
+            level = cfg.per_request_spec_decode_metrics
+            if level is not None and level != "none":
+                add("--per-request-spec-decode-metrics", level,
+                    "per_request_spec_decode_metrics")
+        for arg in cfg.extra_args:
+            if not _FLAG_RE.match(arg):
+                continue  # a value (negative numbers included)
+            name = arg.split("=", 1)[0]
+            if name.replace("_", "-") in _MANAGED:
+                raise UserError(f"extra_args: {name} is set by crossbench",
+                                "use the typed setting (model, revision, host, port, spec, "
+                                "served_model_name, per_request_spec_decode_metrics) instead")
+            if name.replace("_", "-") == "--disable-log-stats":
+                raise UserError("extra_args: --disable-log-stats turns off the counters "
+                                "crossbench reads", "drop it")
+            prof.check_raw_flag(arg)
+        return argv + list(cfg.extra_args)
+
+    # -- lifecycle ----------------------------------------------------------------------------
+
+    @property
+    def log_path(self) -> Path:
+        """Captured stdout+stderr of the server (all its processes)."""
+        return self._log_path
+
+    def request_extras(self, cache_prompt: bool) -> dict[str, Any]:
+        """Usage on every chunk (tokens per chunk) and the final usage chunk, which carries
+        ``metrics.speculative_decoding`` with --per-request-spec-decode-metrics. Prefix
+        caching is a server flag here (``enable_prefix_caching``), not a request field."""
+        return {"stream_options": {"include_usage": True, "continuous_usage_stats": True}}
+
+    @property
+    def base_url(self) -> str:
+        """``http://host:port`` of the running server."""
+        return f"http://{self.config.host}:{self._port}"
+
+    @property
+    def pid(self) -> int | None:
+        """Process id of ``vllm serve`` (also its session and process-group id)."""
+        return self._proc.pid if self._proc else None
+
+    def start(self) -> None:
+        """Spawn ``vllm serve`` in a new session; it dies if crossbench dies."""
+        if self._proc is not None:
+            raise RuntimeError("server already started")
+        if self._port is None:
+            self._port = free_port(self.config.host)
+        argv = self.command()
+        self._log_path.parent.mkdir(parents=True, exist_ok=True)
+        self._log_offset = self._log_path.stat().st_size if self._log_path.exists() else 0
+        self._startup = None
+        env = {**os.environ, **self.config.env}
+        log = self._log_path.open("ab")
+        try:
+            self._proc = subprocess.Popen(
+                argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, env=env,
+                preexec_fn=_new_session_with_parent_death,
+            )
+        finally:
+            log.close()
+
+    def _this_log(self) -> str:
+        try:
+            with self._log_path.open("rb") as f:
+                f.seek(self._log_offset)
+                return f.read().decode(errors="replace")
+        except OSError:
+            return ""
+
+    def wait_ready(self, timeout_s: float | None = None) -> None:
+        """Poll ``/health`` until 200, then ``/v1/models`` until it lists the model; then
+        parse the startup log. Fails fast if the server exits."""
+        timeout = timeout_s if timeout_s is not None else self.config.ready_timeout_s
+        deadline = time.monotonic() + timeout
+        for path in ("/health", "/v1/models"):
+            while True:
+                self._check_alive()
+                try:
+                    status, body = http_get(self.base_url + path, timeout=5.0)
+                    if status == 200:
+                        if path == "/v1/models":
+                            self._served = [str(m.get("id")) for m in
+                                            json.loads(body).get("data", [])]
+                        break
+                except (OSError, ValueError):
+                    pass
+                if time.monotonic() > deadline:
+                    tail = log_tail(self._log_path)
+                    self.stop()
+                    raise RunError(f"vllm did not answer {path} within {timeout:.0f} s; last "
+                                   f"log lines:\n{tail}", "raise ready_timeout_s for big models "
+                                   f"(compilation and CUDA graphs take minutes), or read "
+                                   f"{self._log_path}")
+                time.sleep(0.1)
+        if self.served_model_name not in self._served:
+            raise RunError(f"vllm serves {self._served}, not {self.served_model_name!r}",
+                           "the server's model list and served_model_name disagree; read "
+                           f"{self._log_path}")
+        self._startup = startup_log.parse(self._this_log())
+
+    def _check_alive(self) -> None:
+        proc = self._proc
+        if proc is None:
+            raise RuntimeError("wait_ready() before start()")
+        rc = proc.poll()
+        if rc is not None:
+            tail = log_tail(self._log_path, 20)
+            self.stop()
+            raise RunError(f"vllm exited with code {rc} during start-up; last log lines:\n"
+                           f"{tail}", _startup_hint(tail))
+
+    def scrape(self) -> MetricsSnapshot:
+        """GET ``/metrics`` (on by default in vLLM) and parse it."""
+        try:
+            status, body = http_get(self.base_url + "/metrics", timeout=10.0)
+        except OSError as e:
+            alive = self._proc is not None and self._proc.poll() is None
+            state = "is not answering" if alive else "has exited"
+            raise RunError(f"cannot read /metrics: vllm {state} ({e}); last log lines:\n"
+                           f"{log_tail(self._log_path)}",
+                           f"see {self._log_path} for why it stopped") from e
+        if status != 200:
+            raise RunError(f"/metrics answered HTTP {status}",
+                           "do not pass --disable-log-stats (it turns the counters off)")
+        text = body.decode()
+        return MetricsSnapshot(t_ns=time.monotonic_ns(), text=text, samples=parse_samples(text))
+
+    def startup_facts(self) -> startup_log.StartupFacts | None:
+        """Facts of the last start-up (None before :meth:`wait_ready`)."""
+        return self._startup
+
+    def props(self) -> dict[str, Any]:
+        """Facts of the running server: startup log, served model, stand-in or not."""
+        out: dict[str, Any] = {"served_models": list(self._served),
+                               "standin": is_standin(self.version_text())}
+        if self._startup is not None:
+            out["startup"] = self._startup.to_dict()
+        return out
+
+    def version_text(self) -> str:
+        """Output of ``vllm --version`` (cached)."""
+        if self._version_text is None:
+            try:
+                out = subprocess.run([str(self.binary), "--version"], capture_output=True,
+                                     text=True, timeout=120, check=False)
+            except OSError as e:
+                raise UserError(f"cannot run {self.binary}: {e}",
+                                "check that it is the vllm executable of this machine") from e
+            lines = [ln for ln in (out.stdout + out.stderr).splitlines() if ln.strip()]
+            self._version_text = lines[-1].strip() if lines else ""
+        return self._version_text
+
+    def identity(self) -> EngineIdentity:
+        """Version, hash of the executable and whether it is crossbench's stand-in."""
+        text = self.version_text()
+        release, local = parse_version(text)
+        commit = local[2:] if local and local.startswith("+g") else None
+        binary = self.binary.resolve()
+        digest = hashlib.sha256(binary.read_bytes()).hexdigest()
+        extra: dict[str, Any] = {"standin": is_standin(text), "release": release,
+                                 "profile": self.profile.origin,
+                                 "served_model_name": self.served_model_name}
+        if self._startup is not None:
+            extra["startup"] = self._startup.to_dict()
+        return EngineIdentity(kind=self.kind, version=text, build_number=None, commit=commit,
+                              binary=str(binary), sha256={binary.name: digest}, extra=extra)
+
+    def stop(self) -> None:
+        """SIGTERM the session, SIGKILL what is left after ``stop_timeout_s``, wait for the
+        GPU memory and the port; RunError when processes survive SIGKILL. Safe to call
+        twice."""
+        proc = self._proc
+        if proc is None:
+            return
+        self._proc = None
+        sid, t0 = proc.pid, time.monotonic()
+        seen = {p[0] for p in session_processes(sid)} | {sid}
+        report: dict[str, Any] = {"sigkill": []}
+        if proc.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(sid, signal.SIGTERM)  # vLLM shuts its engine cores down on SIGTERM
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                proc.wait(timeout=self.config.stop_timeout_s)
+        deadline = t0 + self.config.stop_timeout_s
+        while True:  # workers that outlived the API server or left its process group
+            rest = _alive(session_processes(sid))
+            seen |= {p[0] for p in rest}
+            if not rest or time.monotonic() > deadline:
+                break
+            _signal_all([p[0] for p in rest], signal.SIGTERM)
+            time.sleep(0.1)
+        if rest or proc.poll() is None:
+            report["sigkill"] = [f"{pid} ({comm})" for pid, comm, _ in rest]
+            _signal_all([p[0] for p in rest] + [sid], signal.SIGKILL)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            proc.wait(timeout=10)
+        end = time.monotonic() + 5
+        while (left := _alive(session_processes(sid))) and time.monotonic() < end:
+            time.sleep(0.05)
+        report["leftover"] = [f"{pid} ({comm}, state {st})" for pid, comm, st in left]
+        report["gpu"] = wait_gpu_release(seen, self.config.gpu_release_timeout_s)
+        report["stop_s"] = round(time.monotonic() - t0, 3)
+        self.stop_report = report
+        if self._port is not None:
+            deadline = time.monotonic() + 10
+            while port_in_use(self.config.host, self._port) and time.monotonic() < deadline:
+                time.sleep(0.05)
+        if left:
+            raise RunError(f"{len(left)} process(es) of the vllm server survived SIGKILL: "
+                           f"{', '.join(report['leftover'])}",
+                           "they may hold GPU memory: wait or reboot before the next trial")
+
+
+def _startup_hint(tail: str) -> str:
+    low = tail.lower()
+    if "address already in use" in low:
+        return "the port is taken; omit port to pick a free one"
+    if "out of memory" in low or "no available memory for the cache blocks" in low:
+        return "lower max_model_len or max_num_seqs, or raise gpu_memory_utilization"
+    if "unrecognized arguments" in low or "error: argument" in low:
+        return "a flag is unknown to this vLLM; check version: against `vllm --version`"
+    if "does not exist" in low or "repository not found" in low or "401" in low:
+        return "check the model id and revision, and HF_TOKEN for gated models"
+    if "arctic inference is required" in low:
+        return "suffix decoding needs `pip install arctic-inference` on the vLLM host"
+    return "read the server log for the cause"

@@ -1,0 +1,212 @@
+"""Facts read from a ``vllm serve`` startup log, and the lines that carry them.
+
+Each fact comes from one message whose format string the profile records from the wheel's
+sources (``log_formats`` in ``engines/vllm/X.Y.Z.yaml``; formats of 0.33.0 in brackets):
+
+- ``version``, ``model``: ``vLLM server version %s, serving model %s`` (or the logo's
+  ``version``/``model`` lines; ``vLLM API server version %s`` in 0.10);
+- ``cudagraph_capture_sizes``, ``speculative_config``: the engine's config dump,
+  ``Initializing a V1 LLM engine (v%s) with config: %s``;
+- ``model_runner`` ``V2``: ``Using V2 Model Runner``; ``V1`` plus ``model_runner_fallback``:
+  ``Model Runner V2 does not yet support %s; using the V1 model runner instead.``;
+- ``kv_cache_tokens``, ``max_concurrency``: ``%s KV cache size: %s tokens, Maximum concurrency
+  for %s tokens per request: %.2fx``; ``kv_cache_gib``: ``Available KV cache memory: %s GiB``;
+- ``attention_backend``: ``Using %s attention backend out of potential backends: %s.``
+  (0.10: ``Using Flash Attention backend on V1 engine.``);
+- ``max_num_scheduled_tokens``: ``max_num_scheduled_tokens is set to N based on the
+  speculative decoding settings...`` (a warning, logged only when below 8192);
+- ``graph_capture_s``, ``graph_capture_gib``: ``Graph capturing finished in %.0f secs, took
+  %.2f GiB``.
+
+Every line of vLLM's log starts ``(PROCESS pid=N) LEVEL MM-DD HH:MM:SS [file.py:line]``; the
+regular expressions below search whole lines, so the prefix does not matter.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from dataclasses import asdict, dataclass, field
+from string import Template
+from typing import Any
+
+_VERSION = re.compile(r"vLLM (?:API )?server version (\S+?)(?:, serving model (\S+))?\s*$")
+_LOGO_VERSION = re.compile(r"█\s+version\s+(\S+)\s*$")
+_LOGO_MODEL = re.compile(r"█\s+model\s+(\S+)\s*$")
+_ENGINE = re.compile(r"LLM engine \(v(\S+)\) with config: (.*)$")
+_CAPTURE = re.compile(r"'cudagraph_capture_sizes': \[([\d,\s]*)\]")
+_SPEC = re.compile(r"speculative_config=(None|SpeculativeConfig\(.*?\)), ")
+_RUNNER_V2 = re.compile(r"Using V2 Model Runner")
+_RUNNER_FALLBACK = re.compile(r"(Model Runner V2 (?:does not yet support .*?|requires Triton); "
+                              r"using the V1 model runner instead\.)")
+_KV_TOKENS = re.compile(r"KV cache size: ([\d,]+) tokens(?:, Maximum concurrency for [\d,]+ "
+                        r"tokens per request: ([\d.]+)x)?")
+_KV_GIB = re.compile(r"Available KV cache memory: ([\d.]+) GiB")
+_ATTN = re.compile(r"Using (\S+) attention backend out of potential backends: \[(.*?)\]")
+_ATTN_CHOSEN = re.compile(r"\] Using (\S+) backend\.\s*$|^Using (\S+) backend\.\s*$")
+_ATTN_V010 = re.compile(r"Using (.+?) backend on V1 engine\.")
+_SCHED = re.compile(r"max_num_scheduled_tokens is set to (\d+) based on the speculative "
+                    r"decoding settings")
+_GRAPHS = re.compile(r"Graph capturing finished in (\d+) secs, took ([\d.]+) GiB")
+
+
+@dataclass
+class StartupFacts:
+    """What the startup log says about the engine actually running (None: not logged)."""
+
+    version: str | None = None
+    model: str | None = None
+    model_runner: str | None = None
+    model_runner_fallback: str | None = None
+    kv_cache_tokens: int | None = None
+    kv_cache_gib: float | None = None
+    max_concurrency: float | None = None
+    cudagraph_capture_sizes: list[int] | None = None
+    attention_backend: str | None = None
+    attention_backends_valid: list[str] | None = None
+    max_num_scheduled_tokens: int | None = None
+    graph_capture_s: float | None = None
+    graph_capture_gib: float | None = None
+    speculative_config: str | None = None
+    lines: dict[str, str] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready view (``lines`` keeps the log line each fact came from)."""
+        return asdict(self)
+
+
+def parse(text: str) -> StartupFacts:
+    """Facts of one start-up (pass the log from the start of this server's output)."""
+    f = StartupFacts()
+    for line in text.splitlines():
+        _parse_line(f, line.rstrip())
+    return f
+
+
+def _parse_line(f: StartupFacts, line: str) -> None:
+    if m := _VERSION.search(line):
+        f.version, f.lines["version"] = m.group(1), line
+        f.model = m.group(2) or f.model
+    elif m := _LOGO_VERSION.search(line):
+        f.version, f.lines["version"] = m.group(1), line
+    elif m := _LOGO_MODEL.search(line):
+        f.model = m.group(1)
+    elif m := _ENGINE.search(line):
+        f.version = f.version or m.group(1)
+        f.lines["engine_config"] = line
+        if c := _CAPTURE.search(m.group(2)):
+            f.cudagraph_capture_sizes = [int(x) for x in c.group(1).split(",") if x.strip()]
+        if s := _SPEC.search(m.group(2)):
+            f.speculative_config = None if s.group(1) == "None" else s.group(1)
+    elif _RUNNER_V2.search(line):
+        f.model_runner, f.lines["model_runner"] = "V2", line
+    elif m := _RUNNER_FALLBACK.search(line):
+        f.model_runner, f.model_runner_fallback = "V1", m.group(1)
+        f.lines["model_runner"] = line
+    elif m := _KV_TOKENS.search(line):
+        f.kv_cache_tokens = int(m.group(1).replace(",", ""))
+        f.max_concurrency = float(m.group(2)) if m.group(2) else None
+        f.lines["kv_cache_tokens"] = line
+    elif m := _KV_GIB.search(line):
+        f.kv_cache_gib, f.lines["kv_cache_gib"] = float(m.group(1)), line
+    elif m := _ATTN.search(line):
+        f.attention_backend, f.lines["attention_backend"] = m.group(1), line
+        f.attention_backends_valid = [x.strip(" '\"") for x in m.group(2).split(",") if x]
+    elif m := _ATTN_V010.search(line):
+        f.attention_backend, f.lines["attention_backend"] = m.group(1), line
+    elif (m := _ATTN_CHOSEN.search(line)) and f.attention_backend is None:
+        f.attention_backend, f.lines["attention_backend"] = m.group(1) or m.group(2), line
+    elif m := _SCHED.search(line):
+        f.max_num_scheduled_tokens, f.lines["max_num_scheduled_tokens"] = int(m.group(1)), line
+    elif m := _GRAPHS.search(line):
+        f.graph_capture_s, f.graph_capture_gib = float(m.group(1)), float(m.group(2))
+        f.lines["graph_capture"] = line
+
+
+# -- rendering (the stand-in's log and the test fixtures) ----------------------------------------
+
+#: where vLLM 0.33.0 logs each message from ([file:line] of the log prefix) and at what level
+_ORIGIN: dict[str, tuple[str, str, str]] = {
+    "version": ("APIServer", "INFO", "startup.py:40"),
+    "version_logo": ("APIServer", "INFO", "startup.py:40"),
+    "engine_config": ("EngineCore", "INFO", "core.py:140"),
+    "model_runner": ("EngineCore", "INFO", "gpu_worker.py:513"),
+    "model_runner_fallback": ("EngineCore", "WARNING", "vllm.py:758"),
+    "attention_backend": ("EngineCore", "INFO", "cuda.py:509"),
+    "kv_cache_memory": ("EngineCore", "INFO", "gpu_worker.py:772"),
+    "kv_cache_tokens": ("EngineCore", "INFO", "kv_cache_utils.py:1147"),
+    "graph_capture": ("EngineCore", "INFO", "gpu_model_runner.py:6517"),
+    "max_num_scheduled_tokens": ("EngineCore", "WARNING", "vllm.py:2361"),
+    "serve": ("APIServer", "INFO", "entry.py:139"),
+}
+
+
+def log_line(message: str, fact: str, pid: int, t: float | None = None) -> list[str]:
+    """``message`` as vLLM's NewLineFormatter prints it (every line of it prefixed)."""
+    proc, level, where = _ORIGIN.get(fact, ("APIServer", "INFO", "api_server.py:1"))
+    stamp = time.strftime("%m-%d %H:%M:%S", time.localtime() if t is None else time.gmtime(t))
+    prefix = f"({proc} pid={pid}) {level} {stamp} [{where}] "
+    return [prefix + part for part in message.split("\n")]
+
+
+def pick(formats: dict[str, tuple[str, ...]], fact: str, must: str = "") -> str | None:
+    """The first format string of ``fact`` containing ``must`` (None when the release has
+    none)."""
+    return next((s for s in formats.get(fact, ()) if must in s), None)
+
+
+def render_message(fmt: str, *args: Any) -> str:
+    """A format string filled as vLLM fills it: ``%`` arguments, ``{}`` for f-string parts,
+    and the logo's ``${colour}`` template variables emptied (a log file has no colours)."""
+    if "${" in fmt:
+        fmt = Template(fmt).safe_substitute(w="", o="", b="", r="")
+    n_brace = fmt.count("{}")
+    if n_brace:
+        fmt = fmt.replace("%", "%%").replace("{}", "%s")
+    return fmt % args if args else fmt
+
+
+def render_startup(formats: dict[str, tuple[str, ...]], pid: int, *, version: str, model: str,
+                   spec_repr: str, capture_sizes: list[int], kv_tokens: int, kv_gib: float,
+                   max_model_len: int, attention: str, max_scheduled: int | None,
+                   logo: bool = True, t: float | None = None) -> list[str]:
+    """Startup lines of one server, each from its release's own format string (facts the
+    release does not log are left out); ``t`` fixes the time stamp (default: now). The
+    version comes as vLLM 0.33 prints it through its own log handler, in the logo
+    (``logo=False``: the plain message of ``VLLM_DISABLE_LOG_LOGO=1``). The ``[file:line]``
+    of the prefix is where vLLM 0.33.0 logs each message."""
+    out: list[str] = []
+
+    def add(fact: str, must: str, *args: Any, origin: str | None = None) -> None:
+        fmt = pick(formats, fact, must)
+        if fmt is not None:
+            out.extend(log_line(render_message(fmt, *args), origin or fact, pid, t))
+
+    if logo and pick(formats, "version_logo"):
+        add("version_logo", "", version, model)
+    else:
+        add("version", "", *(version, model)[: 2 if "serving model" in
+                                              (pick(formats, "version") or "") else 1])
+    sizes = ", ".join(str(s) for s in capture_sizes)
+    config = (f"model={model!r}, speculative_config={spec_repr}, tokenizer={model!r}, "
+              f"dtype=torch.bfloat16, max_seq_len={max_model_len}, "
+              f"compilation_config={{'cudagraph_capture_sizes': [{sizes}], "
+              f"'max_cudagraph_capture_size': {max(capture_sizes, default=0)}}}")
+    add("engine_config", "Initializing a V1", version, config)
+    add("model_runner", "Using V2")
+    add("attention_backend", "out of potential backends", attention,
+        f"['{attention}', 'FLASHINFER', 'TRITON_ATTN']")
+    if not any("out of potential" in s for s in formats.get("attention_backend", ())):
+        add("attention_backend", "Flash Attention backend on V1")
+    gib_fmt = pick(formats, "kv_cache_memory") or ""
+    add("kv_cache_memory", "", round(kv_gib, 2) if "%s" in gib_fmt else kv_gib)
+    tok_fmt = pick(formats, "kv_cache_tokens") or ""
+    if "Maximum concurrency" in tok_fmt:
+        add("kv_cache_tokens", "", "GPU", f"{kv_tokens:,}", f"{max_model_len:,}",
+            kv_tokens / max_model_len)
+    else:
+        add("kv_cache_tokens", "", f"{kv_tokens:,}")
+    add("graph_capture", "", 3, 0.12)
+    if max_scheduled is not None and max_scheduled < 8192:
+        add("max_num_scheduled_tokens", "This may lead", max_scheduled)
+    return out

@@ -1,0 +1,102 @@
+"""Startup-log parsing against lines made from the format strings of vLLM's own sources (the
+profiles' ``log_formats``, read from the 0.33.0 and 0.10.2 wheels)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from crossbench.engines.vllm import startup_log
+from crossbench.engines.vllm.profile import profile_for
+
+DATA = Path(__file__).parent / "data" / "vllm"
+
+
+def test_startup_033_fixture() -> None:
+    f = startup_log.parse((DATA / "startup-0.33.0.log").read_text())
+    assert (f.version, f.model) == ("0.33.0", "Qwen/Qwen3-8B")  # from the logo
+    assert f.model_runner == "V2" and f.model_runner_fallback is None
+    assert (f.kv_cache_tokens, f.kv_cache_gib, f.max_concurrency) == (412_160, 56.6, 100.62)
+    assert f.cudagraph_capture_sizes == [1, 2, 4, 8, 16, 24, 32, 40, 48, 56, 64]
+    assert f.attention_backend == "FLASH_ATTN"
+    assert f.attention_backends_valid == ["FLASH_ATTN", "FLASHINFER", "TRITON_ATTN"]
+    assert f.max_num_scheduled_tokens == 2048
+    assert (f.graph_capture_s, f.graph_capture_gib) == (3.0, 0.12)
+    assert f.speculative_config is not None and "eagle3" in f.speculative_config
+    assert f.lines["kv_cache_tokens"].startswith("(EngineCore pid=4242) INFO ")
+
+
+def test_startup_0102_fixture() -> None:
+    f = startup_log.parse((DATA / "startup-0.10.2.log").read_text())
+    assert f.version == "0.10.2"
+    assert f.kv_cache_tokens == 412_160 and f.max_concurrency is None
+    assert f.kv_cache_gib == 56.6
+    assert f.attention_backend == "Flash Attention"
+    assert f.model_runner is None  # 0.10 has one model runner and says nothing
+    assert f.max_num_scheduled_tokens is None
+
+
+SAMPLES: dict[str, tuple[dict[int, tuple[object, ...]], str, object]] = {
+    # fact: (arguments by number of placeholders, attribute, expected value)
+    "kv_cache_tokens": ({4: ("GPU", "1,024", "4,096", 0.25), 1: ("1,024",)},
+                        "kv_cache_tokens", 1024),
+    "kv_cache_memory": ({1: (7.5,)}, "kv_cache_gib", 7.5),
+    "graph_capture": ({2: (12, 1.5)}, "graph_capture_s", 12.0),
+    "max_num_scheduled_tokens": ({1: (1000,)}, "max_num_scheduled_tokens", 1000),
+}
+
+
+@pytest.mark.parametrize("version", ["0.33.0", "0.10.2"])
+@pytest.mark.parametrize("fact", sorted(SAMPLES))
+def test_every_format_string_of_the_wheel_is_understood(version: str, fact: str) -> None:
+    args, attr, want = SAMPLES[fact]
+    checked = 0
+    for fmt in profile_for(version).log_formats.get(fact, ()):
+        n = fmt.count("%") + fmt.count("{}")
+        line = startup_log.log_line(startup_log.render_message(fmt, *args[n]), fact, 7)[0]
+        assert getattr(startup_log.parse(line), attr) == want, (fmt, line)
+        checked += 1
+    assert checked or (version, fact) == ("0.10.2", "max_num_scheduled_tokens")
+
+
+@pytest.mark.parametrize("version", ["0.33.0", "0.10.2"])
+def test_version_formats(version: str) -> None:
+    formats = profile_for(version).log_formats
+    for fmt in formats["version"]:
+        args = ("9.9.9", "org/model")[: fmt.count("%s")]
+        lines = startup_log.log_line(startup_log.render_message(fmt, *args), "version", 1)
+        assert startup_log.parse("\n".join(lines)).version == "9.9.9"
+    for fmt in formats.get("version_logo", ()):
+        lines = startup_log.log_line(startup_log.render_message(fmt, "9.9.9", "org/m"),
+                                     "version", 1)
+        f = startup_log.parse("\n".join(lines))
+        assert (f.version, f.model) == ("9.9.9", "org/m")
+
+
+def test_model_runner_fallback_message() -> None:
+    fmt = startup_log.pick(profile_for("0.33.0").log_formats, "model_runner",
+                           "does not yet support")
+    assert fmt == "Model Runner V2 does not yet support %s; using the V1 model runner instead."
+    line = startup_log.log_line(startup_log.render_message(fmt, "EAGLE-3 with TP"),
+                                "model_runner_fallback", 1)[0]
+    f = startup_log.parse(line)
+    assert f.model_runner == "V1"
+    assert f.model_runner_fallback == ("Model Runner V2 does not yet support EAGLE-3 with TP; "
+                                       "using the V1 model runner instead.")
+    triton = startup_log.pick(profile_for("0.33.0").log_formats, "model_runner", "Triton")
+    assert triton is not None and startup_log.parse(triton).model_runner == "V1"
+
+
+def test_attention_backend_formats() -> None:
+    formats = profile_for("0.33.0").log_formats["attention_backend"]
+    chosen = next(s for s in formats if s == "Using %s backend.")
+    line = startup_log.log_line(startup_log.render_message(chosen, "FLASHINFER"),
+                                "attention_backend", 1)[0]
+    assert startup_log.parse(line).attention_backend == "FLASHINFER"
+
+
+def test_unrelated_lines_give_no_facts() -> None:
+    f = startup_log.parse("(APIServer pid=1) INFO 01-01 00:00:00 [x.py:1] Route: /health\n"
+                          "Traceback (most recent call last):\n")
+    assert f.version is None and f.kv_cache_tokens is None and f.lines == {}
