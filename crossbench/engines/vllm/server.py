@@ -262,8 +262,15 @@ class VllmServer(EngineServer):
     # -- command ------------------------------------------------------------------------------
 
     def command(self) -> list[str]:
-        """Exact argv of the server (the port is 0 until :meth:`start` picks one)."""
-        return self.argv(self.profile, str(self.binary))
+        """Exact argv of the server (the port is 0 until :meth:`start` picks one).
+
+        Without an installed vLLM (a dry run on another machine) the argv names the
+        configured binary, or ``vllm`` as found on PATH where it runs."""
+        try:
+            binary = str(self.binary)
+        except UserError:
+            binary = str(self.config.binary or "vllm")
+        return self.argv(self.profile, binary)
 
     def argv(self, prof: VllmProfile, binary: str) -> list[str]:
         """The argv for a release's profile; raises UserError for anything it lacks.

@@ -1,0 +1,53 @@
+"""A whole matrix with ``engine: vllm``, run against the stand-in (not vLLM).
+
+The stand-in follows the synthetic rates it is given, so the suite's acceptance figures have a
+known true value; every result is marked as a stand-in result in the run's manifests.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import yaml
+
+from crossbench.engines.vllm.standin import write_launcher
+from crossbench.runner.matrix_run import matrix_status, read_journal, run_matrix
+
+
+def test_matrix_with_engine_vllm_on_the_standin(tmp_path: Path) -> None:
+    binary = write_launcher(tmp_path / "vllm", "--standin-step-ms", "0",
+                            "--standin-prefill-ms", "0")
+    matrix = {
+        "schema_version": 1,
+        "study": {"name": "vllm-standin", "notes": "stand-in, not vLLM"},
+        "engines": {"v": {"kind": "vllm", "binary": str(binary),
+                          "server": {"max_num_seqs": 2, "enable_prefix_caching": False}}},
+        "models": {"m": {"hf": {"repo": "Qwen/Qwen3-8B", "revision": "b" * 40},
+                         "quant": "BF16", "role": "target"}},
+        "load": {"requests": 4, "warmup": 1, "max_tokens": 64},
+        "arms": [{"method": "none"},
+                 {"name": "synth", "method": "ngram", "n": "2,3", "synth_alpha": 0.8}],
+        "axes": {"engine": ["v"], "target": ["m"], "workload": ["builtin:code"]},
+        "trials": 2,
+    }
+    path = tmp_path / "m.yaml"
+    path.write_text(yaml.safe_dump(matrix))
+    out = tmp_path / "run"
+    s = run_matrix(path, out)
+    assert s["totals"] == {"done": 6, "failed": 0, "missing": 0}
+    assert matrix_status(out)["totals"] == s["totals"]
+    by_id = {c["id"]: c for c in s["cells"]}
+    base = by_id["v/m/none/builtin-code/c1"]
+    assert base["draft_acceptance_rate"] is None and base["integrity_passed"] is True
+    for cid in ("v/m/synth/n2/builtin-code/c1", "v/m/synth/n3/builtin-code/c1"):
+        assert by_id[cid]["baseline"] == "v/m/none/builtin-code/c1"
+        assert by_id[cid]["integrity_passed"] is True
+    summary = json.loads((out / "cells" / "v__m__synth__n2__builtin-code__c1" /
+                          "summary.json").read_text())
+    pos = summary["acceptance"]["per_position"]
+    assert abs(pos[0] - 0.8) < 0.1 and abs(pos[1] - 0.64) < 0.1  # alpha^(k+1)
+    assert len(read_journal(out)) == 6
+    for man in (out / "cells").glob("*/manifest.json"):
+        engine = json.loads(man.read_text())["engine"]
+        assert engine["standin"] is True and "standin" in engine["version"]
