@@ -1,10 +1,14 @@
-"""Point readings of the GPUs through NVML, and the thermal gate a matrix waits on."""
+"""Readings of the GPUs through NVML: point readings, the thermal gate a matrix waits on, and
+typed NVML sessions (:class:`Nvml`) over ``pynvml`` or a scripted stand-in (:class:`ScriptedNvml`)
+that the sampler, provenance, checks and ``crossbench doctor`` share."""
 
 from __future__ import annotations
 
+import contextlib
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 from typing import Any
 
 
@@ -100,3 +104,459 @@ def thermal_gate(max_temp_c: float, timeout_s: float, poll_s: float = 2.0,
             return GateResult(True, False, clock() - t0, hottest,
                               f"still {hottest:g} C after {timeout_s:g} s (gate {max_temp_c:g} C)")
         sleep(poll_s)
+
+
+# -- NVML sessions: typed readers over pynvml or a scripted stand-in -------------------------
+
+#: a zero-argument callable returning a pynvml-shaped object (the module, or a stand-in)
+NvmlProvider = Callable[[], Any]
+
+#: clock-event ("throttle") reason bits of NVML, by the names crossbench records
+THROTTLE_REASONS: dict[int, str] = {
+    0x1: "gpu_idle",
+    0x2: "applications_clocks_setting",
+    0x4: "sw_power_cap",
+    0x8: "hw_slowdown",
+    0x10: "sync_boost",
+    0x20: "sw_thermal_slowdown",
+    0x40: "hw_thermal_slowdown",
+    0x80: "hw_power_brake_slowdown",
+    0x100: "display_clock_setting",
+    0x200: "board_limit",
+    0x400: "reliability",
+}
+#: the reasons that slow a busy GPU down (idle, user-set clocks and display are not throttling)
+SLOWDOWN_MASK = 0x4 | 0x8 | 0x20 | 0x40 | 0x80 | 0x200 | 0x400
+
+
+def throttle_names(mask: int) -> list[str]:
+    """Names of the reason bits set in an NVML clock-event mask (unknown bits as ``bit_N``)."""
+    names = []
+    for bit in range(32):
+        if mask & (1 << bit):
+            names.append(THROTTLE_REASONS.get(1 << bit, f"bit_{bit}"))
+    return names
+
+
+class NvmlUnavailable(Exception):
+    """NVML cannot be used here; ``reason`` says why (no library, no driver, no GPU)."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
+@dataclass(frozen=True)
+class GpuProcess:
+    """A process holding memory on a GPU (``used_bytes`` is None where NVML cannot tell)."""
+
+    pid: int
+    used_bytes: int | None
+    name: str | None = None
+
+
+@dataclass(frozen=True)
+class DeviceSample:
+    """One GPU's state at one moment; a field is None when the device does not report it."""
+
+    index: int
+    memory_used_bytes: int | None
+    memory_total_bytes: int | None
+    util_gpu_pct: float | None
+    util_mem_pct: float | None
+    sm_clock_mhz: float | None
+    mem_clock_mhz: float | None
+    power_w: float | None
+    temperature_c: float | None
+    throttle_mask: int | None
+    processes: tuple[GpuProcess, ...] = ()
+
+
+def _text(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def _pynvml() -> Any:
+    import pynvml
+
+    return pynvml
+
+
+class Nvml:
+    """An initialised NVML with typed readers; a context manager that shuts NVML down.
+
+    ``Nvml.open()`` uses ``pynvml`` (package ``nvidia-ml-py``); tests pass a provider of a
+    stand-in with the same functions (:class:`ScriptedNvml`)::
+
+        with Nvml.open() as nv:          # raises NvmlUnavailable(reason) without a GPU
+            s = nv.sample(0)             # DeviceSample
+            facts = nv.device_facts(0)   # name, PCIe link, power limits, clocks, ECC...
+
+    Every reader returns None for a value the device does not support, never raises for it.
+    """
+
+    def __init__(self, lib: Any) -> None:
+        self.lib = lib
+        self._open = True
+
+    @classmethod
+    def open(cls, provider: NvmlProvider | None = None) -> Nvml:
+        """Initialise NVML; raise :class:`NvmlUnavailable` with the reason when it cannot."""
+        try:
+            lib = (provider or _pynvml)()
+        except ImportError:
+            raise NvmlUnavailable("nvidia-ml-py is not installed (pip install nvidia-ml-py)"
+                                  ) from None
+        try:
+            lib.nvmlInit()
+        except lib.NVMLError as e:
+            raise NvmlUnavailable(f"no NVIDIA driver or GPU ({e})") from None
+        return cls(lib)
+
+    def close(self) -> None:
+        """Shut NVML down (safe to call twice)."""
+        if self._open:
+            self._open = False
+            with contextlib.suppress(Exception):
+                self.lib.nvmlShutdown()
+
+    def __enter__(self) -> Nvml:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _get(self, fn: str, *args: Any) -> Any:
+        """Call an NVML function; None when it is missing or the device does not support it."""
+        read = getattr(self.lib, fn, None)
+        if read is None:
+            return None
+        try:
+            return read(*args)
+        except Exception:
+            return None
+
+    def count(self) -> int:
+        """Number of GPUs NVML sees."""
+        return int(self.lib.nvmlDeviceGetCount())
+
+    def handle(self, index: int) -> Any:
+        """NVML's handle of GPU ``index``."""
+        return self.lib.nvmlDeviceGetHandleByIndex(index)
+
+    def processes(self, index: int) -> list[GpuProcess]:
+        """Compute and graphics processes on a GPU, with their memory and names (/proc)."""
+        h = self.handle(index)
+        seen: dict[int, GpuProcess] = {}
+        for fn in ("nvmlDeviceGetComputeRunningProcesses",
+                   "nvmlDeviceGetGraphicsRunningProcesses"):
+            for p in self._get(fn, h) or []:
+                used = getattr(p, "usedGpuMemory", None)
+                pid = int(p.pid)
+                if pid not in seen:
+                    seen[pid] = GpuProcess(pid, None if used is None else int(used),
+                                           process_name(pid))
+        return sorted(seen.values(), key=lambda p: p.pid)
+
+    def sample(self, index: int, with_processes: bool = True) -> DeviceSample:
+        """Memory, utilization, clocks, power, temperature and throttle reasons of one GPU."""
+        lib, h = self.lib, self.handle(index)
+        mem = self._get("nvmlDeviceGetMemoryInfo", h)
+        util = self._get("nvmlDeviceGetUtilizationRates", h)
+        power = self._get("nvmlDeviceGetPowerUsage", h)
+        mask = self._get("nvmlDeviceGetCurrentClocksEventReasons", h)
+        if mask is None:
+            mask = self._get("nvmlDeviceGetCurrentClocksThrottleReasons", h)
+        return DeviceSample(
+            index=index,
+            memory_used_bytes=None if mem is None else int(mem.used),
+            memory_total_bytes=None if mem is None else int(mem.total),
+            util_gpu_pct=None if util is None else float(util.gpu),
+            util_mem_pct=None if util is None else float(util.memory),
+            sm_clock_mhz=_num(self._get("nvmlDeviceGetClockInfo", h, lib.NVML_CLOCK_SM)),
+            mem_clock_mhz=_num(self._get("nvmlDeviceGetClockInfo", h, lib.NVML_CLOCK_MEM)),
+            power_w=None if power is None else power / 1000.0,
+            temperature_c=_num(self._get("nvmlDeviceGetTemperature", h,
+                                         lib.NVML_TEMPERATURE_GPU)),
+            throttle_mask=None if mask is None else int(mask),
+            processes=tuple(self.processes(index)) if with_processes else (),
+        )
+
+    def system_facts(self) -> dict[str, Any]:
+        """Driver version and the CUDA version the driver supports (e.g. ``"12.4"``)."""
+        cuda = self._get("nvmlSystemGetCudaDriverVersion_v2")
+        if cuda is None:
+            cuda = self._get("nvmlSystemGetCudaDriverVersion")
+        driver = self._get("nvmlSystemGetDriverVersion")
+        return {"driver": None if driver is None else _text(driver),
+                "cuda_driver_version": None if cuda is None
+                else f"{int(cuda) // 1000}.{int(cuda) % 1000 // 10}"}
+
+    def device_facts(self, index: int) -> dict[str, Any]:
+        """What a GPU is and how it is set: name, PCIe link, power limits, clocks, modes."""
+        lib, h = self.lib, self.handle(index)
+        g = self._get
+        sm, mem = lib.NVML_CLOCK_SM, lib.NVML_CLOCK_MEM
+        ecc = g("nvmlDeviceGetEccMode", h)
+        mem_info = g("nvmlDeviceGetMemoryInfo", h)
+        return {
+            "index": index,
+            "name": _opt_text(g("nvmlDeviceGetName", h)),
+            "uuid": _opt_text(g("nvmlDeviceGetUUID", h)),
+            "memory_total_bytes": None if mem_info is None else int(mem_info.total),
+            "pcie_link_width_current": g("nvmlDeviceGetCurrPcieLinkWidth", h),
+            "pcie_link_width_max": g("nvmlDeviceGetMaxPcieLinkWidth", h),
+            "pcie_link_gen_current": g("nvmlDeviceGetCurrPcieLinkGeneration", h),
+            "pcie_link_gen_max": g("nvmlDeviceGetMaxPcieLinkGeneration", h),
+            "power_limit_w": _watts(g("nvmlDeviceGetPowerManagementLimit", h)),
+            "default_power_limit_w": _watts(g("nvmlDeviceGetPowerManagementDefaultLimit", h)),
+            "enforced_power_limit_w": _watts(g("nvmlDeviceGetEnforcedPowerLimit", h)),
+            "app_clock_sm_mhz": _num(g("nvmlDeviceGetApplicationsClock", h, sm)),
+            "app_clock_mem_mhz": _num(g("nvmlDeviceGetApplicationsClock", h, mem)),
+            "default_app_clock_sm_mhz": _num(g("nvmlDeviceGetDefaultApplicationsClock", h, sm)),
+            "default_app_clock_mem_mhz": _num(g("nvmlDeviceGetDefaultApplicationsClock", h,
+                                                mem)),
+            "max_clock_sm_mhz": _num(g("nvmlDeviceGetMaxClockInfo", h, sm)),
+            "max_clock_mem_mhz": _num(g("nvmlDeviceGetMaxClockInfo", h, mem)),
+            "persistence_mode": _flag(g("nvmlDeviceGetPersistenceMode", h)),
+            "ecc_current": None if ecc is None else bool(ecc[0]),
+            "ecc_pending": None if ecc is None else bool(ecc[1]),
+        }
+
+
+def _num(v: Any) -> float | None:
+    return None if v is None else float(v)
+
+
+def _watts(milliwatts: Any) -> float | None:
+    return None if milliwatts is None else float(milliwatts) / 1000.0
+
+
+def _flag(v: Any) -> bool | None:
+    return None if v is None else bool(v)
+
+
+def _opt_text(v: Any) -> str | None:
+    return None if v is None else _text(v)
+
+
+# -- processes (/proc) --------------------------------------------------------------------------
+
+
+def process_name(pid: int, proc: Path = Path("/proc")) -> str | None:
+    """A process's command name (``/proc/PID/comm``), None when it is gone or unreadable."""
+    try:
+        return (proc / str(pid) / "comm").read_text().strip()
+    except OSError:
+        return None
+
+
+def process_tree(roots: Iterable[int], proc: Path = Path("/proc")) -> set[int]:
+    """The given pids and all their descendants, found through each process's parent pid."""
+    children: dict[int, list[int]] = {}
+    for entry in proc.glob("[0-9]*"):
+        try:
+            stat = (entry / "stat").read_text()
+        except OSError:
+            continue
+        # the command name is in parentheses and may hold spaces: the ppid follows the last ")"
+        fields = stat[stat.rfind(")") + 2:].split()
+        if len(fields) > 1:
+            children.setdefault(int(fields[1]), []).append(int(entry.name))
+    out: set[int] = set()
+    todo = [int(r) for r in roots]
+    while todo:
+        pid = todo.pop()
+        if pid not in out:
+            out.add(pid)
+            todo.extend(children.get(pid, []))
+    return out
+
+
+# -- a scripted NVML for tests and demos -------------------------------------------------------
+
+
+@dataclass
+class ScriptedGpu:
+    """The state a :class:`ScriptedNvml` reports for one GPU (mutable: tests script it)."""
+
+    name: str = "NVIDIA H200"
+    memory_used_bytes: int = 0
+    memory_total_bytes: int = 150_000_000_000
+    util_gpu_pct: int = 0
+    util_mem_pct: int = 0
+    sm_clock_mhz: int = 345
+    mem_clock_mhz: int = 2619
+    power_mw: int = 75_000
+    temperature_c: int = 30
+    throttle_mask: int = 0x1
+    processes: dict[int, int | None] = field(default_factory=dict)  # pid -> used bytes
+    uuid: str = "GPU-00000000-0000-0000-0000-000000000000"
+    pcie_width: tuple[int, int] = (16, 16)  # current, max
+    pcie_gen: tuple[int, int] = (5, 5)
+    power_limit_mw: int = 700_000
+    default_power_limit_mw: int = 700_000
+    app_clocks_mhz: tuple[int, int] = (1980, 3201)  # SM, memory
+    default_app_clocks_mhz: tuple[int, int] = (1980, 3201)
+    max_clocks_mhz: tuple[int, int] = (1980, 3201)
+    persistence: bool = True
+    ecc: tuple[bool, bool] = (True, True)
+
+
+class _ScriptedError(Exception):
+    pass
+
+
+@dataclass
+class _Mem:
+    used: int
+    total: int
+
+
+@dataclass
+class _Util:
+    gpu: int
+    memory: int
+
+
+@dataclass
+class _Proc:
+    pid: int
+    usedGpuMemory: int | None
+
+
+class ScriptedNvml:
+    """A pynvml-shaped stand-in (same function names) whose GPUs report what a test scripts.
+
+    Never a measurement: it lets the sampler, provenance, checks and ``doctor`` run with known
+    values on machines without a GPU. ``fail_init`` makes ``nvmlInit`` fail with that text.
+    Pass ``lambda: scripted`` wherever an :data:`NvmlProvider` is taken.
+    """
+
+    NVMLError = _ScriptedError
+    NVML_CLOCK_SM = 1
+    NVML_CLOCK_MEM = 2
+    NVML_TEMPERATURE_GPU = 0
+
+    def __init__(self, gpus: list[ScriptedGpu] | None = None, driver: str = "570.133.20",
+                 cuda_version: int = 12080, fail_init: str | None = None) -> None:
+        self.gpus = gpus if gpus is not None else [ScriptedGpu()]
+        self.driver = driver
+        self.cuda_version = cuda_version
+        self.fail_init = fail_init
+        self.initialised = 0  # nvmlInit calls minus nvmlShutdown calls
+
+    def nvmlInit(self) -> None:
+        """Start a session (or fail with ``fail_init``)."""
+        if self.fail_init is not None:
+            raise _ScriptedError(self.fail_init)
+        self.initialised += 1
+
+    def nvmlShutdown(self) -> None:
+        """End a session."""
+        self.initialised -= 1
+
+    def nvmlDeviceGetCount(self) -> int:
+        """Number of scripted GPUs."""
+        return len(self.gpus)
+
+    def nvmlDeviceGetHandleByIndex(self, i: int) -> ScriptedGpu:
+        """The scripted GPU itself serves as its handle."""
+        return self.gpus[i]
+
+    def nvmlSystemGetDriverVersion(self) -> str:
+        """Scripted driver version."""
+        return self.driver
+
+    def nvmlSystemGetCudaDriverVersion_v2(self) -> int:
+        """Scripted CUDA driver version (e.g. 12080 for 12.8)."""
+        return self.cuda_version
+
+    def nvmlDeviceGetName(self, h: ScriptedGpu) -> str:
+        """GPU name."""
+        return h.name
+
+    def nvmlDeviceGetUUID(self, h: ScriptedGpu) -> str:
+        """GPU UUID."""
+        return h.uuid
+
+    def nvmlDeviceGetMemoryInfo(self, h: ScriptedGpu) -> _Mem:
+        """Used and total device memory."""
+        return _Mem(h.memory_used_bytes, h.memory_total_bytes)
+
+    def nvmlDeviceGetUtilizationRates(self, h: ScriptedGpu) -> _Util:
+        """GPU and memory utilization (percent)."""
+        return _Util(h.util_gpu_pct, h.util_mem_pct)
+
+    def nvmlDeviceGetClockInfo(self, h: ScriptedGpu, kind: int) -> int:
+        """Current SM or memory clock."""
+        return h.sm_clock_mhz if kind == self.NVML_CLOCK_SM else h.mem_clock_mhz
+
+    def nvmlDeviceGetPowerUsage(self, h: ScriptedGpu) -> int:
+        """Power draw in milliwatts."""
+        return h.power_mw
+
+    def nvmlDeviceGetTemperature(self, h: ScriptedGpu, _sensor: int) -> int:
+        """Temperature in degrees C."""
+        return h.temperature_c
+
+    def nvmlDeviceGetCurrentClocksEventReasons(self, h: ScriptedGpu) -> int:
+        """Clock-event (throttle) reason bits."""
+        return h.throttle_mask
+
+    def nvmlDeviceGetComputeRunningProcesses(self, h: ScriptedGpu) -> list[_Proc]:
+        """Processes holding memory on the GPU."""
+        return [_Proc(pid, used) for pid, used in h.processes.items()]
+
+    def nvmlDeviceGetGraphicsRunningProcesses(self, _h: ScriptedGpu) -> list[_Proc]:
+        """No graphics processes."""
+        return []
+
+    def nvmlDeviceGetCurrPcieLinkWidth(self, h: ScriptedGpu) -> int:
+        """Current PCIe link width."""
+        return h.pcie_width[0]
+
+    def nvmlDeviceGetMaxPcieLinkWidth(self, h: ScriptedGpu) -> int:
+        """Maximum PCIe link width."""
+        return h.pcie_width[1]
+
+    def nvmlDeviceGetCurrPcieLinkGeneration(self, h: ScriptedGpu) -> int:
+        """Current PCIe generation."""
+        return h.pcie_gen[0]
+
+    def nvmlDeviceGetMaxPcieLinkGeneration(self, h: ScriptedGpu) -> int:
+        """Maximum PCIe generation."""
+        return h.pcie_gen[1]
+
+    def nvmlDeviceGetPowerManagementLimit(self, h: ScriptedGpu) -> int:
+        """Power limit in milliwatts."""
+        return h.power_limit_mw
+
+    def nvmlDeviceGetPowerManagementDefaultLimit(self, h: ScriptedGpu) -> int:
+        """Default power limit in milliwatts."""
+        return h.default_power_limit_mw
+
+    def nvmlDeviceGetEnforcedPowerLimit(self, h: ScriptedGpu) -> int:
+        """Enforced power limit in milliwatts."""
+        return h.power_limit_mw
+
+    def nvmlDeviceGetApplicationsClock(self, h: ScriptedGpu, kind: int) -> int:
+        """Application clock (SM or memory)."""
+        return h.app_clocks_mhz[0 if kind == self.NVML_CLOCK_SM else 1]
+
+    def nvmlDeviceGetDefaultApplicationsClock(self, h: ScriptedGpu,
+                                              kind: int) -> int:
+        """Default application clock (SM or memory)."""
+        return h.default_app_clocks_mhz[0 if kind == self.NVML_CLOCK_SM else 1]
+
+    def nvmlDeviceGetMaxClockInfo(self, h: ScriptedGpu, kind: int) -> int:
+        """Maximum clock (SM or memory)."""
+        return h.max_clocks_mhz[0 if kind == self.NVML_CLOCK_SM else 1]
+
+    def nvmlDeviceGetPersistenceMode(self, h: ScriptedGpu) -> int:
+        """Persistence mode (1 on)."""
+        return int(h.persistence)
+
+    def nvmlDeviceGetEccMode(self, h: ScriptedGpu) -> tuple[int, int]:
+        """ECC mode, current and pending."""
+        return int(h.ecc[0]), int(h.ecc[1])

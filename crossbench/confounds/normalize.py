@@ -1,0 +1,216 @@
+"""A normalized, flat view of a trial's setup: ``{dotted.field: value}``.
+
+Sources: a run directory's ``manifest.json`` (config, engine identity, model files, workload,
+host) with one trial entry (argv, server ``/props``, timestamps), and the provenance record
+(:mod:`.provenance`) found in the trial entry or the manifest under ``provenance`` (or passed
+in). Engine and load settings are completed with their defaults, so a setting left out on one
+side and given its default value on the other is no difference.
+
+Namespaces (the classes in :mod:`.diff` key on them):
+
+=====================  ==================================================================
+``crossbench.*``       harness version, commit, dirty tree, its own argv
+``engine.*``           kind, version, build number, commit, binary, ``sha256.<file>``,
+                       adapter extras, ``startup.*`` (facts from the engine's start-up log,
+                       from the trial entry's ``startup`` or ``server_props.startup``),
+                       ``argv`` (the server command, port masked)
+``server.*``           the engine config (ctx size, slots, vLLM serve settings...; secret
+                       names in its ``env`` redacted)
+``spec.*``             the speculative settings of the engine config
+``model.*``/``draft.*``  files: path, bytes, sha256, ref, hf_commit, ``gguf.*`` facts
+``load.*``             what the client sends (sampling, max tokens, thinking, workload...)
+``workload.*``         prompt-set spec, digest, count
+``run.*``              trials, server reuse, creation time
+``trial.*``            index, start and end times
+``server_props.*``     what the server reports (``/props``: build, slots, default settings)
+``env.*``              engine-relevant environment variables (secrets already redacted)
+``host.*``             CPU, RAM, OS, Python
+``gpu.*``/``gpus.N.*``  driver, CUDA version, count; per GPU name, PCIe, power, clocks...
+=====================  ==================================================================
+
+Values are ``str``, ``int``, ``float`` or ``bool``; unset (None) values are left out; lists of
+scalars become compact JSON text; nested mappings and lists of mappings are flattened.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from crossbench.confounds.provenance import REDACTED, is_secret
+from crossbench.errors import UserError
+
+Scalar = str | int | float | bool
+View = dict[str, Scalar]
+
+#: engine-config keys that hold the speculative settings (llama-server ``spec``; vLLM's
+#: adapter may name it ``speculative_config``)
+SPEC_KEYS = ("spec", "speculative_config")
+#: engine-config keys that name the target model
+MODEL_KEYS = ("model",)
+
+
+def flatten(prefix: str, obj: Any, out: View) -> View:
+    """Add ``obj`` under ``prefix`` to ``out``: mappings by key, lists of mappings by index,
+    lists of scalars as JSON text, None left out."""
+    if obj is None:
+        return out
+    if isinstance(obj, Mapping):
+        for k, v in obj.items():
+            flatten(f"{prefix}.{k}" if prefix else str(k), v, out)
+    elif isinstance(obj, list | tuple):
+        if any(isinstance(v, Mapping) for v in obj):
+            for i, v in enumerate(obj):
+                flatten(f"{prefix}.{i}", v, out)
+        else:
+            out[prefix] = json.dumps(list(obj), separators=(",", ":"))
+    elif isinstance(obj, bool | int | float | str):
+        out[prefix] = obj
+    else:
+        out[prefix] = str(obj)
+    return out
+
+
+def mask_port(argv: list[str]) -> str:
+    """A command as one string with the value after ``--port`` (or ``--port=``) masked."""
+    out: list[str] = []
+    skip = False
+    for a in argv:
+        if skip:
+            out.append("<port>")
+            skip = False
+        elif a == "--port":
+            out.append(a)
+            skip = True
+        elif a.startswith("--port="):
+            out.append("--port=<port>")
+        else:
+            out.append(a)
+    return " ".join(out)
+
+
+def _effective(cls_name: str, engine: str | None, data: Mapping[str, Any]) -> dict[str, Any]:
+    """``data`` validated by its model and dumped with defaults; as given when that fails."""
+    try:
+        if cls_name == "load":
+            from crossbench.runner.config import LoadSettings
+
+            return LoadSettings.model_validate(dict(data)).model_dump(mode="json")
+        from crossbench.engines import registry
+
+        if engine is None:
+            return dict(data)
+        return registry.config_class(engine).model_validate(dict(data)).model_dump(mode="json")
+    except Exception:
+        return dict(data)
+
+
+def normalize_config(config: Mapping[str, Any]) -> View:
+    """The view of a ``RunConfig`` dump (``manifest["config"]``)."""
+    out: View = {}
+    engine = config.get("engine")
+    ec = _effective("engine", engine, config.get("engine_config") or {})
+    for key, value in ec.items():
+        if key == "env" and isinstance(value, Mapping):  # the server's own environment
+            value = {k: (REDACTED if is_secret(k) else v) for k, v in value.items()}
+        if key in SPEC_KEYS:
+            flatten("spec", value, out)
+        elif key in MODEL_KEYS:
+            flatten("model.path", value, out)
+        else:
+            flatten(f"server.{key}", value, out)
+    flatten("load", _effective("load", None, config.get("load") or {}), out)
+    flatten("run.trials", config.get("trials"), out)
+    flatten("run.fresh_server", config.get("fresh_server"), out)
+    for role, ref in (config.get("model_refs") or {}).items():
+        flatten(f"{_role(role)}.ref", ref, out)
+    return out
+
+
+def _role(role: str) -> str:
+    return "model" if role in ("model", "target") else role
+
+
+def normalize_provenance(record: Mapping[str, Any]) -> View:
+    """The view of a provenance record (:func:`crossbench.confounds.provenance.collect`)."""
+    out: View = {}
+    flatten("crossbench", record.get("crossbench"), out)
+    engine = dict(record.get("engine") or {})
+    flatten("engine", engine, out)
+    if record.get("argv"):
+        out["engine.argv"] = mask_port(list(record["argv"]))
+    flatten("env", record.get("env"), out)
+    for role, facts in (record.get("models") or {}).items():
+        flatten(_role(role), facts, out)
+    flatten("host", record.get("host"), out)
+    gpu = dict(record.get("gpu") or {})
+    gpus = gpu.pop("gpus", [])
+    flatten("gpu", gpu, out)
+    for i, g in enumerate(gpus):
+        flatten(f"gpus.{g.get('index', i)}", {k: v for k, v in g.items() if k != "index"}, out)
+    return out
+
+
+def normalize_trial(manifest: Mapping[str, Any], trial: int | None = None,
+                    provenance: Mapping[str, Any] | None = None) -> View:
+    """The view of one trial of a run directory's manifest.
+
+    ``trial`` picks the trial entry by its number (default: the first that finished ``ok``,
+    else the first). The provenance record is ``provenance`` if given, else the trial entry's
+    or the manifest's ``provenance`` key; its facts override the manifest's where both exist.
+    """
+    out: View = {}
+    flatten("crossbench.version", manifest.get("crossbench_version"), out)
+    argv = manifest.get("argv")
+    if argv:
+        out["crossbench.argv"] = " ".join(argv)
+    flatten("run.created_utc", manifest.get("created_utc"), out)
+    out.update(normalize_config(manifest.get("config") or {}))
+    engine = dict(manifest.get("engine") or {})
+    flatten("engine", engine, out)
+    for role, facts in (manifest.get("models") or {}).items():
+        flatten(_role(role), facts, out)
+    flatten("workload", manifest.get("workload"), out)
+    flatten("host", manifest.get("host"), out)
+    entry = _pick(manifest.get("trials") or [], trial)
+    if entry is not None:
+        out["trial.index"] = int(entry["trial"])
+        for k in ("started_utc", "ended_utc"):
+            flatten(f"trial.{k}", entry.get(k), out)
+        if entry.get("argv"):
+            out["engine.argv"] = mask_port(list(entry["argv"]))
+        props = dict(entry.get("server_props") or {})
+        # start-up facts (vLLM's log) belong to the engine, wherever the runner kept them
+        flatten("engine.startup", props.pop("startup", None) or entry.get("startup"), out)
+        flatten("server_props", props, out)
+    record = provenance
+    if record is None and entry is not None:
+        record = entry.get("provenance")
+    if record is None:
+        record = manifest.get("provenance")
+    if record is not None:
+        out.update(normalize_provenance(record))
+    return out
+
+
+def _pick(entries: list[dict[str, Any]], trial: int | None) -> dict[str, Any] | None:
+    if trial is not None:
+        for e in entries:
+            if int(e["trial"]) == trial:
+                return e
+        raise UserError(f"no trial {trial} in this run",
+                        f"trials recorded: {sorted(int(e['trial']) for e in entries)}")
+    ok = [e for e in entries if e.get("status") == "ok"]
+    chosen = ok or entries
+    return chosen[0] if chosen else None
+
+
+def normalize_run_dir(run_dir: Path, trial: int | None = None) -> View:
+    """The view of one trial of a ``crossbench run`` directory (or a matrix cell folder)."""
+    path = run_dir / "manifest.json"
+    if not path.exists():
+        raise UserError(f"{run_dir} holds no run (no manifest.json)",
+                        "point at a `crossbench run --out` directory or a matrix cell folder")
+    return normalize_trial(json.loads(path.read_text()), trial)

@@ -1,0 +1,316 @@
+"""Provenance of a trial: what exactly ran, where, with what, collected when it runs.
+
+:func:`collect` assembles one record; each part has its own function for callers that need
+only that part. The engine's identity comes from the caller (the adapter's
+:meth:`~crossbench.engines.base.EngineServer.identity`), so this module never branches on
+engine names. Secrets never enter a record: environment variables whose names look secret
+keep their name with the value ``<redacted>``, so do argv values of secret-looking flags, and
+a last pass replaces any secret value of the environment wherever else it appears.
+
+Schema history (``SCHEMA_VERSION``): 1 -- first version.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import os
+import platform
+import struct
+import subprocess
+import sys
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+from crossbench import __version__
+from crossbench.engines.base import EngineIdentity
+from crossbench.host import cpu_model
+from crossbench.paths import repo_root
+from crossbench.telemetry.gpu import Nvml, NvmlProvider, NvmlUnavailable
+
+SCHEMA_VERSION = 1
+KIND = "crossbench.provenance"
+
+#: environment variables that change how engines run (recorded with their values)
+ENV_PREFIXES: tuple[str, ...] = ("CUDA_", "GGML_", "LLAMA_", "VLLM_", "HF_", "NCCL_", "OMP_",
+                                 "TORCH_")
+#: a variable or flag whose name contains one of these holds a secret
+SECRET_MARKERS: tuple[str, ...] = ("TOKEN", "KEY", "SECRET", "PASSWORD")
+#: always secret, whatever the markers say
+SECRET_NAMES: frozenset[str] = frozenset({"HF_TOKEN", "ZENODO_TOKEN"})
+REDACTED = "<redacted>"
+#: secret values shorter than this are not scrubbed from free text (too likely to collide)
+_MIN_SCRUB_LEN = 4
+
+
+def is_secret(name: str) -> bool:
+    """Whether an environment variable or flag name looks like it holds a secret."""
+    upper = name.upper().replace("-", "_")
+    return upper in SECRET_NAMES or any(m in upper for m in SECRET_MARKERS)
+
+
+def engine_environment(environ: Mapping[str, str] | None = None) -> dict[str, str]:
+    """Variables named ``CUDA_*``, ``GGML_*``, ``LLAMA_*``, ``VLLM_*``, ``HF_*``, ``NCCL_*``,
+    ``OMP_*``, ``TORCH_*``, sorted, with secret values replaced by ``<redacted>``."""
+    env = os.environ if environ is None else environ
+    return {k: (REDACTED if is_secret(k) else v) for k, v in sorted(env.items())
+            if k.startswith(ENV_PREFIXES)}
+
+
+def redact_argv(argv: Sequence[str]) -> list[str]:
+    """argv with the values of secret-looking flags (``--api-key X``, ``--hf-token=X``)
+    replaced by ``<redacted>``."""
+    out: list[str] = []
+    redact_next = False
+    for arg in argv:
+        if redact_next:
+            out.append(REDACTED)
+            redact_next = False
+            continue
+        flag, eq, _ = arg.partition("=")
+        if arg.startswith("-") and is_secret(flag.lstrip("-")):
+            if eq:
+                out.append(f"{flag}={REDACTED}")
+            else:
+                out.append(arg)
+                redact_next = True
+            continue
+        out.append(arg)
+    return out
+
+
+def crossbench_identity() -> dict[str, Any]:
+    """crossbench's version, and the git commit (and whether the tree is modified) when the
+    package runs from a git checkout; ``commit`` is None otherwise."""
+    root = repo_root()
+    out: dict[str, Any] = {"version": __version__, "commit": None, "dirty": None}
+    if not (root / ".git").exists():
+        return out
+    try:
+        head = subprocess.run(["git", "-C", str(root), "rev-parse", "HEAD"],
+                              capture_output=True, text=True, timeout=10, check=False)
+        status = subprocess.run(["git", "-C", str(root), "status", "--porcelain",
+                                 "--untracked-files=no"],
+                                capture_output=True, text=True, timeout=10, check=False)
+    except (OSError, subprocess.TimeoutExpired):
+        return out
+    if head.returncode == 0:
+        out["commit"] = head.stdout.strip()
+        out["dirty"] = bool(status.stdout.strip()) if status.returncode == 0 else None
+    return out
+
+
+#: the GGUF metadata keys provenance records
+GGUF_KEYS = ("general.architecture", "general.name", "general.size_label", "general.file_type",
+             "general.parameter_count", "tokenizer.chat_template")
+
+
+def _scan_gguf(path: Path, keys: Sequence[str]) -> tuple[dict[str, Any], int]:
+    """The wanted metadata values and the parameter count (sum over tensor shapes) of a
+    little-endian GGUF, read sequentially; array values are skipped, never decoded.
+
+    ``gguf.GGUFReader`` decodes every field, which takes seconds on a real tokenizer
+    (150 000 token strings); this reads the same bytes with the package's type codes.
+    """
+    from gguf import GGUFValueType as T
+
+    sizes = {T.UINT8: "B", T.INT8: "b", T.UINT16: "H", T.INT16: "h", T.UINT32: "I",
+             T.INT32: "i", T.FLOAT32: "f", T.BOOL: "?", T.UINT64: "Q", T.INT64: "q",
+             T.FLOAT64: "d"}
+    with path.open("rb") as fh:
+        def unpack(fmt: str) -> Any:
+            size = struct.calcsize("<" + fmt)
+            data = fh.read(size)
+            if len(data) != size:
+                raise ValueError("truncated GGUF")
+            return struct.unpack("<" + fmt, data)[0]
+
+        def string() -> bytes:
+            n = unpack("Q")
+            if n > 1 << 32:
+                raise ValueError("implausible string length (not a little-endian GGUF?)")
+            return fh.read(n)
+
+        def skip(vtype: int) -> None:
+            if vtype == T.STRING:
+                fh.seek(unpack("Q"), 1)
+            elif vtype == T.ARRAY:
+                etype, count = unpack("I"), unpack("Q")
+                if etype in (T.STRING, T.ARRAY):
+                    for _ in range(count):
+                        skip(etype)
+                else:
+                    fh.seek(struct.calcsize("<" + sizes[T(etype)]) * count, 1)
+            else:
+                fh.seek(struct.calcsize("<" + sizes[T(vtype)]), 1)
+
+        if fh.read(4) != b"GGUF":
+            raise ValueError("GGUF magic invalid")
+        version = unpack("I")
+        if not 1 <= version <= 3:
+            raise ValueError(f"GGUF version {version} (or big-endian)")
+        n_tensors, n_kv = unpack("Q"), unpack("Q")
+        values: dict[str, Any] = {}
+        for _ in range(n_kv):
+            key = string().decode()
+            vtype = unpack("I")
+            if key in keys and vtype == T.STRING:
+                values[key] = string().decode()
+            elif key in keys and vtype in sizes:
+                values[key] = unpack(sizes[T(vtype)])
+            else:
+                skip(vtype)
+        params = 0
+        for _ in range(n_tensors):
+            string()
+            dims = [unpack("Q") for _ in range(unpack("I"))]
+            unpack("I")  # tensor type
+            unpack("Q")  # data offset
+            params += math.prod(dims)
+    return values, params
+
+
+def _read_gguf_with_reader(path: Path, keys: Sequence[str]) -> tuple[dict[str, Any], int]:
+    """The same facts through ``gguf.GGUFReader`` (slow; any byte order)."""
+    from gguf import GGUFReader
+
+    reader = GGUFReader(str(path))
+    values = {k: reader.fields[k].contents() for k in keys if k in reader.fields}
+    return values, sum(int(t.n_elements) for t in reader.tensors)
+
+
+def gguf_facts(path: Path) -> dict[str, Any]:
+    """From a GGUF's metadata: architecture, file type and its quantization name, parameter
+    count (metadata, else the sum over tensors), name, size label and the sha256 of the chat
+    template string. A file that cannot be read gives ``{"error": ...}``."""
+    from gguf import LlamaFileType
+
+    try:
+        try:
+            values, tensor_params = _scan_gguf(path, GGUF_KEYS)
+        except (ValueError, OSError, struct.error):
+            values, tensor_params = _read_gguf_with_reader(path, GGUF_KEYS)
+    except Exception as e:
+        return {"error": f"not a readable GGUF ({e})"}
+    file_type = values.get("general.file_type")
+    quant = None
+    if file_type is not None:
+        try:
+            quant = LlamaFileType(int(file_type)).name.removeprefix("MOSTLY_")
+        except ValueError:
+            quant = f"unknown ({file_type})"
+    params = values.get("general.parameter_count")
+    template = values.get("tokenizer.chat_template")
+    return {
+        "architecture": values.get("general.architecture"),
+        "name": values.get("general.name"),
+        "size_label": values.get("general.size_label"),
+        "file_type": None if file_type is None else int(file_type),
+        "quantization": quant,
+        "parameter_count": int(params) if params is not None else tensor_params,
+        "parameter_count_source": "metadata" if params is not None else "tensors",
+        "chat_template_sha256": None if template is None
+        else hashlib.sha256(str(template).encode()).hexdigest(),
+    }
+
+
+def model_facts(path: Path | str, ref: str | None = None) -> dict[str, Any]:
+    """A model file's path, size and sha256 (plus its reference and Hugging Face snapshot
+    commit) and, for GGUF files, :func:`gguf_facts`; a repository reference or directory is
+    recorded as given."""
+    p = Path(path)
+    if not p.is_file():
+        out: dict[str, Any] = {"path": str(path), "exists": p.exists()}
+        if ref is not None:
+            out["ref"] = ref
+        return out
+    from crossbench.models import file_record
+
+    out = dict(file_record(p, ref))
+    with p.open("rb") as fh:
+        is_gguf = fh.read(4) == b"GGUF"
+    if is_gguf:
+        out["gguf"] = gguf_facts(p)
+    return out
+
+
+def host_facts() -> dict[str, Any]:
+    """CPU model and count, RAM, platform, OS release, machine and Python version."""
+    ram: int | None = None
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemTotal:"):
+                ram = int(line.split()[1]) * 1024
+                break
+    except (OSError, ValueError, IndexError):
+        ram = None
+    os_name = None
+    try:
+        for line in Path("/etc/os-release").read_text().splitlines():
+            if line.startswith("PRETTY_NAME="):
+                os_name = line.split("=", 1)[1].strip().strip('"')
+    except OSError:
+        os_name = None
+    return {"cpu": cpu_model(), "cpus": os.cpu_count(), "ram_bytes": ram,
+            "platform": platform.platform(), "os": os_name or platform.system(),
+            "machine": platform.machine(), "python": sys.version.split()[0]}
+
+
+def gpu_facts(nvml: NvmlProvider | None = None) -> dict[str, Any]:
+    """Driver, CUDA driver version and every GPU's name, PCIe link (current and max), power
+    limit vs default, application vs max clocks, persistence mode and ECC, through NVML;
+    ``{"available": False, "reason": ...}`` without a GPU."""
+    try:
+        nv = Nvml.open(nvml)
+    except NvmlUnavailable as e:
+        return {"available": False, "reason": e.reason, "count": 0, "gpus": []}
+    with nv:
+        n = nv.count()
+        return {"available": True, "reason": None, **nv.system_facts(), "count": n,
+                "gpus": [nv.device_facts(i) for i in range(n)]}
+
+
+def collect(engine: EngineIdentity | Mapping[str, Any], argv: Sequence[str],
+            models: Mapping[str, Path | str] | None = None,
+            model_refs: Mapping[str, str] | None = None,
+            environ: Mapping[str, str] | None = None,
+            nvml: NvmlProvider | None = None) -> dict[str, Any]:
+    """The provenance record of one trial (JSON-ready, secrets removed).
+
+    ``engine`` is the adapter's :class:`~crossbench.engines.base.EngineIdentity` (or its dict);
+    ``argv`` the exact server command; ``models`` maps a role (``model``, ``draft``) to a file
+    path or repository reference, ``model_refs`` the same roles to how the user named them.
+    """
+    env = os.environ if environ is None else environ
+    refs = model_refs or {}
+    record: dict[str, Any] = {
+        "schema_version": SCHEMA_VERSION,
+        "kind": KIND,
+        "collected_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "crossbench": crossbench_identity(),
+        "engine": asdict(engine) if isinstance(engine, EngineIdentity) else dict(engine),
+        "argv": redact_argv(argv),
+        "env": engine_environment(env),
+        "models": {role: model_facts(p, refs.get(role)) for role, p in (models or {}).items()},
+        "host": host_facts(),
+        "gpu": gpu_facts(nvml),
+    }
+    secrets = [v for k, v in env.items() if is_secret(k) and len(v) >= _MIN_SCRUB_LEN]
+    scrubbed: dict[str, Any] = scrub(record, secrets)
+    return scrubbed
+
+
+def scrub(obj: Any, secrets: Sequence[str]) -> Any:
+    """A copy of a JSON-like object with every occurrence of each secret string replaced."""
+    if isinstance(obj, str):
+        for s in secrets:
+            obj = obj.replace(s, REDACTED)
+        return obj
+    if isinstance(obj, Mapping):
+        return {scrub(k, secrets): scrub(v, secrets) for k, v in obj.items()}
+    if isinstance(obj, list | tuple):
+        return [scrub(v, secrets) for v in obj]
+    return obj

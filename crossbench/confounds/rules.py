@@ -1,0 +1,351 @@
+"""Known harmful interactions, each with its explanation, the action that removes it and a
+source: the evidence that it is real.
+
+A rule reads two normalized views (:mod:`.normalize`), A and B, and returns
+:class:`Finding` s: ``confounding`` (the comparison does not isolate its variable: the verdict
+must not stay clean) or ``caveat`` (results are valid only with a qualification).
+
+Example::
+
+    for f in check_pair(spec_view, base_view, labels=("spec", "baseline")):
+        print(f"{f.severity}: {f.message} -> {f.action} [{f.source}]")
+
+Rules that concern one arm alone (synthetic acceptance, MTP with parallel slots, prefix
+caching with MTP) also run on a single trial through :func:`check_trial`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import asdict, dataclass
+from typing import Any, Literal
+
+from crossbench.confounds.normalize import Scalar
+
+Severity = Literal["confounding", "caveat"]
+View = Mapping[str, Scalar]
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One rule firing on a trial or a pair."""
+
+    rule: str
+    severity: Severity
+    message: str
+    action: str
+    source: str
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready view."""
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class PairContext:
+    """What the comparison claims: arm labels, its axis (``spec``, ``engine``...), and
+    whether it claims greedy output parity between the arms."""
+
+    labels: tuple[str, str] = ("A", "B")
+    axis: str | None = "spec"
+    greedy_parity: bool = False
+    single: bool = False  # one trial checked alone (a and b are the same view)
+
+
+Check = Callable[["Rule", View, View, PairContext], list[Finding]]
+
+
+@dataclass(frozen=True)
+class Rule:
+    """A known interaction: id, title, explanation, source URL and its check."""
+
+    id: str
+    title: str
+    explanation: str
+    source: str
+    check: Check
+    per_arm: bool = False  # meaningful for one trial alone
+
+    def finding(self, severity: Severity, message: str, action: str) -> Finding:
+        """A finding of this rule."""
+        return Finding(self.id, severity, message, action, self.source)
+
+
+# -- reading views ---------------------------------------------------------------------------
+
+
+def _arms(a: View, b: View, ctx: PairContext) -> Iterator[tuple[str, View]]:
+    yield ctx.labels[0], a
+    if not ctx.single:
+        yield ctx.labels[1], b
+
+
+def _truthy(v: Scalar | None) -> bool:
+    """Set and not false-like: ``True``, ``1``, ``"on"``, or a fact's text (e.g. the reason
+    vLLM logged for a model runner fallback)."""
+    if isinstance(v, str):
+        return v.strip().lower() not in ("", "0", "false", "off", "no", "none", "disabled")
+    return bool(v)
+
+
+def _kind(v: View) -> str:
+    return str(v.get("engine.kind", ""))
+
+
+def _is_vllm(v: View) -> bool:
+    return _kind(v).startswith("vllm")
+
+
+def _mtp(v: View) -> bool:
+    return any("mtp" in str(v.get(k, "")).lower() for k in ("spec.type", "spec.method"))
+
+
+def _num(v: Scalar | None) -> float | None:
+    if v is None or isinstance(v, bool):
+        return None
+    try:
+        return float(v)
+    except ValueError:
+        return None
+
+
+def _fmt(v: Scalar | None) -> str:
+    return "unset" if v is None else str(v)
+
+
+# -- the rules ---------------------------------------------------------------------------------
+
+
+def _prefix_caching_mtp(rule: Rule, a: View, b: View, ctx: PairContext) -> list[Finding]:
+    out = []
+    for label, v in _arms(a, b, ctx):
+        if not (_is_vllm(v) and _mtp(v)):
+            continue
+        keys = ("server.enable_prefix_caching", "engine.startup.enable_prefix_caching",
+                "engine.startup.prefix_caching")
+        given = [v[k] for k in keys if k in v]
+        if given and not _truthy(given[0]):
+            continue
+        how = "on" if given else "not set, and vLLM enables it by default"
+        out.append(rule.finding(
+            "confounding",
+            f"{label}: vLLM with MTP and prefix caching ({how}); MTP lowers the prefix-cache hit "
+            "rate, so the MTP arm pays prefill the baseline skips and the speed difference "
+            "mixes the two effects",
+            "run both arms with prefix caching off (server: {enable_prefix_caching: false}, "
+            "i.e. --no-enable-prefix-caching), or with prompts that share no prefix"))
+    return out
+
+
+def _batched_tokens(rule: Rule, a: View, b: View, ctx: PairContext) -> list[Finding]:
+    key = "server.max_num_batched_tokens"
+    va, vb = a.get(key), b.get(key)
+    if va == vb or _kind(a) != _kind(b):  # across engines, settings differ by nature
+        return []
+    la, lb = ctx.labels
+    if va is None or vb is None:
+        arm = la if va is not None else lb
+        msg = (f"max_num_batched_tokens is set on {arm} only ({_fmt(va)} vs {_fmt(vb)}): the "
+               "other arm runs with the engine's default token budget per step, which changes "
+               "prefill chunking and batching")
+    else:
+        msg = (f"max_num_batched_tokens differs ({la} {va}, {lb} {vb}): the token budget per "
+               "scheduler step changes prefill chunking and batching")
+    return [rule.finding("confounding", msg,
+                         "set max_num_batched_tokens to the same value on both arms (in the "
+                         "matrix's shared `server:`)")]
+
+
+def _memory_or_seqs(rule: Rule, a: View, b: View, ctx: PairContext) -> list[Finding]:
+    la, lb = ctx.labels
+    diffs = [f"{k.removeprefix('server.')} {_fmt(a.get(k))}/{_fmt(b.get(k))}"
+             for k in ("server.gpu_memory_utilization", "server.max_num_seqs")
+             if a.get(k) != b.get(k)]
+    if not diffs or _kind(a) != _kind(b):  # across engines, settings differ by nature
+        return []
+    return [rule.finding(
+        "confounding",
+        f"serve settings differ ({la}/{lb}: {', '.join(diffs)}): KV cache size and the batch "
+        "cap set how many requests run together and when they are preempted, so speed moves "
+        "with them, not with the intended variable",
+        "give both arms the same gpu_memory_utilization and max_num_seqs (in the matrix's "
+        "shared `server:`)")]
+
+
+def _parallel_mtp(rule: Rule, a: View, b: View, ctx: PairContext) -> list[Finding]:
+    out = []
+    for label, v in _arms(a, b, ctx):
+        if _kind(v) != "llama-server" or not _mtp(v):
+            continue
+        slots = max(_num(v.get("server.parallel")) or 1, _num(v.get("server_props.total_slots"))
+                    or 1)
+        if slots > 1:
+            out.append(rule.finding(
+                "confounding",
+                f"{label}: llama-server with MTP and {slots:g} parallel slots; with more than "
+                "one slot MTP drafts read other slots' hidden states and acceptance collapses, "
+                "so the MTP arm is slowed by the setup, not by MTP",
+                "run MTP arms with parallel: 1 (-np 1), or use a build that fixes multi-slot "
+                "MTP and record it"))
+    return out
+
+
+def _synthetic(rule: Rule, a: View, b: View, ctx: PairContext) -> list[Finding]:
+    out = []
+    for label, v in _arms(a, b, ctx):
+        synth = {k: x for k, x in v.items() if k.startswith("spec.") and "synth" in k
+                 and x not in ("", "[]", 0, False)}
+        if str(v.get("spec.rejection_sample_method", "")).lower() == "synthetic":
+            synth["spec.rejection_sample_method"] = "synthetic"
+        if synth:
+            listed = ", ".join(f"{k.removeprefix('spec.')}={x}" for k, x in sorted(synth.items()))
+            out.append(rule.finding(
+                "caveat",
+                f"{label}: synthetic acceptance ({listed}): acceptance is scripted, not the "
+                "draft's; the output text is invalid and the speed shows what that acceptance "
+                "would give, not what this draft achieves",
+                "report it as a synthetic-acceptance result; measure real acceptance with "
+                "synth_rates/synth_len unset"))
+    return out
+
+
+def _engine_builds(rule: Rule, a: View, b: View, ctx: PairContext) -> list[Finding]:
+    keys = ["engine.kind", "engine.version", "engine.build_number", "engine.commit",
+            "server.pin", "server.variant"]
+    keys += sorted({k for k in (*a, *b) if k.startswith("engine.sha256.")})
+    differ = [k for k in keys if a.get(k) != b.get(k)]
+    if not differ:
+        return []
+    la, lb = ctx.labels
+    if a.get("engine.kind") != b.get("engine.kind"):
+        what = (f"different engines ({la} {_fmt(a.get('engine.kind'))}, {lb} "
+                f"{_fmt(b.get('engine.kind'))}): kernels, schedulers and defaults all differ, "
+                "so the comparison is multi-variable")
+    else:
+        shown = ", ".join(k.removeprefix("engine.") for k in differ[:4])
+        more = f" and {len(differ) - 4} more" if len(differ) > 4 else ""
+        what = (f"the arms ran different engine builds ({shown}{more} differ): speculative "
+                "decoding speed changes between builds")
+    severity: Severity = "caveat" if ctx.axis == "engine" else "confounding"
+    return [rule.finding(severity, what,
+                         "run every arm on one build (one `engines:` entry); compare builds "
+                         "only as their own axis")]
+
+
+def _greedy_parity(rule: Rule, a: View, b: View, ctx: PairContext) -> list[Finding]:
+    if not ctx.greedy_parity:
+        return []
+    hot = [f"{label} temperature {v.get('load.temperature')}" for label, v in _arms(a, b, ctx)
+           if (_num(v.get("load.temperature")) or 0) > 0]
+    if not hot:
+        return []
+    return [rule.finding(
+        "confounding",
+        f"greedy parity is claimed but sampling is not greedy ({', '.join(hot)}): sampled "
+        "outputs differ between arms by chance, so parity cannot be checked",
+        "set temperature: 0 on both arms for the parity check")]
+
+
+def _thinking(rule: Rule, a: View, b: View, ctx: PairContext) -> list[Finding]:
+    va, vb = a.get("load.thinking"), b.get("load.thinking")
+    if va == vb:
+        return []
+    if "chat" not in (a.get("load.endpoint"), b.get("load.endpoint")):
+        return []  # raw completions apply no template: thinking is ignored
+    la, lb = ctx.labels
+    return [rule.finding(
+        "confounding",
+        f"thinking mode differs ({la} {_fmt(va)}, {lb} {_fmt(vb)}; unset means the template's "
+        "default, which is on for Qwen3-style templates): the arms generate different text, "
+        "so acceptance and speed differ for that reason",
+        "set load.thinking to the same value on both arms")]
+
+
+def _runner_fallback(rule: Rule, a: View, b: View, ctx: PairContext) -> list[Finding]:
+    key = "engine.startup.model_runner_fallback"
+    fa, fb = _truthy(a.get(key)), _truthy(b.get(key))
+    la, lb = ctx.labels
+    if fa != fb:
+        arm = la if fa else lb
+        return [rule.finding(
+            "confounding",
+            f"{arm} fell back from vLLM's V2 model runner to V1 (logged at start-up), the "
+            "other arm did not: the arms ran different execution paths",
+            "find the feature that forces the fallback (the start-up log names it) and give "
+            "both arms the same runner (VLLM_USE_V2_MODEL_RUNNER=0 on both, or avoid the "
+            "feature)")]
+    if fa and fb and not ctx.single:
+        return [rule.finding(
+            "caveat", "both arms fell back from vLLM's V2 model runner to V1",
+            "report the runner with the result; results on the default runner may differ")]
+    if fa and ctx.single:
+        return [rule.finding(
+            "caveat", f"{la} fell back from vLLM's V2 model runner to V1",
+            "check that its comparison arm fell back as well")]
+    return []
+
+
+RULES: tuple[Rule, ...] = (
+    Rule("vllm-prefix-caching-mtp", "Prefix caching with MTP on vLLM",
+         "MTP speculative decoding lowers vLLM's prefix-cache hit rate, so with prefix caching "
+         "on an MTP arm re-prefills what a baseline serves from cache.",
+         "https://github.com/vllm-project/vllm/issues/38182", _prefix_caching_mtp,
+         per_arm=True),
+    Rule("max-num-batched-tokens-one-arm", "max_num_batched_tokens on one arm only",
+         "The scheduler's token budget per step sets prefill chunking and batching; an arm "
+         "left at the default runs a different scheduler configuration.",
+         "https://docs.vllm.ai/en/stable/configuration/optimization/#chunked-prefill",
+         _batched_tokens),
+    Rule("serve-memory-or-seqs-differ", "gpu_memory_utilization or max_num_seqs differ",
+         "KV cache size and the sequence cap decide batching and preemption; the seed case is "
+         "an MTP arm at 0.80/2 against a baseline at 0.90/8.",
+         "https://docs.vllm.ai/en/stable/configuration/optimization/#preemption",
+         _memory_or_seqs),
+    Rule("llama-parallel-slots-mtp", "llama-server parallel slots > 1 with MTP",
+         "With more than one slot, MTP drafts of slots other than the first read the wrong "
+         "hidden states and acceptance collapses.",
+         "https://github.com/ggml-org/llama.cpp/issues/27572", _parallel_mtp, per_arm=True),
+    Rule("synthetic-acceptance", "Synthetic acceptance",
+         "Benchmark-only acceptance: the verifier accepts drafts with scripted probabilities; "
+         "the speed is real for that acceptance, the output is not valid text.",
+         "https://github.com/ggml-org/llama.cpp/pull/27711", _synthetic, per_arm=True),
+    Rule("engine-builds-differ", "Different engine builds on the two arms",
+         "Speculative decoding speed changes between engine builds (e.g. MTP throughput fell "
+         "15-20 % from one llama.cpp build to a later one).",
+         "https://github.com/ggml-org/llama.cpp/issues/25489", _engine_builds),
+    Rule("greedy-parity-temperature", "Temperature > 0 when greedy parity is claimed",
+         "Speculative decoding is lossless only up to sampling: output parity between arms "
+         "holds for greedy decoding, not for sampled text.",
+         "https://docs.vllm.ai/en/stable/features/speculative_decoding/"
+         "#lossless-guarantees-of-speculative-decoding", _greedy_parity),
+    Rule("thinking-one-arm", "Thinking mode on in one arm",
+         "Qwen3-style chat templates switch a thinking mode on or off; the arms then generate "
+         "different text with different acceptance.",
+         "https://huggingface.co/Qwen/Qwen3-8B#switching-between-thinking-and-non-thinking-mode",
+         _thinking),
+    Rule("vllm-model-runner-fallback", "vLLM model runner fallback on one arm only",
+         "vLLM falls back from the V2 to the V1 model runner when a feature is unsupported and "
+         "logs it at start-up; arms on different runners run different code.",
+         "https://github.com/vllm-project/vllm/issues/41286", _runner_fallback, per_arm=True),
+)
+
+
+def rule(rule_id: str) -> Rule:
+    """A rule by id."""
+    for r in RULES:
+        if r.id == rule_id:
+            return r
+    raise KeyError(f"no rule {rule_id!r}; rules: {', '.join(r.id for r in RULES)}")
+
+
+def check_pair(a: View, b: View, labels: tuple[str, str] = ("A", "B"),
+               axis: str | None = "spec", greedy_parity: bool = False) -> list[Finding]:
+    """Every finding of every rule on a pair of trials (A and B as normalized views)."""
+    ctx = PairContext(labels, axis, greedy_parity)
+    return [f for r in RULES for f in r.check(r, a, b, ctx)]
+
+
+def check_trial(view: View, label: str = "trial") -> list[Finding]:
+    """The findings of the rules that concern one trial alone."""
+    ctx = PairContext((label, label), None, False, single=True)
+    return [f for r in RULES if r.per_arm for f in r.check(r, view, view, ctx)]
