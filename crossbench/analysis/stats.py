@@ -5,8 +5,9 @@ The bootstrap resamples *clusters* (prompts: every trial of a prompt moves toget
 they share the prompt's difficulty) within *strata* (categories: each category keeps its
 number of prompts, so a resample never over-represents one kind of text). The statistic is
 the mean of log ratios over the resampled samples, so ``exp`` of it is a geometric mean.
-All resamples are drawn at once with numpy from a seeded generator: the same seed gives the
-same interval.
+A stratum with a single prompt cannot vary on its own, so such strata are pooled into one
+(and a lone pooled prompt joins the smallest other stratum). All resamples are drawn at
+once with numpy from a seeded generator: the same seed gives the same interval.
 """
 
 from __future__ import annotations
@@ -61,15 +62,26 @@ class Clusters:
                 strata_of.append(s)
             ids[i] = index[c]
         v = np.asarray(values, dtype=float)
-        sums = np.bincount(ids, weights=v, minlength=len(index))
+        sums = np.bincount(ids, weights=v, minlength=len(index)).astype(float)
         counts = np.bincount(ids, minlength=len(index)).astype(float)
-        names = {s: i for i, s in enumerate(dict.fromkeys(strata_of))}
-        return cls(sums, counts, np.array([names[s] for s in strata_of], dtype=np.int64))
+        return cls(sums, counts, _pool_singletons(strata_of))
 
     @property
     def n_clusters(self) -> int:
         """Number of clusters."""
         return int(self.sums.size)
+
+
+def _pool_singletons(strata_of: list[str]) -> npt.NDArray[np.int64]:
+    """Stratum index per cluster, strata of one cluster pooled (module docstring)."""
+    size = {s: strata_of.count(s) for s in dict.fromkeys(strata_of)}
+    pooled = "\0pooled"
+    label = [s if size[s] >= MIN_CLUSTERS else pooled for s in strata_of]
+    if label.count(pooled) == 1 and len(set(label)) > 1:
+        smallest = min((s for s in size if size[s] >= MIN_CLUSTERS), key=lambda s: size[s])
+        label = [smallest if s == pooled else s for s in label]
+    names = {s: i for i, s in enumerate(dict.fromkeys(label))}
+    return np.array([names[s] for s in label], dtype=np.int64)
 
 
 def bootstrap_means(c: Clusters, resamples: int, seed: int) -> FloatArray:

@@ -145,7 +145,7 @@ def _spec_of(config: Mapping[str, Any]) -> tuple[bool, int | None]:
     return enabled, n
 
 
-def _metric_prefix(manifest: Mapping[str, Any]) -> str:
+def metric_prefix(manifest: Mapping[str, Any]) -> str:
     """The engine's speculative counter prefix: recorded in the manifest, else registered."""
     from crossbench.analysis.acceptance import PREFIX
     from crossbench.engines import registry
@@ -170,7 +170,7 @@ def summarize_run_dir(run_dir: Any) -> dict[str, Any]:
     manifest = json.loads((root / "manifest.json").read_text())
     records = read_jsonl(root / "requests.jsonl") if (root / "requests.jsonl").exists() else []
     enabled, n = _spec_of(manifest.get("config", {}))
-    prefix = _metric_prefix(manifest)
+    prefix = metric_prefix(manifest)
     total = acc_mod.CounterDelta()
     per_trial: list[dict[str, Any]] = []
     trials = sorted({int(r.get("trial", 0)) for r in records})

@@ -5,7 +5,15 @@ from __future__ import annotations
 import click
 
 from crossbench import __version__
-from crossbench.cli import demo_cmd, engines_cmd, fixtures_cmd, matrix_cmd, run_cmd
+from crossbench.cli import (
+    analyze_cmd,
+    demo_cmd,
+    doctor_cmd,
+    engines_cmd,
+    fixtures_cmd,
+    matrix_cmd,
+    run_cmd,
+)
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -26,6 +34,10 @@ cli.add_command(demo_cmd.demo)
 cli.add_command(matrix_cmd.validate)
 cli.add_command(matrix_cmd.matrix)
 cli.add_command(matrix_cmd.status)
+cli.add_command(doctor_cmd.doctor)
+cli.add_command(analyze_cmd.analyze)
+cli.add_command(analyze_cmd.compare)
+cli.add_command(analyze_cmd.import_)
 
 
 def main() -> None:

@@ -1,0 +1,319 @@
+"""``crossbench analyze``: a run directory -> ``analysis.json`` and tables, from raw records.
+
+The object (``schema_version`` 1) holds:
+
+- ``cells``: per cell, throughput, latency (TTFT, TPOT, chunk gaps, token-level ITL,
+  end-to-end), per-trial pooled rates and acceptance;
+- ``pairs``: each speculative cell against its baseline: decode and end-to-end speedups
+  (``paired.py``), the verdict, acceptance, per-category speedups, output parity
+  (``parity.py``) and the warnings that concern the pair;
+- ``sweeps``: n-sweeps with the best n and the cost model (``sweep.py``);
+- ``stability``: every warning (``stability.py``), each with the action to take.
+
+Tables go to ``RUN_DIR/analysis/`` as Markdown and CSV: ``verdicts``, ``cells``,
+``per_category``, ``sweeps``, ``warnings``.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+from pathlib import Path
+from typing import Any
+
+from crossbench import __version__
+from crossbench.analysis import paired, parity, stability, sweep
+from crossbench.analysis.metrics import token_itl_ms
+from crossbench.analysis.paired import StatsOptions
+from crossbench.analysis.rundir import COORDS, CellData, RunData, load_run, paused_gc
+from crossbench.analysis.stability import Finding, WarningKind
+from crossbench.analysis.stats import cv
+from crossbench.analysis.summary import dist, summarize_records
+from crossbench.store.atomic import write_bytes_atomic, write_json_atomic
+
+ANALYSIS_SCHEMA = 1
+# Format history of analysis.json:
+#   1: first version (cells, pairs, sweeps, stability)
+
+
+def cell_figures(cell: CellData) -> dict[str, Any]:
+    """Per-cell statistics: throughput, latency, per-trial rates, acceptance."""
+    base = summarize_records(cell.records)
+    itl = token_itl_ms(r for r in cell.records
+                       if not r.get("warmup") and r.get("status") == "ok").tolist()
+    rates = cell.trial_rates
+    acc = cell.acceptance
+    out: dict[str, Any] = {
+        "cell": cell.id, **{k: cell.coords.get(k) for k in COORDS},
+        "baseline_cell": cell.baseline,
+        "requests": base["requests"], "throughput": base["throughput"],
+        "latency_ms": {**base["latency_ms"], "token_itl": dist(itl)},
+        "per_trial_pooled_tok_s": {str(t): r for t, r in rates.items()},
+        "trial_cv": cv(list(rates.values())),
+        "acceptance": {"enabled": cell.speculative, "n": stability.spec_n(cell),
+                       **acc.to_dict()},
+        "synthetic_acceptance": cell.synthetic,
+        "imported": cell.imported.get("source") if cell.imported else None,
+    }
+    aggregate = (cell.imported or {}).get("aggregate")
+    if aggregate:
+        out["aggregate"] = aggregate
+    return out
+
+
+def _decode_rate(cell_fig: dict[str, Any]) -> float | None:
+    pooled = cell_fig["throughput"]["pooled_tok_s"]
+    if pooled is None and cell_fig.get("aggregate"):
+        pooled = cell_fig["aggregate"].get("decode_tok_s")
+    return float(pooled) if pooled is not None else None
+
+
+def analyze_pair(spec: CellData, base: CellData, figs: dict[str, dict[str, Any]],
+                 checks: dict[str, list[Finding]], opts: StatsOptions
+                 ) -> tuple[dict[str, Any], list[Finding]]:
+    """One speculative cell against its baseline (a ``pairs`` entry), and the findings that
+    concern the pair itself (its cells' own checks are in ``checks``)."""
+    c = spec.coords
+    result = paired.compare(spec.figures, base.figures, opts)
+    acc = spec.acceptance
+    source = acc.source
+    if spec.imported and spec.imported.get("acceptance"):
+        source = f"counters reported by {spec.imported.get('source')}"
+    out: dict[str, Any] = {
+        "cell": spec.id, "baseline_cell": base.id, "model": c.get("target"),
+        "engine": c.get("engine"), "method": c.get("method"), "n": c.get("n"),
+        "arm": c.get("arm"), "workload": c.get("workload"),
+        "concurrency": c.get("concurrency"),
+        "baseline_tok_s": _decode_rate(figs[base.id]), "spec_tok_s": _decode_rate(figs[spec.id]),
+        "speedup": result["speedup"], "speedup_e2e": result["speedup_e2e"],
+        "verdict": result["verdict"], "pairing": result["pairing"],
+        "acceptance": {"draft_acceptance_rate": acc.draft_acceptance_rate,
+                       "mean_acceptance_length": acc.mean_acceptance_length,
+                       "per_position": acc.per_position, "source": source,
+                       "synthetic": spec.synthetic},
+        "per_category": result["per_category"],
+        "parity": parity.parity(spec, base),
+    }
+    if out["baseline_tok_s"] and out["spec_tok_s"]:
+        out["pooled_ratio"] = out["spec_tok_s"] / out["baseline_tok_s"]
+    own = _pair_findings(out, spec)
+    out["warnings"] = [f.to_dict() for f in checks[spec.id] + checks[base.id] + own]
+    return out, own
+
+
+def _pair_findings(pair: dict[str, Any], spec: CellData) -> list[Finding]:
+    found: list[Finding] = []
+    pr = pair["pairing"]
+    if pr["unmatched_spec"] or pr["unmatched_baseline"]:
+        found.append(Finding(
+            WarningKind.UNPAIRED,
+            f"{pr['unmatched_spec']} speculative and {pr['unmatched_baseline']} baseline "
+            "requests have no partner (same trial, prompt and occurrence) and are left out",
+            "run both cells with the same workload, requests and trials; rerun failed trials "
+            "so every request has its partner", spec.id))
+    sp = pair["speedup"]
+    if sp["verdict"] == "too few samples":
+        aggregate = bool((spec.imported or {}).get("aggregate")) and not sp["n_samples"]
+        found.append(Finding(
+            WarningKind.AGGREGATE_ONLY if aggregate else WarningKind.TOO_FEW_SAMPLES,
+            "only aggregates and end-to-end latencies were imported: no paired decode "
+            "statistics" if aggregate else
+            f"{sp['n_samples']} paired samples over {sp['n_prompts']} prompts: no verdict",
+            "rerun `vllm bench serve` with --save-detailed to keep per-request figures"
+            if aggregate else "raise requests or trials (at least --min-samples paired "
+            "samples over two or more prompts), or lower --min-samples knowingly", spec.id))
+    net = sweep.net_loss_finding(pair)
+    if net is not None:
+        found.append(net)
+    par = pair["parity"]
+    if par["verdict"] == "diverges":
+        found.append(Finding(
+            WarningKind.OUTPUT_DIVERGES,
+            f"greedy output differs from the baseline in {1 - par['exact_match_rate']:.0%} of "
+            f"{par['compared']} pairs (first divergence at character "
+            f"{par['first_divergence_chars']['min']:.0f} at the earliest)",
+            "a lossless method should reproduce greedy output: check draft sampling settings "
+            "and whether the engine's batched verification changes numerics; judge speedups "
+            "with this in mind", spec.id))
+    return found
+
+
+def analyze(root: Path, opts: StatsOptions | None = None) -> dict[str, Any]:
+    """The whole analysis of a run directory (see the module docstring)."""
+    opts = opts or StatsOptions()
+    run = load_run(root)
+    return analyze_run(run, opts)
+
+
+def analyze_run(run: RunData, opts: StatsOptions) -> dict[str, Any]:
+    """The analysis of loaded cells (with the cyclic garbage collector paused)."""
+    with paused_gc():
+        return _analyze_run(run, opts)
+
+
+def _analyze_run(run: RunData, opts: StatsOptions) -> dict[str, Any]:
+    cooldown = None
+    if run.matrix is not None:
+        cooldown = float(run.matrix.get("cooldown_s", 0.0))
+    by_id = {c.id: c for c in run.cells}
+    figs: dict[str, dict[str, Any]] = {}
+    checks: dict[str, list[Finding]] = {}
+    for c in run.cells:  # one cell's chunks in memory at a time
+        figs[c.id] = cell_figures(c)
+        checks[c.id] = stability.cell_checks(c, cooldown)
+        c.release_chunks()
+    found = [f for c in run.cells for f in checks[c.id]]
+    pairs = []
+    for c in run.cells:
+        if c.baseline is None:
+            continue
+        if c.baseline not in by_id:
+            found.append(Finding(WarningKind.UNPAIRED, f"its baseline {c.baseline} has no "
+                                 "records, so the cell has no paired statistics",
+                                 "run the baseline (`crossbench matrix FILE --resume`)", c.id))
+            continue
+        pair, own = analyze_pair(c, by_id[c.baseline], figs, checks, opts)
+        pairs.append(pair)
+        found += own
+    return {
+        "schema_version": ANALYSIS_SCHEMA,
+        "kind": "crossbench.analysis",
+        "crossbench_version": __version__,
+        "run": {"dir": str(run.root), "kind": run.kind, "cells": len(run.cells)},
+        "options": {"resamples": opts.resamples, "seed": opts.seed, "level": opts.level,
+                    "min_samples": opts.min_samples},
+        "cells": list(figs.values()),
+        "pairs": pairs,
+        "sweeps": sweep.sweeps(pairs, by_id, opts),
+        "stability": [f.to_dict() for f in found],
+    }
+
+
+# -- tables ------------------------------------------------------------------------------------
+
+def _num(v: Any, spec: str = ".3f") -> str:
+    if v is None:
+        return "n/a"
+    if isinstance(v, (int, float)):
+        return format(v, spec)
+    return str(v)
+
+
+def _ci(ci: list[float] | None) -> str:
+    return "n/a" if not ci else f"[{ci[0]:.3f}, {ci[1]:.3f}]"
+
+
+def tables(result: dict[str, Any]) -> dict[str, tuple[list[str], list[list[str]]]]:
+    """Every table of an analysis as (header, rows), by name."""
+    out: dict[str, tuple[list[str], list[list[str]]]] = {}
+    out["verdicts"] = (
+        ["cell", "model", "method", "n", "baseline tok/s", "spec tok/s", "speedup",
+         "ci", "verdict", "e2e speedup", "e2e ci", "net loss share", "samples",
+         "acceptance", "MAL", "parity", "warnings"],
+        [[p["cell"], str(p["model"]), str(p["method"]), _num(p["n"], "d"),
+          _num(p["baseline_tok_s"], ".2f"), _num(p["spec_tok_s"], ".2f"),
+          _num(p["speedup"]["geomean"]), _ci(p["speedup"]["ci95"]), p["verdict"],
+          _num(p["speedup_e2e"]["geomean"]), _ci(p["speedup_e2e"]["ci95"]),
+          _num(p["speedup"]["net_loss_share"], ".2f"), str(p["speedup"]["n_samples"]),
+          _num(p["acceptance"]["draft_acceptance_rate"], ".3f"),
+          _num(p["acceptance"]["mean_acceptance_length"], ".3f"), p["parity"]["verdict"],
+          str(len(p["warnings"]))] for p in result["pairs"]])
+    out["cells"] = (
+        ["cell", "method", "n", "ok", "failed", "pooled tok/s", "request-mean tok/s",
+         "wall tok/s", "TTFT p50 ms", "TPOT p50 ms", "token ITL p50 ms", "chunk gap p50 ms",
+         "e2e p50 ms", "trial CV", "acceptance", "MAL"],
+        [[c["cell"], str(c["method"]), _num(c["n"], "d"), str(c["requests"].get("ok", 0)),
+          str(c["requests"].get("error", 0) + c["requests"].get("incomplete", 0)),
+          _num(c["throughput"]["pooled_tok_s"], ".2f"),
+          _num(c["throughput"]["request_mean_tok_s"], ".2f"),
+          _num(c["throughput"]["wall_output_tok_s"], ".2f"),
+          *[_num(c["latency_ms"][k]["p50"]) for k in ("ttft", "tpot", "token_itl",
+                                                      "chunk_gap", "e2e")],
+          _num(c["trial_cv"], ".3f"), _num(c["acceptance"]["draft_acceptance_rate"], ".3f"),
+          _num(c["acceptance"]["mean_acceptance_length"], ".3f")] for c in result["cells"]])
+    out["per_category"] = (
+        ["cell", "category", "speedup", "ci", "verdict", "e2e speedup", "samples", "prompts"],
+        [[p["cell"], cat, _num(v["speedup"]["geomean"]), _ci(v["speedup"]["ci95"]),
+          v["speedup"]["verdict"], _num(v["speedup_e2e"]["geomean"]),
+          str(v["speedup"]["n_samples"]), str(v["speedup"]["n_prompts"])]
+         for p in result["pairs"] for cat, v in p["per_category"].items()])
+    sweep_rows = []
+    for s in result["sweeps"]:
+        best, cm = s["best"] or {}, s["cost_model"]
+        for pt in s["points"]:
+            sweep_rows.append([
+                f"{s['model']}/{s['arm']}", _num(pt["n"], "d"), _num(pt["speedup"]),
+                _ci(pt["ci95"]), pt["verdict"], _num(pt["draft_acceptance_rate"]),
+                _num(pt["mean_acceptance_length"]),
+                "yes" if best.get("n") == pt["n"] else "",
+                ("yes" if best.get("distinguishable") else "no")
+                if best.get("n") == pt["n"] else "",
+                _num(cm.get("d")), _num(cm.get("v")), _num(cm.get("r2")),
+                _num(cm.get("predicted_best_n"), "d")])
+    out["sweeps"] = (["sweep", "n", "speedup", "ci", "verdict", "acceptance", "MAL", "best",
+                      "best distinguishable", "cost d", "cost v", "R^2", "predicted best n"],
+                     sweep_rows)
+    out["warnings"] = (["kind", "cell", "message", "action"],
+                       [[w["kind"], str(w["cell"]), w["message"], w["action"]]
+                        for w in result["stability"]])
+    return out
+
+
+def markdown(header: list[str], rows: list[list[str]]) -> str:
+    """A GitHub Markdown table."""
+    def esc(s: str) -> str:
+        return s.replace("|", "\\|")
+
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    lines += ["| " + " | ".join(esc(x) for x in r) + " |" for r in rows]
+    return "\n".join(lines) + "\n"
+
+
+def csv_text(header: list[str], rows: list[list[str]]) -> str:
+    """CSV with a header line."""
+    buf = io.StringIO()
+    w = csv.writer(buf, lineterminator="\n")
+    w.writerow(header)
+    w.writerows(rows)
+    return buf.getvalue()
+
+
+def plain(header: list[str], rows: list[list[str]]) -> str:
+    """An aligned plain-text table (the CLI's verdict table)."""
+    widths = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h)
+              for i, h in enumerate(header)]
+    fmt = "  ".join(f"{{:<{w}}}" for w in widths)
+    return "\n".join([fmt.format(*header), *(fmt.format(*r) for r in rows)])
+
+
+def verdict_table(result: dict[str, Any]) -> str:
+    """What ``crossbench analyze`` prints: verdicts of the pairs, else the cells' figures."""
+    t = tables(result)
+    if result["pairs"]:
+        keep = ["cell", "speedup", "ci", "verdict", "e2e speedup", "e2e ci", "samples",
+                "acceptance", "MAL", "parity"]
+        name = "verdicts"
+    else:
+        keep = ["cell", "method", "n", "ok", "pooled tok/s", "request-mean tok/s",
+                "TTFT p50 ms", "TPOT p50 ms", "trial CV", "acceptance", "MAL"]
+        name = "cells"
+    header, rows = t[name]
+    idx = [header.index(k) for k in keep]
+    text = plain(keep, [[r[i] for i in idx] for r in rows])
+    n_warn = len(result["stability"])
+    if n_warn:
+        kinds = sorted({w["kind"] for w in result["stability"]})
+        text += f"\n{n_warn} warnings ({', '.join(kinds)}): see analysis/warnings.md"
+    return text
+
+
+def write_outputs(root: Path, result: dict[str, Any]) -> list[Path]:
+    """Write ``analysis.json`` and ``analysis/<table>.md|.csv``; returns the paths."""
+    written = [root / "analysis.json"]
+    write_json_atomic(written[0], result)
+    for name, (header, rows) in tables(result).items():
+        for suffix, text in ((".md", markdown(header, rows)), (".csv", csv_text(header, rows))):
+            path = root / "analysis" / f"{name}{suffix}"
+            write_bytes_atomic(path, text.encode())
+            written.append(path)
+    return written

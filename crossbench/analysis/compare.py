@@ -1,0 +1,150 @@
+"""``crossbench compare A B``: any two cells or runs, with what differs between them.
+
+A and B are run directories (a ``crossbench run --out``, a matrix cell folder) or
+``DIR:CELL_ID`` for a cell of a matrix or import directory. The comparison lists every
+recorded setting that differs (config, engine build, host, workload, model files) and labels
+itself:
+
+- ``identical configuration``: nothing differs (a repeat);
+- ``single-variable (spec settings only)``: only speculative settings differ, so the
+  speedup is the speculative method's;
+- ``multi-variable``: anything else differs too, so the speedup mixes causes.
+
+B is measured against A with the paired statistics of ``paired.py`` (B as the speculative
+side, A as the baseline).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from crossbench.analysis import paired, parity
+from crossbench.analysis.paired import StatsOptions
+from crossbench.analysis.rundir import CellData, load_cell_dir, matrix_cell
+from crossbench.errors import UserError
+
+SPEC_FIELDS = ("config.engine_config.spec", "config.model_refs.draft", "models.draft")
+"""Settings whose difference is the speculative configuration itself."""
+
+WHOLE = {"engine.sha256", "config.engine_config.extra_args"}
+"""Fields compared as a whole rather than key by key."""
+
+
+def resolve(target: str) -> CellData:
+    """A run directory, or ``DIR:CELL_ID`` inside a matrix/import directory, as a cell."""
+    path = Path(target)
+    if (path / "manifest.json").exists():
+        return load_cell_dir(path, str(path))
+    if (path / "state.json").exists():
+        raise UserError(f"{target} holds several cells",
+                        f"name one as {target}:CELL_ID (see its state.json or "
+                        "`crossbench status`)")
+    root, sep, cell_id = target.partition(":")
+    if sep and (Path(root) / "state.json").exists():
+        return matrix_cell(Path(root), cell_id)
+    raise UserError(f"{target} is not a run directory or DIR:CELL_ID",
+                    "give a `crossbench run --out` directory, a matrix cell folder, or "
+                    "MATRIX_DIR:CELL_ID")
+
+
+def identity(cell: CellData) -> dict[str, Any]:
+    """The recorded settings a comparison checks, as one nested object."""
+    m = cell.manifest
+    config = dict(m.get("config") or {})
+    models = {role: rec.get("sha256") for role, rec in (m.get("models") or {}).items()
+              if isinstance(rec, dict)}
+    if models.get("model"):  # the file's hash stands for it; paths differ between hosts
+        ec = dict(config.get("engine_config") or {})
+        ec.pop("model", None)
+        if models.get("draft"):
+            ec["spec"] = {k: v for k, v in (ec.get("spec") or {}).items() if k != "draft_model"}
+        config["engine_config"] = ec
+    config.pop("trials", None)  # sample size, not a setting of the system measured
+    engine = m.get("engine") or {}
+    host = m.get("host") or {}
+    return {"config": config,
+            "engine": {k: engine.get(k) for k in ("kind", "version", "build_number", "commit",
+                                                  "sha256")},
+            "host": {k: host.get(k) for k in ("cpu", "cpus", "machine", "platform")},
+            "workload": {k: (m.get("workload") or {}).get(k) for k in ("spec", "digest")},
+            "models": models}
+
+
+def flatten(obj: Any, prefix: str = "") -> dict[str, Any]:
+    """Dotted paths to leaves (lists and :data:`WHOLE` fields are leaves)."""
+    if isinstance(obj, dict) and prefix not in WHOLE:
+        out: dict[str, Any] = {}
+        for k, v in obj.items():
+            out.update(flatten(v, f"{prefix}.{k}" if prefix else str(k)))
+        return out
+    return {prefix: obj}
+
+
+def differences(a: CellData, b: CellData) -> list[dict[str, Any]]:
+    """Every setting that differs, with whether it is a speculative setting."""
+    fa, fb = flatten(identity(a)), flatten(identity(b))
+    out = []
+    for key in sorted(set(fa) | set(fb)):
+        if fa.get(key) != fb.get(key):
+            out.append({"field": key, "a": fa.get(key), "b": fb.get(key),
+                        "spec": key.startswith(SPEC_FIELDS)})
+    return out
+
+
+def label(diffs: list[dict[str, Any]]) -> str:
+    """``identical configuration``, ``single-variable (spec settings only)`` or
+    ``multi-variable``."""
+    if not diffs:
+        return "identical configuration"
+    if all(d["spec"] for d in diffs):
+        return "single-variable (spec settings only)"
+    return "multi-variable"
+
+
+def compare(a: CellData, b: CellData, opts: StatsOptions) -> dict[str, Any]:
+    """B against A: differing settings, the label, paired speedups and output parity."""
+    diffs = differences(a, b)
+    result = paired.compare(b.figures, a.figures, opts)
+    return {
+        "a": {"cell": a.id, "dir": str(a.root), "coords": a.coords},
+        "b": {"cell": b.id, "dir": str(b.root), "coords": b.coords},
+        "differences": diffs,
+        "label": label(diffs),
+        "speedup": result["speedup"], "speedup_e2e": result["speedup_e2e"],
+        "verdict": result["verdict"], "pairing": result["pairing"],
+        "per_category": result["per_category"],
+        "acceptance": {"a": a.acceptance.draft_acceptance_rate,
+                       "b": b.acceptance.draft_acceptance_rate},
+        "parity": parity.parity(b, a),
+    }
+
+
+def format_compare(r: dict[str, Any]) -> str:
+    """The text ``crossbench compare`` prints."""
+    def short(v: Any) -> str:
+        s = str(v)
+        return s if len(s) <= 40 else s[:37] + "..."
+
+    lines = [f"A: {r['a']['cell']}", f"B: {r['b']['cell']}", f"comparison: {r['label']}"]
+    if r["differences"]:
+        lines.append("differing settings (A -> B):")
+        for d in r["differences"]:
+            tag = "spec" if d["spec"] else "OTHER"
+            lines.append(f"  [{tag}] {d['field']}: {short(d['a'])} -> {short(d['b'])}")
+    for name in ("speedup", "speedup_e2e"):
+        s = r[name]
+        ci = s["ci95"]
+        lines.append(
+            f"{'decode' if name == 'speedup' else 'end-to-end'} speedup B/A: "
+            + ("n/a" if s["geomean"] is None else
+               f"{s['geomean']:.3f} (median {s['median']:.3f}, "
+               f"{s['ci_level']:.0%} CI [{ci[0]:.3f}, {ci[1]:.3f}])" if ci else
+               f"{s['geomean']:.3f}")
+            + f", {s['n_samples']} paired samples over {s['n_prompts']} prompts: "
+            f"{s['verdict']}")
+    lines.append(f"output parity: {r['parity']['verdict']}")
+    if r["label"] == "multi-variable":
+        lines.append("note: more than the speculative settings differ, so this speedup "
+                     "cannot be credited to the speculative method alone")
+    return "\n".join(lines)

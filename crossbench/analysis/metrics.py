@@ -1,0 +1,125 @@
+"""Per-request figures in the shape the analysis needs, built on ``summary.request_metrics``.
+
+``summary.py`` defines TTFT, decode time, TPOT, the per-request decode rate and end-to-end
+latency; this module only adds what the analysis needs on top, each defined once:
+
+- :class:`RequestFigures`: one measured, completed request with its pairing key (trial,
+  prompt, occurrence: the k-th time the prompt was sent in that trial);
+- :func:`pooled_rate`: sum(tokens - 1) / sum(decode time), the same figure as
+  ``summarize_records``' ``pooled_tok_s`` (a test holds the two equal);
+- :func:`token_itl_ms`: token-level inter-token latency. A chunk that arrives g ms after the
+  previous one and carries k tokens gives k values of g / k; chunk gaps (``summary.py``) are
+  the raw g. Under speculation one chunk may carry several tokens, so the two differ; their
+  token-weighted mean is TPOT when the first chunk carries one token.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from operator import itemgetter
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from crossbench.analysis.summary import NS_PER_MS, request_metrics
+
+
+@dataclass(frozen=True, slots=True)
+class RequestFigures:
+    """One measured (non-warm-up), completed request and its client-side figures."""
+
+    trial: int
+    prompt_id: str
+    category: str
+    occurrence: int
+    request_index: int
+    tokens: float | None
+    rate_tok_s: float | None
+    decode_ms: float | None
+    e2e_ms: float | None
+    ttft_ms: float | None
+    max_tokens: int | None
+    text: str | None
+    token_ids: tuple[int, ...] | None
+
+    @property
+    def key(self) -> tuple[int, str, int]:
+        """Pairing key: the same prompt, sent for the same time, in the same trial."""
+        return (self.trial, self.prompt_id, self.occurrence)
+
+
+@dataclass
+class StatusCounts:
+    """Requests by outcome; warm-up requests are counted apart."""
+
+    ok: int = 0
+    error: int = 0
+    incomplete: int = 0
+    warmup: int = 0
+
+
+def request_figures(records: Iterable[Mapping[str, Any]]
+                    ) -> tuple[list[RequestFigures], StatusCounts]:
+    """Figures of every measured ``ok`` request, in record order, and the status counts."""
+    out: list[RequestFigures] = []
+    counts = StatusCounts()
+    seen: dict[tuple[int, str], int] = {}
+    for r in records:
+        if r.get("warmup"):
+            counts.warmup += 1
+            continue
+        status = str(r.get("status", "error"))
+        if status != "ok":
+            if status == "incomplete":
+                counts.incomplete += 1
+            else:
+                counts.error += 1
+            continue
+        counts.ok += 1
+        trial, prompt = int(r.get("trial", 0)), str(r.get("prompt_id", r.get("request_index")))
+        occ = seen.get((trial, prompt), 0)
+        seen[(trial, prompt)] = occ + 1
+        m = request_metrics(r)
+        ids = r.get("token_ids")
+        out.append(RequestFigures(
+            trial=trial, prompt_id=prompt, category=str(r.get("category") or "unknown"),
+            occurrence=occ, request_index=int(r.get("request_index", len(out))),
+            tokens=m["tokens"], rate_tok_s=m["rate_tok_s"], decode_ms=m["decode_ms"],
+            e2e_ms=m["e2e_ms"], ttft_ms=m["ttft_ms"], max_tokens=r.get("max_tokens"),
+            text=r.get("text"), token_ids=tuple(ids) if isinstance(ids, list) else None))
+    return out, counts
+
+
+def pooled_rate(figures: Iterable[RequestFigures]) -> float | None:
+    """Pooled decode rate: sum(tokens - 1) / sum(decode seconds) over requests with a rate."""
+    tok = sec = 0.0
+    for f in figures:
+        if f.rate_tok_s is not None and f.decode_ms and f.tokens is not None:
+            tok += f.tokens - 1
+            sec += f.decode_ms / 1e3
+    return tok / sec if sec else None
+
+
+def token_itl_ms(records: Iterable[Mapping[str, Any]]) -> npt.NDArray[np.float64]:
+    """Token-level inter-token latencies of requests (see the module docstring), as one array.
+
+    Gaps between two requests' chunks are not counted; chunks whose token count is unknown
+    give nothing. Vectorized: the chunks of all requests are flattened once.
+    """
+    chunk_lists = [r.get("chunks") or [] for r in records]
+    lens = np.fromiter(map(len, chunk_lists), dtype=np.int64, count=len(chunk_lists))
+    total = int(lens.sum())
+    if total < 2:
+        return np.zeros(0)
+    flat = list(itertools.chain.from_iterable(chunk_lists))
+    times = np.fromiter(map(itemgetter(0), flat), dtype=np.int64, count=total)
+    tokens = np.array(list(map(itemgetter(1), flat)), dtype=float)[1:]  # None -> nan
+    gaps = np.diff(times) / NS_PER_MS
+    keep = np.isfinite(tokens) & (tokens > 0) & (tokens == np.floor(tokens))
+    starts = np.cumsum(lens)[:-1]
+    keep[starts[starts > 0] - 1] = False  # from one request's last chunk to the next's first
+    k = tokens[keep].astype(np.int64)
+    return np.repeat(gaps[keep] / k, k)

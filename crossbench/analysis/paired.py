@@ -1,0 +1,143 @@
+"""Paired comparison of a speculative cell against its baseline.
+
+Requests are paired by (trial, prompt, occurrence): the same prompt, sent for the k-th time
+in the same trial, on both sides. Trial t of both cells ran in the same round of an
+interleaved matrix, so a pair shares the machine's state of that round.
+
+For each pair, the *decode speedup* is spec decode rate / baseline decode rate and the
+*end-to-end speedup* is baseline end-to-end latency / spec end-to-end latency (> 1: faster).
+Summaries: geometric mean, median, the share of prompts whose own geometric mean is below 1
+(net loss), and a bootstrap interval of the geometric mean, clustered by prompt and
+stratified by category (``stats.py``). The verdict comes from ``stats.verdict``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from crossbench.analysis import stats
+from crossbench.analysis.metrics import RequestFigures
+
+
+@dataclass(frozen=True)
+class StatsOptions:
+    """Bootstrap and verdict settings (the CLI's --resamples, --seed, --level, --min-samples)."""
+
+    resamples: int = 10_000
+    seed: int = 0
+    level: float = 0.95
+    min_samples: int = 10
+
+
+@dataclass
+class Paired:
+    """Requests of two cells matched by (trial, prompt, occurrence)."""
+
+    spec: list[RequestFigures]
+    base: list[RequestFigures]
+    unmatched_spec: int
+    unmatched_base: int
+
+    def __len__(self) -> int:
+        return len(self.spec)
+
+
+def pair(spec: list[RequestFigures], base: list[RequestFigures]) -> Paired:
+    """Match requests by key; requests without a partner are counted, not used."""
+    by_key = {f.key: f for f in base}
+    s_out: list[RequestFigures] = []
+    b_out: list[RequestFigures] = []
+    for f in spec:
+        b = by_key.get(f.key)
+        if b is not None:
+            s_out.append(f)
+            b_out.append(b)
+    return Paired(s_out, b_out, len(spec) - len(s_out), len(base) - len(b_out))
+
+
+def decode_speedup(s: RequestFigures, b: RequestFigures) -> float | None:
+    """Spec decode rate / baseline decode rate of one pair."""
+    if s.rate_tok_s and b.rate_tok_s:
+        return s.rate_tok_s / b.rate_tok_s
+    return None
+
+
+def e2e_speedup(s: RequestFigures, b: RequestFigures) -> float | None:
+    """Baseline end-to-end latency / spec end-to-end latency of one pair."""
+    if s.e2e_ms and b.e2e_ms:
+        return b.e2e_ms / s.e2e_ms
+    return None
+
+
+Ratio = Callable[[RequestFigures, RequestFigures], "float | None"]
+
+
+def summarize_speedup(p: Paired, ratio: Ratio, opts: StatsOptions) -> dict[str, Any]:
+    """Geometric mean, median, interval, net-loss share, counts and verdict of one ratio."""
+    values, prompts, cats = [], [], []
+    for s, b in zip(p.spec, p.base, strict=True):
+        r = ratio(s, b)
+        if r is not None and r > 0:
+            values.append(r)
+            prompts.append(s.prompt_id)
+            cats.append(s.category)
+    return speedup_of(np.asarray(values, dtype=float), prompts, cats, opts)
+
+
+def speedup_of(ratios: stats.FloatArray, prompts: list[str], categories: list[str],
+               opts: StatsOptions) -> dict[str, Any]:
+    """The speedup object of the analysis for paired ratios (see the module docstring)."""
+    n = int(ratios.size)
+    n_prompts = len(set(prompts))
+    out: dict[str, Any] = {"geomean": None, "median": None, "ci95": None,
+                           "ci_level": opts.level, "net_loss_share": None, "n_samples": n,
+                           "n_prompts": n_prompts}
+    ci = None
+    if n:
+        logs = np.log(ratios)
+        ci = stats.ratio_interval(logs, prompts, categories, opts.resamples, opts.seed,
+                                  opts.level)
+        per_prompt: dict[str, list[float]] = {}
+        for p, v in zip(prompts, logs, strict=True):
+            per_prompt.setdefault(p, []).append(float(v))
+        losses = sum(1 for v in per_prompt.values() if np.mean(v) < 0)
+        out.update(geomean=float(np.exp(logs.mean())), median=float(np.median(ratios)),
+                   ci95=list(ci) if ci else None, net_loss_share=losses / len(per_prompt))
+    out["verdict"] = stats.verdict(ci, n, n_prompts, opts.min_samples)
+    return out
+
+
+def compare(spec: list[RequestFigures], base: list[RequestFigures],
+            opts: StatsOptions) -> dict[str, Any]:
+    """Decode and end-to-end speedups, overall and per category, with pairing counts."""
+    p = pair(spec, base)
+    out: dict[str, Any] = {
+        "speedup": summarize_speedup(p, decode_speedup, opts),
+        "speedup_e2e": summarize_speedup(p, e2e_speedup, opts),
+        "pairing": {"paired": len(p), "unmatched_spec": p.unmatched_spec,
+                    "unmatched_baseline": p.unmatched_base},
+    }
+    out["verdict"] = out["speedup"]["verdict"]
+    cats = sorted({s.category for s in p.spec})
+    per_cat: dict[str, Any] = {}
+    for c in cats:
+        idx = [i for i, s in enumerate(p.spec) if s.category == c]
+        sub = Paired([p.spec[i] for i in idx], [p.base[i] for i in idx], 0, 0)
+        per_cat[c] = {"speedup": summarize_speedup(sub, decode_speedup, opts),
+                      "speedup_e2e": summarize_speedup(sub, e2e_speedup, opts)}
+    out["per_category"] = per_cat
+    return out
+
+
+def neighbour_ratio(a: list[RequestFigures], b: list[RequestFigures],
+                    opts: StatsOptions) -> dict[str, Any]:
+    """Paired ratio of two speculative cells' decode rates (a / b), e.g. best n vs n-1.
+
+    Both were paired with the same baseline, so a / b per request is the ratio of their
+    speedups; the interval tells whether the two are distinguishable.
+    """
+    return summarize_speedup(pair(a, b), decode_speedup, opts)

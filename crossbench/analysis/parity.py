@@ -1,0 +1,103 @@
+"""Output parity: does speculative decoding still produce the baseline's output?
+
+With greedy sampling (temperature 0 on both sides) a lossless speculative method should
+reproduce the baseline's output exactly. Outputs are compared per pair (same trial, prompt
+and occurrence): the exact-match rate and, for each pair that differs, the first position
+where they diverge, in characters of ``text`` and, when both records carry ``token_ids``, in
+tokens.
+
+Not comparable, and said so:
+
+- synthetic acceptance (``spec.synth_rates``/``synth_len``): the engine accepts drafts by a
+  coin flip, so the output is invalid by design;
+- temperature > 0: outputs are samples, so only their lengths are compared;
+- records without output text (some imports).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from crossbench.analysis.paired import pair
+from crossbench.analysis.rundir import CellData
+
+MAX_EXAMPLES = 3
+
+
+def first_divergence(a: Sequence[Any], b: Sequence[Any]) -> int | None:
+    """Index of the first element where two sequences differ (None when equal)."""
+    for i, (x, y) in enumerate(zip(a, b, strict=False)):
+        if x != y:
+            return i
+    return None if len(a) == len(b) else min(len(a), len(b))
+
+
+def _temperature(cell: CellData) -> float:
+    return float(cell.load.get("temperature") or 0.0)
+
+
+def _dist(values: list[int]) -> dict[str, float | None]:
+    if not values:
+        return {"min": None, "median": None, "max": None}
+    return {"min": float(min(values)), "median": float(np.median(values)),
+            "max": float(max(values))}
+
+
+def parity(spec: CellData, base: CellData) -> dict[str, Any]:
+    """Parity of a speculative cell's outputs against its baseline's (see module docstring)."""
+    if spec.synthetic:
+        return {"verdict": "not applicable (synthetic acceptance)", "compared": 0,
+                "note": "synthetic acceptance accepts drafts by chance: its text is not valid"}
+    p = pair(spec.figures, base.figures)
+    pairs = list(zip(p.spec, p.base, strict=True))
+    if _temperature(spec) > 0 or _temperature(base) > 0:
+        lengths = [(s.tokens, b.tokens) for s, b in pairs
+                   if s.tokens is not None and b.tokens is not None]
+        same = sum(1 for s, b in lengths if s == b)
+        return {"verdict": "lengths only (temperature > 0)", "compared": len(lengths),
+                "note": "sampled outputs differ by design; only output lengths are compared",
+                "equal_length_rate": same / len(lengths) if lengths else None,
+                "mean_tokens": {"spec": float(np.mean([s for s, _ in lengths])) if lengths
+                                else None,
+                                "baseline": float(np.mean([b for _, b in lengths])) if lengths
+                                else None}}
+    texts = [(s, b) for s, b in pairs if s.text is not None and b.text is not None]
+    if not texts:
+        return {"verdict": "not applicable (no output text)", "compared": 0,
+                "note": "the records carry no output text"}
+    chars: list[int] = []
+    toks: list[int] = []
+    examples: list[dict[str, Any]] = []
+    for s, b in texts:
+        assert s.text is not None and b.text is not None
+        if s.text == b.text:
+            continue
+        pos = first_divergence(s.text, b.text)
+        assert pos is not None  # the texts differ
+        chars.append(pos)
+        tpos = None
+        if s.token_ids is not None and b.token_ids is not None:
+            tpos = first_divergence(s.token_ids, b.token_ids)
+            if tpos is not None:
+                toks.append(tpos)
+        if len(examples) < MAX_EXAMPLES:
+            examples.append({"prompt_id": s.prompt_id, "trial": s.trial, "char": pos,
+                             "token": tpos, "spec": s.text[max(0, pos - 10):pos + 20],
+                             "baseline": b.text[max(0, pos - 10):pos + 20]})
+    with_ids = sum(1 for s, b in texts if s.token_ids is not None and b.token_ids is not None)
+    out: dict[str, Any] = {
+        "verdict": "identical" if not chars else "diverges",
+        "compared": len(texts),
+        "exact_match_rate": (len(texts) - len(chars)) / len(texts),
+        "first_divergence_chars": _dist(chars),
+        "first_divergence_tokens": _dist(toks) if with_ids else None,
+        "token_level": with_ids > 0,
+        "examples": examples,
+    }
+    if not with_ids:
+        out["note"] = ("records carry no token ids: divergence is in characters of the text "
+                       "only")
+    return out

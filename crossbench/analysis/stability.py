@@ -1,0 +1,259 @@
+"""Stability checks: each finding names what went wrong and what to change.
+
+Checks on every cell (thresholds are module constants, cited where they come from):
+
+- ``trial_spread``: the coefficient of variation of the per-trial pooled decode rates is
+  over 10 % (pyperf's rule of thumb for an unstable benchmark);
+- ``outliers``: requests whose decode rate is far from the other trials of their prompt:
+  |modified z| > 3.5 (Iglewicz and Hoaglin) of the log rate minus the median log rate of
+  the prompt's other requests in the cell (leave one out; prompts sent at least 3 times).
+  Flagged, never dropped;
+- ``baseline_drift``: a baseline's per-round pooled rates trend (least squares) by more than
+  5 % from the first round to the last, monotonically;
+- ``output_length``: outputs shorter or longer than ``max_tokens`` although ``ignore_eos``
+  was set (the arms no longer do the same work);
+- ``prompt_cache``: ``timings.cache_n > 0`` although ``cache_prompt`` was false;
+- ``thinking_text``: ``<think>`` in outputs although thinking was not asked for;
+- ``failed_requests`` and ``integrity`` (a failed acceptance integrity check).
+
+Pair-level findings (``net_loss_despite_high_acceptance``, ``unpaired_requests``,
+``output_diverges``, ``too_few_samples``) are made by the analysis, with the same type.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Any
+
+import numpy as np
+
+from crossbench.analysis import acceptance as acc_mod
+from crossbench.analysis import stats
+from crossbench.analysis.rundir import CellData
+from crossbench.analysis.summary import output_tokens
+
+SPREAD_CV = 0.10
+DRIFT_SHARE = 0.05
+MAX_LISTED = 5
+
+
+class WarningKind(StrEnum):
+    """Every kind of finding the analysis can report."""
+
+    TRIAL_SPREAD = "trial_spread"
+    OUTLIERS = "outliers"
+    BASELINE_DRIFT = "baseline_drift"
+    OUTPUT_LENGTH = "output_length"
+    PROMPT_CACHE = "prompt_cache"
+    THINKING_TEXT = "thinking_text"
+    FAILED_REQUESTS = "failed_requests"
+    INTEGRITY = "integrity"
+    NET_LOSS_HIGH_ACCEPTANCE = "net_loss_despite_high_acceptance"
+    UNPAIRED = "unpaired_requests"
+    OUTPUT_DIVERGES = "output_diverges"
+    TOO_FEW_SAMPLES = "too_few_samples"
+    AGGREGATE_ONLY = "aggregate_only"
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One warning: its kind, what was seen, what to change, and the cell it concerns."""
+
+    kind: WarningKind
+    message: str
+    action: str
+    cell: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready view."""
+        return {"kind": str(self.kind), "message": self.message, "action": self.action,
+                "cell": self.cell}
+
+
+def thinking_setting(config: dict[str, Any]) -> bool | None:
+    """``load.thinking`` (also read from ``load.chat_template_kwargs.enable_thinking``):
+    True or False when set, None when the chat template's default applies."""
+    load = config.get("load") or {}
+    value = load.get("thinking")
+    if value is None:
+        value = (load.get("chat_template_kwargs") or {}).get("enable_thinking")
+    return None if value is None else bool(value)
+
+
+def _spread(cell: CellData, rates: dict[int, float], cooldown: float | None) -> list[Finding]:
+    c = stats.cv(list(rates.values()))
+    if c is None or c <= SPREAD_CV:
+        return []
+    listed = ", ".join(f"t{t} {r:.1f}" for t, r in rates.items())
+    steps = []
+    if len(rates) < 5:
+        more = max(5, 2 * len(rates))
+        steps.append(f"run more trials (trials: {more} in a matrix, --trials {more} with "
+                     "crossbench run)")
+    if cooldown is not None and cooldown == 0:
+        steps.append("set cooldown_s (e.g. 30) in the matrix so clocks settle between trials")
+    steps.append("stop other programs on the host (crossbench warns when it sees another "
+                 "engine) and fix the CPU/GPU clocks")
+    return [Finding(WarningKind.TRIAL_SPREAD,
+                    f"per-trial pooled decode rates vary by {c:.0%} (CV; tok/s: {listed}), "
+                    f"over the {SPREAD_CV:.0%} limit", "; ".join(steps), cell.id)]
+
+
+def _loo_residuals(logs: stats.FloatArray, groups: list[list[int]]) -> stats.FloatArray:
+    """Each value minus the median of the rest of its group (NaN for groups under 3)."""
+    resid = np.full_like(logs, np.nan)
+    by_size: dict[int, list[list[int]]] = {}
+    for g in groups:
+        by_size.setdefault(len(g), []).append(g)
+    for m, same in by_size.items():
+        if m < 3:  # with two requests neither can be told apart as the odd one
+            continue
+        idx = np.array(same)
+        others = np.array([[j for j in range(m) if j != i] for i in range(m)])
+        vals = logs[idx]
+        resid[idx] = vals - np.median(vals[:, others], axis=2)
+    return resid
+
+
+def _outliers(cell: CellData) -> list[Finding]:
+    figs = [f for f in cell.figures if f.rate_tok_s]
+    if len(figs) < 3:
+        return []
+    logs = np.log([f.rate_tok_s for f in figs if f.rate_tok_s])
+    groups: dict[tuple[str, int], list[int]] = {}
+    for i, f in enumerate(figs):
+        groups.setdefault((f.prompt_id, f.occurrence), []).append(i)
+    resid = _loo_residuals(logs, list(groups.values()))
+    known = np.flatnonzero(~np.isnan(resid))
+    z = np.zeros_like(logs)
+    z[known] = stats.modified_z(resid[known])
+    hits = np.flatnonzero(np.abs(z) > stats.MAD_THRESHOLD)
+    if hits.size == 0:
+        return []
+    listed = ", ".join(f"{figs[i].prompt_id} t{figs[i].trial} ({figs[i].rate_tok_s:.1f} tok/s, "
+                       f"z {z[i]:+.1f})" for i in hits[:MAX_LISTED])
+    more = f" and {hits.size - MAX_LISTED} more" if hits.size > MAX_LISTED else ""
+    return [Finding(WarningKind.OUTLIERS,
+                    f"{hits.size} of {len(figs)} requests are outliers against the other "
+                    f"trials of their prompt (|modified z| > {stats.MAD_THRESHOLD}): "
+                    f"{listed}{more}",
+                    "they are kept in every statistic; check server.log and the host's load "
+                    "during those trials, and rerun the study if they cluster in one trial",
+                    cell.id)]
+
+
+def _drift(cell: CellData, rates: dict[int, float]) -> list[Finding]:
+    if len(rates) < 3:
+        return []
+    t = np.array(list(rates), dtype=float)
+    r = np.array(list(rates.values()))
+    line = stats.fit_line(t, r)
+    change = line.slope * (t[-1] - t[0]) / float(r.mean())
+    steps = np.diff(r)
+    monotone = bool(np.all(steps > 0) or np.all(steps < 0))
+    if abs(change) <= DRIFT_SHARE or not monotone:
+        return []
+    way = "rises" if change > 0 else "falls"
+    return [Finding(WarningKind.BASELINE_DRIFT,
+                    f"the baseline's pooled decode rate {way} {abs(change):.0%} from the first "
+                    f"round to the last ({', '.join(f'{x:.1f}' for x in r)} tok/s)",
+                    "the machine changed during the study (thermal throttling, background "
+                    "load, clocks): interleaved rounds spread the drift over every arm, but "
+                    "add cooldown_s, fix the clocks, and rerun if speedups sit near 1",
+                    cell.id)]
+
+
+def _length(cell: CellData) -> list[Finding]:
+    if not cell.load.get("ignore_eos"):
+        return []
+    off = []
+    for r in cell.records:
+        if r.get("warmup") or r.get("status") != "ok":
+            continue
+        n, want = output_tokens(r), r.get("max_tokens", cell.load.get("max_tokens"))
+        if n is not None and want is not None and n != want:
+            off.append((r.get("prompt_id"), n, want))
+    if not off:
+        return []
+    ex = ", ".join(f"{p}: {n} of {w}" for p, n, w in off[:MAX_LISTED])
+    return [Finding(WarningKind.OUTPUT_LENGTH,
+                    f"{len(off)} outputs differ from max_tokens although ignore_eos was set "
+                    f"({ex})",
+                    "the engine ignored ignore_eos or hit the context size: check that the "
+                    "engine honours ignore_eos and that ctx_size fits prompt + max_tokens; "
+                    "the arms no longer generate equal work", cell.id)]
+
+
+def _cache(cell: CellData) -> list[Finding]:
+    if cell.load.get("cache_prompt") is not False:
+        return []
+    hits = sum(1 for r in cell.records if not r.get("warmup")
+               and ((r.get("timings") or {}).get("cache_n") or 0) > 0)
+    if not hits:
+        return []
+    return [Finding(WarningKind.PROMPT_CACHE,
+                    f"{hits} requests reused cached prompt tokens (timings.cache_n > 0) "
+                    "although cache_prompt was false",
+                    "TTFT and end-to-end figures are too low for those requests: check that "
+                    "the engine build honours cache_prompt: false (or disable its prompt cache "
+                    "with a server flag) and rerun", cell.id)]
+
+
+def _thinking(cell: CellData) -> list[Finding]:
+    setting = thinking_setting(cell.config)
+    if setting:
+        return []
+    hits = sum(1 for r in cell.records if "<think>" in str(r.get("text") or ""))
+    if not hits:
+        return []
+    if setting is False:
+        action = ("the engine or template ignored load.thinking: false: check that the "
+                  "endpoint is chat and the model's template reads enable_thinking (or add "
+                  "/no_think to the prompts)")
+    else:
+        action = ("set load.thinking: false (the chat template's default thinks), or use "
+                  "load.thinking: true if reasoning is part of the study")
+    return [Finding(WarningKind.THINKING_TEXT,
+                    f"{hits} outputs contain <think> although thinking was not asked for; "
+                    "reasoning text changes output length and acceptance between arms",
+                    action, cell.id)]
+
+
+def _failed(cell: CellData) -> list[Finding]:
+    s = cell.status
+    if not (s.error or s.incomplete):
+        return []
+    return [Finding(WarningKind.FAILED_REQUESTS,
+                    f"{s.error} failed and {s.incomplete} incomplete requests (counted, kept "
+                    "out of the timing statistics)",
+                    "read the record errors and server.log; rerun the failed trials with "
+                    "`crossbench matrix --resume` after fixing the cause", cell.id)]
+
+
+def spec_n(cell: CellData) -> int | None:
+    """Drafted tokens per step of a cell (``n``, else the number of synthetic rates)."""
+    spec = cell.spec
+    n = spec.get("n")
+    if n is None and spec.get("synth_rates"):
+        n = len(spec["synth_rates"])
+    return int(n) if n is not None else None
+
+
+def _integrity(cell: CellData) -> list[Finding]:
+    checks = acc_mod.integrity(cell.acceptance, cell.counters, spec_n(cell), cell.speculative)
+    bad = [c for c in checks if not c.passed
+           and not (cell.imported and c.name == "counters_present")]
+    return [Finding(WarningKind.INTEGRITY, f"acceptance integrity check {c.name} failed: "
+                    f"{c.detail}", "do not trust this cell's acceptance figures; "
+                    "`crossbench summarize` on the cell explains the check", cell.id)
+            for c in bad]
+
+
+def cell_checks(cell: CellData, cooldown_s: float | None) -> list[Finding]:
+    """Every per-cell check; ``cooldown_s`` is the matrix's (None when unknown)."""
+    rates = cell.trial_rates
+    out = _failed(cell) + _spread(cell, rates, cooldown_s) + _outliers(cell)
+    if not cell.speculative:
+        out += _drift(cell, rates)
+    return out + _length(cell) + _cache(cell) + _thinking(cell) + _integrity(cell)

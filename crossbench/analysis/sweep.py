@@ -1,0 +1,131 @@
+"""n-sweeps: speedup and acceptance against n, the best n with its evidence, a cost model.
+
+A sweep is every speculative cell of one (engine, model, arm, method, workload,
+concurrency) with a numeric n, at least two distinct n.
+
+- Best n: the n with the highest geometric-mean decode speedup, with its interval, and
+  whether it is distinguishable from each neighbouring n: the paired ratio best / neighbour
+  (both cells were paired with the same baseline requests) has an interval above 1.
+- Cost model: with tau(n) the mean acceptance length (tokens per target step), the cost of
+  one speculative step in baseline token-times is C(n) = tau / speedup. It is fitted as
+  C(n) = d + v * n by least squares (d: the step's fixed cost, v: the cost of one drafted
+  token), with R^2. From a measured per-position acceptance curve p_k the model predicts
+  tau(n) = 1 + sum_{k<n} p_k and speedup(n) = tau(n) / (d + v * n).
+- ``net loss despite high acceptance``: a pair whose draft acceptance rate is at least
+  :data:`HIGH_ACCEPTANCE` while its verdict is ``slower``: the draft is right but too costly.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from crossbench.analysis import stats
+from crossbench.analysis.paired import StatsOptions, neighbour_ratio
+from crossbench.analysis.rundir import CellData
+from crossbench.analysis.stability import Finding, WarningKind
+
+HIGH_ACCEPTANCE = 0.5
+"""Draft acceptance rate (fraction) from which a net loss is flagged as a cost problem."""
+
+SWEEP_KEY = ("engine", "model", "arm", "method", "workload", "concurrency")
+
+
+def predicted_tau(curve: list[float], n: int) -> float:
+    """Mean acceptance length at n from per-position acceptance: 1 + sum of the first n."""
+    return 1.0 + float(sum(curve[:n]))
+
+
+def cost_model(points: list[dict[str, Any]], curve: list[float] | None) -> dict[str, Any]:
+    """Fit C(n) = tau / speedup = d + v * n over points with n, tau and speedup.
+
+    ``curve`` (per-position acceptance, fractions) gives predictions up to its length; without
+    one, predictions use each point's measured tau.
+    """
+    usable = [p for p in points if p.get("mean_acceptance_length") and p.get("speedup")]
+    if len({p["n"] for p in usable}) < 2:
+        return {"fitted": False, "reason": "needs two n with a measured mean acceptance "
+                "length and speedup"}
+    ns = [float(p["n"]) for p in usable]
+    cost = [p["mean_acceptance_length"] / p["speedup"] for p in usable]
+    line = stats.fit_line(ns, cost)
+    taus = ({n: predicted_tau(curve, n) for n in range(1, len(curve) + 1)} if curve
+            else {int(p["n"]): float(p["mean_acceptance_length"]) for p in usable})
+    predicted: list[dict[str, Any]] = [
+        {"n": n, "tau": tau, "speedup": tau / line(n) if line(n) > 0 else None}
+        for n, tau in sorted(taus.items())]
+    valid = [p for p in predicted if p["speedup"] is not None]
+    best = max(valid, key=lambda p: float(p["speedup"]))["n"] if valid else None
+    return {"fitted": True, "d": line.intercept, "v": line.slope, "r2": line.r2,
+            "points": len(usable), "acceptance_curve": "measured per-position acceptance"
+            if curve else "measured mean acceptance length at each n",
+            "predicted": predicted, "predicted_best_n": best}
+
+
+def net_loss_finding(pair: dict[str, Any]) -> Finding | None:
+    """The ``net loss despite high acceptance`` flag of one analysed pair, if it applies."""
+    rate = (pair.get("acceptance") or {}).get("draft_acceptance_rate")
+    if rate is None or rate < HIGH_ACCEPTANCE or pair.get("verdict") != "slower":
+        return None
+    return Finding(WarningKind.NET_LOSS_HIGH_ACCEPTANCE,
+                   f"slower than the baseline (speedup {pair['speedup']['geomean']:.3f}) "
+                   f"although {rate:.0%} of drafted tokens are accepted",
+                   "drafting or verifying costs more than acceptance saves: try a smaller or "
+                   "quantized draft, a lower n (see the sweep's predicted best n), or a "
+                   "method without a draft model", pair["cell"])
+
+
+def sweeps(pairs: list[dict[str, Any]], cells: dict[str, CellData],
+           opts: StatsOptions) -> list[dict[str, Any]]:
+    """Every sweep of the analysed pairs (see the module docstring)."""
+    groups: dict[tuple[Any, ...], list[dict[str, Any]]] = {}
+    for p in pairs:
+        if p["n"] is not None:
+            groups.setdefault(tuple(p[k] for k in SWEEP_KEY), []).append(p)
+    out = []
+    for key, members in groups.items():
+        members = sorted(members, key=lambda p: int(p["n"]))
+        if len({p["n"] for p in members}) < 2:
+            continue
+        points = [{"n": p["n"], "cell": p["cell"], "speedup": p["speedup"]["geomean"],
+                   "ci95": p["speedup"]["ci95"], "verdict": p["verdict"],
+                   "speedup_e2e": p["speedup_e2e"]["geomean"],
+                   **{k: p["acceptance"][k] for k in ("draft_acceptance_rate",
+                                                      "mean_acceptance_length",
+                                                      "per_position")}}
+                  for p in members]
+        out.append({**dict(zip(SWEEP_KEY, key, strict=True)),
+                    "baseline_cell": members[0]["baseline_cell"], "points": points,
+                    "best": _best(points, cells, opts),
+                    "cost_model": cost_model(points, _curve(points)),
+                    "net_loss_despite_high_acceptance": [
+                        p["n"] for p in members if net_loss_finding(p) is not None]})
+    return out
+
+
+def _curve(points: list[dict[str, Any]]) -> list[float] | None:
+    with_curve = [p for p in points if p.get("per_position")]
+    if not with_curve:
+        return None
+    return list(max(with_curve, key=lambda p: int(p["n"]))["per_position"])
+
+
+def _best(points: list[dict[str, Any]], cells: dict[str, CellData],
+          opts: StatsOptions) -> dict[str, Any] | None:
+    scored = [i for i, p in enumerate(points) if p["speedup"] is not None]
+    if not scored:
+        return None
+    i = max(scored, key=lambda j: float(points[j]["speedup"]))
+    best = points[i]
+    neighbours = []
+    for j in (i - 1, i + 1):
+        if 0 <= j < len(points):
+            r = neighbour_ratio(cells[best["cell"]].figures, cells[points[j]["cell"]].figures,
+                                opts)
+            neighbours.append({"n": points[j]["n"], "ratio": r["geomean"], "ci95": r["ci95"],
+                               "n_samples": r["n_samples"],
+                               "distinguishable": r["verdict"] == "faster"})
+    return {"n": best["n"], "speedup": best["speedup"], "ci95": best["ci95"],
+            "verdict": best["verdict"], "neighbours": neighbours,
+            "distinguishable": bool(neighbours) and all(x["distinguishable"]
+                                                        for x in neighbours)}
+

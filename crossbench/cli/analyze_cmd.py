@@ -1,0 +1,173 @@
+"""``crossbench analyze``, ``crossbench compare`` and ``crossbench import``: statistics from
+raw records, for crossbench's own runs and for results other tools published."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import click
+
+from crossbench.cli.common import progress, user_errors
+from crossbench.errors import UserError
+
+
+def _opts(resamples: int, seed: int, level: float, min_samples: int) -> Any:
+    from crossbench.analysis.paired import StatsOptions
+
+    if resamples < 100:
+        raise UserError(f"--resamples {resamples} is too few for a percentile interval",
+                        "use at least 1000 (10000 is the default)")
+    if not 0.5 <= level < 1.0:
+        raise UserError(f"--level {level} is not a confidence level",
+                        "give a fraction such as 0.95 (not a percentage)")
+    if min_samples < 2:
+        raise UserError(f"--min-samples {min_samples} is below 2",
+                        "use at least 2 (10 is the default)")
+    return StatsOptions(resamples=resamples, seed=seed, level=level, min_samples=min_samples)
+
+
+def stats_options(fn: Any) -> Any:
+    """The bootstrap and verdict options shared by analyze and compare."""
+    for opt in reversed([
+        click.option("--resamples", type=int, default=10_000, show_default=True,
+                     help="Bootstrap resamples per interval."),
+        click.option("--seed", type=int, default=0, show_default=True,
+                     help="Seed of the bootstrap (same seed, same intervals)."),
+        click.option("--level", type=float, default=0.95, show_default=True,
+                     help="Confidence level of the intervals (a fraction)."),
+        click.option("--min-samples", type=int, default=10, show_default=True,
+                     help="Fewest paired samples for a verdict (and at least two prompts)."),
+    ]):
+        fn = opt(fn)
+    return fn
+
+
+@click.command(epilog="""\b
+Examples:
+  crossbench analyze runs/smoke                 # verdict table; analysis.json + analysis/
+  crossbench analyze runs/smoke --json          # the analysis object on stdout
+  crossbench analyze runs/smoke --resamples 2000 --seed 1 --level 0.9
+  crossbench analyze runs/imported-vllm         # directories of `crossbench import` too
+""")
+@click.argument("run_dir", type=click.Path(exists=True, file_okay=False, path_type=Path))
+@click.option("--json", "as_json", is_flag=True, help="Print the analysis object.")
+@stats_options
+@user_errors
+def analyze(run_dir: Path, as_json: bool, resamples: int, seed: int, level: float,
+            min_samples: int) -> None:
+    """Paired speedups with intervals and verdicts, acceptance, n-sweeps, output parity and
+    stability warnings, from a run directory's raw records alone.
+
+    Writes RUN_DIR/analysis.json and RUN_DIR/analysis/{verdicts,cells,per_category,sweeps,
+    warnings}.{md,csv}. Works on matrix runs, single runs (per-cell figures, no pairs) and
+    imported directories. Definitions: docs/metrics.md and docs/analysis.md.
+    """
+    from crossbench.analysis.analyze import analyze as run_analysis
+    from crossbench.analysis.analyze import verdict_table, write_outputs
+
+    result = run_analysis(run_dir, _opts(resamples, seed, level, min_samples))
+    write_outputs(run_dir, result)
+    if as_json:
+        click.echo(json.dumps(result, indent=2))
+    else:
+        click.echo(verdict_table(result))
+    progress(f"wrote {run_dir / 'analysis.json'} and tables in {run_dir / 'analysis'}")
+
+
+@click.command(epilog="""\b
+Examples:
+  crossbench compare runs/base runs/draft                 # two `crossbench run` directories
+  crossbench compare runs/smoke:llama/tiny-target/draft-simple/n2/builtin-mixed/c1 \\
+                     runs/smoke:llama/tiny-target/draft-simple/n4/builtin-mixed/c1
+""")
+@click.argument("a")
+@click.argument("b")
+@click.option("--json", "as_json", is_flag=True, help="Print the comparison as JSON.")
+@stats_options
+@user_errors
+def compare(a: str, b: str, as_json: bool, resamples: int, seed: int, level: float,
+            min_samples: int) -> None:
+    """Compare B against A: which recorded settings differ, and the paired speedup of B.
+
+    A and B are run directories, matrix cell folders, or MATRIX_DIR:CELL_ID. The comparison
+    is labelled multi-variable when anything besides the speculative settings differs.
+    """
+    from crossbench.analysis.compare import compare as run_compare
+    from crossbench.analysis.compare import format_compare, resolve
+
+    result = run_compare(resolve(a), resolve(b), _opts(resamples, seed, level, min_samples))
+    click.echo(json.dumps(result, indent=2) if as_json else format_compare(result))
+
+
+@click.group(name="import")
+def import_() -> None:
+    """Turn results other tools wrote into a run directory `crossbench analyze` reads."""
+
+
+def _report(state: dict[str, Any], out: Path) -> None:
+    for item in state["not_imported"]:
+        progress(f"not imported: {item['file']}: {item['reason']}")
+    click.echo(f"{len(state['cells'])} cells written to {out}")
+    for c in state["cells"]:
+        click.echo(f"  {c['id']}" + (f"  vs {c['baseline']}" if c["baseline"] else
+                                     "  (baseline)"))
+    progress(f"next: crossbench analyze {out}")
+
+
+@import_.command("llama-server", epilog="""\b
+Examples:
+  crossbench import llama-server raw/ --pattern '{model}_{arm}_p{prompt}.json' \\
+      --baseline-arm baseline --out runs/imported
+  crossbench import llama-server raw/ --pattern '{model}_{arm}_t{trial}_p{prompt}.json' \\
+      --baseline-arm base --n-from-arm 'n(\\d+)' --prompts prompts.jsonl --out runs/imp
+""")
+@click.argument("raw_dir", type=click.Path(path_type=Path))
+@click.option("--pattern", required=True,
+              help="File names with {model}, {arm}, {prompt} and optional {trial}, {category}.")
+@click.option("--baseline-arm", required=True, help="The arm that ran without speculation.")
+@click.option("--n-from-arm", default=None,
+              help="Regex whose first group is n in an arm's name, e.g. 'n(\\d+)'.")
+@click.option("--prompts", type=click.Path(exists=True, dir_okay=False, path_type=Path),
+              default=None, help="JSONL prompts ({id, category, prompt}) for categories.")
+@click.option("--out", type=click.Path(path_type=Path), required=True, help="New directory.")
+@user_errors
+def import_llama_server(raw_dir: Path, pattern: str, baseline_arm: str, n_from_arm: str | None,
+                        prompts: Path | None, out: Path) -> None:
+    """Import a folder of llama-server response bodies (one JSON file per request)."""
+    from crossbench.importers.llama_server_raw import import_llama_server_raw
+
+    _report(import_llama_server_raw(raw_dir, pattern, baseline_arm, out, n_from_arm, prompts),
+            out)
+
+
+@import_.command("vllm-bench", epilog="""\b
+Examples:
+  crossbench import vllm-bench base.json eagle3-n3.json --out runs/vllm
+  # label arms when running vllm bench serve: --metadata method=eagle3 n=3
+""")
+@click.argument("files", nargs=-1, type=click.Path(exists=True, dir_okay=False,
+                                                    path_type=Path))
+@click.option("--out", type=click.Path(path_type=Path), required=True, help="New directory.")
+@user_errors
+def import_vllm_bench(files: tuple[Path, ...], out: Path) -> None:
+    """Import `vllm bench serve --save-result` files (--save-detailed keeps per-request data)."""
+    from crossbench.importers.vllm_bench import import_vllm_bench as run_import
+
+    _report(run_import(list(files), out), out)
+
+
+@import_.command("llama-bench", epilog="""\b
+Examples:
+  llama-bench -m model.gguf -p 512 -n 128 -r 5 -o json > bench.json
+  crossbench import llama-bench bench.json --out runs/llama-bench
+""")
+@click.argument("file", type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@click.option("--out", type=click.Path(path_type=Path), required=True, help="New directory.")
+@user_errors
+def import_llama_bench(file: Path, out: Path) -> None:
+    """Import `llama-bench -o json` output (one cell per test, one record per repetition)."""
+    from crossbench.importers.llama_bench import import_llama_bench as run_import
+
+    _report(run_import(file, out), out)

@@ -1,0 +1,131 @@
+"""Import ``llama-bench -o json`` (or ``-o jsonl``) output.
+
+llama-bench prints one object per test (``json_printer`` in
+``tools/llama-bench/llama-bench.cpp``): the test's parameters (model file, ``n_prompt``,
+``n_gen``, ``n_depth``, threads, batch sizes, ...), build and hardware fields, and its
+repetitions as ``samples_ns`` (nanoseconds) and ``samples_ts`` (tokens per second).
+
+One cell per test configuration (model file and every parameter that varies between tests);
+each repetition becomes one record, its repetition index the trial:
+
+- a generation test (``tg``: ``n_prompt`` 0) is a request of ``n_gen`` tokens whose first
+  token takes 1 / ``n_gen`` of the sample time, so the record's decode rate
+  ((tokens - 1) / decode time) equals llama-bench's t/s exactly; its TTFT is not measured;
+- a prompt test (``pp``: ``n_gen`` 0) is a request with no output whose TTFT is the sample
+  time (prefill only);
+- a combined test (``pg``: both) cannot be split into prefill and decode and is listed in
+  ``not_imported``.
+
+llama-bench runs no speculative decoding, so every cell is a baseline (method ``none``):
+``crossbench analyze`` gives per-cell figures, and ``crossbench compare`` compares any two.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from crossbench.errors import UserError
+from crossbench.importers.records import ImportedCell, run_config, timed_record, write_import
+
+RESULT_FIELDS = {"test_time", "avg_ns", "stddev_ns", "avg_ts", "stddev_ts", "samples_ns",
+                 "samples_ts"}
+"""Fields that are measurements, not parameters of the test."""
+
+HOST_FIELDS = {"build_commit", "build_number", "cpu_info", "gpu_info", "backends",
+               "model_type", "model_size", "model_n_params"}
+"""Fields that describe the build, host and model rather than the test."""
+
+
+def read_tests(path: Path) -> list[dict[str, Any]]:
+    """Test objects of a ``-o json`` array or ``-o jsonl`` file."""
+    try:
+        text = path.read_text()
+    except OSError as e:
+        raise UserError(f"cannot read {path}: {e.strerror}", "check the path") from None
+    try:
+        data = json.loads(text)
+        tests = data if isinstance(data, list) else [data]
+    except ValueError:
+        try:
+            tests = [json.loads(line) for line in text.splitlines() if line.strip()]
+        except ValueError as e:
+            raise UserError(f"{path} is not llama-bench JSON ({e})",
+                            "write it with `llama-bench -o json` or `-o jsonl`") from None
+    for t in tests:
+        if not isinstance(t, dict) or "samples_ns" not in t or "n_gen" not in t:
+            raise UserError(f"{path} is not llama-bench output (no samples_ns/n_gen)",
+                            "write it with `llama-bench -o json` (a recent build)")
+    return tests
+
+
+def import_llama_bench(path: Path, out: Path) -> dict[str, Any]:
+    """Convert a llama-bench JSON file into an import directory at ``out``."""
+    tests = read_tests(path)
+    params = [k for k in tests[0] if k not in RESULT_FIELDS | HOST_FIELDS
+              and k not in ("model_filename", "n_prompt", "n_gen", "n_depth")]
+    varying = [k for k in params if len({json.dumps(t.get(k)) for t in tests}) > 1]
+    cells: list[ImportedCell] = []
+    skipped: list[dict[str, str]] = []
+    for i, t in enumerate(tests):
+        label = _workload(t, varying)
+        if t["n_prompt"] and t["n_gen"]:
+            skipped.append({"file": f"{path.name} test {i} ({label})",
+                            "reason": "a combined prompt+generation test cannot be split into "
+                                      "prefill and decode"})
+            continue
+        cells.append(_cell(t, i, label, path.name))
+    if not cells:
+        raise UserError(f"{path} has no pp or tg test to import",
+                        "run llama-bench with -p and -n tests (not only -pg)")
+    source = {"tool": "llama-bench", "format": "llama-bench -o json", "files": [str(path)],
+              "host": {"cpu": tests[0].get("cpu_info"), "gpu": tests[0].get("gpu_info"),
+                       "backends": tests[0].get("backends")}}
+    return write_import(out, cells, source, skipped)
+
+
+def _workload(t: dict[str, Any], varying: list[str]) -> str:
+    parts = ([f"pp{t['n_prompt']}"] if t["n_prompt"] else []) + (
+        [f"tg{t['n_gen']}"] if t["n_gen"] else [])
+    kind = "+".join(parts)
+    extra = "".join(f"-{k}={t.get(k)}" for k in varying)
+    return f"llama-bench-{kind}" + (f"@d{t['n_depth']}" if t.get("n_depth") else "") + extra
+
+
+def _cell(t: dict[str, Any], index: int, workload: str, source: str) -> ImportedCell:
+    model = Path(str(t.get("model_filename", "model"))).name
+    records = []
+    sent = 0
+    for rep, ns in enumerate(t["samples_ns"]):
+        ns = int(ns)
+        if t["n_gen"]:
+            n = int(t["n_gen"])
+            rec = timed_record(trial=rep, index=0, prompt_id=workload, category="tg",
+                               t_sent_ns=sent, ttft_ns=ns // n, decode_ns=ns - ns // n,
+                               tokens=n, usage={"completion_tokens": n, "prompt_tokens": 0},
+                               max_tokens=n, text=None, source=source)
+        else:
+            rec = timed_record(trial=rep, index=0, prompt_id=workload, category="pp",
+                               t_sent_ns=sent, ttft_ns=ns, decode_ns=None, tokens=0,
+                               usage={"completion_tokens": 0,
+                                      "prompt_tokens": int(t["n_prompt"])},
+                               max_tokens=0, text=None, source=source)
+        records.append(rec)
+        sent = rec["t_done_ns"] + 1_000_000
+    coords = {"engine": "llama-bench", "target": model, "arm": "none", "method": "none",
+              "n": None, "workload": workload, "concurrency": 1}
+    load = {"workload": workload, "max_tokens": t["n_gen"], "temperature": None,
+            "ignore_eos": None, "cache_prompt": None, "concurrency": 1,
+            "n_prompt": t["n_prompt"], "n_depth": t.get("n_depth", 0)}
+    params = {k: v for k, v in t.items() if k not in RESULT_FIELDS | HOST_FIELDS}
+    engine = {"kind": "llama-bench", "version": f"b{t.get('build_number')}-"
+              f"{t.get('build_commit')}", "build_number": t.get("build_number"),
+              "commit": t.get("build_commit"), "binary": None, "sha256": None}
+    cfg = run_config(engine="llama-bench", model=str(t.get("model_filename")),
+                     spec={"type": "none"}, load=load, trials=len(records))
+    cfg["engine_config"].update({k: v for k, v in params.items() if k != "model_filename"})
+    return ImportedCell(coords, cfg, engine, records, {
+        "test_index": index, "test": {k: v for k, v in t.items()},
+        "timing": "one record per repetition: tg tests as n_gen tokens, the first taking "
+                  "1/n_gen of the sample (TTFT not measured); pp tests as prefill only"})

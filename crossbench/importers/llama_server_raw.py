@@ -1,0 +1,226 @@
+"""Import a folder of llama-server response bodies (one JSON file per request).
+
+File names are matched against a pattern with placeholders ``{model}``, ``{arm}`` and
+``{prompt}`` (required) and ``{trial}`` (digits) and ``{category}`` (optional), e.g.
+``{model}_{arm}_p{prompt}.json``. Files that do not match are listed, never skipped
+silently. One cell per (model, arm); the arm named by ``--baseline-arm`` is the baseline
+(method ``none``); ``--n-from-arm REGEX`` reads n from the arm's name (its first group) and
+the rest of the name labels the arm, so ``draft-n2`` and ``draft-n4`` form one n-sweep.
+
+Accepted bodies: the native ``/completion`` response (``content``, ``tokens``,
+``timings``, ``generation_settings``), and the OpenAI-compatible completion and chat
+responses (``choices``, ``usage``, ``timings``). Times come from the server's ``timings``:
+TTFT = ``prompt_ms`` and decode time = ``predicted_ms``, which llama-server measures from
+the first generated token, so (tokens - 1) / decode time is its ``predicted_per_second``.
+The method of a speculative arm is read from ``generation_settings["speculative.types"]``
+where a body has it, else from the arm's name.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+from crossbench.errors import UserError
+from crossbench.importers.records import ImportedCell, run_config, timed_record, write_import
+from crossbench.load.workloads import load_workload
+
+REQUIRED = ("model", "arm", "prompt")
+OPTIONAL = ("trial", "category")
+NS_PER_MS = 1_000_000
+
+
+def pattern_regex(pattern: str) -> re.Pattern[str]:
+    """The regex of a file-name pattern; errors name ``--pattern`` and the fix."""
+    names = re.findall(r"\{([^{}]*)\}", pattern)
+    unknown = [n for n in names if n not in REQUIRED + OPTIONAL]
+    missing = [n for n in REQUIRED if n not in names]
+    if unknown or missing or len(names) != len(set(names)):
+        problem = (f"unknown placeholder {{{unknown[0]}}}" if unknown else
+                   f"missing {{{missing[0]}}}" if missing else "a placeholder used twice")
+        raise UserError(f"--pattern {pattern!r}: {problem}",
+                        "use {model}, {arm} and {prompt} once each, optionally {trial} and "
+                        "{category}, e.g. '{model}_{arm}_p{prompt}.json'")
+    out, pos = "", 0
+    for m in re.finditer(r"\{([^{}]*)\}", pattern):
+        out += re.escape(pattern[pos:m.start()])
+        out += rf"(?P<{m[1]}>\d+)" if m[1] == "trial" else rf"(?P<{m[1]}>.+?)"
+        pos = m.end()
+    return re.compile(out + re.escape(pattern[pos:]) + r"\Z")
+
+
+def _n_regex(expr: str | None) -> re.Pattern[str] | None:
+    if expr is None:
+        return None
+    try:
+        rx = re.compile(expr)
+    except re.error as e:
+        raise UserError(f"--n-from-arm {expr!r} is not a regular expression ({e})",
+                        "write e.g. 'n(\\d+)'") from None
+    if rx.groups < 1:
+        raise UserError(f"--n-from-arm {expr!r} has no group",
+                        "put the digits of n in a group, e.g. 'n(\\d+)'")
+    return rx
+
+
+def _body(path: Path) -> dict[str, Any]:
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError) as e:
+        raise UserError(f"{path} is not a JSON response body ({e})",
+                        "keep only llama-server response bodies matching --pattern") from None
+    if not isinstance(data, dict):
+        raise UserError(f"{path} is not a JSON object", "keep only response bodies")
+    return data
+
+
+_FINISH = {"limit": "length", "eos": "stop", "word": "stop"}
+
+
+def body_fields(b: dict[str, Any]) -> dict[str, Any]:
+    """Text, token ids, usage, finish reason and settings of one response body."""
+    settings = b.get("generation_settings") or {}
+    if "choices" in b:
+        ch = (b.get("choices") or [{}])[0]
+        msg = ch.get("message") or {}
+        text = ch.get("text") if "text" in ch else msg.get("content")
+        usage = b.get("usage")
+        finish = ch.get("finish_reason")
+        ids = None
+    else:
+        text, ids = b.get("content"), b.get("tokens")
+        usage = {"completion_tokens": b.get("tokens_predicted"),
+                 "prompt_tokens": b.get("tokens_evaluated")}
+        finish = _FINISH.get(str(b.get("stop_type")), b.get("stop_type"))
+    if not (isinstance(ids, list) and all(isinstance(i, int) for i in ids)) or not ids:
+        ids = None
+    return {"text": text, "token_ids": ids, "usage": usage, "finish_reason": finish,
+            "settings": settings, "model": b.get("model"),
+            "fingerprint": b.get("system_fingerprint")}
+
+
+def _prompt_info(prompts: Path | None) -> tuple[dict[str, str], list[str]]:
+    if prompts is None:
+        return {}, []
+    wl = load_workload(f"file:{prompts}")
+    return {p.id: p.category for p in wl.prompts}, [p.id for p in wl.prompts]
+
+
+def import_llama_server_raw(raw_dir: Path, pattern: str, baseline_arm: str, out: Path,
+                            n_from_arm: str | None = None,
+                            prompts: Path | None = None) -> dict[str, Any]:
+    """Convert ``raw_dir`` into an import directory at ``out``; returns its state."""
+    if not raw_dir.is_dir():
+        raise UserError(f"RAW_DIR {raw_dir} is not a directory", "give the folder of bodies")
+    rx, n_rx = pattern_regex(pattern), _n_regex(n_from_arm)
+    categories, order = _prompt_info(prompts)
+    workload = f"import:{(prompts or raw_dir).stem}"
+    matched: dict[tuple[str, str], list[tuple[dict[str, str], Path]]] = {}
+    unmatched: list[dict[str, str]] = []
+    for path in sorted(p for p in raw_dir.rglob("*") if p.is_file()):
+        rel = str(path.relative_to(raw_dir))
+        m = rx.match(rel) or rx.match(path.name)
+        if m is None:
+            unmatched.append({"file": rel, "reason": f"does not match --pattern {pattern!r}"})
+            continue
+        g = m.groupdict()
+        matched.setdefault((g["model"], g["arm"]), []).append((g, path))
+    arms = sorted({a for _, a in matched})
+    if not matched:
+        raise UserError(f"no file in {raw_dir} matches --pattern {pattern!r}",
+                        "write the pattern for the file names there, e.g. "
+                        "'{model}_{arm}_p{prompt}.json'")
+    if baseline_arm not in arms:
+        raise UserError(f"--baseline-arm {baseline_arm!r} matches no file",
+                        f"use one of the arms found: {', '.join(arms)}")
+    cells = [_cell(model, arm, files, arm == baseline_arm, n_rx, categories, order,
+                   workload)
+             for (model, arm), files in sorted(matched.items())]
+    source = {"tool": "llama-server", "format": "response bodies", "dir": str(raw_dir),
+              "pattern": pattern, "baseline_arm": baseline_arm, "n_from_arm": n_from_arm,
+              "prompts": str(prompts) if prompts else None}
+    return write_import(out, cells, source, unmatched)
+
+
+def _cell(model: str, arm: str, files: list[tuple[dict[str, str], Path]], baseline: bool,
+          n_rx: re.Pattern[str] | None, categories: dict[str, str], order: list[str],
+          workload: str) -> ImportedCell:
+    rank = {p: i for i, p in enumerate(order)}
+    files = sorted(files, key=lambda f: (int(f[0].get("trial") or 0),
+                                         rank.get(f[0]["prompt"], len(rank)), f[0]["prompt"]))
+    records: list[dict[str, Any]] = []
+    clock: dict[int, int] = {}
+    types: set[str] = set()
+    temps: set[float] = set()
+    ignore_eos: set[bool] = set()
+    max_tokens: set[int] = set()
+    fingerprint = engine_model = None
+    for index, (g, path) in enumerate(files):
+        trial = int(g.get("trial") or 0)
+        body = _body(path)
+        f = body_fields(body)
+        s = f["settings"]
+        types.update(t for t in str(s.get("speculative.types", "")).split(",") if t)
+        if "temperature" in s:
+            temps.add(float(s["temperature"]))
+        if "ignore_eos" in s:
+            ignore_eos.add(bool(s["ignore_eos"]))
+        want = s.get("n_predict", s.get("max_tokens"))
+        if isinstance(want, int) and want > 0:
+            max_tokens.add(want)
+        fingerprint = fingerprint or f["fingerprint"]
+        engine_model = engine_model or f["model"]
+        t = body.get("timings") or {}
+        tokens = (f["usage"] or {}).get("completion_tokens") or t.get("predicted_n")
+        category = g.get("category") or categories.get(g["prompt"], "unknown")
+        sent = clock.get(trial, 0)
+        ok = "predicted_ms" in t and "error" not in body
+        ttft = int(float(t.get("prompt_ms", 0.0)) * NS_PER_MS) if ok else None
+        decode = int(float(t.get("predicted_ms", 0.0)) * NS_PER_MS) if ok else None
+        rec = timed_record(trial=trial, index=index, prompt_id=g["prompt"], category=category,
+                           t_sent_ns=sent, ttft_ns=ttft, decode_ns=decode,
+                           tokens=int(tokens) if ok and tokens else None,
+                           endpoint="chat" if "message" in str(body.get("choices")) else
+                           "completions", max_tokens=want if isinstance(want, int) else None,
+                           text=f["text"], token_ids=f["token_ids"],
+                           finish_reason=f["finish_reason"], usage=f["usage"], timings=t,
+                           source=path.name)
+        if not ok:
+            rec.update(status="error", error=str(body.get("error", "no timings in the body")))
+        records.append(rec)
+        clock[trial] = rec["t_done_ns"] + NS_PER_MS  # next request 1 ms later
+    method = "none" if baseline else _method(arm, types, n_rx)
+    n, label = None, arm
+    if n_rx is not None and not baseline:
+        hit = n_rx.search(arm)
+        if hit:  # the arm of an n-sweep is one arm at several n, as in a matrix
+            n, label = int(hit[1]), n_rx.sub("", arm).strip("-_. ") or arm
+    spec: dict[str, Any] = {"type": method} | ({"n": n} if n is not None else {})
+    load = {"workload": workload, "max_tokens": max(max_tokens) if max_tokens else None,
+            "temperature": max(temps) if temps else None,
+            "ignore_eos": (ignore_eos == {True}) if ignore_eos else None,
+            "cache_prompt": None, "concurrency": 1}
+    trials = sorted({r["trial"] for r in records})
+    build = re.match(r"b(\d+)-(\w+)", str(fingerprint or ""))
+    engine = {"kind": "llama-server", "version": fingerprint,
+              "build_number": int(build[1]) if build else None,
+              "commit": build[2] if build else None, "binary": None, "sha256": None}
+    coords = {"engine": "llama-server", "target": model, "arm": label, "method": method, "n": n,
+              "workload": workload, "concurrency": 1}
+    return ImportedCell(coords, run_config(engine="llama-server", model=str(engine_model or
+                                                                          model),
+                                           spec=spec, load=load, trials=len(trials)),
+                        engine, records,
+                        {"arm": arm, "files": [p.name for _, p in files],
+                         "timing": "server timings (prompt_ms as TTFT, predicted_ms as decode "
+                                   "time); requests laid end to end, 1 ms apart"})
+
+
+def _method(arm: str, types: set[str], n_rx: re.Pattern[str] | None) -> str:
+    named = sorted(types - {"none"})
+    if named:
+        return ",".join(named)
+    stem = n_rx.sub("", arm) if n_rx is not None else arm
+    return stem.strip("-_. ") or arm

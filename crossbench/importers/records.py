@@ -1,0 +1,147 @@
+"""What every importer shares: records from known timings, cells, and the directory writer.
+
+An imported record has crossbench's record fields (see ``crossbench.load.client``). When the
+source gives durations rather than arrival times, :func:`timed_record` lays them on a
+synthetic clock: the request is sent at ``t_sent_ns``, its first token arrives ``ttft_ns``
+later and its last token ``decode_ns`` after the first, so ``summary.request_metrics`` gives
+back exactly the source's TTFT and decode rate ((tokens - 1) / decode time). Requests of a
+trial are laid end to end (concurrency 1); each record names its ``source`` file.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from crossbench import __version__
+from crossbench.analysis.summary import summarize_run_dir
+from crossbench.errors import UserError
+from crossbench.store.atomic import write_bytes_atomic, write_json_atomic
+
+IMPORT_SCHEMA = 1
+# Format history of an import's state.json (kind crossbench.import):
+#   1: first version (cells with coords, baseline and dir; source; not_imported)
+
+MANIFEST_SCHEMA = 1
+
+
+def timed_record(*, trial: int, index: int, prompt_id: str, category: str, t_sent_ns: int,
+                 ttft_ns: int | None, decode_ns: int | None, tokens: int | None,
+                 **extra: Any) -> dict[str, Any]:
+    """A record whose chunks reproduce a known TTFT and decode time (module docstring).
+
+    The first chunk carries one token, the last the other ``tokens - 1``; with no tokens (a
+    prompt-only test) there are no chunks and ``t_first_chunk_ns`` marks the end of prefill.
+    """
+    first = t_sent_ns + ttft_ns if ttft_ns is not None else None
+    chunks: list[list[int]] = []
+    done = first if first is not None else t_sent_ns
+    if first is not None and tokens:
+        chunks.append([first, 1])
+        if tokens >= 2 and decode_ns is not None:
+            chunks.append([first + decode_ns, tokens - 1])
+        done = chunks[-1][0]
+    rec: dict[str, Any] = {
+        "trial": trial, "request_index": index, "prompt_id": prompt_id, "category": category,
+        "warmup": False, "t_sent_ns": t_sent_ns, "t_first_chunk_ns": first, "t_done_ns": done,
+        "chunks": chunks, "n_chunks": len(chunks), "status": "ok", "error": None,
+    }
+    rec.update(extra)
+    return rec
+
+
+@dataclass
+class ImportedCell:
+    """One cell of an import: coordinates, a run config, engine identity and records."""
+
+    coords: dict[str, Any]
+    config: dict[str, Any]
+    engine: dict[str, Any]
+    records: list[dict[str, Any]]
+    imported: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def id(self) -> str:
+        """Cell id, built like a matrix cell's: engine/target/arm[/nN]/workload/cC."""
+        c = self.coords
+        parts = [c["engine"], c["target"], c["arm"]]
+        if c.get("n") is not None:
+            parts.append(f"n{c['n']}")
+        parts += [c["workload"], f"c{c['concurrency']}"]
+        return "/".join(slug(str(p)) for p in parts)
+
+    @property
+    def trials(self) -> list[int]:
+        """Trials present in the records (or declared by the importer)."""
+        found = {int(r["trial"]) for r in self.records}
+        return sorted(found | set(self.imported.get("trials", [])))
+
+
+def slug(text: str) -> str:
+    """A path- and id-safe form of a label."""
+    return re.sub(r"[^A-Za-z0-9._-]+", "-", text).strip("-") or "x"
+
+
+def run_config(*, engine: str, model: str, spec: dict[str, Any], load: dict[str, Any],
+               trials: int) -> dict[str, Any]:
+    """A ``crossbench run`` config as far as the source tells it (unknowns are None)."""
+    return {"engine": engine, "engine_config": {"model": model, "spec": spec},
+            "load": load, "trials": trials, "model_refs": {}}
+
+
+def pair_baselines(cells: list[ImportedCell]) -> dict[str, str | None]:
+    """Baseline of each cell: same engine, target, workload and concurrency, method none."""
+    key = ("engine", "target", "workload", "concurrency")
+    base = {tuple(c.coords[k] for k in key): c.id for c in cells
+            if c.coords["method"] == "none"}
+    return {c.id: None if c.coords["method"] == "none"
+            else base.get(tuple(c.coords[k] for k in key)) for c in cells}
+
+
+def write_import(out: Path, cells: list[ImportedCell], source: dict[str, Any],
+                 not_imported: list[dict[str, str]]) -> dict[str, Any]:
+    """Write an import directory (see the package docstring); returns its state."""
+    if out.exists() and any(out.iterdir()):
+        raise UserError(f"--out {out} already exists and is not empty",
+                        "choose a new --out directory (imports never overwrite)")
+    ids = [c.id for c in cells]
+    dup = sorted({i for i in ids if ids.count(i) > 1})
+    if dup:
+        raise UserError(f"two imported cells share the id {dup[0]}",
+                        "their labels differ only in characters ids cannot hold: rename them")
+    baselines = pair_baselines(cells)
+    created = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    state_cells = []
+    for c in cells:
+        d = out / "cells" / c.id.replace("/", "__")
+        manifest = {
+            "schema_version": MANIFEST_SCHEMA, "kind": "crossbench.run",
+            "crossbench_version": __version__, "created_utc": created, "argv": [],
+            "imported": {**c.imported, "source": source["tool"],
+                         "not_imported": not_imported},
+            "config": c.config, "engine": c.engine, "models": {},
+            "workload": {"spec": c.coords["workload"], "digest": None,
+                         "prompts": len({r["prompt_id"] for r in c.records})},
+            "host": source.get("host", {}), "status": "complete",
+            "trials": [{"trial": t, "status": "ok", "error": None} for t in c.trials],
+        }
+        write_json_atomic(d / "manifest.json", manifest)
+        body = "".join(_line(r) for r in c.records)
+        write_bytes_atomic(d / "requests.jsonl", body.encode())
+        write_json_atomic(d / "summary.json", summarize_run_dir(d))
+        state_cells.append({"id": c.id, "coords": c.coords, "baseline": baselines[c.id],
+                            "dir": str(d.relative_to(out))})
+    state = {"schema_version": IMPORT_SCHEMA, "kind": "crossbench.import",
+             "study": f"import:{source['tool']}", "source": source,
+             "trials": max((len(c.trials) for c in cells), default=0),
+             "cells": state_cells, "not_imported": not_imported}
+    write_json_atomic(out / "state.json", state)
+    return state
+
+
+def _line(record: dict[str, Any]) -> str:
+    return json.dumps(record, separators=(",", ":"), ensure_ascii=False) + "\n"

@@ -1,0 +1,218 @@
+"""Import ``vllm bench serve --save-result`` JSON files (vLLM 0.33's ``benchmarks/serve.py``).
+
+A file holds one result object, or several on separate lines (``--append-result``). Results
+of the same configuration (model, backend, arm, method, n, concurrency, request rate,
+prompt count and ``--metadata`` other than ``trial``) become the trials of one cell, in file
+order. The arm, method and n come from ``--metadata`` keys ``arm``, ``method`` and ``n``
+(or ``num_speculative_tokens``) where given; otherwise a result without ``spec_decode_*``
+fields is the baseline (method ``none``), the label names the arm, and n is the number of
+per-position acceptance rates.
+
+Units, as vLLM writes them: the per-request lists of ``--save-detailed`` (``ttfts``,
+``itls``, ``latencies``, ``start_times``) are in seconds; the aggregates (``mean_tpot_ms``
+and the like) in milliseconds; ``spec_decode_acceptance_rate`` is a percentage (0-100) while
+``spec_decode_per_position_acceptance_rates`` are fractions (0-1). Records hold nanoseconds
+and acceptance is kept as counts (drafts, drafted, accepted, accepted per position), so
+crossbench's fractions are recomputed from them.
+
+With ``--save-detailed`` each request becomes a record: sent at its start time, first
+chunk after ``ttft``, one chunk per ``itl`` after that (vLLM's ITL is per chunk, and a chunk
+may carry several tokens), ``output_lens`` as its token count. Without it vLLM still keeps
+``latencies``: records then carry only the end-to-end latency (no TTFT, no decode rate), and
+the aggregates are kept in the manifest. Requests are paired across files by their index,
+which names the same prompt only when the runs used the same dataset, seed and prompt count.
+Every scalar field of the result (metadata included) is kept in the manifest.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+from crossbench.errors import UserError
+from crossbench.importers.records import ImportedCell, run_config, timed_record, write_import
+
+NS = 1_000_000_000
+PER_REQUEST = ("input_lens", "output_lens", "ttfts", "itls", "latencies", "start_times",
+               "queue_times", "generated_texts", "errors", "server_queue_times",
+               "server_ttfts")
+KNOWN = {
+    "date", "endpoint_type", "backend", "label", "model_id", "tokenizer_id", "num_prompts",
+    "request_rate", "burstiness", "max_concurrency", "ramp_up_strategy", "ramp_up_start_rps",
+    "ramp_up_end_rps", "duration", "completed", "failed", "total_input_tokens",
+    "total_output_tokens", "request_throughput", "request_goodput", "output_throughput",
+    "total_token_throughput", "max_output_tokens_per_s", "max_concurrent_requests", "rtfx",
+    "rps_change_events", *PER_REQUEST,
+}
+_METRIC = re.compile(r"^(mean|median|std|p[\d.]+)_\w+_ms$|^(spec_decode|diffusion|probe)_")
+_ARM_KEYS = ("arm", "method", "n", "num_speculative_tokens", "trial")
+
+
+def read_results(path: Path) -> list[dict[str, Any]]:
+    """The result objects of one file (one object, or one per line)."""
+    try:
+        text = path.read_text()
+    except OSError as e:
+        raise UserError(f"cannot read {path}: {e.strerror}", "check the path") from None
+    try:
+        one = json.loads(text)
+        items = one if isinstance(one, list) else [one]
+    except ValueError:
+        try:
+            items = [json.loads(line) for line in text.splitlines() if line.strip()]
+        except ValueError as e:
+            raise UserError(f"{path} is not vllm bench JSON ({e})",
+                            "pass files written by `vllm bench serve --save-result`") from None
+    for it in items:
+        if not isinstance(it, dict) or "model_id" not in it or "completed" not in it:
+            raise UserError(f"{path} is not a vllm bench serve result (no model_id/completed)",
+                            "pass files written by `vllm bench serve --save-result`")
+    return items
+
+
+def metadata(result: dict[str, Any]) -> dict[str, Any]:
+    """Fields that are neither vLLM's own nor metrics: the ``--metadata KEY=VALUE`` pairs."""
+    return {k: v for k, v in result.items() if k not in KNOWN and not _METRIC.match(k)}
+
+
+def arm_of(result: dict[str, Any]) -> tuple[str, str, int | None]:
+    """(arm, method, n) of a result (see the module docstring)."""
+    meta = metadata(result)
+    spec = "spec_decode_num_drafts" in result
+    method = str(meta.get("method") or ("speculative" if spec else "none"))
+    n_raw = meta.get("n", meta.get("num_speculative_tokens"))
+    rates = result.get("spec_decode_per_position_acceptance_rates") or []
+    n = int(n_raw) if n_raw is not None else (len(rates) or None) if spec else None
+    arm = str(meta.get("arm") or result.get("label") or
+              (method if method != "none" else "baseline"))
+    return arm, method, n
+
+
+def _identity(result: dict[str, Any]) -> tuple[Any, ...]:
+    meta = {k: v for k, v in metadata(result).items() if k not in _ARM_KEYS}
+    return (result["model_id"], result.get("backend"), *arm_of(result),
+            result.get("max_concurrency"), str(result.get("request_rate")),
+            result.get("num_prompts"), json.dumps(meta, sort_keys=True),
+            "ttfts" in result)
+
+
+def import_vllm_bench(files: list[Path], out: Path) -> dict[str, Any]:
+    """Convert vllm bench result files into an import directory at ``out``."""
+    if not files:
+        raise UserError("no FILE given", "pass one or more --save-result JSON files")
+    groups: dict[tuple[Any, ...], list[tuple[Path, dict[str, Any]]]] = {}
+    for path in files:
+        for res in read_results(path):
+            groups.setdefault(_identity(res), []).append((path, res))
+    cells = [_cell(members) for members in groups.values()]
+    ids = [c.id for c in cells]
+    for c in cells:  # a detailed and an aggregate-only run of one configuration
+        if ids.count(c.id) > 1 and not c.imported.get("detailed"):
+            c.coords["arm"] = f"{c.coords['arm']}-aggregate"
+    source = {"tool": "vllm-bench", "format": "vllm bench serve --save-result",
+              "files": [str(p) for p in files]}
+    return write_import(out, cells, source, [])
+
+
+def _cell(members: list[tuple[Path, dict[str, Any]]]) -> ImportedCell:
+    first = members[0][1]
+    arm, method, n = arm_of(first)
+    records: list[dict[str, Any]] = []
+    counts = [0.0, 0.0, 0.0]  # drafts, drafted tokens, accepted tokens over all trials
+    per_pos = [0.0] * len(first.get("spec_decode_per_position_acceptance_rates") or [])
+    spec = "spec_decode_num_drafts" in first
+    kept, aggregates = [], []
+    for trial, (path, res) in enumerate(members):
+        records += _records(res, trial, path.name)
+        kept.append({"file": path.name, **{k: v for k, v in res.items()
+                                           if k not in PER_REQUEST}})
+        aggregates.append(_aggregate(res))
+        if spec:
+            drafts = float(res.get("spec_decode_num_drafts", 0))
+            counts[0] += drafts
+            counts[1] += float(res.get("spec_decode_draft_tokens", 0))
+            counts[2] += float(res.get("spec_decode_accepted_tokens", 0))
+            rates = res.get("spec_decode_per_position_acceptance_rates") or []
+            # vLLM divides each position's count by the drafts: multiply back to counts
+            per_pos = [a + round(r * drafts) for a, r in zip(per_pos, rates, strict=False)]
+    meta = metadata(first)
+    concurrency = first.get("max_concurrency")
+    workload = str(meta.get("dataset") or f"vllm-bench-{first.get('num_prompts')}-prompts")
+    imported: dict[str, Any] = {
+        "files": sorted({p.name for p, _ in members}), "results": kept,
+        "detailed": "ttfts" in first, "trials": list(range(len(members))),
+        "timing": "vllm bench per-request seconds (start_times, ttfts, itls, latencies)"
+        if "ttfts" in first else "end-to-end latencies only (run without --save-detailed)",
+    }
+    if spec:
+        imported["acceptance"] = {"drafts": counts[0], "draft_tokens": counts[1],
+                                  "accepted": counts[2], "per_position": per_pos}
+    if "ttfts" not in first:
+        imported["aggregate"] = _mean_aggregate(aggregates)
+    coords = {"engine": str(first.get("backend") or "vllm"), "target": first["model_id"],
+              "arm": arm, "method": method, "n": n, "workload": workload,
+              "concurrency": concurrency if concurrency is not None
+              else f"rate-{first.get('request_rate')}"}
+    spec_cfg: dict[str, Any] = {"type": method} | ({"n": n} if n is not None else {})
+    load = {"workload": workload, "max_tokens": meta.get("max_tokens"),
+            "temperature": meta.get("temperature"), "ignore_eos": None, "cache_prompt": None,
+            "concurrency": concurrency, "rate": first.get("request_rate")}
+    engine = {"kind": coords["engine"], "version": meta.get("vllm_version"),
+              "build_number": None, "commit": None, "binary": None, "sha256": None}
+    return ImportedCell(coords, run_config(engine=coords["engine"], model=first["model_id"],
+                                           spec=spec_cfg, load=load, trials=len(members)),
+                        engine, records, imported)
+
+
+def _ns(seconds: float) -> int:
+    return round(seconds * NS)
+
+
+def _records(res: dict[str, Any], trial: int, source: str) -> list[dict[str, Any]]:
+    latencies: list[float] = res.get("latencies") or []
+    count = len(latencies)
+    ttfts, itls = res.get("ttfts"), res.get("itls")
+    starts = res.get("start_times")
+    errors = res.get("errors") or [""] * count
+    texts = res.get("generated_texts") or [None] * count
+    out = []
+    cursor = 0
+    for i, lat in enumerate(latencies):
+        sent = _ns(starts[i]) if starts else cursor
+        if ttfts is None or itls is None:  # aggregate-only result: end-to-end latency alone
+            arrivals = [sent + _ns(lat)]
+            extra: dict[str, Any] = {"text": None, "usage": None}
+        else:
+            arrivals = [sent + _ns(ttfts[i])]
+            for gap in itls[i]:
+                arrivals.append(arrivals[-1] + _ns(gap))
+            extra = {"text": texts[i], "usage": {"completion_tokens": res["output_lens"][i],
+                                                 "prompt_tokens": res["input_lens"][i]}}
+        rec = timed_record(trial=trial, index=i, prompt_id=f"p{i:05d}", category="unknown",
+                           t_sent_ns=sent, ttft_ns=None, decode_ns=None, tokens=None,
+                           source=source, max_tokens=None, **extra)
+        rec.update(t_first_chunk_ns=arrivals[0] if ttfts is not None else None,
+                   t_done_ns=arrivals[-1], chunks=[[t, None] for t in arrivals],
+                   n_chunks=len(arrivals))
+        if errors[i] or lat <= 0:
+            rec.update(status="error", error=errors[i] or "vllm bench recorded no latency")
+        out.append(rec)
+        cursor = rec["t_done_ns"] + NS // 1000
+    return out
+
+
+def _aggregate(res: dict[str, Any]) -> dict[str, Any]:
+    keys = ("output_throughput", "mean_ttft_ms", "median_ttft_ms", "mean_tpot_ms",
+            "median_tpot_ms", "mean_itl_ms", "mean_e2el_ms", "completed", "failed")
+    return {k: res.get(k) for k in keys}
+
+
+def _mean_aggregate(items: list[dict[str, Any]]) -> dict[str, Any]:
+    out: dict[str, Any] = {"per_trial": items}
+    tpots = [float(a["mean_tpot_ms"]) for a in items if a.get("mean_tpot_ms")]
+    out["decode_tok_s"] = 1000.0 / (sum(tpots) / len(tpots)) if tpots else None
+    out["note"] = ("decode_tok_s = 1000 / mean_tpot_ms (vLLM's TPOT excludes the first token, "
+                   "as crossbench's does; a mean over requests, not pooled)")
+    return out

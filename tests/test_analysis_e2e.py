@@ -1,0 +1,64 @@
+"""Analysis of a real CPU matrix run end to end (2 cells x 2 trials on the real llama-server).
+
+Run it under the shared lock so it never overlaps another llama-server on the machine:
+``flock /tmp/crossbench-cpu.lock python3 -m pytest -q tests/test_analysis_e2e.py``.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+from click.testing import CliRunner
+
+from crossbench.cli.main import cli
+from crossbench.runner.matrix_run import run_matrix
+
+pytestmark = pytest.mark.server
+
+
+def test_real_matrix_analysis(llama_server, fixture_models, tmp_path: Path):
+    matrix = tmp_path / "m.yaml"
+    matrix.write_text(yaml.safe_dump({
+        "schema_version": 1, "study": {"name": "analysis-e2e"},
+        "engines": {"llama": {"kind": "llama-server", "binary": str(llama_server)}},
+        "models": {"t": {"path": "fixture:target", "quant": "F16", "role": "target"},
+                   "d": {"path": "fixture:draft", "quant": "F16", "role": "draft"}},
+        "server": {"ctx_size": 1024},
+        "load": {"requests": 4, "warmup": 1, "max_tokens": 32},
+        "arms": [{"method": "none"}, {"method": "draft-simple", "draft": "d", "n": 2}],
+        "axes": {"engine": ["llama"], "target": ["t"], "workload": ["builtin:mixed"]},
+        "trials": 2,
+    }))
+    out = tmp_path / "run"
+    run_matrix(matrix, out)
+    r = CliRunner().invoke(cli, ["analyze", str(out), "--json", "--min-samples", "4",
+                                 "--resamples", "2000"], catch_exceptions=False)
+    assert r.exit_code == 0, r.output
+    obj = json.loads(r.stdout)
+    (pair,) = obj["pairs"]
+    assert pair["cell"] == "llama/t/draft-simple/n2/builtin-mixed/c1"
+    assert pair["baseline_cell"] == "llama/t/none/builtin-mixed/c1"
+    assert (pair["model"], pair["method"], pair["n"]) == ("t", "draft-simple", 2)
+    sp = pair["speedup"]
+    assert (sp["n_samples"], sp["n_prompts"]) == (8, 4)
+    assert sp["ci95"][0] <= sp["geomean"] <= sp["ci95"][1]
+    assert pair["verdict"] in {"faster", "slower", "indistinguishable"}
+    # the analysis re-derives what the runner's summary.json says, from the raw files
+    for cell in obj["cells"]:
+        d = next(c["dir"] for c in json.loads((out / "state.json").read_text())["cells"]
+                 if c["id"] == cell["cell"])
+        summary = json.loads((out / d / "summary.json").read_text())
+        assert cell["throughput"]["pooled_tok_s"] == pytest.approx(
+            summary["throughput"]["pooled_tok_s"])
+        for key in ("draft_acceptance_rate", "mean_acceptance_length", "per_position"):
+            assert cell["acceptance"][key] == pytest.approx(summary["acceptance"][key])
+    acc = pair["acceptance"]
+    assert 0 < acc["draft_acceptance_rate"] <= 1
+    assert 1 < acc["mean_acceptance_length"] <= 3
+    assert acc["source"] == "metrics"
+    assert pair["parity"]["verdict"] in {"identical", "diverges"}
+    assert pair["parity"]["compared"] == 8
+    assert (out / "analysis.json").exists() and (out / "analysis" / "verdicts.md").exists()

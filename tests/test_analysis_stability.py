@@ -1,0 +1,109 @@
+"""Stability checks: each fires on data built to trip it, names the action, and a clean study
+raises none."""
+
+from __future__ import annotations
+
+from crossbench.analysis.analyze import analyze
+from crossbench.analysis.paired import StatsOptions
+from crossbench.importers.synthetic import Arm, study
+
+PROMPTS = [(f"p{i}", "code" if i % 2 else "math") for i in range(6)]
+OPTS = StatsOptions(resamples=500)
+ACC = {"drafts": 500, "draft_tokens": 1000, "accepted": 700, "per_position": [400, 300]}
+
+
+def _kinds(result):
+    return sorted({w["kind"] for w in result["stability"]})
+
+
+def _warning(result, kind):
+    (w,) = [w for w in result["stability"] if w["kind"] == kind]
+    return w
+
+
+def flat(arm, pid, trial, occ):
+    return 100.0 if arm.method == "none" else 110.0
+
+
+def test_clean_study_has_no_warnings(tmp_path):
+    study(tmp_path / "s", PROMPTS, [Arm("none"), Arm("d", "draft-simple", 2, acceptance=ACC)], flat, trials=3)
+    r = analyze(tmp_path / "s", OPTS)
+    assert r["stability"] == []
+    assert r["pairs"][0]["warnings"] == []
+
+
+def test_trial_spread_over_ten_percent(tmp_path):
+    study(tmp_path / "s", PROMPTS, [Arm("none")],
+          lambda a, p, t, o: [100.0, 130.0, 100.0][t], trials=3)
+    w = _warning(analyze(tmp_path / "s", OPTS), "trial_spread")
+    assert w["message"] == ("per-trial pooled decode rates vary by 16% (CV; tok/s: t0 100.0, "
+                            "t1 130.0, t2 100.0), over the 10% limit")
+    assert w["action"].startswith("run more trials (trials: 6 in a matrix, --trials 6 with "
+                                  "crossbench run); stop other programs")
+
+
+def test_mad_outlier_is_flagged_with_its_prompt_and_trial(tmp_path):
+    def rate(arm, pid, trial, occ):
+        if (pid, trial) == ("p3", 2):
+            return 40.0
+        return 100.0 + trial + 0.5 * int(pid[1:])  # small, regular spread
+
+    study(tmp_path / "s", PROMPTS, [Arm("none")], rate, trials=5)
+    r = analyze(tmp_path / "s", OPTS)
+    w = _warning(r, "outliers")
+    assert w["message"].startswith("1 of 30 requests are outliers against the other trials "
+                                   "of their prompt (|modified z| > 3.5): p3 t2 (40.0 tok/s")
+    assert "kept in every statistic" in w["action"]
+    assert r["cells"][0]["requests"]["ok"] == 30  # flagged, never dropped
+
+
+def test_baseline_drift_is_checked_on_baselines_only(tmp_path):
+    def rate(arm, pid, trial, occ):
+        return [100.0, 95.0, 90.0, 85.0][trial] * (1.0 if arm.method == "none" else 1.1)
+
+    study(tmp_path / "s", PROMPTS, [Arm("none"), Arm("d", "draft-simple", 2, acceptance=ACC)], rate, trials=4)
+    r = analyze(tmp_path / "s", OPTS)
+    drift = [w for w in r["stability"] if w["kind"] == "baseline_drift"]
+    assert len(drift) == 1 and "/none/" in drift[0]["cell"]
+    assert drift[0]["message"].startswith("the baseline's pooled decode rate falls 16% from "
+                                          "the first round to the last")
+
+
+def test_output_length_cache_and_thinking(tmp_path):
+    def extra(arm, pid, trial, occ):
+        if pid != "p1":
+            return {}
+        return {"max_tokens": 128, "timings": {"cache_n": 12},
+                "text": "<think>let me see</think> answer"}
+
+    study(tmp_path / "s", PROMPTS, [Arm("none")], flat, trials=3, extra=extra,
+          load={"thinking": False})
+    r = analyze(tmp_path / "s", OPTS)
+    assert _kinds(r) == ["output_length", "prompt_cache", "thinking_text"]
+    assert _warning(r, "output_length")["message"] == (
+        "3 outputs differ from max_tokens although ignore_eos was set (p1: 64 of 128, "
+        "p1: 64 of 128, p1: 64 of 128)")
+    assert _warning(r, "prompt_cache")["message"] == (
+        "3 requests reused cached prompt tokens (timings.cache_n > 0) although cache_prompt "
+        "was false")
+    assert "ignored load.thinking: false" in _warning(r, "thinking_text")["action"]
+
+
+def test_thinking_left_to_the_template_suggests_turning_it_off(tmp_path):
+    study(tmp_path / "s", PROMPTS, [Arm("none")], flat, trials=2,
+          extra=lambda a, p, t, o: {"text": "<think>hm</think>"})
+    w = _warning(analyze(tmp_path / "s", OPTS), "thinking_text")
+    assert w["action"].startswith("set load.thinking: false")
+
+
+def test_failed_requests_are_counted_and_named(tmp_path):
+    def extra(arm, pid, trial, occ):
+        return {"status": "error", "error": "HTTP 500"} if (pid, trial) == ("p0", 1) else {}
+
+    study(tmp_path / "s", PROMPTS, [Arm("none"), Arm("d", "draft-simple", 2, acceptance=ACC)], flat, trials=3,
+          extra=extra)
+    r = analyze(tmp_path / "s", OPTS)
+    assert "failed_requests" in _kinds(r)
+    pair = r["pairs"][0]
+    assert pair["pairing"] == {"paired": 17, "unmatched_spec": 0, "unmatched_baseline": 0}
+    assert {w["kind"] for w in pair["warnings"]} == {"failed_requests"}

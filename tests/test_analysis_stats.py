@@ -1,0 +1,113 @@
+"""Statistics against hand-computed cases: geometric mean, the clustered and stratified
+bootstrap, verdict edges, MAD outliers, spread and line fits."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from crossbench.analysis import stats
+
+
+def test_geomean_hand_computed():
+    assert stats.geomean([1.0, 4.0]) == pytest.approx(2.0)
+    assert stats.geomean([2.0, 8.0, 4.0]) == pytest.approx(4.0)
+    assert stats.geomean([]) is None
+    with pytest.raises(ValueError, match="positive"):
+        stats.geomean([1.0, 0.0])
+
+
+def test_bootstrap_two_clusters_matches_the_exact_distribution():
+    # clusters a (ratio 2) and b (ratio 8), equal sizes: a resample draws 2 clusters, so its
+    # geometric mean is 2 (p 1/4), 4 (p 1/2) or 8 (p 1/4)
+    logs = [math.log(2.0)] * 3 + [math.log(8.0)] * 3
+    c = stats.Clusters.of(logs, ["a"] * 3 + ["b"] * 3, ["s"] * 6)
+    g = np.exp(stats.bootstrap_means(c, 10_000, seed=0))
+    assert set(np.round(g, 9)) == {2.0, 4.0, 8.0}
+    assert np.mean(np.isclose(g, 4.0)) == pytest.approx(0.5, abs=0.02)
+    assert np.mean(np.isclose(g, 2.0)) == pytest.approx(0.25, abs=0.02)
+    low, high = stats.ratio_interval(logs, ["a"] * 3 + ["b"] * 3, ["s"] * 6, 10_000, 0, 0.95)
+    assert (low, high) == pytest.approx((2.0, 8.0))
+
+
+def test_bootstrap_is_deterministic_with_a_seed():
+    rng = np.random.default_rng(7)
+    logs = rng.normal(0.1, 0.2, 60)
+    clusters = [f"p{i % 12}" for i in range(60)]
+    strata = [f"c{i % 3}" for i in range(60)]
+    a = stats.ratio_interval(logs, clusters, strata, 5000, 42, 0.95)
+    b = stats.ratio_interval(logs, clusters, strata, 5000, 42, 0.95)
+    c = stats.ratio_interval(logs, clusters, strata, 5000, 43, 0.95)
+    assert a == b
+    assert a != c
+
+
+def test_clustered_resampling_keeps_the_trials_of_a_prompt_together():
+    # every trial of prompt a is 0, of prompt b is 1; resampling whole prompts can only give
+    # means 0, 1/2 and 1 -- resampling single requests would give thirds too
+    values = [0.0, 0.0, 0.0, 1.0, 1.0, 1.0]
+    c = stats.Clusters.of(values, ["a", "a", "a", "b", "b", "b"], ["s"] * 6)
+    assert c.n_clusters == 2
+    assert list(c.counts) == [3.0, 3.0]
+    means = stats.bootstrap_means(c, 2000, seed=1)
+    assert set(np.round(means, 9)) == {0.0, 0.5, 1.0}
+
+
+def test_stratification_keeps_each_category_share():
+    # category x: prompts at 0; category y: prompts at 10. Stratified, every resample keeps
+    # two prompts of each, so its mean is always 5; pooled into one stratum it varies
+    values = [0.0, 0.0, 10.0, 10.0]
+    prompts = ["x1", "x2", "y1", "y2"]
+    strat = stats.bootstrap_means(stats.Clusters.of(values, prompts, ["x", "x", "y", "y"]),
+                                  1000, seed=0)
+    pooled = stats.bootstrap_means(stats.Clusters.of(values, prompts, ["s"] * 4), 1000, seed=0)
+    assert np.allclose(strat, 5.0)
+    assert pooled.min() == 0.0 and pooled.max() == 10.0
+
+
+def test_single_prompt_categories_are_pooled_so_the_interval_is_not_degenerate():
+    values = [0.1, 0.1, 0.3, 0.3, 0.5, 0.5]
+    prompts = ["a", "a", "b", "b", "c", "c"]
+    cats = ["code", "code", "math", "math", "poem", "poem"]  # one prompt per category
+    c = stats.Clusters.of(values, prompts, cats)
+    assert len(set(c.strata)) == 1
+    low, high = stats.ratio_interval(values, prompts, cats, 2000, 0, 0.95)
+    assert low < high
+    # a lone single-prompt category joins the smallest real stratum
+    c2 = stats.Clusters.of([1.0] * 5, list("abcde"), ["x", "x", "y", "y", "z"])
+    assert list(c2.strata) == [0, 0, 1, 1, 0]
+
+
+@pytest.mark.parametrize(("ci", "n", "clusters", "expected"), [
+    ((1.01, 1.2), 10, 2, "faster"),
+    ((0.8, 0.99), 10, 2, "slower"),
+    ((0.9, 1.1), 10, 2, "indistinguishable"),
+    ((1.0, 1.2), 10, 2, "indistinguishable"),   # touching 1 is not entirely above it
+    ((0.8, 1.0), 10, 2, "indistinguishable"),
+    ((1.1, 1.2), 9, 5, "too few samples"),       # below min_samples
+    ((1.1, 1.2), 50, 1, "too few samples"),      # one prompt: no spread to speak of
+    (None, 50, 5, "too few samples"),
+])
+def test_verdict_edges(ci, n, clusters, expected):
+    assert stats.verdict(ci, n, clusters, min_samples=10) == expected
+
+
+def test_modified_z_and_mad_outliers_hand_computed():
+    # median 3, absolute deviations 2 1 0 1 97, MAD 1
+    z = stats.modified_z([1, 2, 3, 4, 100])
+    assert z == pytest.approx([-1.349, -0.6745, 0.0, 0.6745, 65.4265])
+    assert list(stats.mad_outliers([1, 2, 3, 4, 100])) == [False, False, False, False, True]
+    assert list(stats.modified_z([5, 5, 5, 9])) == [0, 0, 0, 0]  # MAD 0: nothing flagged
+
+
+def test_cv_and_line_fit():
+    assert stats.cv([9.0, 10.0, 11.0]) == pytest.approx(0.1)
+    assert stats.cv([10.0]) is None
+    line = stats.fit_line([1, 2, 3], [3, 5, 7])
+    assert (line.intercept, line.slope, line.r2) == pytest.approx((1.0, 2.0, 1.0))
+    assert line(4) == pytest.approx(9.0)
+    assert stats.fit_line([1, 2], [1, 3]).r2 is None
+    with pytest.raises(ValueError, match="two distinct"):
+        stats.fit_line([1, 1], [1, 2])

@@ -1,0 +1,86 @@
+"""n-sweeps: the cost model recovers known d and v, the best n and its neighbours, and the
+net-loss-despite-high-acceptance flag."""
+
+from __future__ import annotations
+
+import pytest
+
+from crossbench.analysis.analyze import analyze
+from crossbench.analysis.paired import StatsOptions
+from crossbench.analysis.sweep import cost_model, net_loss_finding, predicted_tau
+from crossbench.importers.synthetic import Arm, study
+
+D, V = 1.2, 0.15
+CURVE = [0.9, 0.8, 0.6, 0.25, 0.1, 0.05]  # unconditional per-position acceptance
+
+
+def true_speedup(n: int) -> float:
+    return predicted_tau(CURVE, n) / (D + V * n)
+
+
+def test_predicted_tau():
+    assert predicted_tau(CURVE, 0) == 1.0
+    assert predicted_tau(CURVE, 2) == pytest.approx(2.7)
+
+
+def test_cost_model_recovers_d_and_v_from_exact_points():
+    points = [{"n": n, "speedup": true_speedup(n),
+               "mean_acceptance_length": predicted_tau(CURVE, n)} for n in (1, 2, 3, 4, 6)]
+    m = cost_model(points, CURVE)
+    assert m["fitted"]
+    assert (m["d"], m["v"], m["r2"]) == pytest.approx((D, V, 1.0))
+    pred = {p["n"]: p["speedup"] for p in m["predicted"]}
+    assert [pred[n] for n in range(1, 7)] == pytest.approx([true_speedup(n) for n in range(1, 7)])
+    assert m["predicted_best_n"] == max(range(1, 7), key=true_speedup) == 3
+    assert cost_model(points[:1], CURVE) == {
+        "fitted": False,
+        "reason": "needs two n with a measured mean acceptance length and speedup"}
+
+
+def _acceptance(n: int, drafts: int = 1000) -> dict[str, object]:
+    per_pos = [round(p * drafts) for p in CURVE[:n]]
+    return {"drafts": drafts, "draft_tokens": n * drafts, "accepted": sum(per_pos),
+            "per_position": per_pos}
+
+
+def test_sweep_of_a_study_built_from_the_cost_model(tmp_path):
+    ns = [1, 2, 3, 4, 5]
+    arms = [Arm("none")] + [Arm("dft", "draft-simple", n, acceptance=_acceptance(n)) for n in ns]
+    prompts = [(f"p{i}", "code" if i % 2 else "math") for i in range(6)]
+
+    def rate(arm, pid, trial, occ):
+        return 100.0 if arm.n is None else 100.0 * true_speedup(arm.n)
+
+    study(tmp_path / "s", prompts, arms, rate, trials=2)
+    (sw,) = analyze(tmp_path / "s", StatsOptions(resamples=1000))["sweeps"]
+    assert [p["n"] for p in sw["points"]] == ns
+    assert [p["speedup"] for p in sw["points"]] == pytest.approx([true_speedup(n) for n in ns])
+    assert [p["mean_acceptance_length"] for p in sw["points"]] == pytest.approx(
+        [predicted_tau(CURVE, n) for n in ns])
+    best = sw["best"]
+    assert best["n"] == 3
+    assert [x["n"] for x in best["neighbours"]] == [2, 4]
+    assert [x["ratio"] for x in best["neighbours"]] == pytest.approx(
+        [true_speedup(3) / true_speedup(2), true_speedup(3) / true_speedup(4)])
+    assert best["distinguishable"] is True  # noiseless: every ratio's interval is above 1
+    cm = sw["cost_model"]
+    assert (cm["d"], cm["v"], cm["r2"]) == pytest.approx((D, V, 1.0), abs=1e-6)
+    assert cm["predicted_best_n"] == 3
+    assert cm["acceptance_curve"] == "measured per-position acceptance"
+    assert sw["net_loss_despite_high_acceptance"] == []
+
+
+def _pair(rate: float | None, verdict: str, speedup: float = 0.8) -> dict[str, object]:
+    return {"cell": "x", "verdict": verdict, "speedup": {"geomean": speedup},
+            "acceptance": {"draft_acceptance_rate": rate}}
+
+
+def test_net_loss_despite_high_acceptance():
+    f = net_loss_finding(_pair(0.7, "slower"))
+    assert f is not None and f.kind == "net_loss_despite_high_acceptance"
+    assert f.message == ("slower than the baseline (speedup 0.800) although 70% of drafted "
+                         "tokens are accepted")
+    assert "lower n" in f.action
+    assert net_loss_finding(_pair(0.3, "slower")) is None        # low acceptance: expected
+    assert net_loss_finding(_pair(0.9, "indistinguishable")) is None
+    assert net_loss_finding(_pair(None, "slower")) is None

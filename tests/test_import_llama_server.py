@@ -1,0 +1,120 @@
+"""Importing real llama-server response bodies (captured from the CPU server, see
+tests/data/import/README.md): round trip, figures against the bodies, errors."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from crossbench.analysis.analyze import analyze
+from crossbench.analysis.paired import StatsOptions
+from crossbench.analysis.rundir import load_run
+from crossbench.cli.main import cli
+from crossbench.errors import UserError
+from crossbench.importers.llama_server_raw import import_llama_server_raw, pattern_regex
+
+DATA = Path(__file__).parent / "data" / "import"
+RAW = DATA / "llama_server_raw"
+PROMPTS = DATA / "llama_server_raw_prompts.jsonl"
+PATTERN = "{model}_{arm}_t{trial}_p{prompt}.json"
+
+
+@pytest.fixture
+def imported(tmp_path: Path) -> Path:
+    out = tmp_path / "imp"
+    import_llama_server_raw(RAW, PATTERN, "baseline", out, r"n(\d+)", PROMPTS)
+    return out
+
+
+def test_round_trip_reproduces_the_server_figures(imported):
+    run = load_run(imported)
+    assert run.kind == "import"
+    by_arm = {(c.coords["arm"], c.coords["n"]): c for c in run.cells}
+    assert set(by_arm) == {("baseline", None), ("draft", 2), ("draft", 4)}
+    assert by_arm[("draft", 4)].coords["method"] == "draft-simple"  # speculative.types
+    base = by_arm[("baseline", None)]
+    assert base.coords["method"] == "none" and base.baseline is None
+    assert by_arm[("draft", 2)].baseline == base.id
+    for cell in run.cells:
+        assert cell.manifest["imported"]["source"] == "llama-server"
+        assert len(cell.figures) == 6  # 3 prompts x 2 trials
+        for f, rec in zip(cell.figures, cell.records, strict=True):
+            body = json.loads((RAW / rec["source"]).read_text())
+            t = body["timings"]
+            assert f.rate_tok_s == pytest.approx(t["predicted_per_second"], rel=1e-9)
+            assert f.ttft_ms == pytest.approx(t["prompt_ms"])
+            assert f.tokens == t["predicted_n"] == 16
+            native = "choices" not in body
+            assert (f.token_ids is not None) == native
+            assert f.text == (body["content"] if native else body["choices"][0]["text"])
+    cats = {f.prompt_id: f.category for f in base.figures}
+    assert cats == {"code-01": "code", "math-01": "math", "creative-01": "creative"}
+    assert base.load["ignore_eos"] is True and base.load["max_tokens"] == 16
+    assert base.load["temperature"] == 0.0
+
+
+def test_analysis_of_the_import(imported):
+    r = analyze(imported, StatsOptions(resamples=1000, min_samples=4))
+    pairs = {p["n"]: p for p in r["pairs"]}
+    bodies = [json.loads(p.read_text()) for p in RAW.glob("tiny_draft-n2_*.json")]
+    drafted = sum(b["timings"]["draft_n"] for b in bodies)
+    accepted = sum(b["timings"]["draft_n_accepted"] for b in bodies)
+    acc = pairs[2]["acceptance"]
+    assert acc["draft_acceptance_rate"] == pytest.approx(accepted / drafted)
+    assert acc["source"] == "timings" and acc["mean_acceptance_length"] is None
+    assert pairs[2]["verdict"] == "slower"  # the fixture draft costs more than it saves
+    assert pairs[2]["parity"]["verdict"] == "identical"
+    assert pairs[2]["parity"]["token_level"] is True
+    (sw,) = r["sweeps"]
+    assert [p["n"] for p in sw["points"]] == [2, 4]
+    assert sw["cost_model"]["fitted"] is False  # no draft counts: no mean acceptance length
+
+
+def test_unmatched_files_are_listed(imported, tmp_path):
+    state = json.loads((imported / "state.json").read_text())
+    assert state["not_imported"] == [{"file": "NOTES.txt", "reason":
+                                      f"does not match --pattern '{PATTERN}'"}]
+    manifest = json.loads(next((imported / "cells").glob("*/manifest.json")).read_text())
+    assert manifest["imported"]["not_imported"] == state["not_imported"]
+    r = CliRunner().invoke(cli, ["import", "llama-server", str(RAW), "--pattern", PATTERN,
+                                 "--baseline-arm", "baseline", "--out", str(tmp_path / "o")])
+    assert r.exit_code == 0
+    assert r.stderr.splitlines()[0] == (
+        f"crossbench: not imported: NOTES.txt: does not match --pattern '{PATTERN}'")
+    assert r.stdout.splitlines()[0] == f"3 cells written to {tmp_path / 'o'}"
+
+
+def test_pattern_regex():
+    rx = pattern_regex("{model}_{arm}_p{prompt}.json")
+    m = rx.match("qwen-8b_eagle_n4_pcode-01.json")
+    assert m is not None
+    assert m.groupdict() == {"model": "qwen-8b", "arm": "eagle_n4", "prompt": "code-01"}
+    assert rx.match("qwen_base_pcode.json.bak") is None
+    assert pattern_regex("{model}-{arm}-t{trial}-{prompt}.json").match("m-a-tx-p.json") is None
+
+
+@pytest.mark.parametrize(("pattern", "problem"), [
+    ("{model}_{arm}.json", "missing {prompt}"),
+    ("{model}_{arm}_{prompt}_{seed}.json", "unknown placeholder {seed}"),
+    ("{model}_{arm}_{prompt}_{arm}.json", "a placeholder used twice"),
+])
+def test_bad_patterns_name_the_option(pattern, problem, tmp_path):
+    with pytest.raises(UserError) as e:
+        import_llama_server_raw(RAW, pattern, "baseline", tmp_path / "o")
+    assert e.value.message == f"--pattern {pattern!r}: {problem}"
+    assert "{model}, {arm} and {prompt}" in (e.value.hint or "")
+
+
+def test_other_user_errors(tmp_path):
+    with pytest.raises(UserError, match=r"--baseline-arm 'base' matches no file") as e:
+        import_llama_server_raw(RAW, PATTERN, "base", tmp_path / "o")
+    assert e.value.hint == "use one of the arms found: baseline, draft-n2, draft-n4"
+    with pytest.raises(UserError, match="has no group"):
+        import_llama_server_raw(RAW, PATTERN, "baseline", tmp_path / "o", n_from_arm=r"n\d+")
+    (tmp_path / "full").mkdir()
+    (tmp_path / "full" / "x").write_text("")
+    with pytest.raises(UserError, match="already exists and is not empty"):
+        import_llama_server_raw(RAW, PATTERN, "baseline", tmp_path / "full")
