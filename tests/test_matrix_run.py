@@ -127,3 +127,21 @@ def test_server_crash_mid_trial_is_recorded_and_the_next_cell_runs(
     assert s["totals"] == {"done": 1, "failed": 1, "missing": 0}
     failed = [c for c in s["cells"] if c["failed"]]
     assert len(failed) == 1 and failed[0]["errors"][0]
+
+
+def test_engine_version_constraint_is_checked_before_any_trial(llama_server, fixture_models,
+                                                               tmp_path):
+    """b11312 satisfies >=11312 and is refused by >=11434 before a server starts."""
+    from crossbench.engines.base import EngineIdentity
+    from crossbench.runner.versions import unmet
+
+    vllm = EngineIdentity("vllm", "0.33.0", None, None, "/usr/bin/vllm")
+    assert unmet(">=0.33,<0.34", vllm) is None
+    assert unmet(">=0.34", vllm) == "vllm 0.33.0 (from /usr/bin/vllm) does not satisfy >=0.34"
+    m = small_matrix(tmp_path, llama_server)
+    m.write_text(m.read_text().replace("kind: llama-server",
+                                       "kind: llama-server\n    requires: '>=11434'"))
+    with pytest.raises(UserError, match=r"engines.llama.requires: llama-server 11312 .* does "
+                       "not satisfy >=11434"):
+        run_matrix(m, tmp_path / "run")
+    assert not (tmp_path / "run").exists()

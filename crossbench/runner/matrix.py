@@ -56,6 +56,11 @@ class EngineEntry(_Strict):
     binary: str | None = Field(None, description="Your own server binary, used as is.")
     variant: str | None = Field(None, description="Build variant of the pin (llama-server: "
                                 "cpu or cuda-smNN; default cpu).")
+    requires: str | None = Field(None, pattern=r"^(==|>=|<=|>|<|!=)\s*[\w.+-]+(\s*,\s*(==|>=|"
+                                 r"<=|>|<|!=)\s*[\w.+-]+)*$",
+                                 description="Version constraint checked against the engine "
+                                 "actually run before any trial, e.g. '>=11312' (llama-server "
+                                 "build number) or '>=0.33,<0.34' (vLLM version).")
     server: dict[str, Any] = Field(default_factory=dict, description="Settings for this "
                                    "engine only, merged over the matrix's `server` (e.g. "
                                    "tensor_parallel_size for vllm, ctx_size for llama-server).")

@@ -28,6 +28,7 @@ from crossbench.host import hardware_mismatch
 from crossbench.runner.config import RunConfig
 from crossbench.runner.matrix import (
     Cell,
+    Matrix,
     ThermalGate,
     expand,
     load_matrix,
@@ -156,6 +157,7 @@ def run_matrix(path: Path, out: Path, resume: bool = False, only: tuple[str, ...
             srv = registry.create(rc.engine, rc.engine_config, Path("/dev/null"))
             plan.append({"cell": cid, "trial": t, "argv": srv.command()})
         return {"dry_run": plan}
+    _check_versions(m, cells)
     state_path = out / "state.json"
     if state_path.exists():
         if not resume:
@@ -218,6 +220,23 @@ def run_matrix(path: Path, out: Path, resume: bool = False, only: tuple[str, ...
     summary = matrix_status(out, cell_summaries)
     write_json_atomic(out / "summary.json", summary)
     return summary
+
+
+def _check_versions(m: Matrix, cells: list[Cell]) -> None:
+    """Refuse to start when an engine build misses its ``requires`` constraint."""
+    from crossbench.engines import registry
+    from crossbench.runner.versions import unmet
+
+    for eid, entry in m.engines.items():
+        cell = next((c for c in cells if c.coords["engine"] == eid), None)
+        if entry.requires is None or cell is None:
+            continue
+        rc = run_config(cell, m.trials, m.fresh_server, resolve=False)
+        server = registry.create(rc.engine, rc.engine_config, Path("/dev/null"))
+        why = unmet(entry.requires, server.identity())
+        if why:
+            raise UserError(f"engines.{eid}.requires: {why}",
+                            "install a build that satisfies it, or change `requires`")
 
 
 def _gate(gate: ThermalGate | None, progress: Progress) -> dict[str, Any] | None:
