@@ -61,4 +61,8 @@ def test_real_matrix_analysis(llama_server, fixture_models, tmp_path: Path):
     assert acc["source"] == "metrics"
     assert pair["parity"]["verdict"] in {"identical", "diverges"}
     assert pair["parity"]["compared"] == 8
+    if pair["parity"]["verdict"] == "diverges":  # positions from the real chunk boundaries
+        assert pair["parity"]["token_level"] == "chunk boundaries"
+        toks = pair["parity"]["first_divergence_tokens"]
+        assert 0 <= toks["min"] <= toks["max"] < 32
     assert (out / "analysis.json").exists() and (out / "analysis" / "verdicts.md").exists()

@@ -33,7 +33,7 @@ def test_identical_greedy_outputs(tmp_path):
     par = _parity(tmp_path, Arm("d", "draft-simple", 2, acceptance=ACC))["parity"]
     assert par["verdict"] == "identical"
     assert (par["compared"], par["exact_match_rate"]) == (6, 1.0)
-    assert par["token_level"] is False
+    assert par["token_level"] is None
     assert "no token ids" in par["note"]
 
 
@@ -67,3 +67,19 @@ def test_sampled_outputs_compare_lengths_only(tmp_path):
     assert par["verdict"] == "lengths only (temperature > 0)"
     assert par["equal_length_rate"] == 1.0
     assert par["mean_tokens"] == {"spec": 64.0, "baseline": 64.0}
+
+
+def test_divergence_in_tokens_from_chunk_boundaries(tmp_path):
+    """Without token ids, the baseline's chunks (one token each, as llama-server streams)
+    place the first differing character in its token."""
+    def extra(arm, pid, trial, occ):
+        pieces = ["the", " same", " answer"]
+        if arm.method != "none" and pid == "p2":
+            pieces = ["the", " same", " reply"]
+        return {"text": "".join(pieces), "chunk_chars": [len(p) for p in pieces],
+                "chunks": [[1_000_000 * (i + 1), 1] for i in range(3)]}
+
+    par = _parity(tmp_path, Arm("d", "draft-simple", 2, acceptance=ACC), extra)["parity"]
+    assert par["verdict"] == "diverges" and par["token_level"] == "chunk boundaries"
+    assert par["first_divergence_chars"]["min"] == 9.0  # "the same " then a vs r
+    assert par["first_divergence_tokens"] == {"min": 2.0, "median": 2.0, "max": 2.0}

@@ -67,7 +67,7 @@ def test_analysis_of_the_import(imported):
     assert acc["source"] == "timings" and acc["mean_acceptance_length"] is None
     assert pairs[2]["verdict"] == "slower"  # the fixture draft costs more than it saves
     assert pairs[2]["parity"]["verdict"] == "identical"
-    assert pairs[2]["parity"]["token_level"] is True
+    assert pairs[2]["parity"]["token_level"] == "token ids"
     (sw,) = r["sweeps"]
     assert [p["n"] for p in sw["points"]] == [2, 4]
     assert sw["cost_model"]["fitted"] is False  # no draft counts: no mean acceptance length

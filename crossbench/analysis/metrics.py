@@ -44,6 +44,14 @@ class RequestFigures:
     max_tokens: int | None
     text: str | None
     token_ids: tuple[int, ...] | None
+    #: (characters, tokens) of ``text`` at the end of each content chunk, cumulative
+    chunk_ends: tuple[tuple[int, int], ...] | None = None
+
+    def tokens_before(self, char: int) -> int | None:
+        """Tokens that lie wholly before character ``char`` of the text (from chunk ends)."""
+        if self.chunk_ends is None:
+            return None
+        return max((tok for end, tok in self.chunk_ends if end <= char), default=0)
 
     @property
     def key(self) -> tuple[int, str, int]:
@@ -89,8 +97,23 @@ def request_figures(records: Iterable[Mapping[str, Any]]
             occurrence=occ, request_index=int(r.get("request_index", len(out))),
             tokens=m["tokens"], rate_tok_s=m["rate_tok_s"], decode_ms=m["decode_ms"],
             e2e_ms=m["e2e_ms"], ttft_ms=m["ttft_ms"], max_tokens=r.get("max_tokens"),
-            text=r.get("text"), token_ids=tuple(ids) if isinstance(ids, list) else None))
+            text=r.get("text"), token_ids=tuple(ids) if isinstance(ids, list) else None,
+            chunk_ends=_chunk_ends(r)))
     return out, counts
+
+
+def _chunk_ends(r: Mapping[str, Any]) -> tuple[tuple[int, int], ...] | None:
+    """Cumulative (characters, tokens) per content chunk, when the record has both counts."""
+    chars, chunks = r.get("chunk_chars"), r.get("chunks") or []
+    if not isinstance(chars, list) or len(chars) != len(chunks):
+        return None
+    out, c, t = [], 0, 0
+    for n_chars, chunk in zip(chars, chunks, strict=True):
+        if not isinstance(chunk[1], int):
+            return None
+        c, t = c + int(n_chars), t + chunk[1]
+        out.append((c, t))
+    return tuple(out)
 
 
 def pooled_rate(figures: Iterable[RequestFigures]) -> float | None:

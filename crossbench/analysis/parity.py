@@ -3,8 +3,9 @@
 With greedy sampling (temperature 0 on both sides) a lossless speculative method should
 reproduce the baseline's output exactly. Outputs are compared per pair (same trial, prompt
 and occurrence): the exact-match rate and, for each pair that differs, the first position
-where they diverge, in characters of ``text`` and, when both records carry ``token_ids``, in
-tokens.
+where they diverge, in characters of ``text`` and in tokens: from ``token_ids`` when both
+records carry them, else from the baseline's chunk boundaries (``chunk_chars`` with the tokens
+per chunk: the tokens streamed before the first differing character).
 
 Not comparable, and said so:
 
@@ -81,23 +82,31 @@ def parity(spec: CellData, base: CellData) -> dict[str, Any]:
         tpos = None
         if s.token_ids is not None and b.token_ids is not None:
             tpos = first_divergence(s.token_ids, b.token_ids)
-            if tpos is not None:
-                toks.append(tpos)
+        else:  # the token holding the first differing character, from chunk boundaries
+            tpos = b.tokens_before(pos)
+        if tpos is not None:
+            toks.append(tpos)
         if len(examples) < MAX_EXAMPLES:
             examples.append({"prompt_id": s.prompt_id, "trial": s.trial, "char": pos,
                              "token": tpos, "spec": s.text[max(0, pos - 10):pos + 20],
                              "baseline": b.text[max(0, pos - 10):pos + 20]})
     with_ids = sum(1 for s, b in texts if s.token_ids is not None and b.token_ids is not None)
+    with_chunks = sum(1 for s, b in texts if b.chunk_ends is not None)
     out: dict[str, Any] = {
         "verdict": "identical" if not chars else "diverges",
         "compared": len(texts),
         "exact_match_rate": (len(texts) - len(chars)) / len(texts),
         "first_divergence_chars": _dist(chars),
-        "first_divergence_tokens": _dist(toks) if with_ids else None,
-        "token_level": with_ids > 0,
+        "first_divergence_tokens": _dist(toks) if with_ids or with_chunks else None,
+        "token_level": ("token ids" if with_ids else
+                        "chunk boundaries" if with_chunks else None),
         "examples": examples,
     }
-    if not with_ids:
+    if not with_ids and with_chunks:
+        out["note"] = ("token positions count the baseline's streamed tokens before the first "
+                       "differing character (exact where chunks carry one token, as "
+                       "llama-server streams them)")
+    elif not with_ids:
         out["note"] = ("records carry no token ids: divergence is in characters of the text "
                        "only")
     return out

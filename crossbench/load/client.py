@@ -34,6 +34,8 @@ Record format (a plain JSON-serialisable dict; times are ``time.monotonic_ns()``
     finish_reason     str|null  last finish_reason seen
     usage             obj|null  last ``usage`` object seen
     timings           obj|null  last ``timings`` object seen (llama-server)
+    chunk_chars       [int]     characters of ``text`` each content chunk carried (aligned with
+                                ``chunks``): maps a character position to a token position
     metrics           obj|null  last top-level ``metrics`` object seen (vLLM per-request
                                 figures, e.g. ``speculative_decoding``)
     status            "ok" | "error" | "incomplete"
@@ -98,7 +100,8 @@ Sink = Callable[[dict[str, Any]], None]
 RECORD_KEYS = (
     "request_index", "prompt_id", "category", "warmup", "endpoint", "max_tokens",
     "t_scheduled_ns", "t_sent_ns", "t_first_chunk_ns", "t_done_ns", "chunks", "n_chunks",
-    "text", "finish_reason", "usage", "timings", "metrics", "status", "error", "http_status",
+    "text", "chunk_chars", "finish_reason", "usage", "timings", "metrics", "status", "error",
+    "http_status",
 )  # fmt: skip
 """The keys of every record, in order."""
 
@@ -474,6 +477,7 @@ async def _one_request(
             "chunks": chunks,
             "n_chunks": len(chunks),
             "text": "".join(st.pieces),
+            "chunk_chars": [len(p) for p in st.pieces],
             "finish_reason": st.finish_reason,
             "usage": st.usage,
             "timings": st.timings,
