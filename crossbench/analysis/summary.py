@@ -10,7 +10,8 @@ Definitions (times from the client's monotonic clock; see ``docs/metrics.md``):
   per-request rates (the two differ when requests differ in length or speed);
 - chunk gap = time between consecutive content chunks (one chunk may carry several tokens
   under speculation, so chunk gaps are not per-token latencies);
-- end-to-end latency = last chunk arrival - send time.
+- end-to-end latency = last chunk arrival - send time;
+- wall output rate = output tokens / the sum over trials of (last chunk - first send).
 
 Warm-up records and failed records are counted but never enter the timing statistics.
 """
@@ -84,8 +85,7 @@ def summarize_records(records: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
     sum_decode_s = 0.0
     server_tok = server_s = 0.0
     total_tokens = 0
-    t_start: int | None = None
-    t_end: int | None = None
+    span: dict[int, list[int]] = {}  # trial -> [first send, last chunk]
     for r in records:
         if r.get("warmup"):
             counts["warmup"] += 1
@@ -96,9 +96,9 @@ def summarize_records(records: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
             continue
         m = request_metrics(r)
         chunks = r.get("chunks") or []
-        t_start = r["t_sent_ns"] if t_start is None else min(t_start, r["t_sent_ns"])
         if chunks:
-            t_end = chunks[-1][0] if t_end is None else max(t_end, chunks[-1][0])
+            sp = span.setdefault(int(r.get("trial", 0)), [r["t_sent_ns"], chunks[-1][0]])
+            sp[0], sp[1] = min(sp[0], r["t_sent_ns"]), max(sp[1], chunks[-1][0])
         for a, b in itertools.pairwise(chunks):
             gaps.append((b[0] - a[0]) / NS_PER_MS)
         if m["ttft_ms"] is not None:
@@ -116,7 +116,9 @@ def summarize_records(records: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
         if t.get("predicted_ms") and t.get("predicted_n"):
             server_tok += float(t["predicted_n"])
             server_s += float(t["predicted_ms"]) / 1e3
-    wall_s = (t_end - t_start) / 1e9 if t_start is not None and t_end is not None else None
+    # wall time of each trial's measured window, summed: server restarts between trials
+    # are not output time
+    wall_s = sum(b - a for a, b in span.values()) / 1e9 if span else None
     return {
         "requests": counts,
         "throughput": {
