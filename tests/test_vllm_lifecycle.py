@@ -267,8 +267,12 @@ def test_a_crossbench_run_on_the_standin(tmp_path: Path, standin: Launcher) -> N
     cfg = RunConfig.model_validate({
         "engine": "vllm", "trials": 1, "load": {"requests": 4, "max_tokens": 96},
         "engine_config": {"binary": str(standin(*FAST)), "model": MODEL,
+                          "per_request_spec_decode_metrics": "summary",
                           "spec": {"type": "ngram", "n": 3, "synth_rates": [0.9, 0.6, 0.3]}}})
     summary = run(cfg, tmp_path / "run")
+    checks = {c["name"]: c["passed"] for c in summary["integrity"]["checks"]}
+    assert checks["per_request_sums_equal_counters"] is True  # per-request = counters
+    assert summary["acceptance"]["requests_with_drafts"] == 4
     assert summary["requests"]["ok"] == 4
     acc = summary["acceptance"]
     assert acc["source"] == "metrics" and acc["drafts"] > 100

@@ -107,14 +107,21 @@ class Acceptance:
 
 
 def per_request_sums(records: Iterable[Mapping[str, Any]]) -> tuple[float, float, int, int]:
-    """(drafted, accepted, requests with draft counts, requests without) from ``timings``."""
+    """(drafted, accepted, requests with draft counts, requests without): from llama-server's
+    ``timings`` (``draft_n``, ``draft_n_accepted``) or vLLM's per-request
+    ``metrics.speculative_decoding`` (``num_draft_tokens``, ``num_accepted_draft_tokens``)."""
     drafted = accepted = 0.0
     with_d = without = 0
     for r in records:
         t = r.get("timings") or {}
-        if "draft_n" in t:
+        sd = (r.get("metrics") or {}).get("speculative_decoding") or {}
+        if "draft_n" in t:  # llama-server
             drafted += float(t["draft_n"])
             accepted += float(t.get("draft_n_accepted", 0))
+            with_d += 1
+        elif "num_draft_tokens" in sd:  # vLLM --per-request-spec-decode-metrics
+            drafted += float(sd["num_draft_tokens"])
+            accepted += float(sd.get("num_accepted_draft_tokens", 0))
             with_d += 1
         else:
             without += 1
