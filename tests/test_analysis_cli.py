@@ -116,8 +116,8 @@ def test_compare_labels_what_differs(sweep_dir, tmp_path):
     assert r.exit_code == 0
     lines = r.stdout.splitlines()
     assert lines[2:5] == ["comparison: single-variable (spec settings only)",
-                          "differing settings (A -> B):",
-                          "  [spec] config.engine_config.spec.n: 2 -> 3"]
+                          "differing settings (A -> B), each with its class:",
+                          "  [intended] spec.n: 2 -> 3"]
     # another study that also changes max_tokens: multi-variable
     other = tmp_path / "other"
     study(other, PROMPTS, [Arm("none")], rate, trials=2, load={"max_tokens": 32})
@@ -125,7 +125,9 @@ def test_compare_labels_what_differs(sweep_dir, tmp_path):
                f"{other}:synthetic/synthetic-model/none/synthetic/c1", "--json")
     obj = json.loads(r.stdout)
     assert obj["label"] == "multi-variable"
-    assert [d["field"] for d in obj["differences"]] == ["config.load.max_tokens"]
+    assert obj["verdict"] == "confounded" and obj["statistical_verdict"] != "confounded"
+    assert [(d["field"], d["kind"]) for d in obj["differences"]] == [
+        ("load.max_tokens", "confounding")]
     assert obj["differences"][0]["spec"] is False
     r = invoke("compare", str(sweep_dir), a)
     assert r.stderr == (f"crossbench: error: {sweep_dir} holds several cells (fix: name one "
@@ -144,9 +146,10 @@ def test_real_h200_runs_compare_and_analyze(h200):
     r = invoke("compare", str(h200 / "base"), str(h200 / "draft"), "--json")
     obj = json.loads(r.stdout)
     assert obj["label"] == "single-variable (spec settings only)"
-    assert {d["field"] for d in obj["differences"]} == {
-        "config.engine_config.spec.type", "config.engine_config.spec.n",
-        "config.engine_config.spec.draft_model"}
+    assert {d["field"]: d["kind"] for d in obj["differences"]} == {
+        "spec.type": "intended", "spec.n": "intended", "spec.draft_model": "intended",
+        **{k: "intended" for k in (d["field"] for d in obj["differences"])
+           if k.startswith("draft.")}}
     assert obj["speedup"]["n_samples"] == 48 and obj["speedup"]["n_prompts"] == 16
     # the fixture draft is 64 % accepted yet slower on the H200 (benchmarks/results)
     assert obj["verdict"] == "slower"

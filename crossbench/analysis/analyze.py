@@ -22,7 +22,8 @@ from pathlib import Path
 from typing import Any
 
 from crossbench import __version__
-from crossbench.analysis import paired, parity, stability, sweep
+from crossbench.analysis import paired, parity, stability, stats, sweep
+from crossbench.analysis.confounding import confounds
 from crossbench.analysis.metrics import token_itl_ms
 from crossbench.analysis.paired import StatsOptions
 from crossbench.analysis.rundir import COORDS, CellData, RunData, load_run, paused_gc
@@ -75,6 +76,8 @@ def analyze_pair(spec: CellData, base: CellData, figs: dict[str, dict[str, Any]]
     concern the pair itself (its cells' own checks are in ``checks``)."""
     c = spec.coords
     result = paired.compare(spec.figures, base.figures, opts)
+    conf = confounds(spec, base)
+    sp = result["speedup"]
     acc = spec.acceptance
     source = acc.source
     if spec.imported and spec.imported.get("acceptance"):
@@ -86,7 +89,11 @@ def analyze_pair(spec: CellData, base: CellData, figs: dict[str, dict[str, Any]]
         "concurrency": c.get("concurrency"),
         "baseline_tok_s": _decode_rate(figs[base.id]), "spec_tok_s": _decode_rate(figs[spec.id]),
         "speedup": result["speedup"], "speedup_e2e": result["speedup_e2e"],
-        "verdict": result["verdict"], "pairing": result["pairing"],
+        "verdict": stats.verdict(tuple(sp["ci95"]) if sp["ci95"] else None,
+                                 sp["n_samples"], sp["n_prompts"], opts.min_samples,
+                                 confounded=conf["confounded"]),
+        "statistical_verdict": result["verdict"], "pairing": result["pairing"],
+        "confounds": {k: v for k, v in conf.items() if k != "text"},
         "acceptance": {"draft_acceptance_rate": acc.draft_acceptance_rate,
                        "mean_acceptance_length": acc.mean_acceptance_length,
                        "per_position": acc.per_position, "source": source,
@@ -122,6 +129,21 @@ def _pair_findings(pair: dict[str, Any], spec: CellData) -> list[Finding]:
             "rerun `vllm bench serve` with --save-detailed to keep per-request figures"
             if aggregate else "raise requests or trials (at least --min-samples paired "
             "samples over two or more prompts), or lower --min-samples knowingly", spec.id))
+    conf = pair["confounds"]
+    for f in conf.get("findings", []):
+        kind = (WarningKind.CONFOUNDED if f["severity"] == "confounding"
+                else WarningKind.CONFOUND_CAVEAT)
+        found.append(Finding(kind, f"{f['message']} [{f['source']}]", f["action"], spec.id))
+    ruled = {f["rule"] for f in conf.get("findings", [])}
+    if conf.get("confounding_fields") and "engine-builds-differ" not in ruled:
+        fields = conf["confounding_fields"]
+        found.append(Finding(
+            WarningKind.CONFOUNDED,
+            f"besides the speculative settings, {len(fields)} setting(s) differ from the "
+            f"baseline: {', '.join(fields[:6])}{' ...' if len(fields) > 6 else ''}; the "
+            "verdict reads `confounded` (the numbers stay)",
+            "run both cells with identical non-speculative settings (one matrix, one engine "
+            "entry); `crossbench compare` lists every difference", spec.id))
     net = sweep.net_loss_finding(pair)
     if net is not None:
         found.append(net)

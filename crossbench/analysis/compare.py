@@ -19,7 +19,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from crossbench.analysis import paired, parity
+from crossbench.analysis import paired, parity, stats
+from crossbench.analysis.confounding import confounds
 from crossbench.analysis.paired import StatsOptions
 from crossbench.analysis.rundir import CellData, load_cell_dir, matrix_cell
 from crossbench.errors import UserError
@@ -103,16 +104,37 @@ def label(diffs: list[dict[str, Any]]) -> str:
 
 
 def compare(a: CellData, b: CellData, opts: StatsOptions) -> dict[str, Any]:
-    """B against A: differing settings, the label, paired speedups and output parity."""
-    diffs = differences(a, b)
+    """B against A: classified differences (``crossbench.analysis.confounding``), the label,
+    paired speedups and output parity.
+
+    Two engines are always ``multi-variable (cross-engine)``: everything differs at once.
+    Otherwise the intended axis is the speculative settings, and any confounding difference
+    or rule finding makes the comparison ``multi-variable`` and its verdict ``confounded``.
+    """
+    cross_engine = (a.manifest.get("engine") or {}).get("kind") != \
+        (b.manifest.get("engine") or {}).get("kind")
+    conf = confounds(a, b, axis="engine" if cross_engine else "spec", labels=("A", "B"))
+    if conf["checked"]:
+        diffs = [{**d, "spec": d["kind"] == "intended"} for d in conf["diff"]["differences"]
+                 if d["kind"] != "benign"]
+    else:  # imported or foreign directories: the recorded settings, unclassified
+        diffs = differences(a, b)
     result = paired.compare(b.figures, a.figures, opts)
+    sp = result["speedup"]
+    lab = ("multi-variable (cross-engine)" if cross_engine else
+           "multi-variable" if conf["confounded"] else label(diffs))
     return {
         "a": {"cell": a.id, "dir": str(a.root), "coords": a.coords},
         "b": {"cell": b.id, "dir": str(b.root), "coords": b.coords},
         "differences": diffs,
-        "label": label(diffs),
+        "confounds": {k: v for k, v in conf.items() if k != "text"},
+        "diff_text": conf.get("text"),
+        "label": lab,
         "speedup": result["speedup"], "speedup_e2e": result["speedup_e2e"],
-        "verdict": result["verdict"], "pairing": result["pairing"],
+        "verdict": stats.verdict(tuple(sp["ci95"]) if sp["ci95"] else None, sp["n_samples"],
+                                 sp["n_prompts"], opts.min_samples,
+                                 confounded=lab.startswith("multi-variable")),
+        "statistical_verdict": result["verdict"], "pairing": result["pairing"],
         "per_category": result["per_category"],
         "acceptance": {"a": a.acceptance.draft_acceptance_rate,
                        "b": b.acceptance.draft_acceptance_rate},
@@ -128,10 +150,12 @@ def format_compare(r: dict[str, Any]) -> str:
 
     lines = [f"A: {r['a']['cell']}", f"B: {r['b']['cell']}", f"comparison: {r['label']}"]
     if r["differences"]:
-        lines.append("differing settings (A -> B):")
+        lines.append("differing settings (A -> B), each with its class:")
         for d in r["differences"]:
-            tag = "spec" if d["spec"] else "OTHER"
+            tag = d.get("kind") or ("spec" if d["spec"] else "OTHER")
             lines.append(f"  [{tag}] {d['field']}: {short(d['a'])} -> {short(d['b'])}")
+    for f in r["confounds"].get("findings", []):
+        lines.append(f"  {f['severity']}: {f['message']} (fix: {f['action']}) [{f['source']}]")
     for name in ("speedup", "speedup_e2e"):
         s = r[name]
         ci = s["ci95"]
@@ -144,7 +168,7 @@ def format_compare(r: dict[str, Any]) -> str:
             + f", {s['n_samples']} paired samples over {s['n_prompts']} prompts: "
             f"{s['verdict']}")
     lines.append(f"output parity: {r['parity']['verdict']}")
-    if r["label"] == "multi-variable":
+    if r["label"].startswith("multi-variable"):
         lines.append("note: more than the speculative settings differ, so this speedup "
                      "cannot be credited to the speculative method alone")
     return "\n".join(lines)

@@ -54,6 +54,8 @@ class WarningKind(StrEnum):
     OUTPUT_DIVERGES = "output_diverges"
     TOO_FEW_SAMPLES = "too_few_samples"
     AGGREGATE_ONLY = "aggregate_only"
+    CONFOUNDED = "confounded"
+    CONFOUND_CAVEAT = "confound_caveat"
 
 
 @dataclass(frozen=True)

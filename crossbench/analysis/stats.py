@@ -21,8 +21,8 @@ import numpy.typing as npt
 
 FloatArray = npt.NDArray[np.float64]
 
-Verdict = Literal["faster", "slower", "indistinguishable", "too few samples"]
-"""Outcome of a paired comparison (a later issue adds ``confounded``)."""
+Verdict = Literal["faster", "slower", "indistinguishable", "too few samples", "confounded"]
+"""Outcome of a paired comparison."""
 
 MAD_THRESHOLD = 3.5
 """Modified z-score above which a value is an outlier (Iglewicz and Hoaglin, 1993)."""
@@ -120,13 +120,17 @@ def ratio_interval(log_ratios: Sequence[float] | FloatArray, cluster: Sequence[s
 
 
 def verdict(ci: tuple[float, float] | None, n_samples: int, n_clusters: int,
-            min_samples: int) -> Verdict:
+            min_samples: int, confounded: bool = False) -> Verdict:
     """The one place a comparison's verdict is decided.
 
+    ``confounded`` when something besides the compared variable differs (see
+    ``crossbench.analysis.confounding``: the numbers stay, the label changes); else
     ``too few samples`` when there are fewer than ``min_samples`` paired samples or fewer
     than two prompts; else ``faster`` when the whole interval is above 1, ``slower`` when it
     is below 1, ``indistinguishable`` when it contains 1.
     """
+    if confounded:
+        return "confounded"
     if ci is None or n_samples < min_samples or n_clusters < MIN_CLUSTERS:
         return "too few samples"
     if ci[0] > 1.0:
