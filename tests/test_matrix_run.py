@@ -63,6 +63,22 @@ def test_matrix_end_to_end(llama_server, fixture_models, tmp_path):
                                    for g in gates)  # this host has no GPU: recorded, ungated
     man = json.loads((out / "cells" / "llama__t__none__builtin-code__c1" / "manifest.json")
                      .read_text())
+    # provenance per trial: the recorded hash is the fixture file's
+    import hashlib
+
+    prov = man["trials"][0]["provenance"]
+    target = fixture_models[0]
+    assert prov["models"]["model"]["sha256"] == hashlib.sha256(target.read_bytes()).hexdigest()
+    binary = Path(prov["engine"]["binary"])
+    assert binary.resolve() == llama_server.resolve()
+    assert prov["engine"]["sha256"][binary.name] == hashlib.sha256(
+        binary.read_bytes()).hexdigest()
+    # telemetry on a host without a GPU: an empty trace with its reason, the run goes on
+    tele = man["trials"][0]["telemetry"]
+    assert tele["available"] is False
+    assert "NVML" in tele["reason"] or "NVIDIA" in tele["reason"]
+    cell = out / "cells" / "llama__t__none__builtin-code__c1"
+    assert (cell / "telemetry" / "t0.csv").read_text().startswith("timestamp_ns,gpu,")
     phases = man["trials"][0]["phase_s"]
     assert set(phases) == {"startup", "warmup", "scrape_write", "measured", "stop", "total"}
     assert sum(v for k, v in phases.items() if k != "total") <= phases["total"]

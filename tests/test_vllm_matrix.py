@@ -51,3 +51,31 @@ def test_matrix_with_engine_vllm_on_the_standin(tmp_path: Path) -> None:
     for man in (out / "cells").glob("*/manifest.json"):
         engine = json.loads(man.read_text())["engine"]
         assert engine["standin"] is True and "standin" in engine["version"]
+
+
+def test_no_secret_reaches_any_file_of_a_run(tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """Tokens in the environment and in the engine's env settings appear in no file."""
+    from crossbench.runner.config import RunConfig
+    from crossbench.runner.single import run
+
+    hf, own = "hf_abcdefghijklmnopqrstuvwxyz0123", "s3cr3t-value-42"
+    monkeypatch.setenv("HF_TOKEN", hf)
+    monkeypatch.setenv("ZENODO_TOKEN", "zenodo-token-value-99")
+    binary = write_launcher(tmp_path / "vllm", "--standin-step-ms", "0",
+                            "--standin-prefill-ms", "0")
+    cfg = RunConfig.model_validate({
+        "engine": "vllm", "trials": 1, "load": {"requests": 2, "max_tokens": 16},
+        "engine_config": {"binary": str(binary), "model": "Qwen/Qwen3-8B",
+                          "env": {"MY_SERVICE_TOKEN": own, "VLLM_LOGGING_LEVEL": "INFO"},
+                          "spec": {"type": "ngram", "n": 2}}})
+    run(cfg, tmp_path / "run")
+    files = [p for p in (tmp_path / "run").rglob("*") if p.is_file()]
+    assert len(files) >= 5
+    for p in files:
+        text = p.read_bytes()
+        for secret in (hf, own, "zenodo-token-value-99"):
+            assert secret.encode() not in text, f"{secret} in {p}"
+    man = json.loads((tmp_path / "run" / "manifest.json").read_text())
+    assert man["config"]["engine_config"]["env"] == {"MY_SERVICE_TOKEN": "<redacted>",
+                                                     "VLLM_LOGGING_LEVEL": "INFO"}
+    assert man["trials"][0]["provenance"]["env"]["HF_TOKEN"] == "<redacted>"

@@ -217,13 +217,27 @@ def gguf_facts(path: Path) -> dict[str, Any]:
     }
 
 
+_FACTS: dict[tuple[str, int, int, str | None], dict[str, Any]] = {}
+
+
 def model_facts(path: Path | str, ref: str | None = None) -> dict[str, Any]:
     """A model file's path, size and sha256 (plus its reference and Hugging Face snapshot
     commit) and, for GGUF files, :func:`gguf_facts`; a repository reference or directory is
-    recorded as given."""
+    recorded as given. Remembered per process by path, size and mtime (every trial of a
+    study records the same files)."""
     p = Path(path)
+    if p.is_file():
+        st = p.stat()
+        key = (str(p.resolve()), st.st_size, st.st_mtime_ns, ref)
+        if key not in _FACTS:
+            _FACTS[key] = _model_facts(p, ref)
+        return dict(_FACTS[key])
+    return _model_facts(p, ref)
+
+
+def _model_facts(p: Path, ref: str | None) -> dict[str, Any]:
     if not p.is_file():
-        out: dict[str, Any] = {"path": str(path), "exists": p.exists()}
+        out: dict[str, Any] = {"path": str(p), "exists": p.exists()}
         if ref is not None:
             out["ref"] = ref
         return out

@@ -46,6 +46,9 @@ class RunConfig(BaseModel):
                                description="Workload and load shape.")
     trials: int = Field(3, ge=1, description="Repeats, each on a fresh server by default.")
     fresh_server: bool = Field(True, description="Start a new server for every trial.")
+    telemetry_hz: float = Field(10.0, ge=0, description="GPU telemetry samples per second "
+                                "into telemetry/tK.csv (NVML; 0 turns it off; without a GPU "
+                                "the trace records why it is empty).")
     model_refs: dict[str, str] = Field(
         default_factory=dict,
         description="How each model was named before resolution (e.g. an hf:// reference).")

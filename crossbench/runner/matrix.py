@@ -194,6 +194,8 @@ class Matrix(_Strict):
     schedule: Schedule = Field(default_factory=Schedule, description="Trial order.")
     fresh_server: bool = Field(True, description="New server for every cell and trial.")
     cooldown_s: float = Field(0.0, ge=0, description="Pause between trials (thermal drift).")
+    telemetry_hz: float = Field(10.0, ge=0, description="GPU telemetry samples per second "
+                                "per trial (NVML, to cells/<id>/telemetry/tK.csv); 0 = off.")
     thermal_gate: ThermalGate | None = Field(None, description="Optional wait for the GPUs to "
                                              "cool before each trial (recorded per trial).")
     estimate_tok_s: float | None = Field(None, gt=0, description="Expected decode rate, only "

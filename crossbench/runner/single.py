@@ -27,6 +27,7 @@ from typing import Any
 
 from crossbench import __version__
 from crossbench.analysis.summary import request_metrics, summarize_run_dir
+from crossbench.confounds.provenance import collect, is_secret
 from crossbench.engines import registry
 from crossbench.engines.base import EngineServer, MetricsSnapshot
 from crossbench.engines.prometheus import total
@@ -41,6 +42,9 @@ from crossbench.store.atomic import (
     write_bytes_atomic,
     write_json_atomic,
 )
+from crossbench.telemetry import checks as gpu_checks
+from crossbench.telemetry.derive import TrialPhases, derive_trial
+from crossbench.telemetry.sampler import GpuSampler
 
 MANIFEST_SCHEMA = 1
 Progress = Callable[[str], None]
@@ -148,7 +152,7 @@ class RunSession:
             "crossbench_version": __version__,
             "created_utc": _now(),
             "argv": argv or [],
-            "config": cfg.model_dump(mode="json"),
+            "config": _redacted(cfg.model_dump(mode="json")),
             "engine": engine,
             "models": self._model_records(),
             "workload": {"spec": workload.spec, "digest": workload.digest,
@@ -245,8 +249,20 @@ def _trial(cfg: RunConfig, t: int, server: EngineServer, warm: list[RequestSpec]
     t0 = clock()
     phases: dict[str, float] = {}
     entry["phase_s"] = phases  # where the trial's wall time went (harness overhead)
+    marks = {"start": time.time_ns()}  # wall-clock marks for the telemetry trace
+    sampler = (GpuSampler(out / "telemetry" / f"t{t}.csv", rate_hz=cfg.telemetry_hz)
+               if cfg.telemetry_hz else None)
+    if sampler is not None:
+        sampler.path.parent.mkdir(exist_ok=True)
+    idle: dict[int, int] = {}
     started_here = getattr(server, "pid", None) is None
     if started_here:
+        for check in gpu_checks.before_trial():
+            if check.status in ("warn", "fail"):
+                msg = check.message + (f"; {check.action}" if check.action else "")
+                entry.setdefault("warnings", []).append(msg)
+                progress(f"warning: {msg}")
+        idle = gpu_checks.memory_used_now()
         others = other_engine_processes(set())
         if others:
             listed = ", ".join(f"{name} (pid {pid})" for pid, name in others[:3])
@@ -259,15 +275,28 @@ def _trial(cfg: RunConfig, t: int, server: EngineServer, warm: list[RequestSpec]
         with (out / "server.log").open("a") as log:
             log.write(f"\n===== crossbench trial {t}: {' '.join(server.command())} =====\n")
         progress(f"trial {t + 1}/{cfg.trials}: starting {server.kind}")
+        if sampler is not None:
+            sampler.start()  # before the server: the trace opens on the idle GPU
+        marks["start"] = time.time_ns()
         server.start()
         try:
             server.wait_ready()
             phases["startup"] = clock() - t0
         except RunError as e:
             server.stop()
+            if sampler is not None:
+                sampler.stop()
             entry.update(status="failed", error=e.one_line(), ended_utc=_now())
             return entry
         entry["argv"] = server.command()  # with the port actually bound
+    elif sampler is not None:
+        sampler.start()
+    marks["ready"] = time.time_ns()
+    pid = getattr(server, "pid", None)
+    if sampler is not None and isinstance(pid, int):
+        sampler.set_pids([pid])  # the server and its children, for per-process memory
+    entry["provenance"] = collect(server.identity(), entry["argv"], _model_paths(cfg),
+                                  cfg.model_refs)
     try:
         props: dict[str, Any] = getattr(server, "props", dict)()
         entry["server_props"] = _props_subset(props)
@@ -297,7 +326,9 @@ def _trial(cfg: RunConfig, t: int, server: EngineServer, warm: list[RequestSpec]
         progress(f"trial {t + 1}/{cfg.trials}: {len(measured)} requests, "
                  f"concurrency {cfg.load.concurrency}")
         t1 = clock()
+        marks["measured_start"] = time.time_ns()
         stats = asyncio.run(run_load(client_cfg, measured, mode, write))
+        marks["measured_end"] = time.time_ns()
         phases["measured"] = clock() - t1
         t1 = clock()
         after = settled_scrape(server)
@@ -318,11 +349,48 @@ def _trial(cfg: RunConfig, t: int, server: EngineServer, warm: list[RequestSpec]
         if not keep_running:
             server.stop()
         phases["stop"] = clock() - t1
+        marks["stop"] = time.time_ns()
         report = getattr(server, "stop_report", None)
         if report:
             entry["stop_report"] = report  # signals needed, leftovers, GPU memory released
+        if idle and not keep_running:
+            release = gpu_checks.wait_vram_released(idle)
+            entry["vram_release"] = release.to_dict()
+            if release.status == "fail":
+                entry.setdefault("warnings", []).append(release.message)
+                progress(f"warning: {release.message}")
+        if sampler is not None:
+            sampler.stop()
+            entry["telemetry"] = _telemetry(sampler, marks)
         phases["total"] = clock() - t0
     return entry
+
+
+def _redacted(config: dict[str, Any]) -> dict[str, Any]:
+    """The run config with the values of secret-looking environment settings replaced."""
+    ec = config.get("engine_config") or {}
+    env = ec.get("env")
+    if isinstance(env, dict):
+        ec["env"] = {k: "<redacted>" if is_secret(k) else v for k, v in env.items()}
+    return config
+
+
+def _model_paths(cfg: RunConfig) -> dict[str, str]:
+    ec = cfg.engine_config
+    files = {"model": ec.get("model"), "draft": (ec.get("spec") or {}).get("draft_model")}
+    return {k: str(v) for k, v in files.items() if v is not None}
+
+
+def _telemetry(sampler: GpuSampler, marks: dict[str, int]) -> dict[str, Any]:
+    """The trial's GPU figures from its trace (or why there are none)."""
+    res = sampler.result()
+    if not res.available:
+        return {"available": False, "reason": res.reason, "trace": sampler.path.name}
+    ready = marks.get("ready", marks["start"])
+    phases = TrialPhases(marks["start"], ready, marks.get("measured_start", ready),
+                         marks.get("measured_end", ready), marks.get("stop", time.time_ns()))
+    return {"available": True, "trace": sampler.path.name,
+            **derive_trial(sampler.path, phases).to_dict()}
 
 
 def _client_config(cfg: RunConfig, server: EngineServer) -> ClientConfig:

@@ -137,6 +137,22 @@ def before_trial(own_pids: Iterable[int] = (), nvml: NvmlProvider | None = None,
                 *clocks_and_power(nv)]
 
 
+def memory_used_now(nvml: NvmlProvider | None = None) -> dict[int, int]:
+    """Device memory in use per GPU index right now (empty without a GPU): the idle level a
+    trial's release is checked against."""
+    try:
+        nv = Nvml.open(nvml)
+    except NvmlUnavailable:
+        return {}
+    with nv:
+        out = {}
+        for i in range(nv.count()):
+            used = nv.sample(i, with_processes=False).memory_used_bytes
+            if used is not None:
+                out[i] = used
+        return out
+
+
 def wait_vram_released(idle_bytes: Mapping[int, int], timeout_s: float = 60.0,
                        poll_s: float = 1.0, tolerance_bytes: int = DEFAULT_RELEASE_TOLERANCE,
                        nvml: NvmlProvider | None = None,
