@@ -152,8 +152,7 @@ def test_provenance_of_a_real_cpu_run_matches_the_files(llama_server, fixture_mo
     run(cfg, tmp_path / "run")
     manifest = json.loads((tmp_path / "run" / "manifest.json").read_text())
     entry = manifest["trials"][0]
-    record = collect(manifest["engine"], entry["argv"], {"model": target, "draft": draft},
-                     nvml=lambda: NO_GPU)
+    record = entry["provenance"]  # what the runner recorded for the trial
     assert record["schema_version"] == SCHEMA_VERSION
     for role, path in (("model", target), ("draft", draft)):
         assert record["models"][role]["sha256"] == sha256(path)
@@ -170,8 +169,14 @@ def test_provenance_of_a_real_cpu_run_matches_the_files(llama_server, fixture_mo
     view = normalize_trial(manifest, provenance=record)
     assert view["model.sha256"] == sha256(target) and view["draft.sha256"] == sha256(draft)
     assert view["model.gguf.quantization"] == "F16"
-    plain = normalize_trial(manifest)
-    extra = diff(plain, view, AXES["none"])
+    assert normalize_trial(manifest) == view  # the runner's record is the trial's own
+    stripped = json.loads(json.dumps(manifest))
+    del stripped["trials"][0]["provenance"]
+    extra = diff(normalize_trial(stripped), view, AXES["none"])
     assert {d.field.split(".")[0] for d in extra.differences} <= {
-        "crossbench", "env", "host", "gpu", "model", "draft"}
+        "crossbench", "env", "host", "gpu", "model", "draft", "engine"}
     assert all(d.a is None for d in extra.differences)  # only added facts, none contradicted
+    # and a record collected afresh agrees with it on every file hash
+    again = collect(manifest["engine"], entry["argv"], {"model": target, "draft": draft},
+                    nvml=lambda: NO_GPU)
+    assert again["models"]["model"]["sha256"] == record["models"]["model"]["sha256"]
