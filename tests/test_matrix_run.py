@@ -44,7 +44,9 @@ def small_matrix(tmp_path: Path, binary: Path, requests: int = 2, trials: int = 
 
 
 def test_matrix_end_to_end(llama_server, fixture_models, tmp_path):
-    m = small_matrix(tmp_path, llama_server, thermal_gate={"max_temp_c": 70})
+    m = small_matrix(tmp_path, llama_server, thermal_gate={"max_temp_c": 70},
+                     load={"requests": 2, "warmup": 1, "max_tokens": 16,
+                           "warmup_max_tokens": 4})
     out = tmp_path / "run"
     ticks: list[Tick] = []
     s = run_matrix(m, out, on_tick=ticks.append)
@@ -63,6 +65,9 @@ def test_matrix_end_to_end(llama_server, fixture_models, tmp_path):
                                    for g in gates)  # this host has no GPU: recorded, ungated
     man = json.loads((out / "cells" / "llama__t__none__builtin-code__c1" / "manifest.json")
                      .read_text())
+    recs = read_jsonl(out / "cells" / "llama__t__none__builtin-code__c1" / "requests.jsonl")
+    assert {r["max_tokens"] for r in recs if r["warmup"]} == {4}  # short warm-up requests
+    assert {r["usage"]["completion_tokens"] for r in recs if not r["warmup"]} == {16}
     # provenance per trial: the recorded hash is the fixture file's
     import hashlib
 
@@ -86,7 +91,7 @@ def test_matrix_end_to_end(llama_server, fixture_models, tmp_path):
     assert [t for _, t in order] == [0, 0, 1, 1]  # interleaved rounds
     with pytest.raises(UserError, match="already holds a matrix run"):
         run_matrix(m, out)
-    m.write_text(m.read_text().replace("max_tokens: 16", "max_tokens: 17"))
+    m.write_text(m.read_text().replace("max_tokens: 16", "max_tokens: 17", 1))
     with pytest.raises(UserError, match="changed since"):
         run_matrix(m, out, resume=True)
 

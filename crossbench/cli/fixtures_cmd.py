@@ -40,13 +40,18 @@ def quantize(src: Path, qtype: str, progress_fn: Callable[[str], None] = progres
     """``src`` quantized to ``qtype`` with the installed llama-quantize (cached beside it)."""
     import subprocess
 
-    from crossbench.engines.llamacpp.build import load_install
+    from crossbench.engines.llamacpp.build import Install, load_install
+    from crossbench.paths import cache_dir
     from crossbench.store.atomic import temp_name
 
     out = src.with_name(f"{src.stem}-{qtype}.gguf")
     if out.exists():
         return out
     inst = load_install()
+    if inst is None:  # a GPU host may hold only a CUDA build: its llama-quantize works too
+        cuda = sorted((cache_dir() / "engines").glob("*-cuda-sm*/bin/llama-quantize"))
+        if cuda:
+            inst = Install(cuda[0].parent.parent, {})
     if inst is None:
         raise UserError("llama-quantize is not built",
                         "run `crossbench engines install llama.cpp` first")

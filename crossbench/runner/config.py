@@ -17,6 +17,9 @@ class LoadSettings(BaseModel):
     requests: int = Field(20, ge=1, description="Measured requests per trial.")
     warmup: int = Field(1, ge=0, description="Warm-up requests per trial (recorded, excluded).")
     max_tokens: int = Field(256, ge=1, description="Tokens to generate per request.")
+    warmup_max_tokens: int | None = Field(None, ge=1, description="Tokens per warm-up "
+                                          "request (default: max_tokens); warm-up only has "
+                                          "to load caches and kernels, a few dozen suffice.")
     ignore_eos: bool = Field(True, description="Generate exactly max_tokens (comparable work).")
     endpoint: Literal["completions", "chat"] = Field(
         "completions", description="/v1/completions (raw prompt) or /v1/chat/completions.")

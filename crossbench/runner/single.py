@@ -317,7 +317,9 @@ def _trial(cfg: RunConfig, t: int, server: EngineServer, warm: list[RequestSpec]
             else ConcurrencyMode(concurrency=cfg.load.concurrency))
         t1 = clock()
         if warm:
-            asyncio.run(run_load(client_cfg, [], mode, write, warmup=warm))
+            warm_cfg = client_cfg if cfg.load.warmup_max_tokens is None else \
+                client_cfg.model_copy(update={"max_tokens": cfg.load.warmup_max_tokens})
+            asyncio.run(run_load(warm_cfg, [], mode, write, warmup=warm))
         phases["warmup"] = clock() - t1
         t1 = clock()
         before = server.scrape()
