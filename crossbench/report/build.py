@@ -1,0 +1,63 @@
+"""``crossbench report``: a run directory -> one folder a reader opens.
+
+::
+
+    report.html          self-contained (figures inline, no network), see ``html.py``
+    report.md            its Markdown twin (figures linked from plots/)
+    datapoint.md         the PR datapoint of every pair (when the pairs fit one)
+    plots/<name>.png     every figure as PNG ...
+    plots/<name>.svg     ... and SVG
+
+Same run directory, same bytes: nothing in the report depends on when it was made.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from pathlib import Path
+
+from crossbench.analysis.paired import StatsOptions
+from crossbench.errors import UserError
+from crossbench.report.card import study_card
+from crossbench.report.datapoint import datapoint
+from crossbench.report.html import Image, render_html, render_markdown
+from crossbench.report.plots import figures, render
+from crossbench.report.study import Study, load_study
+from crossbench.store.atomic import write_bytes_atomic
+
+PLOT_DIR = "plots"
+
+
+def write_report(study: Study, out: Path, here: str = "") -> list[Path]:
+    """Write the report of a loaded study into ``out``; returns the files written. ``here``
+    is the run directory as the report's commands name it (empty: the current directory)."""
+    card = study_card(study)
+    images = [Image(p, *render(p)) for p in figures(study)]
+    plot_dir = out / PLOT_DIR
+    if plot_dir.is_dir():  # figures of an earlier report that no longer apply
+        for old in plot_dir.iterdir():
+            if old.suffix in (".png", ".svg") and old.is_file():
+                old.unlink()
+    written: list[Path] = []
+    for img in images:
+        for suffix, data in ((".png", img.png), (".svg", img.svg)):
+            path = plot_dir / f"{img.plot.name}{suffix}"
+            write_bytes_atomic(path, data)
+            written.append(path)
+    files = {"report.html": render_html(study, card, images, here),
+             "report.md": render_markdown(study, card, images, PLOT_DIR, here)}
+    if study.analysis.get("pairs"):
+        # too many pairs for one datapoint: `crossbench datapoint --cells` picks some
+        with contextlib.suppress(UserError):
+            files["datapoint.md"] = datapoint(study)
+    for name, text in files.items():
+        write_bytes_atomic(out / name, text.encode("utf-8"))
+        written.append(out / name)
+    return written
+
+
+def build_report(root: Path, out: Path | None = None,
+                 opts: StatsOptions | None = None) -> list[Path]:
+    """Analyse ``root`` if needed, then write its report into ``out`` (default
+    ``root/report``); returns the files written."""
+    return write_report(load_study(root, opts), out or root / "report")
