@@ -54,3 +54,22 @@ def test_a_differing_server_setting_makes_the_pair_confounded(tmp_path: Path) ->
     assert "confounded" in kinds
     w = next(w for w in pair["warnings"] if w["kind"] == "confounded")
     assert "server.ctx_size" in w["message"] and "identical non-speculative" in w["action"]
+
+
+def test_records_of_unfinished_trials_never_enter_statistics(tmp_path: Path) -> None:
+    """A trial killed mid-way (as when a device call ran out) leaves records but no finished
+    entry in the manifest: the analysis and the summary leave them out."""
+    from crossbench.analysis.summary import summarize_run_dir
+
+    root = make(tmp_path)
+    state = json.loads((root / "state.json").read_text())
+    for cell in state["cells"]:
+        path = root / cell["dir"] / "manifest.json"
+        man = json.loads(path.read_text())
+        man["trials"] = [{"trial": 0, "status": "ok"}, {"trial": 1, "status": "ok"}]
+        path.write_text(json.dumps(man))  # trial 2 never finished
+    (pair,) = analyze(root, OPTS)["pairs"]
+    assert pair["speedup"]["n_samples"] == 2 * len(PROMPTS)
+    assert pair["pairing"]["unmatched_spec"] == pair["pairing"]["unmatched_baseline"] == 0
+    summary = summarize_run_dir(root / state["cells"][0]["dir"])
+    assert summary["requests"]["ok"] == 2 * len(PROMPTS)

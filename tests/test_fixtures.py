@@ -358,3 +358,20 @@ def test_model_spec_rejects_impossible_shapes() -> None:
         ModelSpec(n_layer=1, n_embd=8, n_ff=8, n_head=3, n_head_kv=2, head_dim=4, tied_output=True)
     with pytest.raises(ValueError):
         ModelSpec(n_layer=1, n_embd=8, n_ff=8, n_head=2, n_head_kv=2, head_dim=3, tied_output=True)
+
+
+def test_quantize_uses_a_cuda_build_when_no_cpu_build_exists(tmp_path, monkeypatch):
+    """On the GPU machine only the CUDA build exists (found by the H200 study)."""
+    from crossbench.cli.fixtures_cmd import quantize
+
+    monkeypatch.setenv("CROSSBENCH_CACHE", str(tmp_path / "cache"))
+    bin_dir = tmp_path / "cache" / "engines" / "llama-cpp-python-0.3.36-cuda-sm90" / "build" / "bin"
+    bin_dir.mkdir(parents=True)
+    tool = bin_dir / "llama-quantize"
+    tool.write_text('#!/bin/sh\necho "$3" > "$2"\n')  # writes the type it was asked for
+    tool.chmod(0o755)
+    src = tmp_path / "target.gguf"
+    src.write_bytes(b"GGUF")
+    out = quantize(src, "Q4_K_M", progress_fn=lambda _: None)
+    assert out == tmp_path / "target-Q4_K_M.gguf"
+    assert out.read_text() == "Q4_K_M\n"

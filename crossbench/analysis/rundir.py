@@ -34,7 +34,7 @@ from crossbench.analysis.metrics import (
     pooled_rate,
     request_figures,
 )
-from crossbench.analysis.summary import metric_prefix
+from crossbench.analysis.summary import finished_trials, metric_prefix
 from crossbench.engines.prometheus import parse_samples
 from crossbench.errors import UserError
 
@@ -93,8 +93,13 @@ class CellData:
 
     @cached_property
     def records(self) -> list[dict[str, Any]]:
-        """The raw records of ``requests.jsonl``."""
-        return read_records(self.root / "requests.jsonl")
+        """The raw records of ``requests.jsonl`` of finished trials (a trial killed mid-way
+        or failed leaves records that never enter statistics)."""
+        records = read_records(self.root / "requests.jsonl")
+        done = finished_trials(self.manifest)
+        if done is None:
+            return records
+        return [r for r in records if int(r.get("trial", 0)) in done]
 
     def release_chunks(self) -> None:
         """Free the records' chunk arrivals once everything chunk-level is computed; per-request

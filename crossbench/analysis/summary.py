@@ -147,6 +147,15 @@ def _spec_of(config: Mapping[str, Any]) -> tuple[bool, int | None]:
     return enabled, n
 
 
+def finished_trials(manifest: Mapping[str, Any]) -> set[int] | None:
+    """Trials the manifest records as finished ``ok``; None when it keeps no trial list
+    (imports). Records of other trials (killed mid-way, failed) never enter statistics."""
+    entries = manifest.get("trials")
+    if not isinstance(entries, list) or not all(isinstance(e, dict) for e in entries):
+        return None
+    return {int(e["trial"]) for e in entries if e.get("status") == "ok" and "trial" in e}
+
+
 def metric_prefix(manifest: Mapping[str, Any]) -> str:
     """The engine's speculative counter prefix: recorded in the manifest, else registered."""
     from crossbench.analysis.acceptance import PREFIX
@@ -171,6 +180,9 @@ def summarize_run_dir(run_dir: Any) -> dict[str, Any]:
     root = Path(run_dir)
     manifest = json.loads((root / "manifest.json").read_text())
     records = read_jsonl(root / "requests.jsonl") if (root / "requests.jsonl").exists() else []
+    done = finished_trials(manifest)
+    if done is not None:
+        records = [r for r in records if int(r.get("trial", 0)) in done]
     enabled, n = _spec_of(manifest.get("config", {}))
     prefix = metric_prefix(manifest)
     total = acc_mod.CounterDelta()

@@ -49,9 +49,10 @@ def quantize(src: Path, qtype: str, progress_fn: Callable[[str], None] = progres
         return out
     inst = load_install()
     if inst is None:  # a GPU host may hold only a CUDA build: its llama-quantize works too
-        cuda = sorted((cache_dir() / "engines").glob("*-cuda-sm*/bin/llama-quantize"))
-        if cuda:
-            inst = Install(cuda[0].parent.parent, {})
+        for root in sorted((cache_dir() / "engines").glob("*-cuda-sm*")):
+            if Install(root, {}).binary("llama-quantize").exists():
+                inst = Install(root, {})
+                break
     if inst is None:
         raise UserError("llama-quantize is not built",
                         "run `crossbench engines install llama.cpp` first")
