@@ -93,8 +93,8 @@ class CellData:
 
     @cached_property
     def records(self) -> list[dict[str, Any]]:
-        """The raw records of ``requests.jsonl`` of finished trials (a trial killed mid-way
-        or failed leaves records that never enter statistics)."""
+        """The raw records of ``requests.jsonl`` of trials with a recorded outcome (a trial
+        killed mid-way leaves records that never enter statistics)."""
         records = read_records(self.root / "requests.jsonl")
         done = finished_trials(self.manifest)
         if done is None:

@@ -148,12 +148,13 @@ def _spec_of(config: Mapping[str, Any]) -> tuple[bool, int | None]:
 
 
 def finished_trials(manifest: Mapping[str, Any]) -> set[int] | None:
-    """Trials the manifest records as finished ``ok``; None when it keeps no trial list
-    (imports). Records of other trials (killed mid-way, failed) never enter statistics."""
+    """Trials the manifest records an outcome for (ok or failed); None when it keeps no trial
+    list (imports). Records of a trial without one (killed mid-way, never resumed) never enter
+    statistics; a failed trial's records stay, errors counted in their own group."""
     entries = manifest.get("trials")
     if not isinstance(entries, list) or not all(isinstance(e, dict) for e in entries):
         return None
-    return {int(e["trial"]) for e in entries if e.get("status") == "ok" and "trial" in e}
+    return {int(e["trial"]) for e in entries if "trial" in e}
 
 
 def metric_prefix(manifest: Mapping[str, Any]) -> str:
