@@ -79,3 +79,39 @@ def test_no_secret_reaches_any_file_of_a_run(tmp_path: Path, monkeypatch) -> Non
     assert man["config"]["engine_config"]["env"] == {"MY_SERVICE_TOKEN": "<redacted>",
                                                      "VLLM_LOGGING_LEVEL": "INFO"}
     assert man["trials"][0]["provenance"]["env"]["HF_TOKEN"] == "<redacted>"
+
+
+def test_gpu_busy_policy_warns_or_refuses(tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """Another process on the GPU before a trial: recorded as a warning, or the trial is
+    refused and recorded as failed, by policy (NVML readings scripted)."""
+    import pytest
+
+    from crossbench.errors import RunError
+    from crossbench.runner.config import RunConfig
+    from crossbench.runner.single import run
+    from crossbench.telemetry import checks
+
+    busy = checks.Check("gpu-processes", "fail", "other processes hold GPU memory: python "
+                        "(pid 4242) 2.0 GiB on GPU 0", "stop them (kill PID)")
+    monkeypatch.setattr(checks, "before_trial", lambda *a, **k: [busy])
+    binary = write_launcher(tmp_path / "vllm", "--standin-step-ms", "0",
+                            "--standin-prefill-ms", "0")
+
+    def cfg(policy: str) -> RunConfig:
+        return RunConfig.model_validate({
+            "engine": "vllm", "trials": 1, "gpu_busy": policy,
+            "load": {"requests": 2, "max_tokens": 8},
+            "engine_config": {"binary": str(binary), "model": "Qwen/Qwen3-8B"}})
+
+    run(cfg("warn"), tmp_path / "warn")
+    entry = json.loads((tmp_path / "warn" / "manifest.json").read_text())["trials"][0]
+    assert entry["status"] == "ok"
+    assert entry["warnings"] == ["other processes hold GPU memory: python (pid 4242) 2.0 GiB "
+                                 "on GPU 0; stop them (kill PID)"]
+    with pytest.raises(RunError, match="1 of 1 trials failed"):
+        run(cfg("refuse"), tmp_path / "refuse")
+    entry = json.loads((tmp_path / "refuse" / "manifest.json").read_text())["trials"][0]
+    assert entry["status"] == "failed"
+    assert entry["error"].startswith("refused by gpu_busy: refuse: other processes hold")
+    assert not (tmp_path / "refuse" / "requests.jsonl").exists() or not (
+        tmp_path / "refuse" / "requests.jsonl").read_text()

@@ -49,6 +49,9 @@ class RunConfig(BaseModel):
                                description="Workload and load shape.")
     trials: int = Field(3, ge=1, description="Repeats, each on a fresh server by default.")
     fresh_server: bool = Field(True, description="Start a new server for every trial.")
+    gpu_busy: Literal["warn", "refuse"] = Field(
+        "warn", description="Other processes on the GPU (or a busy GPU) before a trial: warn "
+        "and record it, or refuse the trial (recorded as failed with the processes named).")
     telemetry_hz: float = Field(10.0, ge=0, description="GPU telemetry samples per second "
                                 "into telemetry/tK.csv (NVML; 0 turns it off; without a GPU "
                                 "the trace records why it is empty).")

@@ -194,6 +194,9 @@ class Matrix(_Strict):
     schedule: Schedule = Field(default_factory=Schedule, description="Trial order.")
     fresh_server: bool = Field(True, description="New server for every cell and trial.")
     cooldown_s: float = Field(0.0, ge=0, description="Pause between trials (thermal drift).")
+    gpu_busy: Literal["warn", "refuse"] = Field("warn", description="Other processes on the "
+                                                "GPU before a trial: warn, or refuse the "
+                                                "trial (recorded as failed).")
     telemetry_hz: float = Field(10.0, ge=0, description="GPU telemetry samples per second "
                                 "per trial (NVML, to cells/<id>/telemetry/tK.csv); 0 = off.")
     thermal_gate: ThermalGate | None = Field(None, description="Optional wait for the GPUs to "

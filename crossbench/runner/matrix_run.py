@@ -89,7 +89,7 @@ def _resolve(ref: str) -> str:
 
 
 def run_config(cell: Cell, trials: int, fresh_server: bool, resolve: bool = True,
-               telemetry_hz: float = 10.0) -> RunConfig:
+               telemetry_hz: float = 10.0, gpu_busy: str = "warn") -> RunConfig:
     """The `crossbench run` configuration of one cell, with model files resolved."""
     cfg = json.loads(json.dumps(cell.engine_config))
     if resolve:
@@ -99,7 +99,7 @@ def run_config(cell: Cell, trials: int, fresh_server: bool, resolve: bool = True
     return RunConfig.model_validate({"engine": cell.engine_kind, "engine_config": cfg,
                                      "load": cell.load, "trials": trials,
                                      "fresh_server": fresh_server,
-                                     "telemetry_hz": telemetry_hz,
+                                     "telemetry_hz": telemetry_hz, "gpu_busy": gpu_busy,
                                      "model_refs": cell.model_refs})
 
 
@@ -196,7 +196,8 @@ def run_matrix(path: Path, out: Path, resume: bool = False, only: tuple[str, ...
             if cid not in sessions:
                 d = cell_dir(out, cid)
                 sessions[cid] = RunSession(run_config(by_id[cid], m.trials, m.fresh_server,
-                                                      telemetry_hz=m.telemetry_hz), d,
+                                                      telemetry_hz=m.telemetry_hz,
+                                                      gpu_busy=m.gpu_busy), d,
                                            progress=progress,
                                            resume=(d / "manifest.json").exists())
             gate = _gate(m.thermal_gate, progress)
@@ -218,7 +219,8 @@ def run_matrix(path: Path, out: Path, resume: bool = False, only: tuple[str, ...
     for cid in by_id:
         if cid not in sessions and cell_dir(out, cid).joinpath("manifest.json").exists():
             sessions[cid] = RunSession(run_config(by_id[cid], m.trials, m.fresh_server,
-                                                  telemetry_hz=m.telemetry_hz),
+                                                  telemetry_hz=m.telemetry_hz,
+                                                      gpu_busy=m.gpu_busy),
                                        cell_dir(out, cid), resume=True)
     cell_summaries = {cid: s.finish() for cid, s in sessions.items()}
     summary = matrix_status(out, cell_summaries)

@@ -260,6 +260,11 @@ def _trial(cfg: RunConfig, t: int, server: EngineServer, warm: list[RequestSpec]
         for check in gpu_checks.before_trial():
             if check.status in ("warn", "fail"):
                 msg = check.message + (f"; {check.action}" if check.action else "")
+                if cfg.gpu_busy == "refuse" and check.id in ("gpu-processes", "gpu-idle"):
+                    entry.update(status="failed", error=f"refused by gpu_busy: refuse: {msg}",
+                                 ended_utc=_now())
+                    progress(f"trial {t + 1}/{cfg.trials} refused: {check.message}")
+                    return entry
                 entry.setdefault("warnings", []).append(msg)
                 progress(f"warning: {msg}")
         idle = gpu_checks.memory_used_now()
