@@ -185,3 +185,26 @@ def test_datapoint_stays_under_60_lines_with_many_caveats(sweep: Path) -> None:
     assert len(text.splitlines()) <= MAX_LINES
     assert "more: see the report's Confounds section" in text
     assert text.rstrip().endswith("(replace with the archive's DOI)")
+
+
+def test_datapoint_says_how_many_trials_ran_when_a_study_is_partial(tmp_path):
+    """A study cut short (trial 2 of 3 never ran) says so instead of the planned count."""
+    import json as _json
+
+    from crossbench.importers.synthetic import Arm, study
+    from crossbench.report.datapoint import datapoint
+    from crossbench.report.study import load_study
+
+    root = tmp_path / "s"
+    acc = {"drafts": 10, "draft_tokens": 20, "accepted": 10, "per_position": [6, 4]}
+    study(root, [("p0", "code"), ("p1", "math")], [Arm("none"), Arm("d", "draft-simple", 2,
+          acceptance=acc)], lambda a, p, t, o: 120.0 if a.method != "none" else 100.0,
+          trials=3)
+    state = _json.loads((root / "state.json").read_text())
+    for cell in state["cells"]:
+        path = root / cell["dir"] / "manifest.json"
+        man = _json.loads(path.read_text())
+        man["trials"] = [{"trial": 0, "status": "ok"}, {"trial": 1, "status": "ok"}]
+        path.write_text(_json.dumps(man))
+    text = datapoint(load_study(root))
+    assert "2 of 3 planned trials" in text

@@ -59,7 +59,9 @@ def _filters(study: Study, chosen: list[Cell]) -> list[str] | None:
                     None)
         if skip is None:
             return None
-        args += ["--skip", f"{skip}={other.coords.get(skip)}"]
+        pair = ["--skip", f"{skip}={other.coords.get(skip)}"]
+        if not any(args[i:i + 2] == pair for i in range(0, len(args), 2)):
+            args += pair
     return args
 
 
