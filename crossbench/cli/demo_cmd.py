@@ -45,3 +45,5 @@ def demo(matrix_file: Path | None, out: Path | None) -> None:
     click.echo(format_status(summary))
     progress(f"run directory: {root} (per cell: cells/<id>/summary.json; "
              f"`crossbench status {root}`)")
+    progress(f"next: `crossbench analyze {root}` (paired speedups with CIs and verdicts), "
+             f"`crossbench report {root}` (HTML report)")
