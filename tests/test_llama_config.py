@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import socket
+import time
 from pathlib import Path
 
 import pytest
@@ -209,6 +210,11 @@ def test_other_engine_processes_are_found(tmp_path):
     shutil.copy("/bin/sleep", fake)
     proc = subprocess.Popen([str(fake), "30"])
     try:
+        comm = Path(f"/proc/{proc.pid}/comm")
+        for _ in range(500):  # Popen returns after fork; the exec that renames it follows
+            if comm.read_text().strip() == "llama-server":
+                break
+            time.sleep(0.01)
         assert (proc.pid, "llama-server") in other_engine_processes(set())
         assert proc.pid not in [p for p, _ in other_engine_processes({proc.pid})]
     finally:
