@@ -168,7 +168,7 @@ def test_stop_frees_the_port_and_kills_the_group(llama_server, fixture_models, t
         port = int(srv.base_url.rsplit(":", 1)[1])
         pid = srv.pid
         assert srv.scrape().samples  # /metrics is on
-    from crossbench.engines.llamacpp.server import port_in_use
+    from crossbench.engines.process import port_in_use
 
     assert not port_in_use("127.0.0.1", port)
     with pytest.raises(ProcessLookupError):

@@ -22,7 +22,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from crossbench.engines.prometheus import counter, labelled
+from crossbench.engines.prometheus import labelled, total
 
 #: llama-server's counter prefix (the default); other engines register theirs
 PREFIX = "llamacpp:spec_decode_"
@@ -58,17 +58,8 @@ def counter_delta(before: Mapping[str, float], after: Mapping[str, float],
     ``vllm:spec_decode_``; registered with the engine). Series that differ only in other
     labels (vLLM's ``engine`` under data parallel) are summed.
     """
-    def total(samples: Mapping[str, float], name: str) -> float | None:
-        exact = counter(dict(samples), name)
-        if exact is not None:
-            return exact
-        base = name[: -len("_total")]
-        series = [v for k, v in samples.items()
-                  if k.partition("{")[0] in (base, name) and "{" in k]
-        return sum(series) if series else None
-
     def d(name: str) -> float | None:
-        a, b = total(after, prefix + name), total(before, prefix + name)
+        a, b = total(dict(after), prefix + name), total(dict(before), prefix + name)
         if a is None:
             return None
         return a - (b or 0.0)

@@ -2,13 +2,15 @@
 
 A and B are run directories (a ``crossbench run --out``, a matrix cell folder) or
 ``DIR:CELL_ID`` for a cell of a matrix or import directory. The comparison lists every
-recorded setting that differs (config, engine build, host, workload, model files) and labels
-itself:
+recorded setting that differs, classified by ``crossbench.analysis.confounding`` (one diff
+for analyze and compare), and labels itself:
 
 - ``identical configuration``: nothing differs (a repeat);
 - ``single-variable (spec settings only)``: only speculative settings differ, so the
   speedup is the speculative method's;
-- ``multi-variable``: anything else differs too, so the speedup mixes causes.
+- ``multi-variable``: anything else differs too, so the speedup mixes causes (two engines:
+  ``multi-variable (cross-engine)``);
+- ``unchecked (...)``: a setup could not be read, so nothing is claimed about it.
 
 B is measured against A with the paired statistics of ``paired.py`` (B as the speculative
 side, A as the baseline).
@@ -24,12 +26,6 @@ from crossbench.analysis.confounding import confounds
 from crossbench.analysis.paired import StatsOptions
 from crossbench.analysis.rundir import CellData, load_cell_dir, matrix_cell
 from crossbench.errors import UserError
-
-SPEC_FIELDS = ("config.engine_config.spec", "config.model_refs.draft", "models.draft")
-"""Settings whose difference is the speculative configuration itself."""
-
-WHOLE = {"engine.sha256", "config.engine_config.extra_args"}
-"""Fields compared as a whole rather than key by key."""
 
 
 def resolve(target: str) -> CellData:
@@ -47,50 +43,6 @@ def resolve(target: str) -> CellData:
     raise UserError(f"{target} is not a run directory or DIR:CELL_ID",
                     "give a `crossbench run --out` directory, a matrix cell folder, or "
                     "MATRIX_DIR:CELL_ID")
-
-
-def identity(cell: CellData) -> dict[str, Any]:
-    """The recorded settings a comparison checks, as one nested object."""
-    m = cell.manifest
-    config = dict(m.get("config") or {})
-    models = {role: rec.get("sha256") for role, rec in (m.get("models") or {}).items()
-              if isinstance(rec, dict)}
-    if models.get("model"):  # the file's hash stands for it; paths differ between hosts
-        ec = dict(config.get("engine_config") or {})
-        ec.pop("model", None)
-        if models.get("draft"):
-            ec["spec"] = {k: v for k, v in (ec.get("spec") or {}).items() if k != "draft_model"}
-        config["engine_config"] = ec
-    config.pop("trials", None)  # sample size, not a setting of the system measured
-    engine = m.get("engine") or {}
-    host = m.get("host") or {}
-    return {"config": config,
-            "engine": {k: engine.get(k) for k in ("kind", "version", "build_number", "commit",
-                                                  "sha256")},
-            "host": {k: host.get(k) for k in ("cpu", "cpus", "machine", "platform")},
-            "workload": {k: (m.get("workload") or {}).get(k) for k in ("spec", "digest")},
-            "models": models}
-
-
-def flatten(obj: Any, prefix: str = "") -> dict[str, Any]:
-    """Dotted paths to leaves (lists and :data:`WHOLE` fields are leaves)."""
-    if isinstance(obj, dict) and prefix not in WHOLE:
-        out: dict[str, Any] = {}
-        for k, v in obj.items():
-            out.update(flatten(v, f"{prefix}.{k}" if prefix else str(k)))
-        return out
-    return {prefix: obj}
-
-
-def differences(a: CellData, b: CellData) -> list[dict[str, Any]]:
-    """Every setting that differs, with whether it is a speculative setting."""
-    fa, fb = flatten(identity(a)), flatten(identity(b))
-    out = []
-    for key in sorted(set(fa) | set(fb)):
-        if fa.get(key) != fb.get(key):
-            out.append({"field": key, "a": fa.get(key), "b": fb.get(key),
-                        "spec": key.startswith(SPEC_FIELDS)})
-    return out
 
 
 def label(diffs: list[dict[str, Any]]) -> str:
@@ -114,15 +66,14 @@ def compare(a: CellData, b: CellData, opts: StatsOptions) -> dict[str, Any]:
     cross_engine = (a.manifest.get("engine") or {}).get("kind") != \
         (b.manifest.get("engine") or {}).get("kind")
     conf = confounds(a, b, axis="engine" if cross_engine else "spec", labels=("A", "B"))
-    if conf["checked"]:
-        diffs = [{**d, "spec": d["kind"] == "intended"} for d in conf["diff"]["differences"]
-                 if d["kind"] != "benign"]
-    else:  # imported or foreign directories: the recorded settings, unclassified
-        diffs = differences(a, b)
+    diffs = [{**d, "spec": d["kind"] == "intended"}
+             for d in (conf["diff"]["differences"] if conf["checked"] else [])
+             if d["kind"] != "benign"]
     result = paired.compare(b.figures, a.figures, opts)
     sp = result["speedup"]
     lab = ("multi-variable (cross-engine)" if cross_engine else
-           "multi-variable" if conf["confounded"] else label(diffs))
+           "multi-variable" if conf["confounded"] else
+           label(diffs) if conf["checked"] else f"unchecked ({conf['reason']})")
     return {
         "a": {"cell": a.id, "dir": str(a.root), "coords": a.coords},
         "b": {"cell": b.id, "dir": str(b.root), "coords": b.coords},

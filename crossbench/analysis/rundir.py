@@ -209,7 +209,8 @@ class RunData:
     matrix: dict[str, Any] | None = None
 
 
-def _json(path: Path) -> dict[str, Any]:
+def read_json(path: Path) -> dict[str, Any]:
+    """A JSON object from a file; a user error names the file when it is not one."""
     try:
         data = json.loads(path.read_text())
     except (OSError, ValueError) as e:
@@ -222,14 +223,14 @@ def _json(path: Path) -> dict[str, Any]:
 def load_cell_dir(root: Path, cell_id: str = "run", coords: dict[str, Any] | None = None,
                   baseline: str | None = None) -> CellData:
     """One run directory (``manifest.json`` + ``requests.jsonl``) as a cell."""
-    manifest = _json(root / "manifest.json")
+    manifest = read_json(root / "manifest.json")
     return CellData(cell_id, coords or coords_from_config(manifest.get("config") or {}),
                     baseline, root, manifest)
 
 
 def matrix_cell(root: Path, cell_id: str) -> CellData:
     """One cell of a matrix or import directory, read alone."""
-    state = _json(root / "state.json")
+    state = read_json(root / "state.json")
     ids = [c["id"] for c in state.get("cells", [])]
     for c in state.get("cells", []):
         if c["id"] == cell_id:
@@ -244,7 +245,7 @@ def matrix_cell(root: Path, cell_id: str) -> CellData:
 def load_run(root: Path) -> RunData:
     """A matrix, import or single run directory; a user error names what is missing."""
     if (root / "state.json").exists():
-        state = _json(root / "state.json")
+        state = read_json(root / "state.json")
         cells = []
         for c in state.get("cells", []):
             d = root / c["dir"]

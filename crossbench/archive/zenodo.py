@@ -38,7 +38,7 @@ from typing import IO, Any
 
 from crossbench.archive.build import MANIFEST
 from crossbench.errors import RunError, UserError
-from crossbench.store.atomic import write_json_atomic
+from crossbench.store.atomic import file_digest, write_json_atomic
 
 ZENODO_API = "https://zenodo.org/api"
 SANDBOX_API = "https://sandbox.zenodo.org/api"
@@ -93,12 +93,8 @@ class _HashingReader:
 
 
 def md5_file(path: Path) -> str:
-    """Hex md5 of a file, read in 1 MiB blocks."""
-    h = hashlib.md5()
-    with path.open("rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
+    """Hex md5 of a file (Zenodo's checksum)."""
+    return file_digest(path, "md5")
 
 
 def _loopback(host: str) -> bool:

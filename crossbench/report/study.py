@@ -16,7 +16,7 @@ import yaml
 
 from crossbench.analysis.analyze import ANALYSIS_SCHEMA
 from crossbench.analysis.paired import StatsOptions
-from crossbench.analysis.rundir import COORDS, coords_from_config
+from crossbench.analysis.rundir import COORDS, coords_from_config, read_json
 from crossbench.errors import UserError
 
 #: coordinates in the order labels show them
@@ -115,17 +115,6 @@ class Study:
         return StatsOptions(resamples=int(o.get("resamples", 10_000)), seed=int(o.get("seed", 0)),
                             level=float(o.get("level", 0.95)),
                             min_samples=int(o.get("min_samples", 10)))
-
-
-def read_json(path: Path) -> dict[str, Any]:
-    """A JSON object from a file; a user error names the file when it is not one."""
-    try:
-        data = json.loads(path.read_text())
-    except (OSError, ValueError) as e:
-        raise UserError(f"cannot read {path}: {e}", "point at a complete run directory") from None
-    if not isinstance(data, dict):
-        raise UserError(f"{path} is not a JSON object", "point at a complete run directory")
-    return data
 
 
 def ensure_analysis(root: Path, opts: StatsOptions | None = None) -> dict[str, Any]:

@@ -169,10 +169,8 @@ class RunSession:
     def _model_records(self) -> dict[str, Any]:
         from crossbench.models import file_record
 
-        ec = self.cfg.engine_config
-        files = {"model": ec.get("model"), "draft": (ec.get("spec") or {}).get("draft_model")}
         return {k: file_record(Path(v), self.cfg.model_refs.get(k))
-                for k, v in files.items() if v is not None and Path(v).is_file()}
+                for k, v in _model_paths(self.cfg).items() if Path(v).is_file()}
 
     def finished_trials(self) -> set[int]:
         """Trials with a recorded outcome (ok or failed)."""
@@ -195,7 +193,8 @@ class RunSession:
         last = len(self.finished_trials()) + 1 >= cfg.trials
         with JsonlAppender(self.out / "requests.jsonl") as sink:
             try:
-                entry = _trial(cfg, t, self._server, self.warm, self.measured, sink, self.out,
+                entry = _trial(cfg, t, self._server, self.manifest["engine"], self.warm,
+                               self.measured, sink, self.out,
                                self.progress, keep_running=not cfg.fresh_server and not last)
             except BaseException as e:
                 self._server.stop()
@@ -240,7 +239,8 @@ def run(cfg: RunConfig, out: Path, progress: Progress = _quiet,
     return summary
 
 
-def _trial(cfg: RunConfig, t: int, server: EngineServer, warm: list[RequestSpec],
+def _trial(cfg: RunConfig, t: int, server: EngineServer, engine: dict[str, Any],
+           warm: list[RequestSpec],
            measured: list[RequestSpec], sink: JsonlAppender, out: Path, progress: Progress,
            keep_running: bool) -> dict[str, Any]:
     entry: dict[str, Any] = {"trial": t, "argv": server.command(), "status": "ok",
@@ -300,7 +300,8 @@ def _trial(cfg: RunConfig, t: int, server: EngineServer, warm: list[RequestSpec]
     pid = getattr(server, "pid", None)
     if sampler is not None and isinstance(pid, int):
         sampler.set_pids([pid])  # the server and its children, for per-process memory
-    entry["provenance"] = collect(server.identity(), entry["argv"], _model_paths(cfg),
+    # the session's engine identity: one build per run directory (a changed one is refused)
+    entry["provenance"] = collect(engine, entry["argv"], _model_paths(cfg),
                                   cfg.model_refs)
     try:
         props: dict[str, Any] = getattr(server, "props", dict)()

@@ -11,13 +11,18 @@ from pathlib import Path
 from typing import Any, TextIO
 
 
-def sha256_file(path: Path) -> str:
-    """Hex sha256 of a file, read in 1 MiB blocks."""
-    h = hashlib.sha256()
+def file_digest(path: Path, algorithm: str = "sha256") -> str:
+    """Hex digest of a file (``sha256``, ``md5``...), read in 1 MiB blocks."""
+    h = hashlib.new(algorithm)
     with path.open("rb") as f:
         for block in iter(lambda: f.read(1 << 20), b""):
             h.update(block)
     return h.hexdigest()
+
+
+def sha256_file(path: Path) -> str:
+    """Hex sha256 of a file."""
+    return file_digest(path, "sha256")
 
 
 def temp_name(path: Path) -> Path:

@@ -32,39 +32,25 @@ class GpuSnapshot:
     gpus: list[GpuReading] = field(default_factory=list)
 
 
-def read_gpus() -> GpuSnapshot:
-    """Temperature, power and SM clock of each GPU (``available=False`` without NVML)."""
+def read_gpus(provider: NvmlProvider | None = None) -> GpuSnapshot:
+    """Temperature, power and SM clock of each GPU (``available=False`` without NVML), read
+    through :class:`Nvml`."""
     try:
-        import pynvml
-    except ImportError:
-        return GpuSnapshot(False, "nvidia-ml-py is not installed (pip install nvidia-ml-py)")
-    try:
-        pynvml.nvmlInit()
-    except pynvml.NVMLError as e:
-        return GpuSnapshot(False, f"no NVIDIA driver or GPU ({e})")
-    try:
-        out = []
-        for i in range(pynvml.nvmlDeviceGetCount()):
-            h = pynvml.nvmlDeviceGetHandleByIndex(i)
-            name = pynvml.nvmlDeviceGetName(h)
-            temp = pynvml.nvmlDeviceGetTemperature(h, pynvml.NVML_TEMPERATURE_GPU)
-            power = _optional(pynvml.nvmlDeviceGetPowerUsage, h)
-            clock = _optional(pynvml.nvmlDeviceGetClockInfo, h, pynvml.NVML_CLOCK_SM)
-            out.append(GpuReading(i, name if isinstance(name, str) else name.decode(),
-                                  float(temp), None if power is None else power / 1000.0,
-                                  clock))
-        return GpuSnapshot(True, None, out)
-    except pynvml.NVMLError as e:
-        return GpuSnapshot(False, f"NVML query failed ({e})")
-    finally:
-        pynvml.nvmlShutdown()
-
-
-def _optional(read: Callable[..., Any], *args: Any) -> float | None:
-    try:
-        return float(read(*args))
-    except Exception:
-        return None
+        nv = Nvml.open(provider)
+    except NvmlUnavailable as e:
+        return GpuSnapshot(False, e.reason)
+    with nv:
+        try:
+            out = []
+            for i in range(nv.count()):
+                s = nv.sample(i, with_processes=False)
+                name = _text(nv._get("nvmlDeviceGetName", nv.handle(i)) or f"GPU {i}")
+                if s.temperature_c is None:
+                    return GpuSnapshot(False, f"GPU {i} reports no temperature")
+                out.append(GpuReading(i, name, s.temperature_c, s.power_w, s.sm_clock_mhz))
+            return GpuSnapshot(True, None, out)
+        except Exception as e:  # NVML errors on count/handle
+            return GpuSnapshot(False, f"NVML query failed ({e})")
 
 
 @dataclass(frozen=True)

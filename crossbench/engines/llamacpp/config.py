@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import itertools
 from pathlib import Path
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from crossbench.engines.llamacpp.pins import DEFAULT_PIN
+from crossbench.engines.spec import check_synth_rates
 
 SpecType = Literal[
     "none", "draft-simple", "draft-eagle3", "draft-mtp", "draft-dflash", "draft-dspark",
@@ -54,16 +54,7 @@ class LlamaSpecConfig(_Strict):
     @field_validator("synth_rates")
     @classmethod
     def _rates(cls, v: list[float] | None) -> list[float] | None:
-        if v is None:
-            return v
-        if not v:
-            raise ValueError("synth_rates is empty; give one rate per drafted position")
-        if any(not 0.0 <= r <= 1.0 for r in v):
-            raise ValueError("synth_rates must be fractions in [0, 1] (not percentages)")
-        if any(b > a for a, b in itertools.pairwise(v)):
-            raise ValueError("synth_rates must be non-increasing (they are unconditional: "
-                             "a draft reaches position k+1 only through position k)")
-        return v
+        return check_synth_rates(v)
 
     @model_validator(mode="after")
     def _exclusive(self) -> LlamaSpecConfig:

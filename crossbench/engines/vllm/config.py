@@ -7,7 +7,6 @@ server setting lives on :class:`VllmServerConfig`, every speculative one on
 
 from __future__ import annotations
 
-import itertools
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -15,6 +14,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from crossbench.engines.spec import check_synth_rates
 from crossbench.engines.vllm.profile import DEFAULT_VERSION, all_spec_fields
 
 _REPO_RE = re.compile(r"[A-Za-z0-9][\w.-]*/[\w.-]+")
@@ -142,16 +142,7 @@ class VllmSpecConfig(_Strict):
     @field_validator("synth_rates")
     @classmethod
     def _rates(cls, v: list[float] | None) -> list[float] | None:
-        if v is None:
-            return v
-        if not v:
-            raise ValueError("synth_rates is empty; give one rate per drafted position")
-        if any(not 0.0 <= r <= 1.0 for r in v):
-            raise ValueError("synth_rates must be fractions in [0, 1] (not percentages)")
-        if any(b > a for a, b in itertools.pairwise(v)):
-            raise ValueError("synth_rates must be non-increasing (they are unconditional: "
-                             "a draft reaches position k+1 only through position k)")
-        return v
+        return check_synth_rates(v)
 
     @field_validator("draft_model")
     @classmethod

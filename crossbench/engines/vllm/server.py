@@ -13,7 +13,6 @@ survive SIGKILL are a :class:`~crossbench.errors.RunError`.
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import hashlib
 import json
 import os
@@ -26,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from crossbench.engines.base import EngineIdentity, EngineServer, MetricsSnapshot
-from crossbench.engines.llamacpp.server import free_port, http_get, log_tail, port_in_use
+from crossbench.engines.process import die_with_parent, free_port, http_get, log_tail, port_in_use
 from crossbench.engines.prometheus import parse_samples
 from crossbench.engines.vllm import startup_log
 from crossbench.engines.vllm.config import VllmServerConfig
@@ -41,18 +40,10 @@ from crossbench.engines.vllm.profile import (
 )
 from crossbench.errors import RunError, UserError
 
-_PR_SET_PDEATHSIG = 1
 _FLAG_RE = re.compile(r"--?[A-Za-z]")
 #: flags the adapter sets from typed fields; extra_args may not repeat them
 _MANAGED = ("--model", "--revision", "--host", "--port", "--speculative-config",
             "--per-request-spec-decode-metrics", "--served-model-name")
-
-
-def _new_session_with_parent_death() -> None:  # runs in the child between fork and exec
-    os.setsid()
-    with contextlib.suppress(Exception):
-        libc = ctypes.CDLL("libc.so.6", use_errno=True)
-        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
 
 
 def session_processes(sid: int) -> list[tuple[int, str, str]]:
@@ -374,7 +365,7 @@ class VllmServer(EngineServer):
         try:
             self._proc = subprocess.Popen(
                 argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, env=env,
-                preexec_fn=_new_session_with_parent_death,
+                preexec_fn=die_with_parent,
             )
         finally:
             log.close()
