@@ -1,10 +1,17 @@
 #!/usr/bin/env bash
-# Issue 8's study on one H200, in device calls of at most 10 minutes: each call builds what is
-# missing (CUDA llama-server, qwen3-8b fixtures), runs `crossbench matrix matrices/h200.yaml`
-# with --resume until BUDGET_S is nearly spent, and copies the run directory to $OUT; the
-# call that finds the matrix complete also runs the analysis, llama-bench tg128 and the
-# roofline. The cache lives in the working tree (.cbcache/, ignored), so it survives between
-# calls while the machine stays warm.
+# Issue 8's study on H200s, in device calls of at most 10 minutes: each call builds what is
+# missing (CUDA llama-server; the qwen3-8b fixtures, generated while the build runs), runs
+# `crossbench matrix matrices/h200.yaml` with --resume until BUDGET_S is nearly spent, and
+# copies the run directories to $OUT (h200-<lane>.tgz) with every log of every call
+# (logs.tgz: three files back per call, under the device's limit of eight); the call that finds the study complete also runs the
+# analysis, llama-bench tg128 and the roofline. The cache lives in the working tree
+# (.cbcache/, ignored), so it survives between calls while the machine stays warm.
+#
+# One GPU: the whole matrix in one run directory (h200-run).
+# Two GPUs: two lanes at once, each pinned to one GPU by UUID (CUDA_VISIBLE_DEVICES, which
+# crossbench's telemetry and checks follow), each with its own baseline cell, so every
+# speedup is paired on one GPU: gpu0 runs the alpha 0.6 and 0.8 sweeps, gpu1 the alpha 0.9
+# and 1.0 sweeps, the real draft and ngram-mod (about 12 minutes each).
 # Usage: OUT=/some/dir BUDGET_S=560 bash benchmarks/h200_study.sh
 set -uo pipefail
 : "${OUT:?set OUT to a directory for the results}"
@@ -15,37 +22,67 @@ if ls .whl/*.whl >/dev/null 2>&1 && [ ! -d /tmp/site ]; then
 fi
 [ -d /tmp/site ] && export PYTHONPATH=/tmp/site:$PYTHONPATH
 budget=${BUDGET_S:-560}; t0=$(date +%s)
+LOG=/tmp/h200-logs/call-$t0; mkdir -p "$LOG"  # /tmp lasts while the machine stays warm
 left() { echo $(( budget - ($(date +%s) - t0) )); }
 cb() { python3 -m crossbench "$@"; }
-RUN=$CROSSBENCH_CACHE/h200-run
-nvidia-smi --query-gpu=name,driver_version,memory.total,power.limit,clocks.max.sm \
-  --format=csv,noheader | tee -a "$OUT/gpu.txt"
+nvidia-smi --query-gpu=index,name,uuid,driver_version,memory.total,power.limit,clocks.max.sm \
+  --format=csv,noheader | tee -a "$LOG/gpu.txt"
+mapfile -t uuids < <(nvidia-smi --query-gpu=uuid --format=csv,noheader)
+if [ "${#uuids[@]}" -ge 2 ]; then
+  lanes=(gpu0 gpu1)
+  skips_gpu0=(--skip arm=synth-a0.9 --skip arm=synth-a1.0 --skip arm=real --skip arm=ngram-mod)
+  skips_gpu1=(--skip arm=synth-a0.6 --skip arm=synth-a0.8)
+else
+  lanes=(run)
+fi
 if ! ls "$CROSSBENCH_CACHE"/engines/*-cuda-sm90/bin/llama-server >/dev/null 2>&1; then
   s=$(date +%s)
+  # random weights need no llama.cpp: generate them on spare cores while nvcc builds
+  cb fixtures make --shape qwen3-8b >"$LOG/fixtures.log" 2>&1 &
+  gen=$!
   cb engines install llama.cpp --cuda --cuda-arch 90 \
-    --source-archive .carry/llama-cpp-python-0.3.36.src.tgz >"$OUT/build.log" 2>&1 || exit 1
-  echo "build_seconds=$(( $(date +%s) - s ))" | tee -a "$OUT/gpu.txt"
+    --source-archive .carry/llama-cpp-python-0.3.36.src.tgz >"$LOG/build.log" 2>&1 || exit 1
+  echo "build_seconds=$(( $(date +%s) - s ))" | tee -a "$LOG/gpu.txt"
+  wait "$gen"; echo "fixture_generation_exit=$? at $(( $(date +%s) - s ))s" | tee -a "$LOG/gpu.txt"
 fi
 s=$(date +%s)
 cb fixtures make --shape qwen3-8b --quant Q4_K_M --draft-quant Q8_0 2>&1 | tail -3
-echo "fixtures_seconds=$(( $(date +%s) - s ))" | tee -a "$OUT/gpu.txt"
-resume=(); [ -f "$RUN/state.json" ] && resume=(--resume)
+echo "fixtures_seconds=$(( $(date +%s) - s ))" | tee -a "$LOG/gpu.txt"
 run_s=$(( $(left) - 45 ))
-if [ "$run_s" -gt 30 ]; then
-  timeout -s INT "$run_s" python3 -m crossbench matrix matrices/h200.yaml --out "$RUN" \
-    "${resume[@]}" --progress plain >"$OUT/matrix-$(date +%s).log" 2>&1
-  echo "matrix exit $? after a budget of ${run_s}s"
-fi
-cb status "$RUN" --json >"$OUT/status.json" 2>/dev/null
-missing=$(python3 -c "import json;print(json.load(open('$OUT/status.json'))['totals']['missing'])")
-echo "trials missing: $missing"
+pids=()
+for i in "${!lanes[@]}"; do
+  lane=${lanes[$i]}; run=$CROSSBENCH_CACHE/h200-$lane
+  resume=(); [ -f "$run/state.json" ] && resume=(--resume)
+  skips=(); [ "$lane" = gpu0 ] && skips=("${skips_gpu0[@]}")
+  [ "$lane" = gpu1 ] && skips=("${skips_gpu1[@]}")
+  visible=(); [ "$lane" != run ] && visible=(env "CUDA_VISIBLE_DEVICES=${uuids[$i]}")
+  if [ "$run_s" -gt 30 ]; then
+    "${visible[@]}" timeout -s INT "$run_s" python3 -m crossbench matrix matrices/h200.yaml \
+      --out "$run" "${resume[@]}" "${skips[@]}" --progress plain \
+      >"$LOG/matrix-$lane.log" 2>&1 &
+    pids+=($!)
+  fi
+done
+for p in "${pids[@]}"; do wait "$p"; echo "lane exit $?"; done
+missing=0
+for lane in "${lanes[@]}"; do
+  run=$CROSSBENCH_CACHE/h200-$lane
+  cb status "$run" --json >"$LOG/status-$lane.json" 2>/dev/null
+  m=$(python3 -c "import json;print(json.load(open('$LOG/status-$lane.json'))['totals']['missing'])" \
+      2>/dev/null || echo unknown)
+  echo "$lane: trials missing: $m"
+  [ "$m" = 0 ] || missing=1
+done
 if [ "$missing" = 0 ]; then
-  cb analyze "$RUN" >"$OUT/verdicts.txt" 2>&1
+  for lane in "${lanes[@]}"; do cb analyze "$CROSSBENCH_CACHE/h200-$lane" >"$LOG/verdicts-$lane.txt" 2>&1; done
   target=$(ls "$CROSSBENCH_CACHE"/fixtures/qwen3-8b*/target-Q4_K_M.gguf | head -1)
   bench=$(ls "$CROSSBENCH_CACHE"/engines/*-cuda-sm90/bin/llama-bench | head -1)
-  "$bench" -m "$target" -ngl 99 -p 0 -n 128 -r 3 -o json >"$OUT/llama-bench-tg128.json" \
-    2>"$OUT/llama-bench.log"
-  python3 benchmarks/roofline.py "$target" --out "$OUT/roofline.json"
+  CUDA_VISIBLE_DEVICES=${uuids[0]} "$bench" -m "$target" -ngl 99 -p 0 -n 128 -r 3 -o json \
+    >"$LOG/llama-bench-tg128.json" 2>"$LOG/llama-bench.log"
+  CUDA_VISIBLE_DEVICES=${uuids[0]} python3 benchmarks/roofline.py "$target" --out "$LOG/roofline.json"
 fi
-tar -C "$CROSSBENCH_CACHE" -czf "$OUT/h200-run.tgz" h200-run 2>/dev/null
+for lane in "${lanes[@]}"; do
+  tar -C "$CROSSBENCH_CACHE" -czf "$OUT/h200-$lane.tgz" "h200-$lane" 2>/dev/null
+done
+tar -C /tmp -czf "$OUT/logs.tgz" h200-logs
 ls -la "$OUT"

@@ -273,7 +273,8 @@ def test_streaming_path_of_the_big_shape_scaled_down(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """qwen3-8b's code path (independent draft, tied draft, untied target) at a small size and
-    with a small vocab, written in many small chunks: bytes do not depend on the chunk size."""
+    with a small vocab, written in many small chunks: bytes do not depend on the chunk size
+    or on the number of generator threads."""
     vocab, n_vocab, special = small_vocab(tmp_path / "vocab.gguf")
     big = SHAPES["qwen3-8b"]
     small = ShapeSpec(
@@ -284,10 +285,11 @@ def test_streaming_path_of_the_big_shape_scaled_down(
         draft=replace(big.draft, n_layer=2, n_embd=16, n_ff=48, n_head=2, n_head_kv=1, head_dim=8),
         early_exit=False,
     )
-    one = make_fixtures_from_spec(small, vocab, tmp_path / "whole", seed=7)
+    one = make_fixtures_from_spec(small, vocab, tmp_path / "whole", seed=7, threads=1)
     monkeypatch.setattr(make_mod, "_CHUNK_ELEMENTS", 100)  # 3 rows of token_embd per chunk
     msgs: list[str] = []
-    two = make_fixtures_from_spec(small, vocab, tmp_path / "chunked", seed=7, progress=msgs.append)
+    two = make_fixtures_from_spec(small, vocab, tmp_path / "chunked", seed=7, progress=msgs.append,
+                                  threads=5)
     assert sha(one.target) == sha(two.target) and sha(one.draft) == sha(two.draft)
     # progress: each big non-layer tensor, then each layer
     assert msgs[:2] == [

@@ -14,11 +14,18 @@ from crossbench.telemetry.checks import (
     before_trial,
     clocks_and_power,
     gpu_busy,
+    memory_used_now,
     other_gpu_processes,
     wait_vram_released,
 )
 from crossbench.telemetry.derive import TrialPhases, derive_trial, draft_vram_cost, read_trace
-from crossbench.telemetry.gpu import Nvml, ScriptedGpu, ScriptedNvml, process_tree
+from crossbench.telemetry.gpu import (
+    Nvml,
+    ScriptedGpu,
+    ScriptedNvml,
+    process_tree,
+    visible_indices,
+)
 from crossbench.telemetry.sampler import COLUMNS, GpuSampler, note_path
 
 GIB = 1024**3
@@ -256,3 +263,43 @@ def test_vram_held_by_a_leftover_worker_names_it():
                                          "used_bytes": 19 * GIB}]
     no_gpu = wait_vram_released({0: 0}, nvml=lambda: ScriptedNvml(fail_init="x"))
     assert (no_gpu.status, no_gpu.message) == ("info", "no GPU: no NVIDIA driver or GPU (x)")
+
+
+# -- CUDA_VISIBLE_DEVICES: the GPUs an engine can see are the ones watched -------------------
+
+
+def _uuid(i: int) -> str:
+    return f"GPU-{i}{i}{i}{i}aaaa-0000-0000-0000-00000000000{i}"
+
+
+def test_visible_indices_follow_cuda_rules():
+    uuid = {i: _uuid(i) for i in range(3)}.get
+    assert visible_indices(None, 3, uuid) == [0, 1, 2]
+    assert visible_indices("", 3, uuid) == []
+    assert visible_indices("2,0", 3, uuid) == [2, 0]
+    assert visible_indices("1,7,0", 3, uuid) == [1]  # CUDA stops at the first bad entry
+    assert visible_indices("GPU-2222,GPU-0000aaaa", 3, uuid) == [2, 0]  # unique prefixes
+    assert visible_indices("GPU-", 3, uuid) == []  # a prefix of every UUID names none
+    assert visible_indices("MIG-GPU-1111/1/0", 3, uuid) == []  # MIG is not resolved
+    assert visible_indices("0,0", 3, uuid) == [0]
+
+
+def test_scoped_sampler_checks_and_release_watch_only_the_visible_gpu(tmp_path, monkeypatch):
+    busy = ScriptedGpu(memory_used_bytes=60 * GIB, processes={ABSENT_PID: 59 * GIB},
+                       util_gpu_pct=99, uuid=_uuid(0))
+    free = ScriptedGpu(memory_used_bytes=1 * GIB, uuid=_uuid(1))
+    nvml = ScriptedNvml([busy, free])
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", _uuid(1)[:12])  # the other lane holds GPU 0
+    checks = {c.id: c for c in before_trial(nvml=lambda: nvml)}
+    assert checks["gpu-processes"].status == "ok" and checks["gpu-idle"].status == "ok"
+    assert memory_used_now(nvml=lambda: nvml) == {1: 1 * GIB}
+    with GpuSampler(tmp_path / "t.csv", nvml=lambda: nvml) as sampler:
+        sampler.sample_once()
+    assert {r.gpu for r in read_trace(tmp_path / "t.csv")} == {1}
+    with Nvml(nvml) as nv:
+        assert nv.indices() == [1]
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0")
+    checks = {c.id: c for c in before_trial(nvml=lambda: nvml)}
+    assert checks["gpu-processes"].status == "fail" and checks["gpu-idle"].status == "fail"
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES")
+    assert memory_used_now(nvml=lambda: nvml) == {0: 60 * GIB, 1: 1 * GIB}

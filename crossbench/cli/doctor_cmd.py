@@ -158,8 +158,9 @@ def run_doctor(engine: str = "llama-server", nvml: NvmlProvider | None = None,
         return DoctorReport(engine, checks)
     with nv:
         facts = nv.system_facts()
-        n = nv.count()
-        names = sorted({str(nv.device_facts(i)["name"]) for i in range(n)})
+        visible = nv.indices()
+        n = len(visible)
+        names = sorted({str(nv.device_facts(i)["name"]) for i in visible})
         checks.append(Check("driver", "ok", f"NVIDIA driver {facts['driver']} (CUDA "
                             f"{facts['cuda_driver_version']}), {n} GPU(s): {', '.join(names)}",
                             None, {**facts, "count": n}))

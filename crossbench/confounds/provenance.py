@@ -274,17 +274,18 @@ def host_facts() -> dict[str, Any]:
 
 
 def gpu_facts(nvml: NvmlProvider | None = None) -> dict[str, Any]:
-    """Driver, CUDA driver version and every GPU's name, PCIe link (current and max), power
-    limit vs default, application vs max clocks, persistence mode and ECC, through NVML;
-    ``{"available": False, "reason": ...}`` without a GPU."""
+    """Driver, CUDA driver version and each visible GPU's (``CUDA_VISIBLE_DEVICES``) name,
+    PCIe link (current and max), power limit vs default, application vs max clocks,
+    persistence mode and ECC, through NVML; ``{"available": False, "reason": ...}`` without
+    a GPU."""
     try:
         nv = Nvml.open(nvml)
     except NvmlUnavailable as e:
         return {"available": False, "reason": e.reason, "count": 0, "gpus": []}
     with nv:
-        n = nv.count()
-        return {"available": True, "reason": None, **nv.system_facts(), "count": n,
-                "gpus": [nv.device_facts(i) for i in range(n)]}
+        visible = nv.indices()
+        return {"available": True, "reason": None, **nv.system_facts(), "count": len(visible),
+                "gpus": [nv.device_facts(i) for i in visible]}
 
 
 def collect(engine: EngineIdentity | Mapping[str, Any], argv: Sequence[str],

@@ -57,7 +57,7 @@ def _describe(procs: list[tuple[int, GpuProcess]]) -> str:
 def other_gpu_processes(nv: Nvml, own_pids: Iterable[int] = ()) -> Check:
     """``fail`` when a process not in ``own_pids`` holds memory on any GPU."""
     own = set(own_pids)
-    others = [(i, p) for i in range(nv.count()) for p in nv.processes(i) if p.pid not in own]
+    others = [(i, p) for i in nv.indices() for p in nv.processes(i) if p.pid not in own]
     details = {"processes": [{"gpu": g, "pid": p.pid, "name": p.name,
                               "used_bytes": p.used_bytes} for g, p in others]}
     if not others:
@@ -71,7 +71,7 @@ def other_gpu_processes(nv: Nvml, own_pids: Iterable[int] = ()) -> Check:
 
 def gpu_busy(nv: Nvml, max_util_pct: float = 10.0) -> Check:
     """``fail`` when any GPU's utilization is above ``max_util_pct`` before a trial."""
-    util = {i: nv.sample(i, with_processes=False).util_gpu_pct for i in range(nv.count())}
+    util = {i: nv.sample(i, with_processes=False).util_gpu_pct for i in nv.indices()}
     busy = {i: u for i, u in util.items() if u is not None and u > max_util_pct}
     details = {"util_gpu_pct": util, "max_util_pct": max_util_pct}
     if not busy:
@@ -88,7 +88,7 @@ def clocks_and_power(nv: Nvml) -> list[Check]:
     clocks: list[str] = []
     power: list[str] = []
     persist: list[int] = []
-    facts = [nv.device_facts(i) for i in range(nv.count())]
+    facts = [nv.device_facts(i) for i in nv.indices()]
     for f in facts:
         i = f["index"]
         mask = nv.sample(i, with_processes=False).throttle_mask
@@ -146,7 +146,7 @@ def memory_used_now(nvml: NvmlProvider | None = None) -> dict[int, int]:
         return {}
     with nv:
         out = {}
-        for i in range(nv.count()):
+        for i in nv.indices():
             used = nv.sample(i, with_processes=False).memory_used_bytes
             if used is not None:
                 out[i] = used

@@ -5,8 +5,9 @@ that the sampler, provenance, checks and ``crossbench doctor`` share."""
 from __future__ import annotations
 
 import contextlib
+import os
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -42,7 +43,7 @@ def read_gpus(provider: NvmlProvider | None = None) -> GpuSnapshot:
     with nv:
         try:
             out = []
-            for i in range(nv.count()):
+            for i in nv.indices():
                 s = nv.sample(i, with_processes=False)
                 name = _text(nv._get("nvmlDeviceGetName", nv.handle(i)) or f"GPU {i}")
                 if s.temperature_c is None:
@@ -226,6 +227,14 @@ class Nvml:
         """Number of GPUs NVML sees."""
         return int(self.lib.nvmlDeviceGetCount())
 
+    def indices(self, environ: Mapping[str, str] | None = None) -> list[int]:
+        """NVML indices of the GPUs an engine started from here can use (see
+        :func:`visible_indices`); every GPU when ``CUDA_VISIBLE_DEVICES`` is unset."""
+        env = os.environ if environ is None else environ
+        return visible_indices(env.get("CUDA_VISIBLE_DEVICES"), self.count(),
+                               lambda i: _opt_text(self._get("nvmlDeviceGetUUID",
+                                                             self.handle(i))))
+
     def handle(self, index: int) -> Any:
         """NVML's handle of GPU ``index``."""
         return self.lib.nvmlDeviceGetHandleByIndex(index)
@@ -308,6 +317,40 @@ class Nvml:
             "ecc_current": None if ecc is None else bool(ecc[0]),
             "ecc_pending": None if ecc is None else bool(ecc[1]),
         }
+
+
+def visible_indices(setting: str | None, count: int,
+                    uuid: Callable[[int], str | None]) -> list[int]:
+    """The NVML indices a ``CUDA_VISIBLE_DEVICES`` value leaves visible, in its order.
+
+    Unset: all ``count`` GPUs. Entries are GPU UUIDs (``GPU-8932f937...``, a unique prefix is
+    enough) or indices; like CUDA, the list ends at the first entry that names no GPU (a MIG
+    instance too: it is not resolved here), and an empty value hides every GPU. Indices are
+    read in NVML's PCI-bus order, which is CUDA's with ``CUDA_DEVICE_ORDER=PCI_BUS_ID`` or on
+    hosts of identical GPUs; UUIDs are exact everywhere.
+    """
+    if setting is None:
+        return list(range(count))
+    out: list[int] = []
+    uuids: list[str] | None = None
+    for entry in (e.strip() for e in setting.split(",")):
+        if entry.lstrip("-").isdigit():
+            i = int(entry)
+            if not 0 <= i < count:
+                break
+        elif entry.startswith("GPU-"):
+            if uuids is None:
+                uuids = [uuid(i) or "" for i in range(count)]
+            hits = [i for i, u in enumerate(uuids) if u.startswith(entry)]
+            if len(hits) != 1:
+                break
+            i = hits[0]
+        else:
+            break
+        if i in out:
+            break
+        out.append(i)
+    return out
 
 
 def _num(v: Any) -> float | None:

@@ -26,6 +26,7 @@ while sampling never reach the caller: sampling stops and the note file says why
 from __future__ import annotations
 
 import csv
+import os
 import threading
 import time
 from collections.abc import Callable, Iterable
@@ -66,7 +67,8 @@ class SamplerResult:
 
 
 class GpuSampler:
-    """Samples every GPU (or ``gpus``) at ``rate_hz`` into a CSV, in a daemon thread.
+    """Samples every GPU an engine can see (``CUDA_VISIBLE_DEVICES``), or ``gpus``, at
+    ``rate_hz`` into a CSV, in a daemon thread.
 
     ``nvml`` provides a pynvml-shaped object (default: ``pynvml``); ``clock`` gives the
     timestamps (default ``time.time_ns``). :meth:`sample_once` takes one round directly, which
@@ -112,15 +114,17 @@ class GpuSampler:
         try:
             self._nvml = Nvml.open(self._provider)
             count = self._nvml.count()
+            visible = self._nvml.indices()
         except NvmlUnavailable as e:
             self._note(f"no GPU: {e.reason}")
             return False
         except Exception as e:  # an NVML that initialises but cannot count devices
             self._note(f"no GPU: NVML failed ({e})")
             return False
-        self._indices = [i for i in (self._want_gpus or range(count)) if 0 <= i < count]
+        self._indices = [i for i in (self._want_gpus or visible) if 0 <= i < count]
         if not self._indices:
-            self._note(f"no GPU: NVML sees {count} GPU(s), none of {self._want_gpus}")
+            want = self._want_gpus or os.environ.get("CUDA_VISIBLE_DEVICES")
+            self._note(f"no GPU: NVML sees {count} GPU(s), none of {want!r}")
             return False
         self._available = True
         return True
