@@ -44,6 +44,56 @@ def test_bootstrap_is_deterministic_with_a_seed():
     assert a != c
 
 
+def test_trial_draw_matches_the_exact_two_way_distribution():
+    # one prompt per stratum pooled into two prompts x two trials; values = trial effect only
+    # (trial 0: log 2, trial 1: log 8, same for both prompts): the prompt draw changes nothing,
+    # the trial draw gives 2 (p 1/4), 4 (p 1/2), 8 (p 1/4) -- as for two prompt clusters above
+    logs = [math.log(2.0), math.log(8.0)] * 2
+    prompts, trials = ["a", "a", "b", "b"], [0, 1, 0, 1]
+    c = stats.Clusters.of(logs, prompts, ["s"] * 4, trials)
+    assert (c.n_clusters, c.n_rounds) == (2, 2)
+    g = np.exp(stats.bootstrap_means(c, 10_000, seed=0))
+    assert set(np.round(g, 9)) == {2.0, 4.0, 8.0}
+    assert np.mean(np.isclose(g, 4.0)) == pytest.approx(0.5, abs=0.02)
+    # prompts alone see no variation at all: every resample is the overall mean
+    assert stats.ratio_interval(logs, prompts, ["s"] * 4, 2000, 0, 0.95) == pytest.approx(
+        (4.0, 4.0))
+    assert stats.ratio_interval(logs, prompts, ["s"] * 4, 2000, 0, 0.95, trials) == (
+        pytest.approx((2.0, 8.0)))
+
+
+def test_one_trial_gives_the_prompt_bootstrap_exactly():
+    rng = np.random.default_rng(3)
+    logs = rng.normal(0.0, 0.3, 24)
+    prompts = [f"p{i % 8}" for i in range(24)]
+    strata = [f"c{i % 2}" for i in range(24)]
+    alone = stats.ratio_interval(logs, prompts, strata, 3000, 5, 0.95)
+    assert stats.ratio_interval(logs, prompts, strata, 3000, 5, 0.95, [0] * 24) == (
+        pytest.approx(alone, rel=1e-12))
+
+
+def test_trial_aware_interval_covers_the_truth_when_server_starts_differ():
+    """Known truth: speedup 1.0 exactly, each trial (server start) shifts every request of it
+    by a random factor (sd 8 %), requests vary by 1 %. Over 200 simulated studies, intervals
+    that resample trials cover 1.0 about as often as they claim; prompt-only intervals, which
+    treat the trials as fixed, miss most of the time."""
+    rng = np.random.default_rng(11)
+    n_trials, n_prompts = 8, 6
+    prompts = [f"p{p}" for _ in range(n_trials) for p in range(n_prompts)]
+    trials = [t for t in range(n_trials) for _ in range(n_prompts)]
+    strata = ["s"] * len(prompts)
+    both = alone = 0
+    for i in range(200):
+        effect = rng.normal(0.0, 0.08, n_trials)
+        logs = np.array([effect[t] for t in trials]) + rng.normal(0.0, 0.01, len(trials))
+        lo, hi = stats.ratio_interval(logs, prompts, strata, 1000, i, 0.95, trials)
+        both += lo <= 1.0 <= hi
+        lo, hi = stats.ratio_interval(logs, prompts, strata, 1000, i, 0.95)
+        alone += lo <= 1.0 <= hi
+    assert both / 200 >= 0.8
+    assert alone / 200 <= 0.35
+
+
 def test_clustered_resampling_keeps_the_trials_of_a_prompt_together():
     # every trial of prompt a is 0, of prompt b is 1; resampling whole prompts can only give
     # means 0, 1/2 and 1 -- resampling single requests would give thirds too

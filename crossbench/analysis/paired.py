@@ -7,8 +7,8 @@ interleaved matrix, so a pair shares the machine's state of that round.
 For each pair, the *decode speedup* is spec decode rate / baseline decode rate and the
 *end-to-end speedup* is baseline end-to-end latency / spec end-to-end latency (> 1: faster).
 Summaries: geometric mean, median, the share of prompts whose own geometric mean is below 1
-(net loss), and a bootstrap interval of the geometric mean, clustered by prompt and
-stratified by category (``stats.py``). The verdict comes from ``stats.verdict``.
+(net loss), and a bootstrap interval of the geometric mean that resamples prompts (stratified
+by category) and trials, crossed (``stats.py``). The verdict comes from ``stats.verdict``.
 """
 
 from __future__ import annotations
@@ -78,29 +78,32 @@ Ratio = Callable[[RequestFigures, RequestFigures], "float | None"]
 
 def summarize_speedup(p: Paired, ratio: Ratio, opts: StatsOptions) -> dict[str, Any]:
     """Geometric mean, median, interval, net-loss share, counts and verdict of one ratio."""
-    values, prompts, cats = [], [], []
+    values, prompts, cats, trials = [], [], [], []
     for s, b in zip(p.spec, p.base, strict=True):
         r = ratio(s, b)
         if r is not None and r > 0:
             values.append(r)
             prompts.append(s.prompt_id)
             cats.append(s.category)
-    return speedup_of(np.asarray(values, dtype=float), prompts, cats, opts)
+            trials.append(s.trial)
+    return speedup_of(np.asarray(values, dtype=float), prompts, cats, opts, trials)
 
 
 def speedup_of(ratios: stats.FloatArray, prompts: list[str], categories: list[str],
-               opts: StatsOptions) -> dict[str, Any]:
-    """The speedup object of the analysis for paired ratios (see the module docstring)."""
+               opts: StatsOptions, trials: list[int] | None = None) -> dict[str, Any]:
+    """The speedup object of the analysis for paired ratios (see the module docstring);
+    ``trials`` (each ratio's trial) lets the interval resample trials too."""
     n = int(ratios.size)
     n_prompts = len(set(prompts))
     out: dict[str, Any] = {"geomean": None, "median": None, "ci95": None,
                            "ci_level": opts.level, "net_loss_share": None, "n_samples": n,
-                           "n_prompts": n_prompts}
+                           "n_prompts": n_prompts,
+                           "n_trials": len(set(trials)) if trials is not None else None}
     ci = None
     if n:
         logs = np.log(ratios)
         ci = stats.ratio_interval(logs, prompts, categories, opts.resamples, opts.seed,
-                                  opts.level)
+                                  opts.level, trials)
         per_prompt: dict[str, list[float]] = {}
         for p, v in zip(prompts, logs, strict=True):
             per_prompt.setdefault(p, []).append(float(v))

@@ -1,13 +1,21 @@
-"""Statistics for paired comparisons: geometric means, a clustered and stratified bootstrap,
-verdicts, robust outliers, spread and straight-line fits.
+"""Statistics for paired comparisons: geometric means, a two-way clustered and stratified
+bootstrap, verdicts, robust outliers, spread and straight-line fits.
 
 The bootstrap resamples *clusters* (prompts: every trial of a prompt moves together, since
 they share the prompt's difficulty) within *strata* (categories: each category keeps its
-number of prompts, so a resample never over-represents one kind of text). The statistic is
-the mean of log ratios over the resampled samples, so ``exp`` of it is a geometric mean.
-A stratum with a single prompt cannot vary on its own, so such strata are pooled into one
-(and a lone pooled prompt joins the smallest other stratum). All resamples are drawn at
-once with numpy from a seeded generator: the same seed gives the same interval.
+number of prompts, so a resample never over-represents one kind of text), and, independently,
+*rounds* (trials: every prompt of a trial moves together, since they share that server
+start's state). Prompts and trials are crossed factors; drawing both with replacement and
+weighting each sample by the product of its prompt's and its trial's multiplicities is the
+pigeonhole bootstrap (Owen, 2007, Ann. Appl. Stat. 1(2)), mildly conservative. Resampling
+prompts alone would treat the trials as fixed: on the H200 study, speculative trials moved
+together by up to 10 % from one server start to the next, and prompt-only intervals were
+several times too narrow to cover a repeat run. With one trial the trial draw is constant
+and the interval is the prompt bootstrap alone (it then says nothing about restarts).
+The statistic is the mean of log ratios over the resampled samples, so ``exp`` of it is a
+geometric mean. A stratum with a single prompt cannot vary on its own, so such strata are
+pooled into one (and a lone pooled prompt joins the smallest other stratum). All resamples
+are drawn with numpy from a seeded generator: the same seed gives the same interval.
 """
 
 from __future__ import annotations
@@ -43,7 +51,11 @@ def geomean(values: Sequence[float] | FloatArray) -> float | None:
 
 @dataclass(frozen=True)
 class Clusters:
-    """Per-cluster sums and counts of sample values, with each cluster's stratum."""
+    """Sums and counts of sample values per (cluster, round), with each cluster's stratum.
+
+    ``sums`` and ``counts`` have one row per cluster (prompt) and one column per round
+    (trial); without rounds there is a single column.
+    """
 
     sums: FloatArray
     counts: FloatArray
@@ -51,8 +63,9 @@ class Clusters:
 
     @classmethod
     def of(cls, values: Sequence[float] | FloatArray, cluster: Sequence[str],
-           stratum: Sequence[str]) -> Clusters:
-        """Group ``values`` by ``cluster`` (a cluster keeps the stratum of its first sample)."""
+           stratum: Sequence[str], rounds: Sequence[object] | None = None) -> Clusters:
+        """Group ``values`` by ``cluster`` and ``rounds`` (a cluster keeps the stratum of its
+        first sample)."""
         index: dict[str, int] = {}
         strata_of: list[str] = []
         ids = np.empty(len(cluster), dtype=np.int64)
@@ -61,15 +74,31 @@ class Clusters:
                 index[c] = len(index)
                 strata_of.append(s)
             ids[i] = index[c]
+        round_index: dict[object, int] = {}
+        cols = np.zeros(len(cluster), dtype=np.int64)
+        if rounds is not None:
+            for i, r in enumerate(rounds):
+                cols[i] = round_index.setdefault(r, len(round_index))
+            if len(rounds) != len(cluster):
+                raise ValueError("rounds and clusters differ in length")
+        n_rounds = max(1, len(round_index))
+        flat = ids * n_rounds + cols
+        size = len(index) * n_rounds
         v = np.asarray(values, dtype=float)
-        sums = np.bincount(ids, weights=v, minlength=len(index)).astype(float)
-        counts = np.bincount(ids, minlength=len(index)).astype(float)
-        return cls(sums, counts, _pool_singletons(strata_of))
+        sums = np.bincount(flat, weights=v, minlength=size).astype(float)
+        counts = np.bincount(flat, minlength=size).astype(float)
+        return cls(sums.reshape(len(index), n_rounds), counts.reshape(len(index), n_rounds),
+                   _pool_singletons(strata_of))
 
     @property
     def n_clusters(self) -> int:
         """Number of clusters."""
-        return int(self.sums.size)
+        return int(self.sums.shape[0])
+
+    @property
+    def n_rounds(self) -> int:
+        """Number of rounds (1 without rounds)."""
+        return int(self.sums.shape[1])
 
 
 def _pool_singletons(strata_of: list[str]) -> npt.NDArray[np.int64]:
@@ -84,21 +113,39 @@ def _pool_singletons(strata_of: list[str]) -> npt.NDArray[np.int64]:
     return np.array([names[s] for s in label], dtype=np.int64)
 
 
-def bootstrap_means(c: Clusters, resamples: int, seed: int) -> FloatArray:
-    """Means of the values over ``resamples`` clustered, stratified resamples.
+def _multiplicities(draws: npt.NDArray[np.int64], size: int) -> FloatArray:
+    """How often each of ``size`` items occurs in each row of ``draws`` (rows x size)."""
+    rows = draws.shape[0]
+    flat = (np.arange(rows)[:, None] * size + draws).ravel()
+    return np.bincount(flat, minlength=rows * size).reshape(rows, size).astype(float)
 
-    In every stratum with m clusters, m clusters are drawn with replacement; a resample's
-    mean is the sum of the drawn clusters' sums over the sum of their counts.
+
+def bootstrap_means(c: Clusters, resamples: int, seed: int) -> FloatArray:
+    """Means of the values over ``resamples`` two-way clustered, stratified resamples.
+
+    In every stratum with m clusters, m clusters are drawn with replacement; with r > 1
+    rounds, r rounds are then drawn with replacement. A resample's mean is the sum of
+    sums over the sum of counts, each (cluster, round) cell weighted by the product of its
+    cluster's and its round's multiplicities. One round reduces this to the cluster draw.
+    Where some prompts miss some trials, a two-way resample can hold no sample at all; such
+    resamples are left out (fewer than ``resamples`` means come back).
     """
     rng = np.random.default_rng(seed)
-    total = np.zeros(resamples)
-    count = np.zeros(resamples)
+    n, r = c.n_clusters, c.n_rounds
+    prompts = np.zeros((resamples, n))
     for h in range(int(c.strata.max(initial=-1)) + 1):
         members = np.flatnonzero(c.strata == h)
-        draw = members[rng.integers(0, members.size, size=(resamples, members.size))]
-        total += c.sums[draw].sum(axis=1)
-        count += c.counts[draw].sum(axis=1)
-    return total / count
+        draw = rng.integers(0, members.size, size=(resamples, members.size))
+        prompts[:, members] += _multiplicities(draw, members.size)
+    if r == 1:
+        one: FloatArray = (prompts @ c.sums[:, 0]) / (prompts @ c.counts[:, 0])
+        return one
+    rounds = _multiplicities(rng.integers(0, r, size=(resamples, r)), r)
+    total = ((prompts @ c.sums) * rounds).sum(axis=1)
+    count = ((prompts @ c.counts) * rounds).sum(axis=1)
+    hit = count > 0  # prompts drawn only with trials they were not sent in: no sample
+    means: FloatArray = total[hit] / count[hit]
+    return means
 
 
 def interval(samples: FloatArray, level: float) -> tuple[float, float]:
@@ -110,11 +157,13 @@ def interval(samples: FloatArray, level: float) -> tuple[float, float]:
 
 def ratio_interval(log_ratios: Sequence[float] | FloatArray, cluster: Sequence[str],
                    stratum: Sequence[str], resamples: int, seed: int,
-                   level: float) -> tuple[float, float] | None:
-    """Bootstrap interval of the geometric mean of ratios given as logs (None: no data)."""
+                   level: float, rounds: Sequence[object] | None = None
+                   ) -> tuple[float, float] | None:
+    """Bootstrap interval of the geometric mean of ratios given as logs (None: no data);
+    ``rounds`` (the trial of each ratio) adds the trial draw of :func:`bootstrap_means`."""
     if len(log_ratios) == 0:
         return None
-    c = Clusters.of(log_ratios, cluster, stratum)
+    c = Clusters.of(log_ratios, cluster, stratum, rounds)
     low, high = interval(bootstrap_means(c, resamples, seed), level)
     return float(np.exp(low)), float(np.exp(high))
 
