@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Issue 8's study on H200s, in device calls of at most 10 minutes: each call builds what is
-# missing (CUDA llama-server; the qwen3-8b fixtures, generated while the build runs), runs
+# missing (CUDA llama-server, then the qwen3-8b fixtures: their vocabulary comes from the
+# llama.cpp source the build unpacks), runs
 # `crossbench matrix matrices/h200.yaml` with --resume until BUDGET_S is nearly spent, and
 # copies the run directories to $OUT (h200-<lane>.tgz) with every log of every call
 # (logs.tgz: three files back per call, under the device's limit of eight); the call that finds the study complete also runs the
@@ -11,7 +12,7 @@
 # Two GPUs: two lanes at once, each pinned to one GPU by UUID (CUDA_VISIBLE_DEVICES, which
 # crossbench's telemetry and checks follow), each with its own baseline cell, so every
 # speedup is paired on one GPU: gpu0 runs the alpha 0.6 and 0.8 sweeps, gpu1 the alpha 0.9
-# and 1.0 sweeps, the real draft and ngram-mod (about 12 minutes each).
+# and 1.0 sweeps, the real draft and ngram-mod (11 to 12 minutes each, at once).
 # Usage: OUT=/some/dir BUDGET_S=560 bash benchmarks/h200_study.sh
 set -uo pipefail
 : "${OUT:?set OUT to a directory for the results}"
@@ -35,15 +36,13 @@ if [ "${#uuids[@]}" -ge 2 ]; then
 else
   lanes=(run)
 fi
-if ! ls "$CROSSBENCH_CACHE"/engines/*-cuda-sm90/bin/llama-server >/dev/null 2>&1; then
+bin=("$CROSSBENCH_CACHE"/engines/*-cuda-sm90/build/bin)
+if [ ! -x "${bin[0]}/llama-server" ]; then
   s=$(date +%s)
-  # random weights need no llama.cpp: generate them on spare cores while nvcc builds
-  cb fixtures make --shape qwen3-8b >"$LOG/fixtures.log" 2>&1 &
-  gen=$!
   cb engines install llama.cpp --cuda --cuda-arch 90 \
     --source-archive .carry/llama-cpp-python-0.3.36.src.tgz >"$LOG/build.log" 2>&1 || exit 1
   echo "build_seconds=$(( $(date +%s) - s ))" | tee -a "$LOG/gpu.txt"
-  wait "$gen"; echo "fixture_generation_exit=$? at $(( $(date +%s) - s ))s" | tee -a "$LOG/gpu.txt"
+  bin=("$CROSSBENCH_CACHE"/engines/*-cuda-sm90/build/bin)
 fi
 s=$(date +%s)
 cb fixtures make --shape qwen3-8b --quant Q4_K_M --draft-quant Q8_0 2>&1 | tail -3
@@ -74,14 +73,29 @@ for lane in "${lanes[@]}"; do
   [ "$m" = 0 ] || missing=1
 done
 if [ "$missing" = 0 ]; then
-  for lane in "${lanes[@]}"; do cb analyze "$CROSSBENCH_CACHE/h200-$lane" >"$LOG/verdicts-$lane.txt" 2>&1; done
+  for lane in "${lanes[@]}"; do  # 3 trials x 3 prompts: 9 pairs a cell
+    cb analyze "$CROSSBENCH_CACHE/h200-$lane" --min-samples 9 >"$LOG/verdicts-$lane.txt" 2>&1
+  done
   target=$(ls "$CROSSBENCH_CACHE"/fixtures/qwen3-8b*/target-Q4_K_M.gguf | head -1)
-  bench=$(ls "$CROSSBENCH_CACHE"/engines/*-cuda-sm90/bin/llama-bench | head -1)
-  CUDA_VISIBLE_DEVICES=${uuids[0]} "$bench" -m "$target" -ngl 99 -p 0 -n 128 -r 3 -o json \
-    >"$LOG/llama-bench-tg128.json" 2>"$LOG/llama-bench.log"
+  for i in "${!uuids[@]}"; do  # the engine's own reference, on every GPU of the study
+    CUDA_VISIBLE_DEVICES=${uuids[$i]} "${bin[0]}/llama-bench" -m "$target" -ngl 99 -p 0 \
+      -n 128 -r 3 -o json >"$LOG/llama-bench-tg128-gpu$i.json" 2>"$LOG/llama-bench-gpu$i.log"
+  done
   CUDA_VISIBLE_DEVICES=${uuids[0]} python3 benchmarks/roofline.py "$target" --out "$LOG/roofline.json"
 fi
-for lane in "${lanes[@]}"; do
+# Occasion check (two GPUs): the baseline and the alpha 1.0 sweep again on gpu1, alone on the
+# host, after the lanes: does a repeat on another occasion land inside the lanes' intervals?
+solo=$CROSSBENCH_CACHE/h200-solo-gpu1
+if [ "$missing" = 0 ] && [ "${#lanes[@]}" = 2 ] && [ "$(left)" -gt 320 ]; then
+  resume=(); [ -f "$solo/state.json" ] && resume=(--resume)
+  CUDA_VISIBLE_DEVICES=${uuids[1]} timeout -s INT $(( $(left) - 30 )) python3 -m crossbench \
+    matrix matrices/h200.yaml --out "$solo" "${resume[@]}" --skip arm=synth-a0.6 \
+    --skip arm=synth-a0.8 --skip arm=synth-a0.9 --skip arm=real --skip arm=ngram-mod \
+    --progress plain >"$LOG/matrix-solo-gpu1.log" 2>&1
+  echo "solo exit $?"
+fi
+for lane in "${lanes[@]}" solo-gpu1; do
+  [ -d "$CROSSBENCH_CACHE/h200-$lane" ] || continue
   tar -C "$CROSSBENCH_CACHE" -czf "$OUT/h200-$lane.tgz" "h200-$lane" 2>/dev/null
 done
 tar -C /tmp -czf "$OUT/logs.tgz" h200-logs

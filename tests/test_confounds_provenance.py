@@ -180,3 +180,19 @@ def test_provenance_of_a_real_cpu_run_matches_the_files(llama_server, fixture_mo
     again = collect(manifest["engine"], entry["argv"], {"model": target, "draft": draft},
                     nvml=lambda: NO_GPU)
     assert again["models"]["model"]["sha256"] == record["models"]["model"]["sha256"]
+
+
+def test_one_card_per_lane_differs_by_card_only(monkeypatch):
+    """Two lanes on one host, each engine pinned to its own card by CUDA_VISIBLE_DEVICES:
+    each records only its card, as its CUDA device 0, so the diff names the card and the
+    setting, not every field of two half-empty GPU lists."""
+    nv = ScriptedNvml([ScriptedGpu(uuid="GPU-aaaa-0"), ScriptedGpu(uuid="GPU-bbbb-1")])
+    views = []
+    for card in ("GPU-aaaa", "GPU-bbbb"):
+        monkeypatch.setenv("CUDA_VISIBLE_DEVICES", card)
+        facts = gpu_facts(lambda: nv)
+        assert facts["count"] == 1
+        views.append(normalize_provenance({"gpu": facts,
+                                           "env": {"CUDA_VISIBLE_DEVICES": card}}))
+    d = diff(*views)
+    assert sorted(f.field for f in d.differences) == ["env.CUDA_VISIBLE_DEVICES", "gpus.0.uuid"]

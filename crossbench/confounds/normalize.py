@@ -25,7 +25,7 @@ Namespaces (the classes in :mod:`.diff` key on them):
 ``server_props.*``     what the server reports (``/props``: build, slots, default settings)
 ``env.*``              engine-relevant environment variables (secrets already redacted)
 ``host.*``             CPU, RAM, OS, Python
-``gpu.*``/``gpus.N.*``  driver, CUDA version, count; per GPU name, PCIe, power, clocks...
+``gpu.*``/``gpus.N.*``  driver, CUDA, count; each visible GPU by CUDA index N: name, UUID, clocks...
 =====================  ==================================================================
 
 Values are ``str``, ``int``, ``float`` or ``bool``; unset (None) values are left out; lists of
@@ -148,8 +148,8 @@ def normalize_provenance(record: Mapping[str, Any]) -> View:
     gpu = dict(record.get("gpu") or {})
     gpus = gpu.pop("gpus", [])
     flatten("gpu", gpu, out)
-    for i, g in enumerate(gpus):
-        flatten(f"gpus.{g.get('index', i)}", {k: v for k, v in g.items() if k != "index"}, out)
+    for i, g in enumerate(gpus):  # by position: the engine's CUDA device i, whichever card
+        flatten(f"gpus.{i}", {k: v for k, v in g.items() if k != "index"}, out)
     return out
 
 

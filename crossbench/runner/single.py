@@ -269,6 +269,7 @@ def _trial(cfg: RunConfig, t: int, server: EngineServer, engine: dict[str, Any],
                 progress(f"warning: {msg}")
         idle = gpu_checks.memory_used_now()
         others = other_engine_processes(set())
+        entry["other_engines"] = [{"pid": pid, "name": name} for pid, name in others]
         if others:
             listed = ", ".join(f"{name} (pid {pid})" for pid, name in others[:3])
             msg = (f"other inference processes are running: {listed}; they compete for the "
