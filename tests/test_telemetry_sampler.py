@@ -24,6 +24,7 @@ from crossbench.telemetry.gpu import (
     ScriptedGpu,
     ScriptedNvml,
     process_tree,
+    read_gpus,
     visible_indices,
 )
 from crossbench.telemetry.sampler import COLUMNS, GpuSampler, note_path
@@ -298,6 +299,7 @@ def test_scoped_sampler_checks_and_release_watch_only_the_visible_gpu(tmp_path, 
     assert {r.gpu for r in read_trace(tmp_path / "t.csv")} == {1}
     with Nvml(nvml) as nv:
         assert nv.indices() == [1]
+    assert [g.index for g in read_gpus(lambda: nvml).gpus] == [1]  # the thermal gate reads this
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0")
     checks = {c.id: c for c in before_trial(nvml=lambda: nvml)}
     assert checks["gpu-processes"].status == "fail" and checks["gpu-idle"].status == "fail"
