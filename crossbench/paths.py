@@ -14,5 +14,15 @@ def cache_dir() -> Path:
 
 
 def repo_root() -> Path:
-    """The checkout that holds this package (profiles in ``engines/`` live there)."""
+    """The folder above this package: the checkout, in a source tree or an editable install."""
     return Path(__file__).resolve().parent.parent
+
+
+def data_root() -> Path:
+    """The folder that holds ``engines/`` (profiles), ``zenodo/`` (archive templates) and
+    ``matrices/``: the checkout's top level, or in an installed wheel the copy it carries
+    in ``crossbench/_data/`` (``setup.py`` puts it there at build time)."""
+    root = repo_root()
+    if (root / "engines").is_dir():
+        return root
+    return Path(__file__).resolve().parent / "_data"

@@ -23,7 +23,7 @@ from typing import Any
 import yaml
 
 from crossbench.errors import UserError
-from crossbench.paths import repo_root
+from crossbench.paths import data_root
 
 TEMPLATES = {"README.md": "README.md.tmpl", "CITATION.cff": "CITATION.cff.tmpl",
              ".zenodo.json": "zenodo.json.tmpl",
@@ -169,8 +169,8 @@ class ArchiveMeta:
 
 
 def template_dir(override: Path | None = None) -> Path:
-    """Where the templates are: ``override``, else the repository's ``zenodo/``."""
-    folder = override or repo_root() / "zenodo"
+    """Where the templates are: ``override``, else crossbench's ``zenodo/`` (see ``data_root``)."""
+    folder = override or data_root() / "zenodo"
     missing = [t for t in TEMPLATES.values() if not (folder / t).is_file()]
     if missing:
         raise UserError(f"templates missing in {folder}: {', '.join(missing)}",

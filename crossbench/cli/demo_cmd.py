@@ -9,7 +9,7 @@ import click
 
 from crossbench.cli.common import progress, user_errors
 from crossbench.cli.live import make_view
-from crossbench.paths import repo_root
+from crossbench.paths import data_root
 
 DEFAULT_MATRIX = "matrices/cpu-smoke.yaml"
 
@@ -38,7 +38,7 @@ def demo(matrix_file: Path | None, out: Path | None) -> None:
 
     install(progress=progress)
     ensure_fixtures()
-    path = matrix_file or repo_root() / DEFAULT_MATRIX
+    path = matrix_file or data_root() / DEFAULT_MATRIX
     root = out or Path("runs") / time.strftime("demo-%Y%m%d-%H%M%S")
     with make_view("auto") as view:
         summary = run_matrix(path, root, progress=view.message, on_tick=view.tick)

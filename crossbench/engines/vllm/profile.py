@@ -20,7 +20,7 @@ from typing import Any
 import yaml
 
 from crossbench.errors import UserError
-from crossbench.paths import repo_root
+from crossbench.paths import data_root
 
 #: the release a config pins when it names none
 DEFAULT_VERSION = "0.33.0"
@@ -31,7 +31,7 @@ _VERSION_RE = re.compile(r"\b(\d+\.\d+\.\d+(?:\.post\d+|rc\d+|\.dev\d+)?)(\+[\w.
 def profiles_dir() -> Path:
     """Folder of vLLM profiles (``CROSSBENCH_ENGINES_DIR`` overrides the checkout's)."""
     base = os.environ.get("CROSSBENCH_ENGINES_DIR")
-    return (Path(base) if base else repo_root() / "engines") / "vllm"
+    return (Path(base) if base else data_root() / "engines") / "vllm"
 
 
 def version_key(version: str) -> tuple[int, ...]:
