@@ -107,3 +107,14 @@ def test_failed_requests_are_counted_and_named(tmp_path):
     pair = r["pairs"][0]
     assert pair["pairing"] == {"paired": 17, "unmatched_spec": 0, "unmatched_baseline": 0}
     assert {w["kind"] for w in pair["warnings"]} == {"failed_requests"}
+
+
+def test_a_verdict_from_one_trial_says_its_interval_leaves_out_restarts(tmp_path):
+    study(tmp_path / "s", PROMPTS, [Arm("none"), Arm("d", "draft-simple", 2, acceptance=ACC)],
+          flat, trials=1, occurrences=2)
+    r = analyze(tmp_path / "s", OPTS)
+    (pair,) = r["pairs"]
+    assert pair["speedup"]["n_trials"] == 1 and pair["verdict"] == "faster"
+    w = _warning(r, "single_trial")
+    assert "resamples prompts only" in w["message"] and "3 or more trials" in w["action"]
+    assert [x["kind"] for x in pair["warnings"]] == ["single_trial"]

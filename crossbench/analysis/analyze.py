@@ -129,6 +129,14 @@ def _pair_findings(pair: dict[str, Any], spec: CellData) -> list[Finding]:
             "rerun `vllm bench serve` with --save-detailed to keep per-request figures"
             if aggregate else "raise requests or trials (at least --min-samples paired "
             "samples over two or more prompts), or lower --min-samples knowingly", spec.id))
+    if sp["n_trials"] == 1 and sp["verdict"] != "too few samples":
+        found.append(Finding(
+            WarningKind.SINGLE_TRIAL,
+            "one trial per cell: the interval resamples prompts only, so it leaves out how "
+            "much a server start moves a whole trial (up to 10 % for speculative cells on "
+            "the H200 study)",
+            "run 3 or more trials (a matrix's `trials:`, `crossbench run --trials`); for a "
+            "speedup within about 10 % of 1, also repeat on a separate occasion", spec.id))
     conf = pair["confounds"]
     for f in conf.get("findings", []):
         kind = (WarningKind.CONFOUNDED if f["severity"] == "confounding"

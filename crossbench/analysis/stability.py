@@ -17,7 +17,8 @@ Checks on every cell (thresholds are module constants, cited where they come fro
 - ``failed_requests`` and ``integrity`` (a failed acceptance integrity check).
 
 Pair-level findings (``net_loss_despite_high_acceptance``, ``unpaired_requests``,
-``output_diverges``, ``too_few_samples``) are made by the analysis, with the same type.
+``output_diverges``, ``too_few_samples``, ``single_trial``) are made by the analysis, with the
+same type.
 """
 
 from __future__ import annotations
@@ -53,6 +54,7 @@ class WarningKind(StrEnum):
     UNPAIRED = "unpaired_requests"
     OUTPUT_DIVERGES = "output_diverges"
     TOO_FEW_SAMPLES = "too_few_samples"
+    SINGLE_TRIAL = "single_trial"
     AGGREGATE_ONLY = "aggregate_only"
     CONFOUNDED = "confounded"
     CONFOUND_CAVEAT = "confound_caveat"
