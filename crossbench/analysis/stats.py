@@ -77,10 +77,10 @@ class Clusters:
         round_index: dict[object, int] = {}
         cols = np.zeros(len(cluster), dtype=np.int64)
         if rounds is not None:
-            for i, r in enumerate(rounds):
-                cols[i] = round_index.setdefault(r, len(round_index))
             if len(rounds) != len(cluster):
                 raise ValueError("rounds and clusters differ in length")
+            for i, r in enumerate(rounds):
+                cols[i] = round_index.setdefault(r, len(round_index))
         n_rounds = max(1, len(round_index))
         flat = ids * n_rounds + cols
         size = len(index) * n_rounds

@@ -27,7 +27,13 @@ from pathlib import Path
 from typing import Any
 
 from crossbench.errors import UserError
-from crossbench.importers.records import ImportedCell, run_config, timed_record, write_import
+from crossbench.importers.records import (
+    ImportedCell,
+    read_json_objects,
+    run_config,
+    timed_record,
+    write_import,
+)
 
 RESULT_FIELDS = {"test_time", "avg_ns", "stddev_ns", "avg_ts", "stddev_ts", "samples_ns",
                  "samples_ts"}
@@ -40,19 +46,8 @@ HOST_FIELDS = {"build_commit", "build_number", "cpu_info", "gpu_info", "backends
 
 def read_tests(path: Path) -> list[dict[str, Any]]:
     """Test objects of a ``-o json`` array or ``-o jsonl`` file."""
-    try:
-        text = path.read_text()
-    except OSError as e:
-        raise UserError(f"cannot read {path}: {e.strerror}", "check the path") from None
-    try:
-        data = json.loads(text)
-        tests = data if isinstance(data, list) else [data]
-    except ValueError:
-        try:
-            tests = [json.loads(line) for line in text.splitlines() if line.strip()]
-        except ValueError as e:
-            raise UserError(f"{path} is not llama-bench JSON ({e})",
-                            "write it with `llama-bench -o json` or `-o jsonl`") from None
+    tests = read_json_objects(path, "llama-bench JSON",
+                              "write it with `llama-bench -o json` or `-o jsonl`")
     for t in tests:
         if not isinstance(t, dict) or "samples_ns" not in t or "n_gen" not in t:
             raise UserError(f"{path} is not llama-bench output (no samples_ns/n_gen)",

@@ -81,6 +81,23 @@ class ImportedCell:
         return sorted(found | set(self.imported.get("trials", [])))
 
 
+def read_json_objects(path: Path, tool: str, fix: str) -> list[Any]:
+    """The JSON values of a file that holds one value, an array of them, or one per line
+    (JSON Lines); a UserError naming ``tool``'s format and ``fix`` when it is neither."""
+    try:
+        text = path.read_text()
+    except OSError as e:
+        raise UserError(f"cannot read {path}: {e.strerror}", "check the path") from None
+    try:
+        data = json.loads(text)
+        return data if isinstance(data, list) else [data]
+    except ValueError:
+        try:
+            return [json.loads(line) for line in text.splitlines() if line.strip()]
+        except ValueError as e:
+            raise UserError(f"{path} is not {tool} ({e})", fix) from None
+
+
 def slug(text: str) -> str:
     """A path- and id-safe form of a label."""
     return re.sub(r"[^A-Za-z0-9._-]+", "-", text).strip("-") or "x"

@@ -32,7 +32,13 @@ from pathlib import Path
 from typing import Any
 
 from crossbench.errors import UserError
-from crossbench.importers.records import ImportedCell, run_config, timed_record, write_import
+from crossbench.importers.records import (
+    ImportedCell,
+    read_json_objects,
+    run_config,
+    timed_record,
+    write_import,
+)
 
 NS = 1_000_000_000
 PER_REQUEST = ("input_lens", "output_lens", "ttfts", "itls", "latencies", "start_times",
@@ -52,19 +58,8 @@ _ARM_KEYS = ("arm", "method", "n", "num_speculative_tokens", "trial")
 
 def read_results(path: Path) -> list[dict[str, Any]]:
     """The result objects of one file (one object, or one per line)."""
-    try:
-        text = path.read_text()
-    except OSError as e:
-        raise UserError(f"cannot read {path}: {e.strerror}", "check the path") from None
-    try:
-        one = json.loads(text)
-        items = one if isinstance(one, list) else [one]
-    except ValueError:
-        try:
-            items = [json.loads(line) for line in text.splitlines() if line.strip()]
-        except ValueError as e:
-            raise UserError(f"{path} is not vllm bench JSON ({e})",
-                            "pass files written by `vllm bench serve --save-result`") from None
+    items = read_json_objects(path, "vllm bench JSON",
+                              "pass files written by `vllm bench serve --save-result`")
     for it in items:
         if not isinstance(it, dict) or "model_id" not in it or "completed" not in it:
             raise UserError(f"{path} is not a vllm bench serve result (no model_id/completed)",

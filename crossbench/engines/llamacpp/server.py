@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from crossbench.engines.base import EngineIdentity, EngineServer, MetricsSnapshot
+from crossbench.engines.base import EngineIdentity, MetricsSnapshot
 from crossbench.engines.llamacpp.build import hash_binaries, load_install
 from crossbench.engines.llamacpp.config import LlamaServerConfig
 from crossbench.engines.llamacpp.pins import get_pin
@@ -22,12 +22,16 @@ from crossbench.engines.llamacpp.profile import (
     profile_for_build,
     run_version,
 )
-from crossbench.engines.process import die_with_parent, free_port, http_get, log_tail, port_in_use
-from crossbench.engines.prometheus import parse_samples
+from crossbench.engines.process import (
+    LocalServer,
+    http_get,
+    log_tail,
+    port_in_use,
+)
 from crossbench.errors import RunError, UserError
 
 
-class LlamaServer(EngineServer):
+class LlamaServer(LocalServer):
     """llama.cpp's ``llama-server`` behind the common lifecycle.
 
     Example::
@@ -43,10 +47,8 @@ class LlamaServer(EngineServer):
     in_flight_metric = "llamacpp:requests_processing"
 
     def __init__(self, config: LlamaServerConfig, log_path: Path) -> None:
+        super().__init__(config.host, config.port, log_path)
         self.config = config
-        self._log_path = log_path
-        self._proc: subprocess.Popen[bytes] | None = None
-        self._port: int | None = config.port
         self._profile: LlamaCppProfile | None = None
         self._binary: Path | None = None
 
@@ -204,42 +206,14 @@ class LlamaServer(EngineServer):
 
     # -- lifecycle ----------------------------------------------------------------------------
 
-    @property
-    def log_path(self) -> Path:
-        """Captured stdout+stderr of the server."""
-        return self._log_path
-
     def request_extras(self, cache_prompt: bool) -> dict[str, Any]:
         """Per-request prompt cache switch, and timings on every chunk (tokens per chunk and
         the server's own timings and draft counts per request)."""
         return {"cache_prompt": cache_prompt, "timings_per_token": True}
 
-    @property
-    def base_url(self) -> str:
-        """``http://host:port`` of the running server."""
-        return f"http://{self.config.host}:{self._port}"
-
-    @property
-    def pid(self) -> int | None:
-        """Process id (also the process-group id) of the running server."""
-        return self._proc.pid if self._proc else None
-
     def start(self) -> None:
         """Spawn llama-server in its own process group; it dies if crossbench dies."""
-        if self._proc is not None:
-            raise RuntimeError("server already started")
-        if self._port is None:
-            self._port = free_port(self.config.host)
-        argv = self.command()
-        self._log_path.parent.mkdir(parents=True, exist_ok=True)
-        log = self._log_path.open("ab")
-        try:
-            self._proc = subprocess.Popen(
-                argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                preexec_fn=die_with_parent,
-            )
-        finally:
-            log.close()
+        self._spawn()
 
     def wait_ready(self, timeout_s: float | None = None) -> None:
         """Poll ``/health`` until 200 (503 means loading); fail fast if the process dies."""
@@ -276,19 +250,8 @@ class LlamaServer(EngineServer):
 
     def scrape(self) -> MetricsSnapshot:
         """GET ``/metrics`` (enabled by ``--metrics``) and parse it."""
-        try:
-            status, body = http_get(self.base_url + "/metrics", timeout=10.0)
-        except OSError as e:
-            alive = self._proc is not None and self._proc.poll() is None
-            state = "is not answering" if alive else "has exited"
-            raise RunError(f"cannot read /metrics: llama-server {state} ({e}); last log lines:\n"
-                           f"{log_tail(self._log_path)}",
-                           f"see {self._log_path} for why it stopped") from e
-        if status != 200:
-            raise RunError(f"/metrics answered HTTP {status}",
-                           "llama-server needs --metrics (crossbench always passes it)")
-        text = body.decode()
-        return MetricsSnapshot(t_ns=time.monotonic_ns(), text=text, samples=parse_samples(text))
+        return self._read_metrics("llama-server",
+                                  "llama-server needs --metrics (crossbench always passes it)")
 
     def props(self) -> dict[str, Any]:
         """The server's ``/props`` (build info, default generation settings)."""

@@ -13,6 +13,7 @@ from __future__ import annotations
 import functools
 import os
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -96,25 +97,20 @@ class VllmProfile:
 
     def check_flag(self, flag: str, setting: str) -> None:
         """Raise UserError naming the releases that have ``flag`` when this one lacks it."""
-        if flag in self.flags:
-            return
-        have = [p.version for p in known_profiles() if flag in p.flags]
-        raise UserError(
-            f"{setting}: {self.label} has no `{flag}`",
-            _where(have, "pin version: " + (have[-1] if have else "?")
-                   + " to use it, or drop the setting"),
-        )
+        self._require(lambda p: flag in p.flags, f"{setting}: {self.label} has no `{flag}`")
 
     def check_spec_field(self, name: str, setting: str) -> None:
         """Raise UserError naming the releases whose SpeculativeConfig has ``name``."""
-        if name in self.spec_fields:
+        self._require(lambda p: name in p.spec_fields,
+                      f"{setting}: {self.label}'s speculative config has no field `{name}`")
+
+    def _require(self, present: Callable[[VllmProfile], bool], problem: str) -> None:
+        """Nothing when ``present(self)``; else ``problem`` with the releases that have it."""
+        if present(self):
             return
-        have = [p.version for p in known_profiles() if name in p.spec_fields]
-        raise UserError(
-            f"{setting}: {self.label}'s speculative config has no field `{name}`",
-            _where(have, "pin version: " + (have[-1] if have else "?")
-                   + " to use it, or drop the setting"),
-        )
+        have = [p.version for p in known_profiles() if present(p)]
+        raise UserError(problem, _where(have, "pin version: " + (have[-1] if have else "?")
+                                        + " to use it, or drop the setting"))
 
     def check_choice(self, name: str, value: str, setting: str) -> None:
         """Raise UserError when ``value`` is not a choice of the Literal field ``name``."""

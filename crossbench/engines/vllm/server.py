@@ -24,9 +24,13 @@ import time
 from pathlib import Path
 from typing import Any
 
-from crossbench.engines.base import EngineIdentity, EngineServer, MetricsSnapshot
-from crossbench.engines.process import die_with_parent, free_port, http_get, log_tail, port_in_use
-from crossbench.engines.prometheus import parse_samples
+from crossbench.engines.base import EngineIdentity, MetricsSnapshot
+from crossbench.engines.process import (
+    LocalServer,
+    http_get,
+    log_tail,
+    port_in_use,
+)
 from crossbench.engines.vllm import startup_log
 from crossbench.engines.vllm.config import VllmServerConfig
 from crossbench.engines.vllm.metrics import IN_FLIGHT
@@ -104,7 +108,7 @@ def wait_gpu_release(pids: set[int], timeout_s: float) -> str:
             pynvml.nvmlShutdown()
 
 
-class VllmServer(EngineServer):
+class VllmServer(LocalServer):
     """vLLM's ``vllm serve`` behind the common lifecycle.
 
     Example::
@@ -121,10 +125,8 @@ class VllmServer(EngineServer):
     in_flight_metric = IN_FLIGHT
 
     def __init__(self, config: VllmServerConfig, log_path: Path) -> None:
+        super().__init__(config.host, config.port, log_path)
         self.config = config
-        self._log_path = log_path
-        self._proc: subprocess.Popen[bytes] | None = None
-        self._port: int | None = config.port
         self._binary: Path | None = None
         self._version_text: str | None = None
         self._log_offset = 0
@@ -329,46 +331,19 @@ class VllmServer(EngineServer):
 
     # -- lifecycle ----------------------------------------------------------------------------
 
-    @property
-    def log_path(self) -> Path:
-        """Captured stdout+stderr of the server (all its processes)."""
-        return self._log_path
-
     def request_extras(self, cache_prompt: bool) -> dict[str, Any]:
         """Usage on every chunk (tokens per chunk) and the final usage chunk, which carries
         ``metrics.speculative_decoding`` with --per-request-spec-decode-metrics. Prefix
         caching is a server flag here (``enable_prefix_caching``), not a request field."""
         return {"stream_options": {"include_usage": True, "continuous_usage_stats": True}}
 
-    @property
-    def base_url(self) -> str:
-        """``http://host:port`` of the running server."""
-        return f"http://{self.config.host}:{self._port}"
-
-    @property
-    def pid(self) -> int | None:
-        """Process id of ``vllm serve`` (also its session and process-group id)."""
-        return self._proc.pid if self._proc else None
-
     def start(self) -> None:
         """Spawn ``vllm serve`` in a new session; it dies if crossbench dies."""
         if self._proc is not None:
             raise RuntimeError("server already started")
-        if self._port is None:
-            self._port = free_port(self.config.host)
-        argv = self.command()
-        self._log_path.parent.mkdir(parents=True, exist_ok=True)
         self._log_offset = self._log_path.stat().st_size if self._log_path.exists() else 0
         self._startup = None
-        env = {**os.environ, **self.config.env}
-        log = self._log_path.open("ab")
-        try:
-            self._proc = subprocess.Popen(
-                argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, env=env,
-                preexec_fn=die_with_parent,
-            )
-        finally:
-            log.close()
+        self._spawn({**os.environ, **self.config.env})
 
     def _this_log(self) -> str:
         try:
@@ -422,19 +397,8 @@ class VllmServer(EngineServer):
 
     def scrape(self) -> MetricsSnapshot:
         """GET ``/metrics`` (on by default in vLLM) and parse it."""
-        try:
-            status, body = http_get(self.base_url + "/metrics", timeout=10.0)
-        except OSError as e:
-            alive = self._proc is not None and self._proc.poll() is None
-            state = "is not answering" if alive else "has exited"
-            raise RunError(f"cannot read /metrics: vllm {state} ({e}); last log lines:\n"
-                           f"{log_tail(self._log_path)}",
-                           f"see {self._log_path} for why it stopped") from e
-        if status != 200:
-            raise RunError(f"/metrics answered HTTP {status}",
-                           "do not pass --disable-log-stats (it turns the counters off)")
-        text = body.decode()
-        return MetricsSnapshot(t_ns=time.monotonic_ns(), text=text, samples=parse_samples(text))
+        return self._read_metrics("vllm",
+                                  "do not pass --disable-log-stats (it turns the counters off)")
 
     def startup_facts(self) -> startup_log.StartupFacts | None:
         """Facts of the last start-up (None before :meth:`wait_ready`)."""
