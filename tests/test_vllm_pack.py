@@ -1,0 +1,505 @@
+"""Offline packs of a pinned vLLM (crossbench/engines/vllm/pack.py), on a fake wheelhouse.
+
+The wheelhouse holds a fake ``vllm-0.26.0`` (its Requires-Dist has an extra, markers true and
+false for the target, a host-provided package whose pin differs, a skipped package, the two
+files pack.yaml drops) and a few dependency wheels, so the resolution, the slim wheel, the
+parts, the install, the launcher and the identity record have known right answers. No
+network; pip runs only to install the fake wheels into a temporary prefix.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import io
+import json
+import os
+import random
+import shutil
+import subprocess
+import sys
+import tarfile
+import zipfile
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+from click.testing import CliRunner
+from packaging.requirements import Requirement
+
+from crossbench.cli.main import cli
+from crossbench.engines import registry
+from crossbench.engines.vllm import pack as vp
+from crossbench.engines.vllm.server import VllmServer
+from crossbench.errors import UserError
+
+HERE = f"{sys.version_info.major}.{sys.version_info.minor}"
+OTHER = "3.11" if HERE == "3.12" else "3.12"
+PART = 50_000
+FA2 = "vllm/vllm_flash_attn/_vllm_fa2_C.abi3.so"
+FA3 = "vllm/vllm_flash_attn/_vllm_fa3_C.abi3.so"
+RS = "vllm/vllm-rs"
+
+MAIN = '''\
+import os
+import sys
+
+
+def main() -> int:
+    if "--version" in sys.argv[1:]:
+        print("0.26.0")
+        return 0
+    for name in ("VLLM_USE_FLASHINFER_SAMPLER", "CROSSBENCH_TEST_MODE"):
+        print(f"{name}={os.environ.get(name)}")
+    import starlette
+    print(f"argv0={sys.argv[0]}")
+    print(f"starlette={starlette.__file__}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
+'''
+
+FACTS = '''\
+schema_version: 1
+engine: vllm
+releases:
+  "0.26.0":
+    drop_files:
+      vllm/vllm_flash_attn/_vllm_fa2_C.abi3.so: FA2 kernels; Hopper runs FA3.
+      vllm/vllm-rs: Rust frontend; runs only with VLLM_USE_RUST_FRONTEND=1.
+    skip_packages:
+      flashinfer-python: optional kernels, imported lazily.
+    keep_host:
+      numba: the host's 0.68 serves.
+      torch: never carried.
+    env:
+      VLLM_USE_FLASHINFER_SAMPLER: {value: "0", reason: flashinfer is not carried.}
+      CROSSBENCH_TEST_MODE: {value: packed, reason: a second default for the test.}
+'''
+
+HOST = '''\
+# the fake host: pinned, bare and commented lines
+numpy==2.5.2
+numba==0.68.0
+click
+torch==2.11.0
+uvloop   # present, version unknown
+'''
+
+
+def _b64(data: bytes) -> str:
+    return base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
+
+
+def make_wheel(folder: Path, name: str, version: str, requires: tuple[str, ...] = (),
+               extras: tuple[str, ...] = (), files: dict[str, bytes] | None = None,
+               entry_points: str | None = None) -> Path:
+    """A valid pure-Python wheel with METADATA, WHEEL, entry_points.txt and RECORD."""
+    dist = f"{name.replace('-', '_')}-{version}"
+    info = f"{dist}.dist-info"
+    meta = (f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n"
+            + "".join(f"Provides-Extra: {e}\n" for e in extras)
+            + "".join(f"Requires-Dist: {r}\n" for r in requires))
+    content = dict(files or {f"{name.replace('-', '_')}/__init__.py": b"VERSION = 1\n"})
+    content[f"{info}/METADATA"] = meta.encode()
+    content[f"{info}/WHEEL"] = (b"Wheel-Version: 1.0\nGenerator: crossbench-test\n"
+                                b"Root-Is-Purelib: true\nTag: py3-none-any\n")
+    if entry_points is not None:
+        content[f"{info}/entry_points.txt"] = entry_points.encode()
+    record = "".join(f"{p},sha256={_b64(d)},{len(d)}\n" for p, d in content.items())
+    content[f"{info}/RECORD"] = (record + f"{info}/RECORD,,\n").encode()
+    path = folder / f"{dist}-py3-none-any.whl"
+    with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as zf:
+        for p, d in content.items():
+            zi = zipfile.ZipInfo(p, (2024, 1, 1, 0, 0, 0))
+            zi.external_attr = (0o755 if p == RS else 0o644) << 16
+            zf.writestr(zi, d, zipfile.ZIP_DEFLATED)
+    return path
+
+
+@dataclass
+class World:
+    """The fake wheelhouse, host list and pack facts."""
+
+    root: Path
+    wheels: Path
+    host: Path
+    facts: Path
+    engines_dir: Path
+
+    def pack(self, out: str, python: str = HERE, **kw: Any) -> vp.PackResult:
+        kw.setdefault("wheelhouse", self.wheels)
+        kw.setdefault("facts_file", self.facts)
+        kw.setdefault("part_bytes", PART)
+        return vp.pack(kw.pop("req", "vllm==0.26.0"), python, self.host, self.root / out, **kw)
+
+
+@pytest.fixture(scope="module")
+def world(tmp_path_factory: pytest.TempPathFactory) -> World:
+    root = tmp_path_factory.mktemp("pack")
+    wheels = root / "wheelhouse"
+    wheels.mkdir()
+    rnd = random.Random(0)
+    make_wheel(
+        wheels, "vllm", "0.26.0",
+        requires=("fastapi[standard]<0.137.0,>=0.133.0", "starlette", "numpy>=1.26",
+                  "numba==0.65.0", "flashinfer-python==0.6.14", "torch==2.11.0",
+                  'legacy-backport; python_version < "3.11"',
+                  'six>=1.16.0; python_version > "3.11"', 'bench-only; extra == "bench"'),
+        extras=("bench",),
+        files={"vllm/__init__.py": b'__version__ = "0.26.0"\n',
+               "vllm/entrypoints/__init__.py": b"", "vllm/entrypoints/cli/__init__.py": b"",
+               "vllm/entrypoints/cli/main.py": MAIN.encode(),
+               FA2: rnd.randbytes(300_000), FA3: rnd.randbytes(120_000),
+               RS: rnd.randbytes(50_000)},
+        entry_points="[console_scripts]\nvllm = vllm.entrypoints.cli.main:main\n\n"
+                     "[vllm.general_plugins]\nx = vllm.plugins:register\n")
+    make_wheel(wheels, "fastapi", "0.136.3",
+               requires=("starlette<1.0.1,>=0.40.0", 'uvicorn[standard]>=0.30; extra == "standard"',
+                         'httpx>=0.23; extra == "all"'), extras=("standard", "all"))
+    make_wheel(wheels, "starlette", "1.0.1")
+    make_wheel(wheels, "starlette", "0.99.0")
+    make_wheel(wheels, "uvicorn", "0.35.0",
+               requires=("click>=8.0", "h11>=0.8",
+                         'uvloop>=0.15; extra == "standard" and sys_platform != "win32"'),
+               extras=("standard",))
+    make_wheel(wheels, "h11", "0.16.0")
+    make_wheel(wheels, "six", "1.17.0")
+    host = root / "host.txt"
+    host.write_text(HOST)
+    engines_dir = root / "engines"
+    (engines_dir / "vllm").mkdir(parents=True)
+    facts = engines_dir / "vllm" / "pack.yaml"
+    facts.write_text(FACTS)
+    return World(root, wheels, host, facts, engines_dir)
+
+
+@pytest.fixture(scope="module")
+def packed(world: World) -> vp.PackResult:
+    return world.pack("out")
+
+
+@pytest.fixture(scope="module")
+def installed(world: World, packed: vp.PackResult) -> vp.InstallResult:
+    return vp.install(packed.out, world.root / "prefix")
+
+
+def payload_bytes(res: vp.PackResult) -> bytes:
+    return b"".join((res.out / p["name"]).read_bytes() for p in res.manifest["parts"])
+
+
+def wheel_from_payload(res: vp.PackResult, name: str) -> bytes:
+    with tarfile.open(fileobj=io.BytesIO(payload_bytes(res))) as tar:
+        f = tar.extractfile(name)
+        assert f is not None
+        return f.read()
+
+
+# -- resolution -----------------------------------------------------------------------------
+
+
+def test_resolution_skips_host_packages_and_follows_extras_and_markers(
+        world: World, packed: vp.PackResult) -> None:
+    man = packed.manifest
+    carried = {w["project"]: w["version"] for w in man["wheels"]}
+    six = {"six": "1.17.0"} if HERE == "3.12" else {}
+    assert carried == {"vllm": "0.26.0", "fastapi": "0.136.3", "starlette": "0.99.0",
+                       "uvicorn": "0.35.0", "h11": "0.16.0", **six}
+    by_name = {w["project"]: w for w in man["wheels"]}
+    # fastapi's tighter pin replaced the starlette chosen for vllm's bare requirement
+    assert by_name["starlette"]["required_by"] == [
+        "vllm 0.26.0: starlette", "fastapi 0.136.3: starlette<1.0.1,>=0.40.0"]
+    assert by_name["fastapi"]["extras"] == ["standard"]
+    assert by_name["uvicorn"]["required_by"] == [
+        'fastapi 0.136.3: uvicorn[standard]>=0.30; extra == "standard"']
+    assert set(man["host_provided"]) == {"numpy", "numba", "torch", "click", "uvloop"}
+    assert man["host_provided"]["uvloop"]["version"] is None
+    assert man["host_provided"]["numba"]["pin_differs"] == ["vllm 0.26.0: numba==0.65.0"]
+    assert man["host_provided"]["numba"]["kept_because"] == "the host's 0.68 serves."
+    assert "pin_differs" not in man["host_provided"]["torch"]
+    assert man["skipped"] == {"flashinfer-python": {
+        "reason": "optional kernels, imported lazily.",
+        "required_by": ["vllm 0.26.0: flashinfer-python==0.6.14"]}}
+    assert man["against"]["sha256"] == hashlib.sha256(world.host.read_bytes()).hexdigest()
+    assert man["python"] == HERE and man["kind"] == "crossbench.engine_pack"
+    assert man["env"]["VLLM_USE_FLASHINFER_SAMPLER"]["value"] == "0"
+
+
+def test_markers_are_evaluated_for_the_target_python(world: World) -> None:
+    facts = vp.load_facts("vllm", "0.26.0", world.facts)
+    host = vp.read_host_list(world.host)
+    roots = [(Requirement("vllm==0.26.0"), "command line")]
+    names = {}
+    for py in ("3.11", "3.12"):
+        t = vp.Target.parse(py)
+        res = vp.resolve(roots, t, host, facts, vp.Wheelhouse(world.wheels, t))
+        names[py] = set(res.wheels)
+    assert names["3.12"] - names["3.11"] == {"six"}  # six>=1.16.0; python_version > "3.11"
+    assert not {"legacy-backport", "bench-only", "httpx"} & (names["3.11"] | names["3.12"])
+
+
+def test_refetch_is_reported(world: World) -> None:
+    msgs: list[str] = []
+    world.pack("out-msgs", progress=msgs.append)
+    assert ("starlette 1.0.1 does not satisfy fastapi 0.136.3: starlette<1.0.1,>=0.40.0; "
+            "fetching starlette<1.0.1,>=0.40.0") in msgs
+
+
+def test_host_version_that_violates_a_pin_is_refused(world: World) -> None:
+    with pytest.raises(UserError) as e:
+        world.pack("out-conflict", with_reqs=["numpy<2"])
+    assert e.value.message == (f"--against {world.host}: the host has numpy==2.5.2, but "
+                               "--with: numpy<2 needs numpy<2")
+    assert "keep_host" in (e.value.hint or "")
+
+
+def test_constraint_picks_the_version_and_conflicts_name_every_requirement(
+        world: World, tmp_path: Path) -> None:
+    facts = tmp_path / "pack.yaml"
+    facts.write_text(FACTS.replace("    keep_host:", """    constraints:
+      starlette: {spec: "<1.0", reason: what pip would backtrack to.}
+    keep_host:"""))
+    msgs: list[str] = []
+    res = world.pack("out-constrained", facts_file=facts, progress=msgs.append)
+    assert res.manifest["constraints"] == {"starlette": {
+        "spec": "<1.0", "reason": "what pip would backtrack to.", "chosen": "0.99.0"}}
+    assert not [m for m in msgs if "does not satisfy" in m]  # no re-fetch was needed
+    with pytest.raises(UserError) as e:
+        world.pack("out-conflicting", with_reqs=["starlette>=1.0.1"])
+    assert e.value.message.startswith(
+        "no single starlette meets every requirement (--with: starlette>=1.0.1; vllm 0.26.0: "
+        "starlette; fastapi 0.136.3: starlette<1.0.1,>=0.40.0): --wheelhouse ")
+    assert "add a constraint to" in (e.value.hint or "")
+
+
+def test_requirement_missing_from_the_wheelhouse_is_named(world: World) -> None:
+    with pytest.raises(UserError, match=r"no wheel of orjson>=3 for CPython"):
+        world.pack("out-missing", with_reqs=["orjson>=3"])
+
+
+def test_release_without_facts_and_loose_pins_are_refused(world: World) -> None:
+    with pytest.raises(UserError) as e:
+        world.pack("out-nofacts", req="vllm==0.25.0")
+    assert e.value.message == f"{world.facts} has no entry for vllm 0.25.0 (it has: 0.26.0)"
+    assert f'add releases."0.25.0" to {world.facts}' in (e.value.hint or "")
+    with pytest.raises(UserError, match="does not pin one release"):
+        world.pack("out-loose", req="vllm>=0.26")
+    with pytest.raises(UserError, match="is not a Python minor version"):
+        world.pack("out-py", python="3")
+
+
+def test_repository_facts_cover_0_26_0() -> None:
+    facts = vp.load_facts("vllm", "0.26.0")
+    assert set(facts.drop_files) == {FA2, RS}
+    assert {"flashinfer-python", "nvtx", "pynvvideocodec", "torchcodec"} <= set(
+        facts.skip_packages)
+    assert "apache-tvm-ffi" not in facts.skip_packages  # xgrammar imports it at vllm's import
+    assert {"numba", "numpy", "setuptools", "torch", "torchaudio", "torchvision",
+            "triton"} <= set(facts.keep_host)
+    assert {str(n): str(c.spec) for n, c in facts.constraints.items()} == {"xgrammar": "<0.2.8"}
+    assert facts.env["VLLM_USE_FLASHINFER_SAMPLER"].value == "0"
+
+
+# -- slim wheel, parts, determinism ---------------------------------------------------------
+
+
+def test_dropped_files_are_gone_from_the_slim_wheel_and_its_record(
+        world: World, packed: vp.PackResult) -> None:
+    name = "vllm-0.26.0-py3-none-any.whl"
+    slim = zipfile.ZipFile(io.BytesIO(wheel_from_payload(packed, name)))
+    orig = zipfile.ZipFile(world.wheels / name)
+    assert slim.testzip() is None
+    assert set(orig.namelist()) - set(slim.namelist()) == {FA2, RS}
+    record = slim.read("vllm-0.26.0.dist-info/RECORD").decode()
+    assert FA2 not in record and RS not in record and FA3 in record
+    assert len(record.splitlines()) == len(orig.read("vllm-0.26.0.dist-info/RECORD")
+                                            .decode().splitlines()) - 2
+    for n in slim.namelist():
+        if not n.endswith("RECORD"):
+            assert slim.read(n) == orig.read(n), n
+    assert {i.date_time for i in slim.infolist()} == {(1980, 1, 1, 0, 0, 0)}
+    assert slim.namelist()[-1] == "vllm-0.26.0.dist-info/RECORD"
+    dropped = {d["path"]: d for d in packed.manifest["dropped_files"]}
+    assert set(dropped) == {FA2, RS}
+    assert dropped[FA2]["size"] == 300_000 and dropped[FA2]["bytes_saved"] > 290_000
+    assert dropped[RS]["reason"] == "Rust frontend; runs only with VLLM_USE_RUST_FRONTEND=1."
+    ew = packed.manifest["engine_wheel"]
+    assert ew["original_sha256"] == hashlib.sha256(
+        (world.wheels / name).read_bytes()).hexdigest()
+
+
+def test_a_drop_path_the_wheel_lacks_is_refused(world: World, tmp_path: Path) -> None:
+    with pytest.raises(UserError, match="has no vllm/nope.so to drop"):
+        vp.slim_wheel(world.wheels / "vllm-0.26.0-py3-none-any.whl", tmp_path / "x.whl",
+                      {"vllm/nope.so": "why"})
+
+
+def test_parts_are_at_most_part_size_and_reassemble_to_the_payload(
+        packed: vp.PackResult) -> None:
+    parts = packed.manifest["parts"]
+    assert len(parts) >= 3
+    assert [p["name"] for p in parts] == [f"payload.tar.part{i:03d}" for i in range(len(parts))]
+    assert all(p["size"] == PART for p in parts[:-1]) and 0 < parts[-1]["size"] <= PART
+    for p in parts:
+        data = (packed.out / p["name"]).read_bytes()
+        assert len(data) == p["size"] and hashlib.sha256(data).hexdigest() == p["sha256"]
+    whole = payload_bytes(packed)
+    assert hashlib.sha256(whole).hexdigest() == packed.manifest["payload"]["sha256"]
+    assert len(whole) == packed.manifest["payload"]["size"]
+    with tarfile.open(fileobj=io.BytesIO(whole)) as tar:
+        members = tar.getmembers()
+    assert [m.name for m in members] == sorted(w["name"] for w in packed.manifest["wheels"])
+    assert {(m.mtime, m.uid, m.mode) for m in members} == {(0, 0, 0o644)}
+    sizes = {w["name"]: w["size"] for w in packed.manifest["wheels"]}
+    assert {m.name: m.size for m in members} == sizes
+
+
+def test_packing_twice_gives_identical_bytes(world: World, packed: vp.PackResult) -> None:
+    again = world.pack("out-again")
+    first = {p.name: p.read_bytes() for p in sorted(packed.out.iterdir())}
+    second = {p.name: p.read_bytes() for p in sorted(again.out.iterdir())}
+    assert first == second
+
+
+# -- install --------------------------------------------------------------------------------
+
+
+def run_launcher(launcher: Path, *args: str, **env: str) -> subprocess.CompletedProcess[str]:
+    base = {k: v for k, v in os.environ.items()
+            if k not in ("VLLM_USE_FLASHINFER_SAMPLER", "CROSSBENCH_TEST_MODE", "PYTHONPATH")}
+    return subprocess.run([str(launcher), *args], capture_output=True, text=True, check=True,
+                          env={**base, **env}, timeout=60)
+
+
+def test_install_round_trip(world: World, packed: vp.PackResult,
+                            installed: vp.InstallResult) -> None:
+    prefix = world.root / "prefix"
+    assert installed.changed and installed.launcher == prefix / "bin" / "vllm"
+    assert os.access(installed.launcher, os.X_OK)
+    assert run_launcher(installed.launcher, "--version").stdout == "0.26.0\n"
+    out = run_launcher(installed.launcher).stdout.splitlines()
+    assert out[:3] == ["VLLM_USE_FLASHINFER_SAMPLER=0", "CROSSBENCH_TEST_MODE=packed",
+                       "argv0=vllm"]
+    assert out[3].startswith(f"starlette={prefix / 'site' / 'starlette'}")
+    mine = run_launcher(installed.launcher, VLLM_USE_FLASHINFER_SAMPLER="1",
+                        CROSSBENCH_TEST_MODE="mine").stdout.splitlines()
+    assert mine[:2] == ["VLLM_USE_FLASHINFER_SAMPLER=1", "CROSSBENCH_TEST_MODE=mine"]
+    site = prefix / "site"
+    assert (site / "vllm" / "vllm_flash_attn" / "_vllm_fa3_C.abi3.so").is_file()
+    assert not (site / "vllm" / "vllm_flash_attn" / "_vllm_fa2_C.abi3.so").exists()
+    assert not (site / "vllm" / "vllm-rs").exists()
+    rec = json.loads((prefix / "install.json").read_text())
+    assert rec == installed.record
+    assert rec["kind"] == "crossbench.engine_install" and rec["release"] == "0.26.0"
+    assert rec["payload_sha256"] == packed.manifest["payload"]["sha256"]
+    assert rec["skipped_packages"] == {"flashinfer-python": "optional kernels, imported lazily."}
+    assert [d["path"] for d in rec["dropped_files"]] == [RS, FA2]  # entry order
+    assert rec["host_pins_differ"] == {"numba": "the host's 0.68 serves."}
+    assert rec["installed_utc"].endswith("Z")
+    again = vp.install(packed.out, prefix)
+    assert not again.changed and again.record == rec
+
+
+def test_launcher_text_quotes_and_defaults(packed: vp.PackResult) -> None:
+    text = vp.launcher_text(packed.manifest, Path("/opt/my prefix/site"), "/usr/bin/python3",
+                            "vllm.entrypoints.cli.main", "main")
+    lines = text.splitlines()
+    assert lines[0] == "#!/bin/sh"
+    assert "PYTHONPATH='/opt/my prefix/site'${PYTHONPATH:+:$PYTHONPATH}" in lines
+    assert "VLLM_USE_FLASHINFER_SAMPLER=${VLLM_USE_FLASHINFER_SAMPLER:-0}" in lines
+    assert lines[-1] == ("exec /usr/bin/python3 -c 'import sys; from vllm.entrypoints.cli.main "
+                         "import main; sys.argv[0] = \"vllm\"; sys.exit(main())' \"$@\"")
+
+
+def test_install_for_another_python_is_refused(world: World, tmp_path: Path) -> None:
+    other = world.pack("out-other", python=OTHER)
+    with pytest.raises(UserError) as e:
+        vp.install(other.out, tmp_path / "p")
+    assert e.value.message == (f"--from {other.out} is packed for Python {OTHER}, but "
+                               f"{sys.executable} is Python {HERE}")
+
+
+@pytest.fixture
+def copy(packed: vp.PackResult, tmp_path: Path) -> Iterator[Path]:
+    dest = tmp_path / "copy"
+    shutil.copytree(packed.out, dest)
+    yield dest
+
+
+def test_tampered_part_is_refused(copy: Path, tmp_path: Path) -> None:
+    part = copy / "payload.tar.part001"
+    data = bytearray(part.read_bytes())
+    data[1234] ^= 0x01
+    part.write_bytes(bytes(data))
+    with pytest.raises(UserError) as e:
+        vp.install(copy, tmp_path / "p")
+    assert e.value.message.startswith(f"--from {copy}: part payload.tar.part001 has sha256 ")
+    assert e.value.hint == "re-copy payload.tar.part001; the copy is damaged"
+    assert not (tmp_path / "p").exists()
+
+
+def test_missing_part_is_refused(copy: Path, tmp_path: Path) -> None:
+    (copy / "payload.tar.part002").unlink()
+    with pytest.raises(UserError) as e:
+        vp.install(copy, tmp_path / "p")
+    assert e.value.one_line() == (f"--from {copy}: part payload.tar.part002 is missing (fix: "
+                                  "re-copy payload.tar.part002 from the packing machine)")
+
+
+def test_part_with_extra_bytes_and_stray_part_are_refused(copy: Path, tmp_path: Path) -> None:
+    with (copy / "payload.tar.part000").open("ab") as f:
+        f.write(b"x")
+    with pytest.raises(UserError, match=r"part payload.tar.part000 is 50,001 bytes, pack.json "
+                                        r"says 50,000"):
+        vp.install(copy, tmp_path / "p")
+    (copy / "payload.tar.part999").write_bytes(b"")
+    with pytest.raises(UserError, match="payload.tar.part999 is not a part of this pack"):
+        vp.install(copy, tmp_path / "p")
+
+
+def test_identity_records_the_install(world: World, installed: vp.InstallResult) -> None:
+    srv = registry.create("vllm", {"binary": str(installed.launcher), "model": "Qwen/Qwen3-8B"},
+                          world.root / "server.log")
+    assert isinstance(srv, VllmServer)
+    ident = srv.identity()
+    assert ident.version == "0.26.0" and ident.extra["release"] == "0.26.0"
+    assert ident.extra["install"] == json.loads(
+        (world.root / "prefix" / "install.json").read_text())
+    assert vp.install_record(Path(sys.executable)) is None
+
+
+# -- CLI ------------------------------------------------------------------------------------
+
+
+def invoke(*args: str) -> Any:
+    return CliRunner().invoke(cli, list(args), catch_exceptions=False)
+
+
+def test_cli_install_llama_cpp_with_from_is_a_usage_error(tmp_path: Path) -> None:
+    r = invoke("engines", "install", "llama.cpp", "--from", str(tmp_path))
+    assert r.exit_code == 2
+    assert r.stderr == ("crossbench: error: --from: llama.cpp builds from source, not from an "
+                        "engine pack (fix: drop --from; on a host without network use "
+                        "--source-archive FILE from `crossbench engines pack-source`)\n")
+    r = invoke("engines", "install", "vllm")
+    assert r.exit_code == 2
+    assert r.stderr.startswith("crossbench: error: vllm installs from an offline pack and "
+                               "needs --from (fix: ")
+
+
+def test_cli_pack_prints_parts_and_folder(world: World, packed: vp.PackResult,
+                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("CROSSBENCH_ENGINES_DIR", str(world.engines_dir))
+    out = world.root / "out-cli"
+    r = invoke("engines", "pack", "vllm==0.26.0", "--python", HERE, "--against",
+               str(world.host), "--out", str(out), "--part-mb", "0.05", "--wheelhouse",
+               str(world.wheels))
+    assert r.exit_code == 0, r.stderr
+    assert r.stdout == f"{out}\n"
+    lines = [ln for ln in r.stderr.splitlines() if "payload.tar.part" in ln]
+    assert [ln.split()[1] for ln in lines] == [p["name"] for p in packed.manifest["parts"]]
+    assert (out / "pack.json").read_bytes() == (packed.out / "pack.json").read_bytes()
