@@ -161,14 +161,14 @@ def test_vllm_spec_fields_pass_through_by_their_names() -> None:
 
 @pytest.mark.parametrize(("config", "field", "needle"), [
     ({"spec": {"type": "medusa", "n": 2, "draft_model": "a/m"}}, "spec.type",
-     "releases that have it: 0.10.2"),
+     "releases that have it: 0.10.2, 0.26.0"),
     ({"version": "0.10.2", "spec": {"type": "ngram", "n": 2, "synth_rates": [0.5, 0.2]}},
-     "spec.synth_rates", "releases that have it: 0.33.0"),
+     "spec.synth_rates", "releases that have it: 0.26.0, 0.33.0"),
     ({"version": "0.10.2", "spec": {"type": "eagle", "n": 2, "draft_model": "a/e",
                                     "draft_sample_method": "greedy"}},
-     "spec.draft_sample_method", "releases that have it: 0.33.0"),
+     "spec.draft_sample_method", "releases that have it: 0.26.0, 0.33.0"),
     ({"version": "0.10.2", "spec": {"type": "dflash", "n": 2, "draft_model": "a/d"}},
-     "spec.type", "releases that have it: 0.33.0"),
+     "spec.type", "releases that have it: 0.26.0, 0.33.0"),
     ({"version": "0.10.2", "per_request_spec_decode_metrics": "summary",
       "spec": {"type": "ngram", "n": 2}}, "per_request_spec_decode_metrics",
      "releases that have it: 0.33.0"),
@@ -176,7 +176,7 @@ def test_vllm_spec_fields_pass_through_by_their_names() -> None:
      "spec.disable_by_batch_size", "releases that have it: 0.10.2"),
     ({"version": "0.10.2", "spec": {"type": "draft_model", "n": 2, "draft_model": "a/d"}},
      "spec.type", "not supported yet"),
-    ({"version": "0.9.9"}, "version", "known: 0.10.2, 0.33.0"),
+    ({"version": "0.9.9"}, "version", "known: 0.10.2, 0.26.0, 0.33.0"),
 ])
 def test_version_profile_rejections(config: dict[str, Any], field: str, needle: str) -> None:
     with pytest.raises(UserError) as e:

@@ -227,7 +227,16 @@ def test_checked_in_profiles_regenerate_from_the_real_wheels() -> None:
 
 
 def test_checked_in_profiles() -> None:
-    assert [p.version for p in known_profiles()] == ["0.10.2", "0.33.0"]
+    assert [p.version for p in known_profiles()] == ["0.10.2", "0.26.0", "0.33.0"]
+    mid = profile_for("0.26.0")  # the release that runs on torch 2.11 (the H200 image's)
+    assert mid.requires_torch == "torch==2.11.0"
+    assert mid.choices["rejection_sample_method"] == ("standard", "synthetic", "block")
+    assert {"draft_model", "ngram", "eagle3", "mtp", "dflash"} <= set(mid.methods)
+    assert {"synthetic_acceptance_rates", "synthetic_acceptance_length"} <= mid.spec_fields
+    assert "--per-request-spec-decode-metrics" not in mid.flags and mid.per_request is None
+    assert not mid.unsupported
+    assert {"vllm:request_decode_time_seconds", "vllm:request_generation_tokens"} <= {
+        str(f["name"]) for f in mid.metrics}
     new, old = profile_for("0.33.0"), profile_for("0.10.2")
     assert new.requires_torch == "torch==2.14.0" and old.requires_torch == "torch==2.8.0"
     assert {"ngram", "draft_model", "eagle", "eagle3", "mtp", "dflash", "dspark",

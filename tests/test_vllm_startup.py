@@ -44,10 +44,15 @@ SAMPLES: dict[str, tuple[dict[int, tuple[object, ...]], str, object]] = {
     "kv_cache_memory": ({1: (7.5,)}, "kv_cache_gib", 7.5),
     "graph_capture": ({2: (12, 1.5)}, "graph_capture_s", 12.0),
     "max_num_scheduled_tokens": ({1: (1000,)}, "max_num_scheduled_tokens", 1000),
+    "async_scheduling": ({0: (), 1: ("disabled",)}, "async_scheduling", "disabled"),
+    "engine_init": ({1: (77.45,), 2: (77.45, 54.65), 4: (77.45, 54.65, 50.0, 4.65)},
+                    "engine_init_s", 77.45),
 }
+#: facts a release does not log at all (its profile has no format for them)
+ABSENT = {("0.10.2", "max_num_scheduled_tokens"), ("0.10.2", "async_scheduling")}
 
 
-@pytest.mark.parametrize("version", ["0.33.0", "0.10.2"])
+@pytest.mark.parametrize("version", ["0.33.0", "0.26.0", "0.10.2"])
 @pytest.mark.parametrize("fact", sorted(SAMPLES))
 def test_every_format_string_of_the_wheel_is_understood(version: str, fact: str) -> None:
     args, attr, want = SAMPLES[fact]
@@ -57,7 +62,23 @@ def test_every_format_string_of_the_wheel_is_understood(version: str, fact: str)
         line = startup_log.log_line(startup_log.render_message(fmt, *args[n]), fact, 7)[0]
         assert getattr(startup_log.parse(line), attr) == want, (fmt, line)
         checked += 1
-    assert checked or (version, fact) == ("0.10.2", "max_num_scheduled_tokens")
+    assert checked or (version, fact) in ABSENT
+
+
+def test_real_startup_log_of_vllm_0260_on_an_h200() -> None:
+    """A draft_model arm's log, as vLLM 0.26.0 wrote it on the H200 (2026-12-01)."""
+    f = startup_log.parse((DATA / "startup-0.26.0-h200-draft.log").read_text())
+    assert f.version == "0.26.0"
+    assert f.async_scheduling == "disabled"  # vLLM's choice for draft_model speculation
+    assert (f.engine_init_s, f.compile_s) == (77.45, 54.65)
+    assert (f.graph_capture_s, f.graph_capture_gib) == (6.0, 0.28)
+    assert f.attention_backend == "FLASH_ATTN"
+    assert f.kv_cache_tokens == 412_272 and f.kv_cache_gib == 100.66
+    assert f.model_runner is None  # V1 forced by VLLM_USE_V2_MODEL_RUNNER=0: nothing logged
+    assert f.speculative_config is not None and "draft_model" in f.speculative_config
+    base = startup_log.parse((DATA / "startup-0.26.0-h200-baseline-partial.log").read_text())
+    assert base.async_scheduling == "enabled"  # the baseline, left at vLLM's default
+    assert base.engine_init_s is None  # stopped before the engine was ready
 
 
 @pytest.mark.parametrize("version", ["0.33.0", "0.10.2"])

@@ -81,6 +81,9 @@ BENIGN: tuple[tuple[str, str], ...] = (
     ("engine.startup.lines.*", "the log line a start-up fact came from (time, pid); the fact "
      "itself is compared"),
     ("engine.startup.graph_capture_s", "a start-up duration, not a setting"),
+    ("engine.startup.engine_init_s", "a start-up duration, not a setting"),
+    ("engine.startup.compile_s", "a start-up duration (short when the compile cache hits), "
+     "not a setting"),
     ("crossbench.argv", _DERIVED),
     ("*timeout_s", "a time limit, not a speed setting"),
     ("run.trials", "number of trials: changes precision, not speed"),
@@ -111,6 +114,7 @@ CONFOUNDING: tuple[tuple[str, str], ...] = (
     ("server.*prefix_caching*", "prefix caching"),
     ("server.*chunked_prefill*", "chunked prefill"),
     ("server.enforce_eager", "CUDA graphs (enforce_eager)"),
+    ("server.async_scheduling", "scheduler (async scheduling)"),
     ("server.*cuda_graph*", "CUDA graphs"),
     ("server.compilation_config*", "compilation and CUDA graphs"),
     ("server.kv_cache_dtype", "KV cache type"),

@@ -261,6 +261,10 @@ class VllmServerConfig(_Strict):
                                                 "or `--no-enable-chunked-prefill`.")
     enforce_eager: bool | None = Field(None, description="`--enforce-eager` (no CUDA graphs) "
                                        "or `--no-enforce-eager`.")
+    async_scheduling: bool | None = Field(
+        None, description="`--async-scheduling` or `--no-async-scheduling`. Unset, vLLM 0.26+ "
+        "turns it on for a baseline but off for draft_model and ngram speculation, so the two "
+        "arms run different schedulers: set it (false) to compare speculation alone.")
     per_request_spec_decode_metrics: Literal["none", "summary", "detailed"] | None = Field(
         None, description="`--per-request-spec-decode-metrics` (0.33+): acceptance per "
         "request in the response's metrics.speculative_decoding; passed only with speculation "

@@ -50,6 +50,10 @@ LOG_ANCHORS: dict[str, tuple[str, ...]] = {
     "model_runner": ("Using V2 Model Runner", "using the V1 model runner instead"),
     "max_num_scheduled_tokens": ("max_num_scheduled_tokens is set to",),
     "graph_capture": ("Graph capturing finished in",),
+    "async_scheduling": ("Asynchronous scheduling is %s.", "Async scheduling is disabled",
+                         "Async scheduling not supported with",
+                         "Async scheduling will be disabled"),
+    "engine_init": ("init engine (profile, create kv cache, warmup model) took",),
 }
 
 _METRIC_FILES = ("vllm/v1/metrics/loggers.py", "vllm/v1/spec_decode/metrics.py")

@@ -34,6 +34,7 @@ from crossbench.engines.process import (
 from crossbench.engines.vllm import startup_log
 from crossbench.engines.vllm.config import VllmServerConfig
 from crossbench.engines.vllm.metrics import IN_FLIGHT
+from crossbench.engines.vllm.pack import install_record
 from crossbench.engines.vllm.profile import (
     VllmProfile,
     is_standin,
@@ -308,6 +309,7 @@ class VllmServer(LocalServer):
         switch("enable-prefix-caching", cfg.enable_prefix_caching, "enable_prefix_caching")
         switch("enable-chunked-prefill", cfg.enable_chunked_prefill, "enable_chunked_prefill")
         switch("enforce-eager", cfg.enforce_eager, "enforce_eager")
+        switch("async-scheduling", cfg.async_scheduling, "async_scheduling")
         if spec.enabled:
             add("--speculative-config", json.dumps(spec.vllm_fields(), separators=(",", ":")),
                 "spec")
@@ -426,7 +428,8 @@ class VllmServer(LocalServer):
         return self._version_text
 
     def identity(self) -> EngineIdentity:
-        """Version, hash of the executable and whether it is crossbench's stand-in."""
+        """Version, hash of the executable, whether it is crossbench's stand-in and, for a
+        launcher of ``crossbench engines install vllm``, its ``install.json`` (``install``)."""
         text = self.version_text()
         release, local = parse_version(text)
         commit = local[2:] if local and local.startswith("+g") else None
@@ -437,6 +440,9 @@ class VllmServer(LocalServer):
                                  "served_model_name": self.served_model_name}
         if self._startup is not None:
             extra["startup"] = self._startup.to_dict()
+        install = install_record(binary)  # a launcher of `crossbench engines install vllm`
+        if install is not None:
+            extra["install"] = install
         return EngineIdentity(kind=self.kind, version=text, build_number=None, commit=commit,
                               binary=str(binary), sha256={binary.name: digest}, extra=extra)
 

@@ -16,7 +16,17 @@ sources (``log_formats`` in ``engines/vllm/X.Y.Z.yaml``; formats of 0.33.0 in br
 - ``max_num_scheduled_tokens``: ``max_num_scheduled_tokens is set to N based on the
   speculative decoding settings...`` (a warning, logged only when below 8192);
 - ``graph_capture_s``, ``graph_capture_gib``: ``Graph capturing finished in %.0f secs, took
-  %.2f GiB``.
+  %.2f GiB``;
+- ``async_scheduling`` (``enabled``/``disabled``): ``Asynchronous scheduling is %s.`` (0.26),
+  or ``disabled`` from the warning that says why (``Async scheduling not supported with
+  %s-based speculative decoding and will be disabled.`` in 0.26, ``Async scheduling is
+  disabled because the V1 model runner does not support it with %s.`` in 0.33, which logs no
+  "enabled"). vLLM turns it off for ``draft_model`` and ``ngram`` speculation, so a baseline
+  left at the default runs another scheduler than its speculative arm: pin it with
+  ``async_scheduling: false`` on both;
+- ``engine_init_s``, ``compile_s``: ``init engine (profile, create kv cache, warmup model)
+  took %.2f s (compilation: %.2f s)``: start-up spent in the engine, and in torch.compile
+  (near zero when the compile cache already holds this configuration).
 
 Every line of vLLM's log starts ``(PROCESS pid=N) LEVEL MM-DD HH:MM:SS [file.py:line]``; the
 regular expressions below search whole lines, so the prefix does not matter.
@@ -48,6 +58,10 @@ _ATTN_V010 = re.compile(r"Using (.+?) backend on V1 engine\.")
 _SCHED = re.compile(r"max_num_scheduled_tokens is set to (\d+) based on the speculative "
                     r"decoding settings")
 _GRAPHS = re.compile(r"Graph capturing finished in (\d+) secs, took ([\d.]+) GiB")
+_ASYNC = re.compile(r"Asynchronous scheduling is (enabled|disabled)\.")
+_ASYNC_OFF = re.compile(r"Async scheduling (?:is disabled|not supported|will be disabled)")
+_INIT = re.compile(r"init engine \(profile, create kv cache, warmup model\) took ([\d.]+) s"
+                   r"(?: \(compilation: ([\d.]+) s)?")
 
 
 @dataclass
@@ -68,6 +82,9 @@ class StartupFacts:
     graph_capture_s: float | None = None
     graph_capture_gib: float | None = None
     speculative_config: str | None = None
+    async_scheduling: str | None = None
+    engine_init_s: float | None = None
+    compile_s: float | None = None
     lines: dict[str, str] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
@@ -121,6 +138,14 @@ def _parse_line(f: StartupFacts, line: str) -> None:
     elif m := _GRAPHS.search(line):
         f.graph_capture_s, f.graph_capture_gib = float(m.group(1)), float(m.group(2))
         f.lines["graph_capture"] = line
+    elif m := _ASYNC.search(line):
+        f.async_scheduling, f.lines["async_scheduling"] = m.group(1), line
+    elif _ASYNC_OFF.search(line):  # the reason; 0.33 logs only this, never "enabled"
+        f.async_scheduling, f.lines["async_scheduling_reason"] = "disabled", line
+    elif m := _INIT.search(line):
+        f.engine_init_s = float(m.group(1))
+        f.compile_s = float(m.group(2)) if m.group(2) else None
+        f.lines["engine_init"] = line
 
 
 # -- rendering (the stand-in's log and the test fixtures) ----------------------------------------
