@@ -9,9 +9,10 @@ import click
 
 from crossbench.cli.common import progress, user_errors
 from crossbench.engines.llamacpp.pins import DEFAULT_PIN
-from crossbench.errors import UserError
+from crossbench.errors import RunError, UserError
 
 VOCAB_FILE = "models/ggml-vocab-qwen35.gguf"
+ROLES = ("target", "draft")
 
 
 def vocab_path(pin: str = DEFAULT_PIN) -> Path:
@@ -34,6 +35,35 @@ def ensure_fixtures(shape: str = "tiny", seed: int = 0) -> tuple[Path, Path]:
     pair = make_fixtures(vocab_path(), fixture_dir(cache_dir(), shape, seed), shape=shape,
                          seed=seed, progress=progress)
     return pair.target, pair.draft
+
+
+def hf_dir_name(role: str) -> str:
+    """Folder name of a fixture model's Hugging Face copy, beside its GGUF."""
+    return f"hf-{role}"
+
+
+def ensure_hf_fixture(shape: str = "tiny", role: str = "target", seed: int = 0) -> Path:
+    """The Hugging Face folder of one fixture model (made, or reused, beside its GGUF).
+
+    It holds the GGUF's tensors byte for byte (``crossbench.fixtures.hf``), so a vLLM cell
+    loads the same weights as a llama-server cell of the same fixture.
+    """
+    import json
+
+    from crossbench.fixtures.hf import ensure_hf
+    from crossbench.fixtures.make import MANIFEST_NAME
+
+    if role not in ROLES:
+        raise UserError(f"unknown fixture role {role!r}", "use target or draft")
+    target, draft = ensure_fixtures(shape, seed)
+    gguf = target if role == "target" else draft
+    sha: str | None = None
+    try:  # make_fixtures has just checked its manifest against the files: no need to re-hash
+        sha = json.loads((gguf.parent / MANIFEST_NAME).read_text())["files"][gguf.name]["sha256"]
+    except (OSError, ValueError, KeyError, TypeError):
+        sha = None
+    return ensure_hf(gguf, gguf.parent / hf_dir_name(role), gguf_sha256=sha,
+                     progress=progress).path
 
 
 def quantize(src: Path, qtype: str, progress_fn: Callable[[str], None] = progress) -> Path:
@@ -78,17 +108,22 @@ def fixtures() -> None:
 Examples:
   crossbench fixtures make                  # tiny pair for CPU tests
   crossbench fixtures make --shape qwen3-8b --quant Q4_K_M --draft-quant Q8_0
+  crossbench fixtures make --shape qwen3-8b --hf   # also hf-target/, hf-draft/ for vLLM
 """)
 @click.option("--shape", default="tiny", show_default=True, help="tiny or qwen3-8b.")
 @click.option("--seed", default=0, show_default=True, help="RNG seed (same seed, same bytes).")
 @click.option("--quant", default=None, help="Also quantize the target, e.g. Q4_K_M.")
 @click.option("--draft-quant", default=None, help="Also quantize the draft, e.g. Q8_0.")
+@click.option("--hf", "hf", is_flag=True,
+              help="Also write Hugging Face folders (hf-target/, hf-draft/) of the F16 "
+                   "tensors, for vLLM.")
 @user_errors
-def make(shape: str, seed: int, quant: str | None, draft_quant: str | None) -> None:
+def make(shape: str, seed: int, quant: str | None, draft_quant: str | None, hf: bool) -> None:
     """Write the target/draft GGUF pair (cached) and print their two paths.
 
     With --quant / --draft-quant, the printed paths are the quantized files (made with the
-    installed llama-quantize, cached beside the F16 originals).
+    installed llama-quantize, cached beside the F16 originals). With --hf, the paths of the
+    two Hugging Face folders follow (same tensors as the F16 GGUFs, byte for byte; cached).
     """
     target, draft = ensure_fixtures(shape, seed)
     if quant:
@@ -97,14 +132,66 @@ def make(shape: str, seed: int, quant: str | None, draft_quant: str | None) -> N
         draft = quantize(draft, draft_quant)
     click.echo(str(target))
     click.echo(str(draft))
+    if hf:
+        for role in ROLES:
+            click.echo(str(ensure_hf_fixture(shape, role, seed)))
 
 
-@fixtures.command("path")
-@click.argument("which", type=click.Choice(["target", "draft"]))
+@fixtures.command("path", epilog="""\b
+Examples:
+  crossbench fixtures path target
+  crossbench fixtures path draft --shape qwen3-8b --format hf
+""")
+@click.argument("which", type=click.Choice(ROLES))
 @click.option("--shape", default="tiny", show_default=True)
 @click.option("--seed", default=0, show_default=True)
+@click.option("--format", "fmt", type=click.Choice(["gguf", "hf"]), default="gguf",
+              show_default=True, help="gguf: the GGUF file; hf: its Hugging Face folder.")
 @user_errors
-def path(which: str, shape: str, seed: int) -> None:
-    """Print the path of one fixture model (making the pair first if needed)."""
+def path(which: str, shape: str, seed: int, fmt: str) -> None:
+    """Print the path of one fixture model (making it first if needed)."""
+    if fmt == "hf":
+        click.echo(str(ensure_hf_fixture(shape, which, seed)))
+        return
     target, draft = ensure_fixtures(shape, seed)
     click.echo(str(target if which == "target" else draft))
+
+
+def verify_line(role: str, gguf: Path, hf_dir: Path) -> tuple[str, bool]:
+    """One line of ``verify-hf`` for a model, and whether every tensor matched."""
+    from crossbench.fixtures.hf import compare_tensors
+
+    matches = compare_tensors(gguf, hf_dir)
+    bad = [m for m in matches if not m.equal]
+    if not bad:
+        return f"{role}: {len(matches)} tensors, all sha256 equal", True
+    shown = ", ".join(f"{m.gguf_name or m.hf_name} ({m.problem})" for m in bad[:5])
+    more = f", and {len(bad) - 5} more" if len(bad) > 5 else ""
+    return f"{role}: {len(bad)} of {len(matches)} tensors differ: {shown}{more}", False
+
+
+@fixtures.command("verify-hf", epilog="""\b
+Examples:
+  crossbench fixtures verify-hf
+  crossbench fixtures verify-hf --shape qwen3-8b
+""")
+@click.option("--shape", default="tiny", show_default=True, help="tiny or qwen3-8b.")
+@click.option("--seed", default=0, show_default=True)
+@user_errors
+def verify_hf(shape: str, seed: int) -> None:
+    """Check that the Hugging Face folders hold the GGUFs' tensors, byte for byte.
+
+    Re-reads both files of each model (making the folders first if needed) and compares the
+    sha256 of every tensor; prints one line per model. Exit code 1 on any difference.
+    """
+    target, draft = ensure_fixtures(shape, seed)
+    failed = []
+    for role, gguf in zip(ROLES, (target, draft), strict=True):
+        line, ok = verify_line(role, gguf, ensure_hf_fixture(shape, role, seed))
+        click.echo(line)
+        if not ok:
+            failed.append(role)
+    if failed:
+        raise RunError(f"the Hugging Face copy of {' and '.join(failed)} differs from its GGUF",
+                       f"delete {target.parent}/hf-* and run `crossbench fixtures make --hf "
+                       f"--shape {shape}`")

@@ -245,14 +245,18 @@ _FIXTURE = re.compile(r"^fixture:(?:(?P<shape>[\w.-]+)/)?(?P<role>target|draft)"
 
 
 def parse_fixture_ref(ref: str, field: str) -> tuple[str, str, str | None]:
-    """``fixture:[SHAPE/]target|draft[@QUANT]`` -> (shape, role, quant); shape tiny default."""
+    """``fixture:[SHAPE/]target|draft[@QUANT]`` -> (shape, role, quant); shape tiny default.
+
+    ``@hf`` names the fixture's Hugging Face folder (for vLLM) instead of a quantized GGUF.
+    """
     from crossbench.fixtures import SHAPES
 
     m = _FIXTURE.match(ref)
     if not m or (m["shape"] or "tiny") not in SHAPES:
         raise UserError(f"{field}: unknown fixture {ref!r}",
                         "write fixture:target, fixture:draft or fixture:SHAPE/ROLE@QUANT with "
-                        f"SHAPE one of {', '.join(SHAPES)} (e.g. fixture:qwen3-8b/target@Q4_K_M)")
+                        f"SHAPE one of {', '.join(SHAPES)} (e.g. fixture:qwen3-8b/target@Q4_K_M, "
+                        "or @hf for its Hugging Face folder)")
     return m["shape"] or "tiny", m["role"], m["quant"]
 
 
