@@ -286,3 +286,36 @@ def test_a_crossbench_run_on_the_standin(tmp_path: Path, standin: Launcher) -> N
     assert manifest["engine"]["standin"] is True
     assert manifest["engine"]["spec_metric_prefix"] == PREFIX
     assert "--speculative-config" in manifest["trials"][0]["argv"]
+
+
+def test_server_decode_rate_from_vllms_request_histograms(tmp_path: Path,
+                                                           standin: Launcher) -> None:
+    """The server's own decode rate comes from vLLM's per-request histograms
+    (``request_generation_tokens``, ``request_decode_time_seconds``: first token to last), and
+    the client's pooled rate, over the same window, agrees with it. Known truth: with a 20 ms
+    step and no speculation, the stand-in decodes 50 tokens a second."""
+    from crossbench.runner.config import RunConfig
+    from crossbench.runner.single import run
+
+    cfg = RunConfig.model_validate({
+        "engine": "vllm", "trials": 2, "load": {"requests": 3, "max_tokens": 40, "warmup": 1},
+        "engine_config": {"binary": str(standin("--standin-step-ms", "20",
+                                                "--standin-prefill-ms", "0")),
+                          "model": MODEL}})
+    summary = run(cfg, tmp_path / "run")
+    th = summary["throughput"]
+    assert th["server_rate_source"] == ("vllm:request_generation_tokens, "
+                                        "vllm:request_decode_time_seconds")
+    assert th["server_pooled_tok_s"] == pytest.approx(50.0, rel=0.05)
+    assert abs(th["client_vs_server"]) < 0.01, th
+    for trial in summary["per_trial"]:
+        assert trial["throughput"]["server_pooled_tok_s"] == pytest.approx(50.0, rel=0.05)
+    # warm-up requests ran before the trial's first scrape: 3 measured requests a trial,
+    # 39 tokens after the first each
+    before = parse_samples((tmp_path / "run" / "metrics" / "t0-before.prom").read_text())
+    after = parse_samples((tmp_path / "run" / "metrics" / "t0-after.prom").read_text())
+    from crossbench.analysis.summary import server_decode
+
+    tokens, seconds = server_decode(before, after, registry.decode_histograms("vllm") or ("", ""))
+    assert tokens == 3 * 39
+    assert seconds == pytest.approx(3 * 39 * 0.020, rel=0.05)

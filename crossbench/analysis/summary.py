@@ -11,7 +11,12 @@ Definitions (times from the client's monotonic clock; see ``docs/metrics.md``):
 - chunk gap = time between consecutive content chunks (one chunk may carry several tokens
   under speculation, so chunk gaps are not per-token latencies);
 - end-to-end latency = last chunk arrival - send time;
-- wall output rate = output tokens / the sum over trials of (last chunk - first send).
+- wall output rate = output tokens / the sum over trials of (last chunk - first send);
+- server decode rate = the same window as the server saw it: sum(tokens - 1) / sum(time from
+  the first token to the last), from llama-server's per-request ``timings``
+  (``predicted_n - 1`` over ``predicted_ms``) or from an engine's per-request histograms
+  (vLLM: ``request_generation_tokens`` and ``request_decode_time_seconds``, deltas of their
+  ``_sum`` and ``_count`` over the measured window).
 
 Warm-up records and failed records are counted but never enter the timing statistics.
 """
@@ -72,8 +77,8 @@ def request_metrics(r: Mapping[str, Any]) -> dict[str, float | None]:
             out["tpot_ms"] = decode_ns / NS_PER_MS / (n - 1)
             out["rate_tok_s"] = (n - 1) / (decode_ns / 1e9)
     t = r.get("timings") or {}
-    if t.get("predicted_ms") and t.get("predicted_n"):
-        out["server_rate_tok_s"] = float(t["predicted_n"]) / (float(t["predicted_ms"]) / 1e3)
+    if t.get("predicted_ms") and isinstance(t.get("predicted_n"), int) and t["predicted_n"] >= 2:
+        out["server_rate_tok_s"] = (t["predicted_n"] - 1) / (float(t["predicted_ms"]) / 1e3)
     return out
 
 
@@ -113,8 +118,9 @@ def summarize_records(records: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
             sum_tok += (m["tokens"] or 0) - 1
             sum_decode_s += m["decode_ms"] / 1e3
         t = r.get("timings") or {}
-        if t.get("predicted_ms") and t.get("predicted_n"):
-            server_tok += float(t["predicted_n"])
+        if t.get("predicted_ms") and isinstance(t.get("predicted_n"), int) \
+                and t["predicted_n"] >= 2:
+            server_tok += t["predicted_n"] - 1
             server_s += float(t["predicted_ms"]) / 1e3
     # wall time of each trial's measured window, summed: server restarts between trials
     # are not output time
@@ -125,6 +131,7 @@ def summarize_records(records: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
             "pooled_tok_s": sum_tok / sum_decode_s if sum_decode_s else None,
             "request_mean_tok_s": float(np.mean(rates)) if rates else None,
             "server_pooled_tok_s": server_tok / server_s if server_s else None,
+            "server_rate_source": "timings" if server_s else None,
             "wall_output_tok_s": total_tokens / wall_s if wall_s else None,
             "output_tokens_total": total_tokens,
         },
@@ -157,6 +164,39 @@ def finished_trials(manifest: Mapping[str, Any]) -> set[int] | None:
     return {int(e["trial"]) for e in entries if "trial" in e}
 
 
+def decode_histograms(manifest: Mapping[str, Any]) -> tuple[str, str] | None:
+    """The engine's (tokens, decode seconds) histograms: recorded, else registered."""
+    from crossbench.engines import registry
+
+    engine = manifest.get("engine") or {}
+    if "decode_histograms" in engine:
+        got = engine["decode_histograms"]
+        return (str(got[0]), str(got[1])) if got else None
+    kind = (manifest.get("config") or {}).get("engine")
+    return registry.decode_histograms(kind) if kind in registry.names() else None
+
+
+def server_decode(before: Mapping[str, float], after: Mapping[str, float],
+                  histograms: tuple[str, str]) -> tuple[float, float] | None:
+    """(tokens after each request's first, decode seconds) the server counted between two
+    scrapes, from its per-request histograms' ``_sum`` and ``_count`` (summed over label
+    sets, e.g. vLLM's ``engine`` under data parallel); None when a series is missing."""
+    from crossbench.engines.prometheus import total
+
+    def delta(name: str) -> float | None:
+        a, b = total(dict(after), name), total(dict(before), name)
+        if a is None:
+            return None
+        return a - (b or 0.0)
+
+    tokens, seconds = histograms
+    tok_sum, tok_count, dec_sum = (delta(tokens + "_sum"), delta(tokens + "_count"),
+                                   delta(seconds + "_sum"))
+    if tok_sum is None or tok_count is None or dec_sum is None:
+        return None
+    return tok_sum - tok_count, dec_sum
+
+
 def metric_prefix(manifest: Mapping[str, Any]) -> str:
     """The engine's speculative counter prefix: recorded in the manifest, else registered."""
     from crossbench.analysis.acceptance import PREFIX
@@ -187,6 +227,8 @@ def summarize_run_dir(run_dir: Any) -> dict[str, Any]:
     enabled, n = _spec_of(manifest.get("config", {}))
     prefix = metric_prefix(manifest)
     total = acc_mod.CounterDelta()
+    histograms = decode_histograms(manifest)
+    server_tok = server_s = 0.0
     per_trial: list[dict[str, Any]] = []
     trials = sorted({int(r.get("trial", 0)) for r in records})
     any_missing = False
@@ -195,19 +237,34 @@ def summarize_run_dir(run_dir: Any) -> dict[str, Any]:
         measured = [r for r in recs if not r.get("warmup")]
         b, a = root / "metrics" / f"t{t}-before.prom", root / "metrics" / f"t{t}-after.prom"
         delta = None
+        trial_server: tuple[float, float] | None = None
         if b.exists() and a.exists():
-            delta = acc_mod.counter_delta(parse_samples(b.read_text()),
-                                          parse_samples(a.read_text()), prefix)
+            sb, sa = parse_samples(b.read_text()), parse_samples(a.read_text())
+            delta = acc_mod.counter_delta(sb, sa, prefix)
             total.add(delta)
+            if histograms is not None:
+                trial_server = server_decode(sb, sa, histograms)
         else:
             any_missing = True
         trial_acc = acc_mod.compute(delta, measured)
-        per_trial.append({"trial": t, **summarize_records(recs),
-                          "acceptance": trial_acc.to_dict()})
+        trial_sum = summarize_records(recs)
+        if trial_server is not None and trial_server[1] > 0:
+            server_tok += trial_server[0]
+            server_s += trial_server[1]
+            trial_sum["throughput"].update(server_pooled_tok_s=trial_server[0] / trial_server[1],
+                                           server_rate_source=histograms[0] if histograms
+                                           else None)
+        per_trial.append({"trial": t, **trial_sum, "acceptance": trial_acc.to_dict()})
     measured_all = [r for r in records if not r.get("warmup")]
     acc = acc_mod.compute(None if any_missing else total, measured_all)
     checks = acc_mod.integrity(acc, None if any_missing else total, n, enabled)
     base = summarize_records(records)
+    if server_s > 0 and histograms is not None:
+        base["throughput"].update(server_pooled_tok_s=server_tok / server_s,
+                                  server_rate_source=f"{histograms[0]}, {histograms[1]}")
+    th = base["throughput"]
+    if th["pooled_tok_s"] and th["server_pooled_tok_s"]:
+        th["client_vs_server"] = th["pooled_tok_s"] / th["server_pooled_tok_s"] - 1.0
     return {
         "schema_version": SUMMARY_SCHEMA,
         "kind": "crossbench.summary",

@@ -63,7 +63,9 @@ def format_table(summary: dict[str, Any]) -> str:
         ("requests ok / error / incomplete", f"{req['ok']} / {req['error']} / {req['incomplete']}"),
         ("output tok/s pooled (sum tokens / sum decode time)", f(th["pooled_tok_s"])),
         ("output tok/s request-mean", f(th["request_mean_tok_s"])),
-        ("output tok/s server timings (pooled)", f(th["server_pooled_tok_s"])),
+        ("output tok/s server's own timing (pooled, same window)",
+         f(th["server_pooled_tok_s"]) + (f" (client {th['client_vs_server']:+.2%})"
+                                         if th.get("client_vs_server") is not None else "")),
         ("TTFT ms p50 / p99", f"{f(lat['ttft']['p50'])} / {f(lat['ttft']['p99'])}"),
         ("TPOT ms p50 / p99 (per token after the first)",
          f"{f(lat['tpot']['p50'], '.3f')} / {f(lat['tpot']['p99'], '.3f')}"),

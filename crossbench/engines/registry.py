@@ -16,29 +16,43 @@ from crossbench.errors import UserError, first_validation_error
 
 _ENGINES: dict[str, tuple[str, str]] = {}
 _PREFIXES: dict[str, str] = {}
+_DECODE_HISTOGRAMS: dict[str, tuple[str, str] | None] = {}
 
 
 def register(name: str, server: str, config: str,
-             spec_metric_prefix: str = "llamacpp:spec_decode_") -> None:
+             spec_metric_prefix: str = "llamacpp:spec_decode_",
+             decode_histograms: tuple[str, str] | None = None) -> None:
     """Register an engine: ``server`` and ``config`` are ``"module:Class"`` paths.
 
     ``spec_metric_prefix`` starts the names of the engine's speculative counters
     (``<prefix>num_drafts_total`` and its siblings; see crossbench.analysis.acceptance).
+    ``decode_histograms`` names the engine's per-request histograms of (generated tokens,
+    decode seconds from the first token to the last), when its metrics have them: their
+    ``_sum``/``_count`` deltas over a trial give the server's own decode rate
+    (see crossbench.analysis.summary.server_decode).
     """
     _ENGINES[name] = (server, config)
     _PREFIXES[name] = spec_metric_prefix
+    _DECODE_HISTOGRAMS[name] = decode_histograms
 
 
 register("llama-server", "crossbench.engines.llamacpp.server:LlamaServer",
          "crossbench.engines.llamacpp.config:LlamaServerConfig")
 register("vllm", "crossbench.engines.vllm.server:VllmServer",
-         "crossbench.engines.vllm.config:VllmServerConfig", spec_metric_prefix="vllm:spec_decode_")
+         "crossbench.engines.vllm.config:VllmServerConfig", spec_metric_prefix="vllm:spec_decode_",
+         decode_histograms=("vllm:request_generation_tokens", "vllm:request_decode_time_seconds"))
 
 
 def spec_metric_prefix(name: str) -> str:
     """The prefix of an engine's speculative counters (read without loading the adapter)."""
     _entry(name)
     return _PREFIXES[name]
+
+
+def decode_histograms(name: str) -> tuple[str, str] | None:
+    """(generated-tokens histogram, decode-seconds histogram) of an engine, or None."""
+    _entry(name)
+    return _DECODE_HISTOGRAMS[name]
 
 
 def names() -> list[str]:

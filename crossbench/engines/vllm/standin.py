@@ -385,8 +385,11 @@ class StandinVllm:
                     await _send(resp, {**head, "choices": [{
                         "index": 0, "delta": {"role": "assistant", "content": ""},
                         "logprobs": None, "finish_reason": None}]})
+            t_first = t_last = t0
             async for k in self._steps(engine, max_tokens, rng, per_req):
+                t_last = time.monotonic()
                 if done == 0:
+                    t_first = t_last
                     m.child("vllm:time_to_first_token_seconds", engine).observe(
                         time.monotonic() - t0)
                 text = "".join(_WORDS[(done + i) % len(_WORDS)] for i in range(k))
@@ -411,6 +414,11 @@ class StandinVllm:
             metrics = ({"speculative_decoding": per_req.to_dict(s.per_request == "detailed")}
                        if per_req is not None else None)
             m.child("vllm:request_success", engine, "length").inc()
+            # vLLM's per-request histograms: tokens, and decode time from first token to last
+            for name, value in (("vllm:request_generation_tokens", done),
+                                ("vllm:request_decode_time_seconds", t_last - t_first)):
+                if m.has(name):
+                    m.child(name, engine).observe(value)
             if resp is None:
                 text = "".join(pieces)
                 whole: dict[str, Any] = {
