@@ -9,6 +9,7 @@ confounding or any rule finding has severity ``confounding``; its verdict then r
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from crossbench.analysis.rundir import CellData
@@ -26,19 +27,73 @@ def confounds(a: CellData, b: CellData, axis: str = "spec",
     baseline), ``engine`` (two engines: every other difference still counts), or ``none``.
     Returns ``{"checked": False, "reason": ...}`` when a side has no readable manifest.
     """
+    for side, cell in zip(labels, (a, b), strict=True):
+        if cell.manifest.get("trials") == []:  # a run whose trials never finished
+            return {"checked": False, "confounded": False,
+                    "reason": f"the {side} cell ({cell.id}) has no recorded trial: nothing "
+                              "ran to compare with"}
     try:
         va, vb = normalize_run_dir(a.root), normalize_run_dir(b.root)
     except (UserError, OSError, ValueError, KeyError) as e:
         return {"checked": False, "confounded": False, "reason": str(e)}
     d = diff(va, vb, AXES[axis])
-    findings = check_pair(va, vb, labels=labels, axis=axis)
-    bad = [f for f in findings if f.severity == "confounding"]
+    findings = [f.to_dict() for f in check_pair(va, vb, labels=labels, axis=axis)]
+    split = split_occasions(a.manifest, b.manifest)
+    if split:
+        findings.append(_split_finding(split, labels))
+    bad = [f for f in findings if f["severity"] == "confounding"]
     return {
         "checked": True,
         "axis": axis,
         "confounded": d.confounded or bool(bad),
         "confounding_fields": [x.field for x in d.confounding],
         "diff": d.to_dict(),
-        "findings": [f.to_dict() for f in findings],
+        "findings": findings,
         "text": d.render(labels),
     }
+
+
+Occasion = tuple[str | None, tuple[str | None, ...]]
+
+
+def occasions(manifest: Mapping[str, Any]) -> dict[int, Occasion]:
+    """Where each trial ran: (boot id of the host, UUIDs of the visible GPUs), from its
+    provenance record; trials recorded without one are left out."""
+    out: dict[int, Occasion] = {}
+    for entry in manifest.get("trials") or []:
+        prov = entry.get("provenance") if isinstance(entry, Mapping) else None
+        if not isinstance(prov, Mapping) or "trial" not in entry:
+            continue
+        host = prov.get("host") or {}
+        gpus = (prov.get("gpu") or {}).get("gpus") or []
+        out[int(entry["trial"])] = (host.get("boot_id"),
+                                    tuple(g.get("uuid") for g in gpus if isinstance(g, Mapping)))
+    return out
+
+
+def split_occasions(a: Mapping[str, Any], b: Mapping[str, Any]) -> list[int]:
+    """Trial numbers that both sides ran but on different machines (or boots, or GPUs).
+
+    Trials are paired by number (trial k of the speculative cell with trial k of its baseline,
+    run in the same interleaved round); a matrix resumed on another machine in the middle of a
+    round leaves such trials. Where a side recorded no boot id (older runs), only GPU UUIDs
+    are compared.
+    """
+    oa, ob = occasions(a), occasions(b)
+    split = []
+    for t in sorted(set(oa) & set(ob)):
+        (boot_a, gpus_a), (boot_b, gpus_b) = oa[t], ob[t]
+        if gpus_a != gpus_b or (boot_a and boot_b and boot_a != boot_b):
+            split.append(t)
+    return split
+
+
+def _split_finding(trials: list[int], labels: tuple[str, str]) -> dict[str, Any]:
+    listed = ", ".join(str(t) for t in trials)
+    return {"rule": "split_occasion", "severity": "confounding",
+            "message": f"trial(s) {listed} of {labels[0]} and {labels[1]} ran on different "
+                       "machines, boots or GPUs (a resume on another machine in the middle of "
+                       "a round): those pairs compare two machines, not two settings",
+            "action": "re-run those trials of both cells on one machine (a new --out with "
+                      "--only), or analyze only the trials that share a machine",
+            "source": "crossbench.analysis.confounding.split_occasions"}

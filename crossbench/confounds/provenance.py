@@ -251,8 +251,17 @@ def _model_facts(p: Path, ref: str | None) -> dict[str, Any]:
     return out
 
 
+def boot_id() -> str | None:
+    """This boot's random id (``/proc/sys/kernel/random/boot_id``): two trials with the same
+    id ran on one machine without a reboot between them; it names no host."""
+    try:
+        return Path("/proc/sys/kernel/random/boot_id").read_text().strip() or None
+    except OSError:
+        return None
+
+
 def host_facts() -> dict[str, Any]:
-    """CPU model and count, RAM, platform, OS release, machine and Python version."""
+    """CPU model and count, RAM, platform, OS release, machine, Python version and boot id."""
     ram: int | None = None
     try:
         for line in Path("/proc/meminfo").read_text().splitlines():
@@ -270,7 +279,8 @@ def host_facts() -> dict[str, Any]:
         os_name = None
     return {"cpu": cpu_model(), "cpus": os.cpu_count(), "ram_bytes": ram,
             "platform": platform.platform(), "os": os_name or platform.system(),
-            "machine": platform.machine(), "python": sys.version.split()[0]}
+            "machine": platform.machine(), "python": sys.version.split()[0],
+            "boot_id": boot_id()}
 
 
 def gpu_facts(nvml: NvmlProvider | None = None) -> dict[str, Any]:

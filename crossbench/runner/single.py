@@ -49,6 +49,21 @@ from crossbench.telemetry.sampler import GpuSampler
 MANIFEST_SCHEMA = 1
 Progress = Callable[[str], None]
 
+#: what must be unchanged for a run to resume on a rebuilt or reinstalled engine binary:
+#: engine kind, version string, build number and commit, the build recipe of a
+#: crossbench-built llama.cpp (variant, CMake flags) and, for engines installed from a pack
+#: (crossbench engines install vllm --from), the pack's payload
+SOURCE_IDENTITY: tuple[str, ...] = ("kind", "version", "build_number", "commit",
+                                    "build.variant", "build.cmake_flags",
+                                    "install.payload_sha256")
+
+
+def _source_value(engine: dict[str, Any], key: str) -> Any:
+    value: Any = engine
+    for part in key.split("."):
+        value = value.get(part) if isinstance(value, dict) else None
+    return value
+
 
 def _quiet(_: str) -> None:
     return None
@@ -136,13 +151,12 @@ class RunSession:
                   "build_number": identity.build_number, "commit": identity.commit,
                   "binary": identity.binary, "sha256": identity.sha256,
                   "spec_metric_prefix": registry.spec_metric_prefix(cfg.engine),
+                  "decode_histograms": registry.decode_histograms(cfg.engine),
                   **identity.extra}
+        self.engine = engine
         if exists:
             self.manifest: dict[str, Any] = json.loads((out / "manifest.json").read_text())
-            if self.manifest["engine"]["sha256"] != engine["sha256"]:
-                raise UserError(f"the engine build changed since {out} started "
-                                f"({self.manifest['engine']['binary']} had other hashes)",
-                                "resume with the same build, or start a new --out")
+            self._check_same_engine(engine)
             self._drop_unfinished()
             return
         out.mkdir(parents=True, exist_ok=True)
@@ -165,6 +179,37 @@ class RunSession:
         }
         write_json_atomic(out / "manifest.json", self.manifest)
         (out / "metrics").mkdir(exist_ok=True)
+
+    def _check_same_engine(self, engine: dict[str, Any]) -> None:
+        """On resume: the same build, or the same source rebuilt (recorded as a new epoch).
+
+        A resume on another machine finds another binary: a CUDA build made there again from
+        the same pin, or an engine installed there again. Its hashes differ while its source
+        identity (:data:`SOURCE_IDENTITY`) does not; the run goes on, the new hashes are
+        recorded in ``engine_epochs`` with the first trial they served, and every trial's
+        provenance carries its own binary's hashes and its machine (boot id, GPU UUIDs), so
+        the analysis can tell a trial pair that straddles two machines
+        (``crossbench.analysis.confounding.split_occasions``). A changed source is refused.
+        """
+        old = self.manifest["engine"]
+        epochs = self.manifest.setdefault("engine_epochs", [])
+        current = epochs[-1]["sha256"] if epochs else old["sha256"]
+        if current == engine["sha256"]:
+            return
+        changed = [k for k in SOURCE_IDENTITY if _source_value(old, k) !=
+                   _source_value(engine, k)]
+        if changed:
+            what = "; ".join(f"{k}: {_source_value(old, k)} -> {_source_value(engine, k)}"
+                             for k in changed)
+            raise UserError(f"the engine changed since {self.out} started ({what})",
+                            "resume with the same engine build, or start a new --out")
+        epochs.append({"first_trial_count": len(self.finished_trials()),
+                       "resumed_utc": _now(), "binary": engine["binary"],
+                       "sha256": engine["sha256"]})
+        self.progress(f"warning: {self.out.name}: the engine binary's hashes differ from the "
+                      "run's (same source, rebuilt or reinstalled, e.g. on another machine); "
+                      "resuming with the new build recorded in engine_epochs")
+        write_json_atomic(self.out / "manifest.json", self.manifest)
 
     def _model_records(self) -> dict[str, Any]:
         from crossbench.models import file_record
@@ -193,7 +238,7 @@ class RunSession:
         last = len(self.finished_trials()) + 1 >= cfg.trials
         with JsonlAppender(self.out / "requests.jsonl") as sink:
             try:
-                entry = _trial(cfg, t, self._server, self.manifest["engine"], self.warm,
+                entry = _trial(cfg, t, self._server, self.engine, self.warm,
                                self.measured, sink, self.out,
                                self.progress, keep_running=not cfg.fresh_server and not last)
             except BaseException as e:

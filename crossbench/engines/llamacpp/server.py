@@ -31,6 +31,20 @@ from crossbench.engines.process import (
 from crossbench.errors import RunError, UserError
 
 
+def build_recipe(binary: Path) -> dict[str, Any] | None:
+    """How a crossbench-built binary was made (variant, CMake flags, compiler), from the
+    build's manifest (``ROOT/manifest.json`` beside ``ROOT/build/bin/``); None for a binary
+    crossbench did not build. The same recipe on another machine is the same source rebuilt."""
+    path = binary.parent.parent.parent / "manifest.json"
+    try:
+        man = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    if not isinstance(man, dict) or "variant" not in man:
+        return None
+    return {k: man.get(k) for k in ("pin", "variant", "cmake_flags", "compiler_version")}
+
+
 class LlamaServer(LocalServer):
     """llama.cpp's ``llama-server`` behind the common lifecycle.
 
@@ -271,9 +285,12 @@ class LlamaServer(LocalServer):
         binary = self.binary.resolve()
         hashes = {name: digest for name, digest in hash_binaries(binary.parent).items()
                   if name == binary.name or ".so" in name}
+        extra: dict[str, Any] = {"profile": self.profile.origin}
+        recipe = build_recipe(binary)
+        if recipe is not None:
+            extra["build"] = recipe
         return EngineIdentity(kind=self.kind, version=text, build_number=build, commit=commit,
-                              binary=str(binary), sha256=hashes,
-                              extra={"profile": self.profile.origin})
+                              binary=str(binary), sha256=hashes, extra=extra)
 
     def stop(self) -> None:
         """SIGTERM the process group, SIGKILL after ``stop_timeout_s``; wait for the port."""
