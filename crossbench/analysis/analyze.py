@@ -272,17 +272,19 @@ def tables(result: dict[str, Any]) -> dict[str, tuple[list[str], list[list[str]]
         best, cm = s["best"] or {}, s["cost_model"]
         for pt in s["points"]:
             sweep_rows.append([
-                f"{s['model']}/{s['arm']}", _num(pt["n"], "d"), _num(pt["speedup"]),
+                f"{s['engine']}/{s['model']}/{s['arm']}", _num(pt["n"], "d"),
+                _num(pt["speedup"]),
                 _ci(pt["ci95"]), pt["verdict"], _num(pt["draft_acceptance_rate"]),
                 _num(pt["mean_acceptance_length"]),
                 "yes" if best.get("n") == pt["n"] else "",
                 ("yes" if best.get("distinguishable") else "no")
                 if best.get("n") == pt["n"] else "",
-                _num(cm.get("d")), _num(cm.get("v")), _num(cm.get("r2")),
+                _num(cm.get("d")), _ci(cm.get("d_ci95")), _num(cm.get("v")),
+                _ci(cm.get("v_ci95")), _num(cm.get("r2")),
                 _num(cm.get("predicted_best_n"), "d")])
     out["sweeps"] = (["sweep", "n", "speedup", "ci", "verdict", "acceptance", "MAL", "best",
-                      "best distinguishable", "cost d", "cost v", "R^2", "predicted best n"],
-                     sweep_rows)
+                      "best distinguishable", "cost d", "d ci", "cost v", "v ci", "R^2",
+                      "predicted best n"], sweep_rows)
     out["warnings"] = (["kind", "cell", "message", "action"],
                        [[w["kind"], str(w["cell"]), w["message"], w["action"]]
                         for w in result["stability"]])

@@ -148,6 +148,40 @@ def bootstrap_means(c: Clusters, resamples: int, seed: int) -> FloatArray:
     return means
 
 
+def joint_bootstrap_means(groups: Sequence[tuple[FloatArray, Sequence[str], Sequence[object]]],
+                          resamples: int, seed: int) -> FloatArray:
+    """Means of several samples under one shared two-way resample: ``resamples`` x groups.
+
+    Each group is (values, cluster of each value, round of each value); the same cluster
+    (prompt) and round (trial) multiplicities weight every group in a resample, so groups
+    that share their clusters (cells paired with one baseline, over the same prompts and
+    trials) keep their correlation, which a fit across them (the cost model) must see.
+    Unstratified. A resample that leaves a group without any sample gives NaN there.
+    """
+    keys = sorted({str(c) for _, cl, _ in groups for c in cl})
+    rounds = sorted({str(r) for _, _, rd in groups for r in rd})
+    ci = {k: i for i, k in enumerate(keys)}
+    ri = {k: i for i, k in enumerate(rounds)}
+    rng = np.random.default_rng(seed)
+    w = _multiplicities(rng.integers(0, len(keys), size=(resamples, len(keys))), len(keys))
+    u = _multiplicities(rng.integers(0, len(rounds), size=(resamples, len(rounds))),
+                        len(rounds))
+    out = np.full((resamples, len(groups)), np.nan)
+    for g, (values, cl, rd) in enumerate(groups):
+        flat = np.array([ci[str(c)] * len(rounds) + ri[str(r)] for c, r in
+                         zip(cl, rd, strict=True)], dtype=np.int64)
+        size = len(keys) * len(rounds)
+        sums = np.bincount(flat, weights=np.asarray(values, dtype=float),
+                           minlength=size).reshape(len(keys), len(rounds))
+        counts = np.bincount(flat, minlength=size).astype(float).reshape(len(keys),
+                                                                        len(rounds))
+        total = ((w @ sums) * u).sum(axis=1)
+        count = ((w @ counts) * u).sum(axis=1)
+        hit = count > 0
+        out[hit, g] = total[hit] / count[hit]
+    return out
+
+
 def interval(samples: FloatArray, level: float) -> tuple[float, float]:
     """Percentile interval of bootstrap samples at confidence ``level``."""
     tail = (1.0 - level) / 2.0

@@ -19,10 +19,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from crossbench.analysis import stats
+import numpy as np
+
+from crossbench.analysis import paired, stats
 from crossbench.analysis.paired import StatsOptions, neighbour_ratio
 from crossbench.analysis.rundir import CellData
 from crossbench.analysis.stability import Finding, WarningKind
+from crossbench.analysis.stats import FloatArray
 
 HIGH_ACCEPTANCE = 0.5
 """Draft acceptance rate (fraction) from which a net loss is flagged as a cost problem."""
@@ -35,11 +38,16 @@ def predicted_tau(curve: list[float], n: int) -> float:
     return 1.0 + float(sum(curve[:n]))
 
 
-def cost_model(points: list[dict[str, Any]], curve: list[float] | None) -> dict[str, Any]:
+def cost_model(points: list[dict[str, Any]], curve: list[float] | None,
+               draws: dict[int, FloatArray] | None = None,
+               level: float = 0.95) -> dict[str, Any]:
     """Fit C(n) = tau / speedup = d + v * n over points with n, tau and speedup.
 
     ``curve`` (per-position acceptance, fractions) gives predictions up to its length; without
-    one, predictions use each point's measured tau.
+    one, predictions use each point's measured tau. ``draws`` (n -> bootstrap draws of the
+    log speedup, drawn jointly for all points: :func:`joint_log_speedups`) gives percentile
+    intervals of d and v (``d_ci95``, ``v_ci95``); tau is taken as measured (counter-based
+    acceptance over thousands of drafts varies far less than speed).
     """
     usable = [p for p in points if p.get("mean_acceptance_length") and p.get("speedup")]
     if len({p["n"] for p in usable}) < 2:
@@ -55,10 +63,60 @@ def cost_model(points: list[dict[str, Any]], curve: list[float] | None) -> dict[
         for n, tau in sorted(taus.items())]
     valid = [p for p in predicted if p["speedup"] is not None]
     best = max(valid, key=lambda p: float(p["speedup"]))["n"] if valid else None
-    return {"fitted": True, "d": line.intercept, "v": line.slope, "r2": line.r2,
+    out_ci: dict[str, Any] = {"d_ci95": None, "v_ci95": None}
+    if draws is not None:
+        out_ci = _line_intervals(usable, draws, level)
+    return {"fitted": True, "d": line.intercept, "v": line.slope, "r2": line.r2, **out_ci,
             "points": len(usable), "acceptance_curve": "measured per-position acceptance"
             if curve else "measured mean acceptance length at each n",
             "predicted": predicted, "predicted_best_n": best}
+
+
+def _line_intervals(points: list[dict[str, Any]], draws: dict[int, FloatArray],
+                    level: float) -> dict[str, Any]:
+    """Percentile intervals of d and v refitted on each joint bootstrap draw."""
+    ns = [int(p["n"]) for p in points]
+    if any(n not in draws for n in ns):
+        return {"d_ci95": None, "v_ci95": None}
+    x = np.asarray(ns, dtype=float)
+    tau = np.asarray([float(p["mean_acceptance_length"]) for p in points])
+    logs = np.column_stack([draws[n] for n in ns])  # resamples x points
+    keep = np.all(np.isfinite(logs), axis=1)
+    if keep.sum() < 2:
+        return {"d_ci95": None, "v_ci95": None}
+    cost = tau[None, :] / np.exp(logs[keep])
+    xc = x - x.mean()
+    v = (cost * xc[None, :]).sum(axis=1) / float((xc**2).sum())
+    d = cost.mean(axis=1) - v * x.mean()
+    return {"d_ci95": list(stats.interval(d, level)), "v_ci95": list(stats.interval(v, level)),
+            "ci_method": "joint two-way (prompt x trial) bootstrap of every point's speedup, "
+                         "line refitted per draw"}
+
+
+def joint_log_speedups(members: list[dict[str, Any]], cells: dict[str, CellData],
+                       opts: StatsOptions) -> dict[int, FloatArray] | None:
+    """Bootstrap draws of each sweep point's mean log decode speedup, drawn jointly (one
+    prompt and trial resample shared by every point: they share the baseline)."""
+    groups = []
+    ns = []
+    for p in members:
+        spec, base = cells.get(p["cell"]), cells.get(p["baseline_cell"])
+        if spec is None or base is None:
+            return None
+        pr = paired.pair(spec.figures, base.figures)
+        vals, prompts, trials = [], [], []
+        for s, b in zip(pr.spec, pr.base, strict=True):
+            r = paired.decode_speedup(s, b)
+            if r is not None and r > 0:
+                vals.append(float(np.log(r)))
+                prompts.append(s.prompt_id)
+                trials.append(s.trial)
+        if not vals:
+            return None
+        groups.append((np.asarray(vals), prompts, trials))
+        ns.append(int(p["n"]))
+    means = stats.joint_bootstrap_means(groups, opts.resamples, opts.seed)
+    return {n: means[:, i] for i, n in enumerate(ns)}
 
 
 def net_loss_finding(pair: dict[str, Any]) -> Finding | None:
@@ -96,7 +154,9 @@ def sweeps(pairs: list[dict[str, Any]], cells: dict[str, CellData],
         out.append({**dict(zip(SWEEP_KEY, key, strict=True)),
                     "baseline_cell": members[0]["baseline_cell"], "points": points,
                     "best": _best(points, cells, opts),
-                    "cost_model": cost_model(points, _curve(points)),
+                    "cost_model": cost_model(points, _curve(points),
+                                             joint_log_speedups(members, cells, opts),
+                                             opts.level),
                     "net_loss_despite_high_acceptance": [
                         p["n"] for p in members if net_loss_finding(p) is not None]})
     return out
