@@ -160,7 +160,9 @@ def source_tree(pin: SourcePin, progress: Progress = _quiet) -> Path:
 
 
 # What a build does not need; left out of carried source archives (`engines pack-source`).
-PRUNE = ("docs", "media", "tests", "benches", ".github", "gguf-py", "conversion", "examples",
+# conversion/ and gguf-py/ stay (2 MB): convert_hf_to_gguf.py imports both, and users convert
+# their own checkpoints on the GPU host.
+PRUNE = ("docs", "media", "tests", "benches", ".github", "examples",
          "models")  # tools/ui stays: tools/CMakeLists.txt adds it unconditionally
 KEEP = ("models/ggml-vocab-qwen35.gguf",)  # the fixture models' tokenizer
 
