@@ -1,0 +1,119 @@
+#!/usr/bin/env bash
+# The llama.cpp-versus-vLLM study (matrices/h200-cross.yaml) on one H200, in device calls of at
+# most 10 minutes chained while the machine stays warm. Every call runs this script; it does
+# each step whose inputs have arrived and that is not done yet, within BUDGET_S:
+#
+#   1. crossbench's own wheels (.whl/) into /tmp/site;
+#   2. the vLLM pack's parts carried so far (.carry/vllm-*/: `crossbench engines pack`) kept
+#      in /tmp/cb-pack (a call carries at most 64 MiB, so the pack comes over several calls);
+#   3. in the background (setsid: it outlives the call): the CUDA llama.cpp build from the
+#      carried source, the qwen3-8b fixtures in F16 with their HF folders while nvcc builds,
+#      then the Q4_K_M target through the built llama-quantize;
+#   4. once every part is there: `crossbench engines install vllm --from /tmp/cb-pack`;
+#   5. with ROUND set and the background setup done: the round's cells of the matrix,
+#      `crossbench matrix --resume` until the budget is nearly spent (a round resumes across
+#      calls; on another machine see docs/cross-engine.md: the engines are rebuilt, recorded
+#      as engine epochs, and trial pairs that straddle machines read `confounded`);
+#   6. with FINISH=1: the tensor checksums of both weight files.
+# What comes back: run.tgz (the round's run directory) and logs.tgz; analysis, cross-engine
+# parity, archives and reports are made from run.tgz (docs/cross-engine.md has the commands).
+#
+# Usage: OUT=/some/dir BUDGET_S=560 [ROUND=1] [FINISH=1] bash benchmarks/h200_cross.sh
+set -uo pipefail
+: "${OUT:?set OUT to a directory for the results}"
+export CROSSBENCH_CACHE=$PWD/.cbcache PYTHONUNBUFFERED=1
+export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}
+budget=${BUDGET_S:-560}; t0=$(date +%s)
+left() { echo $(( budget - ($(date +%s) - t0) )); }
+cb() { python3 -m crossbench "$@"; }
+LOG=/tmp/cross-logs; mkdir -p "$LOG" /tmp/cb-pack   # /tmp lasts while the machine stays warm
+say() { echo "[$(date -u +%H:%M:%S)] $*" | tee -a "$LOG/calls.txt"; }
+
+# 1. crossbench's own dependencies (pydantic, gguf, orjson...) the image lacks
+if ls .whl/*.whl >/dev/null 2>&1 && [ ! -f /tmp/site/.done ]; then
+  python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/*.whl \
+    && touch /tmp/site/.done
+fi
+export PYTHONPATH=/tmp/site:$PYTHONPATH
+
+# 2. parts of the vLLM pack carried by this call
+for f in .carry/vllm-*/pack.json .carry/vllm-*/payload.tar.part*; do
+  [ -f "$f" ] || continue
+  cp -n "$f" /tmp/cb-pack/ && say "kept $(basename "$f") ($(stat -c %s "$f") bytes)"
+done
+
+# 3. background setup: CUDA build, fixtures (F16 + HF while nvcc runs), then Q4_K_M
+if [ ! -f "$LOG/setup.started" ]; then
+  touch "$LOG/setup.started"
+  nvidia-smi --query-gpu=index,name,uuid,driver_version,memory.total --format=csv,noheader \
+    >"$LOG/gpu.txt" 2>&1
+  python3 -m pip list --format=freeze >"$LOG/host-pip-freeze.txt" 2>/dev/null
+  setsid bash -c '
+    s=$(date +%s)
+    python3 -m crossbench engines install llama.cpp --cuda --cuda-arch 90 \
+      --source-archive .carry/llama-cpp-python-0.3.36.src.tgz >'"$LOG"'/build.log 2>&1 &
+    b=$!
+    until ls "$CROSSBENCH_CACHE"/sources/*/.unpacked >/dev/null 2>&1; do sleep 2; done
+    python3 -m crossbench fixtures make --shape qwen3-8b --hf >'"$LOG"'/fixtures.log 2>&1
+    echo "fixtures_f16_hf_s=$(( $(date +%s) - s ))" >>'"$LOG"'/timing.txt
+    wait $b; echo "build_exit=$? build_s=$(( $(date +%s) - s ))" >>'"$LOG"'/timing.txt
+    python3 -m crossbench fixtures make --shape qwen3-8b --quant Q4_K_M \
+      >>'"$LOG"'/fixtures.log 2>&1
+    echo "setup_exit=$? setup_s=$(( $(date +%s) - s ))" >>'"$LOG"'/timing.txt
+    touch '"$LOG"'/setup.done' </dev/null >"$LOG/setup.out" 2>&1 &
+  say "background setup started"
+fi
+
+# 4. vLLM from the pack, once every part has arrived
+vprefix=$(ls -d "$CROSSBENCH_CACHE"/engines/vllm-*/ 2>/dev/null | head -1)
+if [ -z "$vprefix" ] && [ -f /tmp/cb-pack/pack.json ]; then
+  if python3 - <<'EOF'
+import json, os, sys
+parts = json.load(open("/tmp/cb-pack/pack.json"))["parts"]
+sys.exit(0 if all(os.path.exists("/tmp/cb-pack/" + p["name"]) for p in parts) else 1)
+EOF
+  then
+    s=$(date +%s)
+    cb engines install vllm --from /tmp/cb-pack >"$LOG/vllm-install.log" 2>&1 \
+      && say "vllm installed in $(( $(date +%s) - s )) s: $(tail -1 "$LOG/vllm-install.log")"
+    vprefix=$(ls -d "$CROSSBENCH_CACHE"/engines/vllm-*/ 2>/dev/null | head -1)
+  fi
+fi
+[ -n "$vprefix" ] && export PATH=${vprefix%/}/bin:$PATH
+
+wait_setup() {  # until the build and the F16/HF fixtures are done, or the budget nearly spent
+  # (the Q4_K_M target, made last, is waited for only by rounds that use it)
+  local mark="build_exit=0"; [ "${1:-}" = all ] && mark="setup_exit=0"
+  until grep -q "$mark" "$LOG/timing.txt" 2>/dev/null || [ "$(left)" -le 60 ]; do sleep 5; done
+  grep -q "$mark" "$LOG/timing.txt" 2>/dev/null
+}
+
+RUN=$CROSSBENCH_CACHE/h200-cross-round${ROUND:-1}
+# 5. a round: the cells this session can afford (docs/cross-engine.md lists each round)
+if [ -n "${ROUND:-}" ] && [ -n "$vprefix" ] && wait_setup; then
+  case "$ROUND" in
+    1) sel=(--skip target=t8b-q4 --skip concurrency=4 --skip concurrency=16
+            --skip arm=synth-a0.6 --skip arm=synth-a0.8 --skip arm=synth-a1.0 --skip arm=ngram
+            --skip n=1 --skip n=3 --skip n=6 --skip n=8) ;;
+    *) say "unknown ROUND $ROUND"; exit 2 ;;
+  esac
+  resume=(); [ -f "$RUN/state.json" ] && resume=(--resume)
+  run_s=$(( $(left) - 40 ))
+  if [ "$run_s" -gt 60 ]; then
+    say "round $ROUND: matrix for $run_s s"
+    timeout -s INT "$run_s" python3 -m crossbench matrix matrices/h200-cross.yaml --out "$RUN" \
+      "${resume[@]}" "${sel[@]}" --progress plain >>"$LOG/matrix-round$ROUND.log" 2>&1
+    say "matrix exit $?"
+    cb status "$RUN" >"$LOG/status-round${ROUND}.txt" 2>&1
+  fi
+fi
+
+# 6. finish: the tensor checksums of both weight files (the analysis, archives and reports are
+#    made from run.tgz on any machine: every figure is re-derived from the raw records)
+if [ -n "${FINISH:-}" ] && wait_setup; then
+  cb fixtures verify-hf --shape qwen3-8b >"$LOG/verify-hf.txt" 2>&1
+  say "verify-hf exit $?"
+fi
+tar -C /tmp -czf "$OUT/logs.tgz" cross-logs 2>/dev/null
+[ -d "$RUN" ] && tar -C "$CROSSBENCH_CACHE" -czf "$OUT/run.tgz" "$(basename "$RUN")" 2>/dev/null
+ls -la "$OUT"; cat "$LOG/calls.txt" 2>/dev/null | tail -20; cat "$LOG/timing.txt" 2>/dev/null
