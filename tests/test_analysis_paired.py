@@ -71,7 +71,7 @@ def _rate(arm, pid, trial, occ):
 def test_paired_speedup_hand_computed(tmp_path):
     study(tmp_path / "s", PROMPTS, [Arm("none"), Arm("dft", "draft-simple", 4)], _rate,
           trials=3, tokens=64)
-    r = analyze(tmp_path / "s", StatsOptions(resamples=2000))
+    r = analyze(tmp_path / "s", StatsOptions(resamples=2000, strata="category"))
     (p,) = r["pairs"]
     s = p["speedup"]
     assert s["geomean"] == pytest.approx(math.sqrt(1.5 * 0.75))
@@ -122,3 +122,45 @@ def test_unmatched_requests_are_counted_not_used():
     assert out["pairing"] == {"paired": 2, "unmatched_spec": 1, "unmatched_baseline": 0}
     assert out["verdict"] == "too few samples"
     assert out["speedup"]["geomean"] == pytest.approx(1.2)
+
+
+def test_the_resampling_design_is_an_explicit_option(tmp_path):
+    """--strata picks the design, both designs say which they are, and without categories
+    both are the same unstratified design."""
+    import numpy as np
+
+    from crossbench.analysis.analyze import analyze, verdict_table
+    from crossbench.importers.synthetic import Arm, study
+
+    rng = np.random.default_rng(3)
+    # categories differ in speedup: stratifying by them removes that spread from the interval
+    prompts = [(f"p{i}", ("code", "math", "prose")[i % 3]) for i in range(12)]
+    effect = {"code": 0.0, "math": 0.15, "prose": -0.15}
+    noise = {p: rng.normal(0, 0.02) for p, _ in prompts}
+    cat = dict(prompts)
+
+    def rate(arm, pid, trial, occ):
+        return 100.0 * (1.0 if arm.n is None else float(np.exp(0.05 + effect[cat[pid]]
+                                                                 + noise[pid])))
+
+    study(tmp_path / "s", prompts, [Arm("none"), Arm("d", "draft-simple", 4)], rate, trials=2)
+    by = {}
+    for strata in ("category", "none"):  # explicit: a synthetic study is an import
+        r = analyze(tmp_path / "s", StatsOptions(resamples=2000, strata=strata))
+        (p,) = r["pairs"]
+        by[strata] = p["speedup"]
+        assert r["options"]["strata"] == strata
+        assert f"(--strata {strata})" in verdict_table(r)
+    assert by["category"]["design"] == "prompts x trials, stratified by category (3)"
+    assert by["none"]["design"] == "prompts x trials, unstratified"
+    width = {k: v["ci95"][1] - v["ci95"][0] for k, v in by.items()}
+    assert width["category"] < width["none"] / 2, width
+    assert by["category"]["geomean"] == by["none"]["geomean"]  # only the interval differs
+    assert StatsOptions.from_record({"resamples": 500}) == StatsOptions(resamples=500,
+                                                                        strata="category")
+
+
+def test_auto_strata_follow_the_run_kind():
+    assert StatsOptions(strata="auto").for_run("import").strata == "none"
+    assert StatsOptions(strata="auto").for_run("matrix").strata == "category"
+    assert StatsOptions(strata="none").for_run("matrix").strata == "none"

@@ -118,3 +118,65 @@ def test_other_user_errors(tmp_path):
     (tmp_path / "full" / "x").write_text("")
     with pytest.raises(UserError, match="already exists and is not empty"):
         import_llama_server_raw(RAW, PATTERN, "baseline", tmp_path / "full")
+
+
+def _arms_named_by_n(tmp_path: Path) -> Path:
+    """The captured bodies renamed to arms named only by n (``n2``, ``n4``) and stripped of
+    ``speculative.types``, as many published studies store them."""
+    raw = tmp_path / "raw"
+    raw.mkdir()
+    for p in RAW.glob("*.json"):
+        body = json.loads(p.read_text())
+        (body.get("generation_settings") or {}).pop("speculative.types", None)
+        name = p.name.replace("_draft-n", "_n")
+        (raw / name).write_text(json.dumps(body))
+    return raw
+
+
+def test_arms_named_only_by_n_form_a_sweep_without_false_confounds(tmp_path):
+    raw = _arms_named_by_n(tmp_path)
+    import_llama_server_raw(raw, PATTERN, "baseline", tmp_path / "imp", r"n(\d+)", PROMPTS)
+    run = load_run(tmp_path / "imp")
+    spec = [c for c in run.cells if c.coords["method"] != "none"]
+    # nothing names the method: recorded as unknown, never the arm's name
+    assert {(c.coords["arm"], c.coords["method"], c.coords["n"]) for c in spec} == {
+        ("unknown", "unknown", 2), ("unknown", "unknown", 4)}
+    r = analyze(tmp_path / "imp", StatsOptions(resamples=500, min_samples=4))
+    assert {p["verdict"] for p in r["pairs"]} <= {"faster", "slower", "indistinguishable"}
+    assert all(not p["confounds"]["confounded"] for p in r["pairs"]), [
+        p["confounds"].get("confounding_fields") for p in r["pairs"]]
+    (sw,) = r["sweeps"]
+    assert [p["n"] for p in sw["points"]] == [2, 4]
+    assert sw["best"]["n"] in (2, 4) and sw["best"]["ci95"] is not None
+    # with --method the arms carry it
+    import_llama_server_raw(raw, PATTERN, "baseline", tmp_path / "imp2", r"n(\d+)", PROMPTS,
+                            method="draft-dflash")
+    methods = {c.coords["method"] for c in load_run(tmp_path / "imp2").cells}
+    assert methods == {"none", "draft-dflash"}
+
+
+def test_n_from_arm_group_that_is_not_a_number(tmp_path):
+    with pytest.raises(UserError, match=r"--n-from-arm: the group .* is not a whole number"):
+        import_llama_server_raw(RAW, PATTERN, "baseline", tmp_path / "imp", r"(draft)-n\d+",
+                                PROMPTS)
+
+
+def test_prompts_as_a_json_array_and_unknown_prompt_ids_listed(tmp_path):
+    """A JSON array of prompts works like JSONL; prompt ids the file does not know are listed
+    (imported with category unknown), as unmatched files are."""
+    lines = [json.loads(x) for x in PROMPTS.read_text().splitlines() if x.strip()]
+    arr = tmp_path / "prompts.json"
+    arr.write_text(json.dumps([p for p in lines if p["id"] != "math-01"]))
+    state = import_llama_server_raw(RAW, PATTERN, "baseline", tmp_path / "imp", r"n(\d+)", arr)
+    unknown = [x for x in state["not_imported"] if "math-01" in x["reason"]]
+    assert len(unknown) == 6  # one file per arm (3) and trial (2)
+    assert all("imported with category unknown" in x["reason"] for x in unknown)
+    cats = {f.prompt_id: f.category for c in load_run(tmp_path / "imp").cells
+            for f in c.figures}
+    assert cats == {"code-01": "code", "math-01": "unknown", "creative-01": "creative"}
+    r = CliRunner().invoke(cli, ["import", "llama-server", str(RAW), "--pattern", PATTERN,
+                                 "--baseline-arm", "baseline", "--prompts", str(arr),
+                                 "--out", str(tmp_path / "imp3")])
+    assert r.exit_code == 0, r.output
+    assert "note: tiny_baseline_t0_pmath-01.json: prompt id 'math-01' is not in prompts.json" \
+        in r.output

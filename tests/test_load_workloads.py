@@ -162,3 +162,18 @@ def test_file_spec_missing_file(tmp_path: Path) -> None:
 def test_count_must_be_positive() -> None:
     with pytest.raises(UserError, match="at least 1"):
         load_workload("builtin:mixed", count=0)
+
+
+def test_file_workload_as_a_json_array(tmp_path: Path) -> None:
+    """A JSON array of the same objects as the JSONL format gives the same prompts."""
+    rows = [{"id": "a", "category": "code", "prompt": "x"},
+            {"id": "b", "category": "math", "prompt": "y"}]
+    jsonl, arr = tmp_path / "p.jsonl", tmp_path / "p.json"
+    jsonl.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    arr.write_text(json.dumps(rows, indent=2))
+    a, b = load_workload(f"file:{jsonl}"), load_workload(f"file:{arr}")
+    assert [(p.id, p.category, p.text) for p in a.prompts] == \
+        [(p.id, p.category, p.text) for p in b.prompts]
+    arr.write_text(json.dumps([rows[0], "not an object"]))
+    with pytest.raises(UserError, match=r"p\.json item 1: not a JSON object"):
+        load_workload(f"file:{arr}")

@@ -182,6 +182,7 @@ def analyze_run(run: RunData, opts: StatsOptions) -> dict[str, Any]:
 
 
 def _analyze_run(run: RunData, opts: StatsOptions) -> dict[str, Any]:
+    opts = opts.for_run(run.kind)
     cooldown = None
     if run.matrix is not None:
         cooldown = float(run.matrix.get("cooldown_s", 0.0))
@@ -210,8 +211,7 @@ def _analyze_run(run: RunData, opts: StatsOptions) -> dict[str, Any]:
         "kind": "crossbench.analysis",
         "crossbench_version": __version__,
         "run": {"dir": str(run.root), "kind": run.kind, "cells": len(run.cells)},
-        "options": {"resamples": opts.resamples, "seed": opts.seed, "level": opts.level,
-                    "min_samples": opts.min_samples},
+        "options": opts.to_record(),
         "cells": list(figs.values()),
         "pairs": pairs,
         "sweeps": sweep.sweeps(pairs, by_id, opts),
@@ -332,6 +332,12 @@ def verdict_table(result: dict[str, Any]) -> str:
     header, rows = t[name]
     idx = [header.index(k) for k in keep]
     text = plain(keep, [[r[i] for i in idx] for r in rows])
+    designs = sorted({p["speedup"].get("design") for p in result["pairs"]
+                      if p["speedup"].get("ci95")} - {None})
+    if designs:
+        level = result["options"].get("level", 0.95)
+        text += (f"\nintervals: {level:.0%} percentile bootstrap over "
+                 f"{'; '.join(designs)} (--strata {result['options'].get('strata')})")
     n_warn = len(result["stability"])
     if n_warn:
         kinds = sorted({w["kind"] for w in result["stability"]})

@@ -69,6 +69,7 @@ def compare(a: CellData, b: CellData, opts: StatsOptions) -> dict[str, Any]:
     diffs = [{**d, "spec": d["kind"] == "intended"}
              for d in (conf["diff"]["differences"] if conf["checked"] else [])
              if d["kind"] != "benign"]
+    opts = opts.for_run("import" if a.imported or b.imported else "run")
     result = paired.compare(b.figures, a.figures, opts)
     sp = result["speedup"]
     lab = ("multi-variable (cross-engine)" if cross_engine else

@@ -14,7 +14,7 @@ by category) and trials, crossed (``stats.py``). The verdict comes from ``stats.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -22,15 +22,60 @@ import numpy as np
 from crossbench.analysis import stats
 from crossbench.analysis.metrics import RequestFigures
 
+#: resampling designs of the intervals (see docs/analysis.md, "Which resampling design");
+#: ``auto`` resolves to ``category`` for crossbench's own runs and ``none`` for imports
+STRATA = ("category", "none", "auto")
+
 
 @dataclass(frozen=True)
 class StatsOptions:
-    """Bootstrap and verdict settings (the CLI's --resamples, --seed, --level, --min-samples)."""
+    """Bootstrap and verdict settings (the CLI's --resamples, --seed, --level, --min-samples,
+    --strata).
+
+    ``strata``: ``category`` resamples prompts within each prompt category (a workload built
+    with a fixed number of prompts per category, such as builtin:mixed); ``none`` resamples
+    prompts across categories (prompts drawn without such a design, or categories assigned
+    after the fact); ``auto`` is category for crossbench's own runs and none for imports
+    (:meth:`for_run`). Clusters are prompts and trials either way.
+    """
 
     resamples: int = 10_000
     seed: int = 0
     level: float = 0.95
     min_samples: int = 10
+    strata: str = "auto"
+
+    def for_run(self, kind: str) -> StatsOptions:
+        """``auto`` strata made concrete for a run of ``kind`` (``import``: the prompts'
+        categories are labels the importer was given, not a sampling design)."""
+        if self.strata != "auto":
+            return self
+        return replace(self, strata="none" if kind == "import" else "category")
+
+    def to_record(self) -> dict[str, Any]:
+        """The ``options`` object of analysis.json."""
+        return {"resamples": self.resamples, "seed": self.seed, "level": self.level,
+                "min_samples": self.min_samples, "strata": self.strata}
+
+    @classmethod
+    def from_record(cls, o: dict[str, Any] | None) -> StatsOptions:
+        """Options as recorded in an analysis.json (older files, without ``strata``, were
+        made with the category design)."""
+        o = o or {}
+        return cls(resamples=int(o.get("resamples", 10_000)), seed=int(o.get("seed", 0)),
+                   level=float(o.get("level", 0.95)), min_samples=int(o.get("min_samples", 10)),
+                   strata=str(o.get("strata", "category")))
+
+
+def design(opts: StatsOptions, categories: list[str], trials: list[int] | None) -> str:
+    """The resampling design that made an interval, in words, e.g. ``prompts x trials,
+    stratified by category (6)``."""
+    clusters = "prompts x trials" if trials is not None and len(set(trials)) > 1 \
+        else "prompts"
+    cats = len(set(categories))
+    if opts.strata == "category" and cats > 1:
+        return f"{clusters}, stratified by category ({cats})"
+    return f"{clusters}, unstratified"
 
 
 @dataclass
@@ -98,11 +143,13 @@ def speedup_of(ratios: stats.FloatArray, prompts: list[str], categories: list[st
     out: dict[str, Any] = {"geomean": None, "median": None, "ci95": None,
                            "ci_level": opts.level, "net_loss_share": None, "n_samples": n,
                            "n_prompts": n_prompts,
-                           "n_trials": len(set(trials)) if trials is not None else None}
+                           "n_trials": len(set(trials)) if trials is not None else None,
+                           "design": design(opts, categories, trials)}
     ci = None
     if n:
         logs = np.log(ratios)
-        ci = stats.ratio_interval(logs, prompts, categories, opts.resamples, opts.seed,
+        strata = categories if opts.strata == "category" else ["all"] * n
+        ci = stats.ratio_interval(logs, prompts, strata, opts.resamples, opts.seed,
                                   opts.level, trials)
         per_prompt: dict[str, list[float]] = {}
         for p, v in zip(prompts, logs, strict=True):

@@ -13,7 +13,8 @@ from crossbench.cli.common import progress, user_errors
 from crossbench.errors import UserError
 
 
-def _opts(resamples: int, seed: int, level: float, min_samples: int) -> Any:
+def _opts(resamples: int, seed: int, level: float, min_samples: int,
+          strata: str = "auto") -> Any:
     from crossbench.analysis.paired import StatsOptions
 
     if resamples < 100:
@@ -25,7 +26,8 @@ def _opts(resamples: int, seed: int, level: float, min_samples: int) -> Any:
     if min_samples < 2:
         raise UserError(f"--min-samples {min_samples} is below 2",
                         "use at least 2 (10 is the default)")
-    return StatsOptions(resamples=resamples, seed=seed, level=level, min_samples=min_samples)
+    return StatsOptions(resamples=resamples, seed=seed, level=level, min_samples=min_samples,
+                        strata=strata)
 
 
 def stats_options(fn: Any) -> Any:
@@ -39,6 +41,12 @@ def stats_options(fn: Any) -> Any:
                      help="Confidence level of the intervals (a fraction)."),
         click.option("--min-samples", type=int, default=10, show_default=True,
                      help="Fewest paired samples for a verdict (and at least two prompts)."),
+        click.option("--strata", type=click.Choice(["auto", "category", "none"]),
+                     default="auto", show_default=True,
+                     help="Resample prompts within their categories (category: a workload "
+                          "with a fixed number of prompts per category) or across all (none); "
+                          "auto: category for crossbench's runs, none for imports. Clusters "
+                          "are prompts and trials either way (docs/analysis.md)."),
     ]):
         fn = opt(fn)
     return fn
@@ -56,7 +64,7 @@ Examples:
 @stats_options
 @user_errors
 def analyze(run_dir: Path, as_json: bool, resamples: int, seed: int, level: float,
-            min_samples: int) -> None:
+            min_samples: int, strata: str) -> None:
     """Paired speedups with intervals and verdicts, acceptance, n-sweeps, output parity and
     stability warnings, from a run directory's raw records alone.
 
@@ -67,7 +75,7 @@ def analyze(run_dir: Path, as_json: bool, resamples: int, seed: int, level: floa
     from crossbench.analysis.analyze import analyze as run_analysis
     from crossbench.analysis.analyze import verdict_table, write_outputs
 
-    result = run_analysis(run_dir, _opts(resamples, seed, level, min_samples))
+    result = run_analysis(run_dir, _opts(resamples, seed, level, min_samples, strata))
     write_outputs(run_dir, result)
     if as_json:
         click.echo(json.dumps(result, indent=2))
@@ -88,7 +96,7 @@ Examples:
 @stats_options
 @user_errors
 def compare(a: str, b: str, as_json: bool, resamples: int, seed: int, level: float,
-            min_samples: int) -> None:
+            min_samples: int, strata: str) -> None:
     """Compare B against A: which recorded settings differ, and the paired speedup of B.
 
     A and B are run directories, matrix cell folders, or MATRIX_DIR:CELL_ID. The comparison
@@ -97,7 +105,8 @@ def compare(a: str, b: str, as_json: bool, resamples: int, seed: int, level: flo
     from crossbench.analysis.compare import compare as run_compare
     from crossbench.analysis.compare import format_compare, resolve
 
-    result = run_compare(resolve(a), resolve(b), _opts(resamples, seed, level, min_samples))
+    result = run_compare(resolve(a), resolve(b),
+                         _opts(resamples, seed, level, min_samples, strata))
     click.echo(json.dumps(result, indent=2) if as_json else format_compare(result))
 
 
@@ -108,7 +117,8 @@ def import_() -> None:
 
 def _report(state: dict[str, Any], out: Path) -> None:
     for item in state["not_imported"]:
-        progress(f"not imported: {item['file']}: {item['reason']}")
+        what = "note" if "imported with" in item["reason"] else "not imported"
+        progress(f"{what}: {item['file']}: {item['reason']}")
     click.echo(f"{len(state['cells'])} cells written to {out}")
     for c in state["cells"]:
         click.echo(f"  {c['id']}" + (f"  vs {c['baseline']}" if c["baseline"] else
@@ -130,16 +140,20 @@ Examples:
 @click.option("--n-from-arm", default=None,
               help="Regex whose first group is n in an arm's name, e.g. 'n(\\d+)'.")
 @click.option("--prompts", type=click.Path(exists=True, dir_okay=False, path_type=Path),
-              default=None, help="JSONL prompts ({id, category, prompt}) for categories.")
+              default=None, help="Prompts with ids and categories: JSONL or a JSON array of "
+              "{id, category, prompt} objects.")
+@click.option("--method", default=None,
+              help="Method of the speculative arms when the bodies do not name it (e.g. "
+                   "draft-dflash); without it such arms are recorded as method 'unknown'.")
 @click.option("--out", type=click.Path(path_type=Path), required=True, help="New directory.")
 @user_errors
 def import_llama_server(raw_dir: Path, pattern: str, baseline_arm: str, n_from_arm: str | None,
-                        prompts: Path | None, out: Path) -> None:
+                        prompts: Path | None, method: str | None, out: Path) -> None:
     """Import a folder of llama-server response bodies (one JSON file per request)."""
     from crossbench.importers.llama_server_raw import import_llama_server_raw
 
-    _report(import_llama_server_raw(raw_dir, pattern, baseline_arm, out, n_from_arm, prompts),
-            out)
+    _report(import_llama_server_raw(raw_dir, pattern, baseline_arm, out, n_from_arm, prompts,
+                                    method), out)
 
 
 @import_.command("vllm-bench", epilog="""\b

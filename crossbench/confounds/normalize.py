@@ -3,8 +3,9 @@
 Sources: a run directory's ``manifest.json`` (config, engine identity, model files, workload,
 host) with one trial entry (argv, server ``/props``, timestamps), and the provenance record
 (:mod:`.provenance`) found in the trial entry or the manifest under ``provenance`` (or passed
-in). Engine and load settings are completed with their defaults, so a setting left out on one
-side and given its default value on the other is no difference.
+in). Engine and load settings of crossbench's own runs are completed with their defaults, so a
+setting left out on one side and given its default value on the other is no difference;
+imported runs keep exactly what their source recorded.
 
 Namespaces (the classes in :mod:`.diff` key on them):
 
@@ -107,11 +108,16 @@ def _effective(cls_name: str, engine: str | None, data: Mapping[str, Any]) -> di
         return dict(data)
 
 
-def normalize_config(config: Mapping[str, Any]) -> View:
-    """The view of a ``RunConfig`` dump (``manifest["config"]``)."""
+def normalize_config(config: Mapping[str, Any], defaults: bool = True) -> View:
+    """The view of a ``RunConfig`` dump (``manifest["config"]``).
+
+    ``defaults=False`` keeps the settings as recorded: an import records what its source
+    said, and a default filled in on one side only (where the config validates) would be a
+    difference the data never had."""
     out: View = {}
     engine = config.get("engine")
-    ec = _effective("engine", engine, config.get("engine_config") or {})
+    ec = (_effective("engine", engine, config.get("engine_config") or {}) if defaults
+          else dict(config.get("engine_config") or {}))
     for key, value in ec.items():
         if key == "env" and isinstance(value, Mapping):  # the server's own environment
             value = {k: (REDACTED if is_secret(k) else v) for k, v in value.items()}
@@ -121,7 +127,9 @@ def normalize_config(config: Mapping[str, Any]) -> View:
             flatten("model.path", value, out)
         else:
             flatten(f"server.{key}", value, out)
-    flatten("load", _effective("load", None, config.get("load") or {}), out)
+    load = config.get("load") or {}
+    flatten("load", _effective("load", None, load) if defaults else
+            {k: v for k, v in load.items() if v is not None}, out)
     flatten("run.trials", config.get("trials"), out)
     flatten("run.fresh_server", config.get("fresh_server"), out)
     for role, ref in (config.get("model_refs") or {}).items():
@@ -167,7 +175,8 @@ def normalize_trial(manifest: Mapping[str, Any], trial: int | None = None,
     if argv:
         out["crossbench.argv"] = " ".join(argv)
     flatten("run.created_utc", manifest.get("created_utc"), out)
-    out.update(normalize_config(manifest.get("config") or {}))
+    out.update(normalize_config(manifest.get("config") or {},
+                                defaults="imported" not in manifest))
     engine = dict(manifest.get("engine") or {})
     flatten("engine", engine, out)
     for role, facts in (manifest.get("models") or {}).items():

@@ -5,7 +5,8 @@ File names are matched against a pattern with placeholders ``{model}``, ``{arm}`
 ``{model}_{arm}_p{prompt}.json``. Files that do not match are listed, never skipped
 silently. One cell per (model, arm); the arm named by ``--baseline-arm`` is the baseline
 (method ``none``); ``--n-from-arm REGEX`` reads n from the arm's name (its first group) and
-the rest of the name labels the arm, so ``draft-n2`` and ``draft-n4`` form one n-sweep.
+the rest of the name labels the arm, so ``draft-n2`` and ``draft-n4`` form one n-sweep; an
+arm named only by n (``n4``) is labelled by its method, so ``n2`` and ``n4`` form one too.
 
 Accepted bodies: the native ``/completion`` response (``content``, ``tokens``,
 ``timings``, ``generation_settings``), and the OpenAI-compatible completion and chat
@@ -13,7 +14,10 @@ responses (``choices``, ``usage``, ``timings``). Times come from the server's ``
 TTFT = ``prompt_ms`` and decode time = ``predicted_ms``, which llama-server measures from
 the first generated token, so (tokens - 1) / decode time is its ``predicted_per_second``.
 The method of a speculative arm is read from ``generation_settings["speculative.types"]``
-where a body has it, else from the arm's name.
+where a body has it, else taken from ``--method``, else recorded as ``unknown``: never
+guessed from the arm's name (a name like ``n4`` or ``dflash-fast`` is not a method).
+The engine build is what the bodies say (``system_fingerprint``, e.g. ``b11312-0c1e570``);
+nothing the data does not say is filled in.
 """
 
 from __future__ import annotations
@@ -108,9 +112,14 @@ def _prompt_info(prompts: Path | None) -> tuple[dict[str, str], list[str]]:
     return {p.id: p.category for p in wl.prompts}, [p.id for p in wl.prompts]
 
 
+#: the method of a speculative arm whose bodies do not name one and no --method was given
+UNKNOWN_METHOD = "unknown"
+
+
 def import_llama_server_raw(raw_dir: Path, pattern: str, baseline_arm: str, out: Path,
                             n_from_arm: str | None = None,
-                            prompts: Path | None = None) -> dict[str, Any]:
+                            prompts: Path | None = None,
+                            method: str | None = None) -> dict[str, Any]:
     """Convert ``raw_dir`` into an import directory at ``out``; returns its state."""
     if not raw_dir.is_dir():
         raise UserError(f"RAW_DIR {raw_dir} is not a directory", "give the folder of bodies")
@@ -135,18 +144,27 @@ def import_llama_server_raw(raw_dir: Path, pattern: str, baseline_arm: str, out:
     if baseline_arm not in arms:
         raise UserError(f"--baseline-arm {baseline_arm!r} matches no file",
                         f"use one of the arms found: {', '.join(arms)}")
+    if prompts is not None:  # prompt ids the prompt file does not know: category unknown
+        known = set(categories)
+        for (_, _arm), files in sorted(matched.items()):
+            for g, path in files:
+                if g["prompt"] not in known and not g.get("category"):
+                    unmatched.append({"file": str(path.relative_to(raw_dir)),
+                                      "reason": f"prompt id {g['prompt']!r} is not in "
+                                                f"{prompts.name}: imported with category "
+                                                "unknown"})
     cells = [_cell(model, arm, files, arm == baseline_arm, n_rx, categories, order,
-                   workload)
+                   workload, method)
              for (model, arm), files in sorted(matched.items())]
     source = {"tool": "llama-server", "format": "response bodies", "dir": str(raw_dir),
               "pattern": pattern, "baseline_arm": baseline_arm, "n_from_arm": n_from_arm,
-              "prompts": str(prompts) if prompts else None}
+              "method": method, "prompts": str(prompts) if prompts else None}
     return write_import(out, cells, source, unmatched)
 
 
 def _cell(model: str, arm: str, files: list[tuple[dict[str, str], Path]], baseline: bool,
           n_rx: re.Pattern[str] | None, categories: dict[str, str], order: list[str],
-          workload: str) -> ImportedCell:
+          workload: str, given_method: str | None = None) -> ImportedCell:
     rank = {p: i for i, p in enumerate(order)}
     files = sorted(files, key=lambda f: (int(f[0].get("trial") or 0),
                                          rank.get(f[0]["prompt"], len(rank)), f[0]["prompt"]))
@@ -191,12 +209,19 @@ def _cell(model: str, arm: str, files: list[tuple[dict[str, str], Path]], baseli
             rec.update(status="error", error=str(body.get("error", "no timings in the body")))
         records.append(rec)
         clock[trial] = rec["t_done_ns"] + NS_PER_MS  # next request 1 ms later
-    method = "none" if baseline else _method(arm, types, n_rx)
+    method = "none" if baseline else _method(types, given_method)
     n, label = None, arm
     if n_rx is not None and not baseline:
         hit = n_rx.search(arm)
         if hit:  # the arm of an n-sweep is one arm at several n, as in a matrix
-            n, label = int(hit[1]), n_rx.sub("", arm).strip("-_. ") or arm
+            try:
+                n = int(hit[1])
+            except (TypeError, ValueError):
+                raise UserError(f"--n-from-arm: the group of {n_rx.pattern!r} matched "
+                                f"{hit[1]!r} in arm {arm!r}, which is not a whole number",
+                                "put only the digits of n in the group, e.g. 'n(\\d+)'"
+                                ) from None
+            label = n_rx.sub("", arm).strip("-_. ") or method
     spec: dict[str, Any] = {"type": method} | ({"n": n} if n is not None else {})
     load = {"workload": workload, "max_tokens": max(max_tokens) if max_tokens else None,
             "temperature": max(temps) if temps else None,
@@ -218,9 +243,9 @@ def _cell(model: str, arm: str, files: list[tuple[dict[str, str], Path]], baseli
                                    "time); requests laid end to end, 1 ms apart"})
 
 
-def _method(arm: str, types: set[str], n_rx: re.Pattern[str] | None) -> str:
+def _method(types: set[str], given: str | None) -> str:
+    """The method the bodies name, else the one given with --method, else unknown."""
     named = sorted(types - {"none"})
     if named:
         return ",".join(named)
-    stem = n_rx.sub("", arm) if n_rx is not None else arm
-    return stem.strip("-_. ") or arm
+    return given or UNKNOWN_METHOD

@@ -6,7 +6,8 @@ Specs (the only valid forms)::
     builtin:<category>   the 8 shipped prompts of one category: code, math, creative, factual,
                          analysis, howto
     random:<N>           prompts of exactly N token ids from a seeded RNG (needs vocab_size)
-    file:<path.jsonl>    your own prompts, one JSON object a line, in the shipped format
+    file:<path.jsonl>    your own prompts, one JSON object a line (or a JSON array of the
+                         same objects), in the shipped format
 
 The shipped format is one JSON object per line: ``{"id": "code-01", "category": "code",
 "prompt": "..."}``; a line may give ``"token_ids": [...]`` instead of ``"prompt"``.
@@ -104,20 +105,41 @@ def _sha256(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
-def _parse_jsonl(data: bytes, source: str) -> list[Prompt]:
-    """Prompts from JSONL bytes; errors name the source and line."""
-    prompts: list[Prompt] = []
-    seen: set[str] = set()
+def _entries(data: bytes, source: str) -> list[tuple[str, Any]]:
+    """(where, parsed object) of each prompt: a JSON array of objects (many published studies
+    keep prompts so) or JSON lines; errors name the source and line or item."""
+    if data.lstrip().startswith(b"["):
+        try:
+            items = orjson.loads(data)
+        except orjson.JSONDecodeError as exc:
+            raise UserError(f"{source}: not a JSON array ({exc})",
+                            hint="a JSON array of prompt objects, or one object per line"
+                            ) from exc
+        if not isinstance(items, list):
+            raise UserError(f"{source}: not a JSON array", hint="a JSON array of objects")
+        return [(f"{source} item {i}", obj) for i, obj in enumerate(items)]
+    out: list[tuple[str, Any]] = []
     for lineno, line in enumerate(data.splitlines(), 1):
         if not line.strip():
             continue
         where = f"{source} line {lineno}"
         try:
-            obj = orjson.loads(line)
+            out.append((where, orjson.loads(line)))
         except orjson.JSONDecodeError as exc:
-            raise UserError(f"{where}: not JSON ({exc})", hint="one JSON object per line") from exc
+            raise UserError(f"{where}: not JSON ({exc})",
+                            hint="one JSON object per line, or a JSON array of objects"
+                            ) from exc
+    return out
+
+
+def _parse_jsonl(data: bytes, source: str) -> list[Prompt]:
+    """Prompts from JSONL or JSON-array bytes; errors name the source and line (or item)."""
+    prompts: list[Prompt] = []
+    seen: set[str] = set()
+    for where, obj in _entries(data, source):
         if not isinstance(obj, dict):
-            raise UserError(f"{where}: not a JSON object", hint="one JSON object per line")
+            raise UserError(f"{where}: not a JSON object",
+                            hint="each prompt is an object with id, category and prompt")
         pid, cat = obj.get("id"), obj.get("category")
         text, ids = obj.get("prompt"), obj.get("token_ids")
         if not isinstance(pid, str) or not pid or not isinstance(cat, str) or not cat:

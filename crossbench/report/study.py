@@ -111,10 +111,7 @@ class Study:
     @property
     def options(self) -> StatsOptions:
         """The statistics options the analysis was made with."""
-        o = self.analysis.get("options") or {}
-        return StatsOptions(resamples=int(o.get("resamples", 10_000)), seed=int(o.get("seed", 0)),
-                            level=float(o.get("level", 0.95)),
-                            min_samples=int(o.get("min_samples", 10)))
+        return StatsOptions.from_record(self.analysis.get("options"))
 
 
 def ensure_analysis(root: Path, opts: StatsOptions | None = None) -> dict[str, Any]:
