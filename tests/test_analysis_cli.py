@@ -69,16 +69,20 @@ def test_analyze_writes_tables_and_prints_the_verdict_table(sweep_dir):
     r = invoke("analyze", str(sweep_dir), "--resamples", "500")
     assert r.exit_code == 0
     lines = r.stdout.splitlines()
-    assert lines[0].split() == ["cell", "speedup", "ci", "verdict", "e2e", "speedup", "e2e",
-                                "ci", "samples", "acceptance", "MAL", "parity"]
-    assert lines[1].split()[:2] == ["synthetic/synthetic-model/dft/n2/synthetic/c1", "1.240"]
+    # no engine-reported rates in a synthetic study: those columns are left out
+    assert lines[0].split() == ["cell", "baseline", "tok/s", "spec", "tok/s", "speedup", "ci",
+                                "verdict", "e2e", "speedup", "e2e", "ci", "samples",
+                                "acceptance", "MAL", "parity"]
+    assert lines[1].split()[0] == "synthetic/synthetic-model/dft/n2/synthetic/c1"
+    assert lines[1].split()[3] == "1.240"
     assert "faster" in lines[1]
     names = sorted(p.name for p in (sweep_dir / "analysis").iterdir())
     assert names == sorted(f"{t}.{ext}" for t in ("verdicts", "cells", "per_category",
                                                   "sweeps", "warnings")
                            for ext in ("md", "csv"))
     csv_head = (sweep_dir / "analysis" / "verdicts.csv").read_text().splitlines()[0]
-    assert csv_head.startswith("cell,model,method,n,baseline tok/s,spec tok/s,speedup,ci,")
+    assert csv_head.startswith("cell,model,method,n,baseline tok/s,spec tok/s,"
+                               "baseline tok/s (engine),spec tok/s (engine),speedup,ci,")
     assert r.stderr == (f"crossbench: wrote {sweep_dir / 'analysis.json'} and tables in "
                         f"{sweep_dir / 'analysis'}\n")
 

@@ -7,7 +7,7 @@ from crossbench.analysis.analyze import analyze
 from crossbench.analysis.paired import StatsOptions
 from crossbench.importers.synthetic import Arm, study
 
-PROMPTS = [(f"p{i}", "code" if i % 2 else "math") for i in range(6)]
+PROMPTS = [(f"p{i}", "code" if i % 2 else "math") for i in range(10)]
 OPTS = StatsOptions(resamples=500)
 ACC = {"drafts": 500, "draft_tokens": 1000, "accepted": 700, "per_position": [400, 300]}
 
@@ -51,10 +51,10 @@ def test_mad_outlier_is_flagged_with_its_prompt_and_trial(tmp_path):
     study(tmp_path / "s", PROMPTS, [Arm("none")], rate, trials=5)
     r = analyze(tmp_path / "s", OPTS)
     w = _warning(r, "outliers")
-    assert w["message"].startswith("1 of 30 requests are outliers against the other trials "
+    assert w["message"].startswith("1 of 50 requests are outliers against the other trials "
                                    "of their prompt (|modified z| > 3.5): p3 t2 (40.0 tok/s")
     assert "kept in every statistic" in w["action"]
-    assert r["cells"][0]["requests"]["ok"] == 30  # flagged, never dropped
+    assert r["cells"][0]["requests"]["ok"] == 50  # flagged, never dropped
 
 
 def test_baseline_drift_is_checked_on_baselines_only(tmp_path):
@@ -105,7 +105,7 @@ def test_failed_requests_are_counted_and_named(tmp_path):
     r = analyze(tmp_path / "s", OPTS)
     assert "failed_requests" in _kinds(r)
     pair = r["pairs"][0]
-    assert pair["pairing"] == {"paired": 17, "unmatched_spec": 0, "unmatched_baseline": 0}
+    assert pair["pairing"] == {"paired": 29, "unmatched_spec": 0, "unmatched_baseline": 0}
     assert {w["kind"] for w in pair["warnings"]} == {"failed_requests"}
 
 
@@ -118,3 +118,54 @@ def test_a_verdict_from_one_trial_says_its_interval_leaves_out_restarts(tmp_path
     w = _warning(r, "single_trial")
     assert "resamples prompts only" in w["message"] and "3 or more trials" in w["action"]
     assert [x["kind"] for x in pair["warnings"]] == ["single_trial"]
+
+
+def test_runner_warnings_on_trials_reach_the_verdict_and_compare(tmp_path):
+    """A trial the runner warned about (other inference processes running beside it) marks
+    the pair's verdict, is a warning of the analysis, and is a difference for compare."""
+    import json
+
+    from crossbench.analysis.analyze import analyze, verdict_table
+    from crossbench.analysis.compare import compare
+    from crossbench.analysis.paired import StatsOptions
+    from crossbench.analysis.rundir import load_run
+    from crossbench.importers.synthetic import Arm, study
+
+    prompts = [(f"p{i}", "code") for i in range(6)]
+    study(tmp_path / "s", prompts, [Arm("none"), Arm("d", "draft-simple", 4)],
+          lambda arm, pid, trial, occ: 100.0 if arm.n is None else 120.0, trials=2)
+    run = load_run(tmp_path / "s")
+    spec = next(c for c in run.cells if c.coords["method"] != "none")
+    path = spec.root / "manifest.json"
+    m = json.loads(path.read_text())
+    m["trials"][1]["other_engines"] = [{"pid": 4242, "name": "llama-server"}]
+    m["trials"][1]["warnings"] = ["other inference processes are running: llama-server "
+                                  "(pid 4242); they compete for the same cores or GPU"]
+    path.write_text(json.dumps(m))
+    r = analyze(tmp_path / "s", StatsOptions(resamples=300, min_samples=4, strata="none"))
+    (p,) = r["pairs"]
+    assert p["verdict"] == "faster"  # the numbers and the verdict stay...
+    assert p["verdict_caveats"] == [
+        "spec trial(s) 1 ran with runner warnings (other inference processes, a busy "
+        "GPU...): see warnings"]
+    table = verdict_table(r)
+    assert "faster*" in table and "* the runner warned" in table  # ...marked
+    kinds = [w["kind"] for w in p["warnings"]]
+    assert "trial_warnings" in kinds
+    # compare: trial 1 of the spec cell against trial 0 of the baseline differs in it
+    base = next(c for c in load_run(tmp_path / "s").cells if c.coords["method"] == "none")
+    m["trials"][0]["other_engines"] = [{"pid": 4242, "name": "llama-server"}]
+    path.write_text(json.dumps(m))
+    spec = next(c for c in load_run(tmp_path / "s").cells if c.coords["method"] != "none")
+    out = compare(base, spec, StatsOptions(resamples=300, min_samples=4))
+    fields = {d["field"]: d for d in out["differences"]}
+    assert fields["trial.other_engines_running"]["kind"] == "confounding"
+
+
+def test_an_interval_over_few_prompts_is_flagged_optimistic(tmp_path):
+    study(tmp_path / "s", PROMPTS[:4], [Arm("none"), Arm("d", "draft-simple", 2,
+                                                          acceptance=ACC)], flat, trials=3)
+    r = analyze(tmp_path / "s", StatsOptions(resamples=500, min_samples=4))
+    w = _warning(r, "few_clusters")
+    assert "resamples 4 prompts" in w["message"] and "optimistic" in w["message"]
+    assert "10 or more prompts" in w["action"]

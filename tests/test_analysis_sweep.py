@@ -34,7 +34,7 @@ def test_cost_model_recovers_d_and_v_from_exact_points():
     assert m["predicted_best_n"] == max(range(1, 7), key=true_speedup) == 3
     assert cost_model(points[:1], CURVE) == {
         "fitted": False,
-        "reason": "needs two n with a measured mean acceptance length and speedup"}
+        "reason": "needs two n with a measured mean acceptance length and speedup (has [1])"}
 
 
 def _acceptance(n: int, drafts: int = 1000) -> dict[str, object]:
@@ -125,3 +125,17 @@ def test_cost_model_intervals_collapse_without_noise(tmp_path):
     cm = analyze(tmp_path / "s", StatsOptions(resamples=200))["sweeps"][0]["cost_model"]
     assert cm["d_ci95"] == pytest.approx([D, D], abs=1e-9)
     assert cm["v_ci95"] == pytest.approx([V, V], abs=1e-9)
+
+
+def test_an_empty_sweeps_table_says_why(tmp_path):
+    from crossbench.analysis.analyze import write_outputs
+
+    arms = [Arm("none"), Arm("dft", "draft-simple", 4, acceptance=_acceptance(4))]
+    study(tmp_path / "s", [("p0", "code"), ("p1", "math")], arms,
+          lambda arm, pid, trial, occ: 100.0, trials=2)
+    r = analyze(tmp_path / "s", StatsOptions(resamples=200))
+    assert r["sweeps"] == []
+    write_outputs(tmp_path / "s", r)
+    text = (tmp_path / "s" / "analysis" / "sweeps.md").read_text()
+    assert "No n-sweep: a sweep needs two or more n in one (engine, model, arm, method, " \
+           "workload, concurrency); found synthetic/synthetic-model/dft: n=[4]." in text

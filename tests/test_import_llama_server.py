@@ -70,7 +70,14 @@ def test_analysis_of_the_import(imported):
     assert pairs[2]["parity"]["token_level"] == "token ids"
     (sw,) = r["sweeps"]
     assert [p["n"] for p in sw["points"]] == [2, 4]
-    assert sw["cost_model"]["fitted"] is False  # no draft counts: no mean acceptance length
+    # no draft counter: MAL is n/a and says why; tau is estimated from the bodies' counts as
+    # tokens per target step, and the cost model says it used that estimate
+    assert acc["mean_acceptance_length"] is None
+    after = sum(b["timings"]["predicted_n"] - 1 for b in bodies)
+    assert acc["mean_acceptance_length_estimate"] == pytest.approx(after / (after - accepted))
+    assert "no draft counter" in acc["mal_note"]
+    cm = sw["cost_model"]
+    assert cm["fitted"] is True and "tokens per target step" in cm["tau_note"]
 
 
 def test_unmatched_files_are_listed(imported, tmp_path):
@@ -180,3 +187,58 @@ def test_prompts_as_a_json_array_and_unknown_prompt_ids_listed(tmp_path):
     assert r.exit_code == 0, r.output
     assert "note: tiny_baseline_t0_pmath-01.json: prompt id 'math-01' is not in prompts.json" \
         in r.output
+
+
+def test_both_decode_rate_definitions_are_named_and_shown(tmp_path):
+    """b11312 reports predicted_per_second = (predicted_n - 1) / predicted_ms; older builds
+    report predicted_n / predicted_ms. The suite keeps one definition (tokens after the
+    first), names the engine's, and shows the engine's own figure beside it."""
+    from crossbench.analysis.analyze import verdict_table
+
+    r = analyze(_import(RAW, tmp_path / "a"), StatsOptions(resamples=300, min_samples=4))
+    for c in r["cells"]:
+        th = c["throughput"]
+        assert th["engine_rate_definition"] == "predicted_n - 1"
+        assert th["engine_reported_tok_s"] == pytest.approx(th["pooled_tok_s"], rel=1e-9)
+    older = tmp_path / "older"
+    older.mkdir()
+    for p in RAW.glob("*.json"):  # the same bodies as an older build would report them
+        body = json.loads(p.read_text())
+        t = body["timings"]
+        t["predicted_per_second"] = t["predicted_n"] / (t["predicted_ms"] / 1e3)
+        (older / p.name).write_text(json.dumps(body))
+    r = analyze(_import(older, tmp_path / "b"), StatsOptions(resamples=300, min_samples=4))
+    for c in r["cells"]:
+        th = c["throughput"]
+        assert th["engine_rate_definition"] == "predicted_n"
+        # 16 tokens a request: the engine's figure is 16/15 of the suite's
+        assert th["engine_reported_tok_s"] == pytest.approx(th["pooled_tok_s"] * 16 / 15)
+    pair = r["pairs"][0]
+    assert pair["baseline_engine_tok_s"] == pytest.approx(pair["baseline_tok_s"] * 16 / 15)
+    assert "baseline tok/s (engine)" in verdict_table(r).splitlines()[0].replace("  ", " ")
+
+
+def _import(raw: Path, out: Path) -> Path:
+    import_llama_server_raw(raw, PATTERN, "baseline", out, r"n(\d+)", PROMPTS)
+    return out
+
+
+def test_tables_sort_n_as_numbers_and_leave_out_what_an_import_cannot_know(tmp_path):
+    from crossbench.analysis.analyze import tables
+
+    raw = tmp_path / "raw"
+    raw.mkdir()
+    for p in RAW.glob("*.json"):  # arms n2 and n11: text order would put n11 first
+        (raw / p.name.replace("draft-n4", "draft-n11")).write_text(p.read_text())
+    r = analyze(_import(raw, tmp_path / "imp"), StatsOptions(resamples=300, min_samples=4))
+    header, rows = tables(r)["verdicts"]
+    assert [row[header.index("n")] for row in rows] == ["2", "11"]
+    header, rows = tables(r)["cells"]
+    for name in ("chunk gap p50 ms", "token ITL p50 ms", "wall tok/s"):
+        assert {row[header.index(name)] for row in rows} == {"n/a"}, name
+    assert {row[header.index("TTFT p50 ms")] for row in rows} != {"n/a"}  # prompt_ms: known
+    for c in r["cells"]:
+        assert c["not_from_source"] == ["latency_ms.chunk_gap", "latency_ms.token_itl",
+                                        "throughput.wall_output_tok_s"]
+    header, rows = tables(r)["verdicts"]
+    assert all(row[header.index("MAL")].startswith("~") for row in rows)  # an estimate

@@ -91,6 +91,12 @@ class Acceptance:
     per_request_accepted_tokens: float
     requests_with_drafts: int
     requests_without_drafts: int
+    #: tokens per target step estimated from per-request counts where no counter gives the
+    #: number of drafts: (tokens - 1) / ((tokens - 1) - accepted), each target step
+    #: emitting its accepted drafts plus one token of its own (see ``mal_note``)
+    mean_acceptance_length_estimate: float | None = None
+    #: why the mean acceptance length is missing, or how its estimate was made
+    mal_note: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready view."""
@@ -119,8 +125,29 @@ def per_request_sums(records: Iterable[Mapping[str, Any]]) -> tuple[float, float
     return drafted, accepted, with_d, without
 
 
+def steps_estimate(records: Iterable[Mapping[str, Any]]) -> tuple[float, float] | None:
+    """(tokens after the first, target steps) summed over records with per-request accepted
+    counts: every target step emits its accepted drafts plus one token, so steps =
+    (tokens - 1) - accepted, whether or not each step drafted; None without such records."""
+    from crossbench.analysis.summary import output_tokens
+
+    after = steps = 0.0
+    for r in records:
+        t = r.get("timings") or {}
+        sd = (r.get("metrics") or {}).get("speculative_decoding") or {}
+        acc = t.get("draft_n_accepted", sd.get("num_accepted_draft_tokens"))
+        n = output_tokens(r)
+        if r.get("warmup") or r.get("status", "ok") != "ok" or n is None or n < 2 or \
+                not isinstance(acc, int | float):
+            continue
+        after += n - 1
+        steps += n - 1 - float(acc)
+    return (after, steps) if steps > 0 else None
+
+
 def compute(delta: CounterDelta | None, records: Iterable[Mapping[str, Any]]) -> Acceptance:
     """Acceptance from counter deltas (preferred) and per-request timings."""
+    records = list(records)
     drafted, accepted, with_d, without = per_request_sums(records)
     if delta is not None and delta.present:
         drafts: float | None = delta.drafts
@@ -130,8 +157,19 @@ def compute(delta: CounterDelta | None, records: Iterable[Mapping[str, Any]]) ->
         drafts, tok, acc, source, per_pos = None, drafted, accepted, "timings", []
     rate = acc / tok if tok else None
     mal = 1.0 + acc / drafts if drafts else None
+    estimate, note = None, None
+    if mal is None and with_d:
+        est = steps_estimate(records)
+        if est is not None:
+            estimate = est[0] / est[1]
+            note = ("no draft counter: estimated as tokens per target step, (tokens - 1) / "
+                    "((tokens - 1) - accepted), from per-request counts")
+        else:
+            note = "no draft counter and no per-request token counts"
+    elif mal is None:
+        note = "no draft counts at all (no counters, no per-request drafted/accepted)"
     return Acceptance(source, drafts, tok, acc, rate, mal, per_pos, drafted, accepted,
-                      with_d, without)
+                      with_d, without, estimate, note)
 
 
 @dataclass

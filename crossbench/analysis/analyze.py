@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import csv
 import io
+import re
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +32,9 @@ from crossbench.analysis.stability import Finding, WarningKind
 from crossbench.analysis.stats import cv
 from crossbench.analysis.summary import dist, summarize_records
 from crossbench.store.atomic import write_bytes_atomic, write_json_atomic
+
+MIN_PROMPT_CLUSTERS = 10
+"""Fewest prompts (bootstrap clusters) below which an interval is flagged as optimistic."""
 
 ANALYSIS_SCHEMA = 1
 # Format history of analysis.json:
@@ -59,6 +63,13 @@ def cell_figures(cell: CellData) -> dict[str, Any]:
     aggregate = (cell.imported or {}).get("aggregate")
     if aggregate:
         out["aggregate"] = aggregate
+    unknown = list((cell.imported or {}).get("unknown_figures") or [])
+    for dotted in unknown:  # made by the importer's timing layout, not by the source
+        group, _, key = dotted.partition(".")
+        if isinstance(out.get(group), dict) and key in out[group]:
+            out[group][key] = dist([]) if isinstance(out[group][key], dict) else None
+    if unknown:
+        out["not_from_source"] = unknown
     return out
 
 
@@ -88,6 +99,8 @@ def analyze_pair(spec: CellData, base: CellData, figs: dict[str, dict[str, Any]]
         "arm": c.get("arm"), "workload": c.get("workload"),
         "concurrency": c.get("concurrency"),
         "baseline_tok_s": _decode_rate(figs[base.id]), "spec_tok_s": _decode_rate(figs[spec.id]),
+        "baseline_engine_tok_s": figs[base.id]["throughput"].get("engine_reported_tok_s"),
+        "spec_engine_tok_s": figs[spec.id]["throughput"].get("engine_reported_tok_s"),
         "speedup": result["speedup"], "speedup_e2e": result["speedup_e2e"],
         "verdict": stats.verdict(tuple(sp["ci95"]) if sp["ci95"] else None,
                                  sp["n_samples"], sp["n_prompts"], opts.min_samples,
@@ -96,6 +109,8 @@ def analyze_pair(spec: CellData, base: CellData, figs: dict[str, dict[str, Any]]
         "confounds": {k: v for k, v in conf.items() if k != "text"},
         "acceptance": {"draft_acceptance_rate": acc.draft_acceptance_rate,
                        "mean_acceptance_length": acc.mean_acceptance_length,
+                       "mean_acceptance_length_estimate": acc.mean_acceptance_length_estimate,
+                       "mal_note": acc.mal_note,
                        "per_position": acc.per_position, "source": source,
                        "synthetic": spec.synthetic},
         "per_category": result["per_category"],
@@ -103,6 +118,12 @@ def analyze_pair(spec: CellData, base: CellData, figs: dict[str, dict[str, Any]]
     }
     if out["baseline_tok_s"] and out["spec_tok_s"]:
         out["pooled_ratio"] = out["spec_tok_s"] / out["baseline_tok_s"]
+    # the runner's own warnings on the pair's trials mark the verdict (the numbers stay)
+    warned = {side: sorted(stability.trial_warnings(cell)) for side, cell in
+              (("spec", spec), ("baseline", base))}
+    out["verdict_caveats"] = [
+        f"{side} trial(s) {', '.join(map(str, ts))} ran with runner warnings (other inference "
+        "processes, a busy GPU...): see warnings" for side, ts in warned.items() if ts]
     own = _pair_findings(out, spec)
     out["warnings"] = [f.to_dict() for f in checks[spec.id] + checks[base.id] + own]
     return out, own
@@ -129,11 +150,20 @@ def _pair_findings(pair: dict[str, Any], spec: CellData) -> list[Finding]:
             "rerun `vllm bench serve` with --save-detailed to keep per-request figures"
             if aggregate else "raise requests or trials (at least --min-samples paired "
             "samples over two or more prompts), or lower --min-samples knowingly", spec.id))
+    if sp["n_prompts"] and sp["n_prompts"] < MIN_PROMPT_CLUSTERS and \
+            sp["verdict"] != "too few samples":
+        found.append(Finding(
+            WarningKind.FEW_CLUSTERS,
+            f"the interval resamples {sp['n_prompts']} prompts: with fewer than "
+            f"{MIN_PROMPT_CLUSTERS} clusters a cluster bootstrap under-covers (Cameron, "
+            "Gelbach and Miller 2008), so this interval is optimistic",
+            f"use {MIN_PROMPT_CLUSTERS} or more prompts (builtin:mixed has 48), or read the "
+            "interval as a lower bound on the uncertainty", spec.id))
     if sp["n_trials"] == 1 and sp["verdict"] != "too few samples":
         found.append(Finding(
             WarningKind.SINGLE_TRIAL,
             "one trial per cell: the interval resamples prompts only, so it leaves out how "
-            "much a server start moves a whole trial (up to 10 % for speculative cells on "
+            "much a server start moves a whole trial (up to 25 % for speculative cells on "
             "the H200 study)",
             "run 3 or more trials (a matrix's `trials:`, `crossbench run --trials`); for a "
             "speedup within about 10 % of 1, also repeat on a separate occasion", spec.id))
@@ -229,6 +259,24 @@ def _num(v: Any, spec: str = ".3f") -> str:
     return str(v)
 
 
+def natural_key(text: str) -> list[tuple[int, Any]]:
+    """Sort key that orders the digits in a name as numbers: n2 before n11."""
+    return [(0, int(t)) if t.isdigit() else (1, t) for t in re.split(r"(\d+)", text) if t]
+
+
+def _row_key(row: dict[str, Any]) -> list[tuple[int, Any]]:
+    return natural_key(str(row["cell"]))
+
+
+def _mal(acc: dict[str, Any]) -> str:
+    """Mean acceptance length for a table: measured, estimated (marked), or why it is n/a."""
+    if acc.get("mean_acceptance_length") is not None:
+        return _num(acc["mean_acceptance_length"])
+    if acc.get("mean_acceptance_length_estimate") is not None:
+        return f"~{acc['mean_acceptance_length_estimate']:.3f} (tokens/step)"
+    return f"n/a ({acc['mal_note']})" if acc.get("mal_note") else "n/a"
+
+
 def _ci(ci: list[float] | None) -> str:
     return "n/a" if not ci else f"[{ci[0]:.3f}, {ci[1]:.3f}]"
 
@@ -237,38 +285,46 @@ def tables(result: dict[str, Any]) -> dict[str, tuple[list[str], list[list[str]]
     """Every table of an analysis as (header, rows), by name."""
     out: dict[str, tuple[list[str], list[list[str]]]] = {}
     out["verdicts"] = (
-        ["cell", "model", "method", "n", "baseline tok/s", "spec tok/s", "speedup",
+        ["cell", "model", "method", "n", "baseline tok/s", "spec tok/s",
+         "baseline tok/s (engine)", "spec tok/s (engine)", "speedup",
          "ci", "verdict", "e2e speedup", "e2e ci", "net loss share", "samples",
          "acceptance", "MAL", "parity", "warnings"],
         [[p["cell"], str(p["model"]), str(p["method"]), _num(p["n"], "d"),
           _num(p["baseline_tok_s"], ".2f"), _num(p["spec_tok_s"], ".2f"),
-          _num(p["speedup"]["geomean"]), _ci(p["speedup"]["ci95"]), p["verdict"],
+          _num(p.get("baseline_engine_tok_s"), ".2f"), _num(p.get("spec_engine_tok_s"), ".2f"),
+          _num(p["speedup"]["geomean"]), _ci(p["speedup"]["ci95"]),
+          p["verdict"] + ("*" if p.get("verdict_caveats") else ""),
           _num(p["speedup_e2e"]["geomean"]), _ci(p["speedup_e2e"]["ci95"]),
           _num(p["speedup"]["net_loss_share"], ".2f"), str(p["speedup"]["n_samples"]),
           _num(p["acceptance"]["draft_acceptance_rate"], ".3f"),
-          _num(p["acceptance"]["mean_acceptance_length"], ".3f"), p["parity"]["verdict"],
-          str(len(p["warnings"]))] for p in result["pairs"]])
+          _mal(p["acceptance"]), p["parity"]["verdict"],
+          str(len(p["warnings"]))] for p in sorted(result["pairs"], key=_row_key)])
     out["cells"] = (
-        ["cell", "method", "n", "ok", "failed", "pooled tok/s", "request-mean tok/s",
+        ["cell", "method", "n", "ok", "failed", "pooled tok/s", "engine tok/s",
+         "request-mean tok/s",
          "wall tok/s", "TTFT p50 ms", "TPOT p50 ms", "token ITL p50 ms", "chunk gap p50 ms",
          "e2e p50 ms", "trial CV", "acceptance", "MAL"],
         [[c["cell"], str(c["method"]), _num(c["n"], "d"), str(c["requests"].get("ok", 0)),
           str(c["requests"].get("error", 0) + c["requests"].get("incomplete", 0)),
           _num(c["throughput"]["pooled_tok_s"], ".2f"),
+          _num(c["throughput"].get("engine_reported_tok_s"), ".2f"),
           _num(c["throughput"]["request_mean_tok_s"], ".2f"),
           _num(c["throughput"]["wall_output_tok_s"], ".2f"),
           *[_num(c["latency_ms"][k]["p50"]) for k in ("ttft", "tpot", "token_itl",
                                                       "chunk_gap", "e2e")],
           _num(c["trial_cv"], ".3f"), _num(c["acceptance"]["draft_acceptance_rate"], ".3f"),
-          _num(c["acceptance"]["mean_acceptance_length"], ".3f")] for c in result["cells"]])
+          _mal(c["acceptance"]) if c["acceptance"]["enabled"] else "n/a"]
+         for c in sorted(result["cells"], key=_row_key)])
     out["per_category"] = (
         ["cell", "category", "speedup", "ci", "verdict", "e2e speedup", "samples", "prompts"],
         [[p["cell"], cat, _num(v["speedup"]["geomean"]), _ci(v["speedup"]["ci95"]),
           v["speedup"]["verdict"], _num(v["speedup_e2e"]["geomean"]),
           str(v["speedup"]["n_samples"]), str(v["speedup"]["n_prompts"])]
-         for p in result["pairs"] for cat, v in p["per_category"].items()])
+         for p in sorted(result["pairs"], key=_row_key)
+         for cat, v in p["per_category"].items()])
     sweep_rows = []
-    for s in result["sweeps"]:
+    for s in sorted(result["sweeps"], key=lambda s: natural_key(
+            f"{s['engine']}/{s['model']}/{s['arm']}/{s['workload']}/{s['concurrency']}")):
         best, cm = s["best"] or {}, s["cost_model"]
         for pt in s["points"]:
             sweep_rows.append([
@@ -281,10 +337,11 @@ def tables(result: dict[str, Any]) -> dict[str, tuple[list[str], list[list[str]]
                 if best.get("n") == pt["n"] else "",
                 _num(cm.get("d")), _ci(cm.get("d_ci95")), _num(cm.get("v")),
                 _ci(cm.get("v_ci95")), _num(cm.get("r2")),
-                _num(cm.get("predicted_best_n"), "d")])
+                _num(cm.get("predicted_best_n"), "d"),
+                cm.get("reason") or cm.get("tau_note") or ""])
     out["sweeps"] = (["sweep", "n", "speedup", "ci", "verdict", "acceptance", "MAL", "best",
                       "best distinguishable", "cost d", "d ci", "cost v", "v ci", "R^2",
-                      "predicted best n"], sweep_rows)
+                      "predicted best n", "cost model note"], sweep_rows)
     out["warnings"] = (["kind", "cell", "message", "action"],
                        [[w["kind"], str(w["cell"]), w["message"], w["action"]]
                         for w in result["stability"]])
@@ -322,14 +379,18 @@ def verdict_table(result: dict[str, Any]) -> str:
     """What ``crossbench analyze`` prints: verdicts of the pairs, else the cells' figures."""
     t = tables(result)
     if result["pairs"]:
-        keep = ["cell", "speedup", "ci", "verdict", "e2e speedup", "e2e ci", "samples",
-                "acceptance", "MAL", "parity"]
+        keep = ["cell", "baseline tok/s", "baseline tok/s (engine)", "spec tok/s",
+                "spec tok/s (engine)", "speedup", "ci", "verdict", "e2e speedup", "e2e ci",
+                "samples", "acceptance", "MAL", "parity"]
         name = "verdicts"
     else:
         keep = ["cell", "method", "n", "ok", "pooled tok/s", "request-mean tok/s",
                 "TTFT p50 ms", "TPOT p50 ms", "trial CV", "acceptance", "MAL"]
         name = "cells"
     header, rows = t[name]
+    # the engine's own figure beside the suite's, where the engine reports one
+    keep = [k for k in keep if "(engine)" not in k
+            or any(r[header.index(k)] != "n/a" for r in rows)]
     idx = [header.index(k) for k in keep]
     text = plain(keep, [[r[i] for i in idx] for r in rows])
     designs = sorted({p["speedup"].get("design") for p in result["pairs"]
@@ -338,6 +399,9 @@ def verdict_table(result: dict[str, Any]) -> str:
         level = result["options"].get("level", 0.95)
         text += (f"\nintervals: {level:.0%} percentile bootstrap over "
                  f"{'; '.join(designs)} (--strata {result['options'].get('strata')})")
+    if any(p.get("verdict_caveats") for p in result["pairs"]):
+        text += ("\n* the runner warned on some of the pair's trials (other inference "
+                 "processes, a busy GPU): the verdict stands on trials whose speed may be off")
     n_warn = len(result["stability"])
     if n_warn:
         kinds = sorted({w["kind"] for w in result["stability"]})
@@ -350,7 +414,10 @@ def write_outputs(root: Path, result: dict[str, Any]) -> list[Path]:
     written = [root / "analysis.json"]
     write_json_atomic(written[0], result)
     for name, (header, rows) in tables(result).items():
-        for suffix, text in ((".md", markdown(header, rows)), (".csv", csv_text(header, rows))):
+        md = markdown(header, rows)
+        if name == "sweeps" and not rows:
+            md += "\n" + sweep.absent_reason(result["pairs"]) + "\n"
+        for suffix, text in ((".md", md), (".csv", csv_text(header, rows))):
             path = root / "analysis" / f"{name}{suffix}"
             write_bytes_atomic(path, text.encode())
             written.append(path)

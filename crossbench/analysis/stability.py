@@ -14,7 +14,10 @@ Checks on every cell (thresholds are module constants, cited where they come fro
   was set (the arms no longer do the same work);
 - ``prompt_cache``: ``timings.cache_n > 0`` although ``cache_prompt`` was false;
 - ``thinking_text``: ``<think>`` in outputs although thinking was not asked for;
-- ``failed_requests`` and ``integrity`` (a failed acceptance integrity check).
+- ``failed_requests`` and ``integrity`` (a failed acceptance integrity check);
+- ``trial_warnings``: warnings the runner recorded on trials (other inference processes
+  running beside the trial, a GPU not idle before it, VRAM not released after it): the
+  trial's speed may be off, so a pair with such trials carries a verdict caveat.
 
 Pair-level findings (``net_loss_despite_high_acceptance``, ``unpaired_requests``,
 ``output_diverges``, ``too_few_samples``, ``single_trial``) are made by the analysis, with the
@@ -58,6 +61,8 @@ class WarningKind(StrEnum):
     AGGREGATE_ONLY = "aggregate_only"
     CONFOUNDED = "confounded"
     CONFOUND_CAVEAT = "confound_caveat"
+    TRIAL_WARNINGS = "trial_warnings"
+    FEW_CLUSTERS = "few_clusters"
 
 
 @dataclass(frozen=True)
@@ -254,10 +259,41 @@ def _integrity(cell: CellData) -> list[Finding]:
             for c in bad]
 
 
+def trial_warnings(cell: CellData) -> dict[int, list[str]]:
+    """The runner's warnings by trial (other inference processes, a busy GPU...)."""
+    out: dict[int, list[str]] = {}
+    for e in cell.manifest.get("trials") or []:
+        if not isinstance(e, dict) or "trial" not in e:
+            continue
+        ws = [str(w) for w in e.get("warnings") or []]
+        if e.get("other_engines") and not any("other inference processes" in w for w in ws):
+            names = ", ".join(f"{o.get('name')} (pid {o.get('pid')})"
+                              for o in e["other_engines"][:3])
+            ws.append(f"other inference processes are running: {names}")
+        if ws:
+            out[int(e["trial"])] = ws
+    return out
+
+
+def _trial_warnings(cell: CellData) -> list[Finding]:
+    by_trial = trial_warnings(cell)
+    if not by_trial:
+        return []
+    n_trials = len(cell.manifest.get("trials") or [])
+    kinds = sorted({w.split(":")[0].split(";")[0] for ws in by_trial.values() for w in ws})
+    return [Finding(
+        WarningKind.TRIAL_WARNINGS,
+        f"{len(by_trial)} of {n_trials} trials carry runner warnings ({'; '.join(kinds[:3])}"
+        f"{' ...' if len(kinds) > 3 else ''}): their speed may be off",
+        "read the trials' warnings in the manifest; stop other inference processes (or run "
+        "lanes on separate cards knowingly) and rerun the affected trials", cell.id)]
+
+
 def cell_checks(cell: CellData, cooldown_s: float | None) -> list[Finding]:
     """Every per-cell check; ``cooldown_s`` is the matrix's (None when unknown)."""
     rates = cell.trial_rates
     out = _failed(cell) + _spread(cell, rates, cooldown_s) + _outliers(cell)
     if not cell.speculative:
         out += _drift(cell, rates)
-    return out + _length(cell) + _cache(cell) + _thinking(cell) + _integrity(cell)
+    return (out + _length(cell) + _cache(cell) + _thinking(cell) + _integrity(cell)
+            + _trial_warnings(cell))

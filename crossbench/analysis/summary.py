@@ -46,6 +46,21 @@ def output_tokens(r: Mapping[str, Any]) -> int | None:
     return None
 
 
+def rate_definition(predicted_n: int, predicted_ms: float, reported: float) -> str:
+    """Which definition an engine used for its per-request rate (llama-server's
+    ``predicted_per_second``): ``predicted_n - 1`` (b11312 and b11434: tokens after the first
+    over the time from the first to the last), ``predicted_n`` (older builds divide all
+    tokens by that time), or ``other``."""
+    s = predicted_ms / 1e3
+    if s <= 0:
+        return "other"
+    for name, n in (("predicted_n - 1", predicted_n - 1), ("predicted_n", predicted_n)):
+        # JSON may round the figures; the two definitions differ by 1/predicted_n
+        if abs(reported - n / s) <= min(1e-4, 0.25 / max(predicted_n, 1)) * abs(reported):
+            return name
+    return "other"
+
+
 def dist(values: Iterable[float]) -> dict[str, float | int | None]:
     """count, mean, p50, p90, p99, min, max of a sample (None when empty)."""
     a = np.asarray(list(values), dtype=float)
@@ -89,6 +104,8 @@ def summarize_records(records: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
     sum_tok = 0.0
     sum_decode_s = 0.0
     server_tok = server_s = 0.0
+    engine_tok = engine_s = 0.0  # the engine's own per-request figure, weighted by its time
+    definitions: dict[str, int] = {}
     total_tokens = 0
     span: dict[int, list[int]] = {}  # trial -> [first send, last chunk]
     for r in records:
@@ -122,6 +139,12 @@ def summarize_records(records: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
                 and t["predicted_n"] >= 2:
             server_tok += t["predicted_n"] - 1
             server_s += float(t["predicted_ms"]) / 1e3
+            reported = t.get("predicted_per_second")
+            if isinstance(reported, int | float) and reported > 0:
+                engine_tok += float(reported) * float(t["predicted_ms"]) / 1e3
+                engine_s += float(t["predicted_ms"]) / 1e3
+                d = rate_definition(t["predicted_n"], float(t["predicted_ms"]), reported)
+                definitions[d] = definitions.get(d, 0) + 1
     # wall time of each trial's measured window, summed: server restarts between trials
     # are not output time
     wall_s = sum(b - a for a, b in span.values()) / 1e9 if span else None
@@ -132,6 +155,9 @@ def summarize_records(records: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
             "request_mean_tok_s": float(np.mean(rates)) if rates else None,
             "server_pooled_tok_s": server_tok / server_s if server_s else None,
             "server_rate_source": "timings" if server_s else None,
+            "engine_reported_tok_s": engine_tok / engine_s if engine_s else None,
+            "engine_rate_definition": (max(definitions, key=lambda k: definitions[k])
+                                       if definitions else None),
             "wall_output_tok_s": total_tokens / wall_s if wall_s else None,
             "output_tokens_total": total_tokens,
         },

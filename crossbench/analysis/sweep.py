@@ -49,10 +49,20 @@ def cost_model(points: list[dict[str, Any]], curve: list[float] | None,
     intervals of d and v (``d_ci95``, ``v_ci95``); tau is taken as measured (counter-based
     acceptance over thousands of drafts varies far less than speed).
     """
+    note = None
+    if not any(p.get("mean_acceptance_length") for p in points) and \
+            any(p.get("mean_acceptance_length_estimate") for p in points):
+        # no draft counters (an import of response bodies): tau from per-request counts
+        points = [{**p, "mean_acceptance_length": p.get("mean_acceptance_length_estimate")}
+                  for p in points]
+        note = ("tau estimated as tokens per target step, (tokens - 1) / ((tokens - 1) - "
+                "accepted), from per-request counts (no draft counter)")
     usable = [p for p in points if p.get("mean_acceptance_length") and p.get("speedup")]
     if len({p["n"] for p in usable}) < 2:
+        have = sorted({p["n"] for p in usable})
         return {"fitted": False, "reason": "needs two n with a measured mean acceptance "
-                "length and speedup"}
+                "length and speedup" + (f" (has {have})" if have else
+                                        ": no point has a mean acceptance length")}
     ns = [float(p["n"]) for p in usable]
     cost = [p["mean_acceptance_length"] / p["speedup"] for p in usable]
     line = stats.fit_line(ns, cost)
@@ -67,6 +77,7 @@ def cost_model(points: list[dict[str, Any]], curve: list[float] | None,
     if draws is not None:
         out_ci = _line_intervals(usable, draws, level)
     return {"fitted": True, "d": line.intercept, "v": line.slope, "r2": line.r2, **out_ci,
+            "tau_note": note,
             "points": len(usable), "acceptance_curve": "measured per-position acceptance"
             if curve else "measured mean acceptance length at each n",
             "predicted": predicted, "predicted_best_n": best}
@@ -147,9 +158,9 @@ def sweeps(pairs: list[dict[str, Any]], cells: dict[str, CellData],
         points = [{"n": p["n"], "cell": p["cell"], "speedup": p["speedup"]["geomean"],
                    "ci95": p["speedup"]["ci95"], "verdict": p["verdict"],
                    "speedup_e2e": p["speedup_e2e"]["geomean"],
-                   **{k: p["acceptance"][k] for k in ("draft_acceptance_rate",
-                                                      "mean_acceptance_length",
-                                                      "per_position")}}
+                   **{k: p["acceptance"].get(k) for k in (
+                       "draft_acceptance_rate", "mean_acceptance_length",
+                       "mean_acceptance_length_estimate", "per_position")}}
                   for p in members]
         out.append({**dict(zip(SWEEP_KEY, key, strict=True)),
                     "baseline_cell": members[0]["baseline_cell"], "points": points,
@@ -160,6 +171,23 @@ def sweeps(pairs: list[dict[str, Any]], cells: dict[str, CellData],
                     "net_loss_despite_high_acceptance": [
                         p["n"] for p in members if net_loss_finding(p) is not None]})
     return out
+
+
+def absent_reason(pairs: list[dict[str, Any]]) -> str:
+    """Why an analysis has no sweep, in one sentence naming what it has."""
+    with_n: dict[tuple[Any, ...], set[Any]] = {}
+    for p in pairs:
+        if p.get("n") is not None:
+            with_n.setdefault(tuple(p.get(k) for k in SWEEP_KEY), set()).add(p["n"])
+    if not pairs:
+        return "No n-sweep: no speculative cell was paired with a baseline."
+    if not with_n:
+        return ("No n-sweep: no speculative cell has a numeric n (an import can read it from "
+                "arm names with --n-from-arm).")
+    groups = "; ".join(f"{'/'.join(str(x) for x in k[:3])}: n={sorted(v)}"
+                       for k, v in sorted(with_n.items(), key=str))
+    return ("No n-sweep: a sweep needs two or more n in one (engine, model, arm, method, "
+            f"workload, concurrency); found {groups}.")
 
 
 def _curve(points: list[dict[str, Any]]) -> list[float] | None:

@@ -146,6 +146,7 @@ CONFOUNDING: tuple[tuple[str, str], ...] = (
     ("load.*", "load shape"),
     ("workload.*", "prompt set digest"),
     ("run.fresh_server", "server reuse between trials"),
+    ("trial.other_engines_running", "other inference processes ran beside the trial"),
     ("crossbench.*", "harness version"),
     ("gpu.count", "GPU count"),
     ("gpu.*", "GPU driver or availability"),

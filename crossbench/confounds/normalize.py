@@ -22,7 +22,7 @@ Namespaces (the classes in :mod:`.diff` key on them):
 ``load.*``             what the client sends (sampling, max tokens, thinking, workload...)
 ``workload.*``         prompt-set spec, digest, count
 ``run.*``              trials, server reuse, creation time
-``trial.*``            index, start and end times
+``trial.*``            index, start and end times, other inference processes running beside it
 ``server_props.*``     what the server reports (``/props``: build, slots, default settings)
 ``env.*``              engine-relevant environment variables (secrets already redacted)
 ``host.*``             CPU, RAM, OS, Python
@@ -190,6 +190,9 @@ def normalize_trial(manifest: Mapping[str, Any], trial: int | None = None,
             flatten(f"trial.{k}", entry.get(k), out)
         if entry.get("argv"):
             out["engine.argv"] = mask_port(list(entry["argv"]))
+        warnings = [str(w) for w in entry.get("warnings") or []]
+        out["trial.other_engines_running"] = bool(entry.get("other_engines")) or any(
+            "other inference processes" in w for w in warnings)
         props = dict(entry.get("server_props") or {})
         # start-up facts (vLLM's log) belong to the engine, wherever the runner kept them
         flatten("engine.startup", props.pop("startup", None) or entry.get("startup"), out)

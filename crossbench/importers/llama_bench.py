@@ -123,4 +123,6 @@ def _cell(t: dict[str, Any], index: int, workload: str, source: str) -> Imported
     return ImportedCell(coords, cfg, engine, records, {
         "test_index": index, "test": {k: v for k, v in t.items()},
         "timing": "one record per repetition: tg tests as n_gen tokens, the first taking "
-                  "1/n_gen of the sample (TTFT not measured); pp tests as prefill only"})
+                  "1/n_gen of the sample (TTFT not measured); pp tests as prefill only",
+        "unknown_figures": ["latency_ms.chunk_gap", "latency_ms.token_itl",
+                            "throughput.wall_output_tok_s", "latency_ms.ttft"]})

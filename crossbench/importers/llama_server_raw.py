@@ -114,6 +114,10 @@ def _prompt_info(prompts: Path | None) -> tuple[dict[str, str], list[str]]:
 
 #: the method of a speculative arm whose bodies do not name one and no --method was given
 UNKNOWN_METHOD = "unknown"
+#: figures that would come from the importer's own timing layout (even chunks, requests end
+#: to end), not from the bodies: the analysis leaves them out
+LAYOUT_FIGURES = ("latency_ms.chunk_gap", "latency_ms.token_itl",
+                  "throughput.wall_output_tok_s")
 
 
 def import_llama_server_raw(raw_dir: Path, pattern: str, baseline_arm: str, out: Path,
@@ -240,7 +244,8 @@ def _cell(model: str, arm: str, files: list[tuple[dict[str, str], Path]], baseli
                         engine, records,
                         {"arm": arm, "files": [p.name for _, p in files],
                          "timing": "server timings (prompt_ms as TTFT, predicted_ms as decode "
-                                   "time); requests laid end to end, 1 ms apart"})
+                                   "time); requests laid end to end, 1 ms apart",
+                         "unknown_figures": list(LAYOUT_FIGURES)})
 
 
 def _method(types: set[str], given: str | None) -> str:
