@@ -80,7 +80,8 @@ def test_a_fresh_archive_verifies(out: Path) -> None:
             "  ok    side archives: 1 of 1 present and checked",
             "  ok    schema versions: 6 versioned files readable",
             "  ok    analysis re-derives: 2 pairs, 3 cells, 1 sweep (500 resamples, seed 0)",
-            "  ok    no secrets: no token pattern, no *TOKEN value of this environment",
+            "  ok    no secrets: no token pattern, no secret flag's value, no secret "
+            "variable's value of this environment",
             f"{target}: verified"]
 
 
@@ -150,6 +151,31 @@ def test_planted_token_named_with_file_and_line(out: Path,
         f"data/analysis/verdicts.md:{line}: the value of $LAB_UPLOAD_TOKEN",
         "report/report.md:5: a Hugging Face token pattern"]
     assert "p1ant3d-v4lue" not in r.output and "hf_abcdef" not in r.output
+
+
+def test_planted_api_key_flag_named_with_file_and_line(out: Path) -> None:
+    """`--api-key VALUE` in clear, on a command line or in a manifest's argv list (one item
+    per line, as indented JSON writes it), is a finding; `--api-key <redacted>` is not."""
+    folder = out / "sweep"
+    state = json.loads((folder / "data" / "state.json").read_text())
+    rel = f"data/{state['cells'][0]['dir']}/manifest.json"
+    manifest = json.loads((folder / rel).read_text())
+    manifest["argv"] = ["crossbench", "run", "--server-arg=--api-key",
+                        "--server-arg=<redacted>"]
+    manifest["trials"][0]["argv"] = ["llama-server", "--api-key", "abc123def", "--port", "1"]
+    (folder / rel).write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n")
+    line = (folder / rel).read_text().splitlines().index('        "abc123def",') + 1
+    md = folder / "report" / "report.md"
+    md.write_text(md.read_text() + "server: llama-server --api-key abc123def\n"
+                  "redacted: llama-server --api-key <redacted>\n")
+    n = md.read_text().count("\n") - 1
+    reseal(folder)
+    r = invoke("archive", "verify", str(folder), "--no-reanalysis")
+    assert r.exit_code == 1
+    assert problems(r) == [
+        f"{rel}:{line}: a secret flag's value (the list item after the flag)",
+        f"report/report.md:{n}: a secret flag's value (--flag VALUE)"]
+    assert "abc123def" not in r.output
 
 
 def test_token_in_the_zip_and_in_the_side_archive(out: Path) -> None:

@@ -67,8 +67,9 @@ def test_environment_selection_and_redaction():
     assert list(got) == sorted(set(env) - {"PATH", "HOME", "ZENODO_TOKEN"})
     assert got["HF_TOKEN"] == got["LLAMA_PASSWORD"] == REDACTED
     assert got["OMP_NUM_THREADS"] == "4"
-    assert redact_argv(["--secret-file", "/k", "--cache-type-k", "q8_0"]) == [
-        "--secret-file", REDACTED, "--cache-type-k", "q8_0"]
+    # a flag that names where the secret is (a file, a variable) holds none
+    assert redact_argv(["--secret", "s3", "--secret-file", "/k", "--cache-type-k", "q8_0"]) == [
+        "--secret", REDACTED, "--secret-file", "/k", "--cache-type-k", "q8_0"]
 
 
 @pytest.mark.parametrize("endian", ["LITTLE", "BIG"])

@@ -1,14 +1,24 @@
 """Secret-looking values in files: what must never be archived or deposited.
 
-Two kinds of evidence, each reported as file and line, never with the value itself:
+Three kinds of evidence, each reported as file and line, never with the value itself:
 
 - token patterns: Hugging Face (``hf_`` + 30 or more letters and digits), GitHub
   (``ghp_``/``gho_``/``ghu_``/``ghs_``/``ghr_`` + 36 or more, ``github_pat_...``), and bearer or
   access tokens as Zenodo and other OAuth services take them (``access_token=...``,
   ``Bearer ...``, ``ZENODO_TOKEN=...`` followed by 30 or more letters and digits);
-- the values of the environment's token variables (any name ending in ``TOKEN``, such as
-  ``HF_TOKEN``, ``ZENODO_TOKEN``, ``GITHUB_TOKEN``) of :data:`MIN_SECRET_LEN` characters or
-  more, wherever they appear.
+- a secret flag with its value in clear (any flag
+  :func:`crossbench.confounds.provenance.is_secret` calls secret: ``--api-key``,
+  ``--hf-token``, ``--token``): ``--api-key=VALUE``, ``"--api-key", "VALUE"`` (a JSON or
+  Python list, also with the value on the next line, as indented JSON and YAML lists write
+  it), ``--api-key VALUE`` (a command line; there the value must hold a digit or be 16
+  characters long, so that prose such as "--api-key flags" is not flagged), and an API key
+  setting (``api_key: VALUE``, ``VLLM_API_KEY=VALUE``, ``'api_key': ['VALUE']``). Redacted
+  values (``<redacted>``) and placeholders (``$NAME``, ``<key>``, ``KEY``, ``...``) are not
+  findings;
+- the values of the environment's secret variables (names
+  :func:`~crossbench.confounds.provenance.is_secret` calls secret: ``HF_TOKEN``,
+  ``ZENODO_TOKEN``, ``LLAMA_API_KEY``, a server key's ``api_key_env``) of
+  :data:`MIN_SECRET_LEN` characters or more, wherever they appear.
 
 Files are read line by line as bytes, so logs of any size and binary files are covered.
 """
@@ -21,6 +31,8 @@ from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from crossbench.confounds.provenance import REDACTED, is_secret
+
 PATTERNS: tuple[tuple[str, re.Pattern[bytes]], ...] = (
     ("a Hugging Face token", re.compile(rb"hf_[A-Za-z0-9]{30,}")),
     ("a GitHub token", re.compile(rb"(?<![A-Za-z0-9])(?:gh[pousr]_[A-Za-z0-9]{36,}"
@@ -31,6 +43,60 @@ PATTERNS: tuple[tuple[str, re.Pattern[bytes]], ...] = (
 )
 MIN_SECRET_LEN = 6
 """Shorter environment values are not searched for (they would match by chance)."""
+
+_VALUE = rb"(?P<value>[^\s\"'`,;\]\)}]+)"
+FLAG_VALUES: tuple[tuple[str, re.Pattern[bytes], bool], ...] = (
+    # (what, pattern with groups name and value, whether the value must look random); the
+    # lookaheads let matches overlap (["llama-server", "--api-key", "VALUE"])
+    ("a secret flag's value (--flag=VALUE)",
+     re.compile(rb"(?<![\w-])(?=--(?P<name>[A-Za-z][\w-]*)=[\"']?" + _VALUE + rb")"), False),
+    ("a secret flag's value (\"--flag\", \"VALUE\")",
+     re.compile(rb"(?=[\"']--(?P<name>[A-Za-z][\w-]*)[\"']\s*,\s*[\"']" + _VALUE + rb")"),
+     False),
+    ("a secret flag's value (--flag VALUE)",
+     re.compile(rb"(?<![\w-])(?=--(?P<name>[A-Za-z][\w-]*)[ \t]+[\"']?" + _VALUE + rb")"),
+     True),
+    ("an API key setting (api_key: VALUE)",
+     re.compile(rb"(?i)(?<![a-z0-9])(?P<name>api[_-]?key)[\"']?[ \t]*[:=][ \t]*\[?[ \t]*[\"']?"
+                + _VALUE), False),
+)
+"""Secret flags and settings written with their value on the same line."""
+_LIST_FLAG = re.compile(rb"^\s*(?:-\s+)?[\"']?--(?P<name>[A-Za-z][\w-]*)[\"']?\s*,?\s*$")
+"""A line that is a list item holding only a flag: its value is the next item (next line)."""
+_LIST_VALUE = re.compile(rb"^\s*(?:-\s+)?[\"']?" + _VALUE)
+_PLACEHOLDER = re.compile(rb"^(?:<[^>]*>?|\$.*|%.*|\{.*|\.\.\.+|\*+|x+|X+|[A-Z][A-Z0-9_]*"
+                          rb"|null|None|true|false|~)$")
+
+
+def placeholder(value: bytes) -> bool:
+    """Whether a flag's value is not a secret: redacted, a variable (``$KEY``), a
+    placeholder (``<key>``, ``...``, ``KEY``, ``YOUR_KEY``), null, or empty."""
+    return not value or value.startswith(REDACTED.encode()) or bool(_PLACEHOLDER.match(value))
+
+
+_ENTITIES = ((b"&#x27;", b"'"), (b"&#39;", b"'"), (b"&quot;", b'"'), (b"&#34;", b'"'),
+             (b"&lt;", b"<"), (b"&gt;", b">"), (b"&amp;", b"&"))
+
+
+def _unescape(line: bytes) -> bytes:
+    """``line`` with HTML's character references for quotes and brackets resolved (a command
+    shown in an HTML report reads ``--api-key &#x27;&lt;redacted&gt;&#x27;``)."""
+    if b"&" in line:
+        for entity, char in _ENTITIES:
+            line = line.replace(entity, char)
+    return line
+
+
+def _looks_random(value: bytes) -> bool:
+    return len(value) >= 16 or any(48 <= b <= 57 for b in value)
+
+
+def _secret_value(name: bytes, value: bytes, random_only: bool) -> bool:
+    if placeholder(value) or value.startswith(b"-"):
+        return False
+    if random_only and not _looks_random(value):
+        return False
+    return is_secret(name.decode("ascii", "replace"))
 
 
 @dataclass(frozen=True)
@@ -46,19 +112,35 @@ class SecretFinding:
 
 
 def environment_secrets(environ: Mapping[str, str] | None = None) -> list[tuple[str, bytes]]:
-    """(variable name, value) of every ``*TOKEN`` variable long enough to search for."""
+    """(variable name, value) of every secret variable (``*TOKEN``, ``*_KEY``, ``*SECRET``,
+    ``*PASSWORD``: :func:`~crossbench.confounds.provenance.is_secret`) long enough to search
+    for."""
     env = os.environ if environ is None else environ
     return sorted((k, v.encode()) for k, v in env.items()
-                  if k.upper().endswith("TOKEN") and len(v) >= MIN_SECRET_LEN)
+                  if is_secret(k) and len(v) >= MIN_SECRET_LEN)
 
 
 def scan_lines(name: str, lines: Iterable[bytes],
                secrets: list[tuple[str, bytes]]) -> Iterator[SecretFinding]:
     """Findings in a sequence of lines (bytes) of the file called ``name``."""
+    flag_before = False  # the previous line was a list item holding a secret flag alone
     for i, line in enumerate(lines, 1):
         for what, pattern in PATTERNS:
             if pattern.search(line):
                 yield SecretFinding(name, i, f"{what} pattern")
+        text = _unescape(line)
+        for what, pattern, random_only in FLAG_VALUES:
+            if any(_secret_value(m["name"], m["value"], random_only)
+                   for m in pattern.finditer(text)):
+                yield SecretFinding(name, i, what)
+                break
+        if flag_before:
+            m = _LIST_VALUE.match(text)
+            if m and not placeholder(m["value"]) and not m["value"].startswith(b"-"):
+                yield SecretFinding(name, i, "a secret flag's value (the list item after "
+                                    "the flag)")
+        flag = _LIST_FLAG.match(text)
+        flag_before = flag is not None and is_secret(flag["name"].decode("ascii", "replace"))
         for var, value in secrets:
             if value in line:
                 yield SecretFinding(name, i, f"the value of ${var}")

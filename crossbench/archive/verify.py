@@ -14,6 +14,15 @@ the line:
    options recorded in ``analysis.json`` (resamples, seed, level, min samples); every number
    of the recorded analysis, and every cell's ``summary.json``, must come out the same;
 5. secrets: no secret-looking value anywhere (``crossbench.archive.secrets``).
+
+A zip is someone else's deposit, so it is opened as untrusted input: before anything is
+written, its central directory must declare at most :data:`MAX_ENTRIES` entries and
+:data:`MAX_BYTES` uncompressed bytes in all (and fit the free space of the temporary folder),
+and hold only regular files and folders under safe relative names, each once; a symbolic link
+(by its external attributes), a device or pipe, an absolute name, a ``..`` part or a name given
+twice is refused with a one-line error naming the entry. Entries are then written one by one
+as plain files, never following a link, and never more bytes than declared. Side archives are
+read under the same rules (a violation is a problem of the side-archive check).
 """
 
 from __future__ import annotations
@@ -22,8 +31,10 @@ import bisect
 import hashlib
 import json
 import math
+import os
 import re
 import shutil
+import stat
 import tempfile
 import zipfile
 from collections.abc import Callable, Iterator, Mapping
@@ -49,6 +60,14 @@ from crossbench.runner.matrix_run import STATE_SCHEMA
 from crossbench.runner.single import MANIFEST_SCHEMA
 from crossbench.store.atomic import sha256_file
 
+MAX_ENTRIES = 100_000
+"""Most entries a zip may hold. crossbench's own archives hold tens to hundreds (those of
+examples/ 67 to 274); a study of 1 000 cells x 10 trials would hold about 45 000."""
+MAX_BYTES = 8 * 1024**3
+"""Most uncompressed bytes a zip may declare in all (8 GiB). The archives of examples/
+declare 2.0 to 7.2 MB; server logs, the bulk of a large study, can go to a side archive
+(``--split-logs-over``), which is checked against the same limit on its own."""
+_COPY_BLOCK = 1 << 20
 REL_TOL = 1e-9
 """Relative tolerance of a re-derived number (the analysis is deterministic; this only
 absorbs the last bits of floating-point summation order)."""
@@ -274,8 +293,13 @@ def check_checksums(root: Path) -> tuple[Check, dict[str, str]]:
     """Check 1; also returns the actual sha256 of every file."""
     check = Check("checksums")
     listed = _read_sums(root, check)
+    found = sorted(root.rglob("*"))
+    for link in (p for p in found if p.is_symlink()):  # a folder given to verify
+        check.problems.append(Problem(link.relative_to(root).as_posix(), None,
+                                      "is a symbolic link (an archive holds plain files "
+                                      "only); not followed"))
     actual = {p.relative_to(root).as_posix(): sha256_file(p)
-              for p in sorted(root.rglob("*")) if p.is_file()}
+              for p in found if p.is_file() and not p.is_symlink()}
     for rel, (sha, line) in listed.items():
         if rel not in actual:
             check.problems.append(Problem(rel, None, f"listed in {SUMS} (line {line}) but "
@@ -294,8 +318,10 @@ def check_checksums(root: Path) -> tuple[Check, dict[str, str]]:
     return check, actual
 
 
-def check_side_archives(root: Path, beside: Path, notes: list[str]) -> Check:
-    """Check 2: side archives found beside the archive."""
+def check_side_archives(root: Path, beside: Path, notes: list[str],
+                        limits: Limits | None = None) -> Check:
+    """Check 2: side archives found beside the archive (read, never unpacked, under the same
+    ``limits`` and entry rules as the archive itself)."""
     check = Check("side archives")
     manifest = _json_or_none(root / MANIFEST) or {}
     sides = manifest.get("side_archives") or []
@@ -314,8 +340,17 @@ def check_side_archives(root: Path, beside: Path, notes: list[str]) -> Check:
         if sha256_file(path) != side.get("sha256"):
             check.problems.append(Problem(path.name, None, f"sha256 differs from {MANIFEST}"))
         wanted = {f["path"]: f["sha256"] for f in side.get("files", [])}
-        with zipfile.ZipFile(path) as zf:
-            for info in zf.infolist():
+        try:
+            zf = zipfile.ZipFile(path)
+            infos = zip_entries(zf, path.name, limits or Limits())
+        except (OSError, zipfile.BadZipFile, UserError) as e:
+            why = e.message if isinstance(e, UserError) else f"not a readable zip: {e}"
+            check.problems.append(Problem(path.name, None, why.removeprefix(path.name + " ")))
+            continue
+        with zf:
+            for info in infos:
+                if info.is_dir():
+                    continue
                 rel = info.filename.split("/", 1)[-1]
                 if rel not in wanted:
                     check.problems.append(Problem(f"{path.name}:{info.filename}", None,
@@ -413,12 +448,13 @@ def check_schemas(root: Path) -> Check:
 
 
 def _not_analysed(data: Path) -> Callable[[str, list[str]], list[str]]:
-    """Files the re-derivation leaves out: the recorded analysis, and server logs (large,
-    and never read by the analysis)."""
+    """Files the re-derivation leaves out: the recorded analysis, server logs (large, and
+    never read by the analysis) and symbolic links (never followed)."""
     def ignore(folder: str, names: list[str]) -> list[str]:
         top = Path(folder) == data
         return [n for n in names if n.endswith(".log")
-                or (top and n in ("analysis.json", "analysis"))]
+                or (top and n in ("analysis.json", "analysis"))
+                or os.path.islink(os.path.join(folder, n))]
     return ignore
 
 
@@ -474,7 +510,8 @@ def check_secrets(root: Path) -> Check:
     """Check 5: no secret-looking value in any file."""
     check = Check("no secrets")
     check.problems = [Problem(f.path, f.line, f.what) for f in scan_tree(root)]
-    check.detail = "no token pattern, no *TOKEN value of this environment"
+    check.detail = ("no token pattern, no secret flag's value, no secret variable's value of "
+                    "this environment")
     return check
 
 
@@ -491,36 +528,127 @@ def _archive_folder(path: Path) -> Path:
                     "give the folder or the .zip that `crossbench archive` wrote")
 
 
-def _extract(zpath: Path, into: Path) -> Path:
+@dataclass(frozen=True)
+class Limits:
+    """What a zip may declare before anything of it is written: entries and uncompressed
+    bytes in all (``crossbench archive verify --max-entries/--max-size``)."""
+
+    entries: int = MAX_ENTRIES
+    bytes: int = MAX_BYTES
+
+
+def _entry_kind(info: zipfile.ZipInfo) -> str | None:
+    """What a non-regular entry is ("a symbolic link", ...), None for a file or a folder.
+    The Unix mode sits in the upper 16 bits of the external attributes (zips made on Unix;
+    others carry none, and their entries are plain files)."""
+    mode = info.external_attr >> 16
+    kind = stat.S_IFMT(mode)
+    if not mode or kind in (0, stat.S_IFREG, stat.S_IFDIR):
+        return None
+    return {stat.S_IFLNK: "a symbolic link", stat.S_IFCHR: "a character device",
+            stat.S_IFBLK: "a block device", stat.S_IFIFO: "a named pipe",
+            stat.S_IFSOCK: "a socket"}.get(kind, f"of file type {oct(kind)}")
+
+
+def _unsafe_name(name: str) -> bool:
+    parts = name.split("/")
+    return (not name or name.startswith(("/", "\\")) or re.match(r"^[A-Za-z]:", name) is not None
+            or ".." in parts or "\\" in name or "\0" in name
+            or all(p in ("", ".") for p in parts))
+
+
+def zip_entries(zf: zipfile.ZipFile, label: str, limits: Limits) -> list[zipfile.ZipInfo]:
+    """The entries of an untrusted zip, after every check that needs nothing written: count
+    and declared size within ``limits``, only regular files and folders, safe relative
+    names, none twice. Raises UserError naming the entry (``label`` names the zip)."""
+    infos = zf.infolist()
+    fix = "only verify archives made by `crossbench archive`"
+    if len(infos) > limits.entries:
+        raise UserError(f"{label} holds {len(infos)} entries, more than the limit of "
+                        f"{limits.entries}", f"{fix}, or raise --max-entries if it is one")
+    seen: set[str] = set()
+    total = 0
+    for info in infos:
+        name = info.filename
+        if _unsafe_name(name):
+            raise UserError(f"{label} holds an unsafe path {name!r}", fix)
+        kind = _entry_kind(info)
+        if kind is not None:
+            raise UserError(f"{label} entry {name!r} is {kind}, not a regular file", fix)
+        key = name.rstrip("/")
+        if key in seen:
+            raise UserError(f"{label} holds {key!r} twice (which copy counts depends on the "
+                            "tool that unpacks it)", fix)
+        seen.add(key)
+        total += info.file_size
+    if total > limits.bytes:
+        raise UserError(f"{label} declares {total} bytes uncompressed, more than the limit of "
+                        f"{limits.bytes} (a decompression bomb?)",
+                        f"{fix}, or raise --max-size if it is one")
+    return infos
+
+
+def _extract(zpath: Path, into: Path, limits: Limits) -> Path:
     try:
         zf = zipfile.ZipFile(zpath)
     except (OSError, zipfile.BadZipFile) as e:
         raise UserError(f"{zpath} is not a readable zip: {e}",
                         "give the .zip or the folder `crossbench archive` wrote") from None
     with zf:
-        tops = set()
-        for info in zf.infolist():
-            parts = Path(info.filename).parts
-            if info.filename.startswith("/") or ".." in parts or not parts:
-                raise UserError(f"{zpath} holds an unsafe path {info.filename!r}",
-                                "only verify archives made by `crossbench archive`")
-            tops.add(parts[0])
+        infos = zip_entries(zf, str(zpath), limits)
+        tops = {info.filename.split("/")[0] for info in infos}
         if len(tops) != 1:
             raise UserError(f"{zpath} does not hold one folder (found {len(tops)})",
                             "give the .zip `crossbench archive` wrote")
-        zf.extractall(into)
+        need = sum(i.file_size for i in infos)
+        free = shutil.disk_usage(into).free
+        if need > free:
+            raise UserError(f"{zpath} unpacks to {need} bytes but {into} has {free} free",
+                            "free space there, or point TMPDIR at a larger disk")
+        for info in infos:
+            _write_entry(zf, info, into)
     return into / tops.pop()
 
 
-def verify(path: Path, rederive: bool = True) -> Verification:
-    """Every check of the archive at ``path`` (a zip or a folder)."""
+def _write_entry(zf: zipfile.ZipFile, info: zipfile.ZipInfo, into: Path) -> None:
+    """Write one checked entry as a plain file (or folder) under ``into``: no link is
+    followed (an existing path that is not a plain folder is an error), and no more bytes
+    are written than the entry declares (zipfile stops there and checks the CRC)."""
+    target = into
+    parts = [p for p in info.filename.split("/") if p not in ("", ".")]
+    for part in parts[:-1] if not info.is_dir() else parts:
+        target = target / part
+        if target.is_symlink() or (target.exists() and not target.is_dir()):
+            raise UserError(f"{info.filename!r} passes through {part!r}, which is not a folder",
+                            "only verify archives made by `crossbench archive`")
+        target.mkdir(exist_ok=True)
+    if info.is_dir():
+        return
+    path = target / parts[-1]
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0)
+    fd = os.open(path, flags, 0o644)
+    written = 0
+    with os.fdopen(fd, "wb") as out, zf.open(info) as src:
+        for block in iter(lambda: src.read(_COPY_BLOCK), b""):
+            written += len(block)
+            if written > info.file_size:  # zipfile already stops at the declared size
+                raise UserError(f"{info.filename!r} holds more than its declared "
+                                f"{info.file_size} bytes", "only verify archives made by "
+                                "`crossbench archive`")
+            out.write(block)
+
+
+def verify(path: Path, rederive: bool = True, limits: Limits | None = None) -> Verification:
+    """Every check of the archive at ``path`` (a zip, opened as untrusted input within
+    ``limits``, or a folder)."""
+    lim = limits or Limits()
     if not path.exists():
         raise UserError(f"{path} does not exist", "give the .zip or the folder to verify")
     with tempfile.TemporaryDirectory(prefix="crossbench-archive-") as tmp:
-        root = _extract(path, Path(tmp)) if path.is_file() else _archive_folder(path)
+        root = _extract(path, Path(tmp), lim) if path.is_file() else _archive_folder(path)
         beside = path.parent if path.is_file() else root.parent
         notes: list[str] = []
-        checks = [check_checksums(root)[0], check_side_archives(root, beside, notes),
+        checks = [check_checksums(root)[0], check_side_archives(root, beside, notes, lim),
                   check_schemas(root)]
         if rederive:
             checks.append(check_rederivation(root))

@@ -94,9 +94,11 @@ def matrix(matrix_file: Path, out: Path | None, resume: bool, only: tuple[str, .
         result = run_matrix(matrix_file, out, resume=resume, only=only, skip=skip,
                             dry_run=dry_run, progress=view.message, on_tick=view.tick)
     if dry_run:
+        from crossbench.confounds.provenance import redact_argv
+
         for step in result["dry_run"]:
             click.echo(f"# {step['cell']} trial {step['trial']}")
-            click.echo(" ".join(step["argv"]))
+            click.echo(" ".join(redact_argv(step["argv"])))
         return
     click.echo(format_status(result))
     progress(f"results in {out}")

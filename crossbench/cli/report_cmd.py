@@ -158,14 +158,23 @@ Examples:
 @click.argument("path", type=click.Path(exists=True, path_type=Path))
 @click.option("--no-reanalysis", is_flag=True,
               help="Skip re-deriving the analysis (checksums, schemas and secrets only).")
+@click.option("--max-size", default="8GiB", show_default=True,
+              help="Most uncompressed bytes a zip may declare in all (a zip bomb is refused "
+              "before anything is written).")
+@click.option("--max-entries", type=click.IntRange(1), default=100_000, show_default=True,
+              help="Most entries a zip may hold.")
 @user_errors
-def archive_verify(path: Path, no_reanalysis: bool) -> None:
+def archive_verify(path: Path, no_reanalysis: bool, max_size: str, max_entries: int) -> None:
     """Check an archive (zip or folder): checksums, schema versions, that every number of
     analysis.json re-derives from the raw records, and that no secret-looking value is in
-    it. Exit 1 naming the file and line of each failure."""
-    from crossbench.archive.verify import verify
+    it. Exit 1 naming the file and line of each failure. A zip is untrusted input: one
+    over the limits, or holding a link, an unsafe or repeated name, is refused (exit 2)
+    before anything of it is written."""
+    from crossbench.archive.build import parse_size
+    from crossbench.archive.verify import Limits, verify
 
-    result = verify(path, rederive=not no_reanalysis)
+    limits = Limits(entries=max_entries, bytes=parse_size(max_size))
+    result = verify(path, rederive=not no_reanalysis, limits=limits)
     for check in result.checks:
         status = "skip" if check.skipped else "ok" if check.ok else "FAIL"
         detail = check.detail if check.ok else f"{len(check.problems)} problem(s)"

@@ -24,6 +24,9 @@ Examples:
   # acceptance as a known quantity (ground truth for the suite's acceptance figures)
   crossbench run --model T.gguf --draft D.gguf --spec draft-simple --n 4 \\
       --synth-rates 0.9,0.7,0.5,0.2 --out runs/synth
+  # a server behind an API key: the key stays in the environment, out of every record
+  export LAB_SERVER_KEY=...
+  crossbench run --model T.gguf --api-key-env LAB_SERVER_KEY --out runs/keyed
 """
 
 
@@ -124,7 +127,13 @@ def format_table(summary: dict[str, Any]) -> str:
 @click.option("--threads", type=int, default=None, help="Server threads (-t).")
 @click.option("--port", type=int, default=None, help="Server port (default: a free one).")
 @click.option("--server-arg", "server_args", multiple=True,
-              help="Extra raw llama-server flag (repeatable), checked against the build.")
+              help="Extra raw llama-server flag (repeatable), checked against the build; "
+              "values of secret flags (--api-key) are recorded redacted.")
+@click.option("--api-key-env", default=None, metavar="NAME",
+              help="Environment variable holding the server's API key: passed to the server "
+              "in its environment, sent as Authorization: Bearer, never recorded.")
+@click.option("--api-key-file", type=click.Path(path_type=Path), default=None,
+              help="File whose first line is the server's API key (instead of --api-key-env).")
 @click.option("--reuse-server", is_flag=True, help="One server for all trials (default: fresh).")
 @click.option("--json", "as_json", is_flag=True, help="Print summary.json instead of a table.")
 @click.option("--out", type=click.Path(path_type=Path), required=True, help="Run directory.")
@@ -149,7 +158,8 @@ def run(**o: Any) -> None:
                                   "ctx_size": o["ctx_size"], "spec": spec,
                                   "extra_args": list(o["server_args"])}
     for key, val in (("binary", o["binary"]), ("n_gpu_layers", o["ngl"]),
-                     ("threads", o["threads"]), ("port", o["port"])):
+                     ("threads", o["threads"]), ("port", o["port"]),
+                     ("api_key_env", o["api_key_env"]), ("api_key_file", o["api_key_file"])):
         if val is not None:
             engine_cfg[key] = val
     try:

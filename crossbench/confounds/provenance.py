@@ -16,6 +16,7 @@ import hashlib
 import math
 import os
 import platform
+import re
 import struct
 import subprocess
 import sys
@@ -37,19 +38,33 @@ KIND = "crossbench.provenance"
 #: environment variables that change how engines run (recorded with their values)
 ENV_PREFIXES: tuple[str, ...] = ("CUDA_", "GGML_", "LLAMA_", "VLLM_", "HF_", "NCCL_", "OMP_",
                                  "TORCH_")
-#: a variable or flag whose name contains one of these holds a secret
-SECRET_MARKERS: tuple[str, ...] = ("TOKEN", "KEY", "SECRET", "PASSWORD")
+#: a variable or flag holds a secret when one of the words of its name (split at ``_``, ``-``
+#: and ``.``) ends with one of these: ``HF_TOKEN``, ``--api-key`` and ``APIKEY`` do;
+#: ``--max-num-batched-tokens`` and ``--tokenizer`` (token counts and tokenizer names,
+#: everywhere in an LLM server's flags) do not
+SECRET_MARKERS: tuple[str, ...] = ("TOKEN", "KEY", "KEYS", "SECRET", "SECRETS", "PASSWORD",
+                                   "PASSWD")
+#: ... unless its last word says it names where the secret is, not the secret:
+#: ``--api-key-file PATH``, ``api_key_env NAME``, ``HF_TOKEN_PATH``
+POINTER_WORDS: frozenset[str] = frozenset({"FILE", "PATH", "DIR", "ENV", "VAR"})
 #: always secret, whatever the markers say
 SECRET_NAMES: frozenset[str] = frozenset({"HF_TOKEN", "ZENODO_TOKEN"})
 REDACTED = "<redacted>"
 #: secret values shorter than this are not scrubbed from free text (too likely to collide)
-_MIN_SCRUB_LEN = 4
+MIN_SCRUB_LEN = 4
+_WORD_SPLIT = re.compile(r"[_.\-]+")
 
 
 def is_secret(name: str) -> bool:
-    """Whether an environment variable or flag name looks like it holds a secret."""
-    upper = name.upper().replace("-", "_")
-    return upper in SECRET_NAMES or any(m in upper for m in SECRET_MARKERS)
+    """Whether an environment variable or flag name (``HF_TOKEN``, ``--api-key``) looks like
+    it holds a secret: one of its words ends with a :data:`SECRET_MARKERS` entry and its last
+    word is not one of :data:`POINTER_WORDS`."""
+    upper = name.upper().lstrip("-")
+    words = [w for w in _WORD_SPLIT.split(upper) if w]
+    if upper.replace("-", "_") in SECRET_NAMES:
+        return True
+    return bool(words) and words[-1] not in POINTER_WORDS and any(
+        w.endswith(SECRET_MARKERS) for w in words)
 
 
 def engine_environment(environ: Mapping[str, str] | None = None) -> dict[str, str]:
@@ -60,26 +75,58 @@ def engine_environment(environ: Mapping[str, str] | None = None) -> dict[str, st
             if k.startswith(ENV_PREFIXES)}
 
 
+def _secret_flag(arg: str) -> tuple[str, bool] | None:
+    """(flag, whether its value is attached with ``=``) of a secret-looking flag, else None."""
+    if not arg.startswith("-") or len(arg) < 2:
+        return None
+    flag, eq, _ = arg.partition("=")
+    return (flag, bool(eq)) if is_secret(flag) else None
+
+
 def redact_argv(argv: Sequence[str]) -> list[str]:
-    """argv with the values of secret-looking flags (``--api-key X``, ``--hf-token=X``)
-    replaced by ``<redacted>``."""
+    """argv with the values of secret-looking flags replaced by ``<redacted>``, in both forms
+    (``--api-key X`` and ``--hf-token=X``), also where another option carries the flag
+    (crossbench's own ``--server-arg=--api-key=X``, ``--server-arg=--api-key
+    --server-arg=X``, ``--server-arg --api-key --server-arg X``). The one redaction of
+    command lines: manifests, trial entries, provenance, server.log headers and dry runs all
+    go through it."""
     out: list[str] = []
-    redact_next = False
+    redact_next = wrapped = False
     for arg in argv:
+        flag, eq, value = arg.partition("=")
+        if redact_next and arg.startswith("--") and not eq:
+            out.append(arg)  # a carrier: `--server-arg --token --server-arg X`
+            continue
         if redact_next:
-            out.append(REDACTED)
-            redact_next = False
+            keep = wrapped and eq and arg.startswith("-")  # the carrier of the value stays
+            out.append(f"{flag}={REDACTED}" if keep else REDACTED)
+            redact_next = wrapped = False
             continue
-        flag, eq, _ = arg.partition("=")
-        if arg.startswith("-") and is_secret(flag.lstrip("-")):
-            if eq:
-                out.append(f"{flag}={REDACTED}")
-            else:
-                out.append(arg)
-                redact_next = True
-            continue
-        out.append(arg)
+        found = _secret_flag(arg)
+        if found is not None:
+            out.append(f"{flag}={REDACTED}" if found[1] else arg)
+            redact_next = not found[1]
+        elif arg.startswith("-") and eq and value.startswith("-"):
+            inner = _secret_flag(value)  # --server-arg=--api-key[=X]
+            shown = redact_argv([value])[0] if inner is not None else value
+            out.append(f"{flag}={shown}")
+            redact_next = wrapped = inner is not None and not inner[1]
+        else:
+            out.append(arg)
     return out
+
+
+def secret_values(argv: Sequence[str]) -> list[str]:
+    """The values :func:`redact_argv` hides (``X`` of ``--api-key X`` and ``--token=X``), so
+    that they can also be scrubbed wherever else they appear (a server that echoes its
+    arguments into its log, an error message quoting a command)."""
+    values: list[str] = []
+    for arg, shown in zip(argv, redact_argv(argv), strict=True):
+        if arg != shown:
+            value = arg[len(shown) - len(REDACTED):]
+            if value and value not in values:
+                values.append(value)
+    return values
 
 
 def crossbench_identity() -> dict[str, Any]:
@@ -323,7 +370,7 @@ def collect(engine: EngineIdentity | Mapping[str, Any], argv: Sequence[str],
         "host": host_facts(),
         "gpu": gpu_facts(nvml),
     }
-    secrets = [v for k, v in env.items() if is_secret(k) and len(v) >= _MIN_SCRUB_LEN]
+    secrets = [v for k, v in env.items() if is_secret(k) and len(v) >= MIN_SCRUB_LEN]
     scrubbed: dict[str, Any] = scrub(record, secrets)
     return scrubbed
 

@@ -21,6 +21,8 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
+from crossbench.engines.auth import ApiKey
+
 
 @dataclass(frozen=True)
 class MetricsSnapshot:
@@ -99,6 +101,12 @@ class EngineServer(ABC):
     @abstractmethod
     def log_path(self) -> Path:
         """The file that holds the server's captured stdout and stderr."""
+
+    @property
+    def api_key(self) -> ApiKey | None:
+        """The key every request and scrape must carry as ``Authorization: Bearer KEY`` (see
+        :mod:`crossbench.engines.auth`); None when the server takes requests without one."""
+        return None
 
     @property
     def served_model_name(self) -> str:

@@ -13,11 +13,20 @@ import subprocess
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
+from crossbench.engines.auth import (
+    UNAUTHORIZED,
+    ApiKey,
+    ApiKeySettings,
+    bearer,
+    resolve_key,
+    unauthorized,
+)
 from crossbench.engines.base import EngineServer, MetricsSnapshot
 from crossbench.engines.prometheus import parse_samples
-from crossbench.errors import RunError
+from crossbench.errors import RunError, UserError
 
 _PR_SET_PDEATHSIG = 1
 
@@ -60,10 +69,13 @@ def log_tail(path: Path, n: int = 12) -> str:
     return "\n".join(lines[-n:])
 
 
-def http_get(url: str, timeout: float = 5.0) -> tuple[int, bytes]:
-    """GET a URL; (status, body). Connection errors raise OSError."""
+def http_get(url: str, timeout: float = 5.0,
+             headers: Mapping[str, str] | None = None) -> tuple[int, bytes]:
+    """GET a URL (with ``headers``, e.g. :func:`crossbench.engines.auth.bearer`); (status,
+    body). Connection errors raise OSError."""
+    request = urllib.request.Request(url, headers=dict(headers or {}))
     try:
-        with urllib.request.urlopen(url, timeout=timeout) as r:
+        with urllib.request.urlopen(request, timeout=timeout) as r:
             return int(r.status), r.read()
     except urllib.error.HTTPError as e:
         return int(e.code), e.read()
@@ -71,14 +83,56 @@ def http_get(url: str, timeout: float = 5.0) -> tuple[int, bytes]:
 
 class LocalServer(EngineServer):
     """An engine run as crossbench's child process on ``host:port``: its log, URL and pid, the
-    spawn (own session, dies with crossbench, output appended to the log) and the reading of
-    its ``/metrics``. Subclasses build :meth:`command` and the rest of the lifecycle."""
+    spawn (own session, dies with crossbench, output appended to the log, its API key in its
+    environment) and the reading of its ``/metrics``. Subclasses build :meth:`command` and
+    the rest of the lifecycle."""
 
-    def __init__(self, host: str, port: int | None, log_path: Path) -> None:
+    #: the environment variable the engine reads its API key from (None: it reads none)
+    api_key_variable: str | None = None
+
+    def __init__(self, host: str, port: int | None, log_path: Path,
+                 key_settings: ApiKeySettings | None = None,
+                 extra_args: Sequence[str] = ()) -> None:
         self._host = host
         self._port = port
         self._log_path = log_path
         self._proc: subprocess.Popen[bytes] | None = None
+        self._key_settings = key_settings or ApiKeySettings()
+        self._extra_args = list(extra_args)
+        self._key: ApiKey | None = None
+        self._key_resolved = False
+
+    def base_environment(self) -> dict[str, str]:
+        """The environment the server starts with, before crossbench adds its API key:
+        crossbench's own (adapters add their configured variables)."""
+        return dict(os.environ)
+
+    @property
+    def api_key(self) -> ApiKey | None:
+        """The key the server wants, from the config's ``api_key_env``/``api_key_file``,
+        ``--api-key`` in ``extra_args`` or :attr:`api_key_variable` already set (resolved
+        once; UserError naming the setting when a configured source is empty)."""
+        if not self._key_resolved:
+            self._key = resolve_key(self._key_settings, self._extra_args,
+                                    self.api_key_variable, self.base_environment())
+            self._key_resolved = True
+        return self._key
+
+    def server_environment(self) -> dict[str, str]:
+        """:meth:`base_environment` plus the configured key in :attr:`api_key_variable`, so
+        that the key is in no argv (``/proc/PID/environ`` is readable by its owner only)."""
+        env = self.base_environment()
+        key = self.api_key
+        if key is not None and key.to_server:
+            if self.api_key_variable is None:
+                raise UserError(f"{key.source}: {self.kind} takes no API key from crossbench",
+                                "drop api_key_env / api_key_file from its config")
+            env[self.api_key_variable] = key.value
+        return env
+
+    def auth_headers(self) -> dict[str, str]:
+        """``Authorization: Bearer KEY`` when the server wants a key, else nothing."""
+        return bearer(self.api_key)
 
     @property
     def log_path(self) -> Path:
@@ -95,14 +149,16 @@ class LocalServer(EngineServer):
         """Process id of the server (also its session and process-group id)."""
         return self._proc.pid if self._proc else None
 
-    def _spawn(self, env: dict[str, str] | None = None) -> None:
-        """Run :meth:`command` (on a free port when none was set) with its output appended to
-        the log, in its own session, killed if crossbench dies."""
+    def _spawn(self) -> None:
+        """Run :meth:`command` (on a free port when none was set) in
+        :meth:`server_environment`, with its output appended to the log, in its own session,
+        killed if crossbench dies."""
         if self._proc is not None:
             raise RuntimeError("server already started")
         if self._port is None:
             self._port = free_port(self._host)
         argv = self.command()
+        env = self.server_environment()
         self._log_path.parent.mkdir(parents=True, exist_ok=True)
         with self._log_path.open("ab") as log:
             self._proc = subprocess.Popen(
@@ -111,16 +167,20 @@ class LocalServer(EngineServer):
             )
 
     def _read_metrics(self, engine: str, off_hint: str) -> MetricsSnapshot:
-        """GET ``/metrics`` and parse it; a RunError with the log tail when the server does not
-        answer, and ``off_hint`` when it answers without metrics."""
+        """GET ``/metrics`` (with the key, when the server wants one) and parse it; a RunError
+        with the log tail when the server does not answer, one naming the key on HTTP 401 or
+        403, and ``off_hint`` when it answers without metrics."""
         try:
-            status, body = http_get(self.base_url + "/metrics", timeout=10.0)
+            status, body = http_get(self.base_url + "/metrics", timeout=10.0,
+                                    headers=self.auth_headers())
         except OSError as e:
             alive = self._proc is not None and self._proc.poll() is None
             state = "is not answering" if alive else "has exited"
             raise RunError(f"cannot read /metrics: {engine} {state} ({e}); last log lines:\n"
                            f"{log_tail(self._log_path)}",
                            f"see {self._log_path} for why it stopped") from e
+        if status in UNAUTHORIZED:
+            raise unauthorized(status, "/metrics", self.api_key)
         if status != 200:
             raise RunError(f"/metrics answered HTTP {status}", off_hint)
         text = body.decode()

@@ -57,10 +57,11 @@ one read share it. ``text`` joins ``content`` (chat), ``text`` (completions) and
 has no ``content``, its ``reasoning_content``.
 
 Each request carries ``X-Request-Id: <prefix>-<index>`` (see :func:`request_id`) so server
-logs, and the stand-in's truth, can be joined to records. A request that fails on a kept-alive
-connection the server had already closed, before any response (llama-server closes
-connections after a stream despite its ``Keep-Alive`` header), is sent once more on a new
-connection; its ``t_sent_ns`` is that of the second send.
+logs, and the stand-in's truth, can be joined to records, and ``Authorization: Bearer KEY``
+when the config has an ``api_key`` (a server started with ``--api-key``). A request that
+fails on a kept-alive connection the server had already closed, before any response
+(llama-server closes connections after a stream despite its ``Keep-Alive`` header), is sent
+once more on a new connection; its ``t_sent_ns`` is that of the second send.
 """
 
 from __future__ import annotations
@@ -75,7 +76,7 @@ from typing import Annotated, Any, Literal
 
 import aiohttp
 import orjson
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator
 
 from crossbench.errors import RunError, UserError
 from crossbench.load.workloads import RequestSpec
@@ -164,6 +165,11 @@ class ClientConfig(BaseModel):
     )
     request_id_prefix: str = Field(
         default="crossbench", description="Prefix of the X-Request-Id header."
+    )
+    api_key: SecretStr | None = Field(
+        default=None,
+        description="Sent as `Authorization: Bearer KEY` with every request (servers started "
+        "with --api-key); null sends no such header. Never shown in reprs or dumps.",
     )
 
     @field_validator("base_url")
@@ -412,6 +418,8 @@ async def _one_request(
     headers = {"Content-Type": "application/json", "Accept": "text/event-stream"}
     if cfg.send_request_id:
         headers["X-Request-Id"] = request_id(spec.request_index, warmup, cfg.request_id_prefix)
+    if cfg.api_key is not None:
+        headers["Authorization"] = f"Bearer {cfg.api_key.get_secret_value()}"
     monotonic_ns = time.monotonic_ns
     retried = False
     status = "error"

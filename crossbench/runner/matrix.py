@@ -20,6 +20,7 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from crossbench.confounds.provenance import redact_argv
 from crossbench.engines import registry
 from crossbench.errors import UserError, first_validation_error
 from crossbench.models import HFModelRef
@@ -427,6 +428,7 @@ def validate_cells(m: Matrix, cells: list[Cell], source: Path | None = None) -> 
             notes.append(f"models.{mid}: revision {entry.hf.revision!r} is not a commit hash; "
                          "the bytes it names can change (pin a commit)")
     for c in cells:
+        _no_secret_args(c, where)
         cfg = dict(c.engine_config)
         cfg["model"] = "/nonexistent/model.gguf"
         if "draft_model" in cfg["spec"]:
@@ -447,6 +449,19 @@ def validate_cells(m: Matrix, cells: list[Cell], source: Path | None = None) -> 
     if m.trials < 2:
         notes.append("trials: 1 gives no spread; use trials >= 2 (3 is the default)")
     return notes
+
+
+def _no_secret_args(cell: Cell, where: str) -> None:
+    """Refuse a secret flag's value in a cell's ``extra_args``: the matrix file is copied into
+    the run directory as it is, so the value would be recorded there in clear."""
+    args = [str(a) for a in cell.engine_config.get("extra_args") or []]
+    for i, (arg, shown) in enumerate(zip(args, redact_argv(args), strict=True)):
+        if arg != shown:
+            flag = shown.split("=", 1)[0] if shown.startswith("-") else args[i - 1]
+            raise UserError(f"{where}cell {cell.id}: extra_args gives {flag} its value in the "
+                            "matrix file, which is copied into the run directory",
+                            "keep the key out of the file: set api_key_env: NAME (or "
+                            "api_key_file: PATH) under server: and export NAME")
 
 
 def schedule(cells: list[Cell], trials: int, order: str, seed: int) -> list[tuple[str, int]]:

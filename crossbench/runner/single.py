@@ -11,6 +11,12 @@ Run directory (``--out DIR``)::
 
 Each record is persisted as its request completes, so a crash or kill loses only requests in
 flight; the summary is always recomputed from the raw files (``crossbench summarize DIR``).
+
+No secret is recorded: every command line (crossbench's own, each trial's server argv, the
+server.log headers, provenance) goes through
+:func:`~crossbench.confounds.provenance.redact_argv`, and the server's API key and every value
+of a secret flag are scrubbed from the manifest and, once the server has stopped, from
+server.log (a server may echo its arguments).
 """
 
 from __future__ import annotations
@@ -25,10 +31,21 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from pydantic import SecretStr
+
 from crossbench import __version__
 from crossbench.analysis.summary import request_metrics, summarize_run_dir
-from crossbench.confounds.provenance import collect, is_secret
+from crossbench.confounds.provenance import (
+    MIN_SCRUB_LEN,
+    REDACTED,
+    collect,
+    is_secret,
+    redact_argv,
+    scrub,
+    secret_values,
+)
 from crossbench.engines import registry
+from crossbench.engines.auth import UNAUTHORIZED, unauthorized
 from crossbench.engines.base import EngineServer, MetricsSnapshot
 from crossbench.engines.prometheus import total
 from crossbench.errors import RunError, UserError
@@ -39,6 +56,7 @@ from crossbench.runner.config import RunConfig
 from crossbench.store.atomic import (
     JsonlAppender,
     read_jsonl,
+    replace_in_file,
     write_bytes_atomic,
     write_json_atomic,
 )
@@ -132,6 +150,7 @@ class RunSession:
                             "choose a new --out directory (runs are never overwritten)")
         server = registry.create(cfg.engine, cfg.engine_config, out / "server.log")
         server.validate()  # every input checked before anything starts
+        self.secrets = _secrets(cfg, server, argv or [])
         model = Path(cfg.engine_config["model"])
         vocab = model_vocab_size(model) if cfg.load.workload.startswith("random:") else None
         workload = load_workload(cfg.load.workload, vocab_size=vocab, seed=cfg.load.seed,
@@ -165,7 +184,7 @@ class RunSession:
             "kind": "crossbench.run",
             "crossbench_version": __version__,
             "created_utc": _now(),
-            "argv": argv or [],
+            "argv": redact_argv(argv or []),
             "config": _redacted(cfg.model_dump(mode="json")),
             "engine": engine,
             "models": self._model_records(),
@@ -177,6 +196,7 @@ class RunSession:
             "status": "running",
             "trials": [],
         }
+        self.manifest = scrub(self.manifest, self.secrets)
         write_json_atomic(out / "manifest.json", self.manifest)
         (out / "metrics").mkdir(exist_ok=True)
 
@@ -232,6 +252,14 @@ class RunSession:
     def run_trial(self, t: int) -> dict[str, Any]:
         """Run trial ``t`` (a fresh server unless the config reuses one); record its outcome."""
         cfg = self.cfg
+        if t in self.finished_trials():
+            # recorded here but run again: the caller's journal lacks it (a matrix killed
+            # between this manifest write and its journal line); forget it, records included,
+            # so that the trial is recorded once (manifest first: a kill in between leaves
+            # records of an unrecorded trial, which a resume drops)
+            self.manifest["trials"] = [e for e in self.manifest["trials"] if e["trial"] != t]
+            write_json_atomic(self.out / "manifest.json", self.manifest)
+            self._drop_unfinished()
         if self._server is None or (cfg.fresh_server and self.manifest["trials"]):
             self._server = registry.create(cfg.engine, cfg.engine_config,
                                            self.out / "server.log")
@@ -243,20 +271,29 @@ class RunSession:
                                self.progress, keep_running=not cfg.fresh_server and not last)
             except BaseException as e:
                 self._server.stop()
+                self._scrub_log()
                 self.manifest["status"] = ("interrupted" if isinstance(e, KeyboardInterrupt)
                                            else "failed")
-                self.manifest["error"] = str(e)
+                self.manifest["error"] = scrub(str(e), self.secrets)
                 write_json_atomic(self.out / "manifest.json", self.manifest)
                 raise
+        if cfg.fresh_server or last:
+            self._scrub_log()  # the server has stopped: its log is complete
         self.manifest["trials"] = [e for e in self.manifest["trials"] if e["trial"] != t]
-        self.manifest["trials"].append(entry)
+        self.manifest["trials"].append(scrub(entry, self.secrets))
         write_json_atomic(self.out / "manifest.json", self.manifest)
         return entry
+
+    def _scrub_log(self) -> None:
+        """Replace the key and secret flag values in server.log (the server has stopped)."""
+        replace_in_file(self.out / "server.log", [v.encode() for v in self.secrets],
+                        REDACTED.encode())
 
     def finish(self) -> dict[str, Any]:
         """Stop any server, close the manifest, write and return the summary."""
         if self._server is not None:
             self._server.stop()
+            self._scrub_log()
         failed = [e for e in self.manifest["trials"] if e["status"] != "ok"]
         complete = len(self.finished_trials()) >= self.cfg.trials
         self.manifest["status"] = ("failed" if failed else "complete") if complete \
@@ -288,7 +325,7 @@ def _trial(cfg: RunConfig, t: int, server: EngineServer, engine: dict[str, Any],
            warm: list[RequestSpec],
            measured: list[RequestSpec], sink: JsonlAppender, out: Path, progress: Progress,
            keep_running: bool) -> dict[str, Any]:
-    entry: dict[str, Any] = {"trial": t, "argv": server.command(), "status": "ok",
+    entry: dict[str, Any] = {"trial": t, "argv": redact_argv(server.command()), "status": "ok",
                              "error": None, "started_utc": _now()}
     clock = time.monotonic
     t0 = clock()
@@ -324,7 +361,8 @@ def _trial(cfg: RunConfig, t: int, server: EngineServer, engine: dict[str, Any],
             entry.setdefault("warnings", []).append(msg)
             progress(f"warning: {msg}")
         with (out / "server.log").open("a") as log:
-            log.write(f"\n===== crossbench trial {t}: {' '.join(server.command())} =====\n")
+            log.write(f"\n===== crossbench trial {t}: {' '.join(redact_argv(server.command()))} "
+                      "=====\n")
         progress(f"trial {t + 1}/{cfg.trials}: starting {server.kind}")
         if sampler is not None:
             sampler.start()  # before the server: the trace opens on the idle GPU
@@ -339,7 +377,7 @@ def _trial(cfg: RunConfig, t: int, server: EngineServer, engine: dict[str, Any],
                 sampler.stop()
             entry.update(status="failed", error=e.one_line(), ended_utc=_now())
             return entry
-        entry["argv"] = server.command()  # with the port actually bound
+        entry["argv"] = redact_argv(server.command())  # with the port actually bound
     elif sampler is not None:
         sampler.start()
     marks["ready"] = time.time_ns()
@@ -355,9 +393,12 @@ def _trial(cfg: RunConfig, t: int, server: EngineServer, engine: dict[str, Any],
         client_cfg = _client_config(cfg, server)
 
         acc = [0.0, 0.0]  # decoded tokens after the first, decode seconds (measured only)
+        refused: list[int] = []  # HTTP 401/403 statuses: the API wants a key
 
         def write(rec: dict[str, Any]) -> None:
             sink.write({"trial": t, **rec})
+            if rec.get("http_status") in UNAUTHORIZED:
+                refused.append(int(rec["http_status"]))
             if not rec["warmup"] and rec["status"] == "ok":
                 m = request_metrics(rec)
                 if m["decode_ms"] and m["tokens"]:
@@ -373,6 +414,8 @@ def _trial(cfg: RunConfig, t: int, server: EngineServer, engine: dict[str, Any],
                 client_cfg.model_copy(update={"max_tokens": cfg.load.warmup_max_tokens})
             asyncio.run(run_load(warm_cfg, [], mode, write, warmup=warm))
         phases["warmup"] = clock() - t1
+        if refused:
+            raise unauthorized(refused[0], "the API (warm-up)", server.api_key)
         t1 = clock()
         before = server.scrape()
         write_bytes_atomic(out / "metrics" / f"t{t}-before.prom", before.text.encode())
@@ -395,6 +438,9 @@ def _trial(cfg: RunConfig, t: int, server: EngineServer, engine: dict[str, Any],
         if stats.n_error or stats.n_incomplete:
             entry["status"] = "failed"
             entry["error"] = f"{stats.n_error} errors, {stats.n_incomplete} incomplete requests"
+            if refused:
+                entry["error"] += "; " + unauthorized(refused[0], "the API",
+                                                      server.api_key).one_line()
     except RunError as e:
         entry["status"], entry["error"] = "failed", e.one_line()
     finally:
@@ -421,12 +467,29 @@ def _trial(cfg: RunConfig, t: int, server: EngineServer, engine: dict[str, Any],
 
 
 def _redacted(config: dict[str, Any]) -> dict[str, Any]:
-    """The run config with the values of secret-looking environment settings replaced."""
+    """The run config with the values of secret-looking environment settings and of secret
+    flags in ``extra_args`` replaced."""
     ec = config.get("engine_config") or {}
     env = ec.get("env")
     if isinstance(env, dict):
-        ec["env"] = {k: "<redacted>" if is_secret(k) else v for k, v in env.items()}
+        ec["env"] = {k: REDACTED if is_secret(k) else v for k, v in env.items()}
+    if isinstance(ec.get("extra_args"), list):
+        ec["extra_args"] = redact_argv([str(a) for a in ec["extra_args"]])
     return config
+
+
+def _secrets(cfg: RunConfig, server: EngineServer, argv: list[str]) -> list[str]:
+    """Strings never to record: the server's API key, the values of secret flags in the
+    server's extra arguments and on crossbench's own command line, and the values of secret
+    environment settings given to the server (long enough to scrub without collisions)."""
+    ec = cfg.engine_config
+    env = ec.get("env") if isinstance(ec.get("env"), dict) else {}
+    key = server.api_key
+    values = [key.value] if key is not None else []
+    values += secret_values([str(a) for a in ec.get("extra_args") or []])
+    values += secret_values(argv)
+    values += [str(v) for k, v in (env or {}).items() if is_secret(k)]
+    return sorted({v for v in values if len(v) >= MIN_SCRUB_LEN}, key=lambda v: (-len(v), v))
 
 
 def _model_paths(cfg: RunConfig) -> dict[str, str]:
@@ -452,7 +515,9 @@ def _client_config(cfg: RunConfig, server: EngineServer) -> ClientConfig:
     extra: dict[str, Any] = dict(server.request_extras(ld.cache_prompt))
     if ld.endpoint == "chat" and ld.thinking is not None:
         extra["chat_template_kwargs"] = {"enable_thinking": ld.thinking}
+    key = server.api_key
     return ClientConfig(base_url=server.base_url, model=server.served_model_name,
+                        api_key=SecretStr(key.value) if key is not None else None,
                         endpoint=ld.endpoint, max_tokens=ld.max_tokens,
                         temperature=ld.temperature, top_p=ld.top_p, seed=ld.seed,
                         ignore_eos=ld.ignore_eos, extra_body=extra,

@@ -1,5 +1,5 @@
 """Atomic file writes (write to a temporary file, fsync, rename), durable JSONL appends,
-and file hashing."""
+atomic in-place replacement of strings in a file, and file hashing."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ import contextlib
 import hashlib
 import json
 import os
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -53,6 +54,36 @@ def write_bytes_atomic(path: Path, data: bytes) -> None:
     finally:
         tmp.unlink(missing_ok=True)
     fsync_dir(path.parent)
+
+
+def replace_in_file(path: Path, old: Sequence[bytes], new: bytes) -> int:
+    """Replace every occurrence of each of ``old`` (strings without a newline) in the file
+    ``path`` by ``new``, line by line so that a log of any size fits; the file is rewritten
+    atomically, and only when something was found. Returns the number of replacements (0 for
+    a missing file)."""
+    wanted = [o for o in old if o]
+    if not wanted or not path.exists():
+        return 0
+    with path.open("rb") as fh:
+        if not any(o in line for line in fh for o in wanted):
+            return 0
+    count = 0
+    tmp = temp_name(path)
+    try:
+        with path.open("rb") as src, tmp.open("wb") as dst:
+            for line in src:
+                for o in wanted:
+                    if o in line:
+                        count += line.count(o)
+                        line = line.replace(o, new)
+                dst.write(line)
+            dst.flush()
+            os.fsync(dst.fileno())
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+    fsync_dir(path.parent)
+    return count
 
 
 def write_json_atomic(path: Path, obj: Any) -> None:

@@ -7,6 +7,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from crossbench.engines.auth import ApiKeySettings
 from crossbench.engines.llamacpp.pins import DEFAULT_PIN
 from crossbench.engines.spec import check_synth_rates
 
@@ -68,8 +69,9 @@ class LlamaSpecConfig(_Strict):
         return self.type != "none"
 
 
-class LlamaServerConfig(_Strict):
-    """One llama-server configuration: binary, model, server settings and speculation."""
+class LlamaServerConfig(_Strict, ApiKeySettings):
+    """One llama-server configuration: binary, model, server settings and speculation (and,
+    for a server behind an API key, where the key is: ``api_key_env`` or ``api_key_file``)."""
 
     binary: Path | None = Field(
         None, description="Your own llama-server; default: the build of `pin` made by "

@@ -59,9 +59,10 @@ class LlamaServer(LocalServer):
 
     kind = "llama-server"
     in_flight_metric = "llamacpp:requests_processing"
+    api_key_variable = "LLAMA_API_KEY"  # `--api-key`'s variable (llama-server --help)
 
     def __init__(self, config: LlamaServerConfig, log_path: Path) -> None:
-        super().__init__(config.host, config.port, log_path)
+        super().__init__(config.host, config.port, log_path, config, config.extra_args)
         self.config = config
         self._profile: LlamaCppProfile | None = None
         self._binary: Path | None = None
@@ -114,6 +115,7 @@ class LlamaServer(LocalServer):
             raise UserError(f"draft_model: {cfg.spec.draft_model} does not exist",
                             "fix the path")
         self._check_against(self.profile)
+        _ = self.api_key  # a configured key must be there before anything starts
         if cfg.port is not None and port_in_use(cfg.host, cfg.port):
             raise UserError(f"port {cfg.port} on {cfg.host} is in use",
                             "stop what holds it, or omit --port to pick a free one")
@@ -246,7 +248,7 @@ class LlamaServer(LocalServer):
                     _startup_hint(tail),
                 )
             try:
-                status, _ = http_get(url, timeout=2.0)
+                status, _ = http_get(url, timeout=2.0, headers=self.auth_headers())
                 if status == 200:
                     return
             except OSError:
@@ -270,7 +272,8 @@ class LlamaServer(LocalServer):
     def props(self) -> dict[str, Any]:
         """The server's ``/props`` (build info, default generation settings)."""
         try:
-            status, body = http_get(self.base_url + "/props", timeout=10.0)
+            status, body = http_get(self.base_url + "/props", timeout=10.0,
+                                    headers=self.auth_headers())
         except OSError:
             return {}  # informational only; a dead server shows up in the requests
         if status != 200:

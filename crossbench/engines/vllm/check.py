@@ -36,7 +36,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from pydantic import SecretStr
+
 from crossbench.analysis import acceptance
+from crossbench.confounds.provenance import redact_argv
 from crossbench.engines import registry
 from crossbench.engines.base import MetricsSnapshot
 from crossbench.engines.prometheus import total
@@ -134,7 +137,7 @@ def _serve_and_measure(rep: _Report, srv: VllmServer, out: Path, requests: int,
     except CrossbenchError as e:
         rep.check("ready", False, e.one_line())
         return
-    rep.check("ready", True, " ".join(srv.command()))
+    rep.check("ready", True, " ".join(redact_argv(srv.command())))
     facts = srv.startup_facts()
     got = {k: v for k, v in (facts.to_dict() if facts else {}).items()
            if k != "lines" and v is not None}
@@ -142,7 +145,9 @@ def _serve_and_measure(rep: _Report, srv: VllmServer, out: Path, requests: int,
               json.dumps(got, default=str))
     before = srv.scrape()
     records: list[dict[str, Any]] = []
+    key = srv.api_key
     cfg = ClientConfig(base_url=srv.base_url, model=srv.served_model_name,
+                       api_key=SecretStr(key.value) if key is not None else None,
                        max_tokens=max_tokens, seed=0, extra_body={"stream_options": {
                            "include_usage": True, "continuous_usage_stats": True}})
     work = load_workload("builtin:mixed", count=requests).requests()
@@ -180,7 +185,8 @@ def _check_per_request(rep: _Report, srv: VllmServer, max_tokens: int) -> None:
     body = json.dumps({"model": srv.served_model_name, "prompt": "Count from one to fifty:",
                        "max_tokens": max_tokens, "temperature": 0, "ignore_eos": True})
     req = urllib.request.Request(srv.base_url + "/v1/completions", data=body.encode(),
-                                 headers={"Content-Type": "application/json"})
+                                 headers={"Content-Type": "application/json",
+                                          **srv.auth_headers()})
     with urllib.request.urlopen(req, timeout=600) as r:
         per = (json.loads(r.read()).get("metrics") or {}).get("speculative_decoding") or {}
     d = acceptance.counter_delta(before, settled(srv).samples,

@@ -24,6 +24,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from crossbench.engines.auth import UNAUTHORIZED, unauthorized
 from crossbench.engines.base import EngineIdentity, MetricsSnapshot
 from crossbench.engines.process import (
     LocalServer,
@@ -124,9 +125,10 @@ class VllmServer(LocalServer):
 
     kind = "vllm"
     in_flight_metric = IN_FLIGHT
+    api_key_variable = "VLLM_API_KEY"  # vllm/envs.py; `--api-key` takes precedence over it
 
     def __init__(self, config: VllmServerConfig, log_path: Path) -> None:
-        super().__init__(config.host, config.port, log_path)
+        super().__init__(config.host, config.port, log_path, config, config.extra_args)
         self.config = config
         self._binary: Path | None = None
         self._version_text: str | None = None
@@ -193,6 +195,7 @@ class VllmServer(LocalServer):
             if ref is not None and ref.local and not Path(ref.name).exists():
                 raise UserError(f"{setting}: {ref.name} does not exist",
                                 "fix the path, or give OWNER/REPO or hf://OWNER/REPO@REVISION")
+        _ = self.api_key  # a configured key must be there before anything starts
         if cfg.port is not None and port_in_use(cfg.host, cfg.port):
             raise UserError(f"port {cfg.port} on {cfg.host} is in use",
                             "stop what holds it, or omit port to pick a free one")
@@ -345,7 +348,11 @@ class VllmServer(LocalServer):
             raise RuntimeError("server already started")
         self._log_offset = self._log_path.stat().st_size if self._log_path.exists() else 0
         self._startup = None
-        self._spawn({**os.environ, **self.config.env})
+        self._spawn()
+
+    def base_environment(self) -> dict[str, str]:
+        """crossbench's environment with the config's ``env`` over it."""
+        return {**os.environ, **self.config.env}
 
     def _this_log(self) -> str:
         try:
@@ -364,7 +371,11 @@ class VllmServer(LocalServer):
             while True:
                 self._check_alive()
                 try:
-                    status, body = http_get(self.base_url + path, timeout=5.0)
+                    status, body = http_get(self.base_url + path, timeout=5.0,
+                                            headers=self.auth_headers())
+                    if status in UNAUTHORIZED:  # vLLM guards /v1/* only
+                        self.stop()
+                        raise unauthorized(status, path, self.api_key)
                     if status == 200:
                         if path == "/v1/models":
                             self._served = [str(m.get("id")) for m in

@@ -8,6 +8,8 @@ vLLM's argparse fails), and behaves like vLLM where crossbench looks:
   ``standin: true``, so nothing it produces passes for a vLLM result;
 - the startup log is written with vLLM's own format strings (the profile's ``log_formats``)
   and line prefix, after a first line that says it is a stand-in;
+- with ``--api-key`` or ``VLLM_API_KEY``, paths under ``/v1`` answer 401 without
+  ``Authorization: Bearer KEY``, as vLLM's middleware does;
 - ``/health``, ``/v1/models``, ``/version``, and OpenAI-compatible ``/v1/completions`` and
   ``/v1/chat/completions``, streamed as vLLM streams them: one chunk per engine step, which
   under speculation carries the accepted drafts plus the bonus token; ``usage`` in every chunk
@@ -127,6 +129,8 @@ class Settings:
     spawn_orphan: Path | None = None
     ignore_sigterm: bool = False
     rates: list[float] = field(default_factory=list)
+    api_keys: list[str] = field(default_factory=list)
+    cli_api_keys: list[str] = field(default_factory=list)
 
     @property
     def n(self) -> int:
@@ -149,6 +153,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--enable-prefix-caching", action=argparse.BooleanOptionalAction,
                    default=True)
     p.add_argument("--speculative-config", type=json.loads, default=None)
+    p.add_argument("--api-key", nargs="+", default=None)
     p.add_argument("--per-request-spec-decode-metrics", default="none",
                    choices=["none", "summary", "detailed"])
     s = p.add_argument_group("stand-in options (not vLLM's)")
@@ -225,7 +230,10 @@ def parse_settings(argv: Sequence[str]) -> Settings:
         step_s=args.standin_step_ms / 1e3, prefill_s=args.standin_prefill_ms / 1e3,
         alpha=args.standin_accept, startup_s=args.standin_startup_s,
         spawn_orphan=args.standin_spawn_orphan, ignore_sigterm=args.standin_ignore_sigterm,
-        rates=rates)
+        rates=rates,
+        # vLLM: --api-key takes precedence over VLLM_API_KEY; neither leaves the server open
+        api_keys=[k for k in (args.api_key or [os.environ.get("VLLM_API_KEY")]) if k],
+        cli_api_keys=list(args.api_key or []))
 
 
 @dataclass
@@ -262,13 +270,25 @@ class StandinVllm:
                                    s.n if s.spec is not None else None)
         self.n_requests = 0
         self.seen_prompts: set[str] = set()
-        self.app = web.Application()
+        self.app = web.Application(middlewares=[self.authenticate] if s.api_keys else [])
         self.app.router.add_get("/health", self.health)
         self.app.router.add_get("/v1/models", self.models)
         self.app.router.add_get("/version", self.version)
         self.app.router.add_get("/metrics", self.prometheus)
         self.app.router.add_post("/v1/completions", self.completions)
         self.app.router.add_post("/v1/chat/completions", self.chat)
+
+    @web.middleware
+    async def authenticate(self, request: web.Request, handler: Any) -> web.StreamResponse:
+        """vLLM's AuthenticationMiddleware: a path under /v1 needs ``Authorization: Bearer``
+        with one of the keys (401 ``{"error": "Unauthorized"}`` otherwise); /health and
+        /metrics stay open."""
+        if request.method != "OPTIONS" and request.path.startswith("/v1"):
+            scheme, _, token = request.headers.get("Authorization", "").partition(" ")
+            if scheme.lower() != "bearer" or token not in self.s.api_keys:
+                return web.json_response({"error": "Unauthorized"}, status=401)
+        response: web.StreamResponse = await handler(request)
+        return response
 
     async def health(self, _: web.Request) -> web.Response:
         """vLLM's ``/health``: 200 with an empty body once serving."""
@@ -473,6 +493,9 @@ def _startup_lines(s: Settings) -> list[str]:
 async def _serve(s: Settings) -> None:
     print(f"crossbench stand-in for vLLM (not vLLM: no model is loaded) {s.version}",
           flush=True)
+    given = {"model_tag": s.model, **({"api_key": s.cli_api_keys} if s.cli_api_keys else {})}
+    print(startup_log.log_line(f"non-default args: {given}", "utils", os.getpid())[0],
+          flush=True)  # vLLM echoes its arguments, a key given with --api-key included
     for line in _startup_lines(s):
         print(line, flush=True)
     if s.spawn_orphan is not None:

@@ -1,0 +1,141 @@
+"""Servers behind an API key: where crossbench finds the key, how it hands it to the server
+and to its own requests, and what an HTTP 401 means.
+
+The key never sits in a config: an engine config names where it is (``api_key_env: NAME``,
+an environment variable, or ``api_key_file: PATH``, a file whose first line is the key).
+The adapter gives it to the server through the engine's own environment variable
+(llama-server's ``LLAMA_API_KEY``, vLLM's ``VLLM_API_KEY``), so it appears in no argv, and
+crossbench sends ``Authorization: Bearer KEY`` with every request and every ``/metrics``
+scrape. A key passed to the server some other way is found too, so that crossbench can still
+talk to it: ``--api-key KEY`` in ``extra_args`` (recorded redacted), or the engine's variable
+already set in crossbench's environment (which the server inherits).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from pydantic import BaseModel, Field, model_validator
+
+from crossbench.errors import RunError, UserError
+
+KEY_FLAG = "--api-key"
+"""The server flag that takes a key (llama-server and vLLM spell it alike)."""
+UNAUTHORIZED = (401, 403)
+"""HTTP statuses of a refused key (llama-server and vLLM answer 401)."""
+_ENV_NAME = r"^[A-Za-z_][A-Za-z0-9_]*$"
+_HOW = ("set api_key_env: NAME (an environment variable holding the key) or api_key_file: PATH "
+        "in the engine config (crossbench run: --api-key-env NAME)")
+
+
+class ApiKeySettings(BaseModel):
+    """Where the key of a server behind an API key comes from (fields of an engine config)."""
+
+    api_key_env: str | None = Field(
+        None, pattern=_ENV_NAME, description="Name of an environment variable that holds the "
+        "server's API key (never the key itself). crossbench passes it to the server through "
+        "the engine's own variable (LLAMA_API_KEY, VLLM_API_KEY: in no argv) and sends it as "
+        "`Authorization: Bearer` with every request and /metrics scrape.")
+    api_key_file: Path | None = Field(
+        None, description="A file whose first line is the server's API key (instead of "
+        "api_key_env).")
+
+    @model_validator(mode="after")
+    def _one_source(self) -> ApiKeySettings:
+        if self.api_key_env is not None and self.api_key_file is not None:
+            raise ValueError("api_key_env and api_key_file both name the API key; keep one")
+        return self
+
+
+@dataclass(frozen=True)
+class ApiKey:
+    """A server's key and where it came from (``source`` names it in messages, never the
+    key); ``to_server`` says whether crossbench must hand it to the server."""
+
+    value: str
+    source: str
+    to_server: bool
+
+    def __repr__(self) -> str:
+        return f"ApiKey(source={self.source!r})"  # never the key
+
+
+def key_from_args(args: Sequence[str]) -> str | None:
+    """The key given as ``--api-key KEY`` or ``--api-key=KEY`` in raw server flags (the first
+    of a comma-separated list, as llama-server takes several), else None."""
+    for i, arg in enumerate(args):
+        if arg == KEY_FLAG and i + 1 < len(args):
+            value = args[i + 1]
+        elif arg.startswith(KEY_FLAG + "="):
+            value = arg.partition("=")[2]
+        else:
+            continue
+        first = value.split(",")[0].strip()
+        return first or None
+    return None
+
+
+def read_key_file(path: Path, setting: str = "api_key_file") -> str:
+    """The first line of a key file (blank lines and ``#`` comments skipped)."""
+    try:
+        text = path.expanduser().read_text(encoding="utf-8")
+    except OSError as e:
+        raise UserError(f"{setting}: cannot read {path} ({e.strerror or e})",
+                        "give a readable file whose first line is the key") from None
+    for line in text.splitlines():
+        if line.strip() and not line.lstrip().startswith("#"):
+            return line.strip()
+    raise UserError(f"{setting}: {path} holds no key", "write the key on its first line")
+
+
+def resolve_key(settings: ApiKeySettings, extra_args: Sequence[str], variable: str | None,
+                environ: Mapping[str, str] | None = None) -> ApiKey | None:
+    """The key a server will want, from the first source that has one: ``api_key_env``,
+    ``api_key_file``, ``--api-key`` in ``extra_args``, the engine's ``variable`` in
+    ``environ`` (the environment the server starts with; ``api_key_env`` is read from
+    crossbench's own). None: the server takes requests without a key.
+
+    Raises UserError naming the setting when a configured source is empty or two sources
+    disagree about where the key comes from.
+    """
+    env = os.environ if environ is None else environ
+    in_args = key_from_args(extra_args)
+    configured = settings.api_key_env is not None or settings.api_key_file is not None
+    if configured and (in_args is not None or any(a.startswith(KEY_FLAG) for a in extra_args)):
+        which = "api_key_env" if settings.api_key_env is not None else "api_key_file"
+        raise UserError(f"extra_args: {KEY_FLAG} and {which} both give the server a key",
+                        f"drop {KEY_FLAG} from extra_args and keep {which}")
+    if settings.api_key_env is not None:
+        name = settings.api_key_env
+        value = os.environ.get(name, "").strip()
+        if not value:
+            raise UserError(f"api_key_env: ${name} is not set (or empty)",
+                            f"export {name}=<the server's key> before running crossbench")
+        return ApiKey(value, f"api_key_env ${name}", to_server=True)
+    if settings.api_key_file is not None:
+        value = read_key_file(settings.api_key_file)
+        return ApiKey(value, f"api_key_file {settings.api_key_file}", to_server=True)
+    if in_args is not None:
+        return ApiKey(in_args, f"{KEY_FLAG} in extra_args", to_server=False)
+    if variable is not None and env.get(variable, "").strip():
+        return ApiKey(env[variable].split(",")[0].strip(), f"${variable} of the environment",
+                      to_server=False)
+    return None
+
+
+def bearer(key: ApiKey | None) -> dict[str, str]:
+    """The ``Authorization`` header that carries ``key`` (empty without one)."""
+    return {"Authorization": f"Bearer {key.value}"} if key is not None else {}
+
+
+def unauthorized(status: int, what: str, key: ApiKey | None) -> RunError:
+    """The error of an HTTP 401/403 from ``what`` (``/metrics``, ``/v1/models``, the API):
+    the server wants a key crossbench lacks, or refuses the one it sent."""
+    if key is None:
+        return RunError(f"HTTP {status} from {what}: the server wants an API key", _HOW)
+    return RunError(f"HTTP {status} from {what}: the server refused the API key of "
+                    f"{key.source}", f"give the key the server was started with ({_HOW})")
+
