@@ -270,3 +270,22 @@ def test_broken_files_are_problems_not_crashes(out: Path) -> None:
     assert any(p.startswith(f"{rel}:1: not JSON: ") for p in found)
     assert any(p.startswith("data: the raw files do not analyse: UserError: cannot read ")
                for p in found)
+
+
+def test_an_older_format_is_compared_on_what_it_defines_alike():
+    from crossbench.archive.verify import differences, not_compared
+
+    redefined = {2: ("throughput.server_pooled_tok_s", "per_trial.*.throughput.server_pooled_tok_s")}
+    old = {"schema_version": 1, "throughput": {"pooled_tok_s": 10.0, "server_pooled_tok_s": 10.1},
+           "per_trial": [{"throughput": {"server_pooled_tok_s": 9.0}}]}
+    new = {"schema_version": 2, "throughput": {"pooled_tok_s": 10.0, "server_pooled_tok_s": 10.0,
+                                               "client_vs_server": 0.0},
+           "per_trial": [{"throughput": {"server_pooled_tok_s": 8.9}}]}
+    skip = not_compared(1, 2, redefined)
+    assert list(differences(old, new, skip=skip)) == []  # redefined and added: not compared
+    old["throughput"]["pooled_tok_s"] = 11.0  # a figure both versions define alike
+    assert [p for p, _, _ in differences(old, new, skip=skip)] == [("throughput",
+                                                                    "pooled_tok_s")]
+    # a file of the current version is compared on everything
+    same = not_compared(2, 2, redefined)
+    assert ("schema_version",) in [p for p, _, _ in differences(old, new, skip=same)]

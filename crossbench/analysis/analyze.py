@@ -36,9 +36,22 @@ from crossbench.store.atomic import write_bytes_atomic, write_json_atomic
 MIN_PROMPT_CLUSTERS = 10
 """Fewest prompts (bootstrap clusters) below which an interval is flagged as optimistic."""
 
-ANALYSIS_SCHEMA = 1
+ANALYSIS_SCHEMA = 2
 # Format history of analysis.json:
 #   1: first version (cells, pairs, sweeps, stability)
+#   2: options.strata and each interval's design; cost-model intervals (d_ci95, v_ci95) and
+#      tau estimated from per-request counts where no counter exists; server rates over the
+#      client's window and the engine's own figure; imports compared as recorded (no
+#      defaults), their layout-made figures dropped; verdict_caveats; new warning kinds
+#      (trial_warnings, few_clusters, split_occasion)
+ANALYSIS_REDEFINED: dict[int, tuple[str, ...]] = {
+    2: ("cells.*.throughput.server_pooled_tok_s", "cells.*.latency_ms.chunk_gap",
+        "cells.*.latency_ms.token_itl", "cells.*.throughput.wall_output_tok_s",
+        "pairs.*.warnings", "pairs.*.confounds", "pairs.*.verdict", "stability",
+        "sweeps.*.cost_model.fitted", "sweeps.*.cost_model.reason",
+        "sweeps.*.cost_model.predicted", "sweeps.*.cost_model.points"),
+}
+"""Fields whose meaning changed in a version (see ``SUMMARY_REDEFINED``)."""
 
 
 def cell_figures(cell: CellData) -> dict[str, Any]:
@@ -87,7 +100,7 @@ def analyze_pair(spec: CellData, base: CellData, figs: dict[str, dict[str, Any]]
     concern the pair itself (its cells' own checks are in ``checks``)."""
     c = spec.coords
     result = paired.compare(spec.figures, base.figures, opts)
-    conf = confounds(spec, base)
+    conf = confounds(spec, base, trial_caveats=True)
     sp = result["speedup"]
     acc = spec.acceptance
     source = acc.source

@@ -20,11 +20,15 @@ from crossbench.errors import UserError
 
 
 def confounds(a: CellData, b: CellData, axis: str = "spec",
-              labels: tuple[str, str] = ("spec", "baseline")) -> dict[str, Any]:
+              labels: tuple[str, str] = ("spec", "baseline"),
+              trial_caveats: bool = False) -> dict[str, Any]:
     """The classified differences and rule findings of ``a`` against ``b`` (first trials).
 
     ``axis`` names the intended difference: ``spec`` (a speculative cell against its
     baseline), ``engine`` (two engines: every other difference still counts), or ``none``.
+    ``trial_caveats``: runner warnings (other inference processes) are judged per trial by
+    the caller (the analysis's ``verdict_caveats``), so the first trials' flag is no
+    difference here; ``compare`` keeps it as one.
     Returns ``{"checked": False, "reason": ...}`` when a side has no readable manifest.
     """
     for side, cell in zip(labels, (a, b), strict=True):
@@ -36,6 +40,9 @@ def confounds(a: CellData, b: CellData, axis: str = "spec",
         va, vb = normalize_run_dir(a.root), normalize_run_dir(b.root)
     except (UserError, OSError, ValueError, KeyError) as e:
         return {"checked": False, "confounded": False, "reason": str(e)}
+    if trial_caveats:  # the analysis judges runner warnings trial by trial instead
+        for v in (va, vb):
+            v.pop("trial.other_engines_running", None)
     d = diff(va, vb, AXES[axis])
     findings = [f.to_dict() for f in check_pair(va, vb, labels=labels, axis=axis)]
     split = split_occasions(a.manifest, b.manifest)

@@ -166,9 +166,18 @@ def summarize_records(records: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
     }
 
 
-SUMMARY_SCHEMA = 1
+SUMMARY_SCHEMA = 2
 # Format history of summary.json:
 #   1: first version (throughput, latency_ms, acceptance, integrity, requests, per_trial)
+#   2: server_pooled_tok_s over the client's window (predicted_n - 1, or vLLM's request
+#      histograms); adds server_rate_source, client_vs_server, engine_reported_tok_s,
+#      engine_rate_definition and acceptance.mean_acceptance_length_estimate / mal_note
+SUMMARY_REDEFINED: dict[int, tuple[str, ...]] = {
+    2: ("throughput.server_pooled_tok_s", "per_trial.*.throughput.server_pooled_tok_s"),
+}
+"""Fields whose meaning changed in a version (glob patterns, list items as ``*``): a file of
+an older version is not compared with a re-derivation on them (``archive verify``); fields a
+later version added are absent from older files and not compared either."""
 
 
 def _spec_of(config: Mapping[str, Any]) -> tuple[bool, int | None]:

@@ -39,12 +39,13 @@ import tempfile
 import zipfile
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
+from fnmatch import fnmatchcase
 from pathlib import Path
 from typing import Any
 
-from crossbench.analysis.analyze import ANALYSIS_SCHEMA, analyze
+from crossbench.analysis.analyze import ANALYSIS_REDEFINED, ANALYSIS_SCHEMA, analyze
 from crossbench.analysis.paired import StatsOptions
-from crossbench.analysis.summary import summarize_run_dir
+from crossbench.analysis.summary import SUMMARY_REDEFINED, SUMMARY_SCHEMA, summarize_run_dir
 from crossbench.archive.build import (
     ARCHIVE_KIND,
     ARCHIVE_SCHEMA,
@@ -203,20 +204,40 @@ def _same_number(a: float, b: float) -> bool:
     return math.isclose(a, b, rel_tol=REL_TOL, abs_tol=1e-12)
 
 
-def differences(recorded: Any, derived: Any, path: Path_ = ()) -> Iterator[tuple[Path_, Any, Any]]:
-    """(path, recorded, re-derived) of every leaf that differs."""
-    if path in IGNORED:
+def not_compared(version: Any, current: int, redefined: dict[int, tuple[str, ...]]
+                 ) -> Callable[[Path_, Any], bool]:
+    """What a file of ``version`` is not compared on: fields added since (absent from it) and
+    fields redefined in a later version (``redefined``: version -> glob patterns with ``*``
+    for list items). A file of the current version is compared on everything."""
+    if not isinstance(version, int) or version >= current:
+        return lambda path, recorded: False
+    patterns = [p for v, ps in redefined.items() if v > version for p in ps]
+
+    def skip(path: Path_, recorded: Any) -> bool:
+        name = ".".join("*" if isinstance(k, int) else str(k) for k in path)
+        return recorded == "<missing>" or name == "schema_version" or any(
+            name == p or fnmatchcase(name, p) or name.startswith(p + ".") for p in patterns)
+
+    return skip
+
+
+def differences(recorded: Any, derived: Any, path: Path_ = (),
+                skip: Callable[[Path_, Any], bool] | None = None
+                ) -> Iterator[tuple[Path_, Any, Any]]:
+    """(path, recorded, re-derived) of every leaf that differs (``skip``: paths an older
+    format does not define as this crossbench does, see :func:`not_compared`)."""
+    if path in IGNORED or (skip is not None and path and skip(path, recorded)):
         return
     if isinstance(recorded, dict) and isinstance(derived, dict):
         for k in sorted(set(recorded) | set(derived), key=_order):
             yield from differences(recorded.get(k, "<missing>"), derived.get(k, "<missing>"),
-                                   (*path, k))
+                                   (*path, k), skip)
     elif isinstance(recorded, list) and isinstance(derived, list):
         if len(recorded) != len(derived):
             yield path, f"{len(recorded)} items", f"{len(derived)} items"
             return
         for i, (a, b) in enumerate(zip(recorded, derived, strict=True)):
-            yield from differences(a, b, (*path, i))
+            yield from differences(a, b, (*path, i), skip)
     elif isinstance(recorded, int | float) and isinstance(derived, int | float) and \
             not isinstance(recorded, bool) and not isinstance(derived, bool):
         if not _same_number(float(recorded), float(derived)):
@@ -254,10 +275,15 @@ def _short(v: Any) -> str:
     return s if len(s) <= 60 else s[:57] + "..."
 
 
-def compare_json(rel: str, text: str, derived: Any) -> list[Problem]:
-    """Problems for every value of a JSON file (its text) that its re-derivation changes."""
+def compare_json(rel: str, text: str, derived: Any, current: int | None = None,
+                 redefined: dict[int, tuple[str, ...]] | None = None) -> list[Problem]:
+    """Problems for every value of a JSON file (its text) that its re-derivation changes; a
+    file of an older format version than ``current`` is compared on what it defines alike."""
     recorded = json.loads(text)
-    diffs = list(differences(recorded, derived))
+    skip = None
+    if current is not None and isinstance(recorded, dict):
+        skip = not_compared(recorded.get("schema_version"), current, redefined or {})
+    diffs = list(differences(recorded, derived, skip=skip))
     if not diffs:
         return []
     try:
@@ -397,8 +423,8 @@ def _schema(check: Check, rel: str, text: str, path: Path_, readable: int,
     version: Any = json.loads(text)
     for key in path:
         version = _child(version, key)
-    if version == readable:
-        return
+    if isinstance(version, int) and not isinstance(version, bool) and 1 <= version <= readable:
+        return  # older versions are read, compared on what they define alike
     try:
         line = line_of(value_lines(text), path)
     except (ValueError, IndexError):
@@ -470,9 +496,7 @@ def check_rederivation(root: Path) -> Check:
     text, recorded = loaded
     o = recorded.get("options") or {}
     try:
-        opts = StatsOptions(resamples=int(o.get("resamples", 10_000)),
-                            seed=int(o.get("seed", 0)), level=float(o.get("level", 0.95)),
-                            min_samples=int(o.get("min_samples", 10)))
+        opts = StatsOptions.from_record(o)
     except (AttributeError, TypeError, ValueError):
         line = line_of(value_lines(text), ("options",))
         check.problems.append(Problem(rel, line, "options are not the analysis options"))
@@ -487,12 +511,14 @@ def check_rederivation(root: Path) -> Check:
                     continue
                 srel = f"{DATA}/{path.relative_to(work).as_posix()}"
                 fresh = json.loads(json.dumps(summarize_run_dir(path.parent)))
-                check.problems += compare_json(srel, (root / srel).read_text(), fresh)
+                check.problems += compare_json(srel, (root / srel).read_text(), fresh,
+                                               SUMMARY_SCHEMA, SUMMARY_REDEFINED)
         except (UserError, KeyError, TypeError, ValueError) as e:
             check.problems.append(Problem(DATA, None, f"the raw files do not analyse: "
                                           f"{type(e).__name__}: {e}"))
             return check
-        check.problems[:0] = compare_json(rel, text, derived)
+        check.problems[:0] = compare_json(rel, text, derived, ANALYSIS_SCHEMA,
+                                          ANALYSIS_REDEFINED)
     if recorded.get("crossbench_version") != derived.get("crossbench_version"):
         check.detail = (f"(recorded by crossbench {recorded.get('crossbench_version')}, "
                         f"re-derived by {derived.get('crossbench_version')}) ")

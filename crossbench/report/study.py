@@ -123,7 +123,7 @@ def ensure_analysis(root: Path, opts: StatsOptions | None = None) -> dict[str, A
         write_outputs(root, analyze(root, opts))
     result = read_json(path)
     version = result.get("schema_version")
-    if version != ANALYSIS_SCHEMA:
+    if version != ANALYSIS_SCHEMA:  # a report draws the current format's fields
         raise UserError(f"{path} has schema_version {version!r}; this crossbench reads "
                         f"{ANALYSIS_SCHEMA}",
                         f"re-run `crossbench analyze {root}` with this crossbench")
