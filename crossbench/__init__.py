@@ -13,7 +13,23 @@ Subpackages show the architecture:
 - ``store``    -- run directories on disk, written atomically;
 - ``fixtures`` -- small deterministic GGUF models made by the project for tests;
 - ``runner``   -- orchestration of one configuration over N trials, and of matrices;
+- ``frames``   -- a run as pandas DataFrames and its exports (``crossbench.open_run``);
 - ``cli``      -- the ``crossbench`` command.
 """
 
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from crossbench.frames import RunFrames
+
 __version__ = "0.1.0"
+
+
+def open_run(path: Any, opts: Any = None) -> RunFrames:
+    """A run directory or archive as pandas DataFrames (:func:`crossbench.frames.open_run`;
+    pandas is imported only when this is called)."""
+    from crossbench.frames import open_run as _open_run
+
+    return _open_run(path, opts)

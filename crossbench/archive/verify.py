@@ -664,6 +664,17 @@ def _write_entry(zf: zipfile.ZipFile, info: zipfile.ZipInfo, into: Path) -> None
             out.write(block)
 
 
+def unpack(path: Path, into: Path, limits: Limits | None = None) -> Path:
+    """The run directory inside an archive: a zip is unpacked into ``into`` with every check
+    of an untrusted zip; a folder is used as it is. Returns its ``data/`` folder."""
+    root = _extract(path, into, limits or Limits()) if path.is_file() else _archive_folder(path)
+    data = root / DATA
+    if not data.is_dir():
+        raise UserError(f"{path} holds no {DATA}/ folder",
+                        "give an archive written by `crossbench archive`")
+    return data
+
+
 def verify(path: Path, rederive: bool = True, limits: Limits | None = None) -> Verification:
     """Every check of the archive at ``path`` (a zip, opened as untrusted input within
     ``limits``, or a folder)."""

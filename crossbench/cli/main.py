@@ -10,6 +10,7 @@ from crossbench.cli import (
     demo_cmd,
     doctor_cmd,
     engines_cmd,
+    export_cmd,
     fixtures_cmd,
     matrix_cmd,
     report_cmd,
@@ -42,6 +43,7 @@ cli.add_command(analyze_cmd.import_)
 cli.add_command(report_cmd.report)
 cli.add_command(report_cmd.datapoint)
 cli.add_command(report_cmd.archive)
+cli.add_command(export_cmd.export)
 
 
 def main() -> None:

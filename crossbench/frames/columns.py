@@ -1,0 +1,168 @@
+"""The documented columns of every frame of :func:`crossbench.open_run`: name, unit, meaning.
+
+One table per frame, in column order. The frames are built to exactly these columns (a test
+checks it), Parquet exports carry each column's unit and meaning as field metadata, and
+``docs/python-api.md`` is generated from here (``python -m crossbench.frames.columns``).
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+
+class Column(NamedTuple):
+    """One column: its name, its unit ("" for labels and counts) and what it holds."""
+
+    name: str
+    unit: str
+    description: str
+
+
+_COORDS = [
+    Column("cell", "", "cell id (engine/target/arm[/nN]/workload/cC)"),
+    Column("engine", "", "engine id of the matrix (or the engine kind of a single run)"),
+    Column("target", "", "target model id"),
+    Column("arm", "", "arm label (method none: the baseline)"),
+    Column("method", "", "speculative method as the engine names it, or none"),
+    Column("n", "tokens", "drafted tokens per step (NA for a baseline)"),
+    Column("workload", "", "workload spec (builtin:mixed, file:..., import:...)"),
+    Column("concurrency", "requests", "requests in flight"),
+]
+
+FRAMES: dict[str, list[Column]] = {
+    "requests": [
+        *_COORDS,
+        Column("trial", "", "trial number (0-based)"),
+        Column("request_index", "", "index of the request in its trial's send order"),
+        Column("prompt_id", "", "prompt id"),
+        Column("category", "", "prompt category (unknown when the source had none)"),
+        Column("warmup", "", "a warm-up request (never in statistics)"),
+        Column("status", "", "ok, error or incomplete"),
+        Column("error", "", "error text of a failed request"),
+        Column("t_sent_ns", "ns", "send time, client monotonic clock"),
+        Column("t_first_chunk_ns", "ns", "arrival of the first content chunk"),
+        Column("t_done_ns", "ns", "arrival of the last chunk"),
+        Column("ttft_ms", "ms", "first chunk arrival - send time"),
+        Column("decode_ms", "ms", "last chunk arrival - first chunk arrival"),
+        Column("tpot_ms", "ms", "decode time / (output tokens - 1)"),
+        Column("decode_tok_s", "tokens/s", "(output tokens - 1) / decode time"),
+        Column("e2e_ms", "ms", "last chunk arrival - send time"),
+        Column("output_tokens", "tokens", "generated tokens (usage, else server timings)"),
+        Column("prompt_tokens", "tokens", "prompt tokens as the server counted them"),
+        Column("chunks", "", "content chunks received"),
+        Column("server_decode_tok_s", "tokens/s",
+               "the server's own rate of the same window ((predicted_n - 1) / predicted_ms)"),
+        Column("draft_tokens", "tokens", "tokens drafted for this request (per-request counts)"),
+        Column("accepted_tokens", "tokens", "drafted tokens accepted for this request"),
+        Column("finish_reason", "", "why the request ended (length, stop...)"),
+    ],
+    "trials": [
+        *_COORDS,
+        Column("trial", "", "trial number (0-based)"),
+        Column("status", "", "ok or failed"),
+        Column("error", "", "why the trial failed"),
+        Column("started_utc", "", "UTC start time (ISO 8601)"),
+        Column("requests_ok", "requests", "measured requests that completed"),
+        Column("requests_failed", "requests", "measured requests with an error or cut short"),
+        Column("pooled_tok_s", "tokens/s",
+               "sum(output tokens - 1) / sum(decode time) over the trial's requests"),
+        Column("server_pooled_tok_s", "tokens/s", "the server's own rate of the same window"),
+        Column("drafts", "steps", "speculative steps (counter delta; NA without counters)"),
+        Column("draft_tokens", "tokens", "drafted tokens"),
+        Column("accepted_tokens", "tokens", "accepted drafted tokens"),
+        Column("draft_acceptance_rate", "fraction", "accepted / drafted tokens (0-1)"),
+        Column("mean_acceptance_length", "tokens/step", "1 + accepted / drafts"),
+        Column("startup_s", "s", "server start until ready"),
+        Column("measured_s", "s", "wall time of the measured requests"),
+        Column("total_s", "s", "the whole trial, start and stop included"),
+        Column("boot_id", "", "boot id of the host (two trials on one machine share it)"),
+        Column("gpus", "", "UUIDs of the visible GPUs, comma-separated"),
+    ],
+    "cells": [
+        *_COORDS,
+        Column("baseline_cell", "", "the cell this one is paired with (NA for a baseline)"),
+        Column("requests_ok", "requests", "measured requests that completed"),
+        Column("requests_failed", "requests", "measured requests with an error or cut short"),
+        Column("pooled_tok_s", "tokens/s", "sum(output tokens - 1) / sum(decode time)"),
+        Column("request_mean_tok_s", "tokens/s", "mean of the per-request decode rates"),
+        Column("server_pooled_tok_s", "tokens/s", "the server's own rate of the same window"),
+        Column("engine_reported_tok_s", "tokens/s",
+               "the engine's own per-request figure, pooled by decode time"),
+        Column("wall_output_tok_s", "tokens/s", "output tokens / sum of trials' wall windows"),
+        Column("ttft_p50_ms", "ms", "median TTFT"),
+        Column("ttft_p99_ms", "ms", "99th percentile TTFT"),
+        Column("tpot_p50_ms", "ms", "median TPOT"),
+        Column("tpot_p99_ms", "ms", "99th percentile TPOT"),
+        Column("chunk_gap_p50_ms", "ms", "median gap between content chunks"),
+        Column("e2e_p50_ms", "ms", "median end-to-end latency"),
+        Column("trial_cv", "fraction", "std / mean of the per-trial pooled rates"),
+        Column("draft_acceptance_rate", "fraction", "accepted / drafted tokens (0-1)"),
+        Column("mean_acceptance_length", "tokens/step", "1 + accepted / drafts"),
+        Column("synthetic_acceptance", "", "acceptance set by synth_rates / synth_len"),
+    ],
+    "pairs": [
+        *_COORDS,
+        Column("baseline_cell", "", "the baseline cell"),
+        Column("baseline_tok_s", "tokens/s", "the baseline's pooled decode rate"),
+        Column("spec_tok_s", "tokens/s", "the speculative cell's pooled decode rate"),
+        Column("speedup", "ratio", "geometric mean of per-request decode speedups"),
+        Column("speedup_ci_low", "ratio", "lower end of the speedup's interval"),
+        Column("speedup_ci_high", "ratio", "upper end of the speedup's interval"),
+        Column("ci_level", "fraction", "confidence level of the interval"),
+        Column("design", "", "resampling design of the interval"),
+        Column("verdict", "", "faster, slower, indistinguishable, confounded, too few samples"),
+        Column("statistical_verdict", "", "the verdict from the interval alone"),
+        Column("speedup_e2e", "ratio", "geometric mean of per-request end-to-end speedups"),
+        Column("speedup_e2e_ci_low", "ratio", "lower end of its interval"),
+        Column("speedup_e2e_ci_high", "ratio", "upper end of its interval"),
+        Column("net_loss_share", "fraction", "share of prompts slower than the baseline"),
+        Column("n_samples", "pairs", "paired requests used"),
+        Column("n_prompts", "prompts", "distinct prompts among them"),
+        Column("n_trials", "trials", "distinct trials among them"),
+        Column("draft_acceptance_rate", "fraction", "accepted / drafted tokens (0-1)"),
+        Column("mean_acceptance_length", "tokens/step", "1 + accepted / drafts"),
+        Column("parity", "", "output parity verdict against the baseline"),
+        Column("confounded", "", "something besides the speculative settings differs"),
+        Column("caveats", "", "runner warnings on the pair's trials, joined"),
+        Column("warnings", "", "number of warnings that concern the pair"),
+    ],
+    "sweeps": [
+        Column("engine", "", "engine id"),
+        Column("model", "", "target model id"),
+        Column("arm", "", "arm label"),
+        Column("method", "", "speculative method"),
+        Column("workload", "", "workload spec"),
+        Column("concurrency", "requests", "requests in flight"),
+        Column("n", "tokens", "drafted tokens per step"),
+        Column("cell", "", "the point's cell"),
+        Column("speedup", "ratio", "geometric-mean decode speedup"),
+        Column("speedup_ci_low", "ratio", "lower end of its interval"),
+        Column("speedup_ci_high", "ratio", "upper end of its interval"),
+        Column("verdict", "", "the point's verdict"),
+        Column("draft_acceptance_rate", "fraction", "accepted / drafted tokens (0-1)"),
+        Column("mean_acceptance_length", "tokens/step", "1 + accepted / drafts"),
+        Column("best", "", "this n has the highest speedup of the sweep"),
+        Column("cost_d", "baseline steps", "fixed cost of a speculative step, C(n) = d + v n"),
+        Column("cost_d_ci_low", "baseline steps", "lower end of d's interval"),
+        Column("cost_d_ci_high", "baseline steps", "upper end of d's interval"),
+        Column("cost_v", "baseline steps/token", "cost of one drafted token"),
+        Column("cost_v_ci_low", "baseline steps/token", "lower end of v's interval"),
+        Column("cost_v_ci_high", "baseline steps/token", "upper end of v's interval"),
+        Column("predicted_best_n", "tokens", "the n the cost model predicts best"),
+    ],
+}
+"""Columns of each frame, in order."""
+
+
+def markdown() -> str:
+    """The column reference as Markdown (the body of docs/python-api.md's column section)."""
+    out = []
+    for frame, cols in FRAMES.items():
+        out += [f"### `{frame}`", "", "| column | unit | meaning |", "| --- | --- | --- |"]
+        out += [f"| `{c.name}` | {c.unit or '-'} | {c.description} |" for c in cols]
+        out.append("")
+    return "\n".join(out)
+
+
+if __name__ == "__main__":
+    print(markdown(), end="")
