@@ -6,9 +6,15 @@ imported directory (``crossbench import``), all as a list of cells.
 - A single run directory has ``manifest.json`` and is one cell; its coordinates come from
   its config.
 
-Records are read when first needed, with the same rule as ``store.atomic.read_jsonl`` (a
-torn last line is ignored), using orjson with the garbage collector paused
-(:func:`paused_gc`). Once a cell's chunk-level figures are computed,
+Records are read when first needed by the one JSONL reader, ``store.atomic.scan_jsonl`` (a
+torn last line is ignored; a damaged line before it is a one-line error naming the file and
+the line), using orjson with the garbage collector paused (:func:`paused_gc`). A request
+recorded twice in a cell (one ``trial`` and ``request_index`` on two lines) is refused, naming
+the file and the lines: crossbench writes each request once (the client sends each record to
+the sink once, and a trial run again has its old records removed first), so a duplicate means
+a file appended to or merged by hand, and no rule could say which copy to trust. Manifests and
+states of a newer format version than this crossbench reads are refused
+(``store.formats``). Once a cell's chunk-level figures are computed,
 :meth:`CellData.release_chunks` frees its chunk lists, so a large run is held in memory
 one cell at a time.
 """
@@ -24,7 +30,6 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any
 
-import orjson
 import yaml
 
 from crossbench.analysis import acceptance as acc_mod
@@ -35,8 +40,17 @@ from crossbench.analysis.metrics import (
     request_figures,
 )
 from crossbench.analysis.summary import finished_trials, metric_prefix
+from crossbench.confounds.provenance import SCHEMA_VERSION as PROVENANCE_SCHEMA
 from crossbench.engines.prometheus import parse_samples
 from crossbench.errors import UserError
+from crossbench.store.atomic import JsonlScan, scan_jsonl
+from crossbench.store.formats import (
+    IMPORT_KIND,
+    MANIFEST_SCHEMA,
+    MATRIX_KIND,
+    check_state,
+    check_version,
+)
 
 COORDS = ("engine", "target", "arm", "method", "n", "workload", "concurrency")
 """Coordinates of a cell (those of a matrix cell; a single run derives them)."""
@@ -56,16 +70,34 @@ def paused_gc() -> Iterator[None]:
 
 
 def read_records(path: Path) -> list[dict[str, Any]]:
-    """Every complete record of a ``requests.jsonl`` (a torn last line is ignored)."""
+    """Every complete record of a ``requests.jsonl`` (module docstring: a torn last line is
+    ignored; a damaged line, or a request recorded twice, is a :class:`UserError`)."""
     if not path.exists():
         return []
-    out: list[dict[str, Any]] = []
-    with paused_gc(), path.open("rb") as f:
-        for line in f:
-            if not line.endswith(b"\n"):
-                break
-            out.append(orjson.loads(line))
-    return out
+    with paused_gc():  # the duplicate check allocates too: a collection would scan every chunk
+        scan = scan_jsonl(path)
+        check_unique_requests(path, scan)
+    return scan.records
+
+
+def check_unique_requests(path: Path, scan: JsonlScan) -> None:
+    """Refuse records that repeat a (``trial``, ``request_index``), naming the lines."""
+    seen: dict[tuple[int, int], int] = {}
+    twice: list[tuple[int, int, int, int]] = []
+    for rec, line in zip(scan.records, scan.lines, strict=True):
+        trial, index = rec.get("trial", 0), rec.get("request_index")
+        if type(trial) is int and type(index) is int:
+            first = seen.setdefault((trial, index), line)
+            if first != line:
+                twice.append((trial, index, first, line))
+    if twice:
+        listed = "; ".join(f"trial {t} request {i} on lines {a} and {b}"
+                           for t, i, a, b in twice[:3])
+        more = f" and {len(twice) - 3} more" if len(twice) > 3 else ""
+        raise UserError(f"{path} records {len(twice)} request(s) twice ({listed}{more})",
+                        "crossbench writes each trial's request once, so the file was appended "
+                        "to or merged by hand: remove the duplicate lines, or restore the file "
+                        "from a copy")
 
 
 def coords_from_config(config: dict[str, Any]) -> dict[str, Any]:
@@ -220,19 +252,47 @@ def read_json(path: Path) -> dict[str, Any]:
     return data
 
 
+STATE_FIX = ("restore state.json from a copy; each folder under cells/ is a run directory "
+             "that `crossbench analyze` reads on its own")
+"""The fix of a state.json the analysis cannot use."""
+
+
+def read_state(root: Path) -> dict[str, Any]:
+    """``root/state.json`` of a matrix or an import, checked (``store.formats.check_state``)."""
+    path = root / "state.json"
+    state = read_json(path)
+    check_state(path, state, (MATRIX_KIND, IMPORT_KIND), ("cells",), STATE_FIX)
+    return state
+
+
+def read_manifest(root: Path) -> dict[str, Any]:
+    """``root/manifest.json``, refused when of a newer format than this crossbench reads (its
+    own version, and that of every trial's provenance)."""
+    path = root / "manifest.json"
+    manifest = read_json(path)
+    check_version(path, manifest, MANIFEST_SCHEMA, "run manifest")
+    trials = manifest.get("trials")
+    for entry in trials if isinstance(trials, list) else []:
+        prov = entry.get("provenance") if isinstance(entry, dict) else None
+        if isinstance(prov, dict):
+            check_version(path, prov, PROVENANCE_SCHEMA,
+                          f"provenance of trial {entry.get('trial')}")
+    return manifest
+
+
 def load_cell_dir(root: Path, cell_id: str = "run", coords: dict[str, Any] | None = None,
                   baseline: str | None = None) -> CellData:
     """One run directory (``manifest.json`` + ``requests.jsonl``) as a cell."""
-    manifest = read_json(root / "manifest.json")
+    manifest = read_manifest(root)
     return CellData(cell_id, coords or coords_from_config(manifest.get("config") or {}),
                     baseline, root, manifest)
 
 
 def matrix_cell(root: Path, cell_id: str) -> CellData:
     """One cell of a matrix or import directory, read alone."""
-    state = read_json(root / "state.json")
-    ids = [c["id"] for c in state.get("cells", [])]
-    for c in state.get("cells", []):
+    state = read_state(root)
+    ids = [c["id"] for c in state["cells"]]
+    for c in state["cells"]:
         if c["id"] == cell_id:
             if not (root / c["dir"] / "manifest.json").exists():
                 raise UserError(f"cell {cell_id} of {root} has not run",
@@ -245,9 +305,9 @@ def matrix_cell(root: Path, cell_id: str) -> CellData:
 def load_run(root: Path) -> RunData:
     """A matrix, import or single run directory; a user error names what is missing."""
     if (root / "state.json").exists():
-        state = read_json(root / "state.json")
+        state = read_state(root)
         cells = []
-        for c in state.get("cells", []):
+        for c in state["cells"]:
             d = root / c["dir"]
             if not (d / "manifest.json").exists():
                 continue  # a cell that never ran: matrix status lists it as missing

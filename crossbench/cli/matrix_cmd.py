@@ -139,4 +139,6 @@ def status(run_dir: Path, as_json: bool) -> None:
     from crossbench.runner.matrix_run import matrix_status
 
     s = matrix_status(run_dir)
+    for warning in s["warnings"]:
+        progress(f"warning: {warning}")
     click.echo(json.dumps(s, indent=2) if as_json else format_status(s))

@@ -204,17 +204,47 @@ Examples:
 @user_errors
 def summarize(run_dir: Path, check: bool, as_json: bool) -> None:
     """Recompute a run's summary from its raw files alone (records and /metrics snapshots)."""
+    from crossbench.analysis.rundir import load_cell_dir
     from crossbench.analysis.summary import summarize_run_dir
 
     if not (run_dir / "manifest.json").exists():
         raise UserError(f"{run_dir} has no manifest.json", "point at a `crossbench run --out` dir")
+    # the analysis's reader first: a newer manifest, a damaged line or a request recorded
+    # twice is a one-line error naming the file, as in `crossbench analyze`
+    _ = load_cell_dir(run_dir).records
     fresh = summarize_run_dir(run_dir)
     if check:
-        stored = json.loads((run_dir / "summary.json").read_text())
-        if json.loads(json.dumps(fresh)) != stored:
+        stored = _stored_summary(run_dir / "summary.json")
+        if not _same_summary(stored, json.loads(json.dumps(fresh))):
             click.echo(f"crossbench: failed: {run_dir}/summary.json does not match its raw "
                        "files (fix: regenerate it with `crossbench summarize`)", err=True)
             sys.exit(1)
         click.echo(f"{run_dir}: summary.json re-derives from the raw records")
         return
     click.echo(json.dumps(fresh, indent=2) if as_json else format_table(fresh))
+
+
+def _stored_summary(path: Path) -> dict[str, Any]:
+    """A run's summary.json for ``--check``: any version up to this crossbench's, never a
+    newer one."""
+    from crossbench.analysis.summary import SUMMARY_SCHEMA
+    from crossbench.store.formats import check_version, read_json_object
+
+    fix = f"regenerate it with `crossbench summarize {path.parent} --json > {path}`"
+    stored = read_json_object(path, fix)
+    check_version(path, stored, SUMMARY_SCHEMA, "run summary", fix)
+    return stored
+
+
+def _same_summary(stored: dict[str, Any], fresh: dict[str, Any]) -> bool:
+    """Whether a stored summary re-derives: every field for the current version; for an
+    older one, the fields it defines as this crossbench does (as ``archive verify`` does)."""
+    from crossbench.analysis.summary import SUMMARY_REDEFINED, SUMMARY_SCHEMA
+
+    version = stored.get("schema_version")
+    if not isinstance(version, int) or version >= SUMMARY_SCHEMA:
+        return stored == fresh
+    from crossbench.archive.verify import differences, not_compared
+
+    skip = not_compared(version, SUMMARY_SCHEMA, SUMMARY_REDEFINED)
+    return not any(differences(stored, fresh, skip=skip))

@@ -108,6 +108,12 @@ class EngineServer(ABC):
         :mod:`crossbench.engines.auth`); None when the server takes requests without one."""
         return None
 
+    def warnings(self) -> list[str]:
+        """What the configuration allows but a user should hear before the server starts
+        (e.g. a ``host`` reachable from the network); each a sentence naming the setting.
+        None by default."""
+        return []
+
     @property
     def served_model_name(self) -> str:
         """The ``model`` field requests must carry (engines that check it override this)."""

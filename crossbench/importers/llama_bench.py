@@ -18,6 +18,12 @@ each repetition becomes one record, its repetition index the trial:
 
 llama-bench runs no speculative decoding, so every cell is a baseline (method ``none``):
 ``crossbench analyze`` gives per-cell figures, and ``crossbench compare`` compares any two.
+
+Every field read is checked (:func:`check_test`): ``n_prompt``, ``n_gen`` and ``n_depth``
+whole numbers (``records.MAX_TOKENS`` at most, not both 0), ``samples_ns`` a list of whole
+nanoseconds above 0 (``records.MAX_MS`` at most), the model file name and build fields strings
+or numbers where llama-bench writes them, and no NaN or infinity anywhere. A test that fails is
+left out and listed in ``not_imported`` (``FILE test I``) with the reason.
 """
 
 from __future__ import annotations
@@ -28,9 +34,15 @@ from typing import Any
 
 from crossbench.errors import UserError
 from crossbench.importers.records import (
+    MAX_MS,
     ImportedCell,
+    Invalid,
+    count,
+    finite_everywhere,
     read_json_objects,
     run_config,
+    shown,
+    text_or_none,
     timed_record,
     write_import,
 )
@@ -48,6 +60,9 @@ def read_tests(path: Path) -> list[dict[str, Any]]:
     """Test objects of a ``-o json`` array or ``-o jsonl`` file."""
     tests = read_json_objects(path, "llama-bench JSON",
                               "write it with `llama-bench -o json` or `-o jsonl`")
+    if not tests:
+        raise UserError(f"{path} holds no llama-bench test",
+                        "write it with `llama-bench -o json` or `-o jsonl`")
     for t in tests:
         if not isinstance(t, dict) or "samples_ns" not in t or "n_gen" not in t:
             raise UserError(f"{path} is not llama-bench output (no samples_ns/n_gen)",
@@ -55,15 +70,47 @@ def read_tests(path: Path) -> list[dict[str, Any]]:
     return tests
 
 
+def check_test(t: dict[str, Any]) -> None:
+    """Raise :class:`~crossbench.importers.records.Invalid` for a test whose fields could not
+    come from llama-bench (see the module docstring); fields named as llama-bench spells them."""
+    finite_everywhere(t, "")
+    n_prompt, n_gen = count(t["n_prompt"], "n_prompt"), count(t["n_gen"], "n_gen")
+    if t.get("n_depth") is not None:
+        count(t["n_depth"], "n_depth")
+    if not n_prompt and not n_gen:
+        raise Invalid("n_prompt and n_gen are both 0: the test timed nothing")
+    samples = t["samples_ns"]
+    if not isinstance(samples, list) or not samples:
+        raise Invalid(f"samples_ns is {shown(samples)}, not a list of repetitions")
+    for k, ns in enumerate(samples):
+        if count(ns, f"samples_ns[{k}]", maximum=int(MAX_MS * 1e6)) == 0:
+            raise Invalid(f"samples_ns[{k}] is 0: a repetition takes time")
+    for key in ("model_filename", "build_commit", "cpu_info", "gpu_info", "backends"):
+        text_or_none(t.get(key), key)
+    if t.get("build_number") is not None:
+        count(t["build_number"], "build_number")
+
+
 def import_llama_bench(path: Path, out: Path) -> dict[str, Any]:
     """Convert a llama-bench JSON file into an import directory at ``out``."""
-    tests = read_tests(path)
-    params = [k for k in tests[0] if k not in RESULT_FIELDS | HOST_FIELDS
-              and k not in ("model_filename", "n_prompt", "n_gen", "n_depth")]
-    varying = [k for k in params if len({json.dumps(t.get(k)) for t in tests}) > 1]
     cells: list[ImportedCell] = []
     skipped: list[dict[str, str]] = []
-    for i, t in enumerate(tests):
+    tests: list[tuple[int, dict[str, Any]]] = []
+    for i, t in enumerate(read_tests(path)):
+        try:
+            check_test(t)
+        except Invalid as e:
+            skipped.append({"file": f"{path.name} test {i}", "reason": str(e)})
+            continue
+        tests.append((i, t))
+    if not tests:
+        raise UserError(f"{path} has no test to import (first: {skipped[0]['file']}: "
+                        f"{skipped[0]['reason']})", "fix the file, or import another")
+    first = tests[0][1]
+    params = [k for k in first if k not in RESULT_FIELDS | HOST_FIELDS
+              and k not in ("model_filename", "n_prompt", "n_gen", "n_depth")]
+    varying = [k for k in params if len({json.dumps(t.get(k)) for _, t in tests}) > 1]
+    for i, t in tests:
         label = _workload(t, varying)
         if t["n_prompt"] and t["n_gen"]:
             skipped.append({"file": f"{path.name} test {i} ({label})",
@@ -75,8 +122,8 @@ def import_llama_bench(path: Path, out: Path) -> dict[str, Any]:
         raise UserError(f"{path} has no pp or tg test to import",
                         "run llama-bench with -p and -n tests (not only -pg)")
     source = {"tool": "llama-bench", "format": "llama-bench -o json", "files": [str(path)],
-              "host": {"cpu": tests[0].get("cpu_info"), "gpu": tests[0].get("gpu_info"),
-                       "backends": tests[0].get("backends")}}
+              "host": {"cpu": first.get("cpu_info"), "gpu": first.get("gpu_info"),
+                       "backends": first.get("backends")}}
     return write_import(out, cells, source, skipped)
 
 

@@ -18,6 +18,13 @@ where a body has it, else taken from ``--method``, else recorded as ``unknown``:
 guessed from the arm's name (a name like ``n4`` or ``dflash-fast`` is not a method).
 The engine build is what the bodies say (``system_fingerprint``, e.g. ``b11312-0c1e570``);
 nothing the data does not say is filled in.
+
+Every field read is checked (:func:`check_body`): objects where objects belong, strings where
+strings belong, finite non-negative numbers for times (``prompt_ms`` and, for two tokens or
+more, ``predicted_ms`` above 0; at most ``records.MAX_MS``) and whole numbers for token counts
+(at least 1 output token; at most ``records.MAX_TOKENS``). A body that fails is left out and
+listed in ``not_imported`` with the reason; a file that is not a JSON object at all stops the
+import (it is not a response body).
 """
 
 from __future__ import annotations
@@ -28,12 +35,32 @@ from pathlib import Path
 from typing import Any
 
 from crossbench.errors import UserError
-from crossbench.importers.records import ImportedCell, run_config, timed_record, write_import
+from crossbench.importers.records import (
+    ImportedCell,
+    Invalid,
+    count,
+    number,
+    obj,
+    run_config,
+    shown,
+    text_or_none,
+    timed_record,
+    write_import,
+)
 from crossbench.load.workloads import load_workload
+from crossbench.textfile import MIB, read_text
 
 REQUIRED = ("model", "arm", "prompt")
 OPTIONAL = ("trial", "category")
 NS_PER_MS = 1_000_000
+MAX_BODY_BYTES = 64 * MIB
+"""Largest response body read (one request's body: text, token ids and timings)."""
+TIMING_COUNTS = ("cache_n", "prompt_n", "predicted_n", "draft_n", "draft_n_accepted")
+"""Fields of llama-server's ``timings`` that count tokens (the ``*_ms`` fields are times)."""
+
+
+def _is_float(value: Any) -> bool:
+    return isinstance(value, float)
 
 
 def pattern_regex(pattern: str) -> re.Pattern[str]:
@@ -70,14 +97,81 @@ def _n_regex(expr: str | None) -> re.Pattern[str] | None:
 
 
 def _body(path: Path) -> dict[str, Any]:
+    text = read_text(path, "response body", MAX_BODY_BYTES,
+                     "keep only llama-server response bodies matching --pattern")
     try:
-        data = json.loads(path.read_text())
-    except (OSError, ValueError) as e:
+        data = json.loads(text)
+    except RecursionError:
+        raise UserError(f"{path} is not a JSON response body (nested too deeply)",
+                        "keep only llama-server response bodies matching --pattern") from None
+    except ValueError as e:
         raise UserError(f"{path} is not a JSON response body ({e})",
                         "keep only llama-server response bodies matching --pattern") from None
     if not isinstance(data, dict):
         raise UserError(f"{path} is not a JSON object", "keep only response bodies")
     return data
+
+
+def check_body(b: dict[str, Any]) -> None:
+    """Raise :class:`~crossbench.importers.records.Invalid` for a body whose fields could not
+    come from llama-server: the wrong type where a number, string or object belongs, a time
+    that is NaN, infinite, negative, zero or beyond ``MAX_MS``, a token count that is not a
+    whole number in range. Fields are named as the body spells them."""
+    settings = obj(b.get("generation_settings"), "generation_settings")
+    if settings.get("temperature") is not None:
+        number(settings["temperature"], "generation_settings.temperature", maximum=None)
+    if "ignore_eos" in settings and not isinstance(settings["ignore_eos"], bool | None):
+        raise Invalid("generation_settings.ignore_eos is "
+                      f"{shown(settings['ignore_eos'])}, not true or false")
+    for key in ("n_predict", "max_tokens"):
+        if settings.get(key) is not None:
+            count(settings[key], f"generation_settings.{key}", minimum=-1)
+    text_or_none(settings.get("speculative.types"), "generation_settings.speculative.types")
+    for key in ("model", "system_fingerprint", "stop_type", "content"):
+        text_or_none(b.get(key), key)
+    if "choices" in b:
+        choices = b["choices"]
+        if not isinstance(choices, list) or not choices:
+            raise Invalid(f"choices is {shown(choices)}, not a list of choices")
+        choice = obj(choices[0], "choices[0]")
+        message = obj(choice.get("message"), "choices[0].message")
+        text_or_none(choice.get("text"), "choices[0].text")
+        text_or_none(message.get("content"), "choices[0].message.content")
+        text_or_none(choice.get("finish_reason"), "choices[0].finish_reason")
+        usage = obj(b.get("usage"), "usage")
+        tokens_field, tokens = "usage.completion_tokens", usage.get("completion_tokens")
+        prompt_field, prompt = "usage.prompt_tokens", usage.get("prompt_tokens")
+    else:
+        tokens_field, tokens = "tokens_predicted", b.get("tokens_predicted")
+        prompt_field, prompt = "tokens_evaluated", b.get("tokens_evaluated")
+    if prompt is not None:
+        count(prompt, prompt_field)
+    t = obj(b.get("timings"), "timings")
+    for key, value in t.items():
+        if key in TIMING_COUNTS:
+            count(value, f"timings.{key}")
+        elif key.endswith("_ms"):
+            number(value, f"timings.{key}")
+        elif key.endswith("_per_second") or _is_float(value):
+            number(value, f"timings.{key}", maximum=None)
+    if "predicted_ms" not in t or "error" in b:
+        return  # recorded as a failed request (no timings, or the server's error)
+    if tokens is None:
+        tokens_field, tokens = "timings.predicted_n", t.get("predicted_n")
+    if tokens is None:
+        raise Invalid(f"no token count ({tokens_field} and timings.predicted_n are missing)")
+    n = count(tokens, tokens_field)
+    if n == 0:
+        raise Invalid(f"{tokens_field} is 0: a response without output cannot be timed")
+    if "prompt_ms" not in t:
+        raise Invalid("timings.prompt_ms is missing: the time to first token is unknown")
+    if t["prompt_ms"] == 0 and t.get("prompt_n") != 0:
+        raise Invalid("timings.prompt_ms is 0: evaluating a prompt takes time")
+    if t["predicted_ms"] == 0 and n >= 2:
+        raise Invalid(f"timings.predicted_ms is 0 for {n} tokens: decoding them takes time")
+    if t.get("draft_n_accepted", 0) > t.get("draft_n", 0):
+        raise Invalid(f"timings.draft_n_accepted ({t['draft_n_accepted']}) is above "
+                      f"timings.draft_n ({t.get('draft_n', 0)})")
 
 
 _FINISH = {"limit": "length", "eos": "stop", "word": "stop"}
@@ -130,8 +224,9 @@ def import_llama_server_raw(raw_dir: Path, pattern: str, baseline_arm: str, out:
     rx, n_rx = pattern_regex(pattern), _n_regex(n_from_arm)
     categories, order = _prompt_info(prompts)
     workload = f"import:{(prompts or raw_dir).stem}"
-    matched: dict[tuple[str, str], list[tuple[dict[str, str], Path]]] = {}
+    matched: dict[tuple[str, str], list[tuple[dict[str, str], Path, dict[str, Any]]]] = {}
     unmatched: list[dict[str, str]] = []
+    excluded: dict[str, list[dict[str, str]]] = {}  # arm -> bodies left out, with the reason
     for path in sorted(p for p in raw_dir.rglob("*") if p.is_file()):
         rel = str(path.relative_to(raw_dir))
         m = rx.match(rel) or rx.match(path.name)
@@ -139,19 +234,33 @@ def import_llama_server_raw(raw_dir: Path, pattern: str, baseline_arm: str, out:
             unmatched.append({"file": rel, "reason": f"does not match --pattern {pattern!r}"})
             continue
         g = m.groupdict()
-        matched.setdefault((g["model"], g["arm"]), []).append((g, path))
+        body = _body(path)
+        try:
+            check_body(body)
+        except Invalid as e:
+            item = {"file": rel, "reason": str(e)}
+            unmatched.append(item)
+            excluded.setdefault(g["arm"], []).append(item)
+            continue
+        matched.setdefault((g["model"], g["arm"]), []).append((g, path, body))
     arms = sorted({a for _, a in matched})
-    if not matched:
+    if not matched and not excluded:
         raise UserError(f"no file in {raw_dir} matches --pattern {pattern!r}",
                         "write the pattern for the file names there, e.g. "
                         "'{model}_{arm}_p{prompt}.json'")
     if baseline_arm not in arms:
+        if baseline_arm in excluded:
+            first = excluded[baseline_arm][0]
+            raise UserError(f"--baseline-arm {baseline_arm!r}: every file was left out "
+                            f"(first: {first['file']}: {first['reason']})",
+                            "fix or replace the baseline's bodies; nothing can be paired "
+                            "without them")
         raise UserError(f"--baseline-arm {baseline_arm!r} matches no file",
-                        f"use one of the arms found: {', '.join(arms)}")
+                        f"use one of the arms found: {', '.join(sorted({*arms, *excluded}))}")
     if prompts is not None:  # prompt ids the prompt file does not know: category unknown
         known = set(categories)
         for (_, _arm), files in sorted(matched.items()):
-            for g, path in files:
+            for g, path, _ in files:
                 if g["prompt"] not in known and not g.get("category"):
                     unmatched.append({"file": str(path.relative_to(raw_dir)),
                                       "reason": f"prompt id {g['prompt']!r} is not in "
@@ -166,9 +275,9 @@ def import_llama_server_raw(raw_dir: Path, pattern: str, baseline_arm: str, out:
     return write_import(out, cells, source, unmatched)
 
 
-def _cell(model: str, arm: str, files: list[tuple[dict[str, str], Path]], baseline: bool,
-          n_rx: re.Pattern[str] | None, categories: dict[str, str], order: list[str],
-          workload: str, given_method: str | None = None) -> ImportedCell:
+def _cell(model: str, arm: str, files: list[tuple[dict[str, str], Path, dict[str, Any]]],
+          baseline: bool, n_rx: re.Pattern[str] | None, categories: dict[str, str],
+          order: list[str], workload: str, given_method: str | None = None) -> ImportedCell:
     rank = {p: i for i, p in enumerate(order)}
     files = sorted(files, key=lambda f: (int(f[0].get("trial") or 0),
                                          rank.get(f[0]["prompt"], len(rank)), f[0]["prompt"]))
@@ -179,16 +288,15 @@ def _cell(model: str, arm: str, files: list[tuple[dict[str, str], Path]], baseli
     ignore_eos: set[bool] = set()
     max_tokens: set[int] = set()
     fingerprint = engine_model = None
-    for index, (g, path) in enumerate(files):
+    for index, (g, path, body) in enumerate(files):
         trial = int(g.get("trial") or 0)
-        body = _body(path)
         f = body_fields(body)
         s = f["settings"]
-        types.update(t for t in str(s.get("speculative.types", "")).split(",") if t)
-        if "temperature" in s:
+        types.update(t for t in str(s.get("speculative.types") or "").split(",") if t)
+        if s.get("temperature") is not None:
             temps.add(float(s["temperature"]))
-        if "ignore_eos" in s:
-            ignore_eos.add(bool(s["ignore_eos"]))
+        if isinstance(s.get("ignore_eos"), bool):
+            ignore_eos.add(s["ignore_eos"])
         want = s.get("n_predict", s.get("max_tokens"))
         if isinstance(want, int) and want > 0:
             max_tokens.add(want)
@@ -242,7 +350,7 @@ def _cell(model: str, arm: str, files: list[tuple[dict[str, str], Path]], baseli
                                                                           model),
                                            spec=spec, load=load, trials=len(trials)),
                         engine, records,
-                        {"arm": arm, "files": [p.name for _, p in files],
+                        {"arm": arm, "files": [p.name for _, p, _ in files],
                          "timing": "server timings (prompt_ms as TTFT, predicted_ms as decode "
                                    "time); requests laid end to end, 1 ms apart",
                          "unknown_figures": list(LAYOUT_FIGURES)})

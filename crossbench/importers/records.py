@@ -6,11 +6,18 @@ synthetic clock: the request is sent at ``t_sent_ns``, its first token arrives `
 later and its last token ``decode_ns`` after the first, so ``summary.request_metrics`` gives
 back exactly the source's TTFT and decode rate ((tokens - 1) / decode time). Requests of a
 trial are laid end to end (concurrency 1); each record names its ``source`` file.
+
+Sources are untrusted: files are read with a size limit (:data:`MAX_SOURCE_BYTES`), and every
+value an importer uses passes :func:`number` or :func:`count` (Python's json module accepts
+``NaN`` and ``Infinity``, so finiteness is checked with :func:`math.isfinite`). A value no
+measurement can have raises :class:`Invalid`, whose message the importer lists in
+``not_imported`` (``FILE: REASON``) while it leaves that record, result or test out.
 """
 
 from __future__ import annotations
 
 import json
+import math
 import re
 import time
 from dataclasses import dataclass, field
@@ -21,12 +28,123 @@ from crossbench import __version__
 from crossbench.analysis.summary import summarize_run_dir
 from crossbench.errors import UserError
 from crossbench.store.atomic import write_bytes_atomic, write_json_atomic
+from crossbench.textfile import MIB, read_text
 
 IMPORT_SCHEMA = 1
 # Format history of an import's state.json (kind crossbench.import):
 #   1: first version (cells with coords, baseline and dir; source; not_imported)
 
 MANIFEST_SCHEMA = 1
+
+MAX_SOURCE_BYTES = 256 * MIB
+"""Largest source file an importer reads: a ``--save-detailed`` vLLM result of 10,000
+requests of 256 tokens is about 50 MB; a larger file is a wrong path, never one result."""
+
+MAX_TOKENS = 2**31 - 1
+"""Most tokens a count may hold: llama-server and llama-bench count tokens in 32-bit ints, and
+no context window comes near it."""
+
+MAX_MS = 1e9
+"""Longest duration a source may report for one request or repetition, in milliseconds
+(about 11.6 days): a longer one is a broken clock or a typo, and its nanoseconds would not fit
+the records' integer clock once summed over a trial."""
+
+
+class Invalid(Exception):
+    """A source value no measurement can have; the message is the reason ``not_imported``
+    lists, naming the field as the source spells it."""
+
+
+def shown(value: Any) -> str:
+    """A short, one-line description of a source value for a reason."""
+    if isinstance(value, str):
+        return repr(value) if len(value) <= 30 else repr(value[:30]) + "..."
+    if isinstance(value, bool) or value is None:
+        return json.dumps(value)
+    if isinstance(value, float):  # as JSON spells the non-finite ones
+        if math.isnan(value):
+            return "NaN"
+        return f"{value:g}" if math.isfinite(value) else ("-" * (value < 0) + "Infinity")
+    if isinstance(value, int):
+        text = str(value) if value.bit_length() < 200 else f"a {len(str(abs(value)))}-digit number"
+        return text
+    if isinstance(value, list):
+        return f"a list of {len(value)}"
+    if isinstance(value, dict):
+        return "an object"
+    return type(value).__name__
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+def number(value: Any, field: str, *, positive: bool = False, maximum: float | None = MAX_MS,
+           unit: str = "ms") -> float:
+    """A finite number >= 0 (> 0 with ``positive``, <= ``maximum``), or :class:`Invalid`."""
+    if not _is_number(value):
+        kind = " (a string)" if isinstance(value, str) else ""
+        raise Invalid(f"{field} is {shown(value)}{kind}, not a number")
+    if isinstance(value, int) and value.bit_length() > 1000:
+        raise Invalid(f"{field} is {shown(value)}, out of range")
+    x = float(value)
+    if not math.isfinite(x):
+        raise Invalid(f"{field} is {shown(value)}, not a finite number")
+    if x < 0:
+        raise Invalid(f"{field} is {shown(value)}: it cannot be negative")
+    if positive and x == 0:
+        raise Invalid(f"{field} is 0: it must be above 0")
+    if maximum is not None and x > maximum:
+        raise Invalid(f"{field} is {shown(value)}, above {maximum:g} {unit}".rstrip())
+    return x
+
+
+def count(value: Any, field: str, *, minimum: int = 0, maximum: int = MAX_TOKENS) -> int:
+    """A whole number in [minimum, maximum] (an integral float such as ``16.0`` counts), or
+    :class:`Invalid`."""
+    if not _is_number(value):
+        kind = " (a string)" if isinstance(value, str) else ""
+        raise Invalid(f"{field} is {shown(value)}{kind}, not a whole number")
+    if isinstance(value, float) and not math.isfinite(value):
+        raise Invalid(f"{field} is {shown(value)}, not a finite number")
+    if value < minimum:
+        raise Invalid(f"{field} is {shown(value)}, below {minimum}")
+    if value > maximum:
+        raise Invalid(f"{field} is {shown(value)}, above {maximum}")
+    if isinstance(value, float) and not value.is_integer():
+        raise Invalid(f"{field} is {shown(value)}, not a whole number")
+    return int(value)
+
+
+def obj(value: Any, field: str) -> dict[str, Any]:
+    """An object (``{}`` for null or a missing one), or :class:`Invalid`."""
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise Invalid(f"{field} is {shown(value)}, not an object")
+    return value
+
+
+def text_or_none(value: Any, field: str) -> str | None:
+    """A string or null, or :class:`Invalid`."""
+    if value is not None and not isinstance(value, str):
+        raise Invalid(f"{field} is {shown(value)}, not a string")
+    return value
+
+
+def finite_everywhere(value: Any, field: str, depth: int = 0) -> None:
+    """Raise :class:`Invalid` for a NaN or an infinity anywhere in ``value`` (lists and
+    objects searched 4 levels deep; deeper garbage is not read by any importer)."""
+    if isinstance(value, float) and not math.isfinite(value):
+        raise Invalid(f"{field} is {shown(value)}, not a finite number")
+    if depth >= 4:
+        return
+    if isinstance(value, list):
+        for i, v in enumerate(value):
+            finite_everywhere(v, f"{field}[{i}]", depth + 1)
+    elif isinstance(value, dict):
+        for k, v in value.items():
+            finite_everywhere(v, f"{field}.{k}" if field else str(k), depth + 1)
 
 
 def timed_record(*, trial: int, index: int, prompt_id: str, category: str, t_sent_ns: int,
@@ -84,16 +202,18 @@ class ImportedCell:
 def read_json_objects(path: Path, tool: str, fix: str) -> list[Any]:
     """The JSON values of a file that holds one value, an array of them, or one per line
     (JSON Lines); a UserError naming ``tool``'s format and ``fix`` when it is neither."""
-    try:
-        text = path.read_text()
-    except OSError as e:
-        raise UserError(f"cannot read {path}: {e.strerror}", "check the path") from None
+    text = read_text(path, tool, MAX_SOURCE_BYTES,
+                     "pass the tool's own result file; split a larger one")
     try:
         data = json.loads(text)
         return data if isinstance(data, list) else [data]
+    except RecursionError:
+        raise UserError(f"{path} is not {tool} (nested too deeply)", fix) from None
     except ValueError:
         try:
             return [json.loads(line) for line in text.splitlines() if line.strip()]
+        except RecursionError:
+            raise UserError(f"{path} is not {tool} (nested too deeply)", fix) from None
         except ValueError as e:
             raise UserError(f"{path} is not {tool} ({e})", fix) from None
 

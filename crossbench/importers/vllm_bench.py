@@ -22,20 +22,35 @@ may carry several tokens), ``output_lens`` as its token count. Without it vLLM s
 the aggregates are kept in the manifest. Requests are paired across files by their index,
 which names the same prompt only when the runs used the same dataset, seed and prompt count.
 Every scalar field of the result (metadata included) is kept in the manifest.
+
+Every field read is checked (:func:`check_result`): strings where strings belong, per-request
+lists as long as ``latencies``, finite non-negative seconds (``records.MAX_MS`` at most),
+whole token counts, acceptance counts with accepted <= drafted and rates within 0-1, and no
+NaN or infinity in any metric (``request_rate`` may be ``inf``, vLLM's default). A result that
+fails is left out, listed in ``not_imported`` with the reason (``FILE`` or ``FILE result K``);
+its file's other results are imported.
 """
 
 from __future__ import annotations
 
 import json
+import math
 import re
 from pathlib import Path
 from typing import Any
 
 from crossbench.errors import UserError
 from crossbench.importers.records import (
+    MAX_MS,
     ImportedCell,
+    Invalid,
+    count,
+    finite_everywhere,
+    number,
     read_json_objects,
     run_config,
+    shown,
+    text_or_none,
     timed_record,
     write_import,
 )
@@ -52,6 +67,10 @@ KNOWN = {
     "total_token_throughput", "max_output_tokens_per_s", "max_concurrent_requests", "rtfx",
     "rps_change_events", *PER_REQUEST,
 }
+NUMERIC = {"duration", "burstiness", "total_input_tokens", "total_output_tokens",
+           "request_throughput", "request_goodput", "output_throughput",
+           "total_token_throughput", "max_output_tokens_per_s", "max_concurrent_requests"}
+"""Fields vLLM writes as numbers (besides the ``*_ms`` and ``spec_decode_*`` metrics)."""
 _METRIC = re.compile(r"^(mean|median|std|p[\d.]+)_\w+_ms$|^(spec_decode|diffusion|probe)_")
 _ARM_KEYS = ("arm", "method", "n", "num_speculative_tokens", "trial")
 
@@ -60,11 +79,134 @@ def read_results(path: Path) -> list[dict[str, Any]]:
     """The result objects of one file (one object, or one per line)."""
     items = read_json_objects(path, "vllm bench JSON",
                               "pass files written by `vllm bench serve --save-result`")
+    if not items:
+        raise UserError(f"{path} holds no vllm bench serve result",
+                        "pass files written by `vllm bench serve --save-result`")
     for it in items:
         if not isinstance(it, dict) or "model_id" not in it or "completed" not in it:
             raise UserError(f"{path} is not a vllm bench serve result (no model_id/completed)",
                             "pass files written by `vllm bench serve --save-result`")
     return items
+
+
+_MAX_S = MAX_MS / 1000
+_CLOCK_S = 1e10  # start_times are perf_counter() readings: seconds since boot
+
+
+def _per_request(res: dict[str, Any], key: str, size: int) -> list[Any] | None:
+    value = res.get(key)
+    if value is None:
+        return None
+    if not isinstance(value, list):
+        raise Invalid(f"{key} is {shown(value)}, not a list")
+    if len(value) != size:
+        raise Invalid(f"{key} has {len(value)} entries for {size} latencies")
+    return value
+
+
+def check_result(res: dict[str, Any]) -> None:
+    """Raise :class:`~crossbench.importers.records.Invalid` for a result whose fields could
+    not come from ``vllm bench serve`` (see the module docstring); fields are named as vLLM
+    spells them, per-request values with their index (``ttfts[3]``)."""
+    if not isinstance(res["model_id"], str) or not res["model_id"]:
+        raise Invalid(f"model_id is {shown(res['model_id'])}, not a model name")
+    for key in ("backend", "label", "endpoint_type", "tokenizer_id", "date"):
+        text_or_none(res.get(key), key)
+    count(res["completed"], "completed")
+    for key in ("failed", "num_prompts"):
+        if res.get(key) is not None:
+            count(res[key], key)
+    if res.get("max_concurrency") is not None:
+        count(res["max_concurrency"], "max_concurrency", minimum=1)
+    rate = res.get("request_rate")
+    if rate is not None and not isinstance(rate, str) and rate != math.inf:
+        number(rate, "request_rate", positive=True, maximum=None)
+    meta = metadata(res)
+    for key in ("arm", "method", "trial", "dataset", "vllm_version"):
+        if meta.get(key) is not None and not isinstance(meta[key], str | int):
+            raise Invalid(f"metadata {key} is {shown(meta[key])}, not a label")
+    for key in ("n", "num_speculative_tokens"):
+        value = meta.get(key)
+        if isinstance(value, str):  # --metadata n=3 is written as the string "3"
+            digits = value.strip()
+            if not digits.isascii() or not digits.isdigit():
+                raise Invalid(f"metadata {key} is {shown(value)}, not a whole number")
+            if len(digits) > 4:
+                raise Invalid(f"metadata {key} is {shown(value)}, above 1024")
+            value = int(digits)
+        if value is not None:
+            count(value, f"metadata {key}", maximum=1024)
+    for key in ("max_tokens", "temperature"):
+        if meta.get(key) is not None and not isinstance(meta[key], str | int | float):
+            raise Invalid(f"metadata {key} is {shown(meta[key])}, not a value")
+    for key, value in res.items():
+        if key in PER_REQUEST or key == "request_rate":
+            continue
+        finite_everywhere(value, key)
+        if value is not None and (key in NUMERIC or key.endswith("_ms") or (
+                key.startswith("spec_decode_") and not isinstance(value, list))):
+            number(value, key, maximum=None)  # times, rates and acceptance figures: >= 0
+    _check_spec(res)
+    latencies = res.get("latencies")
+    if latencies is None:
+        return
+    if not isinstance(latencies, list):
+        raise Invalid(f"latencies is {shown(latencies)}, not a list")
+    size = len(latencies)
+    ttfts, itls = _per_request(res, "ttfts", size), _per_request(res, "itls", size)
+    starts = _per_request(res, "start_times", size)
+    lens = {k: _per_request(res, k, size) for k in ("output_lens", "input_lens")}
+    errors = _per_request(res, "errors", size) or [None] * size
+    texts = _per_request(res, "generated_texts", size) or [None] * size
+    if ttfts is not None and itls is not None:
+        for key, values in lens.items():
+            if values is None:
+                raise Invalid(f"{key} is missing beside ttfts and itls")
+    for i, lat in enumerate(latencies):
+        latency = number(lat, f"latencies[{i}]", maximum=_MAX_S, unit="s")
+        error = text_or_none(errors[i], f"errors[{i}]")
+        text_or_none(texts[i], f"generated_texts[{i}]")
+        if starts is not None:
+            number(starts[i], f"start_times[{i}]", maximum=_CLOCK_S, unit="s")
+        tokens = {k: count(v[i], f"{k}[{i}]") for k, v in lens.items() if v is not None}
+        done = not error and latency > 0
+        if ttfts is not None:
+            ttft = number(ttfts[i], f"ttfts[{i}]", maximum=_MAX_S, unit="s")
+            if done and ttft == 0:
+                raise Invalid(f"ttfts[{i}] is 0 for a completed request: the first token "
+                              "takes time")
+        if itls is not None:
+            gaps = itls[i]
+            if not isinstance(gaps, list):
+                raise Invalid(f"itls[{i}] is {shown(gaps)}, not a list")
+            for j, gap in enumerate(gaps):
+                number(gap, f"itls[{i}][{j}]", maximum=_MAX_S, unit="s")
+        if done and tokens.get("output_lens") == 0:
+            raise Invalid(f"output_lens[{i}] is 0 for a completed request")
+
+
+def _check_spec(res: dict[str, Any]) -> None:
+    """Acceptance counts: whole, accepted <= drafted; per-position rates within 0-1."""
+    if "spec_decode_num_drafts" not in res:
+        return
+    drafts = count(res["spec_decode_num_drafts"], "spec_decode_num_drafts", maximum=2**62)
+    drafted = count(res.get("spec_decode_draft_tokens", 0), "spec_decode_draft_tokens",
+                    maximum=2**62)
+    accepted = count(res.get("spec_decode_accepted_tokens", 0),
+                     "spec_decode_accepted_tokens", maximum=2**62)
+    if accepted > drafted:
+        raise Invalid(f"spec_decode_accepted_tokens ({accepted}) is above "
+                      f"spec_decode_draft_tokens ({drafted})")
+    if drafted and not drafts:
+        raise Invalid(f"spec_decode_num_drafts is 0 for {drafted} drafted tokens")
+    rates = res.get("spec_decode_per_position_acceptance_rates")
+    if rates is None:
+        return
+    if not isinstance(rates, list) or len(rates) > 1024:
+        raise Invalid("spec_decode_per_position_acceptance_rates is "
+                      f"{shown(rates)}, not a list of up to 1024 rates")
+    for k, r in enumerate(rates):
+        number(r, f"spec_decode_per_position_acceptance_rates[{k}]", maximum=1.0, unit="")
 
 
 def metadata(result: dict[str, Any]) -> dict[str, Any]:
@@ -98,9 +240,21 @@ def import_vllm_bench(files: list[Path], out: Path) -> dict[str, Any]:
     if not files:
         raise UserError("no FILE given", "pass one or more --save-result JSON files")
     groups: dict[tuple[Any, ...], list[tuple[Path, dict[str, Any]]]] = {}
+    skipped: list[dict[str, str]] = []
     for path in files:
-        for res in read_results(path):
+        results = read_results(path)
+        for k, res in enumerate(results):
+            try:
+                check_result(res)
+            except Invalid as e:
+                where = path.name if len(results) == 1 else f"{path.name} result {k}"
+                skipped.append({"file": where, "reason": str(e)})
+                continue
             groups.setdefault(_identity(res), []).append((path, res))
+    if not groups:
+        first = skipped[0]
+        raise UserError(f"no result could be imported (first: {first['file']}: "
+                        f"{first['reason']})", "fix or leave out the files listed")
     cells = [_cell(members) for members in groups.values()]
     ids = [c.id for c in cells]
     for c in cells:  # a detailed and an aggregate-only run of one configuration
@@ -108,7 +262,7 @@ def import_vllm_bench(files: list[Path], out: Path) -> dict[str, Any]:
             c.coords["arm"] = f"{c.coords['arm']}-aggregate"
     source = {"tool": "vllm-bench", "format": "vllm bench serve --save-result",
               "files": [str(p) for p in files]}
-    return write_import(out, cells, source, [])
+    return write_import(out, cells, source, skipped)
 
 
 def _cell(members: list[tuple[Path, dict[str, Any]]]) -> ImportedCell:

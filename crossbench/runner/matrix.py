@@ -4,6 +4,13 @@ A matrix is validated and expanded completely before anything runs. Every specul
 paired with its baseline: the cell with the same engine, target model, workload, concurrency,
 server and sampling settings and ``method: none``; a speculative cell without one is an error.
 
+Careless and hostile input is bounded before it costs anything: the file is read as UTF-8 up
+to :data:`MAX_MATRIX_BYTES`; each integer axis holds at most
+:data:`~crossbench.runner.axes.MAX_AXIS_VALUES` values (sized before expansion, see
+:mod:`crossbench.runner.axes`); a matrix expands to at most :data:`MAX_CELLS` cells (with a
+note from :func:`validate_cells` above :data:`NOTE_CELLS`) and runs at most :data:`MAX_TRIALS`
+trials per cell. docs/matrix.md gives the reasons for each cap.
+
 Schema history (``schema_version``): 1 -- first version.
 """
 
@@ -22,12 +29,33 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from crossbench.confounds.provenance import redact_argv
 from crossbench.engines import registry
+from crossbench.engines.bind import exposure_warning
 from crossbench.errors import UserError, first_validation_error
 from crossbench.models import HFModelRef
 from crossbench.runner.axes import parse_int_axis
 from crossbench.runner.config import LoadSettings
+from crossbench.textfile import MIB, read_text
 
 MATRIX_SCHEMA = 1
+
+MAX_MATRIX_BYTES = MIB
+"""Largest matrix file read (1 MiB): the largest example matrix is a few KiB; a bigger file
+is a wrong path (a model, a log, ``/dev/zero``), never a study."""
+
+NOTE_CELLS = 500
+"""Cell count above which `validate` notes the size of the study: at 3 trials and a few
+seconds' server start-up each, 500 cells are already hours of start-ups alone."""
+
+MAX_CELLS = 10_000
+"""Most cells a matrix may expand to: 10,000 cells x 3 trials is more than a day of server
+start-ups before any request; split such a study into several matrices."""
+
+MAX_COMBINATIONS = 100 * MAX_CELLS
+"""Most axis combinations expansion looks at, before exclusions and engine scoping drop
+some (keeps a matrix whose axes cross to millions of combinations from hanging)."""
+
+MAX_TRIALS = 1000
+"""Most trials per cell: each is a fresh server; the schedule lists cells x trials."""
 
 
 class _Strict(BaseModel):
@@ -221,13 +249,30 @@ class Cell:
 
 
 def load_matrix(path: Path) -> Matrix:
-    """Read and validate a matrix file; errors name the field and the fix."""
+    """Read and validate a matrix file; errors name the field and the fix.
+
+    The file must be a regular UTF-8 file of at most :data:`MAX_MATRIX_BYTES` (a directory,
+    a named pipe, a device, a larger file or another encoding is refused in one line).
+    """
+    text = read_text(path, "matrix", MAX_MATRIX_BYTES,
+                     "pass the matrix's YAML file (matrices are a few KiB); split a larger "
+                     "study into several matrices")
     try:
-        data = yaml.safe_load(path.read_text())
-    except OSError as e:
-        raise UserError(f"cannot read matrix {path}: {e.strerror}", "check the path") from None
+        data = yaml.safe_load(text)
+    except yaml.MarkedYAMLError as e:
+        mark = e.problem_mark or e.context_mark
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        what = e.problem or e.context or "cannot be parsed"
+        raise UserError(f"{path} is not valid YAML: {what}{where}", "fix the syntax") from None
     except yaml.YAMLError as e:
-        raise UserError(f"{path} is not valid YAML: {e}", "fix the syntax") from None
+        raise UserError(f"{path} is not valid YAML: {' '.join(str(e).split())}",
+                        "fix the syntax") from None
+    except RecursionError:
+        raise UserError(f"{path} is not valid YAML: nested too deeply",
+                        "fix the syntax (a matrix nests a few levels)") from None
+    except ValueError as e:  # PyYAML turns digits into int() unchecked: 4300 digits at most
+        raise UserError(f"{path} is not valid YAML: {str(e).split(';')[0]}",
+                        "fix the value (a matrix holds small numbers)") from None
     try:
         return Matrix.model_validate(data)
     except ValidationError as e:
@@ -300,7 +345,17 @@ def expand(m: Matrix, source: Path | None = None) -> list[Cell]:
             if eid not in m.engines:
                 raise bad(f"{where_}: unknown engine {eid!r}",
                           f"use engine ids from `engines` ({', '.join(m.engines)})")
-    concurrencies = parse_int_axis(m.axes.concurrency, "axes.concurrency")
+    concurrencies = parse_int_axis(m.axes.concurrency, f"{where}axes.concurrency")
+    for conc in concurrencies:
+        if conc < 1:
+            raise bad(f"axes.concurrency: {conc} requests in flight runs nothing",
+                      "use 1 or more (a value, a list or a range such as 1-16*2)")
+    if m.trials > MAX_TRIALS:
+        raise bad(f"trials: {m.trials} is more than the {MAX_TRIALS} trials a cell may run",
+                  "use a few trials per cell (3 is the default; at least 2 give a spread)")
+    others = (len(m.axes.engine) * len(m.axes.target) * len(m.axes.workload)
+              * len(concurrencies))
+    combos = 0
     arms: list[tuple[Arm, str, list[int | None]]] = []
     for i, arm in enumerate(m.arms):
         label = arm.name or arm.method
@@ -312,8 +367,15 @@ def expand(m: Matrix, source: Path | None = None) -> list[Cell]:
                 raise bad(f"arms[{i}].draft: model {arm.draft!r} has role "
                           f"{m.models[arm.draft].role}", "use a model with role: draft")
         ns: list[int | None] = ([None] if arm.n is None
-                                else list(parse_int_axis(arm.n, f"arms[{i}].n")))
+                                else list(parse_int_axis(arm.n, f"{where}arms[{i}].n")))
         arms.append((arm, label, ns))
+        combos += others * len(ns)
+        if combos > MAX_COMBINATIONS:  # checked per arm: never list more than this
+            raise bad(f"the axes cross to more than {MAX_COMBINATIONS} combinations "
+                      f"(at most {MAX_CELLS} cells may run)",
+                      "sweep fewer values, or split the study into several matrices")
+    excluded = [given for x in m.exclude
+                if (given := {k: v for k, v in x.model_dump().items() if v is not None})]
     cells: list[Cell] = []
     seen: dict[str, Cell] = {}
     for eid in m.axes.engine:
@@ -326,7 +388,8 @@ def expand(m: Matrix, source: Path | None = None) -> list[Cell]:
                             coords = {"engine": eid, "target": tid, "arm": label,
                                       "method": arm.method, "n": n, "workload": wl,
                                       "concurrency": conc}
-                            if any(_excluded(x, coords) for x in m.exclude):
+                            if any(all(coords.get(k) == v for k, v in given.items())
+                                   for given in excluded):
                                 continue
                             if not _runs_on(arm.engines, eid) or \
                                     not _runs_on(m.models[tid].engines, eid):
@@ -337,6 +400,10 @@ def expand(m: Matrix, source: Path | None = None) -> list[Cell]:
                                           "give the arms distinct `name`s")
                             seen[cell.id] = cell
                             cells.append(cell)
+                            if len(cells) > MAX_CELLS:
+                                raise bad(f"the matrix expands to more than {MAX_CELLS} "
+                                          "cells", "sweep fewer values, exclude cells, or "
+                                          "split the study into several matrices")
     if not cells:
         raise bad("the matrix expands to no cells", "check axes and exclude")
     return _pair(cells, where)
@@ -344,11 +411,6 @@ def expand(m: Matrix, source: Path | None = None) -> list[Cell]:
 
 def _runs_on(engines: list[str] | None, eid: str) -> bool:
     return engines is None or eid in engines
-
-
-def _excluded(x: Exclusion, coords: dict[str, Any]) -> bool:
-    given = {k: v for k, v in x.model_dump().items() if v is not None}
-    return bool(given) and all(coords.get(k) == v for k, v in given.items())
 
 
 def _cell(m: Matrix, eng: EngineEntry, coords: dict[str, Any], arm: Arm) -> Cell:
@@ -427,6 +489,7 @@ def validate_cells(m: Matrix, cells: list[Cell], source: Path | None = None) -> 
         if entry.hf is not None and len(entry.hf.revision) != 40:
             notes.append(f"models.{mid}: revision {entry.hf.revision!r} is not a commit hash; "
                          "the bytes it names can change (pin a commit)")
+    exposed: set[tuple[str, str]] = set()  # (engine id, host) already noted
     for c in cells:
         _no_secret_args(c, where)
         cfg = dict(c.engine_config)
@@ -442,19 +505,48 @@ def validate_cells(m: Matrix, cells: list[Cell], source: Path | None = None) -> 
                                 f"{c.engine_kind} method ({e.message})",
                                 f"{e.hint}; or limit the arm to other engines with "
                                 "`engines:`") from None
+            if e.message.startswith(("n=", "spec.n:")):  # name the field the user wrote
+                field = f"arms[{_arm_index(m, c)}].n"
+                raise UserError(f"{where}{field}: {e.message.removeprefix('spec.n: ')} "
+                                f"(cell {c.id})", e.hint) from None
             raise UserError(f"{where}cell {c.id}: {e.message}", e.hint) from None
         except ValidationError as e:
             loc, _, msg = first_validation_error(e)
-            raise UserError(f"{where}load.{loc}: {msg}", f"fix `load.{loc}`") from None
+            # workload and concurrency are axes in a matrix, the rest comes from `load:`
+            field = f"axes.{loc}" if loc in ("workload", "concurrency") else f"load.{loc}"
+            raise UserError(f"{where}{field}: {msg}", f"fix `{field}`") from None
+        host = c.engine_config.get("host")  # every engine's bind setting is `host`
+        if isinstance(host, str) and (c.coords["engine"], host) not in exposed:
+            exposed.add((c.coords["engine"], host))
+            warning = exposure_warning(host, "host")
+            if warning is not None:
+                notes.append(f"cells of engine {c.coords['engine']}: {warning}")
     if m.trials < 2:
         notes.append("trials: 1 gives no spread; use trials >= 2 (3 is the default)")
+    if len(cells) > NOTE_CELLS:
+        notes.append(f"{len(cells)} cells x {m.trials} trials = {len(cells) * m.trials} runs, "
+                     "each with its own server start: a long study (more than "
+                     f"{NOTE_CELLS} cells); consider fewer n or concurrency values, or "
+                     "`exclude`")
     return notes
+
+
+def _arm_index(m: Matrix, cell: Cell) -> int:
+    """Index in ``arms`` of the arm a cell came from (its label, method and engine)."""
+    for i, arm in enumerate(m.arms):
+        if (arm.name or arm.method) == cell.coords["arm"] and arm.method == \
+                cell.coords["method"] and _runs_on(arm.engines, cell.coords["engine"]):
+            return i
+    raise AssertionError(f"no arm for cell {cell.id}")  # expand() made the cell from one
 
 
 def _no_secret_args(cell: Cell, where: str) -> None:
     """Refuse a secret flag's value in a cell's ``extra_args``: the matrix file is copied into
     the run directory as it is, so the value would be recorded there in clear."""
-    args = [str(a) for a in cell.engine_config.get("extra_args") or []]
+    raw = cell.engine_config.get("extra_args") or []
+    if not isinstance(raw, list) or not all(isinstance(a, str) for a in raw):
+        return  # not a list of strings: the engine's config refuses it, naming the field
+    args = list(raw)
     for i, (arg, shown) in enumerate(zip(args, redact_argv(args), strict=True)):
         if arg != shown:
             flag = shown.split("=", 1)[0] if shown.startswith("-") else args[i - 1]

@@ -11,12 +11,19 @@ Output directory::
 A kill at any moment loses at most the trial in flight; its server dies with crossbench
 (parent-death signal). ``--resume`` runs only what the journal lacks and refuses a changed
 matrix file or engine build.
+
+A kill during a journal append can leave the journal's last line torn (no newline). Readers
+skip it (``crossbench status`` says it is there); ``--resume`` cuts it before appending,
+records the cut in state.json ``journal_repairs`` (when, the offset, the bytes, the text) and
+says so on stderr; the trial it was for runs again. A damaged line before the last one is
+never skipped: it is an error naming the file and line. A state.json that cannot be read
+(truncated, not an object, keys missing) or is of a newer format is refused with what to do,
+as is an ``--out`` that is a file, unwritable, or a non-empty directory holding no matrix run.
 """
 
 from __future__ import annotations
 
 import json
-import shutil
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -37,9 +44,37 @@ from crossbench.runner.matrix import (
     validate_cells,
 )
 from crossbench.runner.single import RunSession
-from crossbench.store.atomic import JsonlAppender, read_jsonl, write_json_atomic
+from crossbench.store.atomic import (
+    JsonlAppender,
+    cut_torn_tail,
+    scan_jsonl,
+    torn_tail,
+    write_bytes_atomic,
+    write_json_atomic,
+)
+from crossbench.store.formats import (
+    IMPORT_KIND,
+    MATRIX_KIND,
+    check_new_out,
+    check_state,
+    check_version,
+    make_out_dir,
+    read_json_object,
+)
+from crossbench.store.formats import STATE_SCHEMA as STATE_SCHEMA
 
-STATE_SCHEMA = 1
+STATE_FIX = ("journal.jsonl and cells/ are intact: restore state.json from a copy, or run the "
+             "matrix again with a new --out (each folder under cells/ is a run directory that "
+             "`crossbench analyze` reads on its own)")
+"""The fix of a state.json that cannot be used."""
+RESUME_KEYS = ("schema_version", "kind", "study", "trials", "cells", "matrix_sha256", "order")
+"""What --resume needs of state.json (``store.formats.STATE_KEYS``)."""
+STATUS_KEYS = ("study", "trials", "cells")
+"""What ``crossbench status`` needs of state.json (an import's has them too)."""
+JOURNAL_FIX = ("a crash only ever tears the last line: restore journal.jsonl from a copy, or "
+               "run the matrix again with a new --out")
+TORN_TEXT_MAX = 4096
+"""Most characters of a torn journal tail kept in its ``journal_repairs`` note."""
 Progress = Callable[[str], None]
 
 
@@ -127,11 +162,60 @@ def select(cells: list[Cell], only: tuple[str, ...], skip: tuple[str, ...]) -> l
 
 
 def read_journal(out: Path) -> dict[tuple[str, int], dict[str, Any]]:
-    """Finished trials by (cell id, trial)."""
+    """Finished trials by (cell id, trial), from the journal's complete lines (a torn last
+    line is skipped: see :func:`journal_torn`); a line that is not a journal entry is a
+    :class:`UserError` naming the file and line."""
     path = out / "journal.jsonl"
     if not path.exists():
         return {}
-    return {(r["cell"], int(r["trial"])): r for r in read_jsonl(path)}
+    scan = scan_jsonl(path)
+    done: dict[tuple[str, int], dict[str, Any]] = {}
+    for r, line in zip(scan.records, scan.lines, strict=True):
+        cell, trial, status = r.get("cell"), r.get("trial"), r.get("status")
+        if not (isinstance(cell, str) and type(trial) is int and trial >= 0
+                and isinstance(status, str)):
+            raise UserError(f"{path} line {line} is not a journal entry (it needs a cell, a "
+                            "trial number and a status)", JOURNAL_FIX)
+        done[(cell, trial)] = r
+    return done
+
+
+def journal_torn(out: Path) -> int:
+    """Bytes of the journal's torn last line (a crash during an append); 0 when none."""
+    return len(torn_tail(out / "journal.jsonl"))
+
+
+def repair_journal(out: Path, state: dict[str, Any], progress: Progress) -> None:
+    """Cut a torn last line off the journal before anything is appended to it: the cut is
+    recorded in state.json ``journal_repairs`` first (a kill in between records it again,
+    once), then made, then said on ``progress``."""
+    path = out / "journal.jsonl"
+    torn = torn_tail(path)
+    if not torn:
+        return
+    note = {"offset": path.stat().st_size - len(torn), "bytes": len(torn),
+            "text": torn.decode("utf-8", "replace")[:TORN_TEXT_MAX]}
+    notes = state.setdefault("journal_repairs", [])
+    if not notes or {k: notes[-1].get(k) for k in note} != note:
+        notes.append({"utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), **note})
+        write_json_atomic(out / "state.json", state)
+    cut_torn_tail(path)
+    progress(f"warning: {path} ended in an incomplete line ({len(torn)} bytes without a "
+             "newline, left by a crash during a write); removed it before appending "
+             "(recorded in state.json journal_repairs); the trial it was for runs again")
+
+
+def read_state(out: Path, need: tuple[str, ...] = RESUME_KEYS) -> dict[str, Any]:
+    """``out/state.json``, checked: a :class:`UserError` names the file and what to do when it
+    cannot be read, is of a newer format, or lacks (or has malformed) any key of ``need``."""
+    path = out / "state.json"
+    state = read_json_object(path, STATE_FIX)
+    kinds = (MATRIX_KIND,) if "order" in need else (MATRIX_KIND, IMPORT_KIND)
+    if state.get("kind") == IMPORT_KIND and IMPORT_KIND not in kinds:
+        raise UserError(f"--out {out} holds an import (state.json), not a matrix run",
+                        "choose a new --out (an import is never written into)")
+    check_state(path, state, kinds, need, STATE_FIX)
+    return state
 
 
 def run_matrix(path: Path, out: Path, resume: bool = False, only: tuple[str, ...] = (),
@@ -145,7 +229,8 @@ def run_matrix(path: Path, out: Path, resume: bool = False, only: tuple[str, ...
     """
     m = load_matrix(path)
     cells = expand(m, path)
-    validate_cells(m, cells, path)
+    for note in validate_cells(m, cells, path):  # what validate prints, also before a run
+        progress(f"note: {note}")
     cells = select(cells, only, skip)
     if not cells:
         raise UserError("--only/--skip leave no cells", "loosen the filters")
@@ -163,21 +248,30 @@ def run_matrix(path: Path, out: Path, resume: bool = False, only: tuple[str, ...
         return {"dry_run": plan}
     _check_versions(m, cells)
     state_path = out / "state.json"
-    if state_path.exists():
+    try:
+        started = state_path.exists()
+    except OSError as e:
+        raise UserError(f"--out {out} cannot be read ({e.strerror or e})",
+                        "choose an --out you can read and write") from None
+    if started:
+        state = read_state(out)  # refused when damaged, newer, or not a matrix's
         if not resume:
             raise UserError(f"--out {out} already holds a matrix run",
                             "add --resume to continue it, or choose a new --out")
-        state = json.loads(state_path.read_text())
         if state["matrix_sha256"] != digest:
             raise UserError(f"{path} changed since {out} started (sha256 "
                             f"{state['matrix_sha256'][:12]} then, {digest[:12]} now)",
                             "resume with the same matrix file, or start a new --out")
+        if not (out / "matrix.yaml").exists():  # a kill fell between state.json and the copy
+            write_bytes_atomic(out / "matrix.yaml", path.read_bytes())
+        repair_journal(out, state, progress)
     else:
-        out.mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(path, out / "matrix.yaml")
+        check_new_out(out, MATRIX_KIND)
+        make_out_dir(out)
         warning = hardware_mismatch(m.hardware.gpu, m.hardware.gpu_count)
         if warning:
             progress(f"warning: {warning}")
+        # state.json first: a directory holding it is a matrix run, which --resume completes
         write_json_atomic(state_path, {
             "schema_version": STATE_SCHEMA, "kind": "crossbench.matrix",
             "matrix_sha256": digest, "study": m.study.name, "trials": m.trials,
@@ -187,6 +281,7 @@ def run_matrix(path: Path, out: Path, resume: bool = False, only: tuple[str, ...
             "order": [[cid, t] for cid, t in order],
             "warnings": [warning] if warning else [],
         })
+        write_bytes_atomic(out / "matrix.yaml", path.read_bytes())
     done = read_journal(out)
     todo = [(cid, t) for cid, t in order if (cid, t) not in done]
     sessions: dict[str, RunSession] = {}
@@ -270,8 +365,15 @@ def matrix_status(out: Path, cell_summaries: dict[str, dict[str, Any]] | None = 
     if not state_path.exists():
         raise UserError(f"{out} holds no matrix run (no state.json)",
                         "point at a `crossbench matrix --out` directory")
-    state = json.loads(state_path.read_text())
+    state = read_state(out, STATUS_KEYS)
     journal = read_journal(out)
+    warnings: list[str] = []
+    torn = journal_torn(out)
+    if torn:
+        warnings.append(f"{out / 'journal.jsonl'} ends in an incomplete line ({torn} bytes "
+                        "without a newline, left by a crash during a write): it is not "
+                        "counted; `crossbench matrix MATRIX_FILE --out "
+                        f"{out} --resume` removes it and runs that trial again")
     rows = []
     for c in state["cells"]:
         got = [journal[(c["id"], t)] for t in range(state["trials"]) if (c["id"], t) in journal]
@@ -283,14 +385,35 @@ def matrix_status(out: Path, cell_summaries: dict[str, dict[str, Any]] | None = 
             "errors": [r["error"] for r in got if r["status"] != "ok"],
         }
         s = (cell_summaries or {}).get(c["id"])
-        if s is None and (out / c["dir"] / "summary.json").exists():
-            s = json.loads((out / c["dir"] / "summary.json").read_text())
         if s is not None:
-            row["pooled_tok_s"] = s["throughput"]["pooled_tok_s"]
-            row["draft_acceptance_rate"] = s["acceptance"]["draft_acceptance_rate"]
-            row["mean_acceptance_length"] = s["acceptance"]["mean_acceptance_length"]
-            row["integrity_passed"] = s["integrity"]["passed"]
+            row.update(_headline(s))
+        elif (out / c["dir"] / "summary.json").exists():
+            row.update(read_cell_summary(out / c["dir"] / "summary.json", out))
         rows.append(row)
     totals = {k: sum(r[k] for r in rows) for k in ("done", "failed", "missing")}
     return {"schema_version": STATE_SCHEMA, "kind": "crossbench.matrix_summary",
-            "study": state["study"], "cells": rows, "totals": totals}
+            "study": state["study"], "cells": rows, "totals": totals, "warnings": warnings}
+
+
+def read_cell_summary(path: Path, out: Path) -> dict[str, Any]:
+    """A cell's ``summary.json`` for the status table: any version up to this crossbench's
+    (the headline figures are alike in all), never a newer one; one that cannot be used is
+    an error naming it."""
+    from crossbench.analysis.summary import SUMMARY_SCHEMA
+
+    fix = (f"`crossbench matrix MATRIX_FILE --out {out} --resume` writes every cell's "
+           "summary.json again from its raw records")
+    s = read_json_object(path, fix)
+    check_version(path, s, SUMMARY_SCHEMA, "run summary", fix)
+    try:
+        return _headline(s)
+    except (KeyError, TypeError):
+        raise UserError(f"{path} is not a complete run summary", fix) from None
+
+
+def _headline(s: dict[str, Any]) -> dict[str, Any]:
+    """A cell summary's figures in the status table."""
+    return {"pooled_tok_s": s["throughput"]["pooled_tok_s"],
+            "draft_acceptance_rate": s["acceptance"]["draft_acceptance_rate"],
+            "mean_acceptance_length": s["acceptance"]["mean_acceptance_length"],
+            "integrity_passed": s["integrity"]["passed"]}

@@ -60,11 +60,18 @@ from crossbench.store.atomic import (
     write_bytes_atomic,
     write_json_atomic,
 )
+from crossbench.store.formats import MANIFEST_SCHEMA as MANIFEST_SCHEMA
+from crossbench.store.formats import (
+    RUN_KIND,
+    check_new_out,
+    check_version,
+    make_out_dir,
+    read_json_object,
+)
 from crossbench.telemetry import checks as gpu_checks
 from crossbench.telemetry.derive import TrialPhases, derive_trial
 from crossbench.telemetry.sampler import GpuSampler
 
-MANIFEST_SCHEMA = 1
 Progress = Callable[[str], None]
 
 #: what must be unchanged for a run to resume on a rebuilt or reinstalled engine binary:
@@ -138,18 +145,22 @@ class RunSession:
     ``crossbench run`` runs its trials in a row; a matrix interleaves the trials of many
     sessions. Inputs are validated when the session is made, before any server starts. With
     ``resume=True`` an existing directory is continued: records of trials that never finished
-    (a kill in the middle) are dropped, and a changed engine build is refused.
+    (a kill in the middle) are dropped, and a changed engine build, or a manifest that cannot
+    be read or is of a newer format, is refused. A new session refuses an ``out`` that is a
+    file, under a file, unwritable, or a non-empty directory (``store.formats.check_new_out``)
+    before it writes anything.
     """
 
     def __init__(self, cfg: RunConfig, out: Path, progress: Progress = _quiet,
                  argv: list[str] | None = None, resume: bool = False) -> None:
         self.cfg, self.out, self.progress = cfg, out, progress
-        exists = (out / "manifest.json").exists()
-        if exists and not resume:
-            raise UserError(f"--out {out} already holds a run",
-                            "choose a new --out directory (runs are never overwritten)")
+        exists = resume and (out / "manifest.json").exists()
+        if not exists:
+            check_new_out(out, RUN_KIND)
         server = registry.create(cfg.engine, cfg.engine_config, out / "server.log")
         server.validate()  # every input checked before anything starts
+        for warning in server.warnings():
+            progress(f"warning: {warning}")
         self.secrets = _secrets(cfg, server, argv or [])
         model = Path(cfg.engine_config["model"])
         vocab = model_vocab_size(model) if cfg.load.workload.startswith("random:") else None
@@ -174,11 +185,11 @@ class RunSession:
                   **identity.extra}
         self.engine = engine
         if exists:
-            self.manifest: dict[str, Any] = json.loads((out / "manifest.json").read_text())
+            self.manifest: dict[str, Any] = read_manifest(out)
             self._check_same_engine(engine)
             self._drop_unfinished()
             return
-        out.mkdir(parents=True, exist_ok=True)
+        make_out_dir(out)
         self.manifest = {
             "schema_version": MANIFEST_SCHEMA,
             "kind": "crossbench.run",
@@ -302,6 +313,33 @@ class RunSession:
         summary = summarize_run_dir(self.out)
         write_json_atomic(self.out / "summary.json", summary)
         return summary
+
+
+MANIFEST_FIX = ("restore it from a copy, or run again with a new --out (a cell's records "
+                "are kept beside it)")
+"""The fix of a manifest a resume cannot use."""
+
+
+def read_manifest(out: Path) -> dict[str, Any]:
+    """``out/manifest.json`` of a run to resume, checked: a :class:`UserError` names the file
+    when it cannot be read, is of a newer format, is not a run's, or lacks what a resume
+    reads (the trial list and the engine)."""
+    path = out / "manifest.json"
+    manifest = read_json_object(path, MANIFEST_FIX)
+    check_version(path, manifest, MANIFEST_SCHEMA, "run manifest", MANIFEST_FIX)
+    kind = manifest.get("kind")
+    trials = manifest.get("trials")
+    bad = [] if kind in (RUN_KIND, None) else [f"kind {kind!r}"]
+    if not (isinstance(trials, list) and all(isinstance(e, dict) and type(e.get("trial")) is int
+                                              and isinstance(e.get("status"), str)
+                                              for e in trials)):
+        bad.append("trials")
+    if not isinstance(manifest.get("engine"), dict) or "sha256" not in manifest["engine"]:
+        bad.append("engine")
+    if bad:
+        raise UserError(f"{path} is not a complete run manifest (missing or malformed: "
+                        f"{', '.join(bad)})", MANIFEST_FIX)
+    return manifest
 
 
 def run(cfg: RunConfig, out: Path, progress: Progress = _quiet,

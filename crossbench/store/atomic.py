@@ -1,5 +1,17 @@
-"""Atomic file writes (write to a temporary file, fsync, rename), durable JSONL appends,
-atomic in-place replacement of strings in a file, and file hashing."""
+"""Atomic file writes (write to a temporary file, fsync, rename), durable JSONL appends and
+the one JSONL reader, atomic in-place replacement of strings in a file, and file hashing.
+
+JSONL files (``requests.jsonl``, ``journal.jsonl``) are committed line by line: a record
+exists once its newline is on disk. A crash (``kill -9``, power loss) during an append can
+only leave an incomplete *last* line, with no newline: the **torn tail**. Readers skip it
+(:func:`scan_jsonl` reports it); :class:`JsonlAppender` refuses to append after it (the new
+record would be glued onto the torn bytes into one damaged line), so the writer that owns the
+file decides what to do with it (the matrix runner cuts it with :func:`cut_torn_tail` and
+records that it did; a resumed run directory rewrites its records). Anything wrong *before*
+the last line (bytes that are not UTF-8, a line that is not JSON, JSON that is not an object)
+is damage a crash cannot cause: readers refuse it with a :class:`~crossbench.errors.UserError`
+naming the file and the line, and never skip it.
+"""
 
 from __future__ import annotations
 
@@ -8,8 +20,13 @@ import hashlib
 import json
 import os
 from collections.abc import Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
+
+import orjson
+
+from crossbench.errors import UserError
 
 
 def file_digest(path: Path, algorithm: str = "sha256") -> str:
@@ -94,12 +111,22 @@ def write_json_atomic(path: Path, obj: Any) -> None:
 class JsonlAppender:
     """Append one JSON object per line, flushed and fsynced per record.
 
-    A kill at any moment leaves every record written before it intact; at most a partial last
-    line, which :func:`read_jsonl` skips.
+    A kill at any moment leaves every record written before it intact; at most a torn last
+    line, which :func:`read_jsonl` skips. Opening a file that already ends in a torn line is
+    refused (a :class:`~crossbench.errors.UserError`): appending would glue the new record
+    onto the torn bytes, making a damaged line in the middle of the file. The file's owner
+    removes the tail first (:func:`cut_torn_tail`), recording that it did.
     """
 
     def __init__(self, path: Path) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
+        torn = torn_tail(path)
+        if torn:
+            raise UserError(f"{path} ends in an incomplete line ({len(torn)} bytes without a "
+                            "newline, left by a crash during a write); crossbench never "
+                            "appends to it",
+                            "resume the run (a matrix --resume removes the incomplete line "
+                            "and records that it did), or remove that last line yourself")
         self.path = path
         self._fh: TextIO = path.open("a", encoding="utf-8")
         self.count = 0
@@ -123,12 +150,125 @@ class JsonlAppender:
         self.close()
 
 
-def read_jsonl(path: Path) -> list[dict[str, Any]]:
-    """Read every complete record of a JSONL file (a torn last line is ignored)."""
-    out: list[dict[str, Any]] = []
-    with path.open(encoding="utf-8") as f:
-        for line in f:
-            if not line.endswith("\n"):
+TAIL_BLOCK = 1 << 16
+"""Bytes read at a time, backwards from the end, looking for a file's last newline."""
+
+
+def torn_tail(path: Path) -> bytes:
+    """The bytes after the last newline of a file (its torn tail); ``b""`` when the file ends
+    in a newline, is empty or does not exist. Reads from the end, so a large file costs little.
+    """
+    try:
+        f = path.open("rb")
+    except FileNotFoundError:
+        return b""
+    with f:
+        end = f.seek(0, os.SEEK_END)
+        pos, tail = end, b""
+        while pos > 0:
+            step = min(TAIL_BLOCK, pos)
+            pos -= step
+            f.seek(pos)
+            tail = f.read(step) + tail
+            cut = tail.rfind(b"\n")
+            if cut >= 0:
+                return tail[cut + 1:]
+        return tail
+
+
+def cut_torn_tail(path: Path) -> bytes:
+    """Remove a file's torn tail (see :func:`torn_tail`) in place, durably; returns the bytes
+    removed (``b""``: nothing to remove). Complete lines are never touched."""
+    tail = torn_tail(path)
+    if tail:
+        with path.open("r+b") as f:
+            f.truncate(f.seek(0, os.SEEK_END) - len(tail))
+            f.flush()
+            os.fsync(f.fileno())
+    return tail
+
+
+@dataclass
+class JsonlScan:
+    """What a JSONL file holds: its complete records, the line number of each, and its torn
+    tail (``b""`` when none)."""
+
+    records: list[dict[str, Any]] = field(default_factory=list)
+    lines: list[int] = field(default_factory=list)
+    torn: bytes = b""
+
+
+DAMAGED_FIX = ("a crash only ever tears the last line, so this one was changed or damaged "
+               "afterwards: restore the file from a copy or an archive of the run (crossbench "
+               "never skips a damaged line)")
+
+
+def parse_jsonl_line(path: Path, number: int, line: bytes) -> dict[str, Any]:
+    """One complete line of a JSONL file as a JSON object; a :class:`UserError` names the
+    file and the line (1-based) when it is not UTF-8, not JSON, or not an object."""
+    try:
+        value = orjson.loads(line)
+    except orjson.JSONDecodeError:
+        try:
+            text = line.decode("utf-8").rstrip("\r\n")
+        except UnicodeDecodeError as e:
+            raise UserError(f"{path} line {number} is not UTF-8 text (byte {e.start + 1})",
+                            DAMAGED_FIX) from None
+        try:  # what orjson refuses and Python's json reads (NaN, integers over 64 bits)
+            value = json.loads(text)
+        except (ValueError, RecursionError) as e:
+            why = (f"{json_error(e)} at column {e.colno}" if isinstance(e, json.JSONDecodeError)
+                   else "nested too deeply" if isinstance(e, RecursionError)
+                   else " ".join(str(e).split()))
+            raise UserError(f"{path} line {number} is not valid JSON ({why})",
+                            DAMAGED_FIX) from None
+    if not isinstance(value, dict):
+        raise UserError(f"{path} line {number} is a JSON {json_type(value)}, not an object",
+                        DAMAGED_FIX)
+    return value
+
+
+def json_error(e: json.JSONDecodeError) -> str:
+    """What a JSON decoder found wrong, to be followed by " at" and where ("Unterminated
+    string starting at" loses its dangling "at")."""
+    return e.msg.removesuffix(" at")
+
+
+def json_type(value: Any) -> str:
+    """The JSON name of a value's type (``array``, ``string``...), for messages."""
+    if isinstance(value, dict):
+        return "object"
+    if isinstance(value, list):
+        return "array"
+    if isinstance(value, str):
+        return "string"
+    if isinstance(value, bool):
+        return "boolean"
+    return "null" if value is None else "number"
+
+
+def scan_jsonl(path: Path) -> JsonlScan:
+    """Every complete record of a JSONL file, with line numbers, and its torn tail (module
+    docstring); a damaged complete line is a :class:`UserError` naming the file and line."""
+    scan = JsonlScan()
+    records, lines, loads = scan.records, scan.lines, orjson.loads
+    with path.open("rb") as f:
+        for number, line in enumerate(f, 1):
+            if not line.endswith(b"\n"):
+                scan.torn = line
                 break
-            out.append(json.loads(line))
-    return out
+            try:  # the common case inline (large analyses read millions of lines)
+                value = loads(line)
+            except orjson.JSONDecodeError:
+                value = None
+            if type(value) is not dict:
+                value = parse_jsonl_line(path, number, line)
+            records.append(value)
+            lines.append(number)
+    return scan
+
+
+def read_jsonl(path: Path) -> list[dict[str, Any]]:
+    """Every complete record of a JSONL file (a torn last line is skipped; a damaged line
+    before it is a :class:`UserError` naming the file and line)."""
+    return scan_jsonl(path).records

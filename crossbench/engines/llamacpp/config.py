@@ -1,13 +1,27 @@
-"""Typed configuration of a llama-server run (strict: unknown fields are errors)."""
+"""Typed configuration of a llama-server run (strict: unknown fields are errors).
+
+Bounds on n (most tokens drafted per step), checked by the adapter against every build:
+
+- a method whose rules in ``engines/llama.cpp/options.yaml`` record ``n_max`` keeps it
+  (draft-dflash and draft-dspark: 15, their block of 16; ngram-mod: 1024);
+- the other n-gram methods set ``--spec-ngram-*-size-m``, which llama.cpp itself refuses
+  above :data:`NGRAM_N_CAP` (1024; ``common/arg.cpp``: "ngram size M must be between 1 and
+  1024 inclusive");
+- methods set through ``--spec-draft-n-max`` (draft-simple, draft-eagle3, draft-mtp,
+  ngram-cache) have no upper bound in llama.cpp (``common/arg.cpp`` refuses only a negative
+  value), so crossbench caps them at :data:`DRAFT_N_CAP` (64; see its docstring).
+"""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from crossbench.engines.auth import ApiKeySettings
+from crossbench.engines.bind import exposure_warning
 from crossbench.engines.llamacpp.pins import DEFAULT_PIN
 from crossbench.engines.spec import check_synth_rates
 
@@ -16,6 +30,35 @@ SpecType = Literal[
     "ngram-simple", "ngram-map-k", "ngram-map-k4v", "ngram-mod", "ngram-cache",
 ]
 SPEC_TYPES: tuple[str, ...] = SpecType.__args__  # type: ignore[attr-defined]
+
+DRAFT_N_CAP = 64
+"""Most tokens crossbench lets a ``--spec-draft-n-max`` method draft per step. llama.cpp sets
+no upper bound there, only int32; 64 is llama.cpp's own default for the longest draft of its
+n-gram drafter (``--spec-ngram-mod-n-max``, ``common/common.h``) and over four times the
+15-token block of the trained block drafters (DFlash, DSpark). Each drafted token costs a
+sequential draft step, and at a per-position acceptance of 0.9 the 64th is accepted 0.1 % of
+the time, so a larger n is a typo (``n: 400`` for ``n: 4``), not a study."""
+
+NGRAM_N_CAP = 1024
+"""llama.cpp's own bound on ``--spec-ngram-*-size-m`` and ``--spec-ngram-mod-n-max``
+(``common/arg.cpp`` refuses a value above 1024)."""
+
+
+def n_limit(rules: Mapping[str, Any]) -> tuple[int | None, str]:
+    """(most n, where the bound comes from) for a method's rules from ``options.yaml``.
+
+    The rules' own ``n_max`` first (its ``note`` says why), else llama.cpp's bound on the
+    method's n flag, else crossbench's :data:`DRAFT_N_CAP`; (None, "") for a method without n.
+    """
+    if "n_max" in rules:
+        return int(rules["n_max"]), str(rules.get("note", "the method's limit"))
+    option = rules.get("n_option")
+    if option is None:
+        return None, ""
+    if option == "draft_n_max":
+        return DRAFT_N_CAP, (f"crossbench caps --spec-draft-n-max at {DRAFT_N_CAP}, which "
+                             "llama.cpp leaves unbounded (docs/matrix.md says why)")
+    return NGRAM_N_CAP, f"llama.cpp refuses an n-gram draft length above {NGRAM_N_CAP}"
 
 
 class _Strict(BaseModel):
@@ -97,3 +140,9 @@ class LlamaServerConfig(_Strict, ApiKeySettings):
         description="Raw extra flags, checked against the detected build's flags.")
     ready_timeout_s: float = Field(300.0, gt=0, description="Seconds allowed to load and serve.")
     stop_timeout_s: float = Field(10.0, gt=0, description="Seconds between SIGTERM and SIGKILL.")
+
+    def warnings(self) -> list[str]:
+        """What is allowed but worth a warning before the server starts: a ``host`` that is
+        not a loopback address (the server is then reachable from the network)."""
+        warning = exposure_warning(self.host, "host")
+        return [warning] if warning else []

@@ -13,7 +13,7 @@ from typing import Any
 
 from crossbench.engines.base import EngineIdentity, MetricsSnapshot
 from crossbench.engines.llamacpp.build import hash_binaries, load_install
-from crossbench.engines.llamacpp.config import LlamaServerConfig
+from crossbench.engines.llamacpp.config import LlamaServerConfig, n_limit
 from crossbench.engines.llamacpp.pins import get_pin
 from crossbench.engines.llamacpp.profile import (
     LlamaCppProfile,
@@ -149,12 +149,10 @@ class LlamaServer(LocalServer):
             raise UserError(f"--spec {spec.type} takes no draft model ({why})",
                             "drop --draft, or use --spec draft-simple")
         n = self.effective_n()
-        n_max = rules.get("n_max")
-        if n is not None and n_max is not None and n > int(n_max):
-            raise UserError(
-                f"n={n} is outside what {spec.type} allows (n <= {n_max})",
-                f"{rules.get('note', 'lower n')}; use n <= {n_max}",
-            )
+        n_max, why = n_limit(rules)
+        if n is not None and n_max is not None and n > n_max:
+            raise UserError(f"n={n} is outside what {spec.type} allows (n <= {n_max})",
+                            f"{why}; use n <= {n_max}")
         if spec.enabled and n is not None and n < 1:
             raise UserError(f"n={n} drafts nothing", "use n >= 1, or --spec none for a baseline")
         if spec.synth_rates is not None and n is not None and len(spec.synth_rates) != n:
@@ -167,6 +165,7 @@ class LlamaServer(LocalServer):
                             "add --spec draft-simple (with --draft) or drop --synth-*")
         for arg in cfg.extra_args:
             if arg.startswith("-"):
+                _check_not_managed(arg, prof)
                 prof.check_raw_flag(arg)
         self.argv(prof, "llama-server")  # every option must map to a flag of this build
 
@@ -281,6 +280,10 @@ class LlamaServer(LocalServer):
         data: dict[str, Any] = json.loads(body)
         return data
 
+    def warnings(self) -> list[str]:
+        """The config's warnings (a host reachable from the network)."""
+        return self.config.warnings()
+
     def identity(self) -> EngineIdentity:
         """Version string, build, commit and hashes of the binary and its shared libraries."""
         text = run_version(self.binary)
@@ -316,6 +319,25 @@ class LlamaServer(LocalServer):
             deadline = time.monotonic() + 10
             while port_in_use(self.config.host, self._port) and time.monotonic() < deadline:
                 time.sleep(0.05)
+
+
+#: typed settings whose flags the adapter always passes: a repeat in extra_args would override
+#: them unseen (a server bound to another address or port, another model), so it is refused
+_MANAGED = {"host": ("--host",), "port": ("--port",), "model": ("--model", "-m")}
+_MANAGED_FIX = {
+    "host": "use the engine's `host` setting to expose a server knowingly",
+    "port": "use the engine's `port` setting (omit it for a free port)",
+    "model": "use the `model` setting (a matrix: the target's models entry)",
+}
+
+
+def _check_not_managed(arg: str, prof: LlamaCppProfile) -> None:
+    """Refuse a flag of extra_args that repeats one the adapter sets from a typed setting."""
+    name = arg.split("=", 1)[0]
+    for setting, spellings in _MANAGED.items():
+        if name in (*spellings, *prof.options.get(setting, ())):
+            raise UserError(f"extra_args: {name} is set by crossbench from `{setting}`",
+                            _MANAGED_FIX[setting])
 
 
 def _startup_hint(tail: str) -> str:

@@ -298,6 +298,14 @@ class VllmServerConfig(_Strict, ApiKeySettings):
                              f"{self.revision!r}; keep one")
         return self
 
+    def warnings(self) -> list[str]:
+        """A ``host`` that is not a loopback address (the server is then reachable from the
+        network)."""
+        from crossbench.engines.bind import exposure_warning
+
+        warning = exposure_warning(self.host, "host")
+        return [warning] if warning else []
+
     def model_ref(self) -> ModelRef:
         """The target as vLLM takes it (revision from the model or from ``revision``)."""
         ref = parse_model_ref(self.model)

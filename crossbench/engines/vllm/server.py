@@ -164,6 +164,10 @@ class VllmServer(LocalServer):
                 self._binary = Path(found)
         return self._binary
 
+    def warnings(self) -> list[str]:
+        """The config's warnings (a host reachable from the network)."""
+        return self.config.warnings()
+
     @property
     def served_model_name(self) -> str:
         """The name requests must carry in ``model`` (vLLM answers 404 to any other)."""
