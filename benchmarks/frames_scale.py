@@ -21,7 +21,7 @@ import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
-from analysis_scale import make  # noqa: E402  (the same study, one definition)
+from analysis_scale import make  # the same study, one definition
 
 CHILD = r"""
 import json, resource, sys, time
