@@ -112,7 +112,8 @@ class RunFrames:
         where it ran)."""
         rows = []
         for cell in self.run.cells:
-            per = {int(t["trial"]): t for t in summarize_run_dir(cell.root)["per_trial"]}
+            per = {int(t["trial"]): t for t in
+                   summarize_run_dir(cell.root, chunk_gaps=False)["per_trial"]}
             for e in cell.manifest.get("trials") or []:
                 t = int(e["trial"])
                 s = per.get(t, {})

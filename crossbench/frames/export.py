@@ -184,7 +184,8 @@ def _vllm_bench(frames: RunFrames, out: Path) -> list[Path]:
     for shown in frames.run.cells:
         # read afresh: the frames may have released the chunk arrivals this needs
         cell = load_cell_dir(shown.root, shown.id, dict(shown.coords), shown.baseline)
-        per = {int(t["trial"]): t for t in summarize_run_dir(cell.root)["per_trial"]}
+        per = {int(t["trial"]): t for t in
+               summarize_run_dir(cell.root, chunk_gaps=False)["per_trial"]}
         by_trial: dict[int, list[dict[str, Any]]] = {}
         for r in cell.records:
             by_trial.setdefault(int(r.get("trial", 0)), []).append(r)
