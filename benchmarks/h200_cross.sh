@@ -7,14 +7,17 @@
 #   2. the vLLM pack's parts carried so far (.carry/vllm-*/: `crossbench engines pack`) kept
 #      in /tmp/cb-pack (a call carries at most 64 MiB, so the pack comes over several calls);
 #   3. in the background (setsid: it outlives the call): the CUDA llama.cpp build from the
-#      carried source, the qwen3-8b fixtures in F16 with their HF folders while nvcc builds,
-#      then the Q4_K_M target through the built llama-quantize;
+#      carried source, the qwen3-8b fixtures in F16 with their HF folders and their tensor
+#      checksums (`fixtures verify-hf`) while nvcc builds, then (rounds other than 1) the
+#      Q4_K_M target through the built llama-quantize;
 #   4. once every part is there: `crossbench engines install vllm --from /tmp/cb-pack`;
-#   5. with ROUND set and the background setup done: the round's cells of the matrix,
-#      `crossbench matrix --resume` until the budget is nearly spent (a round resumes across
-#      calls; on another machine see docs/cross-engine.md: the engines are rebuilt, recorded
-#      as engine epochs, and trial pairs that straddle machines read `confounded`);
-#   6. with FINISH=1: the tensor checksums of both weight files.
+#   5. with ROUND set and the build done: the round's cells of the matrix, in the background
+#      too, so that no trial is cut at a call's end; each call waits until BUDGET_S is nearly
+#      spent, then packs what finished. A later call on the same machine keeps waiting; on
+#      another machine the round resumes (`--resume`; see docs/cross-engine.md: the engines
+#      are rebuilt, recorded as engine epochs, and trial pairs that straddle machines read
+#      `confounded`);
+#   6. with FINISH=1: the tensor checksums, if the setup did not make them.
 # What comes back: run.tgz (the round's run directory) and logs.tgz; analysis, cross-engine
 # parity, archives and reports are made from run.tgz (docs/cross-engine.md has the commands).
 #
@@ -56,9 +59,13 @@ if [ ! -f "$LOG/setup.started" ]; then
     until ls "$CROSSBENCH_CACHE"/sources/*/.unpacked >/dev/null 2>&1; do sleep 2; done
     python3 -m crossbench fixtures make --shape qwen3-8b --hf >'"$LOG"'/fixtures.log 2>&1
     echo "fixtures_f16_hf_s=$(( $(date +%s) - s ))" >>'"$LOG"'/timing.txt
+    python3 -m crossbench fixtures verify-hf --shape qwen3-8b >'"$LOG"'/verify-hf.txt 2>&1
+    echo "verify_hf_exit=$? verify_hf_s=$(( $(date +%s) - s ))" >>'"$LOG"'/timing.txt
     wait $b; echo "build_exit=$? build_s=$(( $(date +%s) - s ))" >>'"$LOG"'/timing.txt
-    python3 -m crossbench fixtures make --shape qwen3-8b --quant Q4_K_M \
-      >>'"$LOG"'/fixtures.log 2>&1
+    if [ "'"${ROUND:-}"'" != 1 ]; then   # round 1 has no Q4_K_M cell
+      python3 -m crossbench fixtures make --shape qwen3-8b --quant Q4_K_M \
+        >>'"$LOG"'/fixtures.log 2>&1
+    fi
     echo "setup_exit=$? setup_s=$(( $(date +%s) - s ))" >>'"$LOG"'/timing.txt
     touch '"$LOG"'/setup.done' </dev/null >"$LOG/setup.out" 2>&1 &
   say "background setup started"
@@ -97,20 +104,28 @@ if [ -n "${ROUND:-}" ] && [ -n "$vprefix" ] && wait_setup; then
             --skip n=1 --skip n=3 --skip n=6 --skip n=8) ;;
     *) say "unknown ROUND $ROUND"; exit 2 ;;
   esac
-  resume=(); [ -f "$RUN/state.json" ] && resume=(--resume)
-  run_s=$(( $(left) - 40 ))
-  if [ "$run_s" -gt 60 ]; then
-    say "round $ROUND: matrix for $run_s s"
-    timeout -s INT "$run_s" python3 -m crossbench matrix matrices/h200-cross.yaml --out "$RUN" \
-      "${resume[@]}" "${sel[@]}" --progress plain >>"$LOG/matrix-round$ROUND.log" 2>&1
-    say "matrix exit $?"
-    cb status "$RUN" >"$LOG/status-round${ROUND}.txt" 2>&1
+  # The matrix runs in its own process session: it outlives this call, so no trial is cut at
+  # a call's end (a vLLM start alone takes minutes). Each call waits while it runs and then
+  # packs what has finished; the last call packs what finished before the lease ended.
+  if ! pgrep -f "crossbench matrix matrices/h200-cross.yaml" >/dev/null \
+      && [ ! -f "$LOG/matrix-round$ROUND.exit" ]; then
+    resume=""; [ -f "$RUN/state.json" ] && resume=--resume
+    say "round $ROUND: matrix started in the background $resume"
+    setsid bash -c 'python3 -m crossbench matrix matrices/h200-cross.yaml --out "$0" $1 \
+        "${@:2}" --progress plain >>'"$LOG"'/matrix-round'"$ROUND"'.log 2>&1
+      echo "matrix_exit=$?" >'"$LOG"'/matrix-round'"$ROUND"'.exit' \
+      "$RUN" "$resume" "${sel[@]}" </dev/null >/dev/null 2>&1 &
   fi
+  until [ -f "$LOG/matrix-round$ROUND.exit" ] || [ "$(left)" -le "${PACK_S:-25}" ]; do
+    sleep 5; done
+  say "round $ROUND: $(cat "$LOG/matrix-round$ROUND.exit" 2>/dev/null || echo running)"
+  cb status "$RUN" >"$LOG/status-round${ROUND}.txt" 2>&1
 fi
 
-# 6. finish: the tensor checksums of both weight files (the analysis, archives and reports are
-#    made from run.tgz on any machine: every figure is re-derived from the raw records)
-if [ -n "${FINISH:-}" ] && wait_setup; then
+# 6. finish: the tensor checksums of both weight files (also made by the background setup
+#    while nvcc builds; the analysis, archives and reports are made from run.tgz on any
+#    machine: every figure is re-derived from the raw records)
+if [ -n "${FINISH:-}" ] && wait_setup && [ ! -s "$LOG/verify-hf.txt" ]; then
   cb fixtures verify-hf --shape qwen3-8b >"$LOG/verify-hf.txt" 2>&1
   say "verify-hf exit $?"
 fi
