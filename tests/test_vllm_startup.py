@@ -3,6 +3,7 @@ profiles' ``log_formats``, read from the 0.33.0 and 0.10.2 wheels)."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -121,3 +122,49 @@ def test_unrelated_lines_give_no_facts() -> None:
     f = startup_log.parse("(APIServer pid=1) INFO 01-01 00:00:00 [x.py:1] Route: /health\n"
                           "Traceback (most recent call last):\n")
     assert f.version is None and f.kv_cache_tokens is None and f.lines == {}
+
+
+@pytest.mark.parametrize("version", ["0.33.0", "0.26.0", "0.10.2"])
+def test_compile_cache_formats_of_every_wheel(version: str) -> None:
+    """Each release's own cache messages: a module's directory, then a hit or a miss."""
+    formats = profile_for(version).log_formats["compile_cache"]
+
+    def line(fmt: str, text: str) -> str:
+        """``fmt`` filled: its last ``%s`` with ``text``, other ``%s`` empty, floats 1.5."""
+        specs = re.findall(r"%(?:\.\d+)?([sf])", fmt)
+        last = max((i for i, k in enumerate(specs) if k == "s"), default=-1)
+        args = [1.5 if k == "f" else (text if i == last else "") for i, k in enumerate(specs)]
+        return startup_log.log_line(startup_log.render_message(fmt, *args), "x", 7)[0]
+
+    cache_dir = next(f for f in formats if "cache directory" in f)
+    hits = [f for f in formats if "Directly load" in f]
+    misses = [f for f in formats if "Compiling a graph" in f]
+    assert hits and misses
+    for hit in hits:
+        text = "\n".join([line(cache_dir, "/c/rank_0_0/backbone"), line(hit, "(1, 8192)")])
+        f = startup_log.parse(text)
+        assert (f.compile_cache, f.compile_cache_modules) == ("hit", {"backbone": "hit"}), text
+    for miss in misses:
+        text = "\n".join([line(cache_dir, "/c/rank_0_0/draft_model"),
+                          line(miss, "(1, 8192)")])
+        f = startup_log.parse(text)
+        assert (f.compile_cache, f.compile_cache_modules) == ("miss", {"draft_model": "miss"})
+
+
+def test_compile_cache_on_the_h200_cold_and_warm() -> None:
+    """vLLM 0.26.0 on the H200 (2026-12-01): the first start of a draft_model configuration
+    compiled target and draft (65 s), a later start of the same configuration loaded both
+    from the cache (7 s)."""
+    cold = startup_log.parse((DATA / "startup-0.26.0-h200-draft.log").read_text())
+    assert cold.compile_cache == "miss"
+    assert cold.compile_cache_modules == {"backbone": "miss", "draft_model": "miss"}
+    warm = startup_log.parse((DATA / "startup-0.26.0-h200-draft-cache-hit.log").read_text())
+    assert warm.compile_cache == "hit"
+    assert warm.compile_cache_modules == {"backbone": "hit", "draft_model": "hit"}
+    assert warm.compile_s is not None and cold.compile_s is not None
+    assert warm.compile_s < cold.compile_s / 5
+    mixed = startup_log.parse("\n".join(
+        (DATA / "startup-0.26.0-h200-draft-cache-hit.log").read_text().splitlines()[:60]
+        + [ln for ln in (DATA / "startup-0.26.0-h200-draft.log").read_text().splitlines()
+           if "draft_model for vLLM" in ln or "takes 13." in ln]))
+    assert mixed.compile_cache == "partial"

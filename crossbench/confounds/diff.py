@@ -84,6 +84,10 @@ BENIGN: tuple[tuple[str, str], ...] = (
     ("engine.startup.engine_init_s", "a start-up duration, not a setting"),
     ("engine.startup.compile_s", "a start-up duration (short when the compile cache hits), "
      "not a setting"),
+    ("engine.startup.compile_cache", "whether torch.compile's cache held the configuration: "
+     "changes the start-up time, not the compiled code"),
+    ("engine.startup.compile_cache_modules.*", "the compile cache per module: changes the "
+     "start-up time, not the compiled code"),
     ("crossbench.argv", _DERIVED),
     ("*timeout_s", "a time limit, not a speed setting"),
     ("run.trials", "number of trials: changes precision, not speed"),

@@ -54,6 +54,8 @@ LOG_ANCHORS: dict[str, tuple[str, ...]] = {
                          "Async scheduling not supported with",
                          "Async scheduling will be disabled"),
     "engine_init": ("init engine (profile, create kv cache, warmup model) took",),
+    "compile_cache": ("for vLLM's torch.compile", "Directly load the compiled graph",
+                      "Compiling a graph for"),
 }
 
 _METRIC_FILES = ("vllm/v1/metrics/loggers.py", "vllm/v1/spec_decode/metrics.py")

@@ -26,7 +26,17 @@ sources (``log_formats`` in ``engines/vllm/X.Y.Z.yaml``; formats of 0.33.0 in br
   ``async_scheduling: false`` on both;
 - ``engine_init_s``, ``compile_s``: ``init engine (profile, create kv cache, warmup model)
   took %.2f s (compilation: %.2f s)``: start-up spent in the engine, and in torch.compile
-  (near zero when the compile cache already holds this configuration).
+  (near zero when the compile cache already holds this configuration);
+- ``compile_cache`` (``hit``, ``miss`` or ``partial``) and ``compile_cache_modules`` (each
+  compiled module, e.g. ``backbone`` and ``draft_model``, with ``hit``/``miss``):
+  ``Using cache directory: %s for vLLM's torch.compile`` names the module (the folder's last
+  part), then ``Directly load the compiled graph(s) for compile range %s from the cache, took
+  %.3f s`` is a hit and ``Compiling a graph for compile range %s takes %.2f s`` a miss
+  (0.10: ``for shape %s`` / ``for dynamic shape``). A
+  start whose modules all hit skips torch.compile (seen on the H200: 5 s instead of 65 s);
+  the cache lives in ``VLLM_CACHE_ROOT`` (default ``~/.cache/vllm``), so it stays warm across
+  starts on one machine, and an ``env: {VLLM_CACHE_ROOT: ...}`` on a kept volume keeps it
+  across machines.
 
 Every line of vLLM's log starts ``(PROCESS pid=N) LEVEL MM-DD HH:MM:SS [file.py:line]``; the
 regular expressions below search whole lines, so the prefix does not matter.
@@ -60,6 +70,9 @@ _SCHED = re.compile(r"max_num_scheduled_tokens is set to (\d+) based on the spec
 _GRAPHS = re.compile(r"Graph capturing finished in (\d+) secs, took ([\d.]+) GiB")
 _ASYNC = re.compile(r"Asynchronous scheduling is (enabled|disabled)\.")
 _ASYNC_OFF = re.compile(r"Async scheduling (?:is disabled|not supported|will be disabled)")
+_CACHE_DIR = re.compile(r"Using cache directory: (\S+) for vLLM's torch\.compile")
+_CACHE_HIT = re.compile(r"Directly load the compiled graph\(s\) for .* from the cache")
+_CACHE_MISS = re.compile(r"Compiling a graph for .* takes [\d.]+ s")
 _INIT = re.compile(r"init engine \(profile, create kv cache, warmup model\) took ([\d.]+) s"
                    r"(?: \(compilation: ([\d.]+) s)?")
 
@@ -85,6 +98,8 @@ class StartupFacts:
     async_scheduling: str | None = None
     engine_init_s: float | None = None
     compile_s: float | None = None
+    compile_cache: str | None = None
+    compile_cache_modules: dict[str, str] = field(default_factory=dict)
     lines: dict[str, str] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
@@ -95,13 +110,24 @@ class StartupFacts:
 def parse(text: str) -> StartupFacts:
     """Facts of one start-up (pass the log from the start of this server's output)."""
     f = StartupFacts()
+    module: list[str] = ["model"]  # the module the last "Using cache directory" named
     for line in text.splitlines():
-        _parse_line(f, line.rstrip())
+        _parse_line(f, line.rstrip(), module)
+    if f.compile_cache_modules:
+        seen = set(f.compile_cache_modules.values())
+        f.compile_cache = seen.pop() if len(seen) == 1 else "partial"
     return f
 
 
-def _parse_line(f: StartupFacts, line: str) -> None:
-    if m := _VERSION.search(line):
+def _parse_line(f: StartupFacts, line: str, module: list[str]) -> None:
+    if m := _CACHE_DIR.search(line):
+        module[0] = m.group(1).rstrip("/").rsplit("/", 1)[-1]
+        f.lines["compile_cache_dir"] = line
+    elif _CACHE_HIT.search(line):
+        f.compile_cache_modules.setdefault(module[0], "hit")
+    elif _CACHE_MISS.search(line):
+        f.compile_cache_modules[module[0]] = "miss"  # one miss of a module's ranges: a miss
+    elif m := _VERSION.search(line):
         f.version, f.lines["version"] = m.group(1), line
         f.model = m.group(2) or f.model
     elif m := _LOGO_VERSION.search(line):
