@@ -126,6 +126,15 @@ class EngineServer(ABC):
         "timings_per_token": True}``."""
         return {}
 
+    def reset_cache(self) -> dict[str, Any]:
+        """Empty what a running server keeps from earlier requests (its prompt or prefix
+        cache), so that a trial on a reused server starts as a fresh one would. Returns a
+        record for the trial: ``method`` (what was done, ``"none"`` when nothing could be),
+        ``ok``, and the engine's own figures (e.g. tokens erased). The default does nothing
+        and says so."""
+        return {"method": "none", "ok": False,
+                "reason": f"{self.kind or 'this engine'} has no cache reset in crossbench"}
+
     def __enter__(self) -> EngineServer:
         self.start()
         try:

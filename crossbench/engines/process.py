@@ -81,6 +81,18 @@ def http_get(url: str, timeout: float = 5.0,
         return int(e.code), e.read()
 
 
+def http_post(url: str, timeout: float = 10.0,
+              headers: Mapping[str, str] | None = None) -> tuple[int, bytes]:
+    """POST an empty body to a URL; (status, body). Connection errors raise OSError."""
+    request = urllib.request.Request(url, data=b"", method="POST",
+                                     headers=dict(headers or {}))
+    try:
+        with urllib.request.urlopen(request, timeout=timeout) as r:
+            return int(r.status), r.read()
+    except urllib.error.HTTPError as e:
+        return int(e.code), e.read()
+
+
 class LocalServer(EngineServer):
     """An engine run as crossbench's child process on ``host:port``: its log, URL and pid, the
     spawn (own session, dies with crossbench, output appended to the log, its API key in its

@@ -133,6 +133,9 @@ class LlamaServerConfig(_Strict, ApiKeySettings):
     threads: int | None = Field(None, ge=1, description="`-t`: generation threads.")
     threads_batch: int | None = Field(None, ge=1, description="`-tb`: prompt threads.")
     seed: int | None = Field(None, description="`-s`: server RNG seed.")
+    slot_save_path: Path | None = Field(
+        None, description="`--slot-save-path`: enables the slot actions; crossbench sets it "
+        "(to the run directory) when trials reuse a server, to erase every slot between them.")
     spec: LlamaSpecConfig = Field(default_factory=LlamaSpecConfig,
                                   description="Speculative decoding settings.")
     extra_args: list[str] = Field(

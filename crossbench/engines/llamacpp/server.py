@@ -25,6 +25,7 @@ from crossbench.engines.llamacpp.profile import (
 from crossbench.engines.process import (
     LocalServer,
     http_get,
+    http_post,
     log_tail,
     port_in_use,
 )
@@ -197,6 +198,7 @@ class LlamaServer(LocalServer):
             ("n_gpu_layers", cfg.n_gpu_layers), ("flash_attn", cfg.flash_attn),
             ("cache_type_k", cfg.cache_type_k), ("cache_type_v", cfg.cache_type_v),
             ("threads", cfg.threads), ("threads_batch", cfg.threads_batch), ("seed", cfg.seed),
+            ("slot_save_path", cfg.slot_save_path),
         ]
         if spec.enabled:
             rules = prof.methods.get(spec.type, {})
@@ -279,6 +281,33 @@ class LlamaServer(LocalServer):
             return {}
         data: dict[str, Any] = json.loads(body)
         return data
+
+    def reset_cache(self) -> dict[str, Any]:
+        """Erase every slot's cached prompt (``POST /slots/ID?action=erase``, which
+        llama-server allows only with ``--slot-save-path``): a reused server then holds no
+        earlier request's KV cache. Records the slots and the tokens erased."""
+        if self.config.slot_save_path is None:
+            return {"method": "none", "ok": False,
+                    "reason": "llama-server erases slots only with --slot-save-path: set "
+                              "slot_save_path (crossbench does when trials reuse a server)"}
+        slots = int(self.props().get("total_slots") or self.config.parallel)
+        erased, errors = 0, []
+        for i in range(slots):
+            try:
+                status, body = http_post(f"{self.base_url}/slots/{i}?action=erase",
+                                         headers=self.auth_headers())
+            except OSError as e:
+                errors.append(f"slot {i}: {e}")
+                continue
+            if status != 200:
+                errors.append(f"slot {i}: HTTP {status} {body[:200]!r}")
+                continue
+            erased += int(json.loads(body).get("n_erased") or 0)
+        out: dict[str, Any] = {"method": "slot-erase", "ok": not errors, "slots": slots,
+                               "tokens_erased": erased}
+        if errors:
+            out["errors"] = errors
+        return out
 
     def warnings(self) -> list[str]:
         """The config's warnings (a host reachable from the network)."""

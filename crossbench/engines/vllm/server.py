@@ -29,6 +29,7 @@ from crossbench.engines.base import EngineIdentity, MetricsSnapshot
 from crossbench.engines.process import (
     LocalServer,
     http_get,
+    http_post,
     log_tail,
     port_in_use,
 )
@@ -163,6 +164,27 @@ class VllmServer(LocalServer):
                                     "machine), or set binary: /path/to/vllm")
                 self._binary = Path(found)
         return self._binary
+
+    def reset_cache(self) -> dict[str, Any]:
+        """``POST /reset_prefix_cache``, which vLLM serves only with ``VLLM_SERVER_DEV_MODE=1``
+        (set it in ``env``; crossbench does when trials reuse a server). With prefix caching
+        off there is nothing to reset, and the record says so."""
+        if self.config.enable_prefix_caching is False:
+            return {"method": "none-needed", "ok": True, "reason": "prefix caching is off"}
+        if self.base_environment().get("VLLM_SERVER_DEV_MODE") != "1":
+            return {"method": "none", "ok": False,
+                    "reason": "vLLM serves /reset_prefix_cache only in dev mode: set env "
+                              "VLLM_SERVER_DEV_MODE: '1', or enable_prefix_caching: false"}
+        try:
+            status, body = http_post(self.base_url + "/reset_prefix_cache",
+                                     headers=self.auth_headers())
+        except OSError as e:
+            return {"method": "reset_prefix_cache", "ok": False, "error": str(e)}
+        ok = status == 200 and bool(json.loads(body or b"{}").get("success"))
+        out: dict[str, Any] = {"method": "reset_prefix_cache", "ok": ok}
+        if not ok:
+            out["error"] = f"HTTP {status} {body[:200]!r}"
+        return out
 
     def warnings(self) -> list[str]:
         """The config's warnings (a host reachable from the network)."""

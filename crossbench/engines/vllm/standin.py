@@ -277,6 +277,8 @@ class StandinVllm:
         self.app.router.add_get("/metrics", self.prometheus)
         self.app.router.add_post("/v1/completions", self.completions)
         self.app.router.add_post("/v1/chat/completions", self.chat)
+        if os.environ.get("VLLM_SERVER_DEV_MODE") == "1":  # as vLLM: dev routes only then
+            self.app.router.add_post("/reset_prefix_cache", self.reset_prefix_cache)
 
     @web.middleware
     async def authenticate(self, request: web.Request, handler: Any) -> web.StreamResponse:
@@ -293,6 +295,12 @@ class StandinVllm:
     async def health(self, _: web.Request) -> web.Response:
         """vLLM's ``/health``: 200 with an empty body once serving."""
         return web.Response(status=200, headers={"X-Crossbench-Standin": "1"})
+
+    async def reset_prefix_cache(self, _: web.Request) -> web.Response:
+        """vLLM's dev-mode ``POST /reset_prefix_cache``: the stand-in caches nothing."""
+        print(startup_log.log_line("Resetting prefix cache...", "serve", os.getpid())[0],
+              flush=True)
+        return web.json_response({"success": True})
 
     async def version(self, _: web.Request) -> web.Response:
         """vLLM's ``/version``."""
