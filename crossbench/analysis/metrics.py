@@ -46,6 +46,14 @@ class RequestFigures:
     token_ids: tuple[int, ...] | None
     #: (characters, tokens) of ``text`` at the end of each content chunk, cumulative
     chunk_ends: tuple[tuple[int, int], ...] | None = None
+    #: the trial whose server start served this request: the trial itself, unless trials
+    #: reused one server (``server_start`` in the record); trials of one start share its state
+    start: int | None = None
+
+    @property
+    def server_start(self) -> int:
+        """The server start that served this request (its trial when none is recorded)."""
+        return self.trial if self.start is None else self.start
 
     def tokens_before(self, char: int) -> int | None:
         """Tokens that lie wholly before character ``char`` of the text (from chunk ends)."""
@@ -98,7 +106,8 @@ def request_figures(records: Iterable[Mapping[str, Any]]
             tokens=m["tokens"], rate_tok_s=m["rate_tok_s"], decode_ms=m["decode_ms"],
             e2e_ms=m["e2e_ms"], ttft_ms=m["ttft_ms"], max_tokens=r.get("max_tokens"),
             text=r.get("text"), token_ids=tuple(ids) if isinstance(ids, list) else None,
-            chunk_ends=_chunk_ends(r)))
+            chunk_ends=_chunk_ends(r),
+            start=int(r["server_start"]) if r.get("server_start") is not None else None))
     return out, counts
 
 

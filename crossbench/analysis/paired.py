@@ -13,7 +13,7 @@ by category) and trials, crossed (``stats.py``). The verdict comes from ``stats.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -67,10 +67,13 @@ class StatsOptions:
                    strata=str(o.get("strata", "category")))
 
 
-def design(opts: StatsOptions, categories: list[str], trials: list[int] | None) -> str:
+def design(opts: StatsOptions, categories: list[str], trials: Sequence[object] | None,
+           reused: bool = False) -> str:
     """The resampling design that made an interval, in words, e.g. ``prompts x trials,
-    stratified by category (6)``."""
-    clusters = "prompts x trials" if trials is not None and len(set(trials)) > 1 \
+    stratified by category (6)``, or ``prompts x server starts`` when trials reused a
+    server."""
+    unit = "server starts" if reused else "trials"
+    clusters = f"prompts x {unit}" if trials is not None and len(set(trials)) > 1 \
         else "prompts"
     cats = len(set(categories))
     if opts.strata == "category" and cats > 1:
@@ -123,28 +126,38 @@ Ratio = Callable[[RequestFigures, RequestFigures], "float | None"]
 
 def summarize_speedup(p: Paired, ratio: Ratio, opts: StatsOptions) -> dict[str, Any]:
     """Geometric mean, median, interval, net-loss share, counts and verdict of one ratio."""
-    values, prompts, cats, trials = [], [], [], []
+    values, prompts, cats, starts = [], [], [], []
     for s, b in zip(p.spec, p.base, strict=True):
         r = ratio(s, b)
         if r is not None and r > 0:
             values.append(r)
             prompts.append(s.prompt_id)
             cats.append(s.category)
-            trials.append(s.trial)
-    return speedup_of(np.asarray(values, dtype=float), prompts, cats, opts, trials)
+            # the unit of the trial draw is the pair of server starts: trials that reused a
+            # server share its state, so they move together and never count as restarts
+            starts.append((s.server_start, b.server_start))
+    reused = any(s.start is not None and s.start != s.trial for s in p.spec + p.base)
+    out = speedup_of(np.asarray(values, dtype=float), prompts, cats, opts, starts,
+                     reused=reused)
+    if reused:
+        out["n_trials"] = len({s.trial for s in p.spec})
+        out["n_server_starts"] = len(set(starts))
+    return out
 
 
 def speedup_of(ratios: stats.FloatArray, prompts: list[str], categories: list[str],
-               opts: StatsOptions, trials: list[int] | None = None) -> dict[str, Any]:
+               opts: StatsOptions, trials: Sequence[object] | None = None,
+               reused: bool = False) -> dict[str, Any]:
     """The speedup object of the analysis for paired ratios (see the module docstring);
-    ``trials`` (each ratio's trial) lets the interval resample trials too."""
+    ``trials`` (each ratio's trial, or its pair of server starts) lets the interval resample
+    them too; ``reused``: some trials shared a server start, so the draw is over starts."""
     n = int(ratios.size)
     n_prompts = len(set(prompts))
     out: dict[str, Any] = {"geomean": None, "median": None, "ci95": None,
                            "ci_level": opts.level, "net_loss_share": None, "n_samples": n,
                            "n_prompts": n_prompts,
                            "n_trials": len(set(trials)) if trials is not None else None,
-                           "design": design(opts, categories, trials)}
+                           "design": design(opts, categories, trials, reused)}
     ci = None
     if n:
         logs = np.log(ratios)

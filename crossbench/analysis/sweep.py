@@ -121,7 +121,7 @@ def joint_log_speedups(members: list[dict[str, Any]], cells: dict[str, CellData]
             if r is not None and r > 0:
                 vals.append(float(np.log(r)))
                 prompts.append(s.prompt_id)
-                trials.append(s.trial)
+                trials.append(s.server_start)  # trials of one server start move together
         if not vals:
             return None
         groups.append((np.asarray(vals), prompts, trials))
