@@ -248,6 +248,39 @@ class Cell:
     model_refs: dict[str, str] = field(default_factory=dict)
 
 
+@dataclass(frozen=True)
+class TrialWork:
+    """What one trial of a cell asks of the engine: its load with the defaults filled in."""
+
+    requests: int
+    output_tokens: int
+    """Measured requests x ``max_tokens``: exact with ``ignore_eos``, at most that without."""
+    warmup_requests: int
+    warmup_tokens: int
+    """Warm-up requests x ``warmup_max_tokens`` (default ``max_tokens``)."""
+
+
+def trial_work(load: dict[str, Any], field: str = "load") -> TrialWork:
+    """Requests and output tokens of one trial with ``load`` (a cell's or a recorded run's
+    load settings); the one count behind `validate`'s duration estimate and `plan`'s decode
+    times. Keys that are not load settings are ignored (a recorded load of another version);
+    a bad value is a :class:`UserError` naming ``field``."""
+    known = {k: v for k, v in load.items() if k in LoadSettings.model_fields}
+    try:
+        s = LoadSettings.model_validate(known)
+    except ValidationError as e:
+        loc, _, msg = first_validation_error(e)
+        raise UserError(f"{field}.{loc}: {msg}", f"fix `{field}.{loc}`") from None
+    warm = s.warmup_max_tokens if s.warmup_max_tokens is not None else s.max_tokens
+    return TrialWork(s.requests, s.requests * s.max_tokens, s.warmup, s.warmup * warm)
+
+
+def decode_estimate_s(m: Matrix, output_tokens: float) -> float | None:
+    """Seconds to decode ``output_tokens`` at the matrix's ``estimate_tok_s`` (None without
+    one): an assumed rate, never a measurement."""
+    return output_tokens / m.estimate_tok_s if m.estimate_tok_s else None
+
+
 def load_matrix(path: Path) -> Matrix:
     """Read and validate a matrix file; errors name the field and the fix.
 
