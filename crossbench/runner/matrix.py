@@ -230,8 +230,9 @@ class Matrix(_Strict):
                                 "per trial (NVML, to cells/<id>/telemetry/tK.csv); 0 = off.")
     thermal_gate: ThermalGate | None = Field(None, description="Optional wait for the GPUs to "
                                              "cool before each trial (recorded per trial).")
-    estimate_tok_s: float | None = Field(None, gt=0, description="Expected decode rate, only "
-                                         "for the duration estimate of `validate`.")
+    estimate_tok_s: float | None = Field(None, gt=0, description="Expected decode rate, an "
+                                         "assumption for the duration estimates of `validate` "
+                                         "and of `plan` (for engines no run measured).")
     out: str | None = Field(None, description="Default output directory.")
 
 
@@ -258,6 +259,7 @@ class TrialWork:
     warmup_requests: int
     warmup_tokens: int
     """Warm-up requests x ``warmup_max_tokens`` (default ``max_tokens``)."""
+    concurrency: int
 
 
 def trial_work(load: dict[str, Any], field: str = "load") -> TrialWork:
@@ -272,7 +274,8 @@ def trial_work(load: dict[str, Any], field: str = "load") -> TrialWork:
         loc, _, msg = first_validation_error(e)
         raise UserError(f"{field}.{loc}: {msg}", f"fix `{field}.{loc}`") from None
     warm = s.warmup_max_tokens if s.warmup_max_tokens is not None else s.max_tokens
-    return TrialWork(s.requests, s.requests * s.max_tokens, s.warmup, s.warmup * warm)
+    return TrialWork(s.requests, s.requests * s.max_tokens, s.warmup, s.warmup * warm,
+                     s.concurrency)
 
 
 def decode_estimate_s(m: Matrix, output_tokens: float) -> float | None:

@@ -24,13 +24,13 @@ Timings, per engine kind, come from recorded runs (``--from``): each finished tr
 (``other``) are paid per server start; warm-up and the metrics scrapes (``scrape_write``)
 per trial; the measured phase becomes a rate, requested output tokens per second at the
 cell's concurrency, so a matrix of other request counts or lengths scales. ``other`` is per
-start because what fills it happens once per server: the harness asks a new vLLM server
-object for ``vllm --version`` (about 20 s on the H200 in round 1, in every trial but a
-session's first); nothing records it per phase, so a different cause would be counted the
-same way. Without a recorded run
-for an engine, the plan falls back to assumptions and says so: the engine's registered
-start-up (:func:`crossbench.engines.registry.planning_startup_s`, or ``--startup``) and the
-matrix's ``estimate_tok_s`` (the same estimate as ``crossbench validate``).
+start because what filled it on the H200 (about 20 s of vLLM's trials in round 1, all but a
+cell's first) happens once per server object: by the code path, not timed on its own, the
+``props()`` of each new vLLM server object runs ``vllm --version`` (cached per object only).
+Without a recorded run for an engine, the plan falls back to assumptions and says so: the
+engine's registered start-up (:func:`crossbench.engines.registry.planning_startup_s`, or
+``--startup``) and the matrix's ``estimate_tok_s`` (the same estimate as ``crossbench
+validate``).
 
 Means, not medians, by default: a plan adds time up, and the expected sum of N trials is N
 times the mean; the median under-counts a right-skewed start-up (vLLM on the H200 in round
@@ -148,7 +148,7 @@ class EngineTimings:
     rates: dict[int, Figure]
     """Decode rate by concurrency: requested output tokens per second of the measured phase."""
     estimate: Figure | None = None
-    """The matrix's ``estimate_tok_s`` (assumed), for a concurrency no run measured."""
+    """The matrix's ``estimate_tok_s`` (assumed): the rate when no run measured the engine."""
 
     @property
     def start_s(self) -> float:
@@ -249,8 +249,7 @@ def _seconds(value: Any) -> float | None:
     return v if math.isfinite(v) and v >= 0 else None
 
 
-def _trial(kind: str, concurrency: int, work: TrialWork,
-           entry: Any) -> RecordedTrial | None:
+def _trial(kind: str, work: TrialWork, entry: Any) -> RecordedTrial | None:
     """A trial's phases, or None when it has none usable."""
     phases = entry.get("phase_s") if isinstance(entry, dict) else None
     if not isinstance(phases, dict):
@@ -258,7 +257,7 @@ def _trial(kind: str, concurrency: int, work: TrialWork,
     got = {k: _seconds(phases.get(k)) for k in PHASES}
     if any(got[k] is None for k in ("warmup", "measured", "total")) or not got["measured"]:
         return None
-    return RecordedTrial(kind, concurrency, work.output_tokens, got["startup"],
+    return RecordedTrial(kind, work.concurrency, work.output_tokens, got["startup"],
                          got["stop"] or 0.0, got["warmup"] or 0.0, got["scrape_write"] or 0.0,
                          got["measured"] or 0.0, got["total"] or 0.0)
 
@@ -277,17 +276,18 @@ def read_recorded(paths: Sequence[Path]) -> Recorded:
         with open_run(path) as frames:
             for cell in frames.run.cells:
                 kind = str(cell.config.get("engine") or cell.coords.get("engine") or "?")
+                entries = cell.manifest.get("trials")
+                entries = entries if isinstance(entries, list) else []
                 try:
                     work = trial_work(cell.load, f"{cell.id}: load")
-                except UserError:
-                    out.without_phases += len(cell.manifest.get("trials") or [])
+                except UserError:  # a damaged recorded load: its trials measure nothing
+                    out.without_phases += len(entries)
                     continue
-                conc = int(cell.load.get("concurrency") or cell.coords.get("concurrency") or 1)
-                for entry in cell.manifest.get("trials") or []:
+                for entry in entries:
                     if not isinstance(entry, dict) or entry.get("status") != "ok":
                         out.failed += 1
                         continue
-                    t = _trial(kind, conc, work, entry)
+                    t = _trial(kind, work, entry)
                     if t is None:
                         out.without_phases += 1
                         continue
@@ -425,7 +425,8 @@ def probe_selection(cells: list[Cell], probes: int,
     for sweep in _sweeps(cells):
         if len(sweep) <= probes:
             continue
-        picks = {round(i * (len(sweep) - 1) / (probes - 1)) for i in range(probes)}
+        picks = {math.floor(i * (len(sweep) - 1) / (probes - 1) + 0.5)  # half up
+                 for i in range(probes)}
         rest = [c for i, c in enumerate(sweep) if i not in picks]
         follow = rest[:follow_ups]
         n_probes += len(picks)
@@ -453,6 +454,7 @@ def make_plan(m: Matrix, cells: list[Cell], rec: Recorded | None,
               opts: PlanOptions | None = None) -> Plan:
     """Expected GPU time of each design, per engine id of the matrix and in total."""
     opts = opts or PlanOptions()
+    work = {c.id: trial_work(c.load) for c in cells}  # a bad load is named before anything
     timings, notes = engine_timings(m, cells, rec, opts)
     trials = m.trials
     block = min(opts.block or trials, trials)
@@ -461,10 +463,10 @@ def make_plan(m: Matrix, cells: list[Cell], rec: Recorded | None,
     costs: dict[str, tuple[float, float]] = {}  # cell id -> (per start, per trial) seconds
     for c in cells:
         t = timings[c.engine_kind]
-        rate, note = t.rate(int(c.coords["concurrency"]))
+        rate, note = t.rate(work[c.id].concurrency)
         if note:
             rate_notes[note] = None
-        per_trial = t.warmup.value + t.scrapes.value + trial_work(c.load).output_tokens / rate
+        per_trial = t.warmup.value + t.scrapes.value + work[c.id].output_tokens / rate
         costs[c.id] = (t.start_s, per_trial)
     shape = {"naive": (float(trials), trials), "reuse": (float(trials), math.ceil(trials / block)),
              "sequential": (seq, math.ceil(seq / block)),
@@ -488,7 +490,7 @@ def make_plan(m: Matrix, cells: list[Cell], rec: Recorded | None,
         notes.append("the matrix sets fresh_server: false: it keeps a server across a cell's "
                      "trials already, so naive over-counts what it will run")
     if rec is not None:
-        notes += _recorded_notes(m, rec)
+        notes += _recorded_notes(m, cells, rec)
     return Plan(m.study.name, len(cells), trials, rows, timings, assumptions, notes)
 
 
@@ -522,8 +524,15 @@ def _assumptions(m: Matrix, cells: list[Cell], timings: dict[str, EngineTimings]
     return out
 
 
-def _recorded_notes(m: Matrix, rec: Recorded) -> list[str]:
+def _recorded_notes(m: Matrix, cells: list[Cell], rec: Recorded) -> list[str]:
     notes = []
+    for kind in sorted(rec.trials):
+        have = rec.models.get(kind, set())
+        planned = dict.fromkeys(c.model_refs.get("model", "") for c in cells
+                                if c.engine_kind == kind)
+        for ref in [r for r in planned if r and have and r not in have]:
+            notes.append(f"{kind}: target {ref} was not measured: its cells take the timings of "
+                         f"{', '.join(sorted(have))}")
     for kind in sorted(rec.trials):
         gpus, models = sorted(rec.gpus.get(kind, ())), sorted(rec.models.get(kind, ()))
         notes.append(f"{kind} measured on {', '.join(gpus) or 'an unrecorded GPU'} with "
@@ -577,7 +586,7 @@ def format_plan(plan: Plan, source: str) -> str:
                                for k in ("start-up", "stop", "other"))
         per_trial = " + ".join(f"{k} {f[k].value:.1f} s {mark(f[k])}"
                                for k in ("warm-up", "scrapes"))
-        lines.append(f"  {kind}: per server start {per_start}; per trial {per_trial} + "
+        lines.append(f"  {kind}: per server start: {per_start}; per trial: {per_trial} + "
                      f"decode ({rates})")
         shown = [*f.values(), *t.rates.values()]
         if not t.rates and t.estimate is not None:
