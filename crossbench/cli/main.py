@@ -13,6 +13,7 @@ from crossbench.cli import (
     export_cmd,
     fixtures_cmd,
     matrix_cmd,
+    plan_cmd,
     report_cmd,
     run_cmd,
 )
@@ -36,6 +37,7 @@ cli.add_command(demo_cmd.demo)
 cli.add_command(matrix_cmd.validate)
 cli.add_command(matrix_cmd.matrix)
 cli.add_command(matrix_cmd.status)
+cli.add_command(plan_cmd.plan)
 cli.add_command(doctor_cmd.doctor)
 cli.add_command(analyze_cmd.analyze)
 cli.add_command(analyze_cmd.compare)

@@ -28,15 +28,22 @@ def validate(matrix_file: Path, as_json: bool) -> None:
     baseline; each method's draft and n limits; every flag exists in the expected engine build;
     local model files exist. Nothing is started.
     """
-    from crossbench.runner.matrix import expand, load_matrix, schedule, validate_cells
+    from crossbench.runner.matrix import (
+        decode_estimate_s,
+        expand,
+        load_matrix,
+        schedule,
+        trial_work,
+        validate_cells,
+    )
 
     m = load_matrix(matrix_file)
     cells = expand(m, matrix_file)
     notes = validate_cells(m, cells, matrix_file)
     order = schedule(cells, m.trials, m.schedule.order, m.schedule.seed)
-    requests = sum(int(c.load.get("requests", 20)) for c in cells) * m.trials
-    tokens = sum(int(c.load.get("requests", 20)) * int(c.load.get("max_tokens", 256))
-                 for c in cells) * m.trials
+    work = [trial_work(c.load) for c in cells]
+    requests = sum(w.requests for w in work) * m.trials
+    tokens = sum(w.output_tokens for w in work) * m.trials
     if as_json:
         click.echo(json.dumps({
             "study": m.study.name, "trials": m.trials, "schedule": m.schedule.order,
@@ -50,10 +57,10 @@ def validate(matrix_file: Path, as_json: bool) -> None:
     for c in cells:
         pair = f"  vs {c.baseline}" if c.baseline else "  (baseline)"
         click.echo(f"  {c.id}{pair}")
-    if m.estimate_tok_s:
-        minutes = tokens / m.estimate_tok_s / 60
-        click.echo(f"estimated decode time: {minutes:.1f} min at {m.estimate_tok_s:g} tok/s "
-                   "(plus server start-up per run)")
+    decode_s = decode_estimate_s(m, tokens)
+    if decode_s is not None:
+        click.echo(f"estimated decode time: {decode_s / 60:.1f} min at {m.estimate_tok_s:g} "
+                   "tok/s (plus server start-up per run; `crossbench plan` adds it)")
     else:
         click.echo("estimated duration: unknown (set estimate_tok_s in the matrix)")
     for note in notes:

@@ -17,11 +17,13 @@ from crossbench.errors import UserError, first_validation_error
 _ENGINES: dict[str, tuple[str, str]] = {}
 _PREFIXES: dict[str, str] = {}
 _DECODE_HISTOGRAMS: dict[str, tuple[str, str] | None] = {}
+_PLANNING_STARTUP: dict[str, float | None] = {}
 
 
 def register(name: str, server: str, config: str,
              spec_metric_prefix: str = "llamacpp:spec_decode_",
-             decode_histograms: tuple[str, str] | None = None) -> None:
+             decode_histograms: tuple[str, str] | None = None,
+             planning_startup_s: float | None = None) -> None:
     """Register an engine: ``server`` and ``config`` are ``"module:Class"`` paths.
 
     ``spec_metric_prefix`` starts the names of the engine's speculative counters
@@ -30,17 +32,25 @@ def register(name: str, server: str, config: str,
     decode seconds from the first token to the last), when its metrics have them: their
     ``_sum``/``_count`` deltas over a trial give the server's own decode rate
     (see crossbench.analysis.summary.server_decode).
+    ``planning_startup_s`` is the server start (launch until ready) that
+    ``crossbench plan`` assumes when no run measured the engine: an assumption, always
+    labelled as one (crossbench.runner.plan); None leaves the start-up to ``--startup``.
     """
     _ENGINES[name] = (server, config)
     _PREFIXES[name] = spec_metric_prefix
     _DECODE_HISTOGRAMS[name] = decode_histograms
+    _PLANNING_STARTUP[name] = planning_startup_s
 
 
+# planning_startup_s: the H200 cross-engine round 1 (examples/h200-cross/round1, 8B F16
+# target) measured 2.7-4.6 s for llama-server and 63-143 s for vLLM 0.26 (CUDA graph capture
+# and compilation): the assumptions round those up, for plans made before any measurement.
 register("llama-server", "crossbench.engines.llamacpp.server:LlamaServer",
-         "crossbench.engines.llamacpp.config:LlamaServerConfig")
+         "crossbench.engines.llamacpp.config:LlamaServerConfig", planning_startup_s=5.0)
 register("vllm", "crossbench.engines.vllm.server:VllmServer",
          "crossbench.engines.vllm.config:VllmServerConfig", spec_metric_prefix="vllm:spec_decode_",
-         decode_histograms=("vllm:request_generation_tokens", "vllm:request_decode_time_seconds"))
+         decode_histograms=("vllm:request_generation_tokens", "vllm:request_decode_time_seconds"),
+         planning_startup_s=120.0)
 
 
 def spec_metric_prefix(name: str) -> str:
@@ -53,6 +63,13 @@ def decode_histograms(name: str) -> tuple[str, str] | None:
     """(generated-tokens histogram, decode-seconds histogram) of an engine, or None."""
     _entry(name)
     return _DECODE_HISTOGRAMS[name]
+
+
+def planning_startup_s(name: str) -> float | None:
+    """Seconds of server start and stop that a plan assumes for an engine nothing measured
+    (None: the engine registered no figure)."""
+    _entry(name)
+    return _PLANNING_STARTUP[name]
 
 
 def names() -> list[str]:

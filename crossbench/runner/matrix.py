@@ -230,8 +230,9 @@ class Matrix(_Strict):
                                 "per trial (NVML, to cells/<id>/telemetry/tK.csv); 0 = off.")
     thermal_gate: ThermalGate | None = Field(None, description="Optional wait for the GPUs to "
                                              "cool before each trial (recorded per trial).")
-    estimate_tok_s: float | None = Field(None, gt=0, description="Expected decode rate, only "
-                                         "for the duration estimate of `validate`.")
+    estimate_tok_s: float | None = Field(None, gt=0, description="Expected decode rate, an "
+                                         "assumption for the duration estimates of `validate` "
+                                         "and of `plan` (for engines no run measured).")
     out: str | None = Field(None, description="Default output directory.")
 
 
@@ -246,6 +247,41 @@ class Cell:
     load: dict[str, Any]
     baseline: str | None = None
     model_refs: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class TrialWork:
+    """What one trial of a cell asks of the engine: its load with the defaults filled in."""
+
+    requests: int
+    output_tokens: int
+    """Measured requests x ``max_tokens``: exact with ``ignore_eos``, at most that without."""
+    warmup_requests: int
+    warmup_tokens: int
+    """Warm-up requests x ``warmup_max_tokens`` (default ``max_tokens``)."""
+    concurrency: int
+
+
+def trial_work(load: dict[str, Any], field: str = "load") -> TrialWork:
+    """Requests and output tokens of one trial with ``load`` (a cell's or a recorded run's
+    load settings); the one count behind `validate`'s duration estimate and `plan`'s decode
+    times. Keys that are not load settings are ignored (a recorded load of another version);
+    a bad value is a :class:`UserError` naming ``field``."""
+    known = {k: v for k, v in load.items() if k in LoadSettings.model_fields}
+    try:
+        s = LoadSettings.model_validate(known)
+    except ValidationError as e:
+        loc, _, msg = first_validation_error(e)
+        raise UserError(f"{field}.{loc}: {msg}", f"fix `{field}.{loc}`") from None
+    warm = s.warmup_max_tokens if s.warmup_max_tokens is not None else s.max_tokens
+    return TrialWork(s.requests, s.requests * s.max_tokens, s.warmup, s.warmup * warm,
+                     s.concurrency)
+
+
+def decode_estimate_s(m: Matrix, output_tokens: float) -> float | None:
+    """Seconds to decode ``output_tokens`` at the matrix's ``estimate_tok_s`` (None without
+    one): an assumed rate, never a measurement."""
+    return output_tokens / m.estimate_tok_s if m.estimate_tok_s else None
 
 
 def load_matrix(path: Path) -> Matrix:

@@ -1,0 +1,602 @@
+"""Expected GPU time of a matrix under four designs, before it runs (``crossbench plan``).
+
+A design is a way of spending the GPU on the same cells; each adds one saving to the one
+above it:
+
+- **naive**: what ``crossbench matrix`` does with ``fresh_server: true``: every trial of
+  every cell starts its own server. Time = sum over trials of (start-up + stop + the rest of
+  a server's share + warm-up + metrics scrapes + measured decode).
+- **reuse**: one server start per block of ``block`` trials of a cell (default: all of a
+  cell's trials on one start), the cache reset and warm-up before every trial.
+- **sequential**: reuse, and a cell stops once its verdict is settled. How many trials that
+  takes depends on the effect sizes, unknown before the run: the plan uses an expected
+  number of trials per cell, by default the best case (every cell settles at
+  ``min_trials``); reuse is its worst case (every cell runs all its trials).
+- **probe-and-predict**: sequential, on fewer cells: of each n-sweep (the cells of one arm
+  differing only in n) only ``probes`` n are measured (the smallest, the largest and evenly
+  spaced ones between), the others predicted by the sweep's cost model; baselines and cells
+  outside sweeps are all measured. An allowance of ``follow_ups`` cells per sweep is added
+  for predictions whose interval straddles 1 (see :data:`FOLLOW_UPS`).
+
+Timings, per engine kind, come from recorded runs (``--from``): each finished trial's
+``phase_s`` in its cell's manifest, read with the project's run reader
+(:func:`crossbench.open_run`). Start-up, stop and the trial's time outside every named phase
+(``other``) are paid per server start; warm-up and the metrics scrapes (``scrape_write``)
+per trial; the measured phase becomes a rate, requested output tokens per second at the
+cell's concurrency, so a matrix of other request counts or lengths scales. ``other`` is per
+start because what filled it on the H200 (about 20 s of vLLM's trials in round 1, all but a
+cell's first) happens once per server object: by the code path, not timed on its own, the
+``props()`` of each new vLLM server object runs ``vllm --version`` (cached per object only).
+Without a recorded run for an engine, the plan falls back to assumptions and says so: the
+engine's registered start-up (:func:`crossbench.engines.registry.planning_startup_s`, or
+``--startup``) and the matrix's ``estimate_tok_s`` (the same estimate as ``crossbench
+validate``).
+
+Means, not medians, by default: a plan adds time up, and the expected sum of N trials is N
+times the mean; the median under-counts a right-skewed start-up (vLLM on the H200 in round
+1: median 71 s, mean 88 s).
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections import defaultdict
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from crossbench.engines import registry
+from crossbench.errors import UserError
+from crossbench.runner.matrix import Cell, Matrix, TrialWork, decode_estimate_s, trial_work
+
+DESIGNS = ("naive", "reuse", "sequential", "probe-and-predict")
+"""The designs, in the order each adds its saving to the one above it."""
+
+MIN_TRIALS = 2
+"""Fewest trials a sequential cell runs before it may stop: two give a spread (docs/matrix.md:
+``trials`` at least 2 to report a spread)."""
+
+PROBES = 3
+"""n measured per n-sweep: the largest n measures the per-position acceptance of every smaller
+n, two n fix the cost line C(n) = d + v * n (crossbench.analysis.sweep), a third checks its
+fit."""
+
+FOLLOW_UPS = 2
+"""Cells per sweep allowed for follow-up measurements: under the cost model the speedup
+tau(n) / (d + v * n) is a concave function over an affine one, so the n faster than the
+baseline form one interval with at most two ends; the n next to each end may need measuring
+when its predicted interval straddles 1. The worst case, so the plan does not under-count."""
+
+Statistic = Literal["mean", "median"]
+
+PHASES = ("startup", "stop", "warmup", "scrape_write", "measured", "total")
+"""The keys of a trial's ``phase_s`` the plan reads; ``other`` is total minus the rest."""
+
+
+@dataclass(frozen=True)
+class Figure:
+    """One timing figure with where it came from: measured in a run, or assumed."""
+
+    value: float
+    measured: bool
+    source: str
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON form."""
+        return {"value": self.value, "measured": self.measured, "source": self.source}
+
+
+ASSUMED_STOP = Figure(0.0, False, "assumed: stop 0 s (not measured)")
+"""The stop of an engine nothing measured."""
+
+ASSUMED_OTHER = Figure(0.0, False, "assumed: other time per start 0 s (not measured)")
+"""The time outside named phases of an engine nothing measured."""
+
+
+@dataclass(frozen=True)
+class RecordedTrial:
+    """The phases of one finished trial of a recorded run."""
+
+    kind: str
+    concurrency: int
+    output_tokens: int
+    startup_s: float | None  # None: the trial reused a running server
+    stop_s: float
+    warmup_s: float
+    scrape_s: float
+    measured_s: float
+    total_s: float
+
+    @property
+    def other_s(self) -> float:
+        """The trial's time outside every named phase."""
+        return max(0.0, self.total_s - (self.startup_s or 0.0) - self.stop_s - self.warmup_s
+                   - self.scrape_s - self.measured_s)
+
+    @property
+    def per_trial_s(self) -> float:
+        """Scrapes, and for a trial on a running server its ``other`` too."""
+        return self.scrape_s + (self.other_s if self.startup_s is None else 0.0)
+
+
+@dataclass
+class Recorded:
+    """Trials read from recorded runs, by engine kind, and what was left out."""
+
+    sources: list[str] = field(default_factory=list)
+    trials: dict[str, list[RecordedTrial]] = field(default_factory=dict)
+    gpus: dict[str, set[str]] = field(default_factory=dict)
+    models: dict[str, set[str]] = field(default_factory=dict)
+    failed: int = 0
+    without_phases: int = 0
+
+
+@dataclass(frozen=True)
+class EngineTimings:
+    """Per-start and per-trial figures of one engine kind, each measured or assumed."""
+
+    kind: str
+    startup: Figure
+    stop: Figure
+    other: Figure
+    """Per start: the time of a trial outside its named phases (module docstring)."""
+    warmup: Figure
+    scrapes: Figure
+    """Per trial: metrics scrapes and their writes."""
+    rates: dict[int, Figure]
+    """Decode rate by concurrency: requested output tokens per second of the measured phase."""
+    estimate: Figure | None = None
+    """The matrix's ``estimate_tok_s`` (assumed): the rate when no run measured the engine."""
+
+    @property
+    def start_s(self) -> float:
+        """Seconds per server start: start-up, stop and the rest of a start's share."""
+        return self.startup.value + self.stop.value + self.other.value
+
+    @property
+    def figures(self) -> dict[str, Figure]:
+        """The per-start and per-trial figures by name."""
+        return {"start-up": self.startup, "stop": self.stop, "other": self.other,
+                "warm-up": self.warmup, "scrapes": self.scrapes}
+
+    def rate(self, concurrency: int) -> tuple[float, str | None]:
+        """The decode rate at ``concurrency`` and a note when it was not measured there."""
+        if concurrency in self.rates:
+            return self.rates[concurrency].value, None
+        if not self.rates:
+            assert self.estimate is not None
+            return self.estimate.value, None
+        below = [c for c in self.rates if c <= concurrency]
+        use = max(below) if below else min(self.rates)
+        return self.rates[use].value, (
+            f"{self.kind} at concurrency {concurrency}: assumed the rate measured at "
+            f"concurrency {use} (no trial at {concurrency}); "
+            + ("more requests in flight usually decode faster, so this over-counts"
+               if below else "fewer requests in flight usually decode slower, so this "
+               "under-counts"))
+
+
+@dataclass(frozen=True)
+class PlanOptions:
+    """The parameters of the designs (module docstring)."""
+
+    block: int | None = None
+    """Trials per server start in reuse and later designs; None: all of a cell's trials."""
+    min_trials: int = MIN_TRIALS
+    expected_trials_fraction: float | None = None
+    """Expected share of a cell's trials a sequential cell runs; None: the best case."""
+    probes: int = PROBES
+    follow_ups: int = FOLLOW_UPS
+    statistic: Statistic = "mean"
+    startup_s: Mapping[str, float] = field(default_factory=dict)
+    """Assumed start-up seconds by engine kind (``--startup KIND=S``)."""
+
+
+@dataclass(frozen=True)
+class DesignRow:
+    """One design's expected GPU time for one engine of the matrix (or ``total``)."""
+
+    design: str
+    engine: str
+    gpu_s: float
+    ratio_to_naive: float
+    server_starts: int
+    trials: float
+    cells: int
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON form."""
+        return {"design": self.design, "engine": self.engine, "gpu_s": self.gpu_s,
+                "ratio_to_naive": self.ratio_to_naive, "server_starts": self.server_starts,
+                "trials": self.trials, "cells": self.cells}
+
+
+@dataclass(frozen=True)
+class Plan:
+    """What ``crossbench plan`` prints."""
+
+    study: str
+    cells: int
+    trials_per_cell: int
+    rows: list[DesignRow]
+    timings: dict[str, EngineTimings]
+    assumptions: list[str]
+    notes: list[str]
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON form (``crossbench plan --json``)."""
+        return {
+            "study": self.study, "cells": self.cells, "trials_per_cell": self.trials_per_cell,
+            "designs": [r.to_dict() for r in self.rows],
+            "timings": {k: {"startup_s": t.startup.to_dict(), "stop_s": t.stop.to_dict(),
+                            "other_s": t.other.to_dict(), "warmup_s": t.warmup.to_dict(),
+                            "scrapes_s": t.scrapes.to_dict(), "decode_tok_s": {str(c): f.to_dict()
+                                             for c, f in sorted(t.rates.items())},
+                            "estimate_tok_s": t.estimate.to_dict() if t.estimate else None}
+                        for k, t in sorted(self.timings.items())},
+            "assumptions": self.assumptions, "notes": self.notes}
+
+
+# -- recorded timings -------------------------------------------------------------------------
+
+def _seconds(value: Any) -> float | None:
+    """A phase duration: a finite, non-negative number, else None."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    v = float(value)
+    return v if math.isfinite(v) and v >= 0 else None
+
+
+def _trial(kind: str, work: TrialWork, entry: Any) -> RecordedTrial | None:
+    """A trial's phases, or None when it has none usable."""
+    phases = entry.get("phase_s") if isinstance(entry, dict) else None
+    if not isinstance(phases, dict):
+        return None
+    got = {k: _seconds(phases.get(k)) for k in PHASES}
+    if any(got[k] is None for k in ("warmup", "measured", "total")) or not got["measured"]:
+        return None
+    return RecordedTrial(kind, work.concurrency, work.output_tokens, got["startup"],
+                         got["stop"] or 0.0, got["warmup"] or 0.0, got["scrape_write"] or 0.0,
+                         got["measured"] or 0.0, got["total"] or 0.0)
+
+
+def read_recorded(paths: Sequence[Path]) -> Recorded:
+    """Every finished trial with phases in the runs or archives at ``paths``.
+
+    A path whose trials record no phases (an import, or a run from before phases were
+    recorded) is a :class:`UserError`: it was asked for, and measures nothing.
+    """
+    from crossbench import open_run
+
+    out = Recorded()
+    for path in paths:
+        found = 0
+        with open_run(path) as frames:
+            for cell in frames.run.cells:
+                kind = str(cell.config.get("engine") or cell.coords.get("engine") or "?")
+                entries = cell.manifest.get("trials")
+                entries = entries if isinstance(entries, list) else []
+                try:
+                    work = trial_work(cell.load, f"{cell.id}: load")
+                except UserError:  # a damaged recorded load: its trials measure nothing
+                    out.without_phases += len(entries)
+                    continue
+                for entry in entries:
+                    if not isinstance(entry, dict) or entry.get("status") != "ok":
+                        out.failed += 1
+                        continue
+                    t = _trial(kind, work, entry)
+                    if t is None:
+                        out.without_phases += 1
+                        continue
+                    found += 1
+                    out.trials.setdefault(kind, []).append(t)
+                    gpus = ((entry.get("provenance") or {}).get("gpu") or {}).get("gpus") or []
+                    out.gpus.setdefault(kind, set()).update(
+                        str(g["name"]) for g in gpus if isinstance(g, dict) and g.get("name"))
+                    ref = (cell.config.get("model_refs") or {}).get("model")
+                    if ref:
+                        out.models.setdefault(kind, set()).add(str(ref))
+        if not found:
+            raise UserError(f"{path} records no per-trial phases (phase_s) in a finished "
+                            "trial: nothing in it measures start-up or decode time",
+                            "pass a run or archive made by `crossbench matrix` or `crossbench "
+                            "run` (imports record no phases), or leave out --from to plan "
+                            "from the matrix's estimate_tok_s (assumed figures)")
+        out.sources.append(str(path))
+    return out
+
+
+def _stat(values: Iterable[float], statistic: Statistic) -> float:
+    vals = list(values)
+    return statistics.fmean(vals) if statistic == "mean" else statistics.median(vals)
+
+
+def _measured(kind: str, trials: list[RecordedTrial], rec: Recorded,
+              statistic: Statistic) -> EngineTimings:
+    """An engine kind's timings from its recorded trials."""
+    where = ", ".join(rec.sources)
+
+    def fig(values: list[float]) -> Figure:
+        return Figure(_stat(values, statistic), True,
+                      f"measured: {statistic} of {len(values)} trials in {where}")
+
+    started = [t for t in trials if t.startup_s is not None]
+    if started:
+        startup = fig([t.startup_s for t in started if t.startup_s is not None])
+        stop = fig([t.stop_s for t in started])
+        other = fig([t.other_s for t in started])
+    else:  # every trial reused a server (fresh_server: false): no start-up measured
+        startup, stop, other = _assumed_startup(kind, {}), ASSUMED_STOP, ASSUMED_OTHER
+    rates: dict[int, Figure] = {}
+    for conc in sorted({t.concurrency for t in trials}):
+        at = [t for t in trials if t.concurrency == conc]
+        if statistic == "mean":  # ratio of sums: the rate that adds the measured times up
+            rate = sum(t.output_tokens for t in at) / sum(t.measured_s for t in at)
+        else:
+            rate = statistics.median(t.output_tokens / t.measured_s for t in at)
+        rates[conc] = Figure(rate, True, f"measured: decode at c{conc}, {statistic} of "
+                             f"{len(at)} trials in {where} (requested output tokens per "
+                             "second of the measured phase)")
+    return EngineTimings(kind, startup, stop, other,
+                         fig([t.warmup_s for t in trials]), fig([t.per_trial_s for t in trials]),
+                         rates)
+
+
+def _assumed_startup(kind: str, given: Mapping[str, float]) -> Figure:
+    if kind in given:
+        return Figure(given[kind], False, f"assumed: --startup {kind}={given[kind]:g}")
+    guess = registry.planning_startup_s(kind)
+    if guess is None:
+        raise UserError(f"nothing measured the start-up of engine {kind} and it registers no "
+                        "start-up figure", f"pass --from RUN with trials of {kind}, or "
+                        f"--startup {kind}=SECONDS")
+    return Figure(guess, False, f"assumed: {kind}'s registered start-up figure "
+                  f"({guess:g} s), not a measurement")
+
+
+
+def _assumed(kind: str, m: Matrix, warmup_tokens: float, opts: PlanOptions) -> EngineTimings:
+    """An engine kind's timings with nothing measured: registered start-up, estimate_tok_s."""
+    if not m.estimate_tok_s:
+        raise UserError(f"nothing measured engine {kind} and the matrix has no estimate_tok_s",
+                        f"pass --from RUN with trials of {kind} (a run or archive of "
+                        "`crossbench matrix`), or set estimate_tok_s in the matrix")
+    est = Figure(m.estimate_tok_s, False, "assumed: the matrix's estimate_tok_s")
+    warm = decode_estimate_s(m, warmup_tokens) or 0.0
+    return EngineTimings(
+        kind, _assumed_startup(kind, opts.startup_s), ASSUMED_STOP, ASSUMED_OTHER,
+        Figure(warm, False, "assumed: the warm-up tokens at estimate_tok_s"),
+        Figure(0.0, False, "assumed: metrics scrapes 0 s (not measured)"), {}, est)
+
+
+def engine_timings(m: Matrix, cells: list[Cell], rec: Recorded | None,
+                   opts: PlanOptions) -> tuple[dict[str, EngineTimings], list[str]]:
+    """Timings of every engine kind of the matrix, and notes on what fell back."""
+    notes: list[str] = []
+    out: dict[str, EngineTimings] = {}
+    for kind in sorted({c.engine_kind for c in cells}):
+        trials = (rec.trials.get(kind) or []) if rec is not None else []
+        if trials:
+            assert rec is not None
+            t = _measured(kind, trials, rec, opts.statistic)
+            if kind in opts.startup_s:  # given on the command line: it replaces the measured
+                t = EngineTimings(kind, _assumed_startup(kind, opts.startup_s), t.stop,
+                                  t.other, t.warmup, t.scrapes, t.rates)
+            out[kind] = t
+            continue
+        mine = [c for c in cells if c.engine_kind == kind]
+        warm = statistics.fmean(trial_work(c.load).warmup_tokens for c in mine)
+        out[kind] = _assumed(kind, m, warm, opts)
+        if rec is not None:
+            notes.append(f"engine {kind}: no trial of it in {', '.join(rec.sources)}; its "
+                         "figures are assumed (registered start-up, estimate_tok_s)")
+    return out, notes
+
+
+# -- the designs ------------------------------------------------------------------------------
+
+def _sweeps(cells: list[Cell]) -> list[list[Cell]]:
+    """n-sweeps: speculative cells of one engine, target, arm, method, workload and
+    concurrency with at least two distinct n, each sorted by n."""
+    groups: dict[tuple[Any, ...], list[Cell]] = defaultdict(list)
+    for c in cells:
+        if c.coords["method"] != "none" and c.coords["n"] is not None:
+            key = tuple(c.coords[k] for k in ("engine", "target", "arm", "method", "workload",
+                                              "concurrency"))
+            groups[key].append(c)
+    return [sorted(g, key=lambda c: int(c.coords["n"])) for g in groups.values()
+            if len({c.coords["n"] for c in g}) >= 2]
+
+
+def probe_selection(cells: list[Cell], probes: int,
+                    follow_ups: int) -> tuple[set[str], int, int]:
+    """(ids of the cells measured, probe cells, follow-up cells) of probe-and-predict.
+
+    Of each sweep with more n than ``probes``, the n at evenly spaced positions from the
+    smallest to the largest are probed, and up to ``follow_ups`` of the rest are counted as
+    follow-ups (which ones is decided after the probes; a sweep's cells differ only in n, so
+    any of them costs the same here). Every other cell is measured.
+    """
+    measured = {c.id for c in cells}
+    n_probes = n_follow = 0
+    for sweep in _sweeps(cells):
+        if len(sweep) <= probes:
+            continue
+        picks = {math.floor(i * (len(sweep) - 1) / (probes - 1) + 0.5)  # half up
+                 for i in range(probes)}
+        rest = [c for i, c in enumerate(sweep) if i not in picks]
+        follow = rest[:follow_ups]
+        n_probes += len(picks)
+        n_follow += len(follow)
+        measured -= {c.id for c in rest[len(follow):]}
+    return measured, n_probes, n_follow
+
+
+def expected_trials(trials: int, opts: PlanOptions) -> float:
+    """Expected trials of a sequential cell of at most ``trials``."""
+    low = min(opts.min_trials, trials)
+    if opts.expected_trials_fraction is None:
+        return float(low)
+    return min(float(trials), max(float(low), opts.expected_trials_fraction * trials))
+
+
+def _design_cells(cells: list[Cell], design: str, opts: PlanOptions) -> list[Cell]:
+    if design != "probe-and-predict":
+        return cells
+    measured, _, _ = probe_selection(cells, opts.probes, opts.follow_ups)
+    return [c for c in cells if c.id in measured]
+
+
+def make_plan(m: Matrix, cells: list[Cell], rec: Recorded | None,
+              opts: PlanOptions | None = None) -> Plan:
+    """Expected GPU time of each design, per engine id of the matrix and in total."""
+    opts = opts or PlanOptions()
+    work = {c.id: trial_work(c.load) for c in cells}  # a bad load is named before anything
+    timings, notes = engine_timings(m, cells, rec, opts)
+    trials = m.trials
+    block = min(opts.block or trials, trials)
+    seq = expected_trials(trials, opts)
+    rate_notes: dict[str, None] = {}
+    costs: dict[str, tuple[float, float]] = {}  # cell id -> (per start, per trial) seconds
+    for c in cells:
+        t = timings[c.engine_kind]
+        rate, note = t.rate(work[c.id].concurrency)
+        if note:
+            rate_notes[note] = None
+        per_trial = t.warmup.value + t.scrapes.value + work[c.id].output_tokens / rate
+        costs[c.id] = (t.start_s, per_trial)
+    shape = {"naive": (float(trials), trials), "reuse": (float(trials), math.ceil(trials / block)),
+             "sequential": (seq, math.ceil(seq / block)),
+             "probe-and-predict": (seq, math.ceil(seq / block))}
+    engines = list(dict.fromkeys(c.coords["engine"] for c in cells))
+    rows: list[DesignRow] = []
+    naive: dict[str, float] = {}
+    for design in DESIGNS:
+        n_trials, starts = shape[design]
+        chosen = _design_cells(cells, design, opts)
+        for eid in [*engines, "total"]:
+            mine = [c for c in chosen if eid in ("total", c.coords["engine"])]
+            gpu = sum(starts * costs[c.id][0] + n_trials * costs[c.id][1] for c in mine)
+            if design == "naive":
+                naive[eid] = gpu
+            rows.append(DesignRow(design, eid, gpu, gpu / naive[eid] if naive[eid] else 0.0,
+                                  starts * len(mine), n_trials * len(mine), len(mine)))
+    assumptions = _assumptions(m, cells, timings, rec, opts, block, seq)
+    notes += list(rate_notes)
+    if not m.fresh_server:
+        notes.append("the matrix sets fresh_server: false: it keeps a server across a cell's "
+                     "trials already, so naive over-counts what it will run")
+    if rec is not None:
+        notes += _recorded_notes(m, cells, rec)
+    return Plan(m.study.name, len(cells), trials, rows, timings, assumptions, notes)
+
+
+def _assumptions(m: Matrix, cells: list[Cell], timings: dict[str, EngineTimings],
+                 rec: Recorded | None, opts: PlanOptions, block: int, seq: float) -> list[str]:
+    out = []
+    for kind, t in sorted(timings.items()):
+        assumed = [name for name, f in t.figures.items() if not f.measured]
+        if not t.rates:
+            assumed.append("decode rate")
+        if assumed:
+            out.append(f"{kind}: {', '.join(assumed)} assumed, not measured (see timings)")
+    out.append(f"reuse: {block} trial(s) per server start; between trials on one server a "
+               "cache reset, assumed 0 s (not measured), and the warm-up of every trial")
+    if opts.expected_trials_fraction is None:
+        out.append(f"sequential: best case, every cell settles after min_trials = "
+                   f"{min(opts.min_trials, m.trials)} of {m.trials} trials; the real figure "
+                   "depends on the effect sizes (a cell near a speedup of 1 runs all its "
+                   "trials: reuse is the worst case)")
+    else:
+        out.append(f"sequential: {seq:g} expected trials per cell (--expected-trials-fraction "
+                   f"{opts.expected_trials_fraction:g} of {m.trials}, at least min_trials "
+                   f"{opts.min_trials}); the real figure depends on the effect sizes")
+    measured, n_probes, n_follow = probe_selection(cells, opts.probes, opts.follow_ups)
+    n_sweeps = len([s for s in _sweeps(cells) if len(s) > opts.probes])
+    out.append(f"probe-and-predict: {n_sweeps} n-sweep(s) with more than {opts.probes} n: "
+               f"{n_probes} probe cells (smallest, largest and evenly spaced n) plus an "
+               f"allowance of {n_follow} follow-up cells (up to {opts.follow_ups} per sweep, "
+               f"where a prediction straddles 1); {len(cells) - len(measured)} cells predicted, "
+               "not measured; on top of sequential")
+    return out
+
+
+def _recorded_notes(m: Matrix, cells: list[Cell], rec: Recorded) -> list[str]:
+    notes = []
+    for kind in sorted(rec.trials):
+        have = rec.models.get(kind, set())
+        planned = dict.fromkeys(c.model_refs.get("model", "") for c in cells
+                                if c.engine_kind == kind)
+        for ref in [r for r in planned if r and have and r not in have]:
+            notes.append(f"{kind}: target {ref} was not measured: its cells take the timings of "
+                         f"{', '.join(sorted(have))}")
+    for kind in sorted(rec.trials):
+        gpus, models = sorted(rec.gpus.get(kind, ())), sorted(rec.models.get(kind, ()))
+        notes.append(f"{kind} measured on {', '.join(gpus) or 'an unrecorded GPU'} with "
+                     f"{', '.join(models) or 'unrecorded models'}: another GPU or model "
+                     "changes start-up and rates")
+        if m.hardware.gpu and gpus and m.hardware.gpu not in gpus:
+            notes.append(f"{kind}: the matrix expects {m.hardware.gpu}, the timings are from "
+                         f"{', '.join(gpus)}")
+    if rec.failed:
+        notes.append(f"{rec.failed} failed or unfinished trial(s) in the runs left out")
+    if rec.without_phases:
+        notes.append(f"{rec.without_phases} finished trial(s) without phases left out")
+    return notes
+
+
+# -- text -------------------------------------------------------------------------------------
+
+def hms(seconds: float) -> str:
+    """``h:mm:ss`` of a duration, rounded to the second."""
+    s = round(seconds)
+    return f"{s // 3600}:{s % 3600 // 60:02d}:{s % 60:02d}"
+
+
+def _trials_text(value: float) -> str:
+    return f"{value:.0f}" if value == int(value) else f"{value:.1f}"
+
+
+def format_plan(plan: Plan, source: str) -> str:
+    """The plan as text: the designs table, the timings, assumptions and notes."""
+    lines = [f"plan for {source} (study {plan.study}): {plan.cells} cells x "
+             f"{plan.trials_per_cell} trials",
+             f"{'design':<18} {'engine':<12} {'GPU time':>10} {'vs naive':>8} {'starts':>7} "
+             f"{'trials':>7} {'cells':>6}"]
+    for r in plan.rows:
+        lines.append(f"{r.design:<18} {r.engine:<12} {hms(r.gpu_s):>10} "
+                     f"{r.ratio_to_naive:>8.2f} {r.server_starts:>7} "
+                     f"{_trials_text(r.trials):>7} {r.cells:>6}")
+    lines.append("timings per engine kind (M measured, A assumed; other: a trial's time "
+                 "outside its named phases, counted per server start):")
+    for kind, t in sorted(plan.timings.items()):
+
+        def mark(f: Figure) -> str:
+            return "M" if f.measured else "A"
+
+        rates = ", ".join(f"{f.value:.1f} tok/s at c{c} {mark(f)}"
+                          for c, f in sorted(t.rates.items()))
+        if not t.rates and t.estimate is not None:
+            rates = f"{t.estimate.value:g} tok/s {mark(t.estimate)} (estimate_tok_s)"
+        f = t.figures
+        per_start = " + ".join(f"{k} {f[k].value:.1f} s {mark(f[k])}"
+                               for k in ("start-up", "stop", "other"))
+        per_trial = " + ".join(f"{k} {f[k].value:.1f} s {mark(f[k])}"
+                               for k in ("warm-up", "scrapes"))
+        lines.append(f"  {kind}: per server start: {per_start}; per trial: {per_trial} + "
+                     f"decode ({rates})")
+        shown = [*f.values(), *t.rates.values()]
+        if not t.rates and t.estimate is not None:
+            shown.append(t.estimate)
+        sources = dict.fromkeys(x.source for x in shown)
+        for s in sources:
+            lines.append(f"    {s}")
+    lines.append("assumptions:")
+    lines += [f"  - {a}" for a in plan.assumptions]
+    if plan.notes:
+        lines.append("notes:")
+        lines += [f"  - {n}" for n in plan.notes]
+    return "\n".join(lines)
