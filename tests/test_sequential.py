@@ -127,6 +127,16 @@ def test_a_clear_speedup_stops_early_and_never_says_slower():
         assert used.mean() <= most  # of 10 planned trials
 
 
+def test_early_looks_cost_little_power_on_a_modest_speedup():
+    # 1.1x with a 7 % trial spread: the full 10-trial design says `faster` in about 97 %
+    data = simulate(4, 1.1, 0.07)
+    actions, used = run_all(SequentialRule(max_trials=TRIALS), data)
+    _, full = naive(data)
+    assert np.mean(actions == "faster") >= np.mean(full == "faster") - 0.05
+    assert not np.any(actions == "slower")
+    assert used.mean() <= 8.0
+
+
 @pytest.mark.parametrize("truth", [0.9, 1.0, 1.03, 1.1])
 def test_verdicts_do_not_flip_against_the_full_design(truth):
     data = simulate(5, truth, 0.07, studies=2000)

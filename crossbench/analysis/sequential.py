@@ -157,8 +157,10 @@ def _betai(a: float, b: float, x: float) -> float:
     return 1.0 - front * _betacf(b, a, 1.0 - x) / b
 
 
+@lru_cache(maxsize=256)
 def t_quantile(p: float, df: int) -> float:
-    """Quantile of Student's t with ``df`` degrees of freedom, for 0.5 <= ``p`` < 1."""
+    """Quantile of Student's t with ``df`` degrees of freedom, for 0.5 <= ``p`` < 1 (by
+    bisection on the regularized incomplete beta function; cached)."""
     if not 0.5 <= p < 1.0 or df < 1:
         raise ValueError("t_quantile needs 0.5 <= p < 1 and df >= 1")
     tail = 1.0 - p
@@ -302,7 +304,7 @@ class SequentialRule:
         means = []
         for k, trial in enumerate(trial_log_ratios):
             try:
-                values = [float(v) for v in trial]
+                values = list(map(float, trial))
             except (TypeError, ValueError):
                 raise UserError(f"trial_log_ratios[{k}] is not a flat list of numbers",
                                 "give one log ratio per prompt for each trial") from None
@@ -311,12 +313,11 @@ class SequentialRule:
                                 f"fewer than min_prompts={self.min_prompts}",
                                 "use a workload with more prompts per trial, or lower "
                                 "min_prompts (1 accepts single-prompt trials)")
-            for i, v in enumerate(values):
-                if not math.isfinite(v):
-                    raise UserError(f"trial_log_ratios[{k}][{i}] is {v!r}, not a finite "
-                                    "log ratio",
-                                    "leave out pairs without a positive rate on both sides "
-                                    "before taking logs")
+            if not all(map(math.isfinite, values)):
+                i, v = next((i, v) for i, v in enumerate(values) if not math.isfinite(v))
+                raise UserError(f"trial_log_ratios[{k}][{i}] is {v!r}, not a finite log ratio",
+                                "leave out pairs without a positive rate on both sides before "
+                                "taking logs")
             means.append(math.fsum(values) / len(values))
         return means
 
