@@ -10,9 +10,9 @@ The rule is a group-sequential t test with a Lan-DeMets alpha-spending function 
 DeMets 1983, Biometrika 70(3)): a planned ``max_trials`` K, looks at every trial from
 ``min_trials`` on, and at look k the information fraction k / K. The spending function
 says how much of the error rate ``alpha`` may be used up by look k: O'Brien-Fleming-like
-``2 - 2 Phi(z_{1-alpha/2} / sqrt(k/K))`` (the default; almost nothing early, close to the
-fixed-design level at the end) or Pocock-like ``alpha ln(1 + (e - 1) k/K)`` (more early,
-more at the end). The boundary c_k of look k is set so that, for trial means that are
+``2 - 2 Phi(z_{1-alpha/2} / sqrt(k/K))`` (the default; almost nothing early, a last look near the
+fixed design) or Pocock-like ``alpha ln(1 + (e - 1) k/K)`` (more early, a stricter last
+look). The boundary c_k of look k is set so that, for trial means that are
 normal with any mean and any variance, the chance that ``|mean - truth| / (s / sqrt(k))``
 first exceeds a boundary at look k is exactly what the spending function allots to look k.
 The t statistic of the truth is pivotal (its joint law over the looks does not depend on
@@ -36,7 +36,7 @@ look and for whatever reason the cell stopped, is wrong with probability at most
 
 A naive rule that checks an ordinary 95 % interval after every trial and stops at the first
 that excludes 1 does not hold its level: on simulated studies with no true difference it
-says ``faster`` or ``slower`` in about 16 % of them over looks 3 to 10
+says ``faster`` or ``slower`` in 12 to 17 % of them over looks 3 to 10
 (``tests/test_sequential.py``, docs/analysis.md "Sequential stopping"). Looking less often
 than at every trial (skipping looks) only makes the rule more conservative.
 
