@@ -1,0 +1,383 @@
+"""Sequential stopping: settle a cell's paired speedup with as few trials as its data allow.
+
+After each completed trial (a *look*) the rule asks whether the verdict is already settled.
+The unit is the trial: each trial's mean of per-prompt log ratios (spec over baseline, both
+from the same round). Server starts move every request of a trial together, by more than
+prompts vary within one, so the trial means are the independent observations; the prompts
+only make each mean more precise.
+
+The rule is a group-sequential t test with a Lan-DeMets alpha-spending function (Lan and
+DeMets 1983, Biometrika 70(3)): a planned ``max_trials`` K, looks at every trial from
+``min_trials`` on, and at look k the information fraction k / K. The spending function
+says how much of the error rate ``alpha`` may be used up by look k: O'Brien-Fleming-like
+``2 - 2 Phi(z_{1-alpha/2} / sqrt(k/K))`` (the default; almost nothing early, a last look near the
+fixed design) or Pocock-like ``alpha ln(1 + (e - 1) k/K)`` (more early, a stricter last
+look). The boundary c_k of look k is set so that, for trial means that are
+normal with any mean and any variance, the chance that ``|mean - truth| / (s / sqrt(k))``
+first exceeds a boundary at look k is exactly what the spending function allots to look k.
+The t statistic of the truth is pivotal (its joint law over the looks does not depend on
+the mean or the variance), so the boundaries are computed once, by simulating
+``BOUNDARY_SIMULATIONS`` null studies with a fixed seed; the error rate they achieve is
+``alpha`` up to Monte Carlo error (standard error about 0.0003 at alpha 0.05).
+
+At look k the *repeated confidence interval* (Jennison and Turnbull 1989, JRSS B 51(3)) is
+``mean +- c_k s / sqrt(k)`` on the log scale. It holds the true speedup at every look at
+once with probability at least ``1 - alpha``, so every decision taken from it, at whatever
+look and for whatever reason the cell stopped, is wrong with probability at most
+``alpha``:
+
+- ``faster``: the interval lies above 0 (the ratio above 1); ``slower``: below 0;
+- ``equivalent`` (only with an ``equivalence`` band e): the interval lies within
+  ``[-log(1 + e), log(1 + e)]``, so the speedup is within +-e of 1 (an interval that
+  excludes 0 says ``faster`` or ``slower`` first, even when it also lies in the band);
+- ``continue``: none of these yet, or fewer than ``min_trials`` trials;
+- ``undecided``: none of these at ``max_trials``; the decision then also carries the
+  ordinary fixed-design t interval of all trials (``fixed_ci_log``), for the record.
+
+A naive rule that checks an ordinary 95 % interval after every trial and stops at the first
+that excludes 1 does not hold its level: on simulated studies with no true difference it
+says ``faster`` or ``slower`` in 12 to 17 % of them over looks 3 to 10
+(``tests/test_sequential.py``, docs/analysis.md "Sequential stopping"). Looking less often
+than at every trial (skipping looks) only makes the rule more conservative.
+
+This module is the decision rule only; stopping cells of a running matrix is the runner's.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from functools import lru_cache
+from statistics import NormalDist
+from typing import Any, Literal
+
+import numpy as np
+
+from crossbench.errors import UserError
+
+Action = Literal["continue", "faster", "slower", "equivalent", "undecided"]
+"""What a look decides: keep running, or stop with one of four outcomes."""
+
+Spending = Literal["obrien-fleming", "pocock"]
+"""Lan-DeMets alpha-spending families (module docstring)."""
+
+SPENDING: tuple[Spending, ...] = ("obrien-fleming", "pocock")
+"""The spending functions :class:`SequentialRule` accepts."""
+
+BOUNDARY_SIMULATIONS = 400_000
+"""Null studies simulated to set the boundaries (Monte Carlo standard error of the achieved
+error rate: sqrt(alpha (1 - alpha) / 400 000), 0.0003 at alpha 0.05)."""
+
+BOUNDARY_SEED = 0
+"""Seed of the boundary simulation: the same rule always gets the same boundaries."""
+
+MAX_PLANNED_TRIALS = 100
+"""Largest ``max_trials`` accepted: the rule is meant for tens of trials (server starts)."""
+
+ZERO_SPREAD = 1e-12
+"""Standard deviation of the trial means (log scale) at or below which they count as equal."""
+
+
+def spent(fraction: float, alpha: float, spending: Spending) -> float:
+    """Error rate a spending function allows by information fraction ``fraction`` (0 to 1)."""
+    if fraction <= 0.0:
+        return 0.0
+    if spending == "pocock":
+        return alpha * math.log(1.0 + (math.e - 1.0) * min(fraction, 1.0))
+    z = NormalDist().inv_cdf(1.0 - alpha / 2.0)
+    return 2.0 - 2.0 * NormalDist().cdf(z / math.sqrt(min(fraction, 1.0)))
+
+
+@lru_cache(maxsize=64)
+def boundaries(alpha: float, max_trials: int, min_trials: int,
+               spending: Spending) -> tuple[float, ...]:
+    """Boundaries c_k of the looks k = ``min_trials`` .. ``max_trials`` (module docstring).
+
+    Simulates ``BOUNDARY_SIMULATIONS`` studies of standard normal trial means and, look by
+    look, takes as c_k the quantile of |t| among the studies that have not yet crossed that
+    makes the share of all studies crossing at look k equal to the spending function's
+    increment (the shortfall of earlier looks carried over). One pass, O(simulations) memory.
+    """
+    rng = np.random.default_rng(BOUNDARY_SEED)
+    n = BOUNDARY_SIMULATIONS
+    s1, s2 = np.zeros(n), np.zeros(n)
+    alive = np.ones(n, dtype=bool)
+    out: list[float] = []
+    for k in range(1, max_trials + 1):
+        x = rng.standard_normal(n)
+        s1 += x
+        s2 += x * x
+        if k < min_trials:
+            continue
+        mean = s1 / k
+        var = np.maximum(s2 - k * mean * mean, 1e-300) / (k - 1)
+        t = np.abs(mean) * np.sqrt(k / var)
+        crossed_so_far = 1.0 - float(alive.mean())
+        share = max(spent(k / max_trials, alpha, spending) - crossed_so_far, 0.0)
+        live = t[alive]
+        q = 1.0 - share * n / live.size
+        c = float(np.quantile(live, min(max(q, 0.0), 1.0)))
+        alive &= t <= c
+        out.append(c)
+    return tuple(out)
+
+
+def _betacf(a: float, b: float, x: float) -> float:
+    """Continued fraction of the regularized incomplete beta function (modified Lentz)."""
+    tiny, eps = 1e-300, 1e-15
+    qab, qap, qam = a + b, a + 1.0, a - 1.0
+    c, d = 1.0, 1.0 - qab * x / qap
+    d = 1.0 / (d if abs(d) > tiny else tiny)
+    h = d
+    for m in range(1, 500):
+        m2 = 2 * m
+        for aa in (m * (b - m) * x / ((qam + m2) * (a + m2)),
+                   -(a + m) * (qab + m) * x / ((a + m2) * (qap + m2))):
+            d = 1.0 + aa * d
+            d = 1.0 / (d if abs(d) > tiny else tiny)
+            c = 1.0 + aa / c
+            c = c if abs(c) > tiny else tiny
+            h *= d * c
+        if abs(d * c - 1.0) < eps:
+            break
+    return h
+
+
+def _betai(a: float, b: float, x: float) -> float:
+    """Regularized incomplete beta function I_x(a, b)."""
+    if x <= 0.0:
+        return 0.0
+    if x >= 1.0:
+        return 1.0
+    front = math.exp(math.lgamma(a + b) - math.lgamma(a) - math.lgamma(b)
+                     + a * math.log(x) + b * math.log1p(-x))
+    if x < (a + 1.0) / (a + b + 2.0):
+        return front * _betacf(a, b, x) / a
+    return 1.0 - front * _betacf(b, a, 1.0 - x) / b
+
+
+@lru_cache(maxsize=256)
+def t_quantile(p: float, df: int) -> float:
+    """Quantile of Student's t with ``df`` degrees of freedom, for 0.5 <= ``p`` < 1 (by
+    bisection on the regularized incomplete beta function; cached)."""
+    if not 0.5 <= p < 1.0 or df < 1:
+        raise ValueError("t_quantile needs 0.5 <= p < 1 and df >= 1")
+    tail = 1.0 - p
+
+    def upper(t: float) -> float:
+        return 0.5 * _betai(df / 2.0, 0.5, df / (df + t * t))
+
+    low, high = 0.0, 1.0
+    while upper(high) > tail:
+        high *= 2.0
+    for _ in range(200):
+        mid = (low + high) / 2.0
+        if upper(mid) > tail:
+            low = mid
+        else:
+            high = mid
+        if high - low <= 1e-12 * max(1.0, high):
+            break
+    return (low + high) / 2.0
+
+
+@dataclass(frozen=True)
+class Decision:
+    """What one look decided, with the interval it decided on (log scale, spec / baseline)."""
+
+    action: Action
+    look: int  # trials seen
+    estimate_log: float | None  # mean of the trial means (None before the first trial)
+    ci_log: tuple[float, float] | None  # repeated confidence interval (None before min_trials)
+    boundary: float | None  # c_k of this look (None before min_trials)
+    fixed_ci_log: tuple[float, float] | None  # ordinary t interval, at max_trials only
+    reason: str
+    rule: SequentialRule = field(repr=False)
+
+    @property
+    def stopped(self) -> bool:
+        """True when the cell may stop (any action but ``continue``)."""
+        return self.action != "continue"
+
+    @property
+    def ratio(self) -> float | None:
+        """Geometric-mean speedup over the trials (exp of ``estimate_log``)."""
+        return None if self.estimate_log is None else math.exp(self.estimate_log)
+
+    @property
+    def ci(self) -> tuple[float, float] | None:
+        """``ci_log`` as speedups."""
+        return None if self.ci_log is None else (math.exp(self.ci_log[0]),
+                                                 math.exp(self.ci_log[1]))
+
+    def to_record(self) -> dict[str, Any]:
+        """A JSON-ready record for analysis.json or a run journal; carries the rule."""
+        fixed = self.fixed_ci_log
+        return {"action": self.action, "look": self.look, "max_trials": self.rule.max_trials,
+                "ratio": self.ratio, "ci": list(self.ci) if self.ci else None,
+                "estimate_log": self.estimate_log,
+                "ci_log": list(self.ci_log) if self.ci_log else None,
+                "boundary": self.boundary,
+                "fixed_ci": [math.exp(fixed[0]), math.exp(fixed[1])] if fixed else None,
+                "reason": self.reason, "rule": self.rule.to_record()}
+
+
+def _speedup(log_ratio: float) -> str:
+    """A log ratio as a speedup, e.g. ``1.034x``."""
+    return f"{math.exp(log_ratio):.3f}x"
+
+
+@dataclass(frozen=True)
+class SequentialRule:
+    """Group-sequential stopping rule for a cell's paired speedup (module docstring).
+
+    ``max_trials``: the planned number of trials (the cell's trials in the matrix), the
+    latest stop. ``alpha``: the error rate of every decision together (0.05: the repeated
+    intervals are 95 % intervals over all looks). ``min_trials`` (at least 2) and
+    ``min_prompts`` (prompts in every trial): no stop before them, so that several server
+    starts and several prompts are always sampled. ``equivalence``: a relative band e (0.02:
+    within +-2 %) inside which the speedup counts as no difference; None: never
+    ``equivalent``. ``spending``: ``obrien-fleming`` (default) or ``pocock``.
+    """
+
+    max_trials: int
+    alpha: float = 0.05
+    min_trials: int = 3
+    min_prompts: int = 2
+    equivalence: float | None = None
+    spending: Spending = "obrien-fleming"
+
+    def __post_init__(self) -> None:
+        if isinstance(self.max_trials, bool) or not isinstance(self.max_trials, int) \
+                or not 2 <= self.max_trials <= MAX_PLANNED_TRIALS:
+            raise UserError(f"max_trials is {self.max_trials!r}, not a whole number from 2 "
+                            f"to {MAX_PLANNED_TRIALS}",
+                            "plan the cell's trials, e.g. max_trials=10")
+        if isinstance(self.min_trials, bool) or not isinstance(self.min_trials, int) \
+                or not 2 <= self.min_trials <= self.max_trials:
+            raise UserError(f"min_trials is {self.min_trials!r}, not a whole number from 2 "
+                            f"to max_trials ({self.max_trials})",
+                            "use min_trials=3 (the default) or more, at most max_trials")
+        if isinstance(self.min_prompts, bool) or not isinstance(self.min_prompts, int) \
+                or self.min_prompts < 1:
+            raise UserError(f"min_prompts is {self.min_prompts!r}, not a whole number >= 1",
+                            "use min_prompts=2 (the default)")
+        if not isinstance(self.alpha, (int, float)) or not 0.0 < self.alpha < 0.5:
+            raise UserError(f"alpha is {self.alpha!r}, not a number between 0 and 0.5",
+                            "use alpha=0.05 (95 % intervals)")
+        if self.equivalence is not None and (
+                not isinstance(self.equivalence, (int, float))
+                or not 0.0 < self.equivalence < 1.0):
+            raise UserError(f"equivalence is {self.equivalence!r}, not a relative band "
+                            "between 0 and 1",
+                            "give the band as a fraction, e.g. equivalence=0.02 for +-2 %")
+        if self.spending not in SPENDING:
+            raise UserError(f"spending is {self.spending!r}",
+                            f"use one of: {', '.join(SPENDING)}")
+
+    @property
+    def boundaries(self) -> tuple[float, ...]:
+        """c_k of the looks ``min_trials`` .. ``max_trials`` (computed once per rule)."""
+        return boundaries(float(self.alpha), self.max_trials, self.min_trials, self.spending)
+
+    @property
+    def band_log(self) -> float | None:
+        """Half-width of the equivalence band on the log scale, log(1 + e)."""
+        return None if self.equivalence is None else math.log1p(self.equivalence)
+
+    def to_record(self) -> dict[str, Any]:
+        """The rule's settings and boundaries, JSON-ready."""
+        return {"method": f"group-sequential t, Lan-DeMets {self.spending} spending",
+                "alpha": self.alpha, "max_trials": self.max_trials,
+                "min_trials": self.min_trials, "min_prompts": self.min_prompts,
+                "equivalence": self.equivalence, "spending": self.spending,
+                "boundaries": list(self.boundaries),
+                "boundary_simulations": BOUNDARY_SIMULATIONS}
+
+    def _trial_means(self, trial_log_ratios: Sequence[Sequence[float]]) -> list[float]:
+        """Mean of each trial's log ratios, after checking them (errors name the trial)."""
+        if len(trial_log_ratios) > self.max_trials:
+            raise UserError(f"trial_log_ratios holds {len(trial_log_ratios)} trials, more "
+                            f"than max_trials={self.max_trials}",
+                            "stop at max_trials, or plan more trials in the rule")
+        means = []
+        for k, trial in enumerate(trial_log_ratios):
+            try:
+                values = list(map(float, trial))
+            except (TypeError, ValueError):
+                raise UserError(f"trial_log_ratios[{k}] is not a flat list of numbers",
+                                "give one log ratio per prompt for each trial") from None
+            if len(values) < self.min_prompts:
+                raise UserError(f"trial_log_ratios[{k}] holds {len(values)} prompt(s), "
+                                f"fewer than min_prompts={self.min_prompts}",
+                                "use a workload with more prompts per trial, or lower "
+                                "min_prompts (1 accepts single-prompt trials)")
+            if not all(map(math.isfinite, values)):
+                i, v = next((i, v) for i, v in enumerate(values) if not math.isfinite(v))
+                raise UserError(f"trial_log_ratios[{k}][{i}] is {v!r}, not a finite log ratio",
+                                "leave out pairs without a positive rate on both sides before "
+                                "taking logs")
+            means.append(math.fsum(values) / len(values))
+        return means
+
+    def decide(self, trial_log_ratios: Sequence[Sequence[float]]) -> Decision:
+        """Decision after the trials so far: ``trial_log_ratios[k]`` holds trial k's log
+        ratios (spec / baseline), one per prompt (average a prompt's repeats first).
+
+        Raises :class:`UserError` for more trials than ``max_trials``, a trial with fewer
+        than ``min_prompts`` values, a value that is not finite, or trial means that are all
+        equal (no spread: the rule cannot tell noise from signal).
+        """
+        means = self._trial_means(trial_log_ratios)
+        k = len(means)
+        estimate = math.fsum(means) / k if means else None
+        if k < self.min_trials:
+            return Decision("continue", k, estimate, None, None, None,
+                            f"{k} of at least min_trials={self.min_trials} trials",
+                            self)
+        assert estimate is not None
+        sd = math.sqrt(math.fsum((m - estimate) ** 2 for m in means) / (k - 1))
+        if sd <= ZERO_SPREAD:
+            raise UserError(f"trial_log_ratios: the {k} trial means are all equal "
+                            f"({_speedup(means[0])}), so their spread is zero",
+                            "check that spec and baseline were measured separately (a cell "
+                            "paired with itself gives ratio 1 exactly)")
+        c = self.boundaries[k - self.min_trials]
+        half = c * sd / math.sqrt(k)
+        ci = (estimate - half, estimate + half)
+        fixed = None
+        if k == self.max_trials:
+            t = t_quantile(1.0 - self.alpha / 2.0, k - 1) * sd / math.sqrt(k)
+            fixed = (estimate - t, estimate + t)
+        where = f"look {k} of {self.max_trials}: interval {_speedup(ci[0])} to {_speedup(ci[1])}"
+        band = self.band_log
+        in_band = band is not None and -band <= ci[0] and ci[1] <= band
+        also = f" (and within the +-{self.equivalence:g} band)" if in_band else ""
+        if ci[0] > 0.0:
+            return Decision("faster", k, estimate, ci, c, fixed,
+                            f"{where} lies above 1{also}", self)
+        if ci[1] < 0.0:
+            return Decision("slower", k, estimate, ci, c, fixed,
+                            f"{where} lies below 1{also}", self)
+        if in_band:
+            return Decision("equivalent", k, estimate, ci, c, fixed,
+                            f"{where} lies within the +-{self.equivalence:g} band", self)
+        if fixed is None:
+            return Decision("continue", k, estimate, ci, c, fixed,
+                            f"{where} contains 1", self)
+        return Decision("undecided", k, estimate, ci, c, fixed,
+                        f"{where} still contains 1 at max_trials; fixed "
+                        f"{1 - self.alpha:.0%} interval {_speedup(fixed[0])} to "
+                        f"{_speedup(fixed[1])}", self)
+
+
+def trial_log_ratios(log_ratios: Sequence[float], prompts: Sequence[str],
+                     trials: Sequence[int]) -> list[list[float]]:
+    """Paired log ratios grouped for :meth:`SequentialRule.decide`: one list per trial, in
+    trial order, holding each prompt's mean log ratio in that trial (a prompt sent several
+    times in a trial counts once)."""
+    cells: dict[int, dict[str, list[float]]] = {}
+    for v, p, t in zip(log_ratios, prompts, trials, strict=True):
+        cells.setdefault(int(t), {}).setdefault(str(p), []).append(float(v))
+    return [[float(np.mean(vs)) for vs in cells[t].values()] for t in sorted(cells)]
