@@ -321,3 +321,21 @@ def test_server_decode_rate_from_vllms_request_histograms(tmp_path: Path,
     tokens, seconds = server_decode(before, after, registry.decode_histograms("vllm") or ("", ""))
     assert tokens == 3 * 39
     assert seconds >= 3 * 39 * 0.020 * 0.999
+
+
+def test_version_is_asked_once_per_executable(tmp_path: Path) -> None:
+    """``vllm --version`` imports vLLM (about 20 s on the H200 host): a matrix makes a server
+    object per trial, so the answer is cached per executable, and asked again once the
+    executable changes."""
+    calls = tmp_path / "calls"
+    fake = tmp_path / "bin" / "vllm"
+    fake.parent.mkdir()
+    fake.write_text(f"#!/bin/sh\necho run >> {calls}\necho 0.26.0\n")
+    fake.chmod(0o755)
+    for _ in range(3):
+        assert create(tmp_path, fake).version_text() == "0.26.0"
+    assert calls.read_text().count("run") == 1
+    st = fake.stat()
+    os.utime(fake, ns=(st.st_atime_ns, st.st_mtime_ns + 10**9))  # reinstalled
+    assert create(tmp_path, fake).version_text() == "0.26.0"
+    assert calls.read_text().count("run") == 2

@@ -36,7 +36,7 @@ from crossbench.engines.process import (
 from crossbench.engines.vllm import startup_log
 from crossbench.engines.vllm.config import VllmServerConfig
 from crossbench.engines.vllm.metrics import IN_FLIGHT
-from crossbench.engines.vllm.pack import install_record
+from crossbench.engines.vllm.pack import INSTALL_FILE, install_record
 from crossbench.engines.vllm.profile import (
     VllmProfile,
     is_standin,
@@ -109,6 +109,29 @@ def wait_gpu_release(pids: set[int], timeout_s: float) -> str:
     finally:
         with contextlib.suppress(Exception):
             pynvml.nvmlShutdown()
+
+
+_VERSION_TEXTS: dict[tuple[object, ...], str] = {}
+"""``vllm --version`` outputs by :func:`_executable_key`."""
+
+
+def _executable_key(binary: Path) -> tuple[object, ...] | None:
+    """Identity of an executable for the version cache: its resolved path, size and mtime
+    (and text, for a small script), and those of an ``install.json`` beside it (a reinstall
+    changes one of them); None when it cannot be read (then nothing is cached)."""
+    try:
+        path = binary.resolve()
+        st = path.stat()
+        key: tuple[object, ...] = (str(path), st.st_size, st.st_mtime_ns)
+        if st.st_size < 1 << 20:  # launchers and entry-point scripts: their text as well
+            key += (hashlib.sha256(path.read_bytes()).hexdigest(),)
+        record = path.parent.parent / INSTALL_FILE
+        if record.is_file():
+            rs = record.stat()
+            key += (rs.st_size, rs.st_mtime_ns)
+        return key
+    except OSError:
+        return None
 
 
 class VllmServer(LocalServer):
@@ -452,8 +475,17 @@ class VllmServer(LocalServer):
         return out
 
     def version_text(self) -> str:
-        """Output of ``vllm --version`` (cached)."""
+        """Output of ``vllm --version``, cached per executable for the process's lifetime
+        (keyed by path, size and modification time of the executable and of the install
+        record beside it): the command imports vLLM (about 20 s on the H200 host), and a
+        matrix makes a server object per trial, so without the cache every vLLM trial paid
+        those seconds with its server holding the GPU."""
         if self._version_text is None:
+            key = _executable_key(self.binary)
+            cached = _VERSION_TEXTS.get(key) if key is not None else None
+            if cached is not None:
+                self._version_text = cached
+                return cached
             try:
                 out = subprocess.run([str(self.binary), "--version"], capture_output=True,
                                      text=True, timeout=120, check=False)
@@ -462,6 +494,8 @@ class VllmServer(LocalServer):
                                 "check that it is the vllm executable of this machine") from e
             lines = [ln for ln in (out.stdout + out.stderr).splitlines() if ln.strip()]
             self._version_text = lines[-1].strip() if lines else ""
+            if key is not None and self._version_text:
+                _VERSION_TEXTS[key] = self._version_text
         return self._version_text
 
     def identity(self) -> EngineIdentity:
