@@ -76,3 +76,15 @@ def test_vllm_without_dev_mode_or_with_caching_off(tmp_path: Path) -> None:
     off = _vllm(tmp_path, enable_prefix_caching=False)
     assert off.reset_cache() == {"method": "none-needed", "ok": True,
                                  "reason": "prefix caching is off"}
+
+
+def test_reuse_settings_enable_each_engines_reset(tmp_path: Path) -> None:
+    llama = registry.reuse_settings("llama-server", {"model": "m.gguf"}, tmp_path)
+    assert llama == {"model": "m.gguf", "slot_save_path": str(tmp_path / "slots")}
+    assert (tmp_path / "slots").is_dir()
+    mine = {"model": "m.gguf", "slot_save_path": "/kept"}
+    assert registry.reuse_settings("llama-server", mine, tmp_path) == mine
+    vllm = registry.reuse_settings("vllm", {"model": "m", "env": {"A": "1"}}, tmp_path)
+    assert vllm["env"] == {"A": "1", "VLLM_SERVER_DEV_MODE": "1"}
+    off = {"model": "m", "enable_prefix_caching": False}
+    assert registry.reuse_settings("vllm", off, tmp_path) == off

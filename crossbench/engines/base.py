@@ -126,6 +126,13 @@ class EngineServer(ABC):
         "timings_per_token": True}``."""
         return {}
 
+    @classmethod
+    def reuse_settings(cls, config: dict[str, Any], run_dir: Path) -> dict[str, Any]:
+        """``config`` (an engine config as a dict) with what :meth:`reset_cache` needs when
+        trials reuse a server (e.g. a flag that enables the engine's reset route), for a run
+        in ``run_dir``. The default needs nothing."""
+        return config
+
     def reset_cache(self) -> dict[str, Any]:
         """Empty what a running server keeps from earlier requests (its prompt or prefix
         cache), so that a trial on a reused server starts as a fresh one would. Returns a

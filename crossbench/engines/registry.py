@@ -107,6 +107,13 @@ def create(name: str, config: dict[str, Any], log_path: Path) -> EngineServer:
     return server
 
 
+def reuse_settings(name: str, config: dict[str, Any], run_dir: Path) -> dict[str, Any]:
+    """An engine config with what its cache reset needs when trials reuse a server
+    (:meth:`EngineServer.reuse_settings`)."""
+    server_cls: type[EngineServer] = _load(_entry(name)[0])
+    return server_cls.reuse_settings(config, run_dir)
+
+
 def _describe(e: ValidationError) -> tuple[str, str]:
     field, kind, msg = first_validation_error(e)
     if kind == "extra_forbidden":

@@ -282,6 +282,15 @@ class LlamaServer(LocalServer):
         data: dict[str, Any] = json.loads(body)
         return data
 
+    @classmethod
+    def reuse_settings(cls, config: dict[str, Any], run_dir: Path) -> dict[str, Any]:
+        """Slot erasure needs ``--slot-save-path``: ``run_dir/slots`` unless one is set
+        (nothing is saved there; crossbench only erases)."""
+        if config.get("slot_save_path"):
+            return config
+        (run_dir / "slots").mkdir(parents=True, exist_ok=True)
+        return {**config, "slot_save_path": str(run_dir / "slots")}
+
     def reset_cache(self) -> dict[str, Any]:
         """Erase every slot's cached prompt (``POST /slots/ID?action=erase``, which
         llama-server allows only with ``--slot-save-path``): a reused server then holds no

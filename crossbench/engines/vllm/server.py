@@ -188,6 +188,14 @@ class VllmServer(LocalServer):
                 self._binary = Path(found)
         return self._binary
 
+    @classmethod
+    def reuse_settings(cls, config: dict[str, Any], run_dir: Path) -> dict[str, Any]:
+        """With prefix caching on (vLLM's default), the reset route needs
+        ``VLLM_SERVER_DEV_MODE=1``; with it off, nothing is needed."""
+        if config.get("enable_prefix_caching") is False:
+            return config
+        return {**config, "env": {**(config.get("env") or {}), "VLLM_SERVER_DEV_MODE": "1"}}
+
     def reset_cache(self) -> dict[str, Any]:
         """``POST /reset_prefix_cache``, which vLLM serves only with ``VLLM_SERVER_DEV_MODE=1``
         (set it in ``env``; crossbench does when trials reuse a server). With prefix caching
