@@ -238,3 +238,15 @@ def test_thinking_setting_reaches_the_chat_request_only() -> None:
         "enable_thinking": False}
     assert "chat_template_kwargs" not in body({"endpoint": "chat"})
     assert "chat_template_kwargs" not in body({"endpoint": "completions", "thinking": False})
+
+
+@pytest.mark.parametrize("build", [B11312, B11434])
+def test_split_across_gpus(fake_binary, gguf_stub, tmp_path, build):
+    """Two cards: the split mode and proportions reach llama-server as its own flags."""
+    s = make(fake_binary(build), gguf_stub, tmp_path, split_mode="row", tensor_split=[1, 1])
+    s.validate()
+    argv = s.command()
+    assert argv[argv.index("--split-mode") + 1] == "row"
+    assert argv[argv.index("--tensor-split") + 1] == "1,1"
+    with pytest.raises(UserError, match="split_mode"):
+        make(fake_binary(build), gguf_stub, tmp_path, split_mode="rows")

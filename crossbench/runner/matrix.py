@@ -221,7 +221,18 @@ class Matrix(_Strict):
     exclude: list[Exclusion] = Field(default_factory=list, description="Cells to leave out.")
     trials: int = Field(3, ge=1, description="Trials per cell (at least 2 to report a spread).")
     schedule: Schedule = Field(default_factory=Schedule, description="Trial order.")
-    fresh_server: bool = Field(True, description="New server for every cell and trial.")
+    fresh_server: bool = Field(True, description="New server for every cell and trial "
+                               "(false: one server per cell, all its trials back to back).")
+    trials_per_start: int = Field(
+        1, ge=1, description="Trials of a cell run back to back on one server start, with "
+        "the engine's cache reset and a warm-up before each (1: a fresh server per trial). "
+        "The analysis resamples server starts, not reused trials; docs/matrix.md, 'Server "
+        "reuse'.")
+
+    @property
+    def block(self) -> int:
+        """Trials per server start in effect (``fresh_server: false`` is all of them)."""
+        return self.trials if not self.fresh_server else min(self.trials_per_start, self.trials)
     cooldown_s: float = Field(0.0, ge=0, description="Pause between trials (thermal drift).")
     gpu_busy: Literal["warn", "refuse"] = Field("warn", description="Other processes on the "
                                                 "GPU before a trial: warn, or refuse the "
@@ -592,16 +603,21 @@ def _no_secret_args(cell: Cell, where: str) -> None:
                             "api_key_file: PATH) under server: and export NAME")
 
 
-def schedule(cells: list[Cell], trials: int, order: str, seed: int) -> list[tuple[str, int]]:
-    """(cell id, trial) in run order: interleaved rounds shuffled with ``seed + round``."""
+def schedule(cells: list[Cell], trials: int, order: str, seed: int,
+             block: int = 1) -> list[tuple[str, int]]:
+    """(cell id, trial) in run order: interleaved rounds shuffled with ``seed + round``.
+
+    ``block`` trials of a cell run back to back (they share one server start when trials
+    reuse a server): round ``r`` runs trials ``r*block`` to ``r*block + block - 1`` of every
+    cell, cells shuffled. ``block=1`` is the plain interleaving."""
     ids = [c.id for c in cells]
     if order == "sequential":
         return [(cid, t) for cid in ids for t in range(trials)]
     out: list[tuple[str, int]] = []
-    for t in range(trials):
+    for r in range(-(-trials // block)):
         rnd = ids[:]
-        random.Random(seed + t).shuffle(rnd)
-        out += [(cid, t) for cid in rnd]
+        random.Random(seed + r).shuffle(rnd)
+        out += [(cid, t) for cid in rnd for t in range(r * block, min(trials, (r + 1) * block))]
     return out
 
 

@@ -130,6 +130,11 @@ class LlamaServerConfig(_Strict, ApiKeySettings):
     cache_type_k: str | None = Field(None, description="`-ctk`: KV cache type for K.")
     cache_type_v: str | None = Field(None, description="`-ctv`: KV cache type for V.")
     parallel: int = Field(1, ge=1, description="`-np`: parallel slots.")
+    split_mode: Literal["none", "layer", "row", "tensor"] | None = Field(
+        None, description="`-sm`: how the model is split across the visible GPUs (llama.cpp's "
+        "default is layer; tensor is experimental in b11312/b11434).")
+    tensor_split: list[float] | None = Field(
+        None, min_length=2, description="`-ts`: proportion of the model per GPU, e.g. [1, 1].")
     threads: int | None = Field(None, ge=1, description="`-t`: generation threads.")
     threads_batch: int | None = Field(None, ge=1, description="`-tb`: prompt threads.")
     seed: int | None = Field(None, description="`-s`: server RNG seed.")

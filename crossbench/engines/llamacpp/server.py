@@ -198,7 +198,9 @@ class LlamaServer(LocalServer):
             ("n_gpu_layers", cfg.n_gpu_layers), ("flash_attn", cfg.flash_attn),
             ("cache_type_k", cfg.cache_type_k), ("cache_type_v", cfg.cache_type_v),
             ("threads", cfg.threads), ("threads_batch", cfg.threads_batch), ("seed", cfg.seed),
-            ("slot_save_path", cfg.slot_save_path),
+            ("slot_save_path", cfg.slot_save_path), ("split_mode", cfg.split_mode),
+            ("tensor_split", ",".join(f"{x:g}" for x in cfg.tensor_split)
+             if cfg.tensor_split else None),
         ]
         if spec.enabled:
             rules = prof.methods.get(spec.type, {})
