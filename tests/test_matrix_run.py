@@ -96,6 +96,27 @@ def test_matrix_end_to_end(llama_server, fixture_models, tmp_path):
         run_matrix(m, out, resume=True)
 
 
+def _parent(pid: int) -> int | None:
+    """The parent pid of ``pid`` (None once it is gone)."""
+    try:
+        return int(Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[1])
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+def _alive(pids: set[int]) -> set[int]:
+    """Those of ``pids`` still running (zombies count as gone)."""
+    out = set()
+    for pid in pids:
+        try:
+            state = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[0]
+        except OSError:
+            continue
+        if state not in ("Z", "X"):
+            out.add(pid)
+    return out
+
+
 def test_kill_9_then_resume_runs_every_trial_exactly_once(llama_server, fixture_models,
                                                           tmp_path):
     m = small_matrix(tmp_path, llama_server, requests=3, trials=3)
@@ -107,15 +128,24 @@ def test_kill_9_then_resume_runs_every_trial_exactly_once(llama_server, fixture_
         if len(read_journal(out)) >= 2:
             break
         time.sleep(0.05)
-    time.sleep(0.3)  # land inside the next trial
+    # land inside the next trial: its server is up. This matrix's servers are the
+    # llama-servers whose parent is the matrix (other programs on the host, e.g. a parallel
+    # test run, may have theirs)
+    ours: set[int] = set()
+    while time.monotonic() < deadline and not ours:
+        ours = {p for p, n in other_engine_processes(set()) if n == "llama-server"
+                and _parent(p) == proc.pid}
+        time.sleep(0.05)
+    assert ours, "the matrix started no server within the time allowed"
+    time.sleep(0.3)
     proc.send_signal(signal.SIGKILL)
     proc.wait()
     # the server died with its parent (parent-death signal)
     for _ in range(100):
-        if not [p for p, n in other_engine_processes(set()) if n == "llama-server"]:
+        if not ours & _alive(ours):
             break
         time.sleep(0.05)
-    assert not [p for p, n in other_engine_processes(set()) if n == "llama-server"]
+    assert not _alive(ours)
     before = len(read_journal(out))
     assert 2 <= before < 6
     r = subprocess.run([*cmd, "--resume"], capture_output=True, text=True, timeout=600)
