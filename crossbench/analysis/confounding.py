@@ -60,12 +60,21 @@ def confounds(a: CellData, b: CellData, axis: str = "spec",
     }
 
 
-Occasion = tuple[str | None, tuple[str | None, ...]]
+Occasion = tuple[str | None, tuple[str | None, ...], str | None]
+"""Where a trial ran: (boot id of the host, its GPUs, the scheduler's node id or None)."""
 
 
 def occasions(manifest: Mapping[str, Any]) -> dict[int, Occasion]:
-    """Where each trial ran: (boot id of the host, UUIDs of the visible GPUs), from its
-    provenance record; trials recorded without one are left out."""
+    """Where each trial ran, from its provenance record: (boot id of the host, UUIDs of the
+    visible GPUs, the node a scheduler put it on); trials recorded without provenance are
+    left out.
+
+    Where a trial saw no GPU through NVML (a host without NVIDIA GPUs, logical GPUs handed out
+    by a scheduler such as Ray), its ``CUDA_VISIBLE_DEVICES`` (provenance ``env``) stands for
+    the GPUs, as ``("CUDA_VISIBLE_DEVICES=1",)``: two trials given different cards read as
+    two occasions even then; unset, the GPUs are the empty tuple. The node is provenance
+    ``placement.node_id`` (``crossbench matrix --executor ray``), else None.
+    """
     out: dict[int, Occasion] = {}
     for entry in manifest.get("trials") or []:
         prov = entry.get("provenance") if isinstance(entry, Mapping) else None
@@ -73,24 +82,35 @@ def occasions(manifest: Mapping[str, Any]) -> dict[int, Occasion]:
             continue
         host = prov.get("host") or {}
         gpus = (prov.get("gpu") or {}).get("gpus") or []
-        out[int(entry["trial"])] = (host.get("boot_id"),
-                                    tuple(g.get("uuid") for g in gpus if isinstance(g, Mapping)))
+        cards: tuple[str | None, ...] = tuple(g.get("uuid") for g in gpus
+                                              if isinstance(g, Mapping))
+        env = prov.get("env")
+        visible = env.get("CUDA_VISIBLE_DEVICES") if isinstance(env, Mapping) else None
+        if not cards and visible is not None:
+            cards = (f"CUDA_VISIBLE_DEVICES={visible}",)
+        placement = prov.get("placement")
+        node = placement.get("node_id") if isinstance(placement, Mapping) else None
+        out[int(entry["trial"])] = (host.get("boot_id"), cards,
+                                    node if isinstance(node, str) else None)
     return out
 
 
 def split_occasions(a: Mapping[str, Any], b: Mapping[str, Any]) -> list[int]:
-    """Trial numbers that both sides ran but on different machines (or boots, or GPUs).
+    """Trial numbers that both sides ran but on different machines (or boots, or GPUs, or
+    scheduler nodes).
 
     Trials are paired by number (trial k of the speculative cell with trial k of its baseline,
     run in the same interleaved round); a matrix resumed on another machine in the middle of a
-    round leaves such trials. Where a side recorded no boot id (older runs), only GPU UUIDs
-    are compared.
+    round leaves such trials, and so does a Ray lane whose lost worker was replaced on another
+    card or node. Where a side recorded no boot id (older runs) or no scheduler node (runs
+    without one), that part is not compared; GPUs always are.
     """
     oa, ob = occasions(a), occasions(b)
     split = []
     for t in sorted(set(oa) & set(ob)):
-        (boot_a, gpus_a), (boot_b, gpus_b) = oa[t], ob[t]
-        if gpus_a != gpus_b or (boot_a and boot_b and boot_a != boot_b):
+        (boot_a, gpus_a, node_a), (boot_b, gpus_b, node_b) = oa[t], ob[t]
+        if gpus_a != gpus_b or (boot_a and boot_b and boot_a != boot_b) or \
+                (node_a and node_b and node_a != node_b):
             split.append(t)
     return split
 
@@ -99,8 +119,9 @@ def _split_finding(trials: list[int], labels: tuple[str, str]) -> dict[str, Any]
     listed = ", ".join(str(t) for t in trials)
     return {"rule": "split_occasion", "severity": "confounding",
             "message": f"trial(s) {listed} of {labels[0]} and {labels[1]} ran on different "
-                       "machines, boots or GPUs (a resume on another machine in the middle of "
-                       "a round): those pairs compare two machines, not two settings",
+                       "machines, boots, GPUs or scheduler nodes (a resume on another machine "
+                       "in the middle of a round, or a lost Ray worker replaced elsewhere): "
+                       "those pairs compare two machines, not two settings",
             "action": "re-run those trials of both cells on one machine (a new --out with "
                       "--only), or analyze only the trials that share a machine",
             "source": "crossbench.analysis.confounding.split_occasions"}
