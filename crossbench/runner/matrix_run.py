@@ -301,6 +301,8 @@ class Job:
     on_tick: Callable[[Tick], None] = _no_ticks
     attempts: dict[tuple[str, int], int] = field(default_factory=dict)
     """Attempts a trial of ``todo`` already had that ended with a lost worker."""
+    order: list[tuple[str, int]] = field(default_factory=list)
+    """The whole schedule of the selected cells, finished trials included."""
 
 
 class Executor(Protocol):
@@ -462,7 +464,7 @@ def _run(m: Matrix, path: Path, out: Path, resume: bool, digest: str, cells: lis
     todo = [(cid, t) for cid, t in order if (cid, t) not in done or (cid, t) in again]
     failures = sum(1 for k, r in done.items() if r["status"] != "ok" and k not in again)
     job = Job(m, out, {c.id: c for c in cells}, todo, len(done) - len(again), failures,
-              progress, on_tick, again)
+              progress, on_tick, again, order)
     with JsonlAppender(out / "journal.jsonl") as journal:
         return executor.execute(job, journal)
 

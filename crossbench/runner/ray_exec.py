@@ -23,14 +23,22 @@ servers the dead worker started die with it (parent-death signal, ``engines.proc
 worker that cannot even start (its ``__init__`` failed, e.g. crossbench missing on a node) is
 no lost worker: the run stops with a :class:`~crossbench.errors.RunError`.
 
-Where each trial ran (:meth:`LaneWorker.where`: the lane, Ray's node id, the worker's pid and
+Where each trial ran (:meth:`LaneWorker.start`: the lane, Ray's node id, the worker's pid and
 actor id, the GPU ids Ray assigned and ``CUDA_VISIBLE_DEVICES``) is recorded twice: as
 ``worker`` in its journal line and as ``placement`` in the trial's provenance, beside the boot
-id, the GPUs' UUIDs (NVML) and ``CUDA_VISIBLE_DEVICES`` (``env``) that every trial records;
-``crossbench.analysis.confounding.split_occasions`` reads them to flag a pair split across
-cards or nodes. Host names and IP addresses are not recorded: run directories are published
+id, the GPUs' UUIDs (NVML) and ``CUDA_VISIBLE_DEVICES`` (``env``) that every trial records.
+Host names and IP addresses are not recorded: run directories are published
 (``crossbench archive``), and the boot id and Ray's node id tell machines apart without
 naming them.
+
+Pairs never span cards. A new worker (a lane's first, one replacing a lost worker, or a lane
+continued by ``--resume``) may be given other GPUs, or another machine, than the trials its
+pending trials pair with (trial k of a speculative cell and of its baseline): those finished
+partners, read from the cells' manifests (:func:`partners_elsewhere`, by
+``crossbench.analysis.confounding.same_occasion``), run again on the new worker first,
+journaled with ``rerun: "pairing"``. With the interleaved schedule that is at most the rest of
+one round per lane and change of card; with ``order: sequential`` it can be every trial the
+lane finished.
 """
 
 from __future__ import annotations
@@ -40,12 +48,13 @@ import fcntl
 import os
 import time
 from collections import deque
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+from crossbench.analysis.confounding import Occasion, occasions, same_occasion
 from crossbench.errors import CrossbenchError, RunError, UserError
 from crossbench.runner.matrix import Cell, Matrix
 from crossbench.runner.matrix_run import (
@@ -56,7 +65,9 @@ from crossbench.runner.matrix_run import (
     TrialRunner,
     cell_dir,
 )
+from crossbench.runner.single import MANIFEST_FIX
 from crossbench.store.atomic import JsonlAppender
+from crossbench.store.formats import read_json_object
 
 RAY_INSTALL = "pip install 'crossbench[ray]'"
 """How to get Ray (the ``ray`` extra)."""
@@ -151,14 +162,20 @@ class LaneWorker:
         self.runner = TrialRunner(matrix, Path(out), cells, self.messages.append,
                                   placement=self.placement)
 
-    def where(self) -> dict[str, Any]:
-        """Where this worker runs: the lane, Ray's node id, the actor id and pid, the GPU ids
-        Ray assigned and ``CUDA_VISIBLE_DEVICES`` (no host name, no address)."""
-        return self.placement
+    def start(self) -> dict[str, Any]:
+        """Where this worker runs: ``where`` (the lane, Ray's node id, the actor id and pid,
+        the GPU ids Ray assigned and ``CUDA_VISIBLE_DEVICES``; no host name, no address) and
+        ``occasion`` (boot id and GPUs, as a trial's provenance would record them)."""
+        from crossbench.analysis.confounding import occasion_of
+        from crossbench.confounds.provenance import boot_id, engine_environment, gpu_facts
+
+        occasion = occasion_of({"host": {"boot_id": boot_id()}, "gpu": gpu_facts(),
+                                "env": engine_environment()})
+        return {"where": self.placement, "occasion": occasion}
 
     def run(self, cid: str, t: int, cooldown_s: float = 0.0) -> dict[str, Any]:
         """Run trial ``t`` of cell ``cid`` after ``cooldown_s``; returns its journal line
-        (without attempt and worker), decode rate, messages and :meth:`where`."""
+        (without attempt and worker), decode rate and messages."""
         self.messages.clear()
         if cooldown_s:
             time.sleep(cooldown_s)
@@ -167,12 +184,30 @@ class LaneWorker:
                 self.runner.open(cid)
         line, entry = self.runner.run(cid, t)
         return {"line": line, "tok_s": (entry.get("load") or {}).get("pooled_tok_s"),
-                "messages": list(self.messages), "worker": self.placement}
+                "messages": list(self.messages)}
 
     def finish(self, ids: list[str]) -> dict[str, dict[str, Any]]:
         """Close the lane's cells (servers stopped, summaries written); their summaries."""
         with node_lock("models"):
             return self.runner.finish(ids)
+
+
+def partners_elsewhere(lane: Lane, pending: Iterable[tuple[str, int]],
+                       ran: Mapping[str, Mapping[int, Occasion]], here: Occasion,
+                       order: Sequence[tuple[str, int]]) -> list[tuple[str, int]]:
+    """Finished trials of ``lane`` that pair with a ``pending`` one but ran on another
+    occasion than ``here`` (``ran``: each cell's trials and where they ran, from its
+    manifest): they run again first, here, so that no pair spans two cards. A pair is trial
+    k of a speculative cell and trial k of the lane's baseline. In the schedule's order."""
+    todo = set(pending)
+    redo: set[tuple[str, int]] = set()
+    for cid, k in todo:
+        partners = [c for c in lane.cells if c != cid] if cid == lane.name else [lane.name]
+        for p in partners:
+            where = ran.get(p, {}).get(k)
+            if (p, k) not in todo and where is not None and not same_occasion(where, here):
+                redo.add((p, k))
+    return [x for x in order if x in redo]
 
 
 @dataclass
@@ -182,11 +217,12 @@ class _Active:
     lane: Lane
     actor: Any
     queue: deque[tuple[str, int]]
-    placement_ref: Any = None
     placement: dict[str, Any] | None = None
     attempt: int = 0  # attempts of the trial at the queue's head (lost workers)
-    ran: bool = False  # a trial ran on this lane in this invocation (cooldown before next)
+    ran: bool = False  # a trial ran on this worker (cooldown before the next)
+    starts_lost: int = 0  # workers lost before they reported where they run
     closing_attempts: int = 0
+    rerun: set[tuple[str, int]] = field(default_factory=set)  # run again for pairing
 
 
 class RayExecutor:
@@ -293,7 +329,8 @@ class RayExecutor:
                                 max_task_retries=0)(LaneWorker)
         out, cwd = str(job.out.resolve()), os.getcwd()
         lost = self._lost_errors()
-        pending: dict[Any, tuple[_Active, str, int]] = {}  # ref -> (lane, cell, trial)
+        # ref -> (lane, what: "start" | "trial" | "finish", cell, trial)
+        pending: dict[Any, tuple[_Active, str, str, int]] = {}
         summaries: dict[str, dict[str, Any]] = {}
         total, finished, failures = len(job.todo), 0, job.failures
         last: float | None = None
@@ -307,7 +344,8 @@ class RayExecutor:
             st.actor = worker_cls.remote(
                 m, out, {cid: job.cells[cid] for cid in st.lane.cells}, cwd, st.lane.name)
             self._actors.append(st.actor)
-            st.placement_ref, st.placement, st.ran = st.actor.where.remote(), None, False
+            st.placement, st.ran = None, False
+            pending[st.actor.start.remote()] = (st, "start", "", -1)
 
         def retire(st: _Active) -> None:
             with contextlib.suppress(Exception):
@@ -323,22 +361,42 @@ class RayExecutor:
                 job.on_tick(Tick(finished, total, job.done_before, cid, t, m.trials,
                                  failures, eta(), last))
                 ref = st.actor.run.remote(cid, t, m.cooldown_s if st.ran else 0.0)
-                pending[ref] = (st, cid, t)
+                pending[ref] = (st, "trial", cid, t)
             else:
-                pending[st.actor.finish.remote(st.lane.cells)] = (st, "", -1)
+                pending[st.actor.finish.remote(st.lane.cells)] = (st, "finish", "", -1)
+
+        def started(st: _Active, result: dict[str, Any]) -> None:
+            """The worker runs: first run again, here, what pairs with its trials but ran
+            elsewhere (another card, or another machine)."""
+            nonlocal total
+            st.placement = result["where"]
+            ran = {cid: occasions(read_json_object(cell_dir(job.out, cid) / "manifest.json",
+                                                   MANIFEST_FIX))
+                   for cid in st.lane.cells
+                   if (cell_dir(job.out, cid) / "manifest.json").exists()}
+            redo = partners_elsewhere(st.lane, st.queue, ran, tuple(result["occasion"]),
+                                      job.order)
+            if redo:
+                total += len(redo)
+                listed = ", ".join(f"{cid} trial {t + 1}" for cid, t in redo)
+                job.progress(f"warning: lane {st.lane.name} now runs on other GPUs "
+                             f"({_gpus(st.placement)}) than {listed}, which pair with trials "
+                             "still to run: running them again here, so that no pair spans "
+                             "two cards")
+                st.rerun.update(redo)
+                head = st.queue.popleft() if st.attempt and st.queue else None
+                st.queue.extendleft(reversed(redo))
+                if head is not None:  # a lost trial keeps its attempt count: it runs after
+                    st.queue.insert(len(redo), head)
+                    job.attempts[head] = st.attempt - 1
+                    st.attempt = 0
+            submit(st)
 
         def start_next() -> None:
             lane = waiting.popleft()
-            st = _Active(lane, None, deque(lane.todo))
-            new_actor(st)
-            submit(st)
+            new_actor(_Active(lane, None, deque(lane.todo)))
 
         def where(st: _Active) -> dict[str, Any]:
-            if st.placement is None and st.placement_ref is not None:
-                ready, _ = ray.wait([st.placement_ref], timeout=0)
-                if ready:
-                    with contextlib.suppress(Exception):
-                        st.placement = ray.get(ready[0])
             return st.placement or {"executor": "ray", "lane": st.lane.name}
 
         for _ in range(min(self.slots, len(waiting))):
@@ -346,13 +404,20 @@ class RayExecutor:
         while pending:
             ready, _ = ray.wait(list(pending), num_returns=1)
             ref = ready[0]
-            st, cid, t = pending.pop(ref)
+            st, what, cid, t = pending.pop(ref)
             try:
                 result = ray.get(ref)
             except lost as e:
                 self._check_started(e, st.lane.name)
                 reason = _one_line(e)
-                if cid:
+                if what == "start":
+                    st.starts_lost += 1
+                    if st.starts_lost > LOST_RETRIES:
+                        raise RunError(f"lane {st.lane.name}: {st.starts_lost} Ray workers "
+                                       f"were lost before they could run a trial ({reason})",
+                                       "check the nodes (Ray's logs under "
+                                       "/tmp/ray/session_latest/logs), then --resume") from None
+                elif what == "trial":
                     again = st.attempt <= LOST_RETRIES
                     journal.write({"cell": cid, "trial": t, "status": "failed",
                                    "error": f"worker lost: {reason}", "worker_lost": True,
@@ -386,21 +451,25 @@ class RayExecutor:
                         continue
                 retire(st)
                 new_actor(st)
-                submit(st)
                 continue
             except ray.exceptions.RayTaskError as e:
                 cause = getattr(e, "cause", None)
                 if isinstance(cause, CrossbenchError | KeyboardInterrupt):
                     raise cause from None
                 raise
-            if not cid:  # the lane is closed
+            if what == "start":
+                started(st, result)
+                continue
+            if what == "finish":  # the lane is closed
                 summaries.update(result)
                 retire(st)
                 if waiting:
                     start_next()
                 continue
-            st.placement = result["worker"]
-            line = {**result["line"], "attempt": st.attempt, "worker": result["worker"]}
+            line = {**result["line"], "attempt": st.attempt, "worker": where(st)}
+            if (cid, t) in st.rerun:
+                line["rerun"] = "pairing"
+                st.rerun.discard((cid, t))
             journal.write(line)
             st.queue.popleft()
             st.attempt, st.ran = 0, True
@@ -416,6 +485,12 @@ class RayExecutor:
                              eta(), last, ended=True, status=line["status"]))
             submit(st)
         return summaries
+
+
+def _gpus(placement: Mapping[str, Any]) -> str:
+    """A worker's GPUs as a short phrase: Ray's GPU ids and node."""
+    ids = ",".join(placement.get("gpu_ids") or []) or "none"
+    return f"GPU {ids} of Ray node {str(placement.get('node_id'))[:12]}"
 
 
 def _one_line(e: BaseException) -> str:
