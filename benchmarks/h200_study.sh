@@ -9,11 +9,16 @@
 # (.cbcache/, ignored), so it survives between calls while the machine stays warm.
 #
 # One GPU: the whole matrix in one run directory (h200-run).
-# Two GPUs: two lanes at once, each pinned to one GPU by UUID (CUDA_VISIBLE_DEVICES, which
-# crossbench's telemetry and checks follow), each with its own baseline cell, so every
-# speedup is paired on one GPU: gpu0 runs the alpha 0.6 and 0.8 sweeps, gpu1 the alpha 0.9
-# and 1.0 sweeps, the real draft and ngram-mod (11 to 12 minutes each, at once).
-# Usage: OUT=/some/dir BUDGET_S=560 bash benchmarks/h200_study.sh
+# Two GPUs or more, Ray importable and a matrix of two lanes or more (a lane: a baseline and
+# its speculative cells): one run, `crossbench matrix --executor ray --lane-gpus 1` (h200-ray),
+# Ray giving each lane one GPU (docs/matrix.md, "Running on several GPUs or hosts (Ray)").
+# Fallback for matrices/h200.yaml (no Ray, or one lane: it has a single baseline, which Ray
+# would keep on one card): two hand-made lanes at once, each pinned to one GPU by UUID
+# (CUDA_VISIBLE_DEVICES, which crossbench's telemetry and checks follow), each with its own
+# baseline cell, so every speedup is paired on one GPU: gpu0 runs the alpha 0.6 and 0.8 sweeps,
+# gpu1 the alpha 0.9 and 1.0 sweeps, the real draft and ngram-mod (11 to 12 minutes each, at
+# once). Another MATRIX of one lane, or without Ray, runs whole on the visible GPUs (h200-run).
+# Usage: OUT=/some/dir BUDGET_S=560 [MATRIX=matrices/h200.yaml] bash benchmarks/h200_study.sh
 set -uo pipefail
 : "${OUT:?set OUT to a directory for the results}"
 export CROSSBENCH_CACHE=$PWD/.cbcache PYTHONUNBUFFERED=1
@@ -29,8 +34,16 @@ cb() { python3 -m crossbench "$@"; }
 nvidia-smi --query-gpu=index,name,uuid,driver_version,memory.total,power.limit,clocks.max.sm \
   --format=csv,noheader | tee -a "$LOG/gpu.txt"
 mapfile -t uuids < <(nvidia-smi --query-gpu=uuid --format=csv,noheader)
-if [ "${#uuids[@]}" -ge 2 ]; then
-  lanes=(gpu0 gpu1)
+MATRIX=${MATRIX:-matrices/h200.yaml}
+n_lanes=$(python3 -c "import sys; from pathlib import Path
+from crossbench.runner.matrix import expand, load_matrix
+from crossbench.runner.ray_exec import plan_lanes
+p = Path(sys.argv[1]); print(len(plan_lanes(expand(load_matrix(p), p), [])))" \
+  "$MATRIX" 2>/dev/null || echo 0)
+if [ "${#uuids[@]}" -ge 2 ] && [ "$n_lanes" -ge 2 ] && python3 -c "import ray" 2>/dev/null; then
+  lanes=(ray)  # Ray spreads the lanes over the GPUs; the hand-made lanes below are the fallback
+elif [ "${#uuids[@]}" -ge 2 ] && [ "$MATRIX" = matrices/h200.yaml ]; then
+  lanes=(gpu0 gpu1)  # the --skip lists split matrices/h200.yaml's arms
   skips_gpu0=(--skip arm=synth-a0.9 --skip arm=synth-a1.0 --skip arm=real --skip arm=ngram-mod)
   skips_gpu1=(--skip arm=synth-a0.6 --skip arm=synth-a0.8)
 else
@@ -54,10 +67,12 @@ for i in "${!lanes[@]}"; do
   resume=(); [ -f "$run/state.json" ] && resume=(--resume)
   skips=(); [ "$lane" = gpu0 ] && skips=("${skips_gpu0[@]}")
   [ "$lane" = gpu1 ] && skips=("${skips_gpu1[@]}")
-  visible=(); [ "$lane" != run ] && visible=(env "CUDA_VISIBLE_DEVICES=${uuids[$i]}")
+  visible=(); [ "$lane" = gpu0 ] || [ "$lane" = gpu1 ] && \
+    visible=(env "CUDA_VISIBLE_DEVICES=${uuids[$i]}")
+  executor=(); [ "$lane" = ray ] && executor=(--executor ray --lane-gpus 1)
   if [ "$run_s" -gt 30 ]; then
-    "${visible[@]}" timeout -s INT "$run_s" python3 -m crossbench matrix matrices/h200.yaml \
-      --out "$run" "${resume[@]}" "${skips[@]}" --progress plain \
+    "${visible[@]}" timeout -s INT "$run_s" python3 -m crossbench matrix "$MATRIX" \
+      --out "$run" "${resume[@]}" "${skips[@]}" "${executor[@]}" --progress plain \
       >"$LOG/matrix-$lane.log" 2>&1 &
     pids+=($!)
   fi

@@ -61,21 +61,46 @@ def confounds(a: CellData, b: CellData, axis: str = "spec",
 
 
 Occasion = tuple[str | None, tuple[str | None, ...]]
+"""Where a trial ran: (boot id of the host, its GPUs)."""
+
+
+def occasion_of(prov: Mapping[str, Any]) -> Occasion:
+    """Where one trial ran, from its provenance record: (boot id of the host, UUIDs of the
+    visible GPUs).
+
+    Where the trial saw no GPU through NVML (a host without NVIDIA GPUs, logical GPUs handed
+    out by a scheduler such as Ray), its ``CUDA_VISIBLE_DEVICES`` (provenance ``env``) stands
+    for the GPUs, as ``("CUDA_VISIBLE_DEVICES=1",)``: two trials given different cards read as
+    two occasions even then; unset, the GPUs are the empty tuple. A scheduler's node id
+    (provenance ``placement``) is not part of it: a Ray cluster started again on the same
+    machine gets new node ids for the same cards.
+    """
+    host = prov.get("host") or {}
+    gpus = (prov.get("gpu") or {}).get("gpus") or []
+    cards: tuple[str | None, ...] = tuple(g.get("uuid") for g in gpus if isinstance(g, Mapping))
+    env = prov.get("env")
+    visible = env.get("CUDA_VISIBLE_DEVICES") if isinstance(env, Mapping) else None
+    if not cards and visible is not None:
+        cards = (f"CUDA_VISIBLE_DEVICES={visible}",)
+    return host.get("boot_id"), cards
 
 
 def occasions(manifest: Mapping[str, Any]) -> dict[int, Occasion]:
-    """Where each trial ran: (boot id of the host, UUIDs of the visible GPUs), from its
-    provenance record; trials recorded without one are left out."""
+    """Where each trial of a run directory's manifest ran (:func:`occasion_of`); trials
+    recorded without provenance are left out."""
     out: dict[int, Occasion] = {}
     for entry in manifest.get("trials") or []:
         prov = entry.get("provenance") if isinstance(entry, Mapping) else None
-        if not isinstance(prov, Mapping) or "trial" not in entry:
-            continue
-        host = prov.get("host") or {}
-        gpus = (prov.get("gpu") or {}).get("gpus") or []
-        out[int(entry["trial"])] = (host.get("boot_id"),
-                                    tuple(g.get("uuid") for g in gpus if isinstance(g, Mapping)))
+        if isinstance(prov, Mapping) and "trial" in entry:
+            out[int(entry["trial"])] = occasion_of(prov)
     return out
+
+
+def same_occasion(a: Occasion, b: Occasion) -> bool:
+    """Whether two trials ran on the same GPUs of the same boot of one machine (a side that
+    recorded no boot id, as older runs, is compared by its GPUs only)."""
+    (boot_a, gpus_a), (boot_b, gpus_b) = a, b
+    return gpus_a == gpus_b and not (boot_a and boot_b and boot_a != boot_b)
 
 
 def split_occasions(a: Mapping[str, Any], b: Mapping[str, Any]) -> list[int]:
@@ -83,16 +108,11 @@ def split_occasions(a: Mapping[str, Any], b: Mapping[str, Any]) -> list[int]:
 
     Trials are paired by number (trial k of the speculative cell with trial k of its baseline,
     run in the same interleaved round); a matrix resumed on another machine in the middle of a
-    round leaves such trials. Where a side recorded no boot id (older runs), only GPU UUIDs
-    are compared.
+    round leaves such trials (``--executor ray`` runs the partner again instead). Where a side
+    recorded no boot id (older runs), only GPUs are compared.
     """
     oa, ob = occasions(a), occasions(b)
-    split = []
-    for t in sorted(set(oa) & set(ob)):
-        (boot_a, gpus_a), (boot_b, gpus_b) = oa[t], ob[t]
-        if gpus_a != gpus_b or (boot_a and boot_b and boot_a != boot_b):
-            split.append(t)
-    return split
+    return [t for t in sorted(set(oa) & set(ob)) if not same_occasion(oa[t], ob[t])]
 
 
 def _split_finding(trials: list[int], labels: tuple[str, str]) -> dict[str, Any]:

@@ -72,10 +72,15 @@ Examples:
   crossbench matrix matrices/cpu-smoke.yaml --out runs/smoke
   crossbench matrix matrices/cpu-smoke.yaml --out runs/smoke --resume
   crossbench matrix matrices/cpu-smoke.yaml --only method=none --dry-run
+  crossbench matrix study.yaml --out runs/study --executor ray --lane-gpus 1
+  crossbench matrix study.yaml --out /shared/runs/study --executor ray \\
+      --address head-node:6379
 """)
 @click.argument("matrix_file", type=click.Path(path_type=Path))
 @click.option("--out", type=click.Path(path_type=Path), default=None,
-              help="Run directory (default: the matrix's `out`, else runs/<study>).")
+              help="Run directory (default: the matrix's `out`, else runs/<study>). With "
+                   "--executor ray on several nodes it must be on a filesystem every node "
+                   "sees: the workers write the cells there.")
 @click.option("--resume", is_flag=True, help="Continue a run directory: only what is missing.")
 @click.option("--only", multiple=True, help="Run only cells with KEY=VALUE (repeatable).")
 @click.option("--skip", multiple=True, help="Skip cells with KEY=VALUE (repeatable).")
@@ -83,23 +88,48 @@ Examples:
 @click.option("--progress", "progress_mode", type=click.Choice(["auto", "live", "plain"]),
               default="auto", show_default=True,
               help="Live panel on stderr (auto: when stderr is a terminal) or plain lines.")
+@click.option("--executor", type=click.Choice(["local", "ray"]), default="local",
+              show_default=True,
+              help="local: every trial here, one at a time. ray: lanes (a baseline and its "
+                   "speculative cells) side by side on the GPUs of a Ray cluster, one trial "
+                   "at a time per lane (needs pip install 'crossbench[ray]').")
+@click.option("--address", default=None,
+              help="With --executor ray: the Ray cluster to join (ray.init(address=...), "
+                   "e.g. head-node:6379); default: RAY_ADDRESS, else a cluster `ray start` "
+                   "started on this host, else a new local one for this run.")
+@click.option("--lane-gpus", type=click.IntRange(min=1), default=None,
+              help="With --executor ray: GPUs per lane (Ray sets CUDA_VISIBLE_DEVICES for "
+                   "each lane); default 1.")
 @user_errors
 def matrix(matrix_file: Path, out: Path | None, resume: bool, only: tuple[str, ...],
-           skip: tuple[str, ...], dry_run: bool, progress_mode: Mode) -> None:
+           skip: tuple[str, ...], dry_run: bool, progress_mode: Mode, executor: str,
+           address: str | None, lane_gpus: int | None) -> None:
     """Run a matrix: every cell's trials in the schedule's order, resumable.
 
     Each finished trial is journaled atomically; a kill loses at most the trial in flight, and
     --resume runs only what is missing (refusing a changed matrix file or engine build).
+    With --executor ray the run directory must be on a filesystem every node sees (on one
+    node, any local directory); the journal is written by this process only.
     """
+    from crossbench.errors import UserError
     from crossbench.runner.matrix import load_matrix
-    from crossbench.runner.matrix_run import run_matrix
+    from crossbench.runner.matrix_run import Executor, run_matrix
 
+    runner: Executor | None = None
+    if executor == "ray":
+        from crossbench.runner.ray_exec import RayExecutor
+
+        runner = RayExecutor(address=address, lane_gpus=lane_gpus or 1)
+    elif address is not None or lane_gpus is not None:
+        raise UserError("--address and --lane-gpus go with --executor ray",
+                        "add --executor ray, or drop them")
     if out is None:
         m = load_matrix(matrix_file)
         out = Path(m.out) if m.out else Path("runs") / m.study.name
     with make_view(progress_mode) as view:
         result = run_matrix(matrix_file, out, resume=resume, only=only, skip=skip,
-                            dry_run=dry_run, progress=view.message, on_tick=view.tick)
+                            dry_run=dry_run, progress=view.message, on_tick=view.tick,
+                            executor=runner)
     if dry_run:
         from crossbench.confounds.provenance import redact_argv
 

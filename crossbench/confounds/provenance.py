@@ -349,12 +349,15 @@ def collect(engine: EngineIdentity | Mapping[str, Any], argv: Sequence[str],
             models: Mapping[str, Path | str] | None = None,
             model_refs: Mapping[str, str] | None = None,
             environ: Mapping[str, str] | None = None,
-            nvml: NvmlProvider | None = None) -> dict[str, Any]:
+            nvml: NvmlProvider | None = None,
+            placement: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """The provenance record of one trial (JSON-ready, secrets removed).
 
     ``engine`` is the adapter's :class:`~crossbench.engines.base.EngineIdentity` (or its dict);
     ``argv`` the exact server command; ``models`` maps a role (``model``, ``draft``) to a file
     path or repository reference, ``model_refs`` the same roles to how the user named them.
+    ``placement``: where a scheduler put the trial (``crossbench matrix --executor ray``: the
+    Ray node id, the GPU ids it assigned), recorded under ``placement`` when given.
     """
     env = os.environ if environ is None else environ
     refs = model_refs or {}
@@ -369,6 +372,7 @@ def collect(engine: EngineIdentity | Mapping[str, Any], argv: Sequence[str],
         "models": {role: model_facts(p, refs.get(role)) for role, p in (models or {}).items()},
         "host": host_facts(),
         "gpu": gpu_facts(nvml),
+        **({"placement": dict(placement)} if placement is not None else {}),
     }
     secrets = [v for k, v in env.items() if is_secret(k) and len(v) >= MIN_SCRUB_LEN]
     scrubbed: dict[str, Any] = scrub(record, secrets)

@@ -19,16 +19,25 @@ says so on stderr; the trial it was for runs again. A damaged line before the la
 never skipped: it is an error naming the file and line. A state.json that cannot be read
 (truncated, not an object, keys missing) or is of a newer format is refused with what to do,
 as is an ``--out`` that is a file, unwritable, or a non-empty directory holding no matrix run.
+
+Who runs the trials is an :class:`Executor`: :class:`LocalExecutor` (the default) runs the
+schedule in this process, one trial at a time; ``crossbench.runner.ray_exec.RayExecutor`` runs
+lanes (a baseline and its speculative cells) on GPUs of a Ray cluster. Both run each trial
+through :class:`TrialRunner` and leave the journal to one writer, the process that called
+:func:`run_matrix`. A trial whose worker process was lost is journaled as failed with
+``worker_lost: true`` and its ``attempt``; a later line for the same (cell, trial) replaces it
+(:func:`read_journal`), and ``--resume`` runs it again while it has attempts left
+(:data:`LOST_RETRIES`).
 """
 
 from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from crossbench.errors import UserError
 from crossbench.host import hardware_mismatch
@@ -75,6 +84,10 @@ JOURNAL_FIX = ("a crash only ever tears the last line: restore journal.jsonl fro
                "run the matrix again with a new --out")
 TORN_TEXT_MAX = 4096
 """Most characters of a torn journal tail kept in its ``journal_repairs`` note."""
+LOST_RETRIES = 2
+"""Times a trial runs again after its worker process was lost (then it is left failed): a
+worker lost once is bad luck (a node restarted, the OOM killer); lost three times on the same
+trial, the trial itself is the likely cause."""
 Progress = Callable[[str], None]
 
 
@@ -218,14 +231,160 @@ def read_state(out: Path, need: tuple[str, ...] = RESUME_KEYS) -> dict[str, Any]
     return state
 
 
+def journal_entry(cell: str, trial: int, entry: Mapping[str, Any],
+                  gate: dict[str, Any] | None) -> dict[str, Any]:
+    """The journal line of a finished trial (``entry``: its manifest entry)."""
+    return {"cell": cell, "trial": trial, "status": entry["status"], "error": entry["error"],
+            **({"thermal_gate": gate} if gate is not None else {})}
+
+
+class TrialRunner:
+    """Runs trials of a matrix's cells in this process: the per-trial step every executor
+    shares. Each cell's :class:`RunSession` is opened on its first trial (continuing the
+    cell's directory when it exists); the thermal gate is applied before each trial.
+    ``placement`` (where a scheduler put this process) goes into every trial's provenance."""
+
+    def __init__(self, m: Matrix, out: Path, cells: Mapping[str, Cell],
+                 progress: Progress = lambda _: None,
+                 placement: Mapping[str, Any] | None = None) -> None:
+        self.m, self.out, self.cells, self.progress = m, out, cells, progress
+        self.placement = placement
+        self.sessions: dict[str, RunSession] = {}
+
+    def _config(self, cid: str) -> RunConfig:
+        return run_config(self.cells[cid], self.m.trials, self.m.fresh_server,
+                          telemetry_hz=self.m.telemetry_hz, gpu_busy=self.m.gpu_busy)
+
+    def open(self, cid: str) -> RunSession:
+        """The session of cell ``cid``, opened (model files resolved, inputs checked) on
+        first use."""
+        if cid not in self.sessions:
+            d = cell_dir(self.out, cid)
+            self.sessions[cid] = RunSession(self._config(cid), d, progress=self.progress,
+                                            resume=(d / "manifest.json").exists(),
+                                            placement=self.placement)
+        return self.sessions[cid]
+
+    def run(self, cid: str, t: int, on_start: Callable[[], None] = lambda: None
+            ) -> tuple[dict[str, Any], dict[str, Any]]:
+        """Run trial ``t`` of cell ``cid``; ``on_start`` is called once the session is open
+        and the gate passed. Returns (the journal line, the trial's manifest entry)."""
+        session = self.open(cid)
+        gate = _gate(self.m.thermal_gate, self.progress)
+        on_start()
+        entry = session.run_trial(t)
+        return journal_entry(cid, t, entry, gate), entry
+
+    def finish(self, ids: Iterable[str]) -> dict[str, dict[str, Any]]:
+        """Close every cell opened here and those of ``ids`` that have a directory (stop
+        any server, write the summary); returns their summaries."""
+        for cid in ids:
+            if cid not in self.sessions and cell_dir(self.out, cid).joinpath(
+                    "manifest.json").exists():
+                self.sessions[cid] = RunSession(self._config(cid), cell_dir(self.out, cid),
+                                                resume=True)
+        return {cid: s.finish() for cid, s in self.sessions.items()}
+
+
+@dataclass
+class Job:
+    """What an executor is given: the trials to run, in the schedule's order, and where the
+    run stands."""
+
+    matrix: Matrix
+    out: Path
+    cells: dict[str, Cell]  # the selected cells by id
+    todo: list[tuple[str, int]]  # (cell id, trial) in the schedule's order
+    done_before: int  # trials a resumed run found finished
+    failures: int  # failed trials so far (earlier invocations)
+    progress: Progress = lambda _: None
+    on_tick: Callable[[Tick], None] = _no_ticks
+    attempts: dict[tuple[str, int], int] = field(default_factory=dict)
+    """Attempts a trial of ``todo`` already had that ended with a lost worker."""
+    order: list[tuple[str, int]] = field(default_factory=list)
+    """The whole schedule of the selected cells, finished trials included."""
+
+
+class Executor(Protocol):
+    """Who runs a matrix's trials. The caller (:func:`run_matrix`) owns the journal: an
+    executor appends one line per finished trial to the journal it is given, from this
+    process only."""
+
+    def connect(self, progress: Progress) -> None:
+        """Get ready (e.g. join a cluster) once ``--out`` has been checked and before
+        anything is written to it; a :class:`UserError` here leaves nothing behind. Called
+        at most once; :meth:`close` is called even when it never was."""
+
+    def execute(self, job: Job, journal: JsonlAppender) -> dict[str, dict[str, Any]]:
+        """Run ``job.todo``, journaling each trial as it ends; returns the summary of every
+        selected cell that has a directory and was closed."""
+        ...
+
+    def close(self) -> None:
+        """Release what :meth:`connect` took (also after an error or an interrupt)."""
+
+
+class LocalExecutor:
+    """The schedule in this process, one trial at a time, in order (``--executor local``)."""
+
+    def connect(self, progress: Progress) -> None:
+        """Nothing to join."""
+
+    def close(self) -> None:
+        """Nothing to release."""
+
+    def execute(self, job: Job, journal: JsonlAppender) -> dict[str, dict[str, Any]]:
+        """Run every trial of ``job.todo`` in order (module docstring)."""
+        m, todo = job.matrix, job.todo
+        runner = TrialRunner(m, job.out, job.cells, job.progress)
+        t0 = time.monotonic()
+        failures = job.failures
+        last: float | None = None
+        for i, (cid, t) in enumerate(todo):
+            def start(i: int = i, cid: str = cid, t: int = t, failures: int = failures,
+                      last: float | None = last) -> None:
+                eta = (time.monotonic() - t0) / i * (len(todo) - i) if i else None
+                job.on_tick(Tick(i, len(todo), job.done_before, cid, t, m.trials, failures,
+                                 eta, last))
+
+            line, entry = runner.run(cid, t, on_start=start)
+            if entry["status"] != "ok":
+                failures += 1
+            last = (entry.get("load") or {}).get("pooled_tok_s") or last
+            journal.write(line)
+            eta = (time.monotonic() - t0) / (i + 1) * (len(todo) - i - 1)
+            job.on_tick(Tick(i, len(todo), job.done_before, cid, t, m.trials, failures, eta,
+                             last, ended=True, status=entry["status"]))
+            if m.cooldown_s and i + 1 < len(todo):
+                time.sleep(m.cooldown_s)
+        return runner.finish(job.cells)
+
+
+def retry_attempts(done: Mapping[tuple[str, int], Mapping[str, Any]]
+                   ) -> dict[tuple[str, int], int]:
+    """Trials whose last journal line is a lost worker with attempts left
+    (:data:`LOST_RETRIES`), with the attempts they had: ``--resume`` runs them again."""
+    out: dict[tuple[str, int], int] = {}
+    for key, r in done.items():
+        attempt = r.get("attempt")
+        if r.get("worker_lost") is True and type(attempt) is int and \
+                attempt <= LOST_RETRIES:
+            out[key] = attempt
+    return out
+
+
 def run_matrix(path: Path, out: Path, resume: bool = False, only: tuple[str, ...] = (),
                skip: tuple[str, ...] = (), dry_run: bool = False,
                progress: Progress = lambda _: None,
-               on_tick: Callable[[Tick], None] = _no_ticks) -> dict[str, Any]:
+               on_tick: Callable[[Tick], None] = _no_ticks,
+               executor: Executor | None = None) -> dict[str, Any]:
     """Run (or with ``dry_run`` print) a matrix's schedule; returns the matrix summary.
 
     ``progress`` gets messages (warnings, each trial's steps); ``on_tick`` gets a :class:`Tick`
-    before and after every trial (the CLI draws its live view from them).
+    before and after every trial (the CLI draws its live view from them). ``executor`` runs
+    the trials (default :class:`LocalExecutor`); it is connected once ``out`` has been checked
+    (a new run's directory may be made, a run to resume continued), before anything is
+    written, and closed when the run ends, however it ends.
     """
     m = load_matrix(path)
     cells = expand(m, path)
@@ -247,6 +406,22 @@ def run_matrix(path: Path, out: Path, resume: bool = False, only: tuple[str, ...
             plan.append({"cell": cid, "trial": t, "argv": srv.command()})
         return {"dry_run": plan}
     _check_versions(m, cells)
+    executor = executor or LocalExecutor()
+    try:
+        cell_summaries = _run(m, path, out, resume, digest, cells, order, executor, progress,
+                              on_tick)
+    finally:
+        executor.close()
+    summary = matrix_status(out, cell_summaries)
+    write_json_atomic(out / "summary.json", summary)
+    return summary
+
+
+def _run(m: Matrix, path: Path, out: Path, resume: bool, digest: str, cells: list[Cell],
+         order: list[tuple[str, int]], executor: Executor, progress: Progress,
+         on_tick: Callable[[Tick], None]) -> dict[str, dict[str, Any]]:
+    """Check ``out``, connect ``executor``, open (or continue) the run directory and have
+    ``executor`` run what the journal lacks; returns the cell summaries."""
     state_path = out / "state.json"
     try:
         started = state_path.exists()
@@ -262,11 +437,13 @@ def run_matrix(path: Path, out: Path, resume: bool = False, only: tuple[str, ...
             raise UserError(f"{path} changed since {out} started (sha256 "
                             f"{state['matrix_sha256'][:12]} then, {digest[:12]} now)",
                             "resume with the same matrix file, or start a new --out")
+        executor.connect(progress)
         if not (out / "matrix.yaml").exists():  # a kill fell between state.json and the copy
             write_bytes_atomic(out / "matrix.yaml", path.read_bytes())
         repair_journal(out, state, progress)
     else:
         check_new_out(out, MATRIX_KIND)
+        executor.connect(progress)
         make_out_dir(out)
         warning = hardware_mismatch(m.hardware.gpu, m.hardware.gpu_count)
         if warning:
@@ -283,46 +460,13 @@ def run_matrix(path: Path, out: Path, resume: bool = False, only: tuple[str, ...
         })
         write_bytes_atomic(out / "matrix.yaml", path.read_bytes())
     done = read_journal(out)
-    todo = [(cid, t) for cid, t in order if (cid, t) not in done]
-    sessions: dict[str, RunSession] = {}
-    t0 = time.monotonic()
-    failures = sum(1 for r in done.values() if r["status"] != "ok")
-    last: float | None = None
+    again = retry_attempts(done)  # lost workers: their trials run again
+    todo = [(cid, t) for cid, t in order if (cid, t) not in done or (cid, t) in again]
+    failures = sum(1 for k, r in done.items() if r["status"] != "ok" and k not in again)
+    job = Job(m, out, {c.id: c for c in cells}, todo, len(done) - len(again), failures,
+              progress, on_tick, again, order)
     with JsonlAppender(out / "journal.jsonl") as journal:
-        for i, (cid, t) in enumerate(todo):
-            if cid not in sessions:
-                d = cell_dir(out, cid)
-                sessions[cid] = RunSession(run_config(by_id[cid], m.trials, m.fresh_server,
-                                                      telemetry_hz=m.telemetry_hz,
-                                                      gpu_busy=m.gpu_busy), d,
-                                           progress=progress,
-                                           resume=(d / "manifest.json").exists())
-            gate = _gate(m.thermal_gate, progress)
-            eta = (time.monotonic() - t0) / i * (len(todo) - i) if i else None
-            tick = Tick(i, len(todo), len(done), cid, t, m.trials, failures, eta, last)
-            on_tick(tick)
-            entry = sessions[cid].run_trial(t)
-            if entry["status"] != "ok":
-                failures += 1
-            last = (entry.get("load") or {}).get("pooled_tok_s") or last
-            journal.write({"cell": cid, "trial": t, "status": entry["status"],
-                           "error": entry["error"],
-                           **({"thermal_gate": gate} if gate is not None else {})})
-            eta = (time.monotonic() - t0) / (i + 1) * (len(todo) - i - 1)
-            on_tick(Tick(i, len(todo), len(done), cid, t, m.trials, failures, eta, last,
-                         ended=True, status=entry["status"]))
-            if m.cooldown_s and i + 1 < len(todo):
-                time.sleep(m.cooldown_s)
-    for cid in by_id:
-        if cid not in sessions and cell_dir(out, cid).joinpath("manifest.json").exists():
-            sessions[cid] = RunSession(run_config(by_id[cid], m.trials, m.fresh_server,
-                                                  telemetry_hz=m.telemetry_hz,
-                                                      gpu_busy=m.gpu_busy),
-                                       cell_dir(out, cid), resume=True)
-    cell_summaries = {cid: s.finish() for cid, s in sessions.items()}
-    summary = matrix_status(out, cell_summaries)
-    write_json_atomic(out / "summary.json", summary)
-    return summary
+        return executor.execute(job, journal)
 
 
 def _check_versions(m: Matrix, cells: list[Cell]) -> None:

@@ -27,7 +27,7 @@ import os
 import platform
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -148,12 +148,15 @@ class RunSession:
     (a kill in the middle) are dropped, and a changed engine build, or a manifest that cannot
     be read or is of a newer format, is refused. A new session refuses an ``out`` that is a
     file, under a file, unwritable, or a non-empty directory (``store.formats.check_new_out``)
-    before it writes anything.
+    before it writes anything. ``placement`` (where a scheduler runs the trials: the Ray node
+    and GPUs of ``crossbench matrix --executor ray``) goes into each trial's provenance.
     """
 
     def __init__(self, cfg: RunConfig, out: Path, progress: Progress = _quiet,
-                 argv: list[str] | None = None, resume: bool = False) -> None:
+                 argv: list[str] | None = None, resume: bool = False,
+                 placement: Mapping[str, Any] | None = None) -> None:
         self.cfg, self.out, self.progress = cfg, out, progress
+        self.placement = placement  # where a scheduler put the trials (provenance placement)
         exists = resume and (out / "manifest.json").exists()
         if not exists:
             check_new_out(out, RUN_KIND)
@@ -279,7 +282,8 @@ class RunSession:
             try:
                 entry = _trial(cfg, t, self._server, self.engine, self.warm,
                                self.measured, sink, self.out,
-                               self.progress, keep_running=not cfg.fresh_server and not last)
+                               self.progress, keep_running=not cfg.fresh_server and not last,
+                               placement=self.placement)
             except BaseException as e:
                 self._server.stop()
                 self._scrub_log()
@@ -362,7 +366,7 @@ def run(cfg: RunConfig, out: Path, progress: Progress = _quiet,
 def _trial(cfg: RunConfig, t: int, server: EngineServer, engine: dict[str, Any],
            warm: list[RequestSpec],
            measured: list[RequestSpec], sink: JsonlAppender, out: Path, progress: Progress,
-           keep_running: bool) -> dict[str, Any]:
+           keep_running: bool, placement: Mapping[str, Any] | None = None) -> dict[str, Any]:
     entry: dict[str, Any] = {"trial": t, "argv": redact_argv(server.command()), "status": "ok",
                              "error": None, "started_utc": _now()}
     clock = time.monotonic
@@ -424,7 +428,7 @@ def _trial(cfg: RunConfig, t: int, server: EngineServer, engine: dict[str, Any],
         sampler.set_pids([pid])  # the server and its children, for per-process memory
     # the session's engine identity: one build per run directory (a changed one is refused)
     entry["provenance"] = collect(engine, entry["argv"], _model_paths(cfg),
-                                  cfg.model_refs)
+                                  cfg.model_refs, placement=placement)
     try:
         props: dict[str, Any] = getattr(server, "props", dict)()
         entry["server_props"] = _props_subset(props)
