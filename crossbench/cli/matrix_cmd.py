@@ -40,7 +40,7 @@ def validate(matrix_file: Path, as_json: bool) -> None:
     m = load_matrix(matrix_file)
     cells = expand(m, matrix_file)
     notes = validate_cells(m, cells, matrix_file)
-    order = schedule(cells, m.trials, m.schedule.order, m.schedule.seed)
+    order = schedule(cells, m.trials, m.schedule.order, m.schedule.seed, m.block)
     work = [trial_work(c.load) for c in cells]
     requests = sum(w.requests for w in work) * m.trials
     tokens = sum(w.output_tokens for w in work) * m.trials

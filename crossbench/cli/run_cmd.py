@@ -134,7 +134,11 @@ def format_table(summary: dict[str, Any]) -> str:
               "in its environment, sent as Authorization: Bearer, never recorded.")
 @click.option("--api-key-file", type=click.Path(path_type=Path), default=None,
               help="File whose first line is the server's API key (instead of --api-key-env).")
-@click.option("--reuse-server", is_flag=True, help="One server for all trials (default: fresh).")
+@click.option("--reuse-server", is_flag=True, help="One server for all trials (default: fresh), "
+              "its cache reset and a warm-up before each.")
+@click.option("--trials-per-start", type=click.IntRange(min=1), default=1, show_default=True,
+              help="Trials back to back on one server start (cache reset and warm-up before "
+              "each); the analysis resamples starts, not reused trials.")
 @click.option("--json", "as_json", is_flag=True, help="Print summary.json instead of a table.")
 @click.option("--out", type=click.Path(path_type=Path), required=True, help="Run directory.")
 @user_errors
@@ -166,7 +170,8 @@ def run(**o: Any) -> None:
         cfg = RunConfig.model_validate({
             "engine": o["engine"],
             "engine_config": json.loads(json.dumps(engine_cfg, default=str)),
-            "trials": o["trials"], "fresh_server": not o["reuse_server"], "model_refs": refs,
+            "trials": o["trials"], "fresh_server": not o["reuse_server"],
+            "trials_per_start": o["trials_per_start"], "model_refs": refs,
             "load": {"workload": o["workload"], "requests": o["requests"],
                      "warmup": o["warmup"], "max_tokens": o["max_tokens"],
                      "endpoint": o["endpoint"], "temperature": o["temperature"],

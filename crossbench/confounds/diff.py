@@ -93,6 +93,8 @@ BENIGN: tuple[tuple[str, str], ...] = (
     ("run.trials", "number of trials: changes precision, not speed"),
     ("gpus.*.pcie_link_gen_current", "follows the GPU's power state at the moment it was "
      "read (idle GPUs drop to a lower generation); the maximum is compared"),
+    ("server.slot_save_path", "where llama-server would save slots: set under server reuse "
+     "so that slots can be erased; nothing is saved"),
     ("env.HF_HOME", "cache location; model files are compared by sha256"),
     ("env.HF_HUB_CACHE", "cache location; model files are compared by sha256"),
     ("env.HF_HUB_OFFLINE", "download policy; model files are compared by sha256"),

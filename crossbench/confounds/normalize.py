@@ -132,6 +132,8 @@ def normalize_config(config: Mapping[str, Any], defaults: bool = True) -> View:
             {k: v for k, v in load.items() if v is not None}, out)
     flatten("run.trials", config.get("trials"), out)
     flatten("run.fresh_server", config.get("fresh_server"), out)
+    if (config.get("trials_per_start") or 1) > 1:  # absent from older records: 1
+        flatten("run.trials_per_start", config.get("trials_per_start"), out)
     for role, ref in (config.get("model_refs") or {}).items():
         flatten(f"{_role(role)}.ref", ref, out)
     return out

@@ -48,7 +48,11 @@ class RunConfig(BaseModel):
     load: LoadSettings = Field(default_factory=LoadSettings,
                                description="Workload and load shape.")
     trials: int = Field(3, ge=1, description="Repeats, each on a fresh server by default.")
-    fresh_server: bool = Field(True, description="Start a new server for every trial.")
+    fresh_server: bool = Field(True, description="Start a new server for every trial "
+                               "(false: one server for all trials).")
+    trials_per_start: int = Field(
+        1, ge=1, description="Trials run back to back on one server start, with the engine's "
+        "cache reset and a warm-up before each (1: a fresh server per trial).")
     gpu_busy: Literal["warn", "refuse"] = Field(
         "warn", description="Other processes on the GPU (or a busy GPU) before a trial: warn "
         "and record it, or refuse the trial (recorded as failed with the processes named).")
@@ -58,3 +62,8 @@ class RunConfig(BaseModel):
     model_refs: dict[str, str] = Field(
         default_factory=dict,
         description="How each model was named before resolution (e.g. an hf:// reference).")
+
+    @property
+    def block(self) -> int:
+        """Trials per server start in effect (``fresh_server: false`` is all of them)."""
+        return self.trials if not self.fresh_server else min(self.trials_per_start, self.trials)

@@ -139,7 +139,8 @@ def _resolve(ref: str) -> str:
 
 
 def run_config(cell: Cell, trials: int, fresh_server: bool, resolve: bool = True,
-               telemetry_hz: float = 10.0, gpu_busy: str = "warn") -> RunConfig:
+               telemetry_hz: float = 10.0, gpu_busy: str = "warn",
+               trials_per_start: int = 1) -> RunConfig:
     """The `crossbench run` configuration of one cell, with model files resolved."""
     cfg = json.loads(json.dumps(cell.engine_config))
     if resolve:
@@ -149,6 +150,7 @@ def run_config(cell: Cell, trials: int, fresh_server: bool, resolve: bool = True
     return RunConfig.model_validate({"engine": cell.engine_kind, "engine_config": cfg,
                                      "load": cell.load, "trials": trials,
                                      "fresh_server": fresh_server,
+                                     "trials_per_start": trials_per_start,
                                      "telemetry_hz": telemetry_hz, "gpu_busy": gpu_busy,
                                      "model_refs": cell.model_refs})
 
@@ -253,7 +255,8 @@ class TrialRunner:
 
     def _config(self, cid: str) -> RunConfig:
         return run_config(self.cells[cid], self.m.trials, self.m.fresh_server,
-                          telemetry_hz=self.m.telemetry_hz, gpu_busy=self.m.gpu_busy)
+                          telemetry_hz=self.m.telemetry_hz, gpu_busy=self.m.gpu_busy,
+                          trials_per_start=self.m.trials_per_start)
 
     def open(self, cid: str) -> RunSession:
         """The session of cell ``cid``, opened (model files resolved, inputs checked) on
@@ -393,7 +396,7 @@ def run_matrix(path: Path, out: Path, resume: bool = False, only: tuple[str, ...
     cells = select(cells, only, skip)
     if not cells:
         raise UserError("--only/--skip leave no cells", "loosen the filters")
-    order = schedule(cells, m.trials, m.schedule.order, m.schedule.seed)
+    order = schedule(cells, m.trials, m.schedule.order, m.schedule.seed, m.block)
     digest = matrix_digest(path)
     by_id = {c.id: c for c in cells}
     if dry_run:
@@ -401,7 +404,8 @@ def run_matrix(path: Path, out: Path, resume: bool = False, only: tuple[str, ...
 
         plan = []
         for cid, t in order:
-            rc = run_config(by_id[cid], m.trials, m.fresh_server, resolve=False)
+            rc = run_config(by_id[cid], m.trials, m.fresh_server, resolve=False,
+                            trials_per_start=m.trials_per_start)
             srv = registry.create(rc.engine, rc.engine_config, Path("/dev/null"))
             plan.append({"cell": cid, "trial": t, "argv": srv.command()})
         return {"dry_run": plan}
@@ -478,7 +482,8 @@ def _check_versions(m: Matrix, cells: list[Cell]) -> None:
         cell = next((c for c in cells if c.coords["engine"] == eid), None)
         if entry.requires is None or cell is None:
             continue
-        rc = run_config(cell, m.trials, m.fresh_server, resolve=False)
+        rc = run_config(cell, m.trials, m.fresh_server, resolve=False,
+                        trials_per_start=m.trials_per_start)
         server = registry.create(rc.engine, rc.engine_config, Path("/dev/null"))
         why = unmet(entry.requires, server.identity())
         if why:

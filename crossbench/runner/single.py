@@ -160,6 +160,11 @@ class RunSession:
         exists = resume and (out / "manifest.json").exists()
         if not exists:
             check_new_out(out, RUN_KIND)
+        if cfg.block > 1:  # trials reuse a server: what the engine's cache reset needs
+            cfg = cfg.model_copy(update={"engine_config": registry.reuse_settings(
+                cfg.engine, cfg.engine_config, out)})
+            self.cfg = cfg
+        self._start_trial: int | None = None  # the trial that started the running server
         server = registry.create(cfg.engine, cfg.engine_config, out / "server.log")
         server.validate()  # every input checked before anything starts
         for warning in server.warnings():
@@ -274,25 +279,43 @@ class RunSession:
             self.manifest["trials"] = [e for e in self.manifest["trials"] if e["trial"] != t]
             write_json_atomic(self.out / "manifest.json", self.manifest)
             self._drop_unfinished()
-        if self._server is None or (cfg.fresh_server and self.manifest["trials"]):
-            self._server = registry.create(cfg.engine, cfg.engine_config,
-                                           self.out / "server.log")
-        last = len(self.finished_trials()) + 1 >= cfg.trials
+        block = cfg.block
+        running = self._server is not None and getattr(self._server, "pid", None) is not None
+        # a server start serves a block of trials (block 1: every trial starts its own); a
+        # trial at a block's start, or after a kill or a failure, starts a new one
+        if not running or t % block == 0:
+            if running and self._server is not None:
+                self._server.stop()
+            if self._server is None or self.manifest["trials"] or running:
+                self._server = registry.create(cfg.engine, cfg.engine_config,
+                                               self.out / "server.log")
+            self._start_trial = t
+        server = self._server
+        assert server is not None
+        reuse: dict[str, Any] | None = None
+        if block > 1:
+            assert self._start_trial is not None
+            reuse = {"server_start": self._start_trial, "position": t - self._start_trial}
+            if running and t % block != 0:
+                reuse["cache_reset"] = server.reset_cache()
+        keep_running = block > 1 and (t + 1) % block != 0 and t + 1 < cfg.trials
         with JsonlAppender(self.out / "requests.jsonl") as sink:
             try:
-                entry = _trial(cfg, t, self._server, self.engine, self.warm,
+                entry = _trial(cfg, t, server, self.engine, self.warm,
                                self.measured, sink, self.out,
-                               self.progress, keep_running=not cfg.fresh_server and not last,
-                               placement=self.placement)
+                               self.progress, keep_running=keep_running,
+                               placement=self.placement, reuse=reuse)
             except BaseException as e:
-                self._server.stop()
+                server.stop()
                 self._scrub_log()
                 self.manifest["status"] = ("interrupted" if isinstance(e, KeyboardInterrupt)
                                            else "failed")
                 self.manifest["error"] = scrub(str(e), self.secrets)
                 write_json_atomic(self.out / "manifest.json", self.manifest)
                 raise
-        if cfg.fresh_server or last:
+        if not keep_running or entry.get("status") != "ok":
+            if entry.get("status") != "ok":
+                server.stop()  # a failed trial's server is not reused
             self._scrub_log()  # the server has stopped: its log is complete
         self.manifest["trials"] = [e for e in self.manifest["trials"] if e["trial"] != t]
         self.manifest["trials"].append(scrub(entry, self.secrets))
@@ -366,9 +389,21 @@ def run(cfg: RunConfig, out: Path, progress: Progress = _quiet,
 def _trial(cfg: RunConfig, t: int, server: EngineServer, engine: dict[str, Any],
            warm: list[RequestSpec],
            measured: list[RequestSpec], sink: JsonlAppender, out: Path, progress: Progress,
-           keep_running: bool, placement: Mapping[str, Any] | None = None) -> dict[str, Any]:
+           keep_running: bool, placement: Mapping[str, Any] | None = None,
+           reuse: dict[str, Any] | None = None) -> dict[str, Any]:
     entry: dict[str, Any] = {"trial": t, "argv": redact_argv(server.command()), "status": "ok",
                              "error": None, "started_utc": _now()}
+    extra: dict[str, Any] = {}  # fields every request record of the trial carries
+    if reuse is not None:  # trials share server starts: the analysis resamples starts
+        entry["reuse"] = reuse
+        extra["server_start"] = reuse["server_start"]
+        reset = reuse.get("cache_reset")
+        if reset is not None and not reset.get("ok"):
+            why = reset.get("reason") or reset.get("error")
+            msg = (f"the server was reused without a cache reset ({why}): earlier requests' "
+                   "cache may speed this trial up")
+            entry.setdefault("warnings", []).append(msg)
+            progress(f"warning: {msg}")
     clock = time.monotonic
     t0 = clock()
     phases: dict[str, float] = {}
@@ -438,7 +473,7 @@ def _trial(cfg: RunConfig, t: int, server: EngineServer, engine: dict[str, Any],
         refused: list[int] = []  # HTTP 401/403 statuses: the API wants a key
 
         def write(rec: dict[str, Any]) -> None:
-            sink.write({"trial": t, **rec})
+            sink.write({"trial": t, **extra, **rec})
             if rec.get("http_status") in UNAUTHORIZED:
                 refused.append(int(rec["http_status"]))
             if not rec["warmup"] and rec["status"] == "ok":
