@@ -611,3 +611,31 @@ def test_four_lanes_give_the_sequential_runners_records(
             assert split_occasions(mans[c["id"]], mans[c["baseline"]]) == [], c["id"]
         summary = json.loads((ray_out / c["dir"] / "summary.json").read_text())
         assert summary["integrity"]["passed"] is True
+
+
+def test_two_gpu_lanes_share_nothing_and_see_both_cards(tmp_path: Path, cluster: None) -> None:
+    """The two-card study's placement (matrices/h200x2-cross.yaml runs with --lane-gpus 2):
+    on 4 logical GPUs, lanes of 2 GPUs each (two at a time, as the executor reports); every
+    trial of a lane sees the lane's two cards in CUDA_VISIBLE_DEVICES, and pairs stay on
+    their pair of cards."""
+    from crossbench.runner.ray_exec import RayExecutor
+
+    m = write_matrix(tmp_path, targets=2, concurrency="1,2", step_ms=1)
+    out = tmp_path / "run"
+    said: list[str] = []
+    s = run_matrix(m, out, progress=said.append, executor=RayExecutor(lane_gpus=2))
+    assert s["totals"] == {"done": 16, "failed": 0, "missing": 0}
+    assert f"ray: 1 node(s), {GPUS} GPU(s): up to 2 lane(s) at once, 2 GPU(s) each" in said
+    lines = read_jsonl(out / "journal.jsonl")
+    cards_of_lane: dict[str, set[str]] = {}
+    for r in lines:
+        w = r["worker"]
+        assert len(w["gpu_ids"]) == 2
+        assert sorted(w["cuda_visible_devices"].split(",")) == sorted(w["gpu_ids"])
+        cards_of_lane.setdefault(w["lane"], set()).add(w["cuda_visible_devices"])
+    assert len(cards_of_lane) == 4 and all(len(v) == 1 for v in cards_of_lane.values())
+    mans = manifests(out)
+    state = json.loads((out / "state.json").read_text())
+    for c in state["cells"]:
+        if c["baseline"]:  # a pair never spans two pairs of cards
+            assert split_occasions(mans[c["id"]], mans[c["baseline"]]) == [], c["id"]
