@@ -297,8 +297,8 @@ async def own_llama_server_check(
     The server is pinned to the stand-in's core (it inherits the affinity set around its
     start), the client stays on the other.
     """
-    from crossbench.cli.fixtures_cmd import ensure_fixtures
     from crossbench.engines import registry
+    from crossbench.fixtures.resolve import ensure_fixtures
 
     target, _ = ensure_fixtures()
     with tempfile.TemporaryDirectory(prefix="cb-llama-") as tmp:

@@ -27,8 +27,8 @@ from pathlib import Path
 
 import numpy as np
 
-from crossbench.cli.fixtures_cmd import ensure_fixtures
 from crossbench.engines.llamacpp.build import install
+from crossbench.fixtures.resolve import ensure_fixtures
 from crossbench.runner.config import RunConfig
 from crossbench.runner.single import run
 

@@ -31,7 +31,7 @@ def llama_server() -> Path:
 @pytest.fixture(scope="session")
 def fixture_models() -> tuple[Path, Path]:
     """(target, draft) GGUF fixture pair."""
-    from crossbench.cli.fixtures_cmd import ensure_fixtures
+    from crossbench.fixtures.resolve import ensure_fixtures
 
     return ensure_fixtures("tiny", 0)
 

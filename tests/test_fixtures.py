@@ -364,7 +364,7 @@ def test_model_spec_rejects_impossible_shapes() -> None:
 
 def test_quantize_uses_a_cuda_build_when_no_cpu_build_exists(tmp_path, monkeypatch):
     """On the GPU machine only the CUDA build exists (found by the H200 study)."""
-    from crossbench.cli.fixtures_cmd import quantize
+    from crossbench.fixtures.resolve import quantize
 
     monkeypatch.setenv("CROSSBENCH_CACHE", str(tmp_path / "cache"))
     bin_dir = tmp_path / "cache" / "engines" / "llama-cpp-python-0.3.36-cuda-sm90" / "build" / "bin"

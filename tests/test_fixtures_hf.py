@@ -27,7 +27,7 @@ from crossbench.cli import fixtures_cmd
 from crossbench.cli.main import cli
 from crossbench.engines.process import free_port
 from crossbench.errors import UserError
-from crossbench.fixtures import SHAPES
+from crossbench.fixtures import SHAPES, resolve
 from crossbench.fixtures.hf import (
     MANIFEST_NAME,
     PRE_TOKENIZER_REGEX,
@@ -407,7 +407,7 @@ def test_tied_output_has_no_lm_head(tmp_path: Path) -> None:
     small = ModelSpec(n_layer=1, n_embd=32, n_ff=64, n_head=2, n_head_kv=1, head_dim=16,
                       tied_output=True)
     spec = ShapeSpec(name="tied", target=small, draft=small, early_exit=False)
-    pair = make_fixtures_from_spec(spec, fixtures_cmd.vocab_path(), tmp_path / "gguf", threads=1)
+    pair = make_fixtures_from_spec(spec, resolve.vocab_path(), tmp_path / "gguf", threads=1)
     folder = write_hf(pair.draft, tmp_path / "hf-draft")
     assert (folder.tied_output, folder.n_tensors) == (True, 13)
     matches = compare_tensors(pair.draft, folder.path)

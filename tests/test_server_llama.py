@@ -242,7 +242,7 @@ def test_quantized_fixture_serves(llama_server, fixture_models, tmp_path):
     """`fixtures make --quant` goes through the real llama-quantize; the result serves."""
     import shutil
 
-    from crossbench.cli.fixtures_cmd import quantize
+    from crossbench.fixtures.resolve import quantize
 
     target, _ = fixture_models
     copy = tmp_path / "target.gguf"

@@ -31,9 +31,9 @@ def demo(matrix_file: Path | None, out: Path | None) -> None:
     fixture pair, 3 interleaved trials each; prints the per-cell table and where the run
     directory is. The figures are single-study means without confidence intervals.
     """
-    from crossbench.cli.fixtures_cmd import ensure_fixtures
     from crossbench.cli.matrix_cmd import format_status
     from crossbench.engines.llamacpp.build import install
+    from crossbench.fixtures.resolve import ensure_fixtures
     from crossbench.runner.matrix_run import run_matrix
 
     install(progress=progress)

@@ -2,101 +2,18 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from pathlib import Path
 
 import click
 
-from crossbench.cli.common import progress, user_errors
-from crossbench.engines.llamacpp.pins import DEFAULT_PIN
-from crossbench.errors import RunError, UserError
-
-VOCAB_FILE = "models/ggml-vocab-qwen35.gguf"
-ROLES = ("target", "draft")
-
-
-def vocab_path(pin: str = DEFAULT_PIN) -> Path:
-    """The real Qwen tokenizer (vocab-only GGUF) from the pinned llama.cpp tree."""
-    from crossbench.engines.llamacpp.build import source_tree
-    from crossbench.engines.llamacpp.pins import get_pin
-
-    path = source_tree(get_pin(pin), progress) / VOCAB_FILE
-    if not path.exists():
-        raise UserError(f"{VOCAB_FILE} is missing from {pin}'s llama.cpp tree",
-                        f"use a pin whose tree has it (default {DEFAULT_PIN})")
-    return path
-
-
-def ensure_fixtures(shape: str = "tiny", seed: int = 0) -> tuple[Path, Path]:
-    """Make (or reuse from the cache) the fixture pair; return (target, draft)."""
-    from crossbench.fixtures import fixture_dir, make_fixtures
-    from crossbench.paths import cache_dir
-
-    pair = make_fixtures(vocab_path(), fixture_dir(cache_dir(), shape, seed), shape=shape,
-                         seed=seed, progress=progress)
-    return pair.target, pair.draft
-
-
-def hf_dir_name(role: str) -> str:
-    """Folder name of a fixture model's Hugging Face copy, beside its GGUF."""
-    return f"hf-{role}"
-
-
-def ensure_hf_fixture(shape: str = "tiny", role: str = "target", seed: int = 0) -> Path:
-    """The Hugging Face folder of one fixture model (made, or reused, beside its GGUF).
-
-    It holds the GGUF's tensors byte for byte (``crossbench.fixtures.hf``), so a vLLM cell
-    loads the same weights as a llama-server cell of the same fixture.
-    """
-    import json
-
-    from crossbench.fixtures.hf import ensure_hf
-    from crossbench.fixtures.make import MANIFEST_NAME
-
-    if role not in ROLES:
-        raise UserError(f"unknown fixture role {role!r}", "use target or draft")
-    target, draft = ensure_fixtures(shape, seed)
-    gguf = target if role == "target" else draft
-    sha: str | None = None
-    try:  # make_fixtures has just checked its manifest against the files: no need to re-hash
-        sha = json.loads((gguf.parent / MANIFEST_NAME).read_text())["files"][gguf.name]["sha256"]
-    except (OSError, ValueError, KeyError, TypeError):
-        sha = None
-    return ensure_hf(gguf, gguf.parent / hf_dir_name(role), gguf_sha256=sha,
-                     progress=progress).path
-
-
-def quantize(src: Path, qtype: str, progress_fn: Callable[[str], None] = progress) -> Path:
-    """``src`` quantized to ``qtype`` with the installed llama-quantize (cached beside it)."""
-    import subprocess
-
-    from crossbench.engines.llamacpp.build import Install, load_install
-    from crossbench.paths import cache_dir
-    from crossbench.store.atomic import temp_name
-
-    out = src.with_name(f"{src.stem}-{qtype}.gguf")
-    if out.exists():
-        return out
-    inst = load_install()
-    if inst is None:  # a GPU host may hold only a CUDA build: its llama-quantize works too
-        for root in sorted((cache_dir() / "engines").glob("*-cuda-sm*")):
-            if Install(root, {}).binary("llama-quantize").exists():
-                inst = Install(root, {})
-                break
-    if inst is None:
-        raise UserError("llama-quantize is not built",
-                        "run `crossbench engines install llama.cpp` first")
-    tmp = temp_name(out)
-    progress_fn(f"quantizing {src.name} to {qtype}")
-    proc = subprocess.run([str(inst.binary("llama-quantize")), str(src), str(tmp), qtype],
-                          capture_output=True, text=True, check=False)
-    if proc.returncode != 0:
-        tmp.unlink(missing_ok=True)
-        tail = "\n".join((proc.stdout + proc.stderr).strip().splitlines()[-5:])
-        raise UserError(f"llama-quantize {qtype} failed:\n{tail}",
-                        "use a type llama-quantize lists, e.g. Q4_K_M, Q8_0, Q6_K")
-    tmp.rename(out)
-    return out
+from crossbench.cli.common import user_errors
+from crossbench.errors import RunError
+from crossbench.fixtures.resolve import (  # the library layer under the command
+    ROLES,
+    ensure_fixtures,
+    ensure_hf_fixture,
+    quantize,
+)
 
 
 @click.group()

@@ -96,7 +96,7 @@ def _effective(cls_name: str, engine: str | None, data: Mapping[str, Any]) -> di
     """``data`` validated by its model and dumped with defaults; as given when that fails."""
     try:
         if cls_name == "load":
-            from crossbench.runner.config import LoadSettings
+            from crossbench.load.settings import LoadSettings
 
             return LoadSettings.model_validate(dict(data)).model_dump(mode="json")
         from crossbench.engines import registry

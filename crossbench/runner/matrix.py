@@ -31,9 +31,9 @@ from crossbench.confounds.provenance import redact_argv
 from crossbench.engines import registry
 from crossbench.engines.bind import exposure_warning
 from crossbench.errors import UserError, first_validation_error
+from crossbench.load.settings import LoadSettings
 from crossbench.models import HFModelRef
 from crossbench.runner.axes import parse_int_axis
-from crossbench.runner.config import LoadSettings
 from crossbench.textfile import MIB, read_text
 
 MATRIX_SCHEMA = 1

@@ -120,7 +120,7 @@ def cell_dir(out: Path, cell_id: str) -> Path:
 def _resolve(ref: str) -> str:
     """A model reference as a local path (fixtures are made, hf files fetched, on first use)."""
     if ref.startswith("fixture:"):
-        from crossbench.cli.fixtures_cmd import ensure_fixtures, ensure_hf_fixture, quantize
+        from crossbench.fixtures.resolve import ensure_fixtures, ensure_hf_fixture, quantize
         from crossbench.runner.matrix import parse_fixture_ref
 
         shape, role, quant = parse_fixture_ref(ref, "model")

@@ -19,8 +19,8 @@ import time
 import urllib.request
 from pathlib import Path
 
-from crossbench.cli.fixtures_cmd import ensure_fixtures
 from crossbench.engines.llamacpp.build import install
+from crossbench.fixtures.resolve import ensure_fixtures
 from crossbench.load.workloads import load_workload
 
 PROMPTS = ("code-01", "math-01", "creative-01")

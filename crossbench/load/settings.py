@@ -1,0 +1,39 @@
+"""What the client sends in a run: workload, sampling and load shape (the ``load`` section of
+a run or a matrix)."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class LoadSettings(BaseModel):
+    """What the client sends: workload, sampling and load shape."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    workload: str = Field("builtin:mixed", description="builtin:mixed | builtin:<category> | "
+                          "random:<N tokens> | file:<path.jsonl>.")
+    requests: int = Field(20, ge=1, description="Measured requests per trial.")
+    warmup: int = Field(1, ge=0, description="Warm-up requests per trial (recorded, excluded).")
+    max_tokens: int = Field(256, ge=1, description="Tokens to generate per request.")
+    warmup_max_tokens: int | None = Field(None, ge=1, description="Tokens per warm-up "
+                                          "request (default: max_tokens); warm-up only has "
+                                          "to load caches and kernels, a few dozen suffice.")
+    ignore_eos: bool = Field(True, description="Generate exactly max_tokens (comparable work).")
+    endpoint: Literal["completions", "chat"] = Field(
+        "completions", description="/v1/completions (raw prompt) or /v1/chat/completions.")
+    temperature: float = Field(0.0, ge=0, description="Sampling temperature; 0 = greedy.")
+    top_p: float = Field(1.0, gt=0, le=1, description="Nucleus sampling cut.")
+    seed: int = Field(0, description="Request seed and workload seed.")
+    thinking: bool | None = Field(None, description="Chat endpoint: sent as "
+                                  "chat_template_kwargs.enable_thinking (Qwen3-style templates); "
+                                  "None leaves the template's default. Ignored by raw "
+                                  "completions, which apply no template.")
+    cache_prompt: bool = Field(False, description="Allow the server's prompt cache (off: every "
+                               "request pays its prefill, so arms compare alike).")
+    concurrency: int = Field(1, ge=1, description="Requests in flight (closed loop).")
+    rate: float | None = Field(None, gt=0, description="Poisson arrivals per second instead of "
+                               "a closed loop (open loop); concurrency then caps in-flight.")
+    request_timeout_s: float = Field(600.0, gt=0, description="Per-request time limit.")
