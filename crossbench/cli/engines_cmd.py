@@ -86,6 +86,35 @@ def install(engine: str, pin: str, cuda: bool, cuda_arch: str | None, jobs: int 
     click.echo(str(built.binary()))
 
 
+@engines.command("check", epilog="""\b
+Examples:
+  crossbench engines check vllm                      # vllm on PATH, Qwen/Qwen3-0.6B
+  crossbench engines check vllm --model Qwen/Qwen3-8B --draft Qwen/Qwen3-0.6B
+""")
+@click.argument("engine", type=click.Choice(["vllm"]))
+@click.option("--binary", default="vllm", show_default=True, help="The vllm executable.")
+@click.option("--model", default="Qwen/Qwen3-0.6B", show_default=True,
+              help="Target model (OWNER/REPO[@...] or a local folder).")
+@click.option("--draft", default=None, help="Draft model (default: the target).")
+@click.option("--requests", type=click.IntRange(min=1), default=16, show_default=True)
+@click.option("--max-tokens", type=click.IntRange(min=1), default=256, show_default=True)
+@click.option("--out", type=click.Path(path_type=Path), default=Path("vllm-check"),
+              show_default=True, help="Folder for the server log, scrapes and records.")
+@user_errors
+def check(engine: str, binary: str, model: str, draft: str | None, requests: int,
+          max_tokens: int, out: Path) -> None:
+    """Check the adapter against a real engine on this machine: ready, startup facts,
+    streaming, synthetic acceptance recovered from /metrics, per-request metrics, clean stop.
+    One line per check; exit 1 when any fails."""
+    from crossbench.runner.vllm_check import run_check
+
+    failed = run_check(binary, model, draft, out, requests, max_tokens)
+    click.echo(f"crossbench: {'all checks passed' if not failed else f'{failed} check(s) failed'}"
+               f"; server log and scrapes in {out}/", err=True)
+    if failed:
+        raise SystemExit(1)
+
+
 @engines.command("pack", epilog="""\b
 Examples:
   crossbench engines pack vllm==0.26.0 --python 3.12 \\

@@ -2,8 +2,8 @@
 
 ::
 
-    python -m crossbench.engines.vllm.check                       # vllm on PATH, Qwen3-0.6B
-    python -m crossbench.engines.vllm.check --model Qwen/Qwen3-8B --draft Qwen/Qwen3-0.6B
+    crossbench engines check vllm                       # vllm on PATH, Qwen3-0.6B
+    crossbench engines check vllm --model Qwen/Qwen3-8B --draft Qwen/Qwen3-0.6B
 
 It starts ``vllm serve`` through the adapter with a draft model (the target drafting for
 itself by default) and synthetic acceptance (vLLM's ``rejection_sample_method: synthetic``,
@@ -26,10 +26,8 @@ Everything it saw is kept under ``--out`` (server log, both scrapes, the records
 
 from __future__ import annotations
 
-import argparse
 import json
 import subprocess
-import sys
 import time
 import urllib.request
 from collections.abc import Callable
@@ -195,24 +193,3 @@ def _check_per_request(rep: _Report, srv: VllmServer, max_tokens: int) -> None:
             d.draft_tokens and per.get("num_accepted_draft_tokens") == d.accepted)
     rep.check("per-request metrics", same, f"response {per or 'has no metrics'}; counters "
               f"drafts {d.drafts:g}, drafted {d.draft_tokens:g}, accepted {d.accepted:g}")
-
-
-def main(argv: list[str] | None = None) -> int:
-    """Command-line entry; exit code 0 when every check passes."""
-    ap = argparse.ArgumentParser(prog="python -m crossbench.engines.vllm.check",
-                                 description=(__doc__ or "").splitlines()[0])
-    ap.add_argument("--binary", default="vllm", help="the vllm executable (default: on PATH)")
-    ap.add_argument("--model", default="Qwen/Qwen3-0.6B", help="target (OWNER/REPO[@...])")
-    ap.add_argument("--draft", default=None, help="draft model (default: the target)")
-    ap.add_argument("--requests", type=int, default=16)
-    ap.add_argument("--max-tokens", type=int, default=256)
-    ap.add_argument("--out", type=Path, default=Path("vllm-check"))
-    a = ap.parse_args(argv)
-    failed = run_check(a.binary, a.model, a.draft, a.out, a.requests, a.max_tokens)
-    print(f"{'all checks passed' if not failed else f'{failed} check(s) failed'}; "
-          f"server log and scrapes in {a.out}/", file=sys.stderr)
-    return 1 if failed else 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())
