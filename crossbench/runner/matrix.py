@@ -193,6 +193,21 @@ class Schedule(_Strict):
     seed: int = Field(0, description="Seed of the shuffle (recorded).")
 
 
+class SequentialStop(_Strict):
+    """Stop a cell once its verdict is settled (crossbench.analysis.sequential; docs/matrix.md,
+    "Sequential stopping"): ``trials`` is then the most a cell runs."""
+
+    alpha: float = Field(0.05, gt=0, lt=0.5, description="Error rate of all the rule's "
+                         "decisions together (its repeated intervals are 1 - alpha).")
+    min_trials: int = Field(3, ge=2, description="No stop before this many paired trials.")
+    min_prompts: int = Field(2, ge=1, description="Prompts every trial must hold.")
+    equivalence: float | None = Field(None, gt=0, lt=1, description="Relative band (0.02: "
+                                      "+-2 %) inside which a speedup counts as none; None: "
+                                      "never stop as equivalent.")
+    spending: Literal["obrien-fleming", "pocock"] = Field(
+        "obrien-fleming", description="Alpha-spending function of the looks.")
+
+
 class ThermalGate(_Strict):
     """Before each trial, wait until every GPU has cooled to a temperature (NVML readings)."""
 
@@ -223,6 +238,9 @@ class Matrix(_Strict):
     schedule: Schedule = Field(default_factory=Schedule, description="Trial order.")
     fresh_server: bool = Field(True, description="New server for every cell and trial "
                                "(false: one server per cell, all its trials back to back).")
+    sequential: SequentialStop | None = Field(
+        None, description="Stop cells early once settled (sequential rule); needs interleaved "
+        "order, one server start per trial and --executor local.")
     trials_per_start: int = Field(
         1, ge=1, description="Trials of a cell run back to back on one server start, with "
         "the engine's cache reset and a warm-up before each (1: a fresh server per trial). "
@@ -523,6 +541,18 @@ def validate_cells(m: Matrix, cells: list[Cell], source: Path | None = None) -> 
     """
     where = f"{source}: " if source else ""
     notes: list[str] = []
+    if m.sequential is not None:
+        if m.schedule.order != "interleaved":
+            raise UserError(f"{where}sequential: looks need every cell's trial k before trial "
+                            "k+1 of any other", "set schedule.order: interleaved")
+        if m.block > 1:
+            raise UserError(f"{where}sequential: the rule needs one server start per trial "
+                            "(trials_per_start or fresh_server: false reuse servers)",
+                            "drop the server reuse, or the sequential section")
+        if m.trials < m.sequential.min_trials:
+            raise UserError(f"{where}trials: {m.trials} is fewer than sequential.min_trials "
+                            f"({m.sequential.min_trials})",
+                            "raise trials (the most a cell runs) or lower min_trials")
     for mid, entry in m.models.items():
         if entry.path is not None and not entry.path.startswith("fixture:"):
             p = Path(entry.path).expanduser()

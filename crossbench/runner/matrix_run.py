@@ -343,7 +343,16 @@ class LocalExecutor:
         t0 = time.monotonic()
         failures = job.failures
         last: float | None = None
+        stops = None
+        if m.sequential is not None:
+            from crossbench.runner.stopping import StopController
+
+            stops = StopController(m, job.out, job.cells,
+                                   {cid: cell_dir(job.out, cid) for cid in job.cells})
+            done = read_journal(job.out)
         for i, (cid, t) in enumerate(todo):
+            if stops is not None and stops.skip(cid):
+                continue
             def start(i: int = i, cid: str = cid, t: int = t, failures: int = failures,
                       last: float | None = last) -> None:
                 eta = (time.monotonic() - t0) / i * (len(todo) - i) if i else None
@@ -355,6 +364,9 @@ class LocalExecutor:
                 failures += 1
             last = (entry.get("load") or {}).get("pooled_tok_s") or last
             journal.write(line)
+            if stops is not None:
+                done[(cid, t)] = line
+                stops.after_trial(cid, done, job.progress)
             eta = (time.monotonic() - t0) / (i + 1) * (len(todo) - i - 1)
             job.on_tick(Tick(i, len(todo), job.done_before, cid, t, m.trials, failures, eta,
                              last, ended=True, status=entry["status"]))
@@ -411,6 +423,9 @@ def run_matrix(path: Path, out: Path, resume: bool = False, only: tuple[str, ...
         return {"dry_run": plan}
     _check_versions(m, cells)
     executor = executor or LocalExecutor()
+    if m.sequential is not None and not isinstance(executor, LocalExecutor):
+        raise UserError(f"{path}: sequential: stopping cells early runs with --executor local "
+                        "only so far", "drop --executor ray, or the sequential section")
     try:
         cell_summaries = _run(m, path, out, resume, digest, cells, order, executor, progress,
                               on_tick)
@@ -523,16 +538,24 @@ def matrix_status(out: Path, cell_summaries: dict[str, dict[str, Any]] | None = 
                         "without a newline, left by a crash during a write): it is not "
                         "counted; `crossbench matrix MATRIX_FILE --out "
                         f"{out} --resume` removes it and runs that trial again")
+    from crossbench.runner.stopping import read_stops
+
+    stops = read_stops(out)
     rows = []
     for c in state["cells"]:
         got = [journal[(c["id"], t)] for t in range(state["trials"]) if (c["id"], t) in journal]
+        missing = state["trials"] - len(got)
         row: dict[str, Any] = {
             "id": c["id"], "baseline": c["baseline"],
             "done": sum(1 for r in got if r["status"] == "ok"),
             "failed": sum(1 for r in got if r["status"] != "ok"),
-            "missing": state["trials"] - len(got),
+            "missing": 0 if c["id"] in stops else missing,
             "errors": [r["error"] for r in got if r["status"] != "ok"],
         }
+        if c["id"] in stops:  # the sequential rule settled it: the rest never had to run
+            row["stopped"] = missing
+            row["stop"] = {k: stops[c["id"]].get(k) for k in ("action", "reason", "ratio",
+                                                               "ci", "look")}
         s = (cell_summaries or {}).get(c["id"])
         if s is not None:
             row.update(_headline(s))
@@ -540,6 +563,8 @@ def matrix_status(out: Path, cell_summaries: dict[str, dict[str, Any]] | None = 
             row.update(read_cell_summary(out / c["dir"] / "summary.json", out))
         rows.append(row)
     totals = {k: sum(r[k] for r in rows) for k in ("done", "failed", "missing")}
+    if stops:
+        totals["stopped"] = sum(r.get("stopped", 0) for r in rows)
     return {"schema_version": STATE_SCHEMA, "kind": "crossbench.matrix_summary",
             "study": state["study"], "cells": rows, "totals": totals, "warnings": warnings}
 
