@@ -60,6 +60,11 @@ def test_a_settled_cell_stops_early_and_stays_stopped(tmp_path: Path) -> None:
     rows = {r["id"]: r for r in s["cells"]}
     assert rows[spec]["stop"]["action"] == "faster"
     assert any("stopped after" in line for line in said)
+    from crossbench.cli.matrix_cmd import format_status
+
+    table = format_status(s)
+    assert f"{s['totals']['stopped']} not needed (sequential stops)" in table
+    assert f"stopped: {spec}: look {look} of 8: interval" in table
     again = run_matrix(m, out, resume=True)  # nothing left to run
     assert read_journal(out).keys() == journal.keys()
     assert again["totals"] == s["totals"] == matrix_status(out)["totals"]

@@ -157,7 +157,13 @@ def format_status(summary: dict[str, Any]) -> str:
                      f"{'-' if acc is None else f'{acc:.3f}':>7}  "
                      f"{ {True: 'pass', False: 'FAIL'}.get(r.get('integrity_passed'), '-')}")
     t = summary["totals"]
-    lines.append(f"trials: {t['done']} done, {t['failed']} failed, {t['missing']} missing")
+    stopped = f", {t['stopped']} not needed (sequential stops)" if t.get("stopped") else ""
+    lines.append(f"trials: {t['done']} done, {t['failed']} failed, {t['missing']} missing"
+                 f"{stopped}")
+    for r in summary["cells"]:
+        stop = r.get("stop")
+        if stop:
+            lines.append(f"stopped: {r['id']}: {stop.get('reason')}")
     if any(r.get("integrity_passed") is False for r in summary["cells"]):
         lines.append("integrity FAIL: see the cell's summary.json `integrity` (an n-gram "
                      "method that drafted nothing fails `spec_configured_and_drafting`)")
