@@ -81,6 +81,8 @@ ROLES: tuple[tuple[str, str, str], ...] = (
     (r"data/matrix\.yaml", "data/matrix.yaml", "the matrix file as run"),
     (r"data/state\.json", "data/state.json", "cells, pairs and the schedule of the study"),
     (r"data/journal\.jsonl", "data/journal.jsonl", "one line per finished trial"),
+    (r"data/stops\.jsonl", "data/stops.jsonl",
+     "cells the sequential rule stopped early: look, interval, reason and the rule"),
     (r"data/summary\.json", "data/summary.json", "trials done, failed and missing per cell"),
     (r"data/analysis\.json", "data/analysis.json",
      "the analysis (`crossbench analyze`): every derived number"),
