@@ -639,3 +639,26 @@ def test_two_gpu_lanes_share_nothing_and_see_both_cards(tmp_path: Path, cluster:
     for c in state["cells"]:
         if c["baseline"]:  # a pair never spans two pairs of cards
             assert split_occasions(mans[c["id"]], mans[c["baseline"]]) == [], c["id"]
+
+
+def test_sequential_stopping_on_ray_lanes(tmp_path: Path, cluster: None) -> None:
+    """The driver consults the sequential rule as trials end: a clearly faster cell stops
+    early on its lane, its baseline with it, recorded in stops.jsonl by the driver alone."""
+    from crossbench.runner.ray_exec import RayExecutor
+    from crossbench.runner.stopping import read_stops
+
+    m = write_matrix(tmp_path, targets=1, concurrency="1", step_ms=3, requests=3,
+                     max_tokens=48)
+    doc = yaml.safe_load(m.read_text())
+    doc["trials"], doc["sequential"] = 8, {"min_trials": 3}
+    doc["axes"]["workload"] = ["builtin:mixed"]  # several prompt categories per trial
+    doc["arms"][1]["synth_rates"] = [0.95, 0.9]
+    m.write_text(yaml.safe_dump(doc))
+    out = tmp_path / "run"
+    s = run_matrix(m, out, executor=RayExecutor(lane_gpus=1))
+    stops = read_stops(out)
+    (spec,) = [c for c, r in stops.items() if r.get("baseline")]
+    assert stops[spec]["action"] == "faster" and 3 <= stops[spec]["look"] < 8
+    assert s["totals"]["missing"] == 0 and s["totals"]["stopped"] > 0
+    ran = sorted(t for (c, t) in read_journal(out) if c == spec)
+    assert ran == list(range(stops[spec]["look"]))

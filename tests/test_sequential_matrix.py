@@ -88,11 +88,3 @@ def test_settings_the_rule_cannot_work_with_are_refused(tmp_path: Path, over: di
         run_matrix(_matrix(tmp_path, **over), tmp_path / "run")
     assert not (tmp_path / "run").exists()  # refused before anything started
 
-
-def test_the_ray_executor_is_refused_before_it_connects(tmp_path: Path) -> None:
-    pytest.importorskip("ray")
-    from crossbench.runner.ray_exec import RayExecutor
-
-    with pytest.raises(UserError, match="--executor local only"):
-        run_matrix(_matrix(tmp_path), tmp_path / "run", executor=RayExecutor(lane_gpus=1))
-    assert not (tmp_path / "run").exists()

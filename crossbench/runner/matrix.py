@@ -240,7 +240,7 @@ class Matrix(_Strict):
                                "(false: one server per cell, all its trials back to back).")
     sequential: SequentialStop | None = Field(
         None, description="Stop cells early once settled (sequential rule); needs interleaved "
-        "order, one server start per trial and --executor local.")
+        "order and one server start per trial.")
     trials_per_start: int = Field(
         1, ge=1, description="Trials of a cell run back to back on one server start, with "
         "the engine's cache reset and a warm-up before each (1: a fresh server per trial). "

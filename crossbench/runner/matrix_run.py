@@ -423,9 +423,6 @@ def run_matrix(path: Path, out: Path, resume: bool = False, only: tuple[str, ...
         return {"dry_run": plan}
     _check_versions(m, cells)
     executor = executor or LocalExecutor()
-    if m.sequential is not None and not isinstance(executor, LocalExecutor):
-        raise UserError(f"{path}: sequential: stopping cells early runs with --executor local "
-                        "only so far", "drop --executor ray, or the sequential section")
     try:
         cell_summaries = _run(m, path, out, resume, digest, cells, order, executor, progress,
                               on_tick)

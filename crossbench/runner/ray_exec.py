@@ -335,6 +335,14 @@ class RayExecutor:
         total, finished, failures = len(job.todo), 0, job.failures
         last: float | None = None
         t0 = time.monotonic()
+        stops = None  # the sequential rule, consulted by the driver alone
+        if m.sequential is not None:
+            from crossbench.runner.matrix_run import read_journal
+            from crossbench.runner.stopping import StopController
+
+            stops = StopController(m, job.out, job.cells,
+                                   {cid: cell_dir(job.out, cid) for cid in job.cells})
+            done = read_journal(job.out)
 
         def eta() -> float | None:
             return ((time.monotonic() - t0) / finished * (total - finished)) if finished \
@@ -354,6 +362,9 @@ class RayExecutor:
                 self._actors.remove(st.actor)
 
         def submit(st: _Active) -> None:
+            while stops is not None and st.queue and not st.attempt and \
+                    stops.skip(st.queue[0][0]):
+                st.queue.popleft()  # its cell stopped: the trial is not needed
             if st.queue:
                 cid, t = st.queue[0]
                 if not st.attempt:
@@ -471,6 +482,9 @@ class RayExecutor:
                 line["rerun"] = "pairing"
                 st.rerun.discard((cid, t))
             journal.write(line)
+            if stops is not None:
+                done[(cid, t)] = line
+                stops.after_trial(cid, done, job.progress)
             st.queue.popleft()
             st.attempt, st.ran = 0, True
             finished += 1

@@ -8,7 +8,8 @@ more trials; a baseline stops once every speculative cell paired with it has. De
 appended to ``stops.jsonl`` in the run directory by the driver alone (one line per stopped
 cell), so ``--resume`` skips what stopped before, and ``crossbench status`` counts those
 trials as ``stopped``, not missing. The reported verdict stays the analysis's bootstrap over
-the trials that ran. Runs with ``--executor local`` and one server start per trial.
+the trials that ran. Both executors use it (with Ray the driver decides as lanes report);
+it needs one server start per trial.
 """
 
 from __future__ import annotations
