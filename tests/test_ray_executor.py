@@ -479,7 +479,9 @@ def test_a_worker_killed_mid_trial_is_journaled_and_its_trial_runs_again(
         def gpus(self) -> list[str]:
             return [str(g) for g in ray.get_runtime_context().get_accelerator_ids()["GPU"]]
 
-    path = write_matrix(tmp_path, targets=1, concurrency="1", step_ms=25, max_tokens=24)
+    # 80 tokens at 25 ms: the trial's second request runs 2 s, well past the killer's 0.5 s
+    # pause between seeing the first record and the kill (24 tokens raced it on a busy host)
+    path = write_matrix(tmp_path, targets=1, concurrency="1", step_ms=25, max_tokens=80)
     out = tmp_path / "run"
     three = Blocker.options(num_gpus=GPUS - 1).remote()  # type: ignore[attr-defined]
     free = sorted({str(g) for g in range(GPUS)} - set(ray.get(three.gpus.remote(),
