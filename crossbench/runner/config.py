@@ -38,5 +38,11 @@ class RunConfig(BaseModel):
 
     @property
     def block(self) -> int:
-        """Trials per server start in effect (``fresh_server: false`` is all of them)."""
-        return self.trials if not self.fresh_server else min(self.trials_per_start, self.trials)
+        """Trials per server start in effect (:func:`server_block`)."""
+        return server_block(self.trials, self.fresh_server, self.trials_per_start)
+
+
+def server_block(trials: int, fresh_server: bool, trials_per_start: int) -> int:
+    """Trials per server start in effect: ``fresh_server: false`` is all of them, else
+    ``trials_per_start`` (at most ``trials``)."""
+    return trials if not fresh_server else min(trials_per_start, trials)

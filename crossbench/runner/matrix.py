@@ -34,6 +34,7 @@ from crossbench.errors import UserError, first_validation_error
 from crossbench.load.settings import LoadSettings
 from crossbench.models import HFModelRef
 from crossbench.runner.axes import parse_int_axis
+from crossbench.runner.config import server_block
 from crossbench.textfile import MIB, read_text
 
 MATRIX_SCHEMA = 1
@@ -249,8 +250,8 @@ class Matrix(_Strict):
 
     @property
     def block(self) -> int:
-        """Trials per server start in effect (``fresh_server: false`` is all of them)."""
-        return self.trials if not self.fresh_server else min(self.trials_per_start, self.trials)
+        """Trials per server start in effect (:func:`crossbench.runner.config.server_block`)."""
+        return server_block(self.trials, self.fresh_server, self.trials_per_start)
     cooldown_s: float = Field(0.0, ge=0, description="Pause between trials (thermal drift).")
     gpu_busy: Literal["warn", "refuse"] = Field("warn", description="Other processes on the "
                                                 "GPU before a trial: warn, or refuse the "

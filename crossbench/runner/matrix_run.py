@@ -69,6 +69,7 @@ from crossbench.store.formats import (
     check_version,
     make_out_dir,
     read_json_object,
+    read_stops,
 )
 from crossbench.store.formats import STATE_SCHEMA as STATE_SCHEMA
 
@@ -535,8 +536,6 @@ def matrix_status(out: Path, cell_summaries: dict[str, dict[str, Any]] | None = 
                         "without a newline, left by a crash during a write): it is not "
                         "counted; `crossbench matrix MATRIX_FILE --out "
                         f"{out} --resume` removes it and runs that trial again")
-    from crossbench.runner.stopping import read_stops
-
     stops = read_stops(out)
     rows = []
     for c in state["cells"]:

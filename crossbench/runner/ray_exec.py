@@ -44,11 +44,10 @@ lane finished.
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import os
 import time
 from collections import deque
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
@@ -64,9 +63,10 @@ from crossbench.runner.matrix_run import (
     Tick,
     TrialRunner,
     cell_dir,
+    read_journal,
 )
 from crossbench.runner.single import MANIFEST_FIX
-from crossbench.store.atomic import JsonlAppender
+from crossbench.store.atomic import JsonlAppender, file_lock
 from crossbench.store.formats import read_json_object
 
 RAY_INSTALL = "pip install 'crossbench[ray]'"
@@ -121,20 +121,12 @@ def needs_closing(cell: Path) -> bool:
     return not summary.exists() or summary.stat().st_mtime_ns < manifest.stat().st_mtime_ns
 
 
-@contextlib.contextmanager
-def node_lock(name: str) -> Iterator[None]:
+def node_lock(name: str) -> contextlib.AbstractContextManager[None]:
     """An exclusive lock among the processes of this node (lanes resolving the same fixture
     or Hugging Face file at once make it once)."""
     from crossbench.paths import cache_dir
 
-    path = cache_dir() / "locks" / f"{name}.lock"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with path.open("a") as fh:
-        fcntl.flock(fh, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(fh, fcntl.LOCK_UN)
+    return file_lock(cache_dir() / "locks" / f"{name}.lock")
 
 
 class LaneWorker:
@@ -337,7 +329,6 @@ class RayExecutor:
         t0 = time.monotonic()
         stops = None  # the sequential rule, consulted by the driver alone
         if m.sequential is not None:
-            from crossbench.runner.matrix_run import read_journal
             from crossbench.runner.stopping import StopController
 
             stops = StopController(m, job.out, job.cells,

@@ -24,17 +24,7 @@ from crossbench.analysis.sequential import SequentialRule, trial_log_ratios
 from crossbench.errors import UserError
 from crossbench.runner.matrix import Cell, Matrix
 from crossbench.store.atomic import JsonlAppender, read_jsonl
-
-STOPS_FILE = "stops.jsonl"
-"""The run directory's record of cells stopped by the sequential rule."""
-
-
-def read_stops(out: Path) -> dict[str, dict[str, Any]]:
-    """Stopped cells by id, as ``stops.jsonl`` records them (empty without the file)."""
-    path = out / STOPS_FILE
-    if not path.exists():
-        return {}
-    return {str(r["cell"]): r for r in read_jsonl(path) if isinstance(r, dict) and "cell" in r}
+from crossbench.store.formats import STOPS_FILE, read_stops
 
 
 class StopController:
@@ -79,17 +69,14 @@ class StopController:
                 sink.write(record)
                 self.stopped[sid] = record
                 progress(f"{sid}: stopped after {len(ok)} trials: {decision['reason']}")
-            for b in {self.cells[s].baseline for s in spec} | ({cid} if not cell.baseline
-                                                                else set()):
-                if b is None or b in self.stopped:
-                    continue
-                partners = [c.id for c in self.cells.values() if c.baseline == b]
-                if partners and all(p in self.stopped for p in partners):
-                    record = {"cell": b, "baseline": None, "action": "partners_stopped",
-                              "reason": "every speculative cell paired with it stopped"}
-                    sink.write(record)
-                    self.stopped[b] = record
-                    progress(f"{b}: stopped: {record['reason']}")
+            b = cell.baseline or cid  # the baseline of every pair this trial concerns
+            partners = [c.id for c in self.cells.values() if c.baseline == b]
+            if b not in self.stopped and partners and all(p in self.stopped for p in partners):
+                record = {"cell": b, "baseline": None, "action": "partners_stopped",
+                          "reason": "every speculative cell paired with it stopped"}
+                sink.write(record)
+                self.stopped[b] = record
+                progress(f"{b}: stopped: {record['reason']}")
 
     def _decide(self, sid: str, base: str, trials: list[int]) -> dict[str, Any] | None:
         spec_figs, _ = request_figures(read_jsonl(self.dirs[sid] / "requests.jsonl"))

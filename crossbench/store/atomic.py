@@ -16,10 +16,11 @@ naming the file and the line, and never skip it.
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import hashlib
 import json
 import os
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
@@ -41,6 +42,19 @@ def file_digest(path: Path, algorithm: str = "sha256") -> str:
 def sha256_file(path: Path) -> str:
     """Hex sha256 of a file."""
     return file_digest(path, "sha256")
+
+
+@contextlib.contextmanager
+def file_lock(path: Path) -> Iterator[None]:
+    """An exclusive ``flock`` on ``path`` (made, with its folder, when missing) among the
+    processes of this machine, held for the ``with`` block."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("a") as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)
 
 
 def temp_name(path: Path) -> Path:

@@ -24,7 +24,7 @@ from typing import Any
 
 from crossbench import __version__
 from crossbench.errors import UserError
-from crossbench.store.atomic import json_error, json_type, temp_name
+from crossbench.store.atomic import json_error, json_type, read_jsonl, temp_name
 
 RUN_KIND = "crossbench.run"
 MATRIX_KIND = "crossbench.matrix"
@@ -225,3 +225,17 @@ def make_out_dir(out: Path, flag: str = "--out") -> None:
     except OSError as e:
         raise UserError(f"{flag} {out} cannot be written ({e.strerror or e})",
                         f"choose a {flag} directory you can write to") from None
+
+
+STOPS_FILE = "stops.jsonl"
+"""A matrix run's record of the cells the sequential rule stopped (crossbench.runner.stopping):
+one line per stopped cell, written by the driver alone."""
+
+
+def read_stops(out: Path) -> dict[str, dict[str, Any]]:
+    """Stopped cells of the matrix run in ``out`` by id, as ``stops.jsonl`` records them
+    (empty without the file)."""
+    path = out / STOPS_FILE
+    if not path.exists():
+        return {}
+    return {str(r["cell"]): r for r in read_jsonl(path) if isinstance(r, dict) and "cell" in r}

@@ -16,8 +16,6 @@ An install whose manifest exists and whose hashes still match is reused as is.
 
 from __future__ import annotations
 
-import contextlib
-import fcntl
 import gzip
 import json
 import os
@@ -27,7 +25,7 @@ import subprocess
 import sys
 import tarfile
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -36,7 +34,7 @@ from crossbench.engines.llamacpp.pins import DEFAULT_PIN, SourcePin, get_pin
 from crossbench.errors import RunError, UserError
 from crossbench.host import cpu_flags_digest, cpu_model
 from crossbench.paths import cache_dir
-from crossbench.store.atomic import sha256_file, write_json_atomic
+from crossbench.store.atomic import file_lock, sha256_file, write_json_atomic
 
 Progress = Callable[[str], None]
 
@@ -86,17 +84,6 @@ class Install:
         return self.bin_dir / name
 
 
-@contextlib.contextmanager
-def _lock(path: Path) -> Iterator[None]:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with path.open("w") as fh:
-        fcntl.flock(fh, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(fh, fcntl.LOCK_UN)
-
-
 def fetch_sdist(pin: SourcePin, progress: Progress = _quiet) -> Path:
     """Download the pin's sdist once into ``<cache>/sources/`` and return its path."""
     dest = cache_dir() / "sources"
@@ -129,7 +116,7 @@ def source_tree(pin: SourcePin, progress: Progress = _quiet) -> Path:
     if done.exists():
         return tree
     sdist = fetch_sdist(pin, progress)
-    with _lock(cache_dir() / "sources" / f".{pin.slug}.lock"):
+    with file_lock(cache_dir() / "sources" / f".{pin.slug}.lock"):
         if done.exists():
             return tree
         progress(f"unpacking {sdist.name}")
@@ -311,7 +298,7 @@ def install(pin_spec: str = DEFAULT_PIN, cuda: bool = False, cuda_arch: str | No
         progress(f"reusing {found.root}")
         return found
     root = install_dir(pin, variant)
-    with _lock(root.with_name(root.name + ".lock")):
+    with file_lock(root.with_name(root.name + ".lock")):
         if not force and (found := load_install(pin_spec, cuda, cuda_arch)) is not None:
             return found
         tree = source_tree(pin, progress)
