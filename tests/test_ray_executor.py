@@ -664,3 +664,28 @@ def test_sequential_stopping_on_ray_lanes(tmp_path: Path, cluster: None) -> None
     assert s["totals"]["missing"] == 0 and s["totals"]["stopped"] > 0
     ran = sorted(t for (c, t) in read_journal(out) if c == spec)
     assert ran == list(range(stops[spec]["look"]))
+
+
+def test_probe_and_predict_on_ray_lanes(tmp_path: Path, cluster: None) -> None:
+    """Probe-and-predict runs its two phases as two jobs of one Ray executor: the probes
+    and baseline first, then only the cells the decisions left to measure."""
+    from crossbench.runner.ray_exec import RayExecutor
+    from crossbench.store.formats import read_predictions
+
+    m = write_matrix(tmp_path, targets=1, concurrency="1", step_ms=4, requests=4,
+                     max_tokens=48)
+    doc = yaml.safe_load(m.read_text())
+    doc["trials"], doc["probe_predict"] = 3, {"probes": 3, "holdout": 1}
+    doc["axes"]["workload"] = ["builtin:mixed"]
+    doc["arms"][1] = {"name": "synth", "method": "ngram", "n": "1-4,6,8", "synth_alpha": 0.8}
+    m.write_text(yaml.safe_dump(doc))
+    out = tmp_path / "run"
+    s = run_matrix(m, out, executor=RayExecutor(lane_gpus=1))
+    decided = read_predictions(out)
+    assert sorted(r["n"] for r in decided.values()) == [2, 3, 6]
+    ran = {c for c, _ in read_journal(out)}
+    for cid, r in decided.items():
+        assert (cid in ran) == (r["action"] != "predict"), r
+    assert s["totals"]["missing"] == 0
+    assert s["totals"].get("predicted", 0) == 3 * sum(
+        r["action"] == "predict" for r in decided.values())

@@ -8,10 +8,13 @@ The object (``schema_version`` 1) holds:
   (``paired.py``), the verdict, acceptance, per-category speedups, output parity
   (``parity.py``) and the warnings that concern the pair;
 - ``sweeps``: n-sweeps with the best n and the cost model (``sweep.py``);
-- ``stability``: every warning (``stability.py``), each with the action to take.
+- ``stability``: every warning (``stability.py``), each with the action to take;
+- ``predictions`` (a matrix run with ``probe_predict:`` only): each cell the probes did not
+  measure, its decision and prediction, and for those measured after all the measured
+  speedup against the prediction (``sweep.prediction_checks``).
 
 Tables go to ``RUN_DIR/analysis/`` as Markdown and CSV: ``verdicts``, ``cells``,
-``per_category``, ``sweeps``, ``warnings``.
+``per_category``, ``sweeps``, ``warnings`` (and ``predictions`` where there are some).
 """
 
 from __future__ import annotations
@@ -32,6 +35,7 @@ from crossbench.analysis.stability import Finding, WarningKind
 from crossbench.analysis.stats import cv
 from crossbench.analysis.summary import dist, summarize_records
 from crossbench.store.atomic import write_bytes_atomic, write_json_atomic
+from crossbench.store.formats import read_predictions
 
 MIN_PROMPT_CLUSTERS = 10
 """Fewest prompts (bootstrap clusters) below which an interval is flagged as optimistic."""
@@ -249,6 +253,10 @@ def _analyze_run(run: RunData, opts: StatsOptions) -> dict[str, Any]:
         pair, own = analyze_pair(c, by_id[c.baseline], figs, checks, opts)
         pairs.append(pair)
         found += own
+    extra: dict[str, Any] = {}
+    decisions = read_predictions(run.root) if run.kind == "matrix" else {}
+    if decisions:  # probe-and-predict: which cells were predicted, and the checks
+        extra["predictions"] = sweep.prediction_checks(decisions, pairs)
     return {
         "schema_version": ANALYSIS_SCHEMA,
         "kind": "crossbench.analysis",
@@ -259,6 +267,7 @@ def _analyze_run(run: RunData, opts: StatsOptions) -> dict[str, Any]:
         "pairs": pairs,
         "sweeps": sweep.sweeps(pairs, by_id, opts),
         "stability": [f.to_dict() for f in found],
+        **extra,
     }
 
 
@@ -355,6 +364,23 @@ def tables(result: dict[str, Any]) -> dict[str, tuple[list[str], list[list[str]]
     out["sweeps"] = (["sweep", "n", "speedup", "ci", "verdict", "acceptance", "MAL", "best",
                       "best distinguishable", "cost d", "d ci", "cost v", "v ci", "R^2",
                       "predicted best n", "cost model note"], sweep_rows)
+    if result.get("predictions"):
+        def ci_open(ci: list[Any] | None) -> str:
+            if not ci:
+                return "n/a"
+            return f"[{ci[0]:.3f}, {'inf' if ci[1] is None else format(ci[1], '.3f')}]"
+
+        out["predictions"] = (
+            ["cell", "n", "action", "predicted speedup", "predicted ci", "predicted verdict",
+             "measured speedup", "measured ci", "measured verdict", "inside", "reason"],
+            [[r["cell"], _num(r["n"], "d"), str(r["action"]),
+              _num(r["predicted"].get("speedup")), ci_open(r["predicted"].get("ci95")),
+              str(r["predicted"].get("verdict") or "-"),
+              _num((r["measured"] or {}).get("speedup")),
+              _ci((r["measured"] or {}).get("ci95")),
+              str((r["measured"] or {}).get("verdict") or "-"),
+              {True: "yes", False: "no"}.get(r["inside"], "-"), str(r["reason"])]
+             for r in result["predictions"]["cells"]])
     out["warnings"] = (["kind", "cell", "message", "action"],
                        [[w["kind"], str(w["cell"]), w["message"], w["action"]]
                         for w in result["stability"]])

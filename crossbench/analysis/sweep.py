@@ -83,25 +83,82 @@ def cost_model(points: list[dict[str, Any]], curve: list[float] | None,
             "predicted": predicted, "predicted_best_n": best}
 
 
-def _line_intervals(points: list[dict[str, Any]], draws: dict[int, FloatArray],
-                    level: float) -> dict[str, Any]:
-    """Percentile intervals of d and v refitted on each joint bootstrap draw."""
+def _line_draws(points: list[dict[str, Any]], draws: dict[int, FloatArray]
+                ) -> tuple[FloatArray, FloatArray] | None:
+    """(d, v) of the cost line refitted on each joint bootstrap draw of the points' log
+    speedups (draws where a point has no finite value are dropped); None without two."""
     ns = [int(p["n"]) for p in points]
     if any(n not in draws for n in ns):
-        return {"d_ci95": None, "v_ci95": None}
+        return None
     x = np.asarray(ns, dtype=float)
     tau = np.asarray([float(p["mean_acceptance_length"]) for p in points])
     logs = np.column_stack([draws[n] for n in ns])  # resamples x points
     keep = np.all(np.isfinite(logs), axis=1)
     if keep.sum() < 2:
-        return {"d_ci95": None, "v_ci95": None}
+        return None
     cost = tau[None, :] / np.exp(logs[keep])
     xc = x - x.mean()
     v = (cost * xc[None, :]).sum(axis=1) / float((xc**2).sum())
     d = cost.mean(axis=1) - v * x.mean()
+    return d, v
+
+
+def _line_intervals(points: list[dict[str, Any]], draws: dict[int, FloatArray],
+                    level: float) -> dict[str, Any]:
+    """Percentile intervals of d and v refitted on each joint bootstrap draw."""
+    line = _line_draws(points, draws)
+    if line is None:
+        return {"d_ci95": None, "v_ci95": None}
+    d, v = line
     return {"d_ci95": list(stats.interval(d, level)), "v_ci95": list(stats.interval(v, level)),
             "ci_method": "joint two-way (prompt x trial) bootstrap of every point's speedup, "
                          "line refitted per draw"}
+
+
+def predict_speedups(points: list[dict[str, Any]], curve: list[float],
+                     draws: dict[int, FloatArray], ns: list[int],
+                     level: float) -> dict[int, dict[str, Any]]:
+    """Predicted decode speedup at each n of ``ns`` from the cost model of ``points``.
+
+    ``speedup`` is tau(n) / (d + v * n) with the least-squares line; ``ci95`` the percentile
+    interval of the same over the line refitted on every joint bootstrap draw (a draw whose
+    cost at n is not positive counts as an unbounded speedup: ``draws_unbounded``; an
+    unbounded upper end is None). tau(n) comes from ``curve`` (per-position acceptance
+    measured at a larger n); an n beyond the curve has no prediction (``reason`` says so),
+    nor has any n when the line cannot be fitted.
+    """
+    usable = [p for p in points if p.get("mean_acceptance_length") and p.get("speedup")]
+    out: dict[int, dict[str, Any]] = {}
+    if len({p["n"] for p in usable}) < 2:
+        return {n: {"n": n, "speedup": None, "ci95": None, "reason": "the cost line needs "
+                    "two measured n with a mean acceptance length and a speedup"} for n in ns}
+    line = stats.fit_line([float(p["n"]) for p in usable],
+                          [p["mean_acceptance_length"] / p["speedup"] for p in usable])
+    refits = _line_draws(usable, draws)
+    for n in ns:
+        if n > len(curve):
+            out[n] = {"n": n, "speedup": None, "ci95": None,
+                      "reason": f"acceptance was measured at positions 1-{len(curve)} only"}
+            continue
+        tau = predicted_tau(curve, n)
+        point = tau / line(n) if line(n) > 0 else None
+        rec: dict[str, Any] = {"n": n, "tau": tau, "speedup": point, "ci95": None,
+                               "reason": None}
+        if refits is not None:
+            cost = refits[0] + refits[1] * n
+            # a draw whose cost at n is not positive predicts no finite speedup: counted as
+            # an unbounded one, so such draws widen the interval instead of vanishing
+            draw = np.where(cost > 0, tau / np.where(cost > 0, cost, 1.0), np.inf)
+            rec["draws_unbounded"] = int((cost <= 0).sum())
+            tail = (1.0 - level) / 2.0
+            lo, hi = np.quantile(draw, [tail, 1.0 - tail], method="inverted_cdf")
+            rec["ci95"] = [float(lo), float(hi) if np.isfinite(hi) else None]
+        if point is None:
+            rec["reason"] = "the fitted cost at this n is not positive"
+        elif rec["ci95"] is None:
+            rec["reason"] = "no bootstrap draws of the cost line"
+        out[n] = rec
+    return out
 
 
 def joint_log_speedups(members: list[dict[str, Any]], cells: dict[str, CellData],
@@ -128,6 +185,42 @@ def joint_log_speedups(members: list[dict[str, Any]], cells: dict[str, CellData]
         ns.append(int(p["n"]))
     means = stats.joint_bootstrap_means(groups, opts.resamples, opts.seed)
     return {n: means[:, i] for i, n in enumerate(ns)}
+
+
+def prediction_checks(decisions: dict[str, dict[str, Any]],
+                      pairs: list[dict[str, Any]]) -> dict[str, Any]:
+    """Probe-and-predict decisions (crossbench.runner.probe) against what was measured.
+
+    Every decided cell is listed with its prediction; a measured one (``measure`` or
+    ``holdout``) gets its measured speedup and verdict, ``inside`` (the measured geometric
+    mean lies in the predicted interval) and ``verdict_agrees`` (the measured verdict is the
+    predicted one, where the prediction had one). ``holdouts`` counts the held-out checks:
+    cells the rule would have predicted, measured to test the predictions.
+    """
+    by_cell = {p["cell"]: p for p in pairs}
+    rows = []
+    for cid, d in sorted(decisions.items()):
+        pred = d.get("predicted") or {}
+        row: dict[str, Any] = {"cell": cid, "n": d.get("n"), "action": d.get("action"),
+                               "reason": d.get("reason"), "predicted": pred,
+                               "measured": None, "inside": None, "verdict_agrees": None}
+        got = by_cell.get(cid)
+        if got is not None and d.get("action") != "predict":
+            g, ci = got["speedup"]["geomean"], pred.get("ci95")
+            row["measured"] = {"speedup": g, "ci95": got["speedup"]["ci95"],
+                               "verdict": got["verdict"]}
+            if g is not None and ci:
+                row["inside"] = bool(ci[0] <= g and (ci[1] is None or g <= ci[1]))
+            if pred.get("verdict") is not None:
+                row["verdict_agrees"] = got["verdict"] == pred["verdict"]
+        rows.append(row)
+    held = [r for r in rows if r["action"] == "holdout" and r["measured"] is not None]
+    return {"cells": rows,
+            "counts": {a: sum(1 for r in rows if r["action"] == a)
+                       for a in ("measure", "holdout", "predict")},
+            "holdouts": {"measured": len(held),
+                         "inside": sum(1 for r in held if r["inside"]),
+                         "verdict_agrees": sum(1 for r in held if r["verdict_agrees"])}}
 
 
 def net_loss_finding(pair: dict[str, Any]) -> Finding | None:
@@ -165,7 +258,7 @@ def sweeps(pairs: list[dict[str, Any]], cells: dict[str, CellData],
         out.append({**dict(zip(SWEEP_KEY, key, strict=True)),
                     "baseline_cell": members[0]["baseline_cell"], "points": points,
                     "best": _best(points, cells, opts),
-                    "cost_model": cost_model(points, _curve(points),
+                    "cost_model": cost_model(points, acceptance_curve(points),
                                              joint_log_speedups(members, cells, opts),
                                              opts.level),
                     "net_loss_despite_high_acceptance": [
@@ -190,7 +283,8 @@ def absent_reason(pairs: list[dict[str, Any]]) -> str:
             f"workload, concurrency); found {groups}.")
 
 
-def _curve(points: list[dict[str, Any]]) -> list[float] | None:
+def acceptance_curve(points: list[dict[str, Any]]) -> list[float] | None:
+    """Per-position acceptance of the sweep point with the largest n that has one."""
     with_curve = [p for p in points if p.get("per_position")]
     if not with_curve:
         return None

@@ -83,6 +83,8 @@ ROLES: tuple[tuple[str, str, str], ...] = (
     (r"data/journal\.jsonl", "data/journal.jsonl", "one line per finished trial"),
     (r"data/stops\.jsonl", "data/stops.jsonl",
      "cells the sequential rule stopped early: look, interval, reason and the rule"),
+    (r"data/predictions\.jsonl", "data/predictions.jsonl",
+     "probe-and-predict decisions: each cell measured, held out or predicted, and why"),
     (r"data/summary\.json", "data/summary.json", "trials done, failed and missing per cell"),
     (r"data/analysis\.json", "data/analysis.json",
      "the analysis (`crossbench analyze`): every derived number"),

@@ -158,12 +158,20 @@ def format_status(summary: dict[str, Any]) -> str:
                      f"{ {True: 'pass', False: 'FAIL'}.get(r.get('integrity_passed'), '-')}")
     t = summary["totals"]
     stopped = f", {t['stopped']} not needed (sequential stops)" if t.get("stopped") else ""
+    predicted = (f", {t['predicted']} not run (predicted by probe-and-predict)"
+                 if t.get("predicted") else "")
     lines.append(f"trials: {t['done']} done, {t['failed']} failed, {t['missing']} missing"
-                 f"{stopped}")
+                 f"{stopped}{predicted}")
     for r in summary["cells"]:
         stop = r.get("stop")
         if stop:
             lines.append(f"stopped: {r['id']}: {stop.get('reason')}")
+        pred = r.get("prediction")
+        if pred:
+            ci = pred.get("ci95") or [None, None]
+            hi = "inf" if ci[1] is None else f"{ci[1]:.3f}"
+            lines.append(f"predicted: {r['id']}: {pred.get('verdict')}, speedup "
+                         f"{pred['speedup']:.3f} [{ci[0]:.3f}, {hi}] (cost model; not run)")
     if any(r.get("integrity_passed") is False for r in summary["cells"]):
         lines.append("integrity FAIL: see the cell's summary.json `integrity` (an n-gram "
                      "method that drafted nothing fails `spec_configured_and_drafting`)")

@@ -209,6 +209,19 @@ class SequentialStop(_Strict):
         "obrien-fleming", description="Alpha-spending function of the looks.")
 
 
+class ProbePredict(_Strict):
+    """Measure a few n of each n-sweep, predict the rest from the cost model, and measure
+    only where the prediction is not clear (crossbench.runner.probe; docs/matrix.md,
+    "Probe-and-predict sweeps")."""
+
+    probes: int = Field(3, ge=2, description="n measured first in each sweep: the smallest, "
+                        "the largest and evenly spaced ones between (the largest measures "
+                        "the acceptance of every smaller n; two fix the cost line).")
+    holdout: int = Field(1, ge=0, description="Cells per sweep predicted clearly but measured "
+                         "anyway, to check the predictions against measurement.")
+    seed: int = Field(0, description="Seed of the holdout choice (recorded).")
+
+
 class ThermalGate(_Strict):
     """Before each trial, wait until every GPU has cooled to a temperature (NVML readings)."""
 
@@ -242,6 +255,9 @@ class Matrix(_Strict):
     sequential: SequentialStop | None = Field(
         None, description="Stop cells early once settled (sequential rule); needs interleaved "
         "order and one server start per trial.")
+    probe_predict: ProbePredict | None = Field(
+        None, description="Run n-sweeps as probes first, then only the n whose predicted "
+        "speedup is unclear (and holdouts); the rest are predicted, not run.")
     trials_per_start: int = Field(
         1, ge=1, description="Trials of a cell run back to back on one server start, with "
         "the engine's cache reset and a warm-up before each (1: a fresh server per trial). "
@@ -554,6 +570,14 @@ def validate_cells(m: Matrix, cells: list[Cell], source: Path | None = None) -> 
             raise UserError(f"{where}trials: {m.trials} is fewer than sequential.min_trials "
                             f"({m.sequential.min_trials})",
                             "raise trials (the most a cell runs) or lower min_trials")
+    if m.probe_predict is not None:
+        from crossbench.runner.probe import probe_split, sweeps
+
+        long = [s for s in sweeps(cells) if probe_split(s, m.probe_predict.probes)[1]]
+        if not long:
+            notes.append(f"probe_predict: no n-sweep has more than {m.probe_predict.probes} "
+                         "n, so every cell is measured (add n to an arm, or lower "
+                         "probe_predict.probes)")
     for mid, entry in m.models.items():
         if entry.path is not None and not entry.path.startswith("fixture:"):
             p = Path(entry.path).expanduser()

@@ -69,6 +69,7 @@ from crossbench.store.formats import (
     check_version,
     make_out_dir,
     read_json_object,
+    read_predictions,
     read_stops,
 )
 from crossbench.store.formats import STATE_SCHEMA as STATE_SCHEMA
@@ -480,10 +481,44 @@ def _run(m: Matrix, path: Path, out: Path, resume: bool, digest: str, cells: lis
     again = retry_attempts(done)  # lost workers: their trials run again
     todo = [(cid, t) for cid, t in order if (cid, t) not in done or (cid, t) in again]
     failures = sum(1 for k, r in done.items() if r["status"] != "ok" and k not in again)
-    job = Job(m, out, {c.id: c for c in cells}, todo, len(done) - len(again), failures,
-              progress, on_tick, again, order)
+    by_id = {c.id: c for c in cells}
     with JsonlAppender(out / "journal.jsonl") as journal:
-        return executor.execute(job, journal)
+        if m.probe_predict is None:
+            return executor.execute(Job(m, out, by_id, todo, len(done) - len(again), failures,
+                                        progress, on_tick, again, order), journal)
+        return _run_probed(m, out, by_id, todo, done, again, failures, order, executor,
+                           journal, progress, on_tick)
+
+
+def _run_probed(m: Matrix, out: Path, by_id: dict[str, Cell], todo: list[tuple[str, int]],
+                done: dict[tuple[str, int], dict[str, Any]],
+                again: dict[tuple[str, int], int], failures: int,
+                order: list[tuple[str, int]], executor: Executor, journal: JsonlAppender,
+                progress: Progress, on_tick: Callable[[Tick], None]
+                ) -> dict[str, dict[str, Any]]:
+    """Probe-and-predict (crossbench.runner.probe): the probe phase, the decisions once, then
+    the cells decided ``measure`` or ``holdout``; one executor, two jobs."""
+    from crossbench.runner.probe import ProbeController
+
+    assert m.probe_predict is not None
+    probe = ProbeController(m.probe_predict, out, by_id)
+    first = [x for x in todo if probe.first_phase(x[0])]
+    before = len(done) - len(again)
+    summaries: dict[str, dict[str, Any]] = {}
+    if first or not probe.decided:
+        progress(f"probe-and-predict: phase 1, {len(first)} trials (probes, baselines and "
+                 "cells outside long sweeps)")
+        summaries = executor.execute(Job(m, out, by_id, first, before, failures, progress,
+                                         on_tick, again, order), journal)
+    probe.decide(progress)
+    second = [x for x in todo if not probe.first_phase(x[0]) and probe.runs(x[0])]
+    done = read_journal(out)
+    failures = sum(1 for r in done.values() if r["status"] != "ok")
+    progress(f"probe-and-predict: phase 2, {len(second)} trials of "
+             f"{len({c for c, _ in second})} cells decided measure or holdout")
+    summaries.update(executor.execute(Job(m, out, by_id, second, len(done), failures, progress,
+                                          on_tick, again, order), journal))
+    return summaries
 
 
 def _check_versions(m: Matrix, cells: list[Cell]) -> None:
@@ -537,6 +572,8 @@ def matrix_status(out: Path, cell_summaries: dict[str, dict[str, Any]] | None = 
                         "counted; `crossbench matrix MATRIX_FILE --out "
                         f"{out} --resume` removes it and runs that trial again")
     stops = read_stops(out)
+    predicted = {cid: r for cid, r in read_predictions(out).items()
+                 if r.get("action") == "predict"}
     rows = []
     for c in state["cells"]:
         got = [journal[(c["id"], t)] for t in range(state["trials"]) if (c["id"], t) in journal]
@@ -545,13 +582,17 @@ def matrix_status(out: Path, cell_summaries: dict[str, dict[str, Any]] | None = 
             "id": c["id"], "baseline": c["baseline"],
             "done": sum(1 for r in got if r["status"] == "ok"),
             "failed": sum(1 for r in got if r["status"] != "ok"),
-            "missing": 0 if c["id"] in stops else missing,
+            "missing": 0 if c["id"] in stops or c["id"] in predicted else missing,
             "errors": [r["error"] for r in got if r["status"] != "ok"],
         }
         if c["id"] in stops:  # the sequential rule settled it: the rest never had to run
             row["stopped"] = missing
             row["stop"] = {k: stops[c["id"]].get(k) for k in ("action", "reason", "ratio",
                                                                "ci", "look")}
+        if c["id"] in predicted:  # probe-and-predict: the cost model settled it unrun
+            row["predicted"] = missing
+            row["prediction"] = {k: predicted[c["id"]]["predicted"].get(k)
+                                 for k in ("speedup", "ci95", "verdict")}
         s = (cell_summaries or {}).get(c["id"])
         if s is not None:
             row.update(_headline(s))
@@ -561,6 +602,8 @@ def matrix_status(out: Path, cell_summaries: dict[str, dict[str, Any]] | None = 
     totals = {k: sum(r[k] for r in rows) for k in ("done", "failed", "missing")}
     if stops:
         totals["stopped"] = sum(r.get("stopped", 0) for r in rows)
+    if predicted:
+        totals["predicted"] = sum(r.get("predicted", 0) for r in rows)
     return {"schema_version": STATE_SCHEMA, "kind": "crossbench.matrix_summary",
             "study": state["study"], "cells": rows, "totals": totals, "warnings": warnings}
 

@@ -41,7 +41,6 @@ from __future__ import annotations
 
 import math
 import statistics
-from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -50,6 +49,7 @@ from typing import Any, Literal
 from crossbench.engines import registry
 from crossbench.errors import UserError
 from crossbench.runner.matrix import Cell, Matrix, TrialWork, decode_estimate_s, trial_work
+from crossbench.runner.probe import probe_split, sweeps
 
 DESIGNS = ("naive", "reuse", "sequential", "probe-and-predict")
 """The designs, in the order each adds its saving to the one above it."""
@@ -398,38 +398,24 @@ def engine_timings(m: Matrix, cells: list[Cell], rec: Recorded | None,
 
 # -- the designs ------------------------------------------------------------------------------
 
-def _sweeps(cells: list[Cell]) -> list[list[Cell]]:
-    """n-sweeps: speculative cells of one engine, target, arm, method, workload and
-    concurrency with at least two distinct n, each sorted by n."""
-    groups: dict[tuple[Any, ...], list[Cell]] = defaultdict(list)
-    for c in cells:
-        if c.coords["method"] != "none" and c.coords["n"] is not None:
-            key = tuple(c.coords[k] for k in ("engine", "target", "arm", "method", "workload",
-                                              "concurrency"))
-            groups[key].append(c)
-    return [sorted(g, key=lambda c: int(c.coords["n"])) for g in groups.values()
-            if len({c.coords["n"] for c in g}) >= 2]
-
-
 def probe_selection(cells: list[Cell], probes: int,
                     follow_ups: int) -> tuple[set[str], int, int]:
     """(ids of the cells measured, probe cells, follow-up cells) of probe-and-predict.
 
     Of each sweep with more n than ``probes``, the n at evenly spaced positions from the
-    smallest to the largest are probed, and up to ``follow_ups`` of the rest are counted as
+    smallest to the largest are probed (:func:`crossbench.runner.probe.probe_split`, as the
+    matrix runs them), and up to ``follow_ups`` of the rest are counted as
     follow-ups (which ones is decided after the probes; a sweep's cells differ only in n, so
     any of them costs the same here). Every other cell is measured.
     """
     measured = {c.id for c in cells}
     n_probes = n_follow = 0
-    for sweep in _sweeps(cells):
-        if len(sweep) <= probes:
+    for sweep in sweeps(cells):
+        picked, rest = probe_split(sweep, probes)
+        if not rest:
             continue
-        picks = {math.floor(i * (len(sweep) - 1) / (probes - 1) + 0.5)  # half up
-                 for i in range(probes)}
-        rest = [c for i, c in enumerate(sweep) if i not in picks]
         follow = rest[:follow_ups]
-        n_probes += len(picks)
+        n_probes += len(picked)
         n_follow += len(follow)
         measured -= {c.id for c in rest[len(follow):]}
     return measured, n_probes, n_follow
@@ -515,7 +501,7 @@ def _assumptions(m: Matrix, cells: list[Cell], timings: dict[str, EngineTimings]
                    f"{opts.expected_trials_fraction:g} of {m.trials}, at least min_trials "
                    f"{opts.min_trials}); the real figure depends on the effect sizes")
     measured, n_probes, n_follow = probe_selection(cells, opts.probes, opts.follow_ups)
-    n_sweeps = len([s for s in _sweeps(cells) if len(s) > opts.probes])
+    n_sweeps = len([s for s in sweeps(cells) if len(s) > opts.probes])
     out.append(f"probe-and-predict: {n_sweeps} n-sweep(s) with more than {opts.probes} n: "
                f"{n_probes} probe cells (smallest, largest and evenly spaced n) plus an "
                f"allowance of {n_follow} follow-up cells (up to {opts.follow_ups} per sweep, "

@@ -239,3 +239,17 @@ def read_stops(out: Path) -> dict[str, dict[str, Any]]:
     if not path.exists():
         return {}
     return {str(r["cell"]): r for r in read_jsonl(path) if isinstance(r, dict) and "cell" in r}
+
+
+PREDICTIONS_FILE = "predictions.jsonl"
+"""A matrix run's probe-and-predict decisions (crossbench.runner.probe): one line per cell of
+an n-sweep that the probes did not measure, written once by the driver."""
+
+
+def read_predictions(out: Path) -> dict[str, dict[str, Any]]:
+    """Probe-and-predict decisions of the matrix run in ``out`` by cell id (empty without the
+    file)."""
+    path = out / PREDICTIONS_FILE
+    if not path.exists():
+        return {}
+    return {str(r["cell"]): r for r in read_jsonl(path) if isinstance(r, dict) and "cell" in r}

@@ -1,0 +1,184 @@
+"""Probe-and-predict n-sweeps in a running matrix (``probe_predict:`` in the matrix file).
+
+An n-sweep is the speculative cells of one engine, target, arm, method, workload and
+concurrency that differ only in n. Of a sweep with more n than ``probes``, the matrix first
+runs only the probes (the smallest n, the largest and evenly spaced ones between), with every
+baseline and every cell outside such a sweep. Then, once, the driver analyses what ran
+(:func:`crossbench.analysis.analyze.analyze_run`) and fits each sweep's cost model
+C(n) = d + v * n (:mod:`crossbench.analysis.sweep`): tau(n) comes from the per-position
+acceptance measured at the largest probe, so every n up to it gets a predicted speedup with a
+bootstrap interval (:func:`crossbench.analysis.sweep.predict_speedups`). Each other cell of
+the sweep is then:
+
+- ``measure``: its prediction's interval straddles 1, or reaches the lower end of the best
+  n's interval (the best n is uncertain), or there is no prediction (no fit, no acceptance
+  curve that far, a probe that failed);
+- ``holdout``: predicted clearly, but measured anyway to check the predictions
+  (``holdout`` cells per sweep, picked with ``seed``);
+- ``predict``: not run; its predicted verdict is ``faster`` (interval above 1) or
+  ``slower`` (below 1).
+
+Decisions go to ``predictions.jsonl`` in the run directory (one line per decided cell,
+written once by the driver before the second phase), so ``--resume`` runs the same cells,
+``crossbench status`` counts a predicted cell's trials as ``predicted``, not missing, and
+``crossbench analyze`` compares every measured follow-up and holdout with its prediction
+(:func:`crossbench.analysis.sweep.prediction_checks`). The verdicts of measured cells stay
+the analysis's bootstrap over their own trials.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from collections import defaultdict
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from typing import Any
+
+from crossbench.runner.matrix import Cell, ProbePredict
+from crossbench.store.atomic import JsonlAppender
+from crossbench.store.formats import PREDICTIONS_FILE, read_predictions
+
+SWEEP_COORDS = ("engine", "target", "arm", "method", "workload", "concurrency")
+"""The coordinates a sweep's cells share (all but n)."""
+
+ACTIONS = ("measure", "holdout", "predict")
+"""What a decision does with a cell the probes did not measure (module docstring)."""
+
+
+def sweeps(cells: Iterable[Cell]) -> list[list[Cell]]:
+    """n-sweeps: speculative cells sharing :data:`SWEEP_COORDS` with at least two distinct
+    n, each sorted by n."""
+    groups: dict[tuple[Any, ...], list[Cell]] = defaultdict(list)
+    for c in cells:
+        if c.coords["method"] != "none" and c.coords["n"] is not None:
+            groups[tuple(c.coords[k] for k in SWEEP_COORDS)].append(c)
+    return [sorted(g, key=lambda c: int(c.coords["n"])) for g in groups.values()
+            if len({c.coords["n"] for c in g}) >= 2]
+
+
+def probe_split(sweep: list[Cell], probes: int) -> tuple[list[Cell], list[Cell]]:
+    """(probes, the rest) of one sweep sorted by n: the cells at ``probes`` evenly spaced
+    positions from the smallest n to the largest (halves round up); a sweep of at most
+    ``probes`` cells is all probes."""
+    if len(sweep) <= probes:
+        return list(sweep), []
+    picks = {math.floor(i * (len(sweep) - 1) / (probes - 1) + 0.5) for i in range(probes)}
+    return ([c for i, c in enumerate(sweep) if i in picks],
+            [c for i, c in enumerate(sweep) if i not in picks])
+
+
+class ProbeController:
+    """Splits a matrix's cells into the probe phase and the rest, and decides the rest once
+    the probes have run (module docstring)."""
+
+    def __init__(self, cfg: ProbePredict, out: Path, cells: dict[str, Cell]) -> None:
+        self.cfg, self.out, self.cells = cfg, out, cells
+        self.splits = [probe_split(s, cfg.probes) for s in sweeps(cells.values())]
+        self.later = {c.id for _, rest in self.splits for c in rest}
+        self.decided = read_predictions(out)
+
+    def first_phase(self, cid: str) -> bool:
+        """Whether ``cid`` runs before the decisions (a probe, a baseline, any cell outside
+        a sweep longer than ``probes``)."""
+        return cid not in self.later
+
+    def runs(self, cid: str) -> bool:
+        """Whether a cell of the second phase runs (decided ``measure`` or ``holdout``)."""
+        return self.decided.get(cid, {}).get("action") in ("measure", "holdout")
+
+    def decide(self, progress: Callable[[str], None]) -> None:
+        """Decide every undecided cell of the second phase from the probes' records and
+        append the decisions to ``predictions.jsonl``."""
+        todo = [(probes, rest) for probes, rest in self.splits
+                if any(c.id not in self.decided for c in rest)]
+        if not todo:
+            return
+        from crossbench.analysis.analyze import analyze_run
+        from crossbench.analysis.paired import StatsOptions
+        from crossbench.analysis.rundir import load_run
+
+        opts = StatsOptions()
+        run = load_run(self.out)
+        result = analyze_run(run, opts)
+        by_id = {c.id: c for c in run.cells}
+        with JsonlAppender(self.out / PREDICTIONS_FILE) as sink:
+            for probes, rest in todo:
+                for rec in self._decide_sweep(probes, rest, result, by_id, opts):
+                    sink.write(rec)
+                    self.decided[rec["cell"]] = rec
+                    p = rec["predicted"]
+                    ci = p.get("ci95")
+                    shown = (f"{p['speedup']:.3f} [{ci[0]:.3f}, "
+                             f"{'inf' if ci[1] is None else format(ci[1], '.3f')}]"
+                             if p.get("speedup") is not None and ci else "none")
+                    progress(f"{rec['cell']}: {rec['action']} (predicted speedup {shown}): "
+                             f"{rec['reason']}")
+
+    def _decide_sweep(self, probes: list[Cell], rest: list[Cell], result: dict[str, Any],
+                      by_id: dict[str, Any], opts: Any) -> list[dict[str, Any]]:
+        from crossbench.analysis import sweep as sw
+
+        ids = {c.id for c in probes}
+        members = sorted((p for p in result["pairs"] if p["cell"] in ids),
+                         key=lambda p: int(p["n"]))
+        points = [{"n": p["n"], "cell": p["cell"], "speedup": p["speedup"]["geomean"],
+                   "ci95": p["speedup"]["ci95"],
+                   **{k: p["acceptance"].get(k) for k in ("mean_acceptance_length",
+                                                          "per_position")}}
+                  for p in members]
+        curve = sw.acceptance_curve(points) or []
+        draws = sw.joint_log_speedups(members, by_id, opts) if members else None
+        ns = [int(c.coords["n"]) for c in rest]
+        if draws is None or len(members) < 2:
+            why = (f"only {len(members)} of {len(probes)} probes have paired records"
+                   if len(members) < 2 else "a probe has no paired decode speedup")
+            preds = {n: {"n": n, "speedup": None, "ci95": None, "reason": why} for n in ns}
+        else:
+            preds = sw.predict_speedups(points, curve, draws, ns, opts.level)
+        model = {"probes": [p["n"] for p in points], "probe_cells": [p["cell"] for p in points],
+                 **{k: v for k, v in sw.cost_model(points, curve or None, draws, opts.level)
+                    .items() if k in ("fitted", "d", "v", "d_ci95", "v_ci95", "reason")}}
+        # the best n so far: measured probes and predictions alike, by point estimate
+        scored = [(float(p["speedup"]), p["ci95"]) for p in points
+                  if p["speedup"] is not None and p["ci95"]]
+        scored += [(float(q["speedup"]), q["ci95"]) for q in preds.values()
+                   if q["speedup"] is not None and q["ci95"]]
+        best = max(scored, key=lambda s: s[0]) if scored else None
+        records: list[dict[str, Any]] = []
+        for c in rest:
+            q = preds[int(c.coords["n"])]
+            action, reason, verdict = self._rule(q, best)
+            records.append({"cell": c.id, "baseline": c.baseline, "n": int(c.coords["n"]),
+                            "action": action, "reason": reason,
+                            "predicted": {"speedup": q["speedup"], "ci95": q["ci95"],
+                                          "tau": q.get("tau"), "verdict": verdict,
+                                          "level": opts.level},
+                            "model": model})
+        clear = [r for r in records if r["action"] == "predict"]
+        for r in random.Random(self.cfg.seed).sample(clear, min(self.cfg.holdout, len(clear))):
+            r["action"] = "holdout"
+            r["reason"] = f"{r['reason']}; measured anyway as a holdout, to check the prediction"
+        return records
+
+    @staticmethod
+    def _rule(q: dict[str, Any], best: tuple[float, list[Any]] | None
+              ) -> tuple[str, str, str | None]:
+        """(action, reason, predicted verdict) of one prediction."""
+        if q["speedup"] is None or not q["ci95"]:
+            return "measure", f"no prediction: {q['reason']}", None
+        lo, hi = q["ci95"][0], q["ci95"][1]
+        top = math.inf if hi is None else float(hi)
+        shown = f"[{lo:.3f}, {'inf' if hi is None else format(hi, '.3f')}]"
+        if lo <= 1.0 <= top:
+            return "measure", f"the predicted interval {shown} straddles 1", None
+        verdict = "faster" if lo > 1.0 else "slower"
+        if best is not None and best[1] and top >= float(best[1][0]):
+            return ("measure", f"may be the best n: its predicted interval {shown} reaches "
+                    f"the best n's lower end {float(best[1][0]):.3f}", verdict)
+        return "predict", f"predicted {verdict}: the interval {shown} excludes 1", verdict
+
+
+def decision_summary(decided: dict[str, dict[str, Any]]) -> dict[str, int]:
+    """Cells by action of a run's decisions."""
+    return {a: sum(1 for r in decided.values() if r.get("action") == a) for a in ACTIONS}

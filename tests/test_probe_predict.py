@@ -1,0 +1,165 @@
+"""Probe-and-predict sweeps: the prediction arithmetic against a known cost line, the decision
+rule, and a matrix on the vLLM stand-in (named as one: it serves no model). The stand-in's
+steps take the same time at every n, so its cost line is flat (d = 1, v = 0) and its speedup at
+n is tau(n): the truth the predictions are checked against."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+import yaml
+
+from crossbench.analysis.sweep import predict_speedups, predicted_tau
+from crossbench.engines.vllm.standin import write_launcher
+from crossbench.runner.matrix import Cell, ProbePredict
+from crossbench.runner.matrix_run import matrix_status, read_journal, run_matrix
+from crossbench.runner.probe import ProbeController, probe_split, sweeps
+from crossbench.store.formats import read_predictions
+
+
+def _cell(n: int | None, arm: str = "a") -> Cell:
+    coords = {"engine": "e", "target": "t", "arm": arm if n is not None else "none",
+              "method": "draft" if n is not None else "none", "n": n, "workload": "w",
+              "concurrency": 1}
+    return Cell(f"e/t/{coords['arm']}/n{n}", coords, "vllm", {}, {},
+                None if n is None else "e/t/none/nNone")
+
+
+def test_probes_are_the_ends_and_evenly_spaced_n() -> None:
+    cells = [_cell(None), *[_cell(n) for n in (1, 2, 3, 4, 6, 8)], _cell(2, "b"), _cell(4, "b")]
+    (long, short) = sorted(sweeps(cells), key=len, reverse=True)
+    probes, rest = probe_split(long, 3)
+    assert [c.coords["n"] for c in probes] == [1, 4, 8]
+    assert [c.coords["n"] for c in rest] == [2, 3, 6]
+    assert probe_split(short, 3) == (short, [])  # two n: all measured
+    assert [c.coords["n"] for c in probe_split(long, 2)[0]] == [1, 8]
+
+
+def test_predictions_recover_a_known_cost_line() -> None:
+    d, v = 1.6, 0.25
+    curve = [0.9 ** (k + 1) for k in range(8)]
+    points = [{"n": n, "mean_acceptance_length": predicted_tau(curve, n),
+               "speedup": predicted_tau(curve, n) / (d + v * n)} for n in (1, 4, 8)]
+    rng = np.random.default_rng(0)  # draws of each point's log speedup around the truth
+    draws = {p["n"]: np.log(p["speedup"]) + rng.normal(0, 0.01, 2000) for p in points}
+    got = predict_speedups(points, curve, draws, [2, 3, 6, 9], 0.95)
+    for n in (2, 3, 6):
+        truth = predicted_tau(curve, n) / (d + v * n)
+        assert got[n]["speedup"] == pytest.approx(truth, rel=1e-9)
+        lo, hi = got[n]["ci95"]
+        assert lo < truth < hi and hi - lo < 0.1 * truth
+    assert got[9]["speedup"] is None and "positions 1-8" in got[9]["reason"]
+
+
+def test_a_cost_that_may_reach_zero_gives_an_unbounded_interval() -> None:
+    curve = [0.9, 0.8, 0.7]  # the line falls from cost 1 at n=1 to 0.3 at n=2: below 0 at 3
+    points = [{"n": 1, "mean_acceptance_length": 1.9, "speedup": 1.9},
+              {"n": 2, "mean_acceptance_length": 2.7, "speedup": 2.7 / 0.3}]
+    rng = np.random.default_rng(1)
+    draws = {1: np.log(1.9) + rng.normal(0, 0.5, 500),
+             2: np.log(2.7 / 0.3) + rng.normal(0, 0.5, 500)}
+    got = predict_speedups(points, curve, draws, [3], 0.95)[3]
+    assert got["draws_unbounded"] > 0.025 * 500 and got["ci95"][1] is None
+
+
+@pytest.mark.parametrize(("ci", "best", "action"), [
+    ([0.9, 1.2], (1.5, [1.3, 1.7]), "measure"),   # straddles 1
+    ([1.35, 1.45], (1.5, [1.3, 1.7]), "measure"),  # may be the best n
+    ([1.05, 1.2], (1.5, [1.3, 1.7]), "predict"),   # clearly faster, clearly not the best
+    ([0.7, 0.9], (1.5, [1.3, 1.7]), "predict"),    # clearly slower
+    ([1.1, None], (1.5, [1.3, 1.7]), "measure"),   # unbounded above: may be the best
+])
+def test_the_rule_measures_only_what_is_unclear(ci: list[Any], best: Any, action: str) -> None:
+    got, reason, verdict = ProbeController._rule(
+        {"speedup": 1.0 if ci[1] is None else (ci[0] + ci[1]) / 2, "ci95": ci}, best)
+    assert got == action, reason
+    if action == "predict":
+        assert verdict == ("faster" if ci[0] > 1 else "slower")
+
+
+def _matrix(tmp_path: Path, **over: Any) -> Path:
+    binary = write_launcher(tmp_path / "vllm", "--standin-step-ms", "4",
+                            "--standin-prefill-ms", "1", "--standin-accept", "0.8")
+    doc: dict[str, Any] = {
+        "schema_version": 1, "study": {"name": "probe", "notes": "stand-in, not vLLM"},
+        "engines": {"v": {"kind": "vllm", "binary": str(binary),
+                          "server": {"max_num_seqs": 2, "enable_prefix_caching": False}}},
+        "models": {"m": {"hf": {"repo": "Qwen/Qwen3-8B", "revision": "b" * 40},
+                         "quant": "BF16", "role": "target"}},
+        "load": {"requests": 4, "warmup": 1, "max_tokens": 48, "ignore_eos": True},
+        "arms": [{"method": "none"}, {"name": "ng", "method": "ngram", "n": "1-4,6,8"}],
+        "axes": {"engine": ["v"], "target": ["m"], "workload": ["builtin:mixed"]},
+        "trials": 3, "telemetry_hz": 0,
+        "probe_predict": {"probes": 3, "holdout": 1, "seed": 0},
+        **over,
+    }
+    path = tmp_path / "m.yaml"
+    path.write_text(yaml.safe_dump(doc))
+    return path
+
+
+def test_a_sweep_runs_its_probes_then_only_what_the_prediction_leaves_open(
+        tmp_path: Path) -> None:
+    out = tmp_path / "run"
+    said: list[str] = []
+    s = run_matrix(_matrix(tmp_path), out, progress=said.append)
+    decided = read_predictions(out)
+    cell = {n: f"v/m/ng/n{n}/builtin-mixed/c1" for n in (1, 2, 3, 4, 6, 8)}
+    assert set(decided) == {cell[2], cell[3], cell[6]}  # the probes n=1, 4, 8 are not decided
+    actions = {n: decided[cell[n]]["action"] for n in (2, 3, 6)}
+    # the stand-in's speedup is tau(n) = 1 + 0.8 + ... + 0.8^n: n=6 (3.95) is within reach of
+    # the best (n=8, 4.33); n=2 (2.44) and n=3 (2.95) are clearly faster and clearly not best
+    assert actions[6] == "measure", decided[cell[6]]["reason"]
+    assert sorted([actions[2], actions[3]]) == ["holdout", "predict"]
+    journal = read_journal(out)
+    ran = {c for c, _ in journal}
+    predicted = next(cell[n] for n in (2, 3) if actions[n] == "predict")
+    assert predicted not in ran and cell[6] in ran and cell[1] in ran and cell[8] in ran
+    from crossbench.analysis.analyze import analyze, tables
+    from crossbench.analysis.paired import StatsOptions
+
+    result = analyze(out, StatsOptions(resamples=400))
+    curve = next(p for p in result["pairs"] if p["cell"] == cell[8])["acceptance"]["per_position"]
+    for n in (2, 3):
+        p = decided[cell[n]]["predicted"]
+        assert p["tau"] == pytest.approx(predicted_tau(curve, n))  # the n=8 probe's curve
+        # ... which estimates the stand-in's alpha^(k+1) from a few hundred verifications
+        assert abs(p["tau"] - predicted_tau([0.8 ** (k + 1) for k in range(8)], n)) < 0.3
+        assert p["verdict"] == "faster" and p["ci95"][0] > 1.0
+    rows = {r["id"]: r for r in s["cells"]}
+    assert rows[predicted]["predicted"] == 3 and rows[predicted]["missing"] == 0
+    assert s["totals"]["predicted"] == 3 and s["totals"]["missing"] == 0
+    assert any("phase 2" in line for line in said)
+    from crossbench.cli.matrix_cmd import format_status
+
+    assert f"predicted: {predicted}: faster, speedup" in format_status(s)
+    # the analysis lists every decision and checks the holdout against its measurement
+    checks = result["predictions"]
+    assert checks["counts"] == {"measure": 1, "holdout": 1, "predict": 1}
+    held = next(r for r in checks["cells"] if r["action"] == "holdout")
+    assert held["measured"]["verdict"] == "faster" and held["verdict_agrees"] is True
+    assert checks["holdouts"]["measured"] == 1
+    assert "predictions" in tables(result)
+    # a resume runs nothing and decides nothing again
+    lines = (out / "predictions.jsonl").read_text()
+    again = run_matrix(_matrix(tmp_path), out, resume=True)
+    assert (out / "predictions.jsonl").read_text() == lines
+    assert read_journal(out).keys() == journal.keys()
+    assert again["totals"] == s["totals"] == matrix_status(out)["totals"]
+    assert json.loads(lines.splitlines()[0])["model"]["probes"] == [1, 4, 8]
+
+
+def test_a_matrix_without_a_long_sweep_says_probe_predict_changes_nothing(
+        tmp_path: Path) -> None:
+    from crossbench.runner.matrix import expand, load_matrix, validate_cells
+
+    path = _matrix(tmp_path, arms=[{"method": "none"},
+                                   {"name": "ng", "method": "ngram", "n": "2,4"}])
+    m = load_matrix(path)
+    notes = validate_cells(m, expand(m, path), path)
+    assert any("no n-sweep has more than 3 n" in n for n in notes)
+    assert ProbePredict().probes == 3
