@@ -62,7 +62,7 @@ if [ ! -f "$LOG/setup.started" ]; then
     python3 -m crossbench fixtures verify-hf --shape qwen3-8b >'"$LOG"'/verify-hf.txt 2>&1
     echo "verify_hf_exit=$? verify_hf_s=$(( $(date +%s) - s ))" >>'"$LOG"'/timing.txt
     wait $b; echo "build_exit=$? build_s=$(( $(date +%s) - s ))" >>'"$LOG"'/timing.txt
-    if [ "'"${ROUND:-}"'" != 1 ]; then   # round 1 has no Q4_K_M cell
+    if [ "'"${ROUND:-1}"'" != 1 ] && [ "'"${ROUND:-}"'" != verdict ]; then  # no Q4_K_M cell
       python3 -m crossbench fixtures make --shape qwen3-8b --quant Q4_K_M \
         >>'"$LOG"'/fixtures.log 2>&1
     fi
@@ -96,30 +96,40 @@ wait_setup() {  # until the build and the F16/HF fixtures are done, or the budge
 }
 
 RUN=$CROSSBENCH_CACHE/h200-cross-round${ROUND:-1}
-# 5. a round: the cells this session can afford (docs/cross-engine.md lists each round)
+# 5. a round: the cells this session can afford (docs/cross-engine.md lists each round);
+#    ROUND=verdict runs benchmarks/h200_verdict_runs.sh (GPU time per verdict) instead
 if [ -n "${ROUND:-}" ] && [ -n "$vprefix" ] && wait_setup; then
   case "$ROUND" in
     1) sel=(--skip target=t8b-q4 --skip concurrency=4 --skip concurrency=16
             --skip arm=synth-a0.6 --skip arm=synth-a0.8 --skip arm=synth-a1.0 --skip arm=ngram
             --skip n=1 --skip n=3 --skip n=6 --skip n=8) ;;
+    verdict) ;;
     *) say "unknown ROUND $ROUND"; exit 2 ;;
   esac
   # The matrix runs in its own process session: it outlives this call, so no trial is cut at
   # a call's end (a vLLM start alone takes minutes). Each call waits while it runs and then
   # packs what has finished; the last call packs what finished before the lease ended.
-  if ! pgrep -f "crossbench matrix matrices/h200-cross.yaml" >/dev/null \
+  if ! pgrep -f "crossbench matrix" >/dev/null && ! pgrep -f h200_verdict_runs >/dev/null \
       && [ ! -f "$LOG/matrix-round$ROUND.exit" ]; then
-    resume=""; [ -f "$RUN/state.json" ] && resume=--resume
-    say "round $ROUND: matrix started in the background $resume"
-    setsid bash -c 'python3 -m crossbench matrix matrices/h200-cross.yaml --out "$0" $1 \
-        "${@:2}" --progress plain >>'"$LOG"'/matrix-round'"$ROUND"'.log 2>&1
-      echo "matrix_exit=$?" >'"$LOG"'/matrix-round'"$ROUND"'.exit' \
-      "$RUN" "$resume" "${sel[@]}" </dev/null >/dev/null 2>&1 &
+    say "round $ROUND: started in the background"
+    if [ "$ROUND" = verdict ]; then
+      setsid bash -c 'bash benchmarks/h200_verdict_runs.sh "$0" \
+          >>'"$LOG"'/matrix-round'"$ROUND"'.log 2>&1
+        echo "matrix_exit=$?" >'"$LOG"'/matrix-round'"$ROUND"'.exit' \
+        "$RUN" </dev/null >/dev/null 2>&1 &
+    else
+      resume=""; [ -f "$RUN/state.json" ] && resume=--resume
+      setsid bash -c 'python3 -m crossbench matrix matrices/h200-cross.yaml --out "$0" $1 \
+          "${@:2}" --progress plain >>'"$LOG"'/matrix-round'"$ROUND"'.log 2>&1
+        echo "matrix_exit=$?" >'"$LOG"'/matrix-round'"$ROUND"'.exit' \
+        "$RUN" "$resume" "${sel[@]}" </dev/null >/dev/null 2>&1 &
+    fi
   fi
   until [ -f "$LOG/matrix-round$ROUND.exit" ] || [ "$(left)" -le "${PACK_S:-25}" ]; do
     sleep 5; done
   say "round $ROUND: $(cat "$LOG/matrix-round$ROUND.exit" 2>/dev/null || echo running)"
-  cb status "$RUN" >"$LOG/status-round${ROUND}.txt" 2>&1
+  for d in "$RUN" "$RUN"/*/; do [ -f "$d/state.json" ] && cb status "$d"; done \
+    >"$LOG/status-round${ROUND}.txt" 2>&1
 fi
 
 # 6. finish: the tensor checksums of both weight files (also made by the background setup

@@ -19,7 +19,8 @@ the sweep is then:
   ``slower`` (below 1).
 
 Decisions go to ``predictions.jsonl`` in the run directory (one line per decided cell,
-written once by the driver before the second phase), so ``--resume`` runs the same cells,
+written once by the driver before the second phase, with ``decide_s``: the seconds the
+decisions took, while the GPU stays held), so ``--resume`` runs the same cells,
 ``crossbench status`` counts a predicted cell's trials as ``predicted``, not missing, and
 ``crossbench analyze`` compares every measured follow-up and holdout with its prediction
 (:func:`crossbench.analysis.sweep.prediction_checks`). The verdicts of measured cells stay
@@ -30,6 +31,7 @@ from __future__ import annotations
 
 import math
 import random
+import time
 from collections import defaultdict
 from collections.abc import Callable, Iterable
 from pathlib import Path
@@ -98,22 +100,26 @@ class ProbeController:
         from crossbench.analysis.paired import StatsOptions
         from crossbench.analysis.rundir import load_run
 
+        t0 = time.monotonic()
         opts = StatsOptions()
         run = load_run(self.out)
         result = analyze_run(run, opts)
         by_id = {c.id: c for c in run.cells}
+        decided = [rec for probes, rest in todo
+                   for rec in self._decide_sweep(probes, rest, result, by_id, opts)]
+        took = round(time.monotonic() - t0, 3)  # the GPU is held meanwhile: count it
         with JsonlAppender(self.out / PREDICTIONS_FILE) as sink:
-            for probes, rest in todo:
-                for rec in self._decide_sweep(probes, rest, result, by_id, opts):
-                    sink.write(rec)
-                    self.decided[rec["cell"]] = rec
-                    p = rec["predicted"]
-                    ci = p.get("ci95")
-                    shown = (f"{p['speedup']:.3f} [{ci[0]:.3f}, "
-                             f"{'inf' if ci[1] is None else format(ci[1], '.3f')}]"
-                             if p.get("speedup") is not None and ci else "none")
-                    progress(f"{rec['cell']}: {rec['action']} (predicted speedup {shown}): "
-                             f"{rec['reason']}")
+            for rec in decided:
+                rec["decide_s"] = took
+                sink.write(rec)
+                self.decided[rec["cell"]] = rec
+                p = rec["predicted"]
+                ci = p.get("ci95")
+                shown = (f"{p['speedup']:.3f} [{ci[0]:.3f}, "
+                         f"{'inf' if ci[1] is None else format(ci[1], '.3f')}]"
+                         if p.get("speedup") is not None and ci else "none")
+                progress(f"{rec['cell']}: {rec['action']} (predicted speedup {shown}): "
+                         f"{rec['reason']}")
 
     def _decide_sweep(self, probes: list[Cell], rest: list[Cell], result: dict[str, Any],
                       by_id: dict[str, Any], opts: Any) -> list[dict[str, Any]]:

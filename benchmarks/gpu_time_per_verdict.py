@@ -1,0 +1,248 @@
+"""GPU time per verdict: a naive study against crossbench's design of the same cells, both
+recorded on the GPU, per engine.
+
+The naive design is a matrix run with a fresh server per trial and every cell x trial x prompt
+(`crossbench matrix`'s default). The crossbench design is the same matrix file with server
+reuse (``trials_per_start``) and, for n-sweeps, probe-and-predict added (``variant`` writes
+it; nothing else changes). For each engine this reads both run directories and reports:
+
+- ``naive_gpu_s``, ``crossbench_gpu_s``, ``ratio``: GPU-held seconds, summed over the
+  engine's trials of the named phases of each trial (server start-up and stop, warm-up,
+  metrics scrapes, the measured requests), plus, for probe-and-predict, the seconds its
+  decisions took (``decide_s``: the GPU stays held). Time outside the named phases is left
+  out of both and reported apart (``other_s``): it is harness overhead that changed between
+  crossbench versions (round 1's vLLM trials spent about 20 s in it on ``vllm --version``,
+  since fixed), not GPU work either design needs.
+- ``verdicts_total``, ``verdicts_same``, ``verdicts_flipped`` (faster <-> slower: must be 0),
+  ``verdicts_conservative`` (naive decisive, crossbench not: allowed only inside the
+  equivalence band, else counted in ``verdicts_lost``), ``verdicts_bolder`` (crossbench
+  decisive where naive was not). A predicted cell's verdict is its prediction's.
+- ``reuse_bias``: for the cells both designs measured, the ratio of the crossbench design's
+  trial decode rates (reused servers) to the naive design's (fresh servers), per cell and
+  pooled, with 95 % bootstrap intervals. The designs ran one after the other, not
+  interleaved: drift over the session is in this ratio too.
+
+Commands::
+
+    python benchmarks/gpu_time_per_verdict.py variant matrices/h200-verdict.yaml OUT.yaml \\
+        --trials-per-start 3 --probes 3 --holdout 1
+    python benchmarks/gpu_time_per_verdict.py compute \\
+        --study ENGINE_ID NAIVE_RUN CROSSBENCH_RUN [--study ENGINE_ID ...] \\
+        [--min-samples 10] [--band 0.05] [--out benchmarks/results/gpu-time-per-verdict.json]
+
+Runs of a stand-in engine are refused (their figures are not an engine's).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import yaml
+
+from crossbench.analysis.analyze import analyze
+from crossbench.analysis.paired import StatsOptions
+from crossbench.runner.matrix_run import read_state
+from crossbench.store.formats import read_predictions
+
+OUT = Path(__file__).parent / "results" / "gpu-time-per-verdict.json"
+NAMED = ("startup", "stop", "warmup", "scrape_write", "measured")
+"""The phases of a trial that hold the GPU for the measurement's sake."""
+DECISIVE = ("faster", "slower")
+
+
+def variant(src: Path, dst: Path, trials_per_start: int, probes: int | None,
+            holdout: int) -> None:
+    """Write the crossbench design of the naive matrix ``src``: server reuse and, with
+    ``probes``, probe-and-predict; every other line of the study stays as it was."""
+    doc = yaml.safe_load(src.read_text())
+    doc["trials_per_start"] = trials_per_start
+    if probes is not None:
+        doc["probe_predict"] = {"probes": probes, "holdout": holdout, "seed": 0}
+    doc["study"]["name"] = f"{doc['study']['name']}-crossbench"
+    doc["study"]["notes"] = (f"{doc['study'].get('notes', '').strip()} Crossbench design of "
+                             f"{src.name}: trials_per_start {trials_per_start}"
+                             + (f", probe_predict probes {probes} holdout {holdout}"
+                                if probes is not None else "") + ".")
+    dst.write_text(yaml.safe_dump(doc, sort_keys=False))
+
+
+def gpu_seconds(run: Path, engine: str) -> dict[str, Any]:
+    """GPU-held seconds of the cells of engine id ``engine`` in a matrix run (module
+    docstring), with trial counts, server starts and the time outside the named phases."""
+    state = read_state(run, ("cells",))
+    ids = {c["id"] for c in state["cells"] if c["coords"]["engine"] == engine}
+    decide = {r.get("decide_s") for cid, r in read_predictions(run).items() if cid in ids}
+    row: dict[str, Any] = {"gpu_s": 0.0, "other_s": 0.0, "trials": 0, "starts": 0}
+    for c in state["cells"]:
+        path = run / c["dir"] / "manifest.json"
+        if c["id"] not in ids or not path.exists():
+            continue
+        man = json.loads(path.read_text())
+        if (man.get("engine") or {}).get("standin") is True:
+            raise SystemExit(f"{path}: a stand-in engine's run; its times are not an engine's")
+        for t in man["trials"]:
+            ph = t.get("phase_s") or {}
+            named = sum(float(ph.get(k) or 0.0) for k in NAMED)
+            row["gpu_s"] += named
+            row["other_s"] += max(0.0, float(ph.get("total") or named) - named)
+            row["trials"] += 1
+            row["starts"] += 1 if float(ph.get("startup") or 0.0) > 0 else 0
+    if not row["trials"]:
+        raise SystemExit(f"{run}: no trial of engine {engine!r}")
+    row["decide_s"] = sum(float(d) for d in decide if d is not None)
+    row["gpu_s"] += row["decide_s"]
+    return row
+
+
+def verdicts(run: Path, engine: str, opts: StatsOptions) -> dict[str, dict[str, Any]]:
+    """Verdict of every speculative cell of engine id ``engine`` by cell id: the analysis's
+    for measured cells, the prediction's for predicted ones."""
+    result = analyze(run, opts)
+    got = {p["cell"]: {"verdict": p["verdict"], "speedup": p["speedup"]["geomean"],
+                       "ci95": p["speedup"]["ci95"], "source": "measured"}
+           for p in result["pairs"] if p["engine"] == engine}
+    state = read_state(run, ("cells",))
+    ids = {c["id"] for c in state["cells"] if c["coords"]["engine"] == engine}
+    for cid, d in read_predictions(run).items():
+        if d.get("action") == "predict" and cid in ids:
+            p = d["predicted"]
+            got[cid] = {"verdict": p["verdict"], "speedup": p["speedup"], "ci95": p["ci95"],
+                        "source": "predicted"}
+    return got
+
+
+def classify(naive: dict[str, Any], ours: dict[str, Any], band: float) -> str:
+    """How the crossbench design's verdict of a cell relates to the naive one's."""
+    a, b = naive["verdict"], ours["verdict"]
+    if a == b:
+        return "same"
+    if {a, b} == set(DECISIVE):
+        return "flipped"
+    if a in DECISIVE and b not in DECISIVE:
+        g = naive.get("speedup")
+        inside = g is not None and abs(math.log(g)) <= math.log1p(band)
+        return "conservative" if inside else "lost"
+    if b in DECISIVE and a not in DECISIVE:
+        return "bolder"
+    return "same"  # two undecided verdicts of different wording (e.g. too few samples)
+
+
+def trial_rates(run: Path, engine: str) -> dict[str, list[float]]:
+    """Pooled decode rate of every ok trial of engine id ``engine`` by cell id."""
+    state = read_state(run, ("cells",))
+    out: dict[str, list[float]] = {}
+    for c in state["cells"]:
+        path = run / c["dir"] / "manifest.json"
+        if path.exists() and c["coords"]["engine"] == engine:
+            man = json.loads(path.read_text())
+            out[c["id"]] = [float(t["load"]["pooled_tok_s"]) for t in man["trials"]
+                            if t["status"] == "ok" and (t.get("load") or {}).get("pooled_tok_s")]
+    return out
+
+
+def reuse_bias(naive: Path, ours: Path, engine: str, seed: int = 0) -> dict[str, Any]:
+    """Reused / fresh trial decode rates of the cells both runs measured (module docstring)."""
+    a, b = trial_rates(naive, engine), trial_rates(ours, engine)
+    g = np.random.default_rng(seed)
+    cells, logs_a, logs_b = [], [], []
+    for cid in sorted(set(a) & set(b)):
+        if len(a[cid]) < 2 or len(b[cid]) < 2:
+            continue
+        la, lb = np.log(a[cid]), np.log(b[cid])
+        draws = (g.choice(lb, (10_000, lb.size)).mean(1) -
+                 g.choice(la, (10_000, la.size)).mean(1))
+        lo, hi = np.quantile(draws, [0.025, 0.975])
+        cells.append({"cell": cid, "ratio": float(np.exp(lb.mean() - la.mean())),
+                      "ci95": [float(np.exp(lo)), float(np.exp(hi))],
+                      "fresh_trials": len(la), "reused_trials": len(lb)})
+        logs_a.append(la)
+        logs_b.append(lb)
+    if not cells:
+        return {"cells": [], "pooled": None}
+    k = len(cells)
+    pooled = []
+    for _ in range(2000):  # resample trials within each cell and design, then cells
+        pick = g.integers(0, k, k)
+        pooled.append(np.mean([g.choice(logs_b[i], logs_b[i].size).mean() -
+                               g.choice(logs_a[i], logs_a[i].size).mean() for i in pick]))
+    lo, hi = np.quantile(pooled, [0.025, 0.975])
+    point = float(np.exp(np.mean([lb.mean() - la.mean()
+                                  for la, lb in zip(logs_a, logs_b, strict=True)])))
+    return {"cells": cells, "pooled": {"ratio": point, "ci95": [float(np.exp(lo)),
+                                                                float(np.exp(hi))],
+                                       "cells": k}}
+
+
+def study(engine: str, naive: Path, ours: Path, opts: StatsOptions,
+          band: float) -> dict[str, Any]:
+    """One engine's comparison (module docstring): ``engine`` is its id in both matrices."""
+    ta, tb = gpu_seconds(naive, engine), gpu_seconds(ours, engine)
+    va, vb = verdicts(naive, engine, opts), verdicts(ours, engine, opts)
+    if set(va) != set(vb):
+        raise SystemExit(f"{engine}: the runs differ in their speculative cells: "
+                         f"{sorted(set(va) ^ set(vb))}")
+    rows = [{"cell": cid, "naive": va[cid], "crossbench": vb[cid],
+             "relation": classify(va[cid], vb[cid], band)} for cid in sorted(va)]
+    count = {k: sum(1 for r in rows if r["relation"] == k)
+             for k in ("same", "flipped", "conservative", "lost", "bolder")}
+    return {"engine": engine, "naive_run": str(naive), "crossbench_run": str(ours),
+            "naive_gpu_s": round(ta["gpu_s"], 1), "crossbench_gpu_s": round(tb["gpu_s"], 1),
+            "ratio": round(tb["gpu_s"] / ta["gpu_s"], 3), "naive": ta, "crossbench": tb,
+            "verdicts_total": len(rows), "verdicts_same": count["same"],
+            "verdicts_flipped": count["flipped"],
+            "verdicts_conservative": count["conservative"], "verdicts_lost": count["lost"],
+            "verdicts_bolder": count["bolder"], "cells": rows,
+            "reuse_bias": reuse_bias(naive, ours, engine)}
+
+
+def main(argv: list[str] | None = None) -> int:
+    """The command line (module docstring)."""
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    v = sub.add_parser("variant", help="write the crossbench design of a naive matrix")
+    v.add_argument("src", type=Path)
+    v.add_argument("dst", type=Path)
+    v.add_argument("--trials-per-start", type=int, default=3)
+    v.add_argument("--probes", type=int, default=None)
+    v.add_argument("--holdout", type=int, default=1)
+    c = sub.add_parser("compute", help="compare recorded runs")
+    c.add_argument("--study", nargs=3, action="append", required=True,
+                   metavar=("ENGINE_ID", "NAIVE_RUN", "CROSSBENCH_RUN"),
+                   help="an engine id of both matrices and the two run directories")
+    c.add_argument("--min-samples", type=int, default=10,
+                   help="pairs a verdict needs (the analysis's --min-samples)")
+    c.add_argument("--band", type=float, default=0.05,
+                   help="equivalence band: a lost verdict is allowed where the naive "
+                   "speedup lies within 1 +- band")
+    c.add_argument("--out", type=Path, default=OUT)
+    args = ap.parse_args(argv)
+    if args.cmd == "variant":
+        variant(args.src, args.dst, args.trials_per_start, args.probes, args.holdout)
+        return 0
+    opts = StatsOptions(min_samples=args.min_samples)
+    studies = {name: study(name, Path(a), Path(b), opts, args.band)
+               for name, a, b in args.study}
+    doc = {"benchmark": "gpu-time-per-verdict", "target": "ratio <= 0.3, verdicts_flipped 0",
+           "options": {"min_samples": args.min_samples, "band": args.band,
+                       "gpu_s": "sum of the named trial phases " + ", ".join(NAMED)
+                                + " plus probe-and-predict decision time"},
+           "studies": studies}
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(doc, indent=2) + "\n")
+    for name, s in studies.items():
+        print(f"{name}: naive {s['naive_gpu_s']:.0f} s, crossbench {s['crossbench_gpu_s']:.0f} "
+              f"s, ratio {s['ratio']:.3f}; verdicts {s['verdicts_total']}: same "
+              f"{s['verdicts_same']}, flipped {s['verdicts_flipped']}, conservative "
+              f"{s['verdicts_conservative']}, lost {s['verdicts_lost']}, bolder "
+              f"{s['verdicts_bolder']}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
