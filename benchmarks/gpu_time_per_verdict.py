@@ -17,6 +17,8 @@ it; nothing else changes). For each engine this reads both run directories and r
   ``verdicts_conservative`` (naive decisive, crossbench not: allowed only inside the
   equivalence band, else counted in ``verdicts_lost``), ``verdicts_bolder`` (crossbench
   decisive where naive was not). A predicted cell's verdict is its prediction's.
+- ``prediction_checks``: probe-and-predict's measured follow-ups and holdouts against their
+  predictions (inside the predicted interval, same verdict).
 - ``reuse_bias``: for the cells both designs measured, the ratio of the crossbench design's
   trial decode rates (reused servers) to the naive design's (fresh servers), per cell and
   pooled, with 95 % bootstrap intervals. The designs ran one after the other, not
@@ -179,6 +181,14 @@ def reuse_bias(naive: Path, ours: Path, engine: str, seed: int = 0) -> dict[str,
                                        "cells": k}}
 
 
+def run_id(run: Path) -> dict[str, Any]:
+    """What identifies a run wherever it was unpacked: its folder name, study and the sha256
+    of the matrix file it ran."""
+    state = read_state(run, ("cells",))
+    return {"dir": run.name, "study": state.get("study"),
+            "matrix_sha256": state.get("matrix_sha256")}
+
+
 def study(engine: str, naive: Path, ours: Path, opts: StatsOptions,
           band: float) -> dict[str, Any]:
     """One engine's comparison (module docstring): ``engine`` is its id in both matrices."""
@@ -191,14 +201,30 @@ def study(engine: str, naive: Path, ours: Path, opts: StatsOptions,
              "relation": classify(va[cid], vb[cid], band)} for cid in sorted(va)]
     count = {k: sum(1 for r in rows if r["relation"] == k)
              for k in ("same", "flipped", "conservative", "lost", "bolder")}
-    return {"engine": engine, "naive_run": str(naive), "crossbench_run": str(ours),
+    return {"engine": engine, "naive_run": run_id(naive), "crossbench_run": run_id(ours),
             "naive_gpu_s": round(ta["gpu_s"], 1), "crossbench_gpu_s": round(tb["gpu_s"], 1),
             "ratio": round(tb["gpu_s"] / ta["gpu_s"], 3), "naive": ta, "crossbench": tb,
             "verdicts_total": len(rows), "verdicts_same": count["same"],
             "verdicts_flipped": count["flipped"],
             "verdicts_conservative": count["conservative"], "verdicts_lost": count["lost"],
             "verdicts_bolder": count["bolder"], "cells": rows,
-            "reuse_bias": reuse_bias(naive, ours, engine)}
+            "reuse_bias": reuse_bias(naive, ours, engine),
+            "prediction_checks": prediction_checks(ours, engine, opts)}
+
+
+def prediction_checks(run: Path, engine: str, opts: StatsOptions) -> dict[str, Any] | None:
+    """Probe-and-predict's measured cells against their predictions (the analysis's
+    ``predictions`` section, this engine's cells), or None without probe-and-predict."""
+    checks = analyze(run, opts).get("predictions")
+    if checks is None:
+        return None
+    state = read_state(run, ("cells",))
+    ids = {c["id"] for c in state["cells"] if c["coords"]["engine"] == engine}
+    rows = [r for r in checks["cells"] if r["cell"] in ids]
+    held = [r for r in rows if r["action"] == "holdout" and r["measured"] is not None]
+    return {"cells": rows, "holdouts": len(held),
+            "holdouts_inside": sum(1 for r in held if r["inside"]),
+            "holdouts_verdict_agrees": sum(1 for r in held if r["verdict_agrees"])}
 
 
 def main(argv: list[str] | None = None) -> int:

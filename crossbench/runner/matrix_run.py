@@ -496,8 +496,9 @@ def _run_probed(m: Matrix, out: Path, by_id: dict[str, Cell], todo: list[tuple[s
                 order: list[tuple[str, int]], executor: Executor, journal: JsonlAppender,
                 progress: Progress, on_tick: Callable[[Tick], None]
                 ) -> dict[str, dict[str, Any]]:
-    """Probe-and-predict (crossbench.runner.probe): the probe phase, the decisions once, then
-    the cells decided ``measure`` or ``holdout``; one executor, two jobs."""
+    """Probe-and-predict (crossbench.runner.probe): the probe phase, the decisions once, the
+    cells decided ``measure`` or ``holdout``, then the predicted cells of any sweep whose
+    holdout missed; one executor, up to three jobs."""
     from crossbench.runner.probe import ProbeController
 
     assert m.probe_predict is not None
@@ -518,6 +519,15 @@ def _run_probed(m: Matrix, out: Path, by_id: dict[str, Cell], todo: list[tuple[s
              f"{len({c for c, _ in second})} cells decided measure or holdout")
     summaries.update(executor.execute(Job(m, out, by_id, second, len(done), failures, progress,
                                           on_tick, again, order), journal))
+    rejected = probe.check_holdouts(progress)  # a holdout missed: measure the sweep's rest
+    done = read_journal(out)
+    third = [x for x in order if x[0] in rejected and x not in done]
+    if third:
+        failures = sum(1 for r in done.values() if r["status"] != "ok")
+        progress(f"probe-and-predict: phase 3, {len(third)} trials of {len(rejected)} "
+                 "predicted cells whose sweep's holdout missed its prediction")
+        summaries.update(executor.execute(Job(m, out, by_id, third, len(done), failures,
+                                              progress, on_tick, {}, order), journal))
     return summaries
 
 

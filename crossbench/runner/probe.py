@@ -11,12 +11,21 @@ bootstrap interval (:func:`crossbench.analysis.sweep.predict_speedups`). Each ot
 the sweep is then:
 
 - ``measure``: its prediction's interval straddles 1, or reaches the lower end of the best
-  n's interval (the best n is uncertain), or there is no prediction (no fit, no acceptance
-  curve that far, a probe that failed);
+  n's interval while the best n may beat the baseline (its interval reaches 1: which n is
+  best is then the open question), or there is no prediction (no fit, no acceptance curve
+  that far, a probe that failed);
 - ``holdout``: predicted clearly, but measured anyway to check the predictions
   (``holdout`` cells per sweep, picked with ``seed``);
 - ``predict``: not run; its predicted verdict is ``faster`` (interval above 1) or
   ``slower`` (below 1).
+
+The intervals carry the probes' sampling error only, not the error of the straight line
+itself (on llama.cpp on the H200 the cost at n = 2 and 3 lay above the line through n = 1, 4
+and 8). So the holdouts are a gate, not only a report: once the follow-ups and holdouts have
+run, a sweep whose holdout was measured outside its predicted interval has its model
+rejected, and its cells still ``predict`` are decided ``measure`` and run in a third phase
+(:meth:`ProbeController.check_holdouts`; a later line of ``predictions.jsonl`` replaces the
+earlier decision of its cell).
 
 Decisions go to ``predictions.jsonl`` in the run directory (one line per decided cell,
 written once by the driver before the second phase, with ``decide_s``: the seconds the
@@ -167,6 +176,46 @@ class ProbeController:
             r["reason"] = f"{r['reason']}; measured anyway as a holdout, to check the prediction"
         return records
 
+    def check_holdouts(self, progress: Callable[[str], None]) -> set[str]:
+        """After the follow-ups: a sweep whose holdout was measured outside its predicted
+        interval has its cost model rejected, and every cell of it still ``predict`` is
+        decided ``measure`` (a new line in ``predictions.jsonl``); returns those cells."""
+        held = [r for r in self.decided.values() if r.get("action") == "holdout"]
+        if not held:
+            return set()
+        from crossbench.analysis import sweep as sw
+        from crossbench.analysis.analyze import analyze_run
+        from crossbench.analysis.paired import StatsOptions
+        from crossbench.analysis.rundir import load_run
+
+        result = analyze_run(load_run(self.out), StatsOptions())
+        checks = {r["cell"]: r for r in sw.prediction_checks(self.decided, result["pairs"])
+                  ["cells"]}
+        rejected: dict[tuple[str, ...], dict[str, Any]] = {}
+        for r in held:
+            got = checks.get(r["cell"], {})
+            if got.get("inside") is False:
+                rejected[tuple(r["model"]["probe_cells"])] = {**got, "n": r["n"]}
+        again: set[str] = set()
+        with JsonlAppender(self.out / PREDICTIONS_FILE) as sink:
+            for rec in list(self.decided.values()):
+                miss = rejected.get(tuple(rec["model"]["probe_cells"]))
+                if miss is None or rec.get("action") != "predict":
+                    continue
+                ci = miss["predicted"]["ci95"]
+                hi = "inf" if ci[1] is None else f"{ci[1]:.3f}"
+                new = {**rec, "action": "measure",
+                       "reason": f"the holdout n={miss['n']} measured "
+                                 f"{miss['measured']['speedup']:.3f}, outside its predicted "
+                                 f"interval [{ci[0]:.3f}, {hi}]: the cost model is rejected "
+                                 "for this sweep, so its predictions are measured",
+                       "replaces": rec["action"]}
+                sink.write(new)
+                self.decided[rec["cell"]] = new
+                again.add(rec["cell"])
+                progress(f"{rec['cell']}: measure: {new['reason']}")
+        return again
+
     @staticmethod
     def _rule(q: dict[str, Any], best: tuple[float, list[Any]] | None
               ) -> tuple[str, str, str | None]:
@@ -179,7 +228,10 @@ class ProbeController:
         if lo <= 1.0 <= top:
             return "measure", f"the predicted interval {shown} straddles 1", None
         verdict = "faster" if lo > 1.0 else "slower"
-        if best is not None and best[1] and top >= float(best[1][0]):
+        # which n is best matters only while the best n may beat the baseline
+        contended = best is not None and bool(best[1]) and (
+            best[1][1] is None or float(best[1][1]) >= 1.0)
+        if best is not None and contended and top >= float(best[1][0]):
             return ("measure", f"may be the best n: its predicted interval {shown} reaches "
                     f"the best n's lower end {float(best[1][0]):.3f}", verdict)
         return "predict", f"predicted {verdict}: the interval {shown} excludes 1", verdict
