@@ -54,6 +54,12 @@ def read_text(path: Path, what: str, limit: int, fix: str) -> str:
 
         text = read_text(Path("m.yaml"), "matrix", MIB, "split the study into smaller files")
     """
+    return decode_text(read_bytes(path, what, limit, fix), path, what)
+
+
+def read_bytes(path: Path, what: str, limit: int, fix: str) -> bytes:
+    """The bytes of ``path``, a regular file of at most ``limit`` bytes, read once (the
+    checks of :func:`read_text`, without the decoding)."""
     try:  # non-blocking: opening a named pipe must not wait for a writer
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
     except OSError as e:
@@ -77,6 +83,12 @@ def read_text(path: Path, what: str, limit: int, fix: str) -> str:
                             "check the path") from None
     if len(data) > limit:  # a file that grew, or one whose size the system does not know
         raise UserError(f"{what} {path} is larger than the {size_text(limit)} limit", fix)
+    return data
+
+
+def decode_text(data: bytes, path: Path, what: str) -> str:
+    """``data`` (read from ``path``) as UTF-8 text, a leading byte-order mark dropped; bytes
+    that are not UTF-8 are a one-line error naming the offset."""
     start = len(_UTF8_BOM) if data.startswith(_UTF8_BOM) else 0
     try:
         return data[start:].decode("utf-8")

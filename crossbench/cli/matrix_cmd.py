@@ -112,7 +112,7 @@ def matrix(matrix_file: Path, out: Path | None, resume: bool, only: tuple[str, .
     node, any local directory); the journal is written by this process only.
     """
     from crossbench.errors import UserError
-    from crossbench.runner.matrix import load_matrix
+    from crossbench.runner.matrix import read_matrix
     from crossbench.runner.matrix_run import Executor, run_matrix
 
     runner: Executor | None = None
@@ -123,11 +123,12 @@ def matrix(matrix_file: Path, out: Path | None, resume: bool, only: tuple[str, .
     elif address is not None or lane_gpus is not None:
         raise UserError("--address and --lane-gpus go with --executor ray",
                         "add --executor ray, or drop them")
+    source = read_matrix(matrix_file)  # read once: what is run is what is digested
     if out is None:
-        m = load_matrix(matrix_file)
+        m = source.matrix
         out = Path(m.out) if m.out else Path("runs") / m.study.name
     with make_view(progress_mode) as view:
-        result = run_matrix(matrix_file, out, resume=resume, only=only, skip=skip,
+        result = run_matrix(source, out, resume=resume, only=only, skip=skip,
                             dry_run=dry_run, progress=view.message, on_tick=view.tick,
                             executor=runner)
     if dry_run:

@@ -35,7 +35,7 @@ from crossbench.load.settings import LoadSettings
 from crossbench.models import HFModelRef
 from crossbench.runner.axes import parse_int_axis
 from crossbench.runner.config import server_block
-from crossbench.textfile import MIB, read_text
+from crossbench.textfile import MIB, decode_text, read_bytes
 
 MATRIX_SCHEMA = 1
 
@@ -330,15 +330,40 @@ def decode_estimate_s(m: Matrix, output_tokens: float) -> float | None:
     return output_tokens / m.estimate_tok_s if m.estimate_tok_s else None
 
 
+@dataclass(frozen=True)
+class MatrixSource:
+    """A matrix file read once: the bytes that are parsed are the bytes that are digested
+    (``--resume`` compares the digest) and copied into the run directory."""
+
+    path: Path
+    data: bytes
+    matrix: Matrix
+
+    @property
+    def digest(self) -> str:
+        """sha256 of the file's bytes as read."""
+        return hashlib.sha256(self.data).hexdigest()
+
+
+def read_matrix(path: Path) -> MatrixSource:
+    """Read a matrix file once and validate it (:func:`load_matrix`)."""
+    data = read_bytes(path, "matrix", MAX_MATRIX_BYTES,
+                      "pass the matrix's YAML file (matrices are a few KiB); split a larger "
+                      "study into several matrices")
+    return MatrixSource(path, data, parse_matrix(decode_text(data, path, "matrix"), path))
+
+
 def load_matrix(path: Path) -> Matrix:
     """Read and validate a matrix file; errors name the field and the fix.
 
     The file must be a regular UTF-8 file of at most :data:`MAX_MATRIX_BYTES` (a directory,
     a named pipe, a device, a larger file or another encoding is refused in one line).
     """
-    text = read_text(path, "matrix", MAX_MATRIX_BYTES,
-                     "pass the matrix's YAML file (matrices are a few KiB); split a larger "
-                     "study into several matrices")
+    return read_matrix(path).matrix
+
+
+def parse_matrix(text: str, path: Path) -> Matrix:
+    """A matrix from the text of ``path`` (named in errors)."""
     try:
         data = yaml.safe_load(text)
     except yaml.MarkedYAMLError as e:
@@ -674,11 +699,6 @@ def schedule(cells: list[Cell], trials: int, order: str, seed: int,
         random.Random(seed + r).shuffle(rnd)
         out += [(cid, t) for cid in rnd for t in range(r * block, min(trials, (r + 1) * block))]
     return out
-
-
-def matrix_digest(path: Path) -> str:
-    """sha256 of the matrix file's bytes (``--resume`` refuses a changed file)."""
-    return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
 def json_schema() -> str:

@@ -32,7 +32,7 @@ through :class:`TrialRunner` and leave the journal to one writer, the process th
 
 from __future__ import annotations
 
-import json
+import copy
 import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
@@ -45,10 +45,10 @@ from crossbench.runner.config import RunConfig
 from crossbench.runner.matrix import (
     Cell,
     Matrix,
+    MatrixSource,
     ThermalGate,
     expand,
-    load_matrix,
-    matrix_digest,
+    read_matrix,
     schedule,
     validate_cells,
 )
@@ -144,7 +144,7 @@ def run_config(cell: Cell, trials: int, fresh_server: bool, resolve: bool = True
                telemetry_hz: float = 10.0, gpu_busy: str = "warn",
                trials_per_start: int = 1) -> RunConfig:
     """The `crossbench run` configuration of one cell, with model files resolved."""
-    cfg = json.loads(json.dumps(cell.engine_config))
+    cfg = copy.deepcopy(cell.engine_config)  # resolved below; the cell stays as expanded
     if resolve:
         cfg["model"] = _resolve(cfg["model"])
         if "draft_model" in cfg["spec"]:
@@ -390,8 +390,8 @@ def retry_attempts(done: Mapping[tuple[str, int], Mapping[str, Any]]
     return out
 
 
-def run_matrix(path: Path, out: Path, resume: bool = False, only: tuple[str, ...] = (),
-               skip: tuple[str, ...] = (), dry_run: bool = False,
+def run_matrix(path: Path | MatrixSource, out: Path, resume: bool = False,
+               only: tuple[str, ...] = (), skip: tuple[str, ...] = (), dry_run: bool = False,
                progress: Progress = lambda _: None,
                on_tick: Callable[[Tick], None] = _no_ticks,
                executor: Executor | None = None) -> dict[str, Any]:
@@ -401,9 +401,12 @@ def run_matrix(path: Path, out: Path, resume: bool = False, only: tuple[str, ...
     before and after every trial (the CLI draws its live view from them). ``executor`` runs
     the trials (default :class:`LocalExecutor`); it is connected once ``out`` has been checked
     (a new run's directory may be made, a run to resume continued), before anything is
-    written, and closed when the run ends, however it ends.
+    written, and closed when the run ends, however it ends. ``path`` may be the file already
+    read (:func:`crossbench.runner.matrix.read_matrix`): it is read once either way, and the
+    bytes parsed are the bytes digested and copied into ``out``.
     """
-    m = load_matrix(path)
+    source = path if isinstance(path, MatrixSource) else read_matrix(path)
+    m, path = source.matrix, source.path
     cells = expand(m, path)
     for note in validate_cells(m, cells, path):  # what validate prints, also before a run
         progress(f"note: {note}")
@@ -411,7 +414,6 @@ def run_matrix(path: Path, out: Path, resume: bool = False, only: tuple[str, ...
     if not cells:
         raise UserError("--only/--skip leave no cells", "loosen the filters")
     order = schedule(cells, m.trials, m.schedule.order, m.schedule.seed, m.block)
-    digest = matrix_digest(path)
     by_id = {c.id: c for c in cells}
     if dry_run:
         from crossbench.engines import registry
@@ -426,7 +428,7 @@ def run_matrix(path: Path, out: Path, resume: bool = False, only: tuple[str, ...
     _check_versions(m, cells)
     executor = executor or LocalExecutor()
     try:
-        cell_summaries = _run(m, path, out, resume, digest, cells, order, executor, progress,
+        cell_summaries = _run(m, source, out, resume, cells, order, executor, progress,
                               on_tick)
     finally:
         executor.close()
@@ -435,11 +437,12 @@ def run_matrix(path: Path, out: Path, resume: bool = False, only: tuple[str, ...
     return summary
 
 
-def _run(m: Matrix, path: Path, out: Path, resume: bool, digest: str, cells: list[Cell],
+def _run(m: Matrix, source: MatrixSource, out: Path, resume: bool, cells: list[Cell],
          order: list[tuple[str, int]], executor: Executor, progress: Progress,
          on_tick: Callable[[Tick], None]) -> dict[str, dict[str, Any]]:
     """Check ``out``, connect ``executor``, open (or continue) the run directory and have
     ``executor`` run what the journal lacks; returns the cell summaries."""
+    path, digest = source.path, source.digest
     state_path = out / "state.json"
     try:
         started = state_path.exists()
@@ -457,7 +460,7 @@ def _run(m: Matrix, path: Path, out: Path, resume: bool, digest: str, cells: lis
                             "resume with the same matrix file, or start a new --out")
         executor.connect(progress)
         if not (out / "matrix.yaml").exists():  # a kill fell between state.json and the copy
-            write_bytes_atomic(out / "matrix.yaml", path.read_bytes())
+            write_bytes_atomic(out / "matrix.yaml", source.data)
         repair_journal(out, state, progress)
     else:
         check_new_out(out, MATRIX_KIND)
@@ -476,7 +479,7 @@ def _run(m: Matrix, path: Path, out: Path, resume: bool, digest: str, cells: lis
             "order": [[cid, t] for cid, t in order],
             "warnings": [warning] if warning else [],
         })
-        write_bytes_atomic(out / "matrix.yaml", path.read_bytes())
+        write_bytes_atomic(out / "matrix.yaml", source.data)
     done = read_journal(out)
     again = retry_attempts(done)  # lost workers: their trials run again
     todo = [(cid, t) for cid, t in order if (cid, t) not in done or (cid, t) in again]
