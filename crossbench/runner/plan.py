@@ -16,7 +16,10 @@ above it:
   differing only in n) only ``probes`` n are measured (the smallest, the largest and evenly
   spaced ones between), the others predicted by the sweep's cost model; baselines and cells
   outside sweeps are all measured. An allowance of ``follow_ups`` cells per sweep is added
-  for predictions whose interval straddles 1 (see :data:`FOLLOW_UPS`).
+  for predictions whose interval straddles 1 (see :data:`FOLLOW_UPS`). The runner
+  (crossbench.runner.probe) also measures its holdouts and, when a holdout misses its
+  prediction, the sweep's predicted cells: count the holdouts in ``follow_ups``; a rejected
+  model makes the sweep cost what reuse does.
 
 Timings, per engine kind, come from recorded runs (``--from``): each finished trial's
 ``phase_s`` in its cell's manifest, read with the project's run reader
