@@ -616,7 +616,7 @@ class RunWriter:
         """Drop the records of every trial not in ``trials`` (a resumed run: records of a
         trial without a manifest entry never enter statistics); nothing without records."""
         if self.layout.requests.exists():
-            self.write_records(r for r in read_jsonl(self.layout.requests)
+            self.write_records(r for r in read_records(self.root)
                                if int(r.get("trial", -1)) in trials)
 
     def write_snapshot(self, trial: int, which: Snapshot, text: str) -> None:
