@@ -50,7 +50,7 @@ import yaml
 from crossbench.analysis.analyze import analyze
 from crossbench.analysis.paired import StatsOptions
 from crossbench.runner.matrix_run import read_state
-from crossbench.store.formats import read_predictions
+from crossbench.store.rundir import read_predictions
 
 OUT = Path(__file__).parent / "results" / "gpu-time-per-verdict.json"
 NAMED = ("startup", "stop", "warmup", "scrape_write", "measured")

@@ -18,7 +18,7 @@ from crossbench.engines.vllm.standin import write_launcher
 from crossbench.runner.matrix import Cell, ProbePredict
 from crossbench.runner.matrix_run import matrix_status, read_journal, run_matrix
 from crossbench.runner.probe import ProbeController, probe_split, sweeps
-from crossbench.store.formats import read_predictions
+from crossbench.store.rundir import read_predictions
 
 
 def _cell(n: int | None, arm: str = "a") -> Cell:

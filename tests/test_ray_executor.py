@@ -670,7 +670,7 @@ def test_probe_and_predict_on_ray_lanes(tmp_path: Path, cluster: None) -> None:
     """Probe-and-predict runs its two phases as two jobs of one Ray executor: the probes
     and baseline first, then only the cells the decisions left to measure."""
     from crossbench.runner.ray_exec import RayExecutor
-    from crossbench.store.formats import read_predictions
+    from crossbench.store.rundir import read_predictions
 
     m = write_matrix(tmp_path, targets=1, concurrency="1", step_ms=4, requests=4,
                      max_tokens=48)

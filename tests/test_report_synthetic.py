@@ -129,14 +129,25 @@ def test_report_bytes_are_reproducible(sweep: Path, tmp_path: Path) -> None:
         assert (a / rel).read_bytes() == (b / rel).read_bytes(), rel
 
 
-def test_report_runs_the_analysis_when_missing(tmp_path: Path) -> None:
+def test_report_analyses_in_memory_when_missing_and_never_writes_the_run(
+        tmp_path: Path) -> None:
     out = tmp_path / "s"
     study(out, PROMPTS, [Arm("none"), Arm("dft", "draft-simple", 2, acceptance=ACC)], rate)
     assert not (out / "analysis.json").exists()
+    before = {p: p.read_bytes() for p in out.rglob("*") if p.is_file()}
     r = invoke("report", str(out), "--out", str(tmp_path / "rep"))
     assert r.exit_code == 0, r.output
-    assert "running the analysis first" in r.stderr
-    assert (out / "analysis.json").exists() and (tmp_path / "rep" / "report.html").exists()
+    assert (f"no analysis.json in {out}: analysing it in memory (default options; nothing is "
+            "written into the run)") in r.stderr
+    assert (tmp_path / "rep" / "report.html").exists()
+    assert {p: p.read_bytes() for p in out.rglob("*") if p.is_file()} == before
+    # the same numbers as an analysis written by `crossbench analyze`
+    assert invoke("analyze", str(out)).exit_code == 0
+    r = invoke("report", str(out), "--out", str(tmp_path / "rep2"))
+    assert r.exit_code == 0, r.output
+    assert "analysing it in memory" not in r.stderr
+    for name in ("report.html", "report.md", "datapoint.md"):
+        assert (tmp_path / "rep" / name).read_bytes() == (tmp_path / "rep2" / name).read_bytes()
 
 
 def test_report_of_a_study_without_pairs(tmp_path: Path) -> None:

@@ -22,6 +22,7 @@ from __future__ import annotations
 import csv
 import io
 import re
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -34,28 +35,15 @@ from crossbench.analysis.rundir import COORDS, CellData, RunData, load_run, paus
 from crossbench.analysis.stability import Finding, WarningKind
 from crossbench.analysis.stats import cv
 from crossbench.analysis.summary import dist, summarize_records
-from crossbench.store.atomic import write_bytes_atomic, write_json_atomic
-from crossbench.store.formats import read_predictions
+from crossbench.store import rundir
 
 MIN_PROMPT_CLUSTERS = 10
 """Fewest prompts (bootstrap clusters) below which an interval is flagged as optimistic."""
 
-ANALYSIS_SCHEMA = 2
-# Format history of analysis.json:
-#   1: first version (cells, pairs, sweeps, stability)
-#   2: options.strata and each interval's design; cost-model intervals (d_ci95, v_ci95) and
-#      tau estimated from per-request counts where no counter exists; server rates over the
-#      client's window and the engine's own figure; imports compared as recorded (no
-#      defaults), their layout-made figures dropped; verdict_caveats; new warning kinds
-#      (trial_warnings, few_clusters, split_occasion)
-ANALYSIS_REDEFINED: dict[int, tuple[str, ...]] = {
-    2: ("cells.*.throughput.server_pooled_tok_s", "cells.*.latency_ms.chunk_gap",
-        "cells.*.latency_ms.token_itl", "cells.*.throughput.wall_output_tok_s",
-        "pairs.*.warnings", "pairs.*.confounds", "pairs.*.verdict", "stability",
-        "sweeps.*.cost_model.fitted", "sweeps.*.cost_model.reason",
-        "sweeps.*.cost_model.predicted", "sweeps.*.cost_model.points"),
-}
-"""Fields whose meaning changed in a version (see ``SUMMARY_REDEFINED``)."""
+ANALYSIS_SCHEMA = rundir.ANALYSIS_SCHEMA
+"""Newest ``analysis.json`` (its history: ``crossbench.store.rundir.FORMATS["analysis"]``)."""
+ANALYSIS_REDEFINED: Mapping[int, tuple[str, ...]] = rundir.FORMATS["analysis"].redefined
+"""Fields whose meaning changed in a version (``store.rundir.Format.redefined``)."""
 
 
 def cell_figures(cell: CellData) -> dict[str, Any]:
@@ -254,12 +242,12 @@ def _analyze_run(run: RunData, opts: StatsOptions) -> dict[str, Any]:
         pairs.append(pair)
         found += own
     extra: dict[str, Any] = {}
-    decisions = read_predictions(run.root) if run.kind == "matrix" else {}
+    decisions = rundir.read_predictions(run.root) if run.kind == "matrix" else {}
     if decisions:  # probe-and-predict: which cells were predicted, and the checks
         extra["predictions"] = sweep.prediction_checks(decisions, pairs)
     return {
         "schema_version": ANALYSIS_SCHEMA,
-        "kind": "crossbench.analysis",
+        "kind": rundir.ANALYSIS_KIND,
         "crossbench_version": __version__,
         "run": {"dir": str(run.root), "kind": run.kind, "cells": len(run.cells)},
         "options": opts.to_record(),
@@ -448,16 +436,19 @@ def verdict_table(result: dict[str, Any]) -> str:
     return text
 
 
-def write_outputs(root: Path, result: dict[str, Any]) -> list[Path]:
-    """Write ``analysis.json`` and ``analysis/<table>.md|.csv``; returns the paths."""
-    written = [root / "analysis.json"]
-    write_json_atomic(written[0], result)
+def table_files(result: dict[str, Any]) -> dict[str, str]:
+    """The analysis tables as files: ``{"verdicts.md": text, "verdicts.csv": text, ...}``."""
+    files: dict[str, str] = {}
     for name, (header, rows) in tables(result).items():
         md = markdown(header, rows)
         if name == "sweeps" and not rows:
             md += "\n" + sweep.absent_reason(result["pairs"]) + "\n"
-        for suffix, text in ((".md", md), (".csv", csv_text(header, rows))):
-            path = root / "analysis" / f"{name}{suffix}"
-            write_bytes_atomic(path, text.encode())
-            written.append(path)
-    return written
+        files[f"{name}.md"] = md
+        files[f"{name}.csv"] = csv_text(header, rows)
+    return files
+
+
+def write_outputs(root: Path, result: dict[str, Any]) -> list[Path]:
+    """Write ``analysis.json`` and ``analysis/<table>.md|.csv`` (``store.rundir``); returns
+    the paths."""
+    return rundir.write_analysis(root, result, table_files(result))

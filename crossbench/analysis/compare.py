@@ -26,19 +26,20 @@ from crossbench.analysis.confounding import confounds
 from crossbench.analysis.paired import StatsOptions
 from crossbench.analysis.rundir import CellData, load_cell_dir, matrix_cell
 from crossbench.errors import UserError
+from crossbench.store import rundir
 
 
 def resolve(target: str) -> CellData:
     """A run directory, or ``DIR:CELL_ID`` inside a matrix/import directory, as a cell."""
     path = Path(target)
-    if (path / "manifest.json").exists():
+    if rundir.is_run(path):
         return load_cell_dir(path, str(path))
-    if (path / "state.json").exists():
+    if rundir.is_matrix(path):
         raise UserError(f"{target} holds several cells",
                         f"name one as {target}:CELL_ID (see its state.json or "
                         "`crossbench status`)")
     root, sep, cell_id = target.partition(":")
-    if sep and (Path(root) / "state.json").exists():
+    if sep and rundir.is_matrix(Path(root)):
         return matrix_cell(Path(root), cell_id)
     raise UserError(f"{target} is not a run directory or DIR:CELL_ID",
                     "give a `crossbench run --out` directory, a matrix cell folder, or "

@@ -14,7 +14,7 @@ from typing import Any
 
 from crossbench.analysis.rundir import CellData
 from crossbench.confounds.diff import AXES, diff
-from crossbench.confounds.normalize import normalize_run_dir
+from crossbench.confounds.normalize import normalize_trial
 from crossbench.confounds.rules import check_pair
 from crossbench.errors import UserError
 
@@ -37,7 +37,8 @@ def confounds(a: CellData, b: CellData, axis: str = "spec",
                     "reason": f"the {side} cell ({cell.id}) has no recorded trial: nothing "
                               "ran to compare with"}
     try:
-        va, vb = normalize_run_dir(a.root), normalize_run_dir(b.root)
+        # the manifests the analysis already holds: never read twice
+        va, vb = normalize_trial(a.manifest), normalize_trial(b.manifest)
     except (UserError, OSError, ValueError, KeyError) as e:
         return {"checked": False, "confounded": False, "reason": str(e)}
     if trial_caveats:  # the analysis judges runner warnings trial by trial instead

@@ -1,4 +1,4 @@
-"""Reading run directories for analysis: a matrix run, a single ``crossbench run``, or an
+"""Run directories as the analysis sees them: a matrix run, a single ``crossbench run``, or an
 imported directory (``crossbench import``), all as a list of cells.
 
 - A matrix (or import) directory has ``state.json`` listing cells with their coordinates,
@@ -6,31 +6,20 @@ imported directory (``crossbench import``), all as a list of cells.
 - A single run directory has ``manifest.json`` and is one cell; its coordinates come from
   its config.
 
-Records are read when first needed by the one JSONL reader, ``store.atomic.scan_jsonl`` (a
-torn last line is ignored; a damaged line before it is a one-line error naming the file and
-the line), using orjson with the garbage collector paused (:func:`paused_gc`). A request
-recorded twice in a cell (one ``trial`` and ``request_index`` on two lines) is refused, naming
-the file and the lines: crossbench writes each request once (the client sends each record to
-the sink once, and a trial run again has its old records removed first), so a duplicate means
-a file appended to or merged by hand, and no rule could say which copy to trust. Manifests and
-states of a newer format version than this crossbench reads are refused
-(``store.formats``). Once a cell's chunk-level figures are computed,
-:meth:`CellData.release_chunks` frees its chunk lists, so a large run is held in memory
-one cell at a time.
+Every file is read through the one reader, :mod:`crossbench.store.rundir` (manifests and
+states of a newer format version than this crossbench reads are refused; records are read
+when first needed, a torn last line ignored, a damaged line or a request recorded twice
+refused, naming the file and the lines). Nothing here writes. Once a cell's chunk-level
+figures are computed, :meth:`CellData.release_chunks` frees its chunk lists, so a large run
+is held in memory one cell at a time.
 """
 
 from __future__ import annotations
 
-import contextlib
-import gc
-import json
-from collections.abc import Iterator
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
 from typing import Any
-
-import yaml
 
 from crossbench.analysis import acceptance as acc_mod
 from crossbench.analysis.metrics import (
@@ -39,65 +28,16 @@ from crossbench.analysis.metrics import (
     pooled_rate,
     request_figures,
 )
-from crossbench.analysis.summary import finished_trials, metric_prefix
-from crossbench.confounds.provenance import SCHEMA_VERSION as PROVENANCE_SCHEMA
-from crossbench.engines.prometheus import parse_samples
+from crossbench.analysis.summary import trial_windows
 from crossbench.errors import UserError
-from crossbench.store.atomic import JsonlScan, scan_jsonl
-from crossbench.store.formats import (
-    IMPORT_KIND,
-    MANIFEST_SCHEMA,
-    MATRIX_KIND,
-    check_state,
-    check_version,
-)
+from crossbench.store import rundir
+from crossbench.store.rundir import paused_gc, read_json
+
+__all__ = ["COORDS", "CellData", "RunData", "coords_from_config", "load_cell_dir", "load_run",
+           "matrix_cell", "paused_gc", "read_json"]
 
 COORDS = ("engine", "target", "arm", "method", "n", "workload", "concurrency")
 """Coordinates of a cell (those of a matrix cell; a single run derives them)."""
-
-
-@contextlib.contextmanager
-def paused_gc() -> Iterator[None]:
-    """Pause the cyclic garbage collector (records are acyclic: reference counting frees
-    them; a collection scans every live chunk list, which dominated large analyses)."""
-    enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if enabled:
-            gc.enable()
-
-
-def read_records(path: Path) -> list[dict[str, Any]]:
-    """Every complete record of a ``requests.jsonl`` (module docstring: a torn last line is
-    ignored; a damaged line, or a request recorded twice, is a :class:`UserError`)."""
-    if not path.exists():
-        return []
-    with paused_gc():  # the duplicate check allocates too: a collection would scan every chunk
-        scan = scan_jsonl(path)
-        check_unique_requests(path, scan)
-    return scan.records
-
-
-def check_unique_requests(path: Path, scan: JsonlScan) -> None:
-    """Refuse records that repeat a (``trial``, ``request_index``), naming the lines."""
-    seen: dict[tuple[int, int], int] = {}
-    twice: list[tuple[int, int, int, int]] = []
-    for rec, line in zip(scan.records, scan.lines, strict=True):
-        trial, index = rec.get("trial", 0), rec.get("request_index")
-        if type(trial) is int and type(index) is int:
-            first = seen.setdefault((trial, index), line)
-            if first != line:
-                twice.append((trial, index, first, line))
-    if twice:
-        listed = "; ".join(f"trial {t} request {i} on lines {a} and {b}"
-                           for t, i, a, b in twice[:3])
-        more = f" and {len(twice) - 3} more" if len(twice) > 3 else ""
-        raise UserError(f"{path} records {len(twice)} request(s) twice ({listed}{more})",
-                        "crossbench writes each trial's request once, so the file was appended "
-                        "to or merged by hand: remove the duplicate lines, or restore the file "
-                        "from a copy")
 
 
 def coords_from_config(config: dict[str, Any]) -> dict[str, Any]:
@@ -127,11 +67,7 @@ class CellData:
     def records(self) -> list[dict[str, Any]]:
         """The raw records of ``requests.jsonl`` of trials with a recorded outcome (a trial
         killed mid-way leaves records that never enter statistics)."""
-        records = read_records(self.root / "requests.jsonl")
-        done = finished_trials(self.manifest)
-        if done is None:
-            return records
-        return [r for r in records if int(r.get("trial", 0)) in done]
+        return rundir.read_records(self.root, self.manifest)
 
     def release_chunks(self) -> None:
         """Free the records' chunk arrivals once everything chunk-level is computed; per-request
@@ -211,16 +147,12 @@ class CellData:
                 float(imported.get("drafts", 0.0)), float(imported.get("draft_tokens", 0.0)),
                 float(imported.get("accepted", 0.0)),
                 [float(x) for x in imported.get("per_position", [])], True)
-        total = acc_mod.CounterDelta()
         trials = self.trials()
-        for t in trials:
-            b = self.root / "metrics" / f"t{t}-before.prom"
-            a = self.root / "metrics" / f"t{t}-after.prom"
-            if not (b.exists() and a.exists()):
+        total = acc_mod.CounterDelta()
+        for window in trial_windows(self.root, self.manifest, trials).values():
+            if window is None:
                 return None
-            total.add(acc_mod.counter_delta(parse_samples(b.read_text()),
-                                            parse_samples(a.read_text()),
-                                            metric_prefix(self.manifest)))
+            total.add(window.delta)
         return total if trials else None
 
     @cached_property
@@ -241,60 +173,21 @@ class RunData:
     matrix: dict[str, Any] | None = None
 
 
-def read_json(path: Path) -> dict[str, Any]:
-    """A JSON object from a file; a user error names the file when it is not one."""
-    try:
-        data = json.loads(path.read_text())
-    except (OSError, ValueError) as e:
-        raise UserError(f"cannot read {path}: {e}", "point at a complete run directory") from None
-    if not isinstance(data, dict):
-        raise UserError(f"{path} is not a JSON object", "point at a complete run directory")
-    return data
-
-
-STATE_FIX = ("restore state.json from a copy; each folder under cells/ is a run directory "
-             "that `crossbench analyze` reads on its own")
-"""The fix of a state.json the analysis cannot use."""
-
-
-def read_state(root: Path) -> dict[str, Any]:
-    """``root/state.json`` of a matrix or an import, checked (``store.formats.check_state``)."""
-    path = root / "state.json"
-    state = read_json(path)
-    check_state(path, state, (MATRIX_KIND, IMPORT_KIND), ("cells",), STATE_FIX)
-    return state
-
-
-def read_manifest(root: Path) -> dict[str, Any]:
-    """``root/manifest.json``, refused when of a newer format than this crossbench reads (its
-    own version, and that of every trial's provenance)."""
-    path = root / "manifest.json"
-    manifest = read_json(path)
-    check_version(path, manifest, MANIFEST_SCHEMA, "run manifest")
-    trials = manifest.get("trials")
-    for entry in trials if isinstance(trials, list) else []:
-        prov = entry.get("provenance") if isinstance(entry, dict) else None
-        if isinstance(prov, dict):
-            check_version(path, prov, PROVENANCE_SCHEMA,
-                          f"provenance of trial {entry.get('trial')}")
-    return manifest
-
-
 def load_cell_dir(root: Path, cell_id: str = "run", coords: dict[str, Any] | None = None,
                   baseline: str | None = None) -> CellData:
     """One run directory (``manifest.json`` + ``requests.jsonl``) as a cell."""
-    manifest = read_manifest(root)
+    manifest = rundir.read_manifest(root)
     return CellData(cell_id, coords or coords_from_config(manifest.get("config") or {}),
                     baseline, root, manifest)
 
 
 def matrix_cell(root: Path, cell_id: str) -> CellData:
     """One cell of a matrix or import directory, read alone."""
-    state = read_state(root)
+    state = rundir.read_state(root)
     ids = [c["id"] for c in state["cells"]]
     for c in state["cells"]:
         if c["id"] == cell_id:
-            if not (root / c["dir"] / "manifest.json").exists():
+            if not rundir.is_run(root / c["dir"]):
                 raise UserError(f"cell {cell_id} of {root} has not run",
                                 "run it (`crossbench matrix ... --resume`) or pick another")
             return load_cell_dir(root / c["dir"], cell_id, dict(c["coords"]),
@@ -304,22 +197,12 @@ def matrix_cell(root: Path, cell_id: str) -> CellData:
 
 def load_run(root: Path) -> RunData:
     """A matrix, import or single run directory; a user error names what is missing."""
-    if (root / "state.json").exists():
-        state = read_state(root)
-        cells = []
-        for c in state["cells"]:
-            d = root / c["dir"]
-            if not (d / "manifest.json").exists():
-                continue  # a cell that never ran: matrix status lists it as missing
-            cells.append(load_cell_dir(d, c["id"], dict(c["coords"]), c.get("baseline")))
-        matrix = None
-        if (root / "matrix.yaml").exists():
-            loaded = yaml.safe_load((root / "matrix.yaml").read_text())
-            matrix = loaded if isinstance(loaded, dict) else None
-        kind = "import" if state.get("kind") == "crossbench.import" else "matrix"
-        return RunData(root, kind, cells, state, matrix)
-    if (root / "manifest.json").exists():
+    if rundir.is_matrix(root):
+        state = rundir.read_state(root)
+        cells = [load_cell_dir(d, c["id"], dict(c["coords"]), c.get("baseline"))
+                 for c, d in rundir.ran_cells(root, state)]
+        _, matrix = rundir.read_matrix_file(root)
+        return RunData(root, rundir.state_kind(state), cells, state, matrix)
+    if rundir.is_run(root):
         return RunData(root, "run", [load_cell_dir(root)])
-    raise UserError(f"{root} is not a run directory (no state.json or manifest.json)",
-                    "point RUN_DIR at the --out of `crossbench matrix`, `crossbench run` or "
-                    "`crossbench import`")
+    raise rundir.not_a_run(root)

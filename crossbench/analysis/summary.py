@@ -25,9 +25,16 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Iterable, Mapping
-from typing import Any
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
+
+from crossbench.store import rundir
+
+if TYPE_CHECKING:
+    from crossbench.analysis.acceptance import CounterDelta
 
 NS_PER_MS = 1e6
 
@@ -169,18 +176,10 @@ def summarize_records(records: Iterable[Mapping[str, Any]],
     }
 
 
-SUMMARY_SCHEMA = 2
-# Format history of summary.json:
-#   1: first version (throughput, latency_ms, acceptance, integrity, requests, per_trial)
-#   2: server_pooled_tok_s over the client's window (predicted_n - 1, or vLLM's request
-#      histograms); adds server_rate_source, client_vs_server, engine_reported_tok_s,
-#      engine_rate_definition and acceptance.mean_acceptance_length_estimate / mal_note
-SUMMARY_REDEFINED: dict[int, tuple[str, ...]] = {
-    2: ("throughput.server_pooled_tok_s", "per_trial.*.throughput.server_pooled_tok_s"),
-}
-"""Fields whose meaning changed in a version (glob patterns, list items as ``*``): a file of
-an older version is not compared with a re-derivation on them (``archive verify``); fields a
-later version added are absent from older files and not compared either."""
+SUMMARY_SCHEMA = rundir.SUMMARY_SCHEMA
+"""Newest ``summary.json`` (its history: ``crossbench.store.rundir.FORMATS["summary"]``)."""
+SUMMARY_REDEFINED: Mapping[int, tuple[str, ...]] = rundir.FORMATS["summary"].redefined
+"""Fields whose meaning changed in a version (``store.rundir.Format.redefined``)."""
 
 
 def _spec_of(config: Mapping[str, Any]) -> tuple[bool, int | None]:
@@ -192,14 +191,7 @@ def _spec_of(config: Mapping[str, Any]) -> tuple[bool, int | None]:
     return enabled, n
 
 
-def finished_trials(manifest: Mapping[str, Any]) -> set[int] | None:
-    """Trials the manifest records an outcome for (ok or failed); None when it keeps no trial
-    list (imports). Records of a trial without one (killed mid-way, never resumed) never enter
-    statistics; a failed trial's records stay, errors counted in their own group."""
-    entries = manifest.get("trials")
-    if not isinstance(entries, list) or not all(isinstance(e, dict) for e in entries):
-        return None
-    return {int(e["trial"]) for e in entries if "trial" in e}
+finished_trials = rundir.finished_trials
 
 
 def decode_histograms(manifest: Mapping[str, Any]) -> tuple[str, str] | None:
@@ -247,42 +239,66 @@ def metric_prefix(manifest: Mapping[str, Any]) -> str:
     return registry.spec_metric_prefix(kind) if kind in registry.names() else PREFIX
 
 
+@dataclass
+class TrialWindow:
+    """A trial's measured window as the server counted it: the parsed ``/metrics`` scrapes
+    before and after its measured requests and the speculative counters' delta between them."""
+
+    before: dict[str, float]
+    after: dict[str, float]
+    delta: CounterDelta
+
+
+def trial_windows(root: Path, manifest: Mapping[str, Any],
+                  trials: Iterable[int]) -> dict[int, TrialWindow | None]:
+    """The counter window of each trial (None where a snapshot is missing), from the run
+    directory's ``/metrics`` snapshots, with the engine's counter prefix
+    (:func:`metric_prefix`): the one per-trial counter-delta computation, shared by the
+    summary and the analysis."""
+    from crossbench.analysis.acceptance import counter_delta
+    from crossbench.engines.prometheus import parse_samples
+
+    prefix = metric_prefix(manifest)
+    out: dict[int, TrialWindow | None] = {}
+    for t in trials:
+        texts = rundir.read_snapshots(root, t)
+        if texts is None:
+            out[t] = None
+            continue
+        before, after = parse_samples(texts[0]), parse_samples(texts[1])
+        out[t] = TrialWindow(before, after, counter_delta(before, after, prefix))
+    return out
+
+
 def summarize_run_dir(run_dir: Any, chunk_gaps: bool = True) -> dict[str, Any]:
     """Recompute ``summary.json`` from a run directory's raw files alone (``chunk_gaps=False``:
-    without the chunk-gap distributions, for callers that do not show them)."""
-    import json
-    from pathlib import Path
-
+    without the chunk-gap distributions, for callers that do not show them). Read through
+    ``store.rundir``: a newer manifest, a damaged record line or a request recorded twice is
+    a one-line error naming the file."""
     from crossbench.analysis import acceptance as acc_mod
-    from crossbench.engines.prometheus import parse_samples
-    from crossbench.store.atomic import read_jsonl
 
     root = Path(run_dir)
-    manifest = json.loads((root / "manifest.json").read_text())
-    records = read_jsonl(root / "requests.jsonl") if (root / "requests.jsonl").exists() else []
-    done = finished_trials(manifest)
-    if done is not None:
-        records = [r for r in records if int(r.get("trial", 0)) in done]
+    manifest = rundir.read_manifest(root)
+    records = rundir.read_records(root, manifest)
     enabled, n = _spec_of(manifest.get("config", {}))
-    prefix = metric_prefix(manifest)
     total = acc_mod.CounterDelta()
     histograms = decode_histograms(manifest)
     server_tok = server_s = 0.0
     per_trial: list[dict[str, Any]] = []
     trials = sorted({int(r.get("trial", 0)) for r in records})
+    windows = trial_windows(root, manifest, trials)
     any_missing = False
     for t in trials:
         recs = [r for r in records if int(r.get("trial", 0)) == t]
         measured = [r for r in recs if not r.get("warmup")]
-        b, a = root / "metrics" / f"t{t}-before.prom", root / "metrics" / f"t{t}-after.prom"
+        window = windows[t]
         delta = None
         trial_server: tuple[float, float] | None = None
-        if b.exists() and a.exists():
-            sb, sa = parse_samples(b.read_text()), parse_samples(a.read_text())
-            delta = acc_mod.counter_delta(sb, sa, prefix)
+        if window is not None:
+            delta = window.delta
             total.add(delta)
             if histograms is not None:
-                trial_server = server_decode(sb, sa, histograms)
+                trial_server = server_decode(window.before, window.after, histograms)
         else:
             any_missing = True
         trial_acc = acc_mod.compute(delta, measured)
@@ -306,7 +322,7 @@ def summarize_run_dir(run_dir: Any, chunk_gaps: bool = True) -> dict[str, Any]:
         th["client_vs_server"] = th["pooled_tok_s"] / th["server_pooled_tok_s"] - 1.0
     return {
         "schema_version": SUMMARY_SCHEMA,
-        "kind": "crossbench.summary",
+        "kind": rundir.SUMMARY_KIND,
         "run_status": manifest.get("status"),
         **base,
         "acceptance": {"enabled": enabled, "n": n, **acc.to_dict()},

@@ -5,6 +5,8 @@
     data/                  the run directory as recorded: matrix.yaml, state.json, journal,
                            cells/<cell>/ (raw records, server.log, metrics snapshots,
                            telemetry, manifest.json, summary.json), analysis.json, analysis/
+                           (the run's own, or made for the archive when the run has none:
+                           the run directory is only read)
     report/                the report (``crossbench report``): HTML, Markdown, plots, datapoint
     scripts/               reanalyze.sh and reproduce.sh (the code licence applies)
     README.md              what each file is, how to check and re-run it, the licences
@@ -37,6 +39,7 @@ from typing import Any
 
 from crossbench import __version__
 from crossbench.analysis.analyze import markdown as md_table
+from crossbench.analysis.analyze import write_outputs
 from crossbench.archive import metadata
 from crossbench.archive.metadata import ArchiveMeta
 from crossbench.archive.secrets import SecretFinding, scan_files, scan_tree
@@ -45,6 +48,7 @@ from crossbench.report import commands
 from crossbench.report.build import write_report
 from crossbench.report.html import headline, verdict_table
 from crossbench.report.study import Study, load_study
+from crossbench.store import rundir
 from crossbench.store.atomic import sha256_file, write_bytes_atomic
 
 ARCHIVE_SCHEMA = 1
@@ -62,33 +66,47 @@ CODE_PATHS = (f"{SCRIPTS}/",)
 MANIFEST, SUMS, CRATE = "MANIFEST.json", "SHA256SUMS", "ro-crate-metadata.json"
 LOGS_SUFFIX = "-logs"
 
+
+def _anywhere(name: str, what: str) -> tuple[str, str, str]:
+    """A role for a run-directory file at any depth of ``data/`` (a run's or a cell's)."""
+    return rf"{DATA}/(.+/)?{re.escape(name)}", f"{DATA}/**/{name}", what
+
+
+def _top(name: str, what: str) -> tuple[str, str, str]:
+    """A role for a file at the top of ``data/`` (a matrix's or an import's)."""
+    return rf"{DATA}/{re.escape(name)}", f"{DATA}/{name}", what
+
+
 ROLES: tuple[tuple[str, str, str], ...] = (
     # (regex on the archive path, pattern shown in README, what the file is)
-    (r"data/(.+/)?requests\.jsonl", "data/**/requests.jsonl",
-     "raw records: one JSON line per request with send time, every chunk's arrival and the "
-     "server's timings"),
-    (r"data/(.+/)?server\.log", "data/**/server.log", "the engine's own output, every trial"),
-    (r"data/(.+/)?metrics/t\d+-(before|after)\.prom", "data/**/metrics/tK-{before,after}.prom",
+    _anywhere(rundir.REQUESTS,
+              "raw records: one JSON line per request with send time, every chunk's arrival "
+              "and the server's timings"),
+    _anywhere(rundir.SERVER_LOG, "the engine's own output, every trial"),
+    (rf"{DATA}/(.+/)?{rundir.METRICS_DIR}/{rundir.SNAPSHOT_PATTERN}",
+     f"{DATA}/**/{rundir.METRICS_DIR}/{rundir.snapshot_name('K', '{before,after}')}",
      "raw /metrics snapshots around each trial's measured requests"),
-    (r"data/(.+/)?telemetry/t\d+\.csv", "data/**/telemetry/tK.csv",
+    (rf"{DATA}/(.+/)?{rundir.TELEMETRY_DIR}/{rundir.TELEMETRY_PATTERN}",
+     f"{DATA}/**/{rundir.TELEMETRY_DIR}/{rundir.telemetry_name('K')}",
      "GPU telemetry traces (NVML samples; header only without a GPU)"),
-    (r"data/(.+/)?telemetry/t\d+\.note\.txt", "data/**/telemetry/tK.note.txt",
-     "why a telemetry trace has no samples"),
-    (r"data/(.+/)?manifest\.json", "data/**/manifest.json",
-     "a cell's configuration, engine identity and per-trial provenance"),
-    (r"data/cells/.+/summary\.json", "data/cells/*/summary.json",
+    (rf"{DATA}/(.+/)?{rundir.TELEMETRY_DIR}/t\d+\.note\.txt",
+     f"{DATA}/**/{rundir.TELEMETRY_DIR}/tK.note.txt", "why a telemetry trace has no samples"),
+    _anywhere(rundir.MANIFEST, "a cell's configuration, engine identity and per-trial "
+                               "provenance"),
+    (rf"{DATA}/{rundir.CELLS_DIR}/.+/{re.escape(rundir.SUMMARY)}",
+     f"{DATA}/{rundir.CELLS_DIR}/*/{rundir.SUMMARY}",
      "a cell's summary, recomputed from its raw files"),
-    (r"data/matrix\.yaml", "data/matrix.yaml", "the matrix file as run"),
-    (r"data/state\.json", "data/state.json", "cells, pairs and the schedule of the study"),
-    (r"data/journal\.jsonl", "data/journal.jsonl", "one line per finished trial"),
-    (r"data/stops\.jsonl", "data/stops.jsonl",
-     "cells the sequential rule stopped early: look, interval, reason and the rule"),
-    (r"data/predictions\.jsonl", "data/predictions.jsonl",
-     "probe-and-predict decisions: each cell measured, held out or predicted, and why"),
-    (r"data/summary\.json", "data/summary.json", "trials done, failed and missing per cell"),
-    (r"data/analysis\.json", "data/analysis.json",
-     "the analysis (`crossbench analyze`): every derived number"),
-    (r"data/analysis/.+", "data/analysis/*.md|csv", "the analysis tables"),
+    _top(rundir.MATRIX_FILE, "the matrix file as run"),
+    _top(rundir.STATE, "cells, pairs and the schedule of the study"),
+    _top(rundir.JOURNAL, "one line per finished trial"),
+    _top(rundir.STOPS, "cells the sequential rule stopped early: look, interval, reason and "
+                       "the rule"),
+    _top(rundir.PREDICTIONS, "probe-and-predict decisions: each cell measured, held out or "
+                             "predicted, and why"),
+    _top(rundir.SUMMARY, "trials done, failed and missing per cell"),
+    _top(rundir.ANALYSIS, "the analysis (`crossbench analyze`): every derived number"),
+    (rf"{DATA}/{rundir.ANALYSIS_DIR}/.+", f"{DATA}/{rundir.ANALYSIS_DIR}/*.md|csv",
+     "the analysis tables"),
     (r"report/plots/.+", "report/plots/*.png|svg", "the report's figures"),
     (r"report/.+", "report/*", "the report (self-contained HTML, Markdown twin, datapoint)"),
     (r"scripts/.+", "scripts/*.sh", "commands that re-run the analysis or the study"),
@@ -368,6 +386,8 @@ def build_archive(run_dir: Path, out: Path, meta: ArchiveMeta, *, name: str | No
     shutil.rmtree(staging, ignore_errors=True)
     try:
         side = _copy_data(run_dir, sources, staging, split_logs_over)
+        if not study.analysis_recorded:  # computed for this read: the archive holds it
+            write_outputs(staging / DATA, study.analysis)
         side_archives: list[dict[str, Any]] = []
         side_text = ""
         if side:

@@ -43,9 +43,9 @@ from fnmatch import fnmatchcase
 from pathlib import Path
 from typing import Any
 
-from crossbench.analysis.analyze import ANALYSIS_REDEFINED, ANALYSIS_SCHEMA, analyze
+from crossbench.analysis.analyze import analyze
 from crossbench.analysis.paired import StatsOptions
-from crossbench.analysis.summary import SUMMARY_REDEFINED, SUMMARY_SCHEMA, summarize_run_dir
+from crossbench.analysis.summary import summarize_run_dir
 from crossbench.archive.build import (
     ARCHIVE_KIND,
     ARCHIVE_SCHEMA,
@@ -54,12 +54,20 @@ from crossbench.archive.build import (
     SUMS,
 )
 from crossbench.archive.secrets import environment_secrets, scan_stream, scan_tree
-from crossbench.confounds.provenance import SCHEMA_VERSION as PROVENANCE_SCHEMA
 from crossbench.errors import UserError
-from crossbench.importers.records import IMPORT_SCHEMA
-from crossbench.runner.matrix_run import STATE_SCHEMA
-from crossbench.runner.single import MANIFEST_SCHEMA
+from crossbench.store import rundir
 from crossbench.store.atomic import sha256_file
+from crossbench.store.rundir import (
+    ANALYSIS_SCHEMA,
+    IMPORT_SCHEMA,
+    MANIFEST_SCHEMA,
+    PROVENANCE_SCHEMA,
+    STATE_SCHEMA,
+    SUMMARY_SCHEMA,
+)
+
+ANALYSIS_REDEFINED = rundir.FORMATS["analysis"].redefined
+SUMMARY_REDEFINED = rundir.FORMATS["summary"].redefined
 
 MAX_ENTRIES = 100_000
 """Most entries a zip may hold. crossbench's own archives hold tens to hundreds (those of
@@ -204,7 +212,7 @@ def _same_number(a: float, b: float) -> bool:
     return math.isclose(a, b, rel_tol=REL_TOL, abs_tol=1e-12)
 
 
-def not_compared(version: Any, current: int, redefined: dict[int, tuple[str, ...]]
+def not_compared(version: Any, current: int, redefined: Mapping[int, tuple[str, ...]]
                  ) -> Callable[[Path_, Any], bool]:
     """What a file of ``version`` is not compared on: fields added since (absent from it) and
     fields redefined in a later version (``redefined``: version -> glob patterns with ``*``
@@ -276,7 +284,7 @@ def _short(v: Any) -> str:
 
 
 def compare_json(rel: str, text: str, derived: Any, current: int | None = None,
-                 redefined: dict[int, tuple[str, ...]] | None = None) -> list[Problem]:
+                 redefined: Mapping[int, tuple[str, ...]] | None = None) -> list[Problem]:
     """Problems for every value of a JSON file (its text) that its re-derivation changes; a
     file of an older format version than ``current`` is compared on what it defines alike."""
     recorded = json.loads(text)
@@ -446,17 +454,17 @@ def check_schemas(root: Path) -> Check:
             check.problems.append(Problem(MANIFEST, None, f"kind is not {ARCHIVE_KIND}"))
         counted += 1
     data = root / DATA
-    targets = [(f"{DATA}/analysis.json", ANALYSIS_SCHEMA, "analysis")]
-    state = _json_or_none(data / "state.json")
+    targets = [(f"{DATA}/{rundir.ANALYSIS}", ANALYSIS_SCHEMA, "analysis")]
+    state = _json_or_none(data / rundir.STATE)
     if state is not None:
-        readable = IMPORT_SCHEMA if state.get("kind") == "crossbench.import" else STATE_SCHEMA
-        targets.append((f"{DATA}/state.json", readable, "state"))
+        readable = IMPORT_SCHEMA if state.get("kind") == rundir.IMPORT_KIND else STATE_SCHEMA
+        targets.append((f"{DATA}/{rundir.STATE}", readable, "state"))
     for rel, readable, what in targets:
         loaded = _read_json(root, rel, check)
         if loaded is not None:
             _schema(check, rel, loaded[0], ("schema_version",), readable, what)
             counted += 1
-    for path in sorted(data.rglob("manifest.json")):
+    for path in sorted(data.rglob(rundir.MANIFEST)):
         rel = path.relative_to(root).as_posix()
         loaded = _read_json(root, rel, check)
         if loaded is None:
@@ -479,7 +487,7 @@ def _not_analysed(data: Path) -> Callable[[str, list[str]], list[str]]:
     def ignore(folder: str, names: list[str]) -> list[str]:
         top = Path(folder) == data
         return [n for n in names if n.endswith(".log")
-                or (top and n in ("analysis.json", "analysis"))
+                or (top and n in (rundir.ANALYSIS, rundir.ANALYSIS_DIR))
                 or os.path.islink(os.path.join(folder, n))]
     return ignore
 
@@ -487,7 +495,7 @@ def _not_analysed(data: Path) -> Callable[[str, list[str]], list[str]]:
 def check_rederivation(root: Path) -> Check:
     """Check 4: the analysis and every cell summary re-derive from the raw files."""
     check = Check("analysis re-derives")
-    rel = f"{DATA}/analysis.json"
+    rel = f"{DATA}/{rundir.ANALYSIS}"
     loaded = _read_json(root, rel, check)
     if loaded is None or not isinstance(loaded[1], dict):
         if loaded is not None:
@@ -506,8 +514,8 @@ def check_rederivation(root: Path) -> Check:
         shutil.copytree(root / DATA, work, ignore=_not_analysed(root / DATA))
         try:
             derived = json.loads(json.dumps(analyze(work, opts)))
-            for path in sorted(work.rglob("summary.json")):
-                if not (path.parent / "manifest.json").exists():
+            for path in sorted(work.rglob(rundir.SUMMARY)):
+                if not rundir.is_run(path.parent):
                     continue
                 srel = f"{DATA}/{path.relative_to(work).as_posix()}"
                 fresh = json.loads(json.dumps(summarize_run_dir(path.parent)))

@@ -76,12 +76,12 @@ def analyze(run_dir: Path, as_json: bool, resamples: int, seed: int, level: floa
     from crossbench.analysis.analyze import verdict_table, write_outputs
 
     result = run_analysis(run_dir, _opts(resamples, seed, level, min_samples, strata))
-    write_outputs(run_dir, result)
+    written = write_outputs(run_dir, result)
     if as_json:
         click.echo(json.dumps(result, indent=2))
     else:
         click.echo(verdict_table(result))
-    progress(f"wrote {run_dir / 'analysis.json'} and tables in {run_dir / 'analysis'}")
+    progress(f"wrote {written[0]} and tables in {written[-1].parent}")
 
 
 @click.command(epilog="""\b

@@ -167,7 +167,7 @@ def list_() -> None:
         pin = get_pin(spec)
         root = llbuild.install_dir(pin, "cpu").parent
         for d in sorted(root.glob(f"{pin.slug}-*")):
-            m = d / "manifest.json"
+            m = d / llbuild.MANIFEST_NAME
             if m.exists():
                 man = json.loads(m.read_text())
                 click.echo(json.dumps({"pin": man["pin"], "variant": man["variant"],

@@ -26,13 +26,16 @@ def report(run_dir: Path, out: Path | None) -> None:
     """Write the study's report: a self-contained HTML file (no network needed to view it),
     its Markdown twin, the figures as PNG and SVG, and the PR datapoint.
 
-    Runs `crossbench analyze` first (default options) when RUN_DIR has no analysis.json; for
-    other options run it yourself before. Same run directory, same bytes.
+    Uses RUN_DIR/analysis.json; without one it analyses the run in memory (default options)
+    and writes nothing into RUN_DIR but the report's own folder. For other options run
+    `crossbench analyze` yourself before. Same run directory, same bytes.
     """
     from crossbench.report.build import build_report
+    from crossbench.store import rundir
 
-    if not (run_dir / "analysis.json").exists():
-        progress(f"no analysis.json in {run_dir}: running the analysis first")
+    if not (run_dir / rundir.ANALYSIS).exists():
+        progress(f"no {rundir.ANALYSIS} in {run_dir}: analysing it in memory (default "
+                 "options; nothing is written into the run)")
     written = build_report(run_dir, out)
     html = next(p for p in written if p.name == "report.html")
     click.echo(str(html))

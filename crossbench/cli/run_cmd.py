@@ -209,17 +209,17 @@ Examples:
 @user_errors
 def summarize(run_dir: Path, check: bool, as_json: bool) -> None:
     """Recompute a run's summary from its raw files alone (records and /metrics snapshots)."""
-    from crossbench.analysis.rundir import load_cell_dir
     from crossbench.analysis.summary import summarize_run_dir
+    from crossbench.store import rundir
 
-    if not (run_dir / "manifest.json").exists():
-        raise UserError(f"{run_dir} has no manifest.json", "point at a `crossbench run --out` dir")
-    # the analysis's reader first: a newer manifest, a damaged line or a request recorded
+    if not rundir.is_run(run_dir):
+        raise UserError(f"{run_dir} has no {rundir.MANIFEST}",
+                        "point at a `crossbench run --out` dir")
+    # read through store.rundir: a newer manifest, a damaged line or a request recorded
     # twice is a one-line error naming the file, as in `crossbench analyze`
-    _ = load_cell_dir(run_dir).records
     fresh = summarize_run_dir(run_dir)
     if check:
-        stored = _stored_summary(run_dir / "summary.json")
+        stored = _stored_summary(run_dir / rundir.SUMMARY)
         if not _same_summary(stored, json.loads(json.dumps(fresh))):
             click.echo(f"crossbench: failed: {run_dir}/summary.json does not match its raw "
                        "files (fix: regenerate it with `crossbench summarize`)", err=True)
@@ -232,13 +232,10 @@ def summarize(run_dir: Path, check: bool, as_json: bool) -> None:
 def _stored_summary(path: Path) -> dict[str, Any]:
     """A run's summary.json for ``--check``: any version up to this crossbench's, never a
     newer one."""
-    from crossbench.analysis.summary import SUMMARY_SCHEMA
-    from crossbench.store.formats import check_version, read_json_object
+    from crossbench.store.rundir import read_summary
 
-    fix = f"regenerate it with `crossbench summarize {path.parent} --json > {path}`"
-    stored = read_json_object(path, fix)
-    check_version(path, stored, SUMMARY_SCHEMA, "run summary", fix)
-    return stored
+    return read_summary(path, f"regenerate it with `crossbench summarize {path.parent} --json "
+                              f"> {path}`")
 
 
 def _same_summary(stored: dict[str, Any], fresh: dict[str, Any]) -> bool:

@@ -42,6 +42,7 @@ from typing import Any
 
 from crossbench.confounds.provenance import REDACTED, is_secret
 from crossbench.errors import UserError
+from crossbench.store import rundir
 
 Scalar = str | int | float | bool
 View = dict[str, Scalar]
@@ -223,8 +224,7 @@ def _pick(entries: list[dict[str, Any]], trial: int | None) -> dict[str, Any] | 
 
 def normalize_run_dir(run_dir: Path, trial: int | None = None) -> View:
     """The view of one trial of a ``crossbench run`` directory (or a matrix cell folder)."""
-    path = run_dir / "manifest.json"
-    if not path.exists():
-        raise UserError(f"{run_dir} holds no run (no manifest.json)",
+    if not rundir.is_run(run_dir):
+        raise UserError(f"{run_dir} holds no run (no {rundir.MANIFEST})",
                         "point at a `crossbench run --out` directory or a matrix cell folder")
-    return normalize_trial(json.loads(path.read_text()), trial)
+    return normalize_trial(rundir.read_manifest(run_dir), trial)

@@ -7,7 +7,7 @@ engine names. Secrets never enter a record: environment variables whose names lo
 keep their name with the value ``<redacted>``, so do argv values of secret-looking flags, and
 a last pass replaces any secret value of the environment wherever else it appears.
 
-Schema history (``SCHEMA_VERSION``): 1 -- first version.
+Format version and history: ``crossbench.store.rundir.FORMATS["provenance"]``.
 """
 
 from __future__ import annotations
@@ -30,10 +30,11 @@ from crossbench import __version__
 from crossbench.engines.base import EngineIdentity
 from crossbench.host import cpu_model
 from crossbench.paths import repo_root
+from crossbench.store.rundir import PROVENANCE_KIND, PROVENANCE_SCHEMA
 from crossbench.telemetry.gpu import Nvml, NvmlProvider, NvmlUnavailable
 
-SCHEMA_VERSION = 1
-KIND = "crossbench.provenance"
+SCHEMA_VERSION = PROVENANCE_SCHEMA
+KIND = PROVENANCE_KIND
 
 #: environment variables that change how engines run (recorded with their values)
 ENV_PREFIXES: tuple[str, ...] = ("CUDA_", "GGML_", "LLAMA_", "VLLM_", "HF_", "NCCL_", "OMP_",

@@ -28,6 +28,7 @@ from crossbench.analysis.rundir import CellData, RunData, load_run
 from crossbench.analysis.summary import request_metrics, summarize_run_dir
 from crossbench.errors import UserError
 from crossbench.frames.columns import FRAMES
+from crossbench.store import rundir
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -49,7 +50,7 @@ def open_run(path: str | Path, opts: StatsOptions | None = None) -> RunFrames:
     tmp: tempfile.TemporaryDirectory[str] | None = None
     root = p
     if p.is_file() or (p / "SHA256SUMS").exists() or not (
-            (p / "state.json").exists() or (p / "manifest.json").exists()):
+            rundir.is_matrix(p) or rundir.is_run(p)):
         from crossbench.archive.verify import unpack
 
         if p.is_file():

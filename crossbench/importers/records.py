@@ -27,14 +27,10 @@ from typing import Any
 from crossbench import __version__
 from crossbench.analysis.summary import summarize_run_dir
 from crossbench.errors import UserError
-from crossbench.store.atomic import write_bytes_atomic, write_json_atomic
+from crossbench.store import rundir
+from crossbench.store.rundir import IMPORT_SCHEMA as IMPORT_SCHEMA
+from crossbench.store.rundir import MANIFEST_SCHEMA as MANIFEST_SCHEMA
 from crossbench.textfile import MIB, read_text
-
-IMPORT_SCHEMA = 1
-# Format history of an import's state.json (kind crossbench.import):
-#   1: first version (cells with coords, baseline and dir; source; not_imported)
-
-MANIFEST_SCHEMA = 1
 
 MAX_SOURCE_BYTES = 256 * MIB
 """Largest source file an importer reads: a ``--save-detailed`` vLLM result of 10,000
@@ -254,9 +250,10 @@ def write_import(out: Path, cells: list[ImportedCell], source: dict[str, Any],
     created = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
     state_cells = []
     for c in cells:
-        d = out / "cells" / c.id.replace("/", "__")
+        entry = rundir.cell_entry(c.id, c.coords, baselines[c.id])
+        writer = rundir.RunWriter(out / entry["dir"])
         manifest = {
-            "schema_version": MANIFEST_SCHEMA, "kind": "crossbench.run",
+            "schema_version": MANIFEST_SCHEMA, "kind": rundir.RUN_KIND,
             "crossbench_version": __version__, "created_utc": created, "argv": [],
             "imported": {**c.imported, "source": source["tool"],
                          "not_imported": not_imported},
@@ -266,19 +263,13 @@ def write_import(out: Path, cells: list[ImportedCell], source: dict[str, Any],
             "host": source.get("host", {}), "status": "complete",
             "trials": [{"trial": t, "status": "ok", "error": None} for t in c.trials],
         }
-        write_json_atomic(d / "manifest.json", manifest)
-        body = "".join(_line(r) for r in c.records)
-        write_bytes_atomic(d / "requests.jsonl", body.encode())
-        write_json_atomic(d / "summary.json", summarize_run_dir(d))
-        state_cells.append({"id": c.id, "coords": c.coords, "baseline": baselines[c.id],
-                            "dir": str(d.relative_to(out))})
-    state = {"schema_version": IMPORT_SCHEMA, "kind": "crossbench.import",
+        writer.write_manifest(manifest)
+        writer.write_records(c.records)
+        writer.write_summary(summarize_run_dir(writer.root))
+        state_cells.append(entry)
+    state = {"schema_version": IMPORT_SCHEMA, "kind": rundir.IMPORT_KIND,
              "study": f"import:{source['tool']}", "source": source,
              "trials": max((len(c.trials) for c in cells), default=0),
              "cells": state_cells, "not_imported": not_imported}
-    write_json_atomic(out / "state.json", state)
+    rundir.write_state(out, state)
     return state
-
-
-def _line(record: dict[str, Any]) -> str:
-    return json.dumps(record, separators=(",", ":"), ensure_ascii=False) + "\n"

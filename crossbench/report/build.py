@@ -23,6 +23,7 @@ from crossbench.report.datapoint import datapoint
 from crossbench.report.html import Image, render_html, render_markdown
 from crossbench.report.plots import figures, render
 from crossbench.report.study import Study, load_study
+from crossbench.store import rundir
 from crossbench.store.atomic import write_bytes_atomic
 
 PLOT_DIR = "plots"
@@ -58,6 +59,7 @@ def write_report(study: Study, out: Path, here: str = "") -> list[Path]:
 
 def build_report(root: Path, out: Path | None = None,
                  opts: StatsOptions | None = None) -> list[Path]:
-    """Analyse ``root`` if needed, then write its report into ``out`` (default
-    ``root/report``); returns the files written."""
-    return write_report(load_study(root, opts), out or root / "report")
+    """Write the report of ``root`` into ``out`` (default ``root/report``; nothing else is
+    written: without an ``analysis.json`` the analysis is computed in memory); returns the
+    files written."""
+    return write_report(load_study(root, opts), out or root / rundir.REPORT_DIR)

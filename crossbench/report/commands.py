@@ -14,6 +14,7 @@ import shlex
 from typing import Any
 
 from crossbench.report.study import Cell, Study
+from crossbench.store import rundir
 
 RUN_DIR = "runs/repro"
 """The output folder the commands use (any new folder works)."""
@@ -81,7 +82,7 @@ def client_commands(study: Study, cell_ids: list[str] | None = None,
     if study.kind != "matrix" or study.matrix_text is None:
         return [f"# {study.kind} directory: no matrix file to rerun; the analysis:",
                 analyze_command(study, here or ".")]
-    argv = ["crossbench", "matrix", posixpath.join(here, "matrix.yaml"), "--out", RUN_DIR]
+    argv = ["crossbench", "matrix", posixpath.join(here, rundir.MATRIX_FILE), "--out", RUN_DIR]
     if cell_ids is not None:
         wanted = set(cell_ids)
         for cid in cell_ids:

@@ -1,8 +1,10 @@
 """A run directory read once for every report: its analysis, cells, manifests and traces.
 
 :func:`load_study` accepts what ``crossbench analyze`` accepts (a matrix run, an import, a
-single ``crossbench run``) and runs the analysis first when ``analysis.json`` is missing, so
-a report never shows numbers that were not derived from the raw records.
+single ``crossbench run``) and reads through the one reader (``store.rundir``). It uses the
+run's ``analysis.json`` when ``crossbench analyze`` wrote one, and otherwise computes the
+analysis in memory (default options, or ``opts``) without writing it: a report never shows
+numbers that were not derived from the raw records, and reading a run never changes it.
 """
 
 from __future__ import annotations
@@ -12,12 +14,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
-
-from crossbench.analysis.analyze import ANALYSIS_SCHEMA
 from crossbench.analysis.paired import StatsOptions
-from crossbench.analysis.rundir import COORDS, coords_from_config, read_json
-from crossbench.errors import UserError
+from crossbench.analysis.rundir import COORDS, coords_from_config
+from crossbench.store import rundir
 
 #: coordinates in the order labels show them
 LABEL_ORDER = ("target", "arm", "n", "workload", "concurrency", "engine")
@@ -77,6 +76,8 @@ class Study:
     matrix: dict[str, Any] | None = None
     matrix_text: str | None = None
     varying: tuple[str, ...] = field(default=())
+    analysis_recorded: bool = True
+    """Whether ``analysis`` is the run's ``analysis.json`` (False: computed for this read)."""
 
     def cell(self, cell_id: str) -> Cell | None:
         """The cell with this id, if recorded."""
@@ -102,10 +103,7 @@ class Study:
         """Telemetry traces (``telemetry/tK.csv``) of every cell: (cell, trial, path)."""
         out = []
         for c in self.cells:
-            for path in sorted((c.dir / "telemetry").glob("t*.csv")):
-                stem = path.stem[1:]
-                if stem.isdigit():
-                    out.append((c, int(stem), path))
+            out += [(c, t, path) for t, path in rundir.telemetry_traces(c.dir)]
         return out
 
     @property
@@ -114,50 +112,38 @@ class Study:
         return StatsOptions.from_record(self.analysis.get("options"))
 
 
-def ensure_analysis(root: Path, opts: StatsOptions | None = None) -> dict[str, Any]:
-    """``root/analysis.json``, written first (as ``crossbench analyze`` does) when missing."""
-    path = root / "analysis.json"
-    if not path.exists():
-        from crossbench.analysis.analyze import analyze, write_outputs
+def study_analysis(root: Path, opts: StatsOptions | None = None) -> tuple[dict[str, Any], bool]:
+    """The analysis a report shows and whether the run directory holds it: its
+    ``analysis.json`` as ``crossbench analyze`` wrote it, else computed now (as ``crossbench
+    analyze`` would, never written into the run) and given as the JSON file would hold it."""
+    recorded = rundir.read_analysis(root)
+    if recorded is not None:
+        return recorded, True
+    from crossbench.analysis.analyze import analyze
 
-        write_outputs(root, analyze(root, opts))
-    result = read_json(path)
-    version = result.get("schema_version")
-    if version != ANALYSIS_SCHEMA:  # a report draws the current format's fields
-        raise UserError(f"{path} has schema_version {version!r}; this crossbench reads "
-                        f"{ANALYSIS_SCHEMA}",
-                        f"re-run `crossbench analyze {root}` with this crossbench")
-    return result
+    return json.loads(json.dumps(analyze(root, opts), sort_keys=True)), False
 
 
 def load_study(root: Path, opts: StatsOptions | None = None) -> Study:
-    """Read a run directory for reporting (see the module docstring)."""
-    analysis = ensure_analysis(root, opts)
-    if (root / "state.json").exists():
-        state = read_json(root / "state.json")
-        cells = [Cell(c["id"], root / c["dir"], dict(c["coords"]), c.get("baseline"),
-                      read_json(root / c["dir"] / "manifest.json"))
-                 for c in state.get("cells", []) if (root / c["dir"] / "manifest.json").exists()]
-        kind = "import" if state.get("kind") == "crossbench.import" else "matrix"
-        matrix_text = None
-        matrix: dict[str, Any] | None = None
-        if (root / "matrix.yaml").exists():
-            matrix_text = (root / "matrix.yaml").read_text()
-            loaded = yaml.safe_load(matrix_text)
-            matrix = loaded if isinstance(loaded, dict) else None
+    """Read a run directory for reporting (see the module docstring); nothing is written."""
+    if rundir.is_matrix(root):
+        state = rundir.read_state(root)
+        cells = [Cell(c["id"], d, dict(c["coords"]), c.get("baseline"), rundir.read_json(
+            d / rundir.MANIFEST)) for c, d in rundir.ran_cells(root, state)]
+        kind: str = rundir.state_kind(state)
+        matrix_text, matrix = rundir.read_matrix_file(root)
         study_block = (matrix or {}).get("study") or {}
         name = str(state.get("study") or study_block.get("name") or root.name)
         notes = study_block.get("notes")
-    elif (root / "manifest.json").exists():
-        manifest = read_json(root / "manifest.json")
+    elif rundir.is_run(root):
+        manifest = rundir.read_json(root / rundir.MANIFEST)
         cells = [Cell("run", root, coords_from_config(manifest.get("config") or {}), None,
                       manifest)]
         kind, name, notes, state, matrix, matrix_text = "run", root.name, None, None, None, None
     else:
-        raise UserError(f"{root} is not a run directory (no state.json or manifest.json)",
-                        "point RUN_DIR at the --out of `crossbench matrix`, `crossbench run` "
-                        "or `crossbench import`")
+        raise rundir.not_a_run(root)
+    analysis, recorded = study_analysis(root, opts)
     varying = tuple(k for k in COORDS
                     if len({json.dumps(c.coords.get(k)) for c in cells}) > 1)
     return Study(root, kind, name, str(notes).strip() if notes else None, analysis, cells,
-                 state, matrix, matrix_text, varying)
+                 state, matrix, matrix_text, varying, recorded)

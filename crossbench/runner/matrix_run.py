@@ -53,6 +53,7 @@ from crossbench.runner.matrix import (
     validate_cells,
 )
 from crossbench.runner.single import RunSession
+from crossbench.store import rundir
 from crossbench.store.atomic import (
     JsonlAppender,
     cut_torn_tail,
@@ -61,25 +62,24 @@ from crossbench.store.atomic import (
     write_bytes_atomic,
     write_json_atomic,
 )
-from crossbench.store.formats import (
+from crossbench.store.rundir import (
     IMPORT_KIND,
     MATRIX_KIND,
     check_new_out,
     check_state,
-    check_version,
     make_out_dir,
     read_json_object,
     read_predictions,
     read_stops,
 )
-from crossbench.store.formats import STATE_SCHEMA as STATE_SCHEMA
+from crossbench.store.rundir import STATE_SCHEMA as STATE_SCHEMA
 
 STATE_FIX = ("journal.jsonl and cells/ are intact: restore state.json from a copy, or run the "
              "matrix again with a new --out (each folder under cells/ is a run directory that "
              "`crossbench analyze` reads on its own)")
 """The fix of a state.json that cannot be used."""
 RESUME_KEYS = ("schema_version", "kind", "study", "trials", "cells", "matrix_sha256", "order")
-"""What --resume needs of state.json (``store.formats.STATE_KEYS``)."""
+"""What --resume needs of state.json (``store.rundir.STATE_KEYS``)."""
 STATUS_KEYS = ("study", "trials", "cells")
 """What ``crossbench status`` needs of state.json (an import's has them too)."""
 JOURNAL_FIX = ("a crash only ever tears the last line: restore journal.jsonl from a copy, or "
@@ -116,7 +116,7 @@ def _no_ticks(_: Tick) -> None:
 
 def cell_dir(out: Path, cell_id: str) -> Path:
     """Folder of one cell's run directory."""
-    return out / "cells" / cell_id.replace("/", "__")
+    return out / rundir.cell_folder(cell_id)
 
 
 def _resolve(ref: str) -> str:
@@ -182,7 +182,7 @@ def read_journal(out: Path) -> dict[tuple[str, int], dict[str, Any]]:
     """Finished trials by (cell id, trial), from the journal's complete lines (a torn last
     line is skipped: see :func:`journal_torn`); a line that is not a journal entry is a
     :class:`UserError` naming the file and line."""
-    path = out / "journal.jsonl"
+    path = out / rundir.JOURNAL
     if not path.exists():
         return {}
     scan = scan_jsonl(path)
@@ -199,14 +199,14 @@ def read_journal(out: Path) -> dict[tuple[str, int], dict[str, Any]]:
 
 def journal_torn(out: Path) -> int:
     """Bytes of the journal's torn last line (a crash during an append); 0 when none."""
-    return len(torn_tail(out / "journal.jsonl"))
+    return len(torn_tail(out / rundir.JOURNAL))
 
 
 def repair_journal(out: Path, state: dict[str, Any], progress: Progress) -> None:
     """Cut a torn last line off the journal before anything is appended to it: the cut is
     recorded in state.json ``journal_repairs`` first (a kill in between records it again,
     once), then made, then said on ``progress``."""
-    path = out / "journal.jsonl"
+    path = out / rundir.JOURNAL
     torn = torn_tail(path)
     if not torn:
         return
@@ -215,7 +215,7 @@ def repair_journal(out: Path, state: dict[str, Any], progress: Progress) -> None
     notes = state.setdefault("journal_repairs", [])
     if not notes or {k: notes[-1].get(k) for k in note} != note:
         notes.append({"utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), **note})
-        write_json_atomic(out / "state.json", state)
+        write_json_atomic(out / rundir.STATE, state)
     cut_torn_tail(path)
     progress(f"warning: {path} ended in an incomplete line ({len(torn)} bytes without a "
              "newline, left by a crash during a write); removed it before appending "
@@ -225,7 +225,7 @@ def repair_journal(out: Path, state: dict[str, Any], progress: Progress) -> None
 def read_state(out: Path, need: tuple[str, ...] = RESUME_KEYS) -> dict[str, Any]:
     """``out/state.json``, checked: a :class:`UserError` names the file and what to do when it
     cannot be read, is of a newer format, or lacks (or has malformed) any key of ``need``."""
-    path = out / "state.json"
+    path = out / rundir.STATE
     state = read_json_object(path, STATE_FIX)
     kinds = (MATRIX_KIND,) if "order" in need else (MATRIX_KIND, IMPORT_KIND)
     if state.get("kind") == IMPORT_KIND and IMPORT_KIND not in kinds:
@@ -266,7 +266,7 @@ class TrialRunner:
         if cid not in self.sessions:
             d = cell_dir(self.out, cid)
             self.sessions[cid] = RunSession(self._config(cid), d, progress=self.progress,
-                                            resume=(d / "manifest.json").exists(),
+                                            resume=rundir.is_run(d),
                                             placement=self.placement)
         return self.sessions[cid]
 
@@ -284,8 +284,7 @@ class TrialRunner:
         """Close every cell opened here and those of ``ids`` that have a directory (stop
         any server, write the summary); returns their summaries."""
         for cid in ids:
-            if cid not in self.sessions and cell_dir(self.out, cid).joinpath(
-                    "manifest.json").exists():
+            if cid not in self.sessions and rundir.is_run(cell_dir(self.out, cid)):
                 self.sessions[cid] = RunSession(self._config(cid), cell_dir(self.out, cid),
                                                 resume=True)
         return {cid: s.finish() for cid, s in self.sessions.items()}
@@ -433,7 +432,7 @@ def run_matrix(path: Path | MatrixSource, out: Path, resume: bool = False,
     finally:
         executor.close()
     summary = matrix_status(out, cell_summaries)
-    write_json_atomic(out / "summary.json", summary)
+    write_json_atomic(out / rundir.SUMMARY, summary)
     return summary
 
 
@@ -443,7 +442,7 @@ def _run(m: Matrix, source: MatrixSource, out: Path, resume: bool, cells: list[C
     """Check ``out``, connect ``executor``, open (or continue) the run directory and have
     ``executor`` run what the journal lacks; returns the cell summaries."""
     path, digest = source.path, source.digest
-    state_path = out / "state.json"
+    state_path = out / rundir.STATE
     try:
         started = state_path.exists()
     except OSError as e:
@@ -459,8 +458,8 @@ def _run(m: Matrix, source: MatrixSource, out: Path, resume: bool, cells: list[C
                             f"{state['matrix_sha256'][:12]} then, {digest[:12]} now)",
                             "resume with the same matrix file, or start a new --out")
         executor.connect(progress)
-        if not (out / "matrix.yaml").exists():  # a kill fell between state.json and the copy
-            write_bytes_atomic(out / "matrix.yaml", source.data)
+        if not (out / rundir.MATRIX_FILE).exists():  # a kill fell between state.json and the copy
+            write_bytes_atomic(out / rundir.MATRIX_FILE, source.data)
         repair_journal(out, state, progress)
     else:
         check_new_out(out, MATRIX_KIND)
@@ -471,7 +470,7 @@ def _run(m: Matrix, source: MatrixSource, out: Path, resume: bool, cells: list[C
             progress(f"warning: {warning}")
         # state.json first: a directory holding it is a matrix run, which --resume completes
         write_json_atomic(state_path, {
-            "schema_version": STATE_SCHEMA, "kind": "crossbench.matrix",
+            "schema_version": STATE_SCHEMA, "kind": MATRIX_KIND,
             "matrix_sha256": digest, "study": m.study.name, "trials": m.trials,
             "schedule": {"order": m.schedule.order, "seed": m.schedule.seed},
             "cells": [{"id": c.id, "coords": c.coords, "baseline": c.baseline,
@@ -479,13 +478,13 @@ def _run(m: Matrix, source: MatrixSource, out: Path, resume: bool, cells: list[C
             "order": [[cid, t] for cid, t in order],
             "warnings": [warning] if warning else [],
         })
-        write_bytes_atomic(out / "matrix.yaml", source.data)
+        write_bytes_atomic(out / rundir.MATRIX_FILE, source.data)
     done = read_journal(out)
     again = retry_attempts(done)  # lost workers: their trials run again
     todo = [(cid, t) for cid, t in order if (cid, t) not in done or (cid, t) in again]
     failures = sum(1 for k, r in done.items() if r["status"] != "ok" and k not in again)
     by_id = {c.id: c for c in cells}
-    with JsonlAppender(out / "journal.jsonl") as journal:
+    with JsonlAppender(out / rundir.JOURNAL) as journal:
         if m.probe_predict is None:
             return executor.execute(Job(m, out, by_id, todo, len(done) - len(again), failures,
                                         progress, on_tick, again, order), journal)
@@ -571,7 +570,7 @@ def _gate(gate: ThermalGate | None, progress: Progress) -> dict[str, Any] | None
 def matrix_status(out: Path, cell_summaries: dict[str, dict[str, Any]] | None = None
                   ) -> dict[str, Any]:
     """Per cell: trials done / failed / missing, and headline figures where summarized."""
-    state_path = out / "state.json"
+    state_path = out / rundir.STATE
     if not state_path.exists():
         raise UserError(f"{out} holds no matrix run (no state.json)",
                         "point at a `crossbench matrix --out` directory")
@@ -580,7 +579,7 @@ def matrix_status(out: Path, cell_summaries: dict[str, dict[str, Any]] | None = 
     warnings: list[str] = []
     torn = journal_torn(out)
     if torn:
-        warnings.append(f"{out / 'journal.jsonl'} ends in an incomplete line ({torn} bytes "
+        warnings.append(f"{out / rundir.JOURNAL} ends in an incomplete line ({torn} bytes "
                         "without a newline, left by a crash during a write): it is not "
                         "counted; `crossbench matrix MATRIX_FILE --out "
                         f"{out} --resume` removes it and runs that trial again")
@@ -609,15 +608,15 @@ def matrix_status(out: Path, cell_summaries: dict[str, dict[str, Any]] | None = 
         s = (cell_summaries or {}).get(c["id"])
         if s is not None:
             row.update(_headline(s))
-        elif (out / c["dir"] / "summary.json").exists():
-            row.update(read_cell_summary(out / c["dir"] / "summary.json", out))
+        elif (out / c["dir"] / rundir.SUMMARY).exists():
+            row.update(read_cell_summary(out / c["dir"] / rundir.SUMMARY, out))
         rows.append(row)
     totals = {k: sum(r[k] for r in rows) for k in ("done", "failed", "missing")}
     if stops:
         totals["stopped"] = sum(r.get("stopped", 0) for r in rows)
     if predicted:
         totals["predicted"] = sum(r.get("predicted", 0) for r in rows)
-    return {"schema_version": STATE_SCHEMA, "kind": "crossbench.matrix_summary",
+    return {"schema_version": STATE_SCHEMA, "kind": rundir.MATRIX_SUMMARY_KIND,
             "study": state["study"], "cells": rows, "totals": totals, "warnings": warnings}
 
 
@@ -625,12 +624,9 @@ def read_cell_summary(path: Path, out: Path) -> dict[str, Any]:
     """A cell's ``summary.json`` for the status table: any version up to this crossbench's
     (the headline figures are alike in all), never a newer one; one that cannot be used is
     an error naming it."""
-    from crossbench.analysis.summary import SUMMARY_SCHEMA
-
     fix = (f"`crossbench matrix MATRIX_FILE --out {out} --resume` writes every cell's "
            "summary.json again from its raw records")
-    s = read_json_object(path, fix)
-    check_version(path, s, SUMMARY_SCHEMA, "run summary", fix)
+    s = rundir.read_summary(path, fix)
     try:
         return _headline(s)
     except (KeyError, TypeError):

@@ -48,7 +48,7 @@ from typing import Any
 
 from crossbench.runner.matrix import Cell, ProbePredict
 from crossbench.store.atomic import JsonlAppender
-from crossbench.store.formats import PREDICTIONS_FILE, read_predictions
+from crossbench.store.rundir import PREDICTIONS, read_predictions
 
 SWEEP_COORDS = ("engine", "target", "arm", "method", "workload", "concurrency")
 """The coordinates a sweep's cells share (all but n)."""
@@ -117,7 +117,7 @@ class ProbeController:
         decided = [rec for probes, rest in todo
                    for rec in self._decide_sweep(probes, rest, result, by_id, opts)]
         took = round(time.monotonic() - t0, 3)  # the GPU is held meanwhile: count it
-        with JsonlAppender(self.out / PREDICTIONS_FILE) as sink:
+        with JsonlAppender(self.out / PREDICTIONS) as sink:
             for rec in decided:
                 rec["decide_s"] = took
                 sink.write(rec)
@@ -197,7 +197,7 @@ class ProbeController:
             if got.get("inside") is False:
                 rejected[tuple(r["model"]["probe_cells"])] = {**got, "n": r["n"]}
         again: set[str] = set()
-        with JsonlAppender(self.out / PREDICTIONS_FILE) as sink:
+        with JsonlAppender(self.out / PREDICTIONS) as sink:
             for rec in list(self.decided.values()):
                 miss = rejected.get(tuple(rec["model"]["probe_cells"]))
                 if miss is None or rec.get("action") != "predict":

@@ -65,9 +65,9 @@ from crossbench.runner.matrix_run import (
     cell_dir,
     read_journal,
 )
-from crossbench.runner.single import MANIFEST_FIX
+from crossbench.store import rundir
 from crossbench.store.atomic import JsonlAppender, file_lock
-from crossbench.store.formats import read_json_object
+from crossbench.store.rundir import MANIFEST_FIX, read_json_object
 
 RAY_INSTALL = "pip install 'crossbench[ray]'"
 """How to get Ray (the ``ray`` extra)."""
@@ -115,7 +115,7 @@ def plan_lanes(cells: Iterable[Cell], todo: Iterable[tuple[str, int]]) -> list[L
 def needs_closing(cell: Path) -> bool:
     """Whether a cell directory's summary is missing or older than its manifest (a run
     stopped before the cell was closed)."""
-    manifest, summary = cell / "manifest.json", cell / "summary.json"
+    manifest, summary = cell / rundir.MANIFEST, cell / rundir.SUMMARY
     if not manifest.exists():
         return False
     return not summary.exists() or summary.stat().st_mtime_ns < manifest.stat().st_mtime_ns
@@ -372,10 +372,9 @@ class RayExecutor:
             elsewhere (another card, or another machine)."""
             nonlocal total
             st.placement = result["where"]
-            ran = {cid: occasions(read_json_object(cell_dir(job.out, cid) / "manifest.json",
+            ran = {cid: occasions(read_json_object(cell_dir(job.out, cid) / rundir.MANIFEST,
                                                    MANIFEST_FIX))
-                   for cid in st.lane.cells
-                   if (cell_dir(job.out, cid) / "manifest.json").exists()}
+                   for cid in st.lane.cells if rundir.is_run(cell_dir(job.out, cid))}
             redo = partners_elsewhere(st.lane, st.queue, ran, tuple(result["occasion"]),
                                       job.order)
             if redo:

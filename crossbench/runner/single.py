@@ -1,16 +1,10 @@
 """``crossbench run``: one engine configuration, N trials, a self-describing run directory.
 
-Run directory (``--out DIR``)::
-
-    manifest.json          schema version, config, engine identity, argv per trial, status
-    requests.jsonl         one raw record per request (all trials), appended + fsynced
-    server.log             every trial's server output, separated by header lines
-    metrics/tK-before.prom /metrics right before trial K's measured requests (raw text)
-    metrics/tK-after.prom  /metrics after they all finished
-    summary.json           statistics recomputed from the files above
-
-Each record is persisted as its request completes, so a crash or kill loses only requests in
-flight; the summary is always recomputed from the raw files (``crossbench summarize DIR``).
+The run directory (``--out DIR``: manifest, raw records, server log, ``/metrics`` snapshots,
+telemetry, summary) is laid out and written by :mod:`crossbench.store.rundir`
+(:class:`~crossbench.store.rundir.RunWriter`). Each record is persisted as its request
+completes, so a crash or kill loses only requests in flight; the summary is always
+recomputed from the raw files (``crossbench summarize DIR``).
 
 No secret is recorded: every command line (crossbench's own, each trial's server argv, the
 server.log headers, provenance) goes through
@@ -22,7 +16,6 @@ server.log (a server may echo its arguments).
 from __future__ import annotations
 
 import asyncio
-import json
 import os
 import platform
 import sys
@@ -53,20 +46,14 @@ from crossbench.host import cpu_model
 from crossbench.load.client import ClientConfig, ConcurrencyMode, RateMode, run_load
 from crossbench.load.workloads import RequestSpec, load_workload
 from crossbench.runner.config import RunConfig
-from crossbench.store.atomic import (
-    JsonlAppender,
-    read_jsonl,
-    replace_in_file,
-    write_bytes_atomic,
-    write_json_atomic,
-)
-from crossbench.store.formats import MANIFEST_SCHEMA as MANIFEST_SCHEMA
-from crossbench.store.formats import (
+from crossbench.store.atomic import JsonlAppender, replace_in_file
+from crossbench.store.rundir import MANIFEST_SCHEMA as MANIFEST_SCHEMA
+from crossbench.store.rundir import (
     RUN_KIND,
+    RunWriter,
     check_new_out,
-    check_version,
     make_out_dir,
-    read_json_object,
+    read_resume_manifest,
 )
 from crossbench.telemetry import checks as gpu_checks
 from crossbench.telemetry.derive import TrialPhases, derive_trial
@@ -157,7 +144,9 @@ class RunSession:
                  placement: Mapping[str, Any] | None = None) -> None:
         self.cfg, self.out, self.progress = cfg, out, progress
         self.placement = placement  # where a scheduler put the trials (provenance placement)
-        exists = resume and (out / "manifest.json").exists()
+        self.writer = RunWriter(out)
+        self.layout = layout = self.writer.layout
+        exists = resume and layout.manifest.exists()
         if not exists:
             check_new_out(out, RUN_KIND)
         if cfg.block > 1:  # trials reuse a server: what the engine's cache reset needs
@@ -165,7 +154,7 @@ class RunSession:
                 cfg.engine, cfg.engine_config, out)})
             self.cfg = cfg
         self._start_trial: int | None = None  # the trial that started the running server
-        server = registry.create(cfg.engine, cfg.engine_config, out / "server.log")
+        server = registry.create(cfg.engine, cfg.engine_config, layout.server_log)
         server.validate()  # every input checked before anything starts
         for warning in server.warnings():
             progress(f"warning: {warning}")
@@ -193,14 +182,14 @@ class RunSession:
                   **identity.extra}
         self.engine = engine
         if exists:
-            self.manifest: dict[str, Any] = read_manifest(out)
+            self.manifest: dict[str, Any] = read_resume_manifest(out)
             self._check_same_engine(engine)
             self._drop_unfinished()
             return
         make_out_dir(out)
         self.manifest = {
             "schema_version": MANIFEST_SCHEMA,
-            "kind": "crossbench.run",
+            "kind": RUN_KIND,
             "crossbench_version": __version__,
             "created_utc": _now(),
             "argv": redact_argv(argv or []),
@@ -216,8 +205,7 @@ class RunSession:
             "trials": [],
         }
         self.manifest = scrub(self.manifest, self.secrets)
-        write_json_atomic(out / "manifest.json", self.manifest)
-        (out / "metrics").mkdir(exist_ok=True)
+        self.writer.create(self.manifest)
 
     def _check_same_engine(self, engine: dict[str, Any]) -> None:
         """On resume: the same build, or the same source rebuilt (recorded as a new epoch).
@@ -248,7 +236,7 @@ class RunSession:
         self.progress(f"warning: {self.out.name}: the engine binary's hashes differ from the "
                       "run's (same source, rebuilt or reinstalled, e.g. on another machine); "
                       "resuming with the new build recorded in engine_epochs")
-        write_json_atomic(self.out / "manifest.json", self.manifest)
+        self.writer.write_manifest(self.manifest)
 
     def _model_records(self) -> dict[str, Any]:
         from crossbench.models import file_record
@@ -261,12 +249,7 @@ class RunSession:
         return {int(e["trial"]) for e in self.manifest["trials"]}
 
     def _drop_unfinished(self) -> None:
-        done = self.finished_trials()
-        path = self.out / "requests.jsonl"
-        if path.exists():
-            keep = [r for r in read_jsonl(path) if int(r.get("trial", -1)) in done]
-            write_bytes_atomic(path, "".join(json.dumps(r, separators=(",", ":")) + "\n"
-                                             for r in keep).encode())
+        self.writer.keep_trials(self.finished_trials())
 
     def run_trial(self, t: int) -> dict[str, Any]:
         """Run trial ``t`` (a fresh server unless the config reuses one); record its outcome."""
@@ -277,7 +260,7 @@ class RunSession:
             # so that the trial is recorded once (manifest first: a kill in between leaves
             # records of an unrecorded trial, which a resume drops)
             self.manifest["trials"] = [e for e in self.manifest["trials"] if e["trial"] != t]
-            write_json_atomic(self.out / "manifest.json", self.manifest)
+            self.writer.write_manifest(self.manifest)
             self._drop_unfinished()
         block = cfg.block
         running = self._server is not None and getattr(self._server, "pid", None) is not None
@@ -288,7 +271,7 @@ class RunSession:
                 self._server.stop()
             if self._server is None or self.manifest["trials"] or running:
                 self._server = registry.create(cfg.engine, cfg.engine_config,
-                                               self.out / "server.log")
+                                               self.layout.server_log)
             self._start_trial = t
         server = self._server
         assert server is not None
@@ -299,10 +282,10 @@ class RunSession:
             if running and t % block != 0:
                 reuse["cache_reset"] = server.reset_cache()
         keep_running = block > 1 and (t + 1) % block != 0 and t + 1 < cfg.trials
-        with JsonlAppender(self.out / "requests.jsonl") as sink:
+        with self.writer.append_records() as sink:
             try:
                 entry = _trial(cfg, t, server, self.engine, self.warm,
-                               self.measured, sink, self.out,
+                               self.measured, sink, self.writer,
                                self.progress, keep_running=keep_running,
                                placement=self.placement, reuse=reuse)
             except BaseException as e:
@@ -311,7 +294,7 @@ class RunSession:
                 self.manifest["status"] = ("interrupted" if isinstance(e, KeyboardInterrupt)
                                            else "failed")
                 self.manifest["error"] = scrub(str(e), self.secrets)
-                write_json_atomic(self.out / "manifest.json", self.manifest)
+                self.writer.write_manifest(self.manifest)
                 raise
         if not keep_running or entry.get("status") != "ok":
             if entry.get("status") != "ok":
@@ -319,12 +302,12 @@ class RunSession:
             self._scrub_log()  # the server has stopped: its log is complete
         self.manifest["trials"] = [e for e in self.manifest["trials"] if e["trial"] != t]
         self.manifest["trials"].append(scrub(entry, self.secrets))
-        write_json_atomic(self.out / "manifest.json", self.manifest)
+        self.writer.write_manifest(self.manifest)
         return entry
 
     def _scrub_log(self) -> None:
         """Replace the key and secret flag values in server.log (the server has stopped)."""
-        replace_in_file(self.out / "server.log", [v.encode() for v in self.secrets],
+        replace_in_file(self.layout.server_log, [v.encode() for v in self.secrets],
                         REDACTED.encode())
 
     def finish(self) -> dict[str, Any]:
@@ -336,37 +319,10 @@ class RunSession:
         complete = len(self.finished_trials()) >= self.cfg.trials
         self.manifest["status"] = ("failed" if failed else "complete") if complete \
             else "incomplete"
-        write_json_atomic(self.out / "manifest.json", self.manifest)
+        self.writer.write_manifest(self.manifest)
         summary = summarize_run_dir(self.out)
-        write_json_atomic(self.out / "summary.json", summary)
+        self.writer.write_summary(summary)
         return summary
-
-
-MANIFEST_FIX = ("restore it from a copy, or run again with a new --out (a cell's records "
-                "are kept beside it)")
-"""The fix of a manifest a resume cannot use."""
-
-
-def read_manifest(out: Path) -> dict[str, Any]:
-    """``out/manifest.json`` of a run to resume, checked: a :class:`UserError` names the file
-    when it cannot be read, is of a newer format, is not a run's, or lacks what a resume
-    reads (the trial list and the engine)."""
-    path = out / "manifest.json"
-    manifest = read_json_object(path, MANIFEST_FIX)
-    check_version(path, manifest, MANIFEST_SCHEMA, "run manifest", MANIFEST_FIX)
-    kind = manifest.get("kind")
-    trials = manifest.get("trials")
-    bad = [] if kind in (RUN_KIND, None) else [f"kind {kind!r}"]
-    if not (isinstance(trials, list) and all(isinstance(e, dict) and type(e.get("trial")) is int
-                                              and isinstance(e.get("status"), str)
-                                              for e in trials)):
-        bad.append("trials")
-    if not isinstance(manifest.get("engine"), dict) or "sha256" not in manifest["engine"]:
-        bad.append("engine")
-    if bad:
-        raise UserError(f"{path} is not a complete run manifest (missing or malformed: "
-                        f"{', '.join(bad)})", MANIFEST_FIX)
-    return manifest
 
 
 def run(cfg: RunConfig, out: Path, progress: Progress = _quiet,
@@ -388,7 +344,8 @@ def run(cfg: RunConfig, out: Path, progress: Progress = _quiet,
 
 def _trial(cfg: RunConfig, t: int, server: EngineServer, engine: dict[str, Any],
            warm: list[RequestSpec],
-           measured: list[RequestSpec], sink: JsonlAppender, out: Path, progress: Progress,
+           measured: list[RequestSpec], sink: JsonlAppender, writer: RunWriter,
+           progress: Progress,
            keep_running: bool, placement: Mapping[str, Any] | None = None,
            reuse: dict[str, Any] | None = None) -> dict[str, Any]:
     entry: dict[str, Any] = {"trial": t, "argv": redact_argv(server.command()), "status": "ok",
@@ -409,7 +366,7 @@ def _trial(cfg: RunConfig, t: int, server: EngineServer, engine: dict[str, Any],
     phases: dict[str, float] = {}
     entry["phase_s"] = phases  # where the trial's wall time went (harness overhead)
     marks = {"start": time.time_ns()}  # wall-clock marks for the telemetry trace
-    sampler = (GpuSampler(out / "telemetry" / f"t{t}.csv", rate_hz=cfg.telemetry_hz)
+    sampler = (GpuSampler(writer.layout.telemetry(t), rate_hz=cfg.telemetry_hz)
                if cfg.telemetry_hz else None)
     if sampler is not None:
         sampler.path.parent.mkdir(exist_ok=True)
@@ -437,9 +394,7 @@ def _trial(cfg: RunConfig, t: int, server: EngineServer, engine: dict[str, Any],
                    "trial's speed as unreliable")
             entry.setdefault("warnings", []).append(msg)
             progress(f"warning: {msg}")
-        with (out / "server.log").open("a") as log:
-            log.write(f"\n===== crossbench trial {t}: {' '.join(redact_argv(server.command()))} "
-                      "=====\n")
+        writer.log_header(t, redact_argv(server.command()))
         progress(f"trial {t + 1}/{cfg.trials}: starting {server.kind}")
         if sampler is not None:
             sampler.start()  # before the server: the trace opens on the idle GPU
@@ -495,7 +450,7 @@ def _trial(cfg: RunConfig, t: int, server: EngineServer, engine: dict[str, Any],
             raise unauthorized(refused[0], "the API (warm-up)", server.api_key)
         t1 = clock()
         before = server.scrape()
-        write_bytes_atomic(out / "metrics" / f"t{t}-before.prom", before.text.encode())
+        writer.write_snapshot(t, "before", before.text)
         phases["scrape_write"] = clock() - t1
         progress(f"trial {t + 1}/{cfg.trials}: {len(measured)} requests, "
                  f"concurrency {cfg.load.concurrency}")
@@ -506,7 +461,7 @@ def _trial(cfg: RunConfig, t: int, server: EngineServer, engine: dict[str, Any],
         phases["measured"] = clock() - t1
         t1 = clock()
         after = settled_scrape(server)
-        write_bytes_atomic(out / "metrics" / f"t{t}-after.prom", after.text.encode())
+        writer.write_snapshot(t, "after", after.text)
         phases["scrape_write"] += clock() - t1
         entry["load"] = {"ok": stats.n_ok, "error": stats.n_error,
                          "incomplete": stats.n_incomplete, "chunks": stats.n_chunks,

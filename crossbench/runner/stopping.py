@@ -23,8 +23,8 @@ from crossbench.analysis.paired import decode_speedup, pair
 from crossbench.analysis.sequential import SequentialRule, trial_log_ratios
 from crossbench.errors import UserError
 from crossbench.runner.matrix import Cell, Matrix
-from crossbench.store.atomic import JsonlAppender, read_jsonl
-from crossbench.store.formats import STOPS_FILE, read_stops
+from crossbench.store.atomic import JsonlAppender
+from crossbench.store.rundir import STOPS, read_records, read_stops
 
 
 class StopController:
@@ -51,7 +51,7 @@ class StopController:
         cell = self.cells[cid]
         spec = [cid] if cell.baseline else [c.id for c in self.cells.values()
                                             if c.baseline == cid]
-        with JsonlAppender(self.out / STOPS_FILE) as sink:
+        with JsonlAppender(self.out / STOPS) as sink:
             for sid in spec:
                 if sid in self.stopped:
                     continue
@@ -79,8 +79,8 @@ class StopController:
                 progress(f"{b}: stopped: {record['reason']}")
 
     def _decide(self, sid: str, base: str, trials: list[int]) -> dict[str, Any] | None:
-        spec_figs, _ = request_figures(read_jsonl(self.dirs[sid] / "requests.jsonl"))
-        base_figs, _ = request_figures(read_jsonl(self.dirs[base] / "requests.jsonl"))
+        spec_figs, _ = request_figures(read_records(self.dirs[sid]))
+        base_figs, _ = request_figures(read_records(self.dirs[base]))
         keep = set(trials)
         p = pair([f for f in spec_figs if f.trial in keep],
                  [f for f in base_figs if f.trial in keep])

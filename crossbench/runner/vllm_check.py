@@ -47,6 +47,7 @@ from crossbench.engines.vllm.server import VllmServer
 from crossbench.errors import CrossbenchError
 from crossbench.load.client import ClientConfig, ConcurrencyMode, run_load_sync
 from crossbench.load.workloads import load_workload
+from crossbench.store import rundir
 
 RATES = [0.9, 0.6, 0.3]
 
@@ -107,7 +108,7 @@ def run_check(binary: str, model: str, draft: str | None, out: Path, requests: i
     if prof.per_request is not None:
         config["per_request_spec_decode_metrics"] = "summary"
     try:
-        srv = registry.create("vllm", config, out / "server.log")
+        srv = registry.create("vllm", config, out / rundir.SERVER_LOG)
         assert isinstance(srv, VllmServer)
         srv.validate()
     except CrossbenchError as e:
@@ -151,9 +152,9 @@ def _serve_and_measure(rep: _Report, srv: VllmServer, out: Path, requests: int,
     work = load_workload("builtin:mixed", count=requests).requests()
     stats = run_load_sync(cfg, work, ConcurrencyMode(concurrency=4), records.append)
     after = settled(srv)
-    (out / "before.prom").write_text(before.text)
-    (out / "after.prom").write_text(after.text)
-    (out / "requests.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    (out / rundir.CHECK_BEFORE).write_text(before.text)
+    (out / rundir.CHECK_AFTER).write_text(after.text)
+    rundir.RunWriter(out).write_records(records)
     multi = sum(1 for r in records for _, n in r["chunks"] if n and n > 1)
     rep.check("streaming", stats.n_ok == requests and multi > 0,
               f"{stats.n_ok}/{requests} ok, {multi} chunks carried several tokens")

@@ -39,6 +39,9 @@ from crossbench.store.atomic import file_lock, sha256_file, write_json_atomic
 Progress = Callable[[str], None]
 
 MANIFEST_SCHEMA = 1
+MANIFEST_NAME = "manifest.json"
+"""The build's manifest (pin, commit, CMake flags, hashes) in its install root: an engine
+install's file, not a run directory's (those names are ``crossbench.store.rundir``'s)."""
 TARGETS = ("llama-server", "llama-bench", "llama-quantize")
 _NINJA_STEP = re.compile(rb"^\[(\d+)/(\d+)\]")
 
@@ -259,7 +262,7 @@ def load_install(pin_spec: str = DEFAULT_PIN, cuda: bool = False,
     """The finished install of a pin and variant, or None if absent or stale."""
     pin = get_pin(pin_spec)
     root = install_dir(pin, variant_name(cuda, cuda_arch))
-    mpath = root / "manifest.json"
+    mpath = root / MANIFEST_NAME
     if not mpath.exists():
         return None
     manifest = json.loads(mpath.read_text())
@@ -303,7 +306,7 @@ def install(pin_spec: str = DEFAULT_PIN, cuda: bool = False, cuda_arch: str | No
             return found
         tree = source_tree(pin, progress)
         root.mkdir(parents=True, exist_ok=True)
-        (root / "manifest.json").unlink(missing_ok=True)
+        (root / MANIFEST_NAME).unlink(missing_ok=True)
         build = root / "build"
         log = root / "build.log"
         log.write_bytes(b"")
@@ -344,7 +347,7 @@ def install(pin_spec: str = DEFAULT_PIN, cuda: bool = False, cuda_arch: str | No
             "version_output": (version.stdout + version.stderr).strip(),
             "sha256": hash_binaries(inst.bin_dir),
         }
-        write_json_atomic(root / "manifest.json", manifest)
+        write_json_atomic(root / MANIFEST_NAME, manifest)
         progress(f"built in {seconds:.0f} s: {inst.binary()}")
         return Install(root, manifest)
 

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from crossbench.engines.base import EngineIdentity, MetricsSnapshot
-from crossbench.engines.llamacpp.build import hash_binaries, load_install
+from crossbench.engines.llamacpp.build import MANIFEST_NAME, hash_binaries, load_install
 from crossbench.engines.llamacpp.config import LlamaServerConfig, n_limit
 from crossbench.engines.llamacpp.pins import get_pin
 from crossbench.engines.llamacpp.profile import (
@@ -36,7 +36,7 @@ def build_recipe(binary: Path) -> dict[str, Any] | None:
     """How a crossbench-built binary was made (variant, CMake flags, compiler), from the
     build's manifest (``ROOT/manifest.json`` beside ``ROOT/build/bin/``); None for a binary
     crossbench did not build. The same recipe on another machine is the same source rebuilt."""
-    path = binary.parent.parent.parent / "manifest.json"
+    path = binary.parent.parent.parent / MANIFEST_NAME
     try:
         man = json.loads(path.read_text())
     except (OSError, ValueError):

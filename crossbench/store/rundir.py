@@ -1,0 +1,904 @@
+"""The run directory and its one owner: layout, format versions, typed records, the writer
+and the reader.
+
+Every name of a file or folder crossbench writes into a run directory is spelled here and
+nowhere else; other modules import the constants (or the :class:`RunLayout` and
+:class:`MatrixLayout` paths). The format versions and their history are here
+(:data:`FORMATS`). Records are written by :class:`RunWriter` (``crossbench run``, every matrix
+cell, every import) and the matrix-level functions (:func:`write_state`), and read by the
+functions of the reader part (analysis, confounds, report, archive, status). **A reader never
+writes**: reading, analysing or reporting a run leaves its directory byte for byte as it
+was, so a read-only copy (a mounted archive, another user's run) can be read, analysed and
+reported.
+
+A ``crossbench run`` directory (also every matrix cell and every imported cell)::
+
+    manifest.json          schema version, config, engine identity, one entry per trial
+    requests.jsonl         one raw record per request (all trials), appended + fsynced
+    server.log             every trial's server output, separated by header lines
+    metrics/tK-before.prom /metrics right before trial K's measured requests (raw text)
+    metrics/tK-after.prom  /metrics after they all finished
+    telemetry/tK.csv       GPU samples of trial K (``telemetry_hz``; header only without a GPU)
+    summary.json           statistics recomputed from the files above
+
+A ``crossbench matrix`` directory (an import has the same shape without journal, stops and
+matrix file)::
+
+    matrix.yaml            the matrix as run (sha256 in state.json)
+    state.json             cells (id, coordinates, baseline, folder), the schedule
+    journal.jsonl          one line per finished trial: the resume point
+    stops.jsonl            cells the sequential rule stopped (one line each)
+    cells/<id>/            a run directory per cell (``/`` in the id becomes ``__``)
+    summary.json           per cell: trials done / failed / missing and headline figures
+
+and, written by ``crossbench analyze`` into either kind, ``analysis.json`` and
+``analysis/<table>.md|.csv``; ``crossbench report`` writes ``report/`` (or its ``--out``).
+
+Kinds (the ``kind`` of the file that marks a directory): ``crossbench.run``
+(``manifest.json``), ``crossbench.matrix`` and ``crossbench.import`` (``state.json``). A file
+of a newer format version than this crossbench reads is refused with a one-line
+:class:`~crossbench.errors.UserError` naming the file, its version and the newest version
+read (the fix: upgrade crossbench); older versions are read. A file that is not what its name
+says (truncated, not a JSON object, keys missing) is refused the same way; never a traceback.
+
+Records (``requests.jsonl``) are read by one reader, :func:`read_records`, over the one JSONL
+scanner (``store.atomic.scan_jsonl``: orjson, a torn last line skipped, a damaged line before
+it an error naming the file and line), with the garbage collector paused; a request recorded
+twice in a cell (one ``trial`` and ``request_index`` on two lines) is refused, naming the lines.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import gc
+import json
+import re
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal, TypedDict
+
+from crossbench import __version__
+from crossbench.errors import UserError
+from crossbench.store.atomic import (
+    JsonlAppender,
+    JsonlScan,
+    json_error,
+    json_type,
+    read_jsonl,
+    scan_jsonl,
+    temp_name,
+    write_bytes_atomic,
+    write_json_atomic,
+)
+
+# -- layout ---------------------------------------------------------------------------------
+
+MANIFEST = "manifest.json"
+"""A run's configuration, engine identity and per-trial entries (kind ``crossbench.run``)."""
+REQUESTS = "requests.jsonl"
+"""A run's raw records, one JSON line per request."""
+SUMMARY = "summary.json"
+"""A run's summary (recomputed from the raw files), or a matrix's per-cell status."""
+SERVER_LOG = "server.log"
+"""The engine's own output, every trial."""
+METRICS_DIR = "metrics"
+"""Folder of a run's raw ``/metrics`` snapshots."""
+TELEMETRY_DIR = "telemetry"
+"""Folder of a run's GPU telemetry traces."""
+STATE = "state.json"
+"""A matrix's or an import's cells and schedule (kind ``crossbench.matrix`` or
+``crossbench.import``)."""
+JOURNAL = "journal.jsonl"
+"""A matrix's finished trials, one line each (the resume point)."""
+STOPS = "stops.jsonl"
+"""A matrix's cells stopped by the sequential rule (``crossbench.runner.stopping``), one line
+each, written by the driver alone."""
+PREDICTIONS = "predictions.jsonl"
+"""A matrix's probe-and-predict decisions (``crossbench.runner.probe``), one line per decided
+cell (a later line replaces an earlier one of its cell), written by the driver alone."""
+MATRIX_FILE = "matrix.yaml"
+"""The matrix file as run."""
+CELLS_DIR = "cells"
+"""Folder of a matrix's or an import's cells, a run directory each."""
+ANALYSIS = "analysis.json"
+"""The whole analysis (``crossbench analyze``)."""
+ANALYSIS_DIR = "analysis"
+"""Folder of the analysis tables (``<table>.md`` and ``.csv``)."""
+REPORT_DIR = "report"
+"""Default folder of ``crossbench report``."""
+CHECK_BEFORE, CHECK_AFTER = "before.prom", "after.prom"
+"""The two ``/metrics`` scrapes of an engine check's ``--out`` (``crossbench engines check``;
+beside them its ``server.log`` and ``requests.jsonl``)."""
+
+Snapshot = Literal["before", "after"]
+"""Which ``/metrics`` snapshot of a trial: before or after its measured requests."""
+
+
+SNAPSHOT_PATTERN = r"t\d+-(before|after)\.prom"
+"""Regular expression of a snapshot's file name (:func:`snapshot_name`)."""
+TELEMETRY_PATTERN = r"t\d+\.csv"
+"""Regular expression of a telemetry trace's file name (:func:`telemetry_name`)."""
+
+
+def snapshot_name(trial: int | str, which: str) -> str:
+    """File name of a trial's ``/metrics`` snapshot (``t0-before.prom``)."""
+    return f"t{trial}-{which}.prom"
+
+
+def telemetry_name(trial: int | str) -> str:
+    """File name of a trial's telemetry trace (``t0.csv``)."""
+    return f"t{trial}.csv"
+
+
+def cell_folder(cell_id: str) -> str:
+    """A cell's folder, relative to its matrix or import directory (``cells/a__b``)."""
+    return f"{CELLS_DIR}/{cell_id.replace('/', '__')}"
+
+
+@dataclass(frozen=True)
+class RunLayout:
+    """The paths of one run directory (a ``crossbench run``, a matrix cell, an import cell)."""
+
+    root: Path
+
+    @property
+    def manifest(self) -> Path:
+        """``manifest.json``."""
+        return self.root / MANIFEST
+
+    @property
+    def requests(self) -> Path:
+        """``requests.jsonl``."""
+        return self.root / REQUESTS
+
+    @property
+    def summary(self) -> Path:
+        """``summary.json``."""
+        return self.root / SUMMARY
+
+    @property
+    def server_log(self) -> Path:
+        """``server.log``."""
+        return self.root / SERVER_LOG
+
+    @property
+    def metrics_dir(self) -> Path:
+        """``metrics/``."""
+        return self.root / METRICS_DIR
+
+    @property
+    def telemetry_dir(self) -> Path:
+        """``telemetry/``."""
+        return self.root / TELEMETRY_DIR
+
+    @property
+    def analysis(self) -> Path:
+        """``analysis.json`` (a single run analysed on its own)."""
+        return self.root / ANALYSIS
+
+    def snapshot(self, trial: int, which: Snapshot) -> Path:
+        """``metrics/tK-before.prom`` or ``metrics/tK-after.prom``."""
+        return self.metrics_dir / snapshot_name(trial, which)
+
+    def telemetry(self, trial: int) -> Path:
+        """``telemetry/tK.csv``."""
+        return self.telemetry_dir / telemetry_name(trial)
+
+
+@dataclass(frozen=True)
+class MatrixLayout:
+    """The paths of a matrix (or import) directory."""
+
+    root: Path
+
+    @property
+    def state(self) -> Path:
+        """``state.json``."""
+        return self.root / STATE
+
+    @property
+    def journal(self) -> Path:
+        """``journal.jsonl``."""
+        return self.root / JOURNAL
+
+    @property
+    def stops(self) -> Path:
+        """``stops.jsonl``."""
+        return self.root / STOPS
+
+    @property
+    def predictions(self) -> Path:
+        """``predictions.jsonl``."""
+        return self.root / PREDICTIONS
+
+    @property
+    def matrix(self) -> Path:
+        """``matrix.yaml``."""
+        return self.root / MATRIX_FILE
+
+    @property
+    def summary(self) -> Path:
+        """``summary.json`` (per-cell status)."""
+        return self.root / SUMMARY
+
+    @property
+    def analysis(self) -> Path:
+        """``analysis.json``."""
+        return self.root / ANALYSIS
+
+    def cell(self, cell_id: str) -> RunLayout:
+        """The run directory of a cell, by id."""
+        return RunLayout(self.root / cell_folder(cell_id))
+
+    def cell_at(self, folder: str) -> RunLayout:
+        """The run directory of a cell, by its recorded folder (state.json ``dir``)."""
+        return RunLayout(self.root / folder)
+
+
+# -- kinds and format versions --------------------------------------------------------------
+
+RUN_KIND = "crossbench.run"
+MATRIX_KIND = "crossbench.matrix"
+IMPORT_KIND = "crossbench.import"
+SUMMARY_KIND = "crossbench.summary"
+MATRIX_SUMMARY_KIND = "crossbench.matrix_summary"
+ANALYSIS_KIND = "crossbench.analysis"
+PROVENANCE_KIND = "crossbench.provenance"
+
+
+@dataclass(frozen=True)
+class Format:
+    """One versioned file of a run directory: its name, kind, newest version and history.
+
+    ``redefined``: fields whose meaning changed in a version (glob patterns, list items as
+    ``*``); a file of an older version is not compared with a re-derivation on them
+    (``archive verify``); fields a later version added are absent from older files and not
+    compared either."""
+
+    file: str
+    kind: str
+    version: int
+    history: Mapping[int, str]
+    redefined: Mapping[int, tuple[str, ...]]
+
+
+FORMATS: dict[str, Format] = {
+    "manifest": Format(MANIFEST, RUN_KIND, 1, {
+        1: "first version (runs, matrix cells and imported cells)"}, {}),
+    "provenance": Format(f"{MANIFEST} trials[].provenance", PROVENANCE_KIND, 1, {
+        1: "first version"}, {}),
+    "state": Format(STATE, MATRIX_KIND, 1, {
+        1: "first version; its journal.jsonl lines carry no version of their own and are "
+           "read by the state's. Added since without a version change (older readers ignore "
+           "the key): journal_repairs, the torn journal tails `--resume` cut (utc, offset, "
+           "bytes, text)"}, {}),
+    "import": Format(STATE, IMPORT_KIND, 1, {
+        1: "first version (cells with coords, baseline and dir; source; not_imported)"}, {}),
+    "summary": Format(SUMMARY, SUMMARY_KIND, 2, {
+        1: "first version (throughput, latency_ms, acceptance, integrity, requests, "
+           "per_trial)",
+        2: "server_pooled_tok_s over the client's window (predicted_n - 1, or vLLM's request "
+           "histograms); adds server_rate_source, client_vs_server, engine_reported_tok_s, "
+           "engine_rate_definition and acceptance.mean_acceptance_length_estimate / mal_note"},
+        {2: ("throughput.server_pooled_tok_s", "per_trial.*.throughput.server_pooled_tok_s")}),
+    "analysis": Format(ANALYSIS, ANALYSIS_KIND, 2, {
+        1: "first version (cells, pairs, sweeps, stability)",
+        2: "options.strata and each interval's design; cost-model intervals (d_ci95, v_ci95) "
+           "and tau estimated from per-request counts where no counter exists; server rates "
+           "over the client's window and the engine's own figure; imports compared as "
+           "recorded (no defaults), their layout-made figures dropped; verdict_caveats; new "
+           "warning kinds (trial_warnings, few_clusters, split_occasion)"},
+        {2: ("cells.*.throughput.server_pooled_tok_s", "cells.*.latency_ms.chunk_gap",
+             "cells.*.latency_ms.token_itl", "cells.*.throughput.wall_output_tok_s",
+             "pairs.*.warnings", "pairs.*.confounds", "pairs.*.verdict", "stability",
+             "sweeps.*.cost_model.fitted", "sweeps.*.cost_model.reason",
+             "sweeps.*.cost_model.predicted", "sweeps.*.cost_model.points")}),
+}
+"""Every versioned file of a run directory, with its format history: the one place a format
+version changes (bump ``version``, add a line to ``history``, list redefined fields)."""
+
+MANIFEST_SCHEMA = FORMATS["manifest"].version
+"""Newest ``manifest.json`` written and read."""
+PROVENANCE_SCHEMA = FORMATS["provenance"].version
+"""Newest provenance record (a manifest trial's ``provenance``) written and read."""
+STATE_SCHEMA = FORMATS["state"].version
+"""Newest matrix ``state.json`` written and read (a matrix's ``summary.json`` carries it too)."""
+IMPORT_SCHEMA = FORMATS["import"].version
+"""Newest import ``state.json`` written and read."""
+SUMMARY_SCHEMA = FORMATS["summary"].version
+"""Newest ``summary.json`` written and read."""
+ANALYSIS_SCHEMA = FORMATS["analysis"].version
+"""Newest ``analysis.json`` written and read."""
+
+
+# -- typed records --------------------------------------------------------------------------
+
+
+class RequestRecord(TypedDict, total=False):
+    """One line of ``requests.jsonl``: a request as the client saw it (times in ns of the
+    client's monotonic clock; ``chunks``: ``[arrival_ns, tokens]`` per content chunk). The
+    runner adds ``trial`` (and ``server_start`` when trials share a server); an import adds
+    ``source``. Readers return plain dicts of this shape."""
+
+    trial: int
+    server_start: int
+    request_index: int
+    prompt_id: str
+    category: str
+    warmup: bool
+    endpoint: str
+    max_tokens: int
+    t_scheduled_ns: int
+    t_sent_ns: int
+    t_first_chunk_ns: int | None
+    t_done_ns: int
+    chunks: list[list[int]] | None
+    n_chunks: int
+    text: str
+    chunk_chars: list[int]
+    finish_reason: str | None
+    usage: dict[str, Any] | None
+    timings: dict[str, Any] | None
+    metrics: dict[str, Any] | None
+    status: str
+    error: str | None
+    http_status: int | None
+    source: str
+
+
+class TrialEntry(TypedDict, total=False):
+    """One entry of a manifest's ``trials``: the outcome of a trial (``status`` ``ok`` or
+    ``failed``) with its server command, provenance, phases and warnings."""
+
+    trial: int
+    status: str
+    error: str | None
+    argv: list[str]
+    started_utc: str
+    ended_utc: str
+    phase_s: dict[str, float]
+    provenance: dict[str, Any]
+    server_props: dict[str, Any]
+    load: dict[str, Any]
+    reuse: dict[str, Any]
+    warnings: list[str]
+    other_engines: list[dict[str, Any]]
+    stop_report: dict[str, Any]
+    vram_release: dict[str, Any]
+    telemetry: dict[str, Any]
+
+
+class CellEntry(TypedDict):
+    """One entry of a state.json's ``cells``: a cell's id, coordinates, baseline cell (None for
+    a baseline) and folder relative to the directory."""
+
+    id: str
+    coords: dict[str, Any]
+    baseline: str | None
+    dir: str
+
+
+class JournalEntry(TypedDict, total=False):
+    """One line of ``journal.jsonl``: a finished trial of a cell."""
+
+    cell: str
+    trial: int
+    status: str
+    error: str | None
+    thermal_gate: dict[str, Any]
+
+
+def cell_entry(cell_id: str, coords: Mapping[str, Any], baseline: str | None) -> CellEntry:
+    """The state.json entry of a cell, its folder made by :func:`cell_folder`."""
+    return {"id": cell_id, "coords": dict(coords), "baseline": baseline,
+            "dir": cell_folder(cell_id)}
+
+
+# -- checks of versioned files --------------------------------------------------------------
+
+DAMAGED = ("restore it from a copy or an archive of the run, or start again with a new --out "
+           "(crossbench never guesses what a damaged file said)")
+"""The fix of a versioned file that cannot be read."""
+
+UPGRADE = "upgrade crossbench"
+"""The fix of a file newer than this crossbench."""
+
+
+def read_json_object(path: Path, fix: str = DAMAGED) -> dict[str, Any]:
+    """A JSON object from a file; a :class:`UserError` names the file and ``fix`` when it
+    cannot be read, is not JSON (truncated, say) or is not an object."""
+    try:
+        raw = path.read_bytes()
+    except OSError as e:
+        raise UserError(f"cannot read {path} ({e.strerror or e})", fix) from None
+    try:
+        data = json.loads(raw.decode("utf-8"))
+    except UnicodeDecodeError as e:
+        raise UserError(f"{path} is not UTF-8 text (byte {e.start + 1})", fix) from None
+    except (ValueError, RecursionError) as e:
+        why = (f"{json_error(e)} at line {e.lineno} column {e.colno}"
+               if isinstance(e, json.JSONDecodeError) else " ".join(str(e).split()))
+        raise UserError(f"{path} is not valid JSON ({why})", fix) from None
+    if not isinstance(data, dict):
+        raise UserError(f"{path} is a JSON {json_type(data)}, not an object", fix)
+    return data
+
+
+def check_version(path: Path, data: dict[str, Any], newest: int, what: str,
+                  fix: str = DAMAGED) -> None:
+    """Refuse a file whose ``schema_version`` is newer than ``newest`` (``what``: the kind of
+    file, in words) or not a version at all; a file without one (hand-made, or written before
+    versions) is read as the first version."""
+    if "schema_version" not in data:
+        return
+    version = data["schema_version"]
+    if not isinstance(version, int) or isinstance(version, bool) or version < 1:
+        raise UserError(f"{path} has schema_version {version!r}, which is not a format "
+                        "version", fix)
+    if version > newest:
+        raise UserError(f"{path} has schema_version {version} ({what}), newer than this "
+                        f"crossbench ({__version__}) reads: up to {newest}", UPGRADE)
+
+
+def _bad_cell(c: Any) -> str | None:
+    """What is wrong with one ``cells`` entry of a state.json, or None."""
+    if not isinstance(c, dict):
+        return f"a {json_type(c)} where a cell object belongs"
+    cid = c.get("id")
+    if not isinstance(cid, str) or not cid:
+        return "a cell without an id"
+    if not isinstance(c.get("coords"), dict):
+        return f"cell {cid}: coords"
+    where = c.get("dir")
+    if not isinstance(where, str) or not where or Path(where).is_absolute() \
+            or ".." in Path(where).parts:
+        return f"cell {cid}: dir {where!r} (a folder inside the run directory)"
+    if not isinstance(c.get("baseline"), str | None):
+        return f"cell {cid}: baseline"
+    return None
+
+
+STATE_KEYS: dict[str, Any] = {"schema_version": int, "kind": str, "study": str, "trials": int,
+                              "cells": list, "matrix_sha256": str, "order": list}
+"""What each key of a state.json must be (``matrix_sha256`` and ``order``: a matrix's only)."""
+
+
+def check_state(path: Path, data: dict[str, Any], kinds: tuple[str, ...], need: tuple[str, ...],
+                fix: str = DAMAGED) -> None:
+    """Refuse a ``state.json`` that is not of one of ``kinds``, is of a newer version, or
+    lacks (or has malformed) any key of ``need`` (see :data:`STATE_KEYS`); ``cells`` is
+    checked entry by entry, ``order`` pair by pair."""
+    kind = data.get("kind")
+    newest = IMPORT_SCHEMA if kind == IMPORT_KIND else STATE_SCHEMA
+    if "schema_version" in data:  # a newer file may lack what this version needs: say so first
+        check_version(path, data, newest, "import state" if kind == IMPORT_KIND else
+                      "matrix state", fix)
+    if isinstance(kind, str) and kind not in kinds:
+        raise UserError(f"{path} is the state of a {kind}, not of a "
+                        f"{' or '.join(kinds)}", fix)
+    bad = [k for k in need if not _is(data.get(k), STATE_KEYS[k])]
+    if not bad and "cells" in need:
+        bad = [why for why in map(_bad_cell, data["cells"]) if why][:1]
+    if not bad and "order" in need:
+        ids = {c["id"] for c in data["cells"]}
+        bad = [f"order entry {e!r}" for e in data["order"]
+               if not (isinstance(e, list) and len(e) == 2 and e[0] in ids
+                       and _is(e[1], int))][:1]
+    if bad:
+        raise UserError(f"{path} is not a complete {kind_words(data)} (missing or malformed: "
+                        f"{', '.join(bad)})", fix)
+
+
+def kind_words(data: dict[str, Any]) -> str:
+    """A state's kind in words."""
+    return "import state" if data.get("kind") == IMPORT_KIND else "matrix state"
+
+
+def _is(value: Any, want: Any) -> bool:
+    if want is int:
+        return isinstance(value, int) and not isinstance(value, bool)
+    return isinstance(value, want)
+
+
+# -- --out ----------------------------------------------------------------------------------
+
+_TEMP = re.compile(r"^\..+\.\d+\.tmp$")
+"""Names of crossbench's own temporary files (``store.atomic.temp_name``): a kill during an
+atomic write leaves one behind; it is no content of the directory."""
+
+
+def _kind_of(path: Path) -> Any:
+    try:
+        data = json.loads(path.read_bytes())
+    except (OSError, ValueError, RecursionError):
+        return None
+    return data.get("kind") if isinstance(data, dict) else None
+
+
+def check_new_out(out: Path, kind: str, flag: str = "--out") -> None:
+    """Refuse an ``--out`` that a new run of ``kind`` (:data:`RUN_KIND` or
+    :data:`MATRIX_KIND`) must not write into: a file, a path under a file, a directory that
+    holds a crossbench run (each refusal says how to go on with it) or other files. A missing
+    or empty directory passes; nothing is created (see :func:`make_out_dir`)."""
+    try:
+        _check_new_out(out, kind, flag)
+    except OSError as e:
+        raise UserError(f"{flag} {out} cannot be read ({e.strerror or e})",
+                        f"choose a {flag} you can read and write") from None
+
+
+def _check_new_out(out: Path, kind: str, flag: str) -> None:
+    if out.exists() and not out.is_dir():
+        raise UserError(f"{flag} {out} is a file, not a directory",
+                        f"give {flag} the path of a new directory")
+    if not out.exists():
+        above = next((p for p in out.parents if p.exists()), None)
+        if above is not None and not above.is_dir():
+            raise UserError(f"{flag} {out} is under {above}, which is a file",
+                            f"give {flag} a path under a directory")
+        return
+    names = sorted(p.name for p in out.iterdir() if not _TEMP.match(p.name))
+    if not names:
+        return
+    if STATE in names:
+        found = _kind_of(out / STATE)
+        if found == MATRIX_KIND and kind == MATRIX_KIND:
+            raise UserError(f"{flag} {out} already holds a matrix run",
+                            f"add --resume to continue it, or choose a new {flag}")
+        if found == MATRIX_KIND:
+            raise UserError(f"{flag} {out} holds a matrix run ({STATE}), not a run",
+                            f"continue it with `crossbench matrix MATRIX_FILE {flag} {out} "
+                            f"--resume`, or choose a new {flag} for this run")
+        if found == IMPORT_KIND:
+            raise UserError(f"{flag} {out} holds an import ({STATE})",
+                            f"choose a new {flag} (an import is never written into)")
+    elif MANIFEST in names and kind == RUN_KIND:
+        raise UserError(f"{flag} {out} already holds a run ({MANIFEST})",
+                        f"choose a new {flag} directory (a `crossbench run` never resumes and "
+                        "never overwrites)")
+    elif MANIFEST in names:
+        raise UserError(f"{flag} {out} holds a `crossbench run` ({MANIFEST}), not a matrix "
+                        "run", f"choose a new {flag} for the matrix")
+    listed = ", ".join(names[:3]) + (f" and {len(names) - 3} more" if len(names) > 3 else "")
+    raise UserError(f"{flag} {out} is not empty ({listed}) and holds no crossbench "
+                    f"{'matrix run' if kind == MATRIX_KIND else 'run'}",
+                    f"choose a new or empty {flag} (crossbench never writes among other "
+                    "files)")
+
+
+def make_out_dir(out: Path, flag: str = "--out") -> None:
+    """Create ``out`` (with its parents) and prove it writable with a probe file; a
+    :class:`UserError` names ``flag`` when it cannot be (a read-only place, ``/proc``...)."""
+    probe = temp_name(out / "probe")
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        probe.write_bytes(b"")
+        probe.unlink()
+    except OSError as e:
+        raise UserError(f"{flag} {out} cannot be written ({e.strerror or e})",
+                        f"choose a {flag} directory you can write to") from None
+
+
+# -- the writer -----------------------------------------------------------------------------
+
+
+def record_line(record: Mapping[str, Any]) -> str:
+    """One ``requests.jsonl`` line (compact JSON and a newline), as the appender writes it."""
+    return json.dumps(record, separators=(",", ":")) + "\n"
+
+
+class RunWriter:
+    """Writes one run directory: the manifest, the records, the ``/metrics`` snapshots and the
+    summary. Used by ``crossbench run`` (every matrix cell) and by the importers; every write
+    is atomic or an fsynced append (``store.atomic``)."""
+
+    def __init__(self, root: Path) -> None:
+        self.layout = RunLayout(root)
+
+    @property
+    def root(self) -> Path:
+        """The run directory."""
+        return self.layout.root
+
+    def create(self, manifest: Mapping[str, Any]) -> None:
+        """Write the first manifest and make ``metrics/`` (the directory exists already)."""
+        self.write_manifest(manifest)
+        self.layout.metrics_dir.mkdir(exist_ok=True)
+
+    def write_manifest(self, manifest: Mapping[str, Any]) -> None:
+        """Replace ``manifest.json`` atomically."""
+        write_json_atomic(self.layout.manifest, manifest)
+
+    def append_records(self) -> JsonlAppender:
+        """An appender to ``requests.jsonl`` (one fsynced line per record; a ``with`` block)."""
+        return JsonlAppender(self.layout.requests)
+
+    def write_records(self, records: Iterable[Mapping[str, Any]]) -> None:
+        """Replace ``requests.jsonl`` with these records, atomically (an import, or a resume
+        that drops the records of unfinished trials)."""
+        write_bytes_atomic(self.layout.requests,
+                           "".join(record_line(r) for r in records).encode())
+
+    def keep_trials(self, trials: set[int]) -> None:
+        """Drop the records of every trial not in ``trials`` (a resumed run: records of a
+        trial without a manifest entry never enter statistics); nothing without records."""
+        if self.layout.requests.exists():
+            self.write_records(r for r in read_records(self.root)
+                               if int(r.get("trial", -1)) in trials)
+
+    def write_snapshot(self, trial: int, which: Snapshot, text: str) -> None:
+        """A trial's raw ``/metrics`` text, before or after its measured requests."""
+        write_bytes_atomic(self.layout.snapshot(trial, which), text.encode())
+
+    def log_header(self, trial: int, argv: Iterable[str]) -> None:
+        """The line that opens a trial's part of ``server.log``."""
+        with self.layout.server_log.open("a") as log:
+            log.write(f"\n===== crossbench trial {trial}: {' '.join(argv)} =====\n")
+
+    def write_summary(self, summary: Mapping[str, Any]) -> None:
+        """Replace ``summary.json``."""
+        write_json_atomic(self.layout.summary, summary)
+
+
+def write_state(root: Path, state: Mapping[str, Any]) -> None:
+    """Replace a matrix's or an import's ``state.json`` atomically."""
+    write_json_atomic(root / STATE, state)
+
+
+def write_analysis(root: Path, result: Mapping[str, Any],
+                   tables: Mapping[str, str]) -> list[Path]:
+    """Write ``analysis.json`` and the tables (``{"verdicts.md": text, ...}``) under
+    ``analysis/``; returns the paths, ``analysis.json`` first. Only ``crossbench analyze``
+    writes these: readers compute an analysis and keep it."""
+    written = [root / ANALYSIS]
+    write_json_atomic(written[0], result)
+    for name, text in tables.items():
+        path = root / ANALYSIS_DIR / name
+        write_bytes_atomic(path, text.encode())
+        written.append(path)
+    return written
+
+
+# -- the reader -----------------------------------------------------------------------------
+
+DirKind = Literal["matrix", "import", "run"]
+"""What a directory holds: a matrix run, an import, or a single run."""
+
+NOT_A_RUN_FIX = ("point RUN_DIR at the --out of `crossbench matrix`, `crossbench run` or "
+                 "`crossbench import`")
+"""The fix of a directory that holds no run."""
+
+
+def is_run(root: Path) -> bool:
+    """Whether ``root`` holds a single run (``manifest.json``), a cell of a matrix included."""
+    return (root / MANIFEST).exists()
+
+
+def is_matrix(root: Path) -> bool:
+    """Whether ``root`` holds a matrix run or an import (``state.json``)."""
+    return (root / STATE).exists()
+
+
+def not_a_run(root: Path) -> UserError:
+    """The error for a directory that holds no run (no state.json or manifest.json)."""
+    return UserError(f"{root} is not a run directory (no {STATE} or {MANIFEST})", NOT_A_RUN_FIX)
+
+
+def read_json(path: Path) -> dict[str, Any]:
+    """A JSON object of a run directory for reading (analysis, report); a user error names
+    the file when it is not one."""
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError) as e:
+        raise UserError(f"cannot read {path}: {e}", "point at a complete run directory") from None
+    if not isinstance(data, dict):
+        raise UserError(f"{path} is not a JSON object", "point at a complete run directory")
+    return data
+
+
+def read_manifest(root: Path) -> dict[str, Any]:
+    """``root/manifest.json``, refused when of a newer format than this crossbench reads (its
+    own version, and that of every trial's provenance)."""
+    path = root / MANIFEST
+    manifest = read_json(path)
+    check_version(path, manifest, MANIFEST_SCHEMA, "run manifest")
+    trials = manifest.get("trials")
+    for entry in trials if isinstance(trials, list) else []:
+        prov = entry.get("provenance") if isinstance(entry, dict) else None
+        if isinstance(prov, dict):
+            check_version(path, prov, PROVENANCE_SCHEMA,
+                          f"provenance of trial {entry.get('trial')}")
+    return manifest
+
+
+MANIFEST_FIX = ("restore it from a copy, or run again with a new --out (a cell's records "
+                "are kept beside it)")
+"""The fix of a manifest a resume cannot use."""
+
+
+def read_resume_manifest(root: Path) -> dict[str, Any]:
+    """``root/manifest.json`` of a run to continue, checked: a :class:`UserError` names the
+    file when it cannot be read, is of a newer format, is not a run's, or lacks what a resume
+    reads (the trial list and the engine)."""
+    path = root / MANIFEST
+    manifest = read_json_object(path, MANIFEST_FIX)
+    check_version(path, manifest, MANIFEST_SCHEMA, "run manifest", MANIFEST_FIX)
+    kind = manifest.get("kind")
+    trials = manifest.get("trials")
+    bad = [] if kind in (RUN_KIND, None) else [f"kind {kind!r}"]
+    if not (isinstance(trials, list) and all(isinstance(e, dict) and type(e.get("trial")) is int
+                                              and isinstance(e.get("status"), str)
+                                              for e in trials)):
+        bad.append("trials")
+    if not isinstance(manifest.get("engine"), dict) or "sha256" not in manifest["engine"]:
+        bad.append("engine")
+    if bad:
+        raise UserError(f"{path} is not a complete run manifest (missing or malformed: "
+                        f"{', '.join(bad)})", MANIFEST_FIX)
+    return manifest
+
+
+def finished_trials(manifest: Mapping[str, Any]) -> set[int] | None:
+    """Trials the manifest records an outcome for (ok or failed); None when it keeps no trial
+    list (imports). Records of a trial without one (killed mid-way, never resumed) never enter
+    statistics; a failed trial's records stay, errors counted in their own group."""
+    entries = manifest.get("trials")
+    if not isinstance(entries, list) or not all(isinstance(e, dict) for e in entries):
+        return None
+    return {int(e["trial"]) for e in entries if "trial" in e}
+
+
+@contextlib.contextmanager
+def paused_gc() -> Iterator[None]:
+    """Pause the cyclic garbage collector (records are acyclic: reference counting frees
+    them; a collection scans every live chunk list, which dominated large analyses)."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
+
+
+def read_records(root: Path, manifest: Mapping[str, Any] | None = None) -> list[dict[str, Any]]:
+    """Every complete record of ``root/requests.jsonl`` (module docstring: a torn last line is
+    ignored; a damaged line, or a request recorded twice, is a :class:`UserError`); none
+    without the file. With ``manifest``, only the records of trials it records an outcome for
+    (:func:`finished_trials`)."""
+    path = root / REQUESTS
+    if not path.exists():
+        return []
+    with paused_gc():  # the duplicate check allocates too: a collection would scan every chunk
+        scan = scan_jsonl(path)
+        check_unique_requests(path, scan)
+    records = scan.records
+    done = finished_trials(manifest) if manifest is not None else None
+    if done is None:
+        return records
+    return [r for r in records if int(r.get("trial", 0)) in done]
+
+
+def check_unique_requests(path: Path, scan: JsonlScan) -> None:
+    """Refuse records that repeat a (``trial``, ``request_index``), naming the lines."""
+    seen: dict[tuple[int, int], int] = {}
+    twice: list[tuple[int, int, int, int]] = []
+    for rec, line in zip(scan.records, scan.lines, strict=True):
+        trial, index = rec.get("trial", 0), rec.get("request_index")
+        if type(trial) is int and type(index) is int:
+            first = seen.setdefault((trial, index), line)
+            if first != line:
+                twice.append((trial, index, first, line))
+    if twice:
+        listed = "; ".join(f"trial {t} request {i} on lines {a} and {b}"
+                           for t, i, a, b in twice[:3])
+        more = f" and {len(twice) - 3} more" if len(twice) > 3 else ""
+        raise UserError(f"{path} records {len(twice)} request(s) twice ({listed}{more})",
+                        "crossbench writes each trial's request once, so the file was appended "
+                        "to or merged by hand: remove the duplicate lines, or restore the file "
+                        "from a copy")
+
+
+def read_snapshots(root: Path, trial: int) -> tuple[str, str] | None:
+    """The raw ``/metrics`` texts (before, after) of a trial's measured window; None when
+    either is missing."""
+    layout = RunLayout(root)
+    b, a = layout.snapshot(trial, "before"), layout.snapshot(trial, "after")
+    if not (b.exists() and a.exists()):
+        return None
+    return b.read_text(), a.read_text()
+
+
+def telemetry_traces(root: Path) -> list[tuple[int, Path]]:
+    """(trial, path) of a run's telemetry traces (``telemetry/tK.csv``), in name order."""
+    out = []
+    for path in sorted((root / TELEMETRY_DIR).glob("t*.csv")):
+        stem = path.stem[1:]
+        if stem.isdigit():
+            out.append((int(stem), path))
+    return out
+
+
+STATE_FIX = ("restore state.json from a copy; each folder under cells/ is a run directory "
+             "that `crossbench analyze` reads on its own")
+"""The fix of a state.json the analysis cannot use."""
+
+
+def read_state(root: Path) -> dict[str, Any]:
+    """``root/state.json`` of a matrix or an import for reading, checked
+    (:func:`check_state`: its kind, version and cells)."""
+    path = root / STATE
+    state = read_json(path)
+    check_state(path, state, (MATRIX_KIND, IMPORT_KIND), ("cells",), STATE_FIX)
+    return state
+
+
+def state_kind(state: Mapping[str, Any]) -> DirKind:
+    """``import`` or ``matrix``, by a state's kind."""
+    return "import" if state.get("kind") == IMPORT_KIND else "matrix"
+
+
+def ran_cells(root: Path, state: Mapping[str, Any]) -> list[tuple[CellEntry, Path]]:
+    """The cells of a state that ran (their folder holds a manifest), with their folders; a
+    cell that never ran is left out (``crossbench status`` lists it as missing)."""
+    out = []
+    for c in state.get("cells", []):
+        d = root / c["dir"]
+        if (d / MANIFEST).exists():
+            out.append((c, d))
+    return out
+
+
+def read_matrix_file(root: Path) -> tuple[str | None, dict[str, Any] | None]:
+    """(text, parsed mapping) of a matrix directory's ``matrix.yaml``; (None, None) without
+    one, the mapping None when the file is not one."""
+    import yaml
+
+    path = root / MATRIX_FILE
+    if not path.exists():
+        return None, None
+    text = path.read_text()
+    loaded = yaml.safe_load(text)
+    return text, loaded if isinstance(loaded, dict) else None
+
+
+def read_summary(path: Path, fix: str) -> dict[str, Any]:
+    """A run's ``summary.json``: any version up to this crossbench's, never a newer one; a
+    :class:`UserError` names the file and ``fix`` when it cannot be used."""
+    summary = read_json_object(path, fix)
+    check_version(path, summary, SUMMARY_SCHEMA, "run summary", fix)
+    return summary
+
+
+def read_analysis(root: Path) -> dict[str, Any] | None:
+    """``root/analysis.json`` as ``crossbench analyze`` wrote it (None without one); refused
+    unless of this crossbench's format (a report draws the current format's fields)."""
+    path = root / ANALYSIS
+    if not path.exists():
+        return None
+    result = read_json(path)
+    version = result.get("schema_version")
+    if version != ANALYSIS_SCHEMA:
+        raise UserError(f"{path} has schema_version {version!r}; this crossbench reads "
+                        f"{ANALYSIS_SCHEMA}",
+                        f"re-run `crossbench analyze {root}` with this crossbench")
+    return result
+
+
+def read_predictions(root: Path) -> dict[str, dict[str, Any]]:
+    """Probe-and-predict decisions of the matrix run in ``root`` by cell id, the last line of
+    each cell winning (empty without the file)."""
+    path = root / PREDICTIONS
+    if not path.exists():
+        return {}
+    return {str(r["cell"]): r for r in read_jsonl(path) if isinstance(r, dict) and "cell" in r}
+
+
+def read_stops(root: Path) -> dict[str, dict[str, Any]]:
+    """Stopped cells of the matrix run in ``root`` by id, as ``stops.jsonl`` records them
+    (empty without the file)."""
+    path = root / STOPS
+    if not path.exists():
+        return {}
+    return {str(r["cell"]): r for r in read_jsonl(path) if isinstance(r, dict) and "cell" in r}
