@@ -139,7 +139,7 @@ def _annotated_flags(node: ast.AnnAssign) -> dict[str, dict[str, Any]]:
     if isinstance(node.value, ast.Constant) and isinstance(node.value.value,
                                                          str | int | float | bool | None):
         info["default"] = node.value.value
-    out = {flag: info}
+    out: dict[str, dict[str, Any]] = {str(flag): info}
     for alias in aliases:
         out[str(alias)] = {**info, "alias_of": flag}
     return out
@@ -254,7 +254,7 @@ def generate(path: Path) -> dict[str, Any]:
         "version": version,
         "source": source,
         "requires_torch": torch[0] if torch else None,
-        "requires_python": (meta.get("Requires-Python") or [None])[0],
+        "requires_python": next(iter(meta.get("Requires-Python") or []), None),
         "speculative_algorithms": speculative_algorithms(src),
         "speculative_flags": [f for f in flags if f.startswith("--speculative-")],
         "server_info_paths": [p for p in http_routes(src) if p.endswith("server_info")],
