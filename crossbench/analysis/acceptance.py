@@ -9,7 +9,8 @@ Definitions (all fractions in [0, 1], never percentages):
 - *per-position acceptance* p_k (k = 0 first) = share of drafts whose accepted prefix reaches
   position k (unconditional), so p_0 >= p_1 >= ... and MAL = 1 + sum(p_k).
 
-Run-level figures come from ``/metrics`` counter deltas (llama.cpp:
+Run-level figures come from ``/metrics`` counter deltas, under the names each engine
+registers (:class:`crossbench.engines.base.SpecCounters`; llama.cpp:
 ``llamacpp:spec_decode_num_drafts_total``, ``..._num_draft_tokens_total``,
 ``..._num_accepted_tokens_total``, ``..._num_accepted_tokens_per_pos_total{position="k"}``;
 names without ``_total`` are accepted too). Per-request figures come from each response's
@@ -22,6 +23,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from crossbench.engines.base import SpecCounters
 from crossbench.engines.prometheus import labelled, total
 
 #: llama-server's counter prefix (the default); other engines register theirs
@@ -37,9 +39,15 @@ class CounterDelta:
     accepted: float = 0.0
     per_position: list[float] = field(default_factory=list)
     present: bool = False
+    #: False when the engine counts no drafted tokens (``draft_tokens`` then stays 0 and the
+    #: draft acceptance rate is unknown; SGLang counts verification steps only)
+    draft_tokens_counted: bool = True
 
     def add(self, other: CounterDelta) -> None:
         """Accumulate another window (e.g. the next trial)."""
+        if other.present:
+            self.draft_tokens_counted = (self.draft_tokens_counted if self.present else True) \
+                and other.draft_tokens_counted
         self.drafts += other.drafts
         self.draft_tokens += other.draft_tokens
         self.accepted += other.accepted
@@ -50,30 +58,49 @@ class CounterDelta:
         self.present = self.present or other.present
 
 
+def spec_counters(prefix: str) -> SpecCounters:
+    """The counters of the engine registered with ``prefix`` (its ``spec_metric_prefix``,
+    which manifests record); the standard four names under that prefix for any other."""
+    from crossbench.engines import registry
+
+    return registry.counters_for_prefix(prefix)
+
+
 def counter_delta(before: Mapping[str, float], after: Mapping[str, float],
-                  prefix: str = PREFIX) -> CounterDelta:
+                  prefix: str | SpecCounters = PREFIX) -> CounterDelta:
     """Delta of the speculative counters between two parsed ``/metrics`` scrapes.
 
     ``prefix`` is the engine's counter prefix (``llamacpp:spec_decode_``,
-    ``vllm:spec_decode_``; registered with the engine). Series that differ only in other
-    labels (vLLM's ``engine`` under data parallel) are summed.
+    ``vllm:spec_decode_``; registered with the engine, whose :class:`SpecCounters` it
+    selects) or the counters themselves. Series that differ only in other labels (vLLM's
+    ``engine`` under data parallel) are summed.
     """
-    def d(name: str) -> float | None:
-        a, b = total(dict(after), prefix + name), total(dict(before), prefix + name)
+    names = prefix if isinstance(prefix, SpecCounters) else spec_counters(prefix)
+
+    def d(name: str | None) -> float | None:
+        if name is None:
+            return None
+        a, b = total(dict(after), name), total(dict(before), name)
         if a is None:
             return None
         return a - (b or 0.0)
 
-    drafts = d("num_drafts_total")
-    tokens = d("num_draft_tokens_total")
-    acc = d("num_accepted_tokens_total")
-    per_pos_name = prefix + "num_accepted_tokens_per_pos_total"
-    pa = labelled(dict(after), per_pos_name, "position")
-    pb = labelled(dict(before), per_pos_name, "position")
-    top = max((int(k) for k in pa), default=-1)
-    per_pos = [pa.get(str(k), 0.0) - pb.get(str(k), 0.0) for k in range(top + 1)]
-    present = drafts is not None and tokens is not None and acc is not None
-    return CounterDelta(drafts or 0.0, tokens or 0.0, acc or 0.0, per_pos, present)
+    drafts = d(names.drafts)
+    tokens = d(names.draft_tokens)
+    acc = d(names.accepted)
+    if names.accepted is None:  # accepted = generated - requests - drafts
+        generated, requests = d(names.generated), d(names.requests)
+        if drafts is not None and generated is not None and requests is not None:
+            acc = max(0.0, generated - requests - drafts)
+    per_pos: list[float] = []
+    if names.per_position is not None:
+        pa = labelled(dict(after), names.per_position, "position")
+        pb = labelled(dict(before), names.per_position, "position")
+        top = max((int(k) for k in pa), default=-1)
+        per_pos = [pa.get(str(k), 0.0) - pb.get(str(k), 0.0) for k in range(top + 1)]
+    counted = names.draft_tokens is not None
+    present = drafts is not None and acc is not None and (tokens is not None or not counted)
+    return CounterDelta(drafts or 0.0, tokens or 0.0, acc or 0.0, per_pos, present, counted)
 
 
 @dataclass
@@ -190,17 +217,27 @@ def integrity(acc: Acceptance, delta: CounterDelta | None, n: int | None,
         return [Check("no_drafts_without_spec", ok,
                       f"drafted tokens {acc.draft_tokens:g} (expected 0: speculation is off)")]
     counted = delta is not None and delta.present
-    drafting = acc.requests_with_drafts > 0 or (counted and acc.draft_tokens > 0)
+    tokens_counted = delta is None or delta.draft_tokens_counted
+    drafting = acc.requests_with_drafts > 0 or (counted and (
+        acc.draft_tokens > 0 if tokens_counted else (acc.drafts or 0) > 0))
     checks.append(Check(
         "spec_configured_and_drafting", drafting,
         f"{acc.requests_with_drafts} requests report draft_n, {acc.requests_without_drafts} "
         f"do not; counters: {acc.draft_tokens:g} drafted tokens"
         + ("" if drafting else ": speculation is configured but nothing was drafted")))
-    checks.append(Check(
-        "accepted_le_drafted", acc.accepted_tokens <= acc.draft_tokens
-        and acc.per_request_accepted_tokens <= acc.per_request_draft_tokens,
-        f"accepted {acc.accepted_tokens:g} <= drafted {acc.draft_tokens:g} (counters); "
-        f"{acc.per_request_accepted_tokens:g} <= {acc.per_request_draft_tokens:g} (timings)"))
+    if tokens_counted:
+        checks.append(Check(
+            "accepted_le_drafted", acc.accepted_tokens <= acc.draft_tokens
+            and acc.per_request_accepted_tokens <= acc.per_request_draft_tokens,
+            f"accepted {acc.accepted_tokens:g} <= drafted {acc.draft_tokens:g} (counters); "
+            f"{acc.per_request_accepted_tokens:g} <= {acc.per_request_draft_tokens:g} "
+            "(timings)"))
+    elif n is not None:  # no drafted-token counter: at most n accepted per verification step
+        most = (acc.drafts or 0.0) * n
+        checks.append(Check(
+            "accepted_le_drafted", acc.accepted_tokens <= most + 1e-9,
+            f"accepted {acc.accepted_tokens:g} <= verification steps x n = {most:g} "
+            "(the engine counts no drafted tokens)"))
     if n is not None and acc.mean_acceptance_length is not None:
         checks.append(Check(
             "mal_le_n_plus_1", acc.mean_acceptance_length <= n + 1 + 1e-9,

@@ -8,11 +8,10 @@ from pathlib import Path
 from typing import Any
 
 import click
+import yaml
 from pydantic import ValidationError
 
 from crossbench.cli.common import progress, user_errors
-from crossbench.engines.llamacpp.config import SPEC_TYPES
-from crossbench.engines.llamacpp.pins import DEFAULT_PIN
 from crossbench.errors import UserError, first_validation_error
 
 EPILOG = """\b
@@ -27,7 +26,14 @@ Examples:
   # a server behind an API key: the key stays in the environment, out of every record
   export LAB_SERVER_KEY=...
   crossbench run --model T.gguf --api-key-env LAB_SERVER_KEY --out runs/keyed
+  # another engine: --spec takes its own method names, --set any field of its config
+  crossbench run --engine vllm --model Qwen/Qwen3-8B --spec ngram --n 4 \\
+      --set max_num_seqs=8 --out runs/vllm-ngram
 """
+
+#: engine-config fields of the spec, and the ``run`` option that sets each (for errors)
+SPEC_OPTIONS = {"type": "spec", "draft_model": "draft", "n": "n", "synth_rates": "synth_rates",
+                "synth_len": "synth_len"}
 
 
 INTEGRITY_HINTS = {
@@ -95,12 +101,15 @@ def format_table(summary: dict[str, Any]) -> str:
 
 
 @click.command(epilog=EPILOG)
-@click.option("--engine", default="llama-server", show_default=True, help="Engine adapter.")
+@click.option("--engine", default="llama-server", show_default=True,
+              help="Engine adapter (a registered name: llama-server, vllm, ...).")
 @click.option("--model", required=True,
               help="Target GGUF: a path, or hf://OWNER/REPO@REVISION/FILE.gguf.")
 @click.option("--draft", default=None, help="Draft GGUF: a path or an hf:// reference.")
-@click.option("--spec", "spec_type", type=click.Choice(SPEC_TYPES), default="none",
-              show_default=True, help="Speculative method (llama-server --spec-type).")
+@click.option("--spec", "spec_type", default="none", show_default=True, metavar="METHOD",
+              help="Speculative method as the engine names it (llama-server: a --spec-type "
+              "such as draft-simple or ngram-mod; vllm: a --speculative-config method such "
+              "as ngram or eagle3), or none.")
 @click.option("--n", type=int, default=None, help="Most tokens drafted per step.")
 @click.option("--synth-rates", default=None,
               help="Synthetic per-position acceptance, e.g. 0.9,0.7,0.5,0.2 (fractions).")
@@ -119,16 +128,23 @@ def format_table(summary: dict[str, Any]) -> str:
 @click.option("--seed", type=int, default=0, show_default=True)
 @click.option("--cache-prompt/--no-cache-prompt", default=False, show_default=True)
 @click.option("--binary", type=click.Path(path_type=Path), default=None,
-              help="Your own llama-server (default: crossbench's build).")
-@click.option("--pin", default=DEFAULT_PIN, show_default=True, help="Build pin to use.")
-@click.option("--variant", default="cpu", show_default=True, help="cpu or cuda-smNN.")
-@click.option("--ctx-size", type=int, default=4096, show_default=True)
+              help="The engine's executable (llama-server: your own build; default: "
+              "crossbench's build of --pin).")
+@click.option("--pin", default=None, help="Build pin to use (engines built by crossbench; "
+              "default: the config's).")
+@click.option("--variant", default=None, help="cpu or cuda-smNN (engines built by crossbench; "
+              "default: cpu).")
+@click.option("--ctx-size", type=int, default=None,
+              help="Context size in tokens (engines with a ctx_size setting; default 4096).")
 @click.option("--ngl", default=None, help="Layers on GPU (-ngl).")
 @click.option("--threads", type=int, default=None, help="Server threads (-t).")
 @click.option("--port", type=int, default=None, help="Server port (default: a free one).")
 @click.option("--server-arg", "server_args", multiple=True,
-              help="Extra raw llama-server flag (repeatable), checked against the build; "
+              help="Extra raw server flag (repeatable), checked against the engine build; "
               "values of secret flags (--api-key) are recorded redacted.")
+@click.option("--set", "settings", multiple=True, metavar="FIELD=VALUE",
+              help="Any field of the engine's config (repeatable; VALUE is YAML), e.g. "
+              "--set max_num_seqs=8; see the engine's page for its fields.")
 @click.option("--api-key-env", default=None, metavar="NAME",
               help="Environment variable holding the server's API key: passed to the server "
               "in its environment, sent as Authorization: Bearer, never recorded.")
@@ -144,6 +160,7 @@ def format_table(summary: dict[str, Any]) -> str:
 @user_errors
 def run(**o: Any) -> None:
     """Run one configuration for N trials and write raw records plus a summary."""
+    from crossbench.engines import registry
     from crossbench.models import parse_model_ref, resolve_model
     from crossbench.runner.config import RunConfig
     from crossbench.runner.single import run as run_once
@@ -152,23 +169,29 @@ def run(**o: Any) -> None:
     for key in ("model", "draft"):
         if o[key] is not None:
             o[key] = resolve_model(parse_model_ref(o[key]))
+    engine = o["engine"]
+    methods = registry.spec_methods(engine)
+    if methods is not None and o["spec_type"] not in methods:
+        raise UserError(f"--spec {o['spec_type']!r} is not a {engine} method",
+                        f"use one of: {', '.join(methods)}")
     spec: dict[str, Any] = {"type": o["spec_type"]}
     for key, val in (("n", o["n"]), ("draft_model", o["draft"]),
                      ("synth_rates", parse_rates(o["synth_rates"])),
                      ("synth_len", o["synth_len"])):
         if val is not None:
             spec[key] = val
-    engine_cfg: dict[str, Any] = {"model": o["model"], "pin": o["pin"], "variant": o["variant"],
-                                  "ctx_size": o["ctx_size"], "spec": spec,
-                                  "extra_args": list(o["server_args"])}
-    for key, val in (("binary", o["binary"]), ("n_gpu_layers", o["ngl"]),
-                     ("threads", o["threads"]), ("port", o["port"]),
-                     ("api_key_env", o["api_key_env"]), ("api_key_file", o["api_key_file"])):
-        if val is not None:
-            engine_cfg[key] = val
+    engine_cfg = engine_config(engine, o, click.get_current_context())
+    engine_cfg.update(model=o["model"], spec=spec)
+    for item in o["settings"]:
+        name, eq, text = item.partition("=")
+        if not eq or not name.strip():
+            raise UserError(f"--set {item!r} is not FIELD=VALUE", "write e.g. --set "
+                            "max_num_seqs=8")
+        engine_cfg[name.strip()] = yaml.safe_load(text)
+    options = {f: opt for opt, f in registry.run_options(engine).items()}
     try:
         cfg = RunConfig.model_validate({
-            "engine": o["engine"],
+            "engine": engine,
             "engine_config": json.loads(json.dumps(engine_cfg, default=str)),
             "trials": o["trials"], "fresh_server": not o["reuse_server"],
             "trials_per_start": o["trials_per_start"], "model_refs": refs,
@@ -178,10 +201,11 @@ def run(**o: Any) -> None:
                      "seed": o["seed"], "cache_prompt": o["cache_prompt"],
                      "concurrency": o["concurrency"], "rate": o["rate"]},
         })
+        registry.config_class(engine).model_validate(cfg.engine_config)
     except ValidationError as e:
         field, _, msg = first_validation_error(e)
-        flag = field.split(".")[-1].replace("_", "-")
-        raise UserError(f"{field}: {msg}", f"fix --{flag}") from None
+        raise UserError(f"{field}: {msg}", f"fix {_flag(field, options, o['settings'])}") \
+            from None
     summary = run_once(cfg, o["out"], progress=progress, argv=sys.argv)
     if o["as_json"]:
         click.echo(json.dumps(summary, indent=2))
@@ -194,6 +218,53 @@ def run(**o: Any) -> None:
                    f"{failed[0]['detail']} (fix: {INTEGRITY_HINTS.get(failed[0]['name'], '')})",
                    err=True)
         sys.exit(1)
+
+
+def engine_config(engine: str, o: dict[str, Any], ctx: click.Context) -> dict[str, Any]:
+    """The engine config that ``crossbench run``'s engine options give: each option the
+    engine takes (:func:`crossbench.engines.registry.run_options`, derived from its config
+    model) as given, else its config field's default when that is set; an option given for
+    an engine without the setting is a UserError naming it."""
+    from pydantic_core import PydanticUndefined
+
+    from crossbench.engines import registry
+
+    takes = registry.run_options(engine)
+    fields = registry.config_class(engine).model_fields
+    out: dict[str, Any] = {}
+    for opt in registry.RUN_OPTION_FIELDS:
+        given = ctx.get_parameter_source(opt) not in (None, click.core.ParameterSource.DEFAULT)
+        if opt not in takes:
+            if given:
+                flag = "--" + opt.replace("_", "-")
+                raise UserError(f"{flag}: {engine} has no {registry.RUN_OPTION_FIELDS[opt]} "
+                                "setting", f"drop {flag}, or set one of the engine's own "
+                                "fields with --set FIELD=VALUE")
+            continue
+        name = takes[opt]
+        value = o[opt]
+        if isinstance(value, tuple):
+            value = list(value)
+        if not given:
+            default = fields[name].get_default(call_default_factory=True)
+            value = None if default is PydanticUndefined else default
+        if value is not None:
+            out[name] = value
+    return out
+
+
+def _flag(field: str, options: dict[str, str], settings: tuple[str, ...]) -> str:
+    """The ``run`` option that sets an engine-config field named in a validation error."""
+    head, _, rest = field.partition(".")
+    if head == "engine_config":
+        head, _, rest = rest.partition(".")
+    if head == "spec" and rest.split(".")[0] in SPEC_OPTIONS:
+        return "--" + SPEC_OPTIONS[rest.split(".")[0]].replace("_", "-")
+    if head in options:
+        return "--" + options[head].replace("_", "-")
+    if any(s.partition("=")[0].strip() == head for s in settings):
+        return f"--set {head}=..."
+    return "--" + field.split(".")[-1].replace("_", "-")
 
 
 @click.command(epilog="""\b

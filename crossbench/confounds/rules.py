@@ -71,16 +71,16 @@ class Rule:
         return Finding(self.id, severity, message, action, self.source)
 
 
-# -- reading views ---------------------------------------------------------------------------
+# -- reading views (public: engines' own rules use them too) ----------------------------------
 
 
-def _arms(a: View, b: View, ctx: PairContext) -> Iterator[tuple[str, View]]:
+def arms(a: View, b: View, ctx: PairContext) -> Iterator[tuple[str, View]]:
     yield ctx.labels[0], a
     if not ctx.single:
         yield ctx.labels[1], b
 
 
-def _truthy(v: Scalar | None) -> bool:
+def truthy(v: Scalar | None) -> bool:
     """Set and not false-like: ``True``, ``1``, ``"on"``, or a fact's text (e.g. the reason
     vLLM logged for a model runner fallback)."""
     if isinstance(v, str):
@@ -88,19 +88,15 @@ def _truthy(v: Scalar | None) -> bool:
     return bool(v)
 
 
-def _kind(v: View) -> str:
+def kind(v: View) -> str:
     return str(v.get("engine.kind", ""))
 
 
-def _is_vllm(v: View) -> bool:
-    return _kind(v).startswith("vllm")
-
-
-def _mtp(v: View) -> bool:
+def mtp(v: View) -> bool:
     return any("mtp" in str(v.get(k, "")).lower() for k in ("spec.type", "spec.method"))
 
 
-def _num(v: Scalar | None) -> float | None:
+def num(v: Scalar | None) -> float | None:
     if v is None or isinstance(v, bool):
         return None
     try:
@@ -116,31 +112,10 @@ def _fmt(v: Scalar | None) -> str:
 # -- the rules ---------------------------------------------------------------------------------
 
 
-def _prefix_caching_mtp(rule: Rule, a: View, b: View, ctx: PairContext) -> list[Finding]:
-    out = []
-    for label, v in _arms(a, b, ctx):
-        if not (_is_vllm(v) and _mtp(v)):
-            continue
-        keys = ("server.enable_prefix_caching", "engine.startup.enable_prefix_caching",
-                "engine.startup.prefix_caching")
-        given = [v[k] for k in keys if k in v]
-        if given and not _truthy(given[0]):
-            continue
-        how = "on" if given else "not set, and vLLM enables it by default"
-        out.append(rule.finding(
-            "confounding",
-            f"{label}: vLLM with MTP and prefix caching ({how}); MTP lowers the prefix-cache hit "
-            "rate, so the MTP arm pays prefill the baseline skips and the speed difference "
-            "mixes the two effects",
-            "run both arms with prefix caching off (server: {enable_prefix_caching: false}, "
-            "i.e. --no-enable-prefix-caching), or with prompts that share no prefix"))
-    return out
-
-
 def _batched_tokens(rule: Rule, a: View, b: View, ctx: PairContext) -> list[Finding]:
     key = "server.max_num_batched_tokens"
     va, vb = a.get(key), b.get(key)
-    if va == vb or _kind(a) != _kind(b):  # across engines, settings differ by nature
+    if va == vb or kind(a) != kind(b):  # across engines, settings differ by nature
         return []
     la, lb = ctx.labels
     if va is None or vb is None:
@@ -161,7 +136,7 @@ def _memory_or_seqs(rule: Rule, a: View, b: View, ctx: PairContext) -> list[Find
     diffs = [f"{k.removeprefix('server.')} {_fmt(a.get(k))}/{_fmt(b.get(k))}"
              for k in ("server.gpu_memory_utilization", "server.max_num_seqs")
              if a.get(k) != b.get(k)]
-    if not diffs or _kind(a) != _kind(b):  # across engines, settings differ by nature
+    if not diffs or kind(a) != kind(b):  # across engines, settings differ by nature
         return []
     return [rule.finding(
         "confounding",
@@ -172,27 +147,9 @@ def _memory_or_seqs(rule: Rule, a: View, b: View, ctx: PairContext) -> list[Find
         "shared `server:`)")]
 
 
-def _parallel_mtp(rule: Rule, a: View, b: View, ctx: PairContext) -> list[Finding]:
-    out = []
-    for label, v in _arms(a, b, ctx):
-        if _kind(v) != "llama-server" or not _mtp(v):
-            continue
-        slots = max(_num(v.get("server.parallel")) or 1, _num(v.get("server_props.total_slots"))
-                    or 1)
-        if slots > 1:
-            out.append(rule.finding(
-                "confounding",
-                f"{label}: llama-server with MTP and {slots:g} parallel slots; with more than "
-                "one slot MTP drafts read other slots' hidden states and acceptance collapses, "
-                "so the MTP arm is slowed by the setup, not by MTP",
-                "run MTP arms with parallel: 1 (-np 1), or use a build that fixes multi-slot "
-                "MTP and record it"))
-    return out
-
-
 def _synthetic(rule: Rule, a: View, b: View, ctx: PairContext) -> list[Finding]:
     out = []
-    for label, v in _arms(a, b, ctx):
+    for label, v in arms(a, b, ctx):
         synth = {k: x for k, x in v.items() if k.startswith("spec.") and "synth" in k
                  and x not in ("", "[]", 0, False)}
         if str(v.get("spec.rejection_sample_method", "")).lower() == "synthetic":
@@ -235,8 +192,8 @@ def _engine_builds(rule: Rule, a: View, b: View, ctx: PairContext) -> list[Findi
 def _greedy_parity(rule: Rule, a: View, b: View, ctx: PairContext) -> list[Finding]:
     if not ctx.greedy_parity:
         return []
-    hot = [f"{label} temperature {v.get('load.temperature')}" for label, v in _arms(a, b, ctx)
-           if (_num(v.get("load.temperature")) or 0) > 0]
+    hot = [f"{label} temperature {v.get('load.temperature')}" for label, v in arms(a, b, ctx)
+           if (num(v.get("load.temperature")) or 0) > 0]
     if not hot:
         return []
     return [rule.finding(
@@ -261,36 +218,7 @@ def _thinking(rule: Rule, a: View, b: View, ctx: PairContext) -> list[Finding]:
         "set load.thinking to the same value on both arms")]
 
 
-def _runner_fallback(rule: Rule, a: View, b: View, ctx: PairContext) -> list[Finding]:
-    key = "engine.startup.model_runner_fallback"
-    fa, fb = _truthy(a.get(key)), _truthy(b.get(key))
-    la, lb = ctx.labels
-    if fa != fb:
-        arm = la if fa else lb
-        return [rule.finding(
-            "confounding",
-            f"{arm} fell back from vLLM's V2 model runner to V1 (logged at start-up), the "
-            "other arm did not: the arms ran different execution paths",
-            "find the feature that forces the fallback (the start-up log names it) and give "
-            "both arms the same runner (VLLM_USE_V2_MODEL_RUNNER=0 on both, or avoid the "
-            "feature)")]
-    if fa and fb and not ctx.single:
-        return [rule.finding(
-            "caveat", "both arms fell back from vLLM's V2 model runner to V1",
-            "report the runner with the result; results on the default runner may differ")]
-    if fa and ctx.single:
-        return [rule.finding(
-            "caveat", f"{la} fell back from vLLM's V2 model runner to V1",
-            "check that its comparison arm fell back as well")]
-    return []
-
-
-RULES: tuple[Rule, ...] = (
-    Rule("vllm-prefix-caching-mtp", "Prefix caching with MTP on vLLM",
-         "MTP speculative decoding lowers vLLM's prefix-cache hit rate, so with prefix caching "
-         "on an MTP arm re-prefills what a baseline serves from cache.",
-         "https://github.com/vllm-project/vllm/issues/38182", _prefix_caching_mtp,
-         per_arm=True),
+SHARED_RULES: tuple[Rule, ...] = (
     Rule("max-num-batched-tokens-one-arm", "max_num_batched_tokens on one arm only",
          "The scheduler's token budget per step sets prefill chunking and batching; an arm "
          "left at the default runs a different scheduler configuration.",
@@ -301,10 +229,6 @@ RULES: tuple[Rule, ...] = (
          "an MTP arm at 0.80/2 against a baseline at 0.90/8.",
          "https://docs.vllm.ai/en/stable/configuration/optimization/#preemption",
          _memory_or_seqs),
-    Rule("llama-parallel-slots-mtp", "llama-server parallel slots > 1 with MTP",
-         "With more than one slot, MTP drafts of slots other than the first read the wrong "
-         "hidden states and acceptance collapses.",
-         "https://github.com/ggml-org/llama.cpp/issues/27572", _parallel_mtp, per_arm=True),
     Rule("synthetic-acceptance", "Synthetic acceptance",
          "Benchmark-only acceptance: the verifier accepts drafts with scripted probabilities; "
          "the speed is real for that acceptance, the output is not valid text.",
@@ -323,29 +247,42 @@ RULES: tuple[Rule, ...] = (
          "different text with different acceptance.",
          "https://huggingface.co/Qwen/Qwen3-8B#switching-between-thinking-and-non-thinking-mode",
          _thinking),
-    Rule("vllm-model-runner-fallback", "vLLM model runner fallback on one arm only",
-         "vLLM falls back from the V2 to the V1 model runner when a feature is unsupported and "
-         "logs it at start-up; arms on different runners run different code.",
-         "https://github.com/vllm-project/vllm/issues/41286", _runner_fallback, per_arm=True),
 )
+
+
+def all_rules() -> tuple[Rule, ...]:
+    """The shared rules, then every registered engine's own (``rules`` of
+    :func:`crossbench.engines.registry.register`)."""
+    from crossbench.engines import registry
+
+    return (*SHARED_RULES, *registry.engine_rules())
+
+
+def __getattr__(name: str) -> Any:
+    """``RULES``: :func:`all_rules`, computed when asked for (engine rule modules import this
+    one, so they cannot load while it does)."""
+    if name == "RULES":
+        return all_rules()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def rule(rule_id: str) -> Rule:
     """A rule by id."""
-    for r in RULES:
+    rules = all_rules()
+    for r in rules:
         if r.id == rule_id:
             return r
-    raise KeyError(f"no rule {rule_id!r}; rules: {', '.join(r.id for r in RULES)}")
+    raise KeyError(f"no rule {rule_id!r}; rules: {', '.join(r.id for r in rules)}")
 
 
 def check_pair(a: View, b: View, labels: tuple[str, str] = ("A", "B"),
                axis: str | None = "spec", greedy_parity: bool = False) -> list[Finding]:
     """Every finding of every rule on a pair of trials (A and B as normalized views)."""
     ctx = PairContext(labels, axis, greedy_parity)
-    return [f for r in RULES for f in r.check(r, a, b, ctx)]
+    return [f for r in all_rules() for f in r.check(r, a, b, ctx)]
 
 
 def check_trial(view: View, label: str = "trial") -> list[Finding]:
     """The findings of the rules that concern one trial alone."""
     ctx = PairContext((label, label), None, False, single=True)
-    return [f for r in RULES if r.per_arm for f in r.check(r, view, view, ctx)]
+    return [f for r in all_rules() if r.per_arm for f in r.check(r, view, view, ctx)]

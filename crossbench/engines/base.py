@@ -16,9 +16,10 @@ Servers are context managers: ``with server: ...`` runs start/wait_ready and alw
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from types import TracebackType
+from types import MappingProxyType, TracebackType
 from typing import Any
 
 from crossbench.engines.auth import ApiKey
@@ -35,6 +36,40 @@ class MetricsSnapshot:
     t_ns: int
     text: str
     samples: dict[str, float] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class SpecCounters:
+    """Where an engine's ``/metrics`` count speculation: the names of its counters (with or
+    without ``_total``; series are summed over their labels), registered with the engine and
+    read by :func:`crossbench.analysis.acceptance.counter_delta`.
+
+    ``drafts`` counts verification steps that carried drafted tokens, ``draft_tokens`` the
+    tokens drafted, ``accepted`` the drafted tokens accepted and ``per_position`` (labelled
+    ``position``) the drafts whose accepted prefix reached each position. An engine without
+    an ``accepted`` counter may name ``generated`` (output tokens) and ``requests`` (finished
+    requests) instead: every request's first token comes from its prefill and every later
+    step is a verification step emitting its accepted drafts plus one token, so accepted =
+    generated - requests - drafts. A name left None is a figure the engine does not count.
+
+    Example (llama-server, vLLM): ``SpecCounters.standard("vllm:spec_decode_")``.
+    """
+
+    drafts: str
+    draft_tokens: str | None
+    accepted: str | None
+    per_position: str | None = None
+    generated: str | None = None
+    requests: str | None = None
+
+    @classmethod
+    def standard(cls, prefix: str) -> SpecCounters:
+        """The four counters of llama-server and vLLM: ``<prefix>num_drafts_total``,
+        ``..._num_draft_tokens_total``, ``..._num_accepted_tokens_total`` and
+        ``..._num_accepted_tokens_per_pos_total{position="k"}``."""
+        return cls(prefix + "num_drafts_total", prefix + "num_draft_tokens_total",
+                   prefix + "num_accepted_tokens_total",
+                   prefix + "num_accepted_tokens_per_pos_total")
 
 
 @dataclass(frozen=True)
@@ -58,6 +93,24 @@ class EngineServer(ABC):
     #: gauge of requests in flight in the metrics, if the engine exports one (the runner
     #: waits for it to reach 0 before the closing scrape)
     in_flight_metric: str | None = None
+    #: outcome of the last :meth:`stop` (signals needed, leftover processes, GPU memory
+    #: released), recorded with the trial when not empty; engines whose stop has nothing to
+    #: report keep this empty default. Example (vLLM): ``{"sigkill": [], "leftover": [],
+    #: "gpu": "released", "stop_s": 1.2}``
+    stop_report: Mapping[str, Any] = MappingProxyType({})
+
+    @property
+    def pid(self) -> int | None:
+        """Process id of the running server (its process group), None while none runs. The
+        runner reads it to tell a running server from a stopped one and to attribute GPU
+        memory to the server's processes. Default: None (no process of crossbench's own)."""
+        return None
+
+    def props(self) -> dict[str, Any]:
+        """What the running server says about itself (llama-server's ``/props``, vLLM's
+        served models and start-up facts, SGLang's server info), read once per trial after
+        :meth:`wait_ready`; the runner records a fixed subset of its keys. Default: ``{}``."""
+        return {}
 
     @abstractmethod
     def validate(self) -> None:

@@ -1,33 +1,67 @@
 """Lazy engine registry: names map to ``"module:Class"`` so heavy adapters load only when asked.
 
-Built-in engines register exactly as a third party would, with :func:`register`.
+Built-in engines register exactly as a third party would, with :func:`register`: one call
+names the adapter and its config model and declares what shared code needs from the engine
+without loading it (its speculative counters, its process names, its own confound rules, the
+``crossbench run`` options its config takes). Shared code asks here and never branches on
+engine names.
 """
 
 from __future__ import annotations
 
 import importlib
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, get_args
 
 from pydantic import BaseModel, ValidationError
 
-from crossbench.engines.base import EngineServer
+from crossbench.engines.base import EngineServer, SpecCounters
 from crossbench.errors import UserError, first_validation_error
 
-_ENGINES: dict[str, tuple[str, str]] = {}
-_PREFIXES: dict[str, str] = {}
-_DECODE_HISTOGRAMS: dict[str, tuple[str, str] | None] = {}
-_PLANNING_STARTUP: dict[str, float | None] = {}
+#: ``crossbench run`` options that map to an engine config field of the same meaning: option
+#: name -> field name; an engine takes the option when its config model has the field
+RUN_OPTION_FIELDS: dict[str, str] = {
+    "binary": "binary", "pin": "pin", "variant": "variant", "ctx_size": "ctx_size",
+    "ngl": "n_gpu_layers", "threads": "threads", "port": "port",
+    "server_args": "extra_args", "api_key_env": "api_key_env",
+    "api_key_file": "api_key_file",
+}
+
+
+@dataclass(frozen=True)
+class Registration:
+    """What one :func:`register` call declared about an engine."""
+
+    server: str
+    config: str
+    spec_metric_prefix: str
+    counters: SpecCounters
+    decode_histograms: tuple[str, str] | None
+    planning_startup_s: float | None
+    process_names: tuple[str, ...]
+    rules: str | None
+    run_options: Mapping[str, str] = field(default_factory=dict)
+
+
+_ENGINES: dict[str, Registration] = {}
 
 
 def register(name: str, server: str, config: str,
              spec_metric_prefix: str = "llamacpp:spec_decode_",
              decode_histograms: tuple[str, str] | None = None,
-             planning_startup_s: float | None = None) -> None:
+             planning_startup_s: float | None = None,
+             spec_counters: SpecCounters | None = None,
+             process_names: tuple[str, ...] = (),
+             rules: str | None = None,
+             run_options: Mapping[str, str] | None = None) -> None:
     """Register an engine: ``server`` and ``config`` are ``"module:Class"`` paths.
 
-    ``spec_metric_prefix`` starts the names of the engine's speculative counters
-    (``<prefix>num_drafts_total`` and its siblings; see crossbench.analysis.acceptance).
+    ``spec_metric_prefix`` starts the names of the engine's speculative counters and
+    identifies them in manifests; ``spec_counters`` names them when they are not the
+    standard four under that prefix (:meth:`SpecCounters.standard`; see
+    crossbench.analysis.acceptance).
     ``decode_histograms`` names the engine's per-request histograms of (generated tokens,
     decode seconds from the first token to the last), when its metrics have them: their
     ``_sum``/``_count`` deltas over a trial give the server's own decode rate
@@ -35,41 +69,108 @@ def register(name: str, server: str, config: str,
     ``planning_startup_s`` is the server start (launch until ready) that
     ``crossbench plan`` assumes when no run measured the engine: an assumption, always
     labelled as one (crossbench.runner.plan); None leaves the start-up to ``--startup``.
+    ``process_names``: beginnings of the command names (``/proc/PID/comm``) of the engine's
+    processes, so a trial can warn about servers it did not start.
+    ``rules``: ``"module:attr"`` of the engine's own known-interaction rules (a sequence of
+    :class:`crossbench.confounds.rules.Rule`), checked with the shared ones.
+    ``run_options``: ``crossbench run`` options the engine takes beyond
+    :data:`RUN_OPTION_FIELDS` (option name -> config field).
     """
-    _ENGINES[name] = (server, config)
-    _PREFIXES[name] = spec_metric_prefix
-    _DECODE_HISTOGRAMS[name] = decode_histograms
-    _PLANNING_STARTUP[name] = planning_startup_s
+    _ENGINES[name] = Registration(
+        server, config, spec_metric_prefix,
+        spec_counters or SpecCounters.standard(spec_metric_prefix), decode_histograms,
+        planning_startup_s, tuple(process_names), rules, dict(run_options or {}))
 
 
 # planning_startup_s: the H200 cross-engine round 1 (examples/h200-cross/round1, 8B F16
 # target) measured 2.7-4.6 s for llama-server and 63-143 s for vLLM 0.26 (CUDA graph capture
 # and compilation): the assumptions round those up, for plans made before any measurement.
 register("llama-server", "crossbench.engines.llamacpp.server:LlamaServer",
-         "crossbench.engines.llamacpp.config:LlamaServerConfig", planning_startup_s=5.0)
+         "crossbench.engines.llamacpp.config:LlamaServerConfig", planning_startup_s=5.0,
+         process_names=("llama-server", "llama-cli", "llama-bench"),
+         rules="crossbench.engines.llamacpp.rules:RULES")
 register("vllm", "crossbench.engines.vllm.server:VllmServer",
          "crossbench.engines.vllm.config:VllmServerConfig", spec_metric_prefix="vllm:spec_decode_",
          decode_histograms=("vllm:request_generation_tokens", "vllm:request_decode_time_seconds"),
-         planning_startup_s=120.0)
+         planning_startup_s=120.0, process_names=("vllm",),
+         rules="crossbench.engines.vllm.rules:RULES")
+register("sglang", "crossbench.engines.sglang.server:SglangServer", "crossbench.engines.sglang.config:SglangServerConfig", spec_metric_prefix="sglang:spec_", spec_counters=SpecCounters("sglang:spec_verify_calls_total", None, None, generated="sglang:generation_tokens_total", requests="sglang:num_requests_total"), planning_startup_s=120.0, process_names=("sglang::",))  # noqa: E501
+
+
+def registration(name: str) -> Registration:
+    """Everything registered for an engine (UserError listing the names for an unknown one)."""
+    try:
+        return _ENGINES[name]
+    except KeyError:
+        raise UserError(f"unknown engine {name!r}",
+                        f"use one of: {', '.join(names())}") from None
 
 
 def spec_metric_prefix(name: str) -> str:
     """The prefix of an engine's speculative counters (read without loading the adapter)."""
-    _entry(name)
-    return _PREFIXES[name]
+    return registration(name).spec_metric_prefix
+
+
+def spec_counters(name: str) -> SpecCounters:
+    """The names of an engine's speculative counters."""
+    return registration(name).counters
+
+
+def counters_for_prefix(prefix: str) -> SpecCounters:
+    """The counters of the engine registered with ``prefix`` (the form manifests record);
+    the standard four names under ``prefix`` when no engine registered it."""
+    for entry in _ENGINES.values():
+        if entry.spec_metric_prefix == prefix:
+            return entry.counters
+    return SpecCounters.standard(prefix)
 
 
 def decode_histograms(name: str) -> tuple[str, str] | None:
     """(generated-tokens histogram, decode-seconds histogram) of an engine, or None."""
-    _entry(name)
-    return _DECODE_HISTOGRAMS[name]
+    return registration(name).decode_histograms
 
 
 def planning_startup_s(name: str) -> float | None:
     """Seconds of server start and stop that a plan assumes for an engine nothing measured
     (None: the engine registered no figure)."""
-    _entry(name)
-    return _PLANNING_STARTUP[name]
+    return registration(name).planning_startup_s
+
+
+def process_names() -> tuple[str, ...]:
+    """Beginnings of the command names of every registered engine's processes."""
+    return tuple(dict.fromkeys(n for e in _ENGINES.values() for n in e.process_names))
+
+
+def engine_rules() -> list[Any]:
+    """Every registered engine's own known-interaction rules, in registration order (loads
+    the rule modules, not the adapters)."""
+    out: list[Any] = []
+    for entry in _ENGINES.values():
+        if entry.rules is not None:
+            out.extend(_load(entry.rules))
+    return out
+
+
+def run_options(name: str) -> dict[str, str]:
+    """``crossbench run`` options the engine takes (option name -> config field): those of
+    :data:`RUN_OPTION_FIELDS` whose field its config model has, and its own."""
+    fields = config_class(name).model_fields
+    out = {opt: f for opt, f in RUN_OPTION_FIELDS.items() if f in fields}
+    return {**out, **registration(name).run_options}
+
+
+def spec_methods(name: str) -> tuple[str, ...] | None:
+    """The speculative methods an engine's config model admits (``none`` included) when its
+    ``spec.type`` is a closed set; None when the adapter checks the method itself (against
+    the release's profile)."""
+    spec = config_class(name).model_fields.get("spec")
+    model = spec.annotation if spec is not None else None
+    if not (isinstance(model, type) and issubclass(model, BaseModel)):
+        return None
+    kind = model.model_fields.get("type")
+    values = get_args(kind.annotation) if kind is not None else ()
+    return tuple(str(v) for v in values) if values and all(isinstance(v, str)
+                                                           for v in values) else None
 
 
 def names() -> list[str]:
@@ -82,17 +183,9 @@ def _load(path: str) -> Any:
     return getattr(importlib.import_module(module), attr)
 
 
-def _entry(name: str) -> tuple[str, str]:
-    try:
-        return _ENGINES[name]
-    except KeyError:
-        raise UserError(f"unknown engine {name!r}",
-                        f"use one of: {', '.join(names())}") from None
-
-
 def config_class(name: str) -> type[BaseModel]:
     """The strict config model of an engine."""
-    cls: type[BaseModel] = _load(_entry(name)[1])
+    cls: type[BaseModel] = _load(registration(name).config)
     return cls
 
 
@@ -103,14 +196,14 @@ def create(name: str, config: dict[str, Any], log_path: Path) -> EngineServer:
         cfg = cfg_cls.model_validate(config)
     except ValidationError as e:
         raise UserError(*_describe(e)) from None
-    server: EngineServer = _load(_entry(name)[0])(cfg, log_path)
+    server: EngineServer = _load(registration(name).server)(cfg, log_path)
     return server
 
 
 def reuse_settings(name: str, config: dict[str, Any], run_dir: Path) -> dict[str, Any]:
     """An engine config with what its cache reset needs when trials reuse a server
     (:meth:`EngineServer.reuse_settings`)."""
-    server_cls: type[EngineServer] = _load(_entry(name)[0])
+    server_cls: type[EngineServer] = _load(registration(name).server)
     return server_cls.reuse_settings(config, run_dir)
 
 

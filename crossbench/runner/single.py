@@ -93,8 +93,9 @@ def model_vocab_size(model: Path) -> int | None:
 
 
 def other_engine_processes(own: set[int]) -> list[tuple[int, str]]:
-    """(pid, name) of inference servers running on this host that crossbench did not start."""
-    names = ("llama-server", "vllm", "llama-cli", "llama-bench")
+    """(pid, name) of inference servers running on this host that crossbench did not start
+    (every registered engine's process names: ``process_names`` of its registration)."""
+    names = registry.process_names()
     found: list[tuple[int, str]] = []
     for entry in Path("/proc").glob("[0-9]*"):
         try:
@@ -263,7 +264,7 @@ class RunSession:
             self.writer.write_manifest(self.manifest)
             self._drop_unfinished()
         block = cfg.block
-        running = self._server is not None and getattr(self._server, "pid", None) is not None
+        running = self._server is not None and self._server.pid is not None
         # a server start serves a block of trials (block 1: every trial starts its own); a
         # trial at a block's start, or after a kill or a failure, starts a new one
         if not running or t % block == 0:
@@ -371,7 +372,7 @@ def _trial(cfg: RunConfig, t: int, server: EngineServer, engine: dict[str, Any],
     if sampler is not None:
         sampler.path.parent.mkdir(exist_ok=True)
     idle: dict[int, int] = {}
-    started_here = getattr(server, "pid", None) is None
+    started_here = server.pid is None
     if started_here:
         for check in gpu_checks.before_trial():
             if check.status in ("warn", "fail"):
@@ -413,14 +414,14 @@ def _trial(cfg: RunConfig, t: int, server: EngineServer, engine: dict[str, Any],
     elif sampler is not None:
         sampler.start()
     marks["ready"] = time.time_ns()
-    pid = getattr(server, "pid", None)
+    pid = server.pid
     if sampler is not None and isinstance(pid, int):
         sampler.set_pids([pid])  # the server and its children, for per-process memory
     # the session's engine identity: one build per run directory (a changed one is refused)
     entry["provenance"] = collect(engine, entry["argv"], _model_paths(cfg),
                                   cfg.model_refs, placement=placement)
     try:
-        props: dict[str, Any] = getattr(server, "props", dict)()
+        props = server.props()
         entry["server_props"] = _props_subset(props)
         client_cfg = _client_config(cfg, server)
 
@@ -482,9 +483,9 @@ def _trial(cfg: RunConfig, t: int, server: EngineServer, engine: dict[str, Any],
             server.stop()
         phases["stop"] = clock() - t1
         marks["stop"] = time.time_ns()
-        report = getattr(server, "stop_report", None)
+        report = server.stop_report
         if report:
-            entry["stop_report"] = report  # signals needed, leftovers, GPU memory released
+            entry["stop_report"] = dict(report)  # signals needed, leftovers, GPU memory released
         if idle and not keep_running:
             release = gpu_checks.wait_vram_released(idle)
             entry["vram_release"] = release.to_dict()

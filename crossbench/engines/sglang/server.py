@@ -1,0 +1,335 @@
+"""The SGLang adapter: typed config -> ``python -m sglang.launch_server`` argv -> a process
+group with a known lifecycle.
+
+:meth:`SglangServer.start` runs the launcher in a new session with a parent-death signal,
+logging to ``log_path``; :meth:`~SglangServer.wait_ready` polls ``/health``, then
+``/v1/models``, then reads the server info (``/server_info``, or ``/get_server_info`` on a
+release without it); :meth:`~SglangServer.stop` sends SIGTERM to the process group (the
+scheduler and detokenizer processes are in it) and SIGKILL after ``stop_timeout_s``.
+The server always runs with ``--enable-metrics``: SGLang serves ``/metrics`` only then.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import time
+from pathlib import Path
+from typing import Any
+
+from crossbench.engines.auth import UNAUTHORIZED, unauthorized
+from crossbench.engines.base import EngineIdentity, MetricsSnapshot
+from crossbench.engines.process import LocalServer, http_get, log_tail, port_in_use
+from crossbench.engines.sglang.config import CHAIN, SglangServerConfig
+from crossbench.engines.sglang.metrics import RUNNING
+from crossbench.engines.sglang.profile import SglangProfile, is_standin, profile_for
+from crossbench.errors import RunError, UserError
+
+_FLAG_RE = re.compile(r"--?[A-Za-z]")
+#: flags the adapter sets from typed fields; extra_args may not repeat them
+_MANAGED = ("--model-path", "--model", "--revision", "--host", "--port", "--enable-metrics",
+            "--served-model-name", "--speculative-algorithm", "--speculative-num-steps",
+            "--speculative-eagle-topk", "--speculative-num-draft-tokens",
+            "--speculative-draft-model-path", "--speculative-draft-model")
+_VERSION_CODE = "import sglang; print(sglang.__version__)"
+
+
+class SglangServer(LocalServer):
+    """SGLang's ``launch_server`` behind the common lifecycle.
+
+    Example::
+
+        cfg = SglangServerConfig(model="hf://Qwen/Qwen3-8B@b968826d",
+                                 spec={"type": "EAGLE3", "n": 3,
+                                       "draft_model": "AngelSlim/Qwen3-8B_eagle3"})
+        with SglangServer(cfg, log_path=Path("run/server.log")) as srv:
+            snap = srv.scrape()   # sglang:* series, label model_name
+    """
+
+    kind = "sglang"
+    in_flight_metric = RUNNING
+    api_key_variable = None  # SGLang takes its key only as --api-key
+
+    def __init__(self, config: SglangServerConfig, log_path: Path) -> None:
+        super().__init__(config.host, config.port, log_path, config, config.extra_args)
+        self.config = config
+        self._binary: Path | None = None
+        self._version_text: str | None = None
+        self._info: dict[str, Any] = {}
+        self._served: list[str] = []
+        self.stop_report: dict[str, Any] = {}
+
+    @property
+    def profile(self) -> SglangProfile:
+        """Flags, algorithms, metrics and routes of the configured release."""
+        return profile_for(self.config.version)
+
+    @property
+    def binary(self) -> Path:
+        """The Python interpreter with sglang (config ``binary``, else python3 on PATH)."""
+        if self._binary is None:
+            if self.config.binary is not None:
+                b = self.config.binary.expanduser()
+                if not b.exists():
+                    raise UserError(f"binary: {b} does not exist", "fix the path, or drop "
+                                    "`binary` to use python3 on PATH")
+                self._binary = b
+            else:
+                found = shutil.which("python3")
+                if found is None:
+                    raise UserError("python3 is not on PATH", "set binary: /path/to/python "
+                                    "(the interpreter that has sglang installed)")
+                self._binary = Path(found)
+        return self._binary
+
+    @property
+    def served_model_name(self) -> str:
+        """The name requests carry in ``model``."""
+        return self.config.served_model_name or self.config.model_path()[0]
+
+    def base_environment(self) -> dict[str, str]:
+        """crossbench's environment with the config's ``env`` over it."""
+        return {**os.environ, **self.config.env}
+
+    def warnings(self) -> list[str]:
+        """The config's warnings (a host reachable from the network)."""
+        return self.config.warnings()
+
+    # -- inputs -------------------------------------------------------------------------------
+
+    def validate_static(self) -> None:
+        """Check the algorithm and every flag against the release's profile, without the
+        interpreter or the model."""
+        self.argv(self.profile, "python3")
+
+    def validate(self) -> None:
+        """Everything :meth:`validate_static` checks, plus the installed release, a local
+        model folder and the port."""
+        cfg = self.config
+        self.validate_static()
+        if not os.access(self.binary, os.X_OK):
+            raise UserError(f"binary: {self.binary} is not executable", "chmod +x it")
+        release = self.version_text().partition("+")[0]
+        if release != cfg.version:
+            raise UserError(f"version: the config pins SGLang {cfg.version} but "
+                            f"{self.binary} has sglang {self.version_text()!r}",
+                            f"set version: {release} (make its profile first if "
+                            "engines/sglang has none), or install sglang=="
+                            f"{cfg.version}")
+        path, _ = cfg.model_path()
+        if path.startswith(("/", "./", "../", "~")) and not Path(path).expanduser().exists():
+            raise UserError(f"model: {path} does not exist",
+                            "fix the path, or give OWNER/REPO or hf://OWNER/REPO@REVISION")
+        _ = self.api_key
+        if cfg.port is not None and port_in_use(cfg.host, cfg.port):
+            raise UserError(f"port {cfg.port} on {cfg.host} is in use",
+                            "stop what holds it, or omit port to pick a free one")
+
+    def command(self) -> list[str]:
+        """Exact argv of the server (the port is 0 until :meth:`start` picks one)."""
+        try:
+            binary = str(self.binary)
+        except UserError:
+            binary = str(self.config.binary or "python3")
+        return self.argv(self.profile, binary)
+
+    def argv(self, prof: SglangProfile, binary: str) -> list[str]:
+        """The argv for a release's profile; UserError for anything the release lacks.
+
+        Server flags come only from the server settings and the speculative ones only from
+        ``spec``, so a baseline and its speculative arm differ in the ``--speculative-*``
+        flags and nothing else."""
+        cfg, spec = self.config, self.config.spec
+        if spec.enabled and spec.type not in prof.algorithms:
+            raise UserError(f"spec.type: {prof.label} has no speculative algorithm "
+                            f"{spec.type!r}", "use one of: " + ", ".join(prof.algorithms))
+        argv = [binary, "-m", "sglang.launch_server"]
+
+        def add(flag: str, value: Any, setting: str) -> None:
+            if value is None:
+                return
+            prof.check_flag(flag, setting)
+            argv.extend([flag, str(value)])
+
+        def switch(flag: str, value: bool | None, setting: str) -> None:
+            if value:
+                prof.check_flag(flag, setting)
+                argv.append(flag)
+
+        path, revision = cfg.model_path()
+        add("--model-path", path, "model")
+        add("--revision", revision, "revision")
+        add("--served-model-name", cfg.served_model_name, "served_model_name")
+        add("--host", cfg.host, "host")
+        add("--port", self._port or 0, "port")
+        switch("--enable-metrics", True, "(crossbench reads /metrics)")
+        add("--tp-size", cfg.tp_size, "tp_size")
+        add("--mem-fraction-static", cfg.mem_fraction_static, "mem_fraction_static")
+        add("--context-length", cfg.context_length, "context_length")
+        add("--max-running-requests", cfg.max_running_requests, "max_running_requests")
+        add("--chunked-prefill-size", cfg.chunked_prefill_size, "chunked_prefill_size")
+        switch("--disable-radix-cache", cfg.disable_radix_cache, "disable_radix_cache")
+        add("--random-seed", cfg.random_seed, "random_seed")
+        add("--dtype", cfg.dtype, "dtype")
+        switch("--trust-remote-code", cfg.trust_remote_code, "trust_remote_code")
+        if spec.enabled:
+            assert spec.n is not None  # the config requires n with a method
+            add("--speculative-algorithm", spec.type, "spec.type")
+            if spec.draft_model is not None:
+                draft, draft_rev = spec.draft_model, None
+                if draft.startswith("hf://"):
+                    draft, _, draft_rev = draft[len("hf://"):].partition("@")
+                add("--speculative-draft-model-path", draft, "spec.draft_model")
+                add("--speculative-draft-model-revision", draft_rev, "spec.draft_model")
+            if spec.type in CHAIN:
+                add("--speculative-num-steps", spec.n, "spec.n")
+                add("--speculative-eagle-topk", 1, "spec.n")
+            add("--speculative-num-draft-tokens", spec.n + 1, "spec.n")
+        for arg in cfg.extra_args:
+            if not _FLAG_RE.match(arg):
+                continue
+            name = arg.split("=", 1)[0]
+            if name in _MANAGED:
+                raise UserError(f"extra_args: {name} is set by crossbench",
+                                "use the typed setting (model, revision, host, port, "
+                                "served_model_name, spec) instead")
+            prof.check_raw_flag(arg)
+        return argv + list(cfg.extra_args)
+
+    # -- lifecycle ----------------------------------------------------------------------------
+
+    def request_extras(self, cache_prompt: bool) -> dict[str, Any]:
+        """Usage on every chunk (tokens per chunk) and the final usage chunk; the radix
+        cache is a server setting here (``disable_radix_cache``), not a request field."""
+        return {"stream_options": {"include_usage": True, "continuous_usage_stats": True}}
+
+    def start(self) -> None:
+        """Spawn ``launch_server`` in a new session; it dies if crossbench dies."""
+        self._info = {}
+        self._spawn()
+
+    def wait_ready(self, timeout_s: float | None = None) -> None:
+        """Poll ``/health`` until 200 and ``/v1/models`` until it answers, then read the
+        server info; fail fast when the server exits."""
+        timeout = timeout_s if timeout_s is not None else self.config.ready_timeout_s
+        deadline = time.monotonic() + timeout
+        for path in ("/health", "/v1/models"):
+            while True:
+                self._check_alive()
+                try:
+                    status, body = http_get(self.base_url + path, timeout=5.0,
+                                            headers=self.auth_headers())
+                    if status in UNAUTHORIZED:
+                        self.stop()
+                        raise unauthorized(status, path, self.api_key)
+                    if status == 200:
+                        if path == "/v1/models":
+                            self._served = [str(m.get("id")) for m in
+                                            json.loads(body).get("data", [])]
+                        break
+                except (OSError, ValueError):
+                    pass
+                if time.monotonic() > deadline:
+                    tail = log_tail(self._log_path)
+                    self.stop()
+                    raise RunError(f"sglang did not answer {path} within {timeout:.0f} s; "
+                                   f"last log lines:\n{tail}", "raise ready_timeout_s for big "
+                                   f"models (CUDA graph capture takes minutes), or read "
+                                   f"{self._log_path}")
+                time.sleep(0.1)
+        with contextlib.suppress(OSError, ValueError):
+            status, body = http_get(self.base_url + self.profile.server_info_path,
+                                    timeout=10.0, headers=self.auth_headers())
+            if status == 200:
+                self._info = json.loads(body)
+
+    def _check_alive(self) -> None:
+        proc = self._proc
+        if proc is None:
+            raise RuntimeError("wait_ready() before start()")
+        rc = proc.poll()
+        if rc is not None:
+            tail = log_tail(self._log_path, 20)
+            self.stop()
+            hint = ("a flag is unknown to this SGLang; check version: against the installed "
+                    "sglang" if "unrecognized arguments" in tail else "read the server log "
+                    "for the cause")
+            raise RunError(f"sglang exited with code {rc} during start-up; last log lines:\n"
+                           f"{tail}", hint)
+
+    def scrape(self) -> MetricsSnapshot:
+        """GET ``/metrics`` (served with ``--enable-metrics``, which crossbench passes)."""
+        return self._read_metrics("sglang", "the server runs without --enable-metrics; "
+                                  "crossbench passes it, so check extra_args and the log")
+
+    def props(self) -> dict[str, Any]:
+        """The server info (a few of its keys), the served models, stand-in or not."""
+        keep = ("version", "speculative_algorithm", "speculative_num_steps",
+                "speculative_eagle_topk", "speculative_num_draft_tokens", "tp_size",
+                "max_total_num_tokens", "disable_radix_cache", "served_model_name")
+        out: dict[str, Any] = {"served_models": list(self._served),
+                               "standin": is_standin(self.version_text())}
+        info = {k: self._info[k] for k in keep if k in self._info}
+        if info:
+            out["startup"] = info
+        return out
+
+    def version_text(self) -> str:
+        """``sglang.__version__`` of the interpreter (stand-in launchers answer theirs)."""
+        if self._version_text is None:
+            try:
+                out = subprocess.run([str(self.binary), "-c", _VERSION_CODE],
+                                     capture_output=True, text=True, timeout=120, check=False)
+            except OSError as e:
+                raise UserError(f"cannot run {self.binary}: {e}", "set binary to the Python "
+                                "interpreter that has sglang installed") from e
+            lines = [ln for ln in out.stdout.splitlines() if ln.strip()]
+            if out.returncode != 0 or not lines:
+                raise UserError(f"binary: {self.binary} cannot import sglang",
+                                f"pip install sglang=={self.config.version} into it (needs a "
+                                "GPU machine), or set binary to an interpreter that has it")
+            self._version_text = lines[-1].strip()
+        return self._version_text
+
+    def identity(self) -> EngineIdentity:
+        """Version, hash of the interpreter or launcher, stand-in or not."""
+        text = self.version_text()
+        binary = self.binary.resolve()
+        digest = hashlib.sha256(binary.read_bytes()).hexdigest()
+        extra: dict[str, Any] = {"standin": is_standin(text), "release": text.partition("+")[0],
+                                 "profile": self.profile.origin,
+                                 "served_model_name": self.served_model_name}
+        return EngineIdentity(kind=self.kind, version=text, build_number=None, commit=None,
+                              binary=str(binary), sha256={binary.name: digest}, extra=extra)
+
+    def stop(self) -> None:
+        """SIGTERM the process group, SIGKILL after ``stop_timeout_s``, wait for the port.
+        Safe to call twice."""
+        proc = self._proc
+        if proc is None:
+            return
+        self._proc = None
+        t0 = time.monotonic()
+        killed = False
+        if proc.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGTERM)
+            try:
+                proc.wait(timeout=self.config.stop_timeout_s)
+            except subprocess.TimeoutExpired:
+                killed = True
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(proc.pid, signal.SIGKILL if killed else signal.SIGTERM)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            proc.wait(timeout=10)
+        if self._port is not None:
+            deadline = time.monotonic() + 10
+            while port_in_use(self.config.host, self._port) and time.monotonic() < deadline:
+                time.sleep(0.05)
+        self.stop_report = {"sigkill": killed, "stop_s": round(time.monotonic() - t0, 3)}

@@ -1,0 +1,305 @@
+"""A **stand-in** for SGLang's ``launch_server``, for tests on machines without a GPU. It is
+not SGLang.
+
+It takes the flags crossbench's adapter emits (any other flag the release's profile lists is
+accepted and ignored; unknown ones fail as SGLang's argparse fails) and answers where
+crossbench looks, in SGLang's formats:
+
+- ``-c "import sglang; print(sglang.__version__)"`` prints ``0.5.17+crossbench.standin``:
+  the adapter marks every result of it ``standin: true``;
+- ``/health``, ``/v1/models``, ``/server_info`` and ``/get_server_info`` (the resolved
+  server arguments plus ``version``), OpenAI-compatible ``/v1/completions`` and
+  ``/v1/chat/completions`` streamed one chunk per verification step (its accepted drafts plus
+  one token), ``usage`` in every chunk with ``stream_options.continuous_usage_stats``;
+- ``/metrics`` (only with ``--enable-metrics``, as SGLang) with SGLang's family names, types
+  and help texts from the profile, label ``model_name``, rendered by prometheus_client:
+  ``sglang:spec_verify_calls_total``, ``sglang:generation_tokens_total``,
+  ``sglang:num_requests_total`` count exactly what was streamed.
+
+Acceptance: each verification step accepts the first ``a`` of ``n`` drafts with
+``P(a >= k+1) = alpha^(k+1)`` (``--standin-accept``), one uniform draw per step from a RNG
+seeded by ``--random-seed``, the request's ``seed`` and its arrival number.
+
+Use it as a config's ``binary`` through a launcher::
+
+    python -m crossbench.engines.sglang.standin launcher /tmp/python-sglang --standin-step-ms 0
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import os
+import random
+import shlex
+import signal
+import sys
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from aiohttp import web
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge
+from prometheus_client.exposition import generate_latest
+
+from crossbench.engines.sglang import metrics as names
+from crossbench.engines.sglang.profile import DEFAULT_VERSION, STANDIN_SUFFIX, profile_for
+from crossbench.paths import repo_root
+
+_WORDS = (" alpha", " beta", " gamma", " delta", " epsilon", " zeta", " eta", " theta")
+
+
+@dataclass
+class Settings:
+    """What the stand-in was asked to serve."""
+
+    model: str
+    served_name: str
+    host: str
+    port: int
+    seed: int
+    metrics: bool
+    algorithm: str | None
+    n: int
+    args: dict[str, Any]
+    step_s: float = 0.001
+    alpha: float = 0.7
+    version: str = DEFAULT_VERSION + STANDIN_SUFFIX
+
+
+def parse_settings(argv: Sequence[str]) -> Settings:
+    """Settings from ``launch_server`` arguments; exits 2 on flags SGLang would refuse."""
+    p = argparse.ArgumentParser(prog="launch_server", allow_abbrev=False)
+    p.add_argument("--model-path", "--model", required=True)
+    p.add_argument("--served-model-name", default=None)
+    p.add_argument("--host", default="127.0.0.1")
+    p.add_argument("--port", type=int, default=30000)
+    p.add_argument("--random-seed", type=int, default=0)
+    p.add_argument("--enable-metrics", action="store_true")
+    p.add_argument("--speculative-algorithm", default=None)
+    p.add_argument("--speculative-num-draft-tokens", type=int, default=None)
+    p.add_argument("--standin-step-ms", type=float, default=1.0)
+    p.add_argument("--standin-accept", type=float, default=0.7)
+    p.add_argument("--standin-version", default=DEFAULT_VERSION)
+    args, unknown = p.parse_known_args(list(argv))
+    prof = profile_for(args.standin_version)
+    bad = [u for u in unknown if u.startswith("-") and u.split("=", 1)[0] not in prof.flags]
+    if bad:
+        p.error(f"unrecognized arguments: {' '.join(bad)}")
+    algo = args.speculative_algorithm
+    if algo is not None and algo.upper() not in prof.algorithms:
+        p.error(f"Unknown speculative algorithm name: {algo}")
+    n = (args.speculative_num_draft_tokens or 1) - 1 if algo else 0
+    return Settings(model=args.model_path, served_name=args.served_model_name or
+                    args.model_path, host=args.host, port=args.port, seed=args.random_seed,
+                    metrics=args.enable_metrics, algorithm=algo, n=max(n, 0),
+                    args={k: v for k, v in vars(args).items() if not k.startswith("standin")},
+                    step_s=args.standin_step_ms / 1e3, alpha=args.standin_accept,
+                    version=args.standin_version + STANDIN_SUFFIX)
+
+
+class StandinSglang:
+    """The stand-in's HTTP application and its counters."""
+
+    def __init__(self, s: Settings) -> None:
+        self.s = s
+        self.registry = CollectorRegistry()
+        prof = profile_for(s.version.partition("+")[0])
+
+        def doc(name: str) -> str:
+            return prof.metrics.get(name, {}).get("help", name)
+
+        label = ["model_name"]
+        self.verify = Counter(names.VERIFY_CALLS, doc(names.VERIFY_CALLS), label,
+                              registry=self.registry)
+        self.generated = Counter(names.GENERATED, doc(names.GENERATED),
+                                 [*label, "is_streaming"], registry=self.registry)
+        self.prompt = Counter(names.PROMPT, doc(names.PROMPT), [*label, "is_streaming"],
+                              registry=self.registry)
+        self.requests = Counter(names.REQUESTS, doc(names.REQUESTS), label,
+                                registry=self.registry)
+        self.running = Gauge(names.RUNNING, doc(names.RUNNING), label, registry=self.registry)
+        self.accept_length = Gauge(names.ACCEPT_LENGTH, doc(names.ACCEPT_LENGTH), label,
+                                   registry=self.registry)
+        self.n_requests = 0
+        app = web.Application()
+        app.router.add_get("/health", self.health)
+        app.router.add_get("/health_generate", self.health)
+        app.router.add_get("/v1/models", self.models)
+        for path in prof.server_info_paths:
+            app.router.add_get(path, self.server_info)
+        if s.metrics:
+            app.router.add_get("/metrics", self.prometheus)
+        app.router.add_post("/v1/completions", self.completions)
+        app.router.add_post("/v1/chat/completions", self.chat)
+        self.app = app
+
+    def _l(self) -> str:
+        return self.s.served_name
+
+    async def health(self, _: web.Request) -> web.Response:
+        """SGLang's ``/health``: 200 once serving."""
+        return web.Response(status=200, headers={"X-Crossbench-Standin": "1"})
+
+    async def models(self, _: web.Request) -> web.Response:
+        """The served model, as SGLang lists it."""
+        return web.json_response({"object": "list", "data": [
+            {"id": self.s.served_name, "object": "model", "created": int(time.time()),
+             "owned_by": "sglang", "root": self.s.model}]})
+
+    async def server_info(self, _: web.Request) -> web.Response:
+        """Resolved server arguments plus ``version``, as ``/server_info`` answers."""
+        info = {**self.s.args, "speculative_eagle_topk": 1 if self.s.algorithm else None,
+                "speculative_num_steps": self.s.n or None, "version": self.s.version,
+                "standin": True}
+        return web.json_response(info)
+
+    async def prometheus(self, _: web.Request) -> web.Response:
+        """``/metrics`` with SGLang's names."""
+        return web.Response(body=generate_latest(self.registry),
+                            headers={"Content-Type": CONTENT_TYPE_LATEST})
+
+    async def completions(self, request: web.Request) -> web.StreamResponse:
+        """``/v1/completions``."""
+        return await self._generate(request, chat=False)
+
+    async def chat(self, request: web.Request) -> web.StreamResponse:
+        """``/v1/chat/completions``."""
+        return await self._generate(request, chat=True)
+
+    async def _generate(self, request: web.Request, chat: bool) -> web.StreamResponse:
+        s = self.s
+        body = await request.json()
+        max_tokens = int(body.get("max_tokens") or body.get("max_completion_tokens") or 16)
+        prompt = body.get("messages") if chat else body.get("prompt")
+        n_prompt = max(1, len(json.dumps(prompt).split()))
+        self.n_requests += 1
+        rng = random.Random(f"{s.seed}:{body.get('seed')}:{self.n_requests}")
+        stream = bool(body.get("stream"))
+        opts = body.get("stream_options") or {}
+        continuous = bool(opts.get("continuous_usage_stats"))
+        flag = "true" if stream else "false"
+        self.prompt.labels(self._l(), flag).inc(n_prompt)
+        self.running.labels(self._l()).inc()
+        head = {"id": f"standin-{self.n_requests}", "created": int(time.time()),
+                "model": s.served_name,
+                "object": "chat.completion.chunk" if chat else "text_completion"}
+        resp = web.StreamResponse(headers={"Content-Type": "text/event-stream",
+                                           "X-Crossbench-Standin": "1"})
+        done, verify, text_all = 0, 0, []
+        try:
+            if stream:
+                await resp.prepare(request)
+            while done < max_tokens:
+                await asyncio.sleep(s.step_s)
+                if done == 0 or not s.n:  # the prefill's token, or plain decoding
+                    k = 1
+                else:
+                    u = rng.random()
+                    accepted = sum(1 for j in range(s.n) if u < s.alpha ** (j + 1))
+                    verify += 1
+                    k = min(accepted + 1, max_tokens - done)
+                text = "".join(_WORDS[(done + i) % len(_WORDS)] for i in range(k))
+                done += k
+                text_all.append(text)
+                if not stream:
+                    continue
+                finish = "length" if done >= max_tokens else None
+                choice = ({"index": 0, "delta": {"content": text}, "finish_reason": finish}
+                          if chat else {"index": 0, "text": text, "finish_reason": finish})
+                chunk: dict[str, Any] = {**head, "choices": [choice]}
+                if continuous:
+                    chunk["usage"] = _usage(n_prompt, done)
+                await _send(resp, chunk)
+            self.verify.labels(self._l()).inc(verify)
+            self.generated.labels(self._l(), flag).inc(done)
+            self.requests.labels(self._l()).inc()
+            if verify:
+                self.accept_length.labels(self._l()).set(done / verify)
+            if not stream:
+                full = "".join(text_all)
+                return web.json_response({**head, "choices": [
+                    {"index": 0, "message": {"role": "assistant", "content": full},
+                     "finish_reason": "length"} if chat else
+                    {"index": 0, "text": full, "finish_reason": "length"}],
+                    "usage": _usage(n_prompt, done)})
+            if opts.get("include_usage") or continuous:
+                await _send(resp, {**head, "choices": [], "usage": _usage(n_prompt, done)})
+            await resp.write(b"data: [DONE]\n\n")
+            await resp.write_eof()
+            return resp
+        finally:
+            self.running.labels(self._l()).dec()
+
+
+def _usage(prompt: int, completion: int) -> dict[str, int]:
+    return {"prompt_tokens": prompt, "completion_tokens": completion,
+            "total_tokens": prompt + completion}
+
+
+async def _send(resp: web.StreamResponse, obj: dict[str, Any]) -> None:
+    await resp.write(b"data: " + json.dumps(obj, separators=(",", ":")).encode() + b"\n\n")
+
+
+async def _serve(s: Settings) -> None:
+    print(f"crossbench stand-in for SGLang (not SGLang: no model is loaded) {s.version}",
+          flush=True)
+    runner = web.AppRunner(StandinSglang(s).app, access_log=None, handle_signals=False)
+    await runner.setup()
+    await web.TCPSite(runner, s.host, s.port).start()
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    loop.add_signal_handler(signal.SIGTERM, stop.set)
+    loop.add_signal_handler(signal.SIGINT, stop.set)
+    print(f"The server is fired up and ready to roll! (stand-in, {s.host}:{s.port})",
+          flush=True)
+    await stop.wait()
+    await runner.cleanup()
+
+
+def write_launcher(path: Path, *standin_args: str) -> Path:
+    """An executable script that acts as a Python interpreter with sglang (for a config's
+    ``binary``): ``-c`` prints the stand-in's version, ``-m sglang.launch_server`` serves."""
+    args = " ".join(shlex.quote(a) for a in standin_args)
+    py = shlex.quote(sys.executable)
+    path.write_text(
+        "#!/bin/sh\n"
+        "# crossbench's stand-in for an interpreter with sglang (not SGLang); made by "
+        "`python -m crossbench.engines.sglang.standin launcher`\n"
+        f"export PYTHONPATH={shlex.quote(str(repo_root()))}${{PYTHONPATH:+:$PYTHONPATH}}\n"
+        f'if [ "$1" = "-c" ]; then exec {py} -m crossbench.engines.sglang.standin '
+        f"--version {args}; fi\n"
+        'if [ "$1" = "-m" ]; then shift 2; fi\n'
+        f'exec {py} -m crossbench.engines.sglang.standin serve "$@" {args}\n')
+    path.chmod(0o755)
+    return path
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``python -m crossbench.engines.sglang.standin {serve ...|--version|launcher PATH}``."""
+    args = list(sys.argv[1:] if argv is None else argv)
+    args += shlex.split(os.environ.get("CROSSBENCH_STANDIN_ARGS", ""))
+    if args and args[0] == "--version":
+        v = args[args.index("--standin-version") + 1] if "--standin-version" in args \
+            else DEFAULT_VERSION
+        print(v + STANDIN_SUFFIX)
+        return 0
+    if len(args) >= 2 and args[0] == "launcher":
+        print(write_launcher(Path(args[1]), *args[2:]))
+        return 0
+    if not args or args[0] != "serve":
+        print("usage: python -m crossbench.engines.sglang.standin {serve --model-path M "
+              "[flags] | --version | launcher PATH [--standin-... options]}", file=sys.stderr)
+        return 2
+    settings = parse_settings(args[1:])
+    with contextlib.suppress(KeyboardInterrupt):
+        asyncio.run(_serve(settings))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,78 @@
+"""vLLM's own known interactions (registered with the engine: ``rules`` of
+:func:`crossbench.engines.registry.register`), checked beside the shared rules of
+:mod:`crossbench.confounds.rules`."""
+
+from __future__ import annotations
+
+from crossbench.confounds.rules import (
+    Finding,
+    PairContext,
+    Rule,
+    View,
+    arms,
+    kind,
+    mtp,
+    truthy,
+)
+
+
+def _is_vllm(v: View) -> bool:
+    return kind(v).startswith("vllm")
+
+
+def _prefix_caching_mtp(rule: Rule, a: View, b: View, ctx: PairContext) -> list[Finding]:
+    out = []
+    for label, v in arms(a, b, ctx):
+        if not (_is_vllm(v) and mtp(v)):
+            continue
+        keys = ("server.enable_prefix_caching", "engine.startup.enable_prefix_caching",
+                "engine.startup.prefix_caching")
+        given = [v[k] for k in keys if k in v]
+        if given and not truthy(given[0]):
+            continue
+        how = "on" if given else "not set, and vLLM enables it by default"
+        out.append(rule.finding(
+            "confounding",
+            f"{label}: vLLM with MTP and prefix caching ({how}); MTP lowers the prefix-cache hit "
+            "rate, so the MTP arm pays prefill the baseline skips and the speed difference "
+            "mixes the two effects",
+            "run both arms with prefix caching off (server: {enable_prefix_caching: false}, "
+            "i.e. --no-enable-prefix-caching), or with prompts that share no prefix"))
+    return out
+
+
+def _runner_fallback(rule: Rule, a: View, b: View, ctx: PairContext) -> list[Finding]:
+    key = "engine.startup.model_runner_fallback"
+    fa, fb = truthy(a.get(key)), truthy(b.get(key))
+    la, lb = ctx.labels
+    if fa != fb:
+        arm = la if fa else lb
+        return [rule.finding(
+            "confounding",
+            f"{arm} fell back from vLLM's V2 model runner to V1 (logged at start-up), the "
+            "other arm did not: the arms ran different execution paths",
+            "find the feature that forces the fallback (the start-up log names it) and give "
+            "both arms the same runner (VLLM_USE_V2_MODEL_RUNNER=0 on both, or avoid the "
+            "feature)")]
+    if fa and fb and not ctx.single:
+        return [rule.finding(
+            "caveat", "both arms fell back from vLLM's V2 model runner to V1",
+            "report the runner with the result; results on the default runner may differ")]
+    if fa and ctx.single:
+        return [rule.finding(
+            "caveat", f"{la} fell back from vLLM's V2 model runner to V1",
+            "check that its comparison arm fell back as well")]
+    return []
+
+
+RULES: tuple[Rule, ...] = (
+    Rule("vllm-prefix-caching-mtp", "Prefix caching with MTP on vLLM",
+         "MTP speculative decoding lowers vLLM's prefix-cache hit rate, so with prefix caching "
+         "on an MTP arm re-prefills what a baseline serves from cache.",
+         "https://github.com/vllm-project/vllm/issues/38182", _prefix_caching_mtp,
+         per_arm=True),
+    Rule("vllm-model-runner-fallback", "vLLM model runner fallback on one arm only",
+         "vLLM falls back from the V2 to the V1 model runner when a feature is unsupported and "
+         "logs it at start-up; arms on different runners run different code.",
+         "https://github.com/vllm-project/vllm/issues/41286", _runner_fallback, per_arm=True),
+)

@@ -1,0 +1,94 @@
+"""``crossbench run --engine sglang`` and a matrix with ``kind: sglang``, against the
+stand-in (not SGLang): every result is marked as a stand-in's."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import yaml
+from click.testing import CliRunner
+
+from crossbench.cli.main import cli
+from crossbench.engines.sglang.standin import write_launcher
+from crossbench.runner.matrix_run import run_matrix
+
+
+def test_run_engine_sglang_through_the_cli(tmp_path: Path) -> None:
+    py = write_launcher(tmp_path / "python", "--standin-step-ms", "0",
+                        "--standin-accept", "0.8")
+    out = tmp_path / "run"
+    r = CliRunner().invoke(cli, [
+        "run", "--engine", "sglang", "--binary", str(py), "--model", "Qwen/Qwen3-8B",
+        "--spec", "NGRAM", "--n", "3", "--requests", "6", "--max-tokens", "48",
+        "--trials", "2", "--seed", "1", "--set", "disable_radix_cache=true", "--json",
+        "--out", str(out)])
+    assert r.exit_code == 0, r.output
+    summary = json.loads(r.stdout)
+    acc = summary["acceptance"]
+    assert acc["source"] == "metrics" and acc["draft_acceptance_rate"] is None
+    # alpha 0.8, n 3: true mean acceptance length 1 + 0.8 + 0.64 + 0.512 = 2.952
+    assert abs(acc["mean_acceptance_length"] - 2.952) < 0.35
+    assert summary["integrity"]["passed"] is True
+    man = json.loads((out / "manifest.json").read_text())
+    assert man["engine"]["kind"] == "sglang" and man["engine"]["standin"] is True
+    assert man["engine"]["version"] == "0.5.17+crossbench.standin"
+    assert man["engine"]["spec_metric_prefix"] == "sglang:spec_"
+    trial = man["trials"][0]
+    assert trial["argv"][1:3] == ["-m", "sglang.launch_server"]
+    assert "--enable-metrics" in trial["argv"] and "--disable-radix-cache" in trial["argv"]
+    assert trial["server_props"]["standin"] is True
+    assert trial["server_props"]["startup"]["speculative_algorithm"] == "NGRAM"
+    assert trial["stop_report"]["sigkill"] is False
+    assert all(t["status"] == "ok" for t in man["trials"])
+    assert (out / "metrics" / "t0-after.prom").read_text().count(
+        "sglang:spec_verify_calls_total{") == 1
+
+
+def test_run_refuses_options_and_methods_sglang_lacks(tmp_path: Path) -> None:
+    py = write_launcher(tmp_path / "python")
+    base = ["run", "--engine", "sglang", "--binary", str(py), "--model", "Qwen/Qwen3-8B",
+            "--out", str(tmp_path / "o")]
+    r = CliRunner().invoke(cli, [*base, "--spec", "draft-simple"])
+    assert r.exit_code == 2
+    assert r.stderr == ("crossbench: error: --spec 'draft-simple' is not a sglang method "
+                        "(fix: use one of: none, EAGLE, EAGLE3, NEXTN, NGRAM, STANDALONE)\n")
+    r = CliRunner().invoke(cli, [*base, "--ctx-size", "2048"])
+    assert r.exit_code == 2
+    assert r.stderr == ("crossbench: error: --ctx-size: sglang has no ctx_size setting (fix: "
+                        "drop --ctx-size, or set one of the engine's own fields with --set "
+                        "FIELD=VALUE)\n")
+    r = CliRunner().invoke(cli, [*base, "--spec", "EAGLE3", "--n", "3"])
+    assert r.exit_code == 2
+    assert r.stderr.startswith("crossbench: error: spec: EAGLE3 needs a draft model")
+    assert r.stderr.endswith("(fix: fix --spec)\n")
+    assert not (tmp_path / "o").exists()
+
+
+def test_matrix_with_kind_sglang_on_the_standin(tmp_path: Path) -> None:
+    py = write_launcher(tmp_path / "python", "--standin-step-ms", "0")
+    matrix = {
+        "schema_version": 1,
+        "study": {"name": "sglang-standin", "notes": "stand-in, not SGLang"},
+        "engines": {"s": {"kind": "sglang", "binary": str(py),
+                          "server": {"disable_radix_cache": True}}},
+        "models": {"m": {"hf": {"repo": "Qwen/Qwen3-8B", "revision": "b" * 40},
+                         "quant": "BF16", "role": "target"}},
+        "load": {"requests": 3, "warmup": 1, "max_tokens": 32},
+        "arms": [{"method": "none"}, {"method": "NGRAM", "n": [2, 4]}],
+        "axes": {"engine": ["s"], "target": ["m"], "workload": ["builtin:code"]},
+        "trials": 2,
+    }
+    path = tmp_path / "m.yaml"
+    path.write_text(yaml.safe_dump(matrix))
+    s = run_matrix(path, tmp_path / "out")
+    assert s["totals"] == {"done": 6, "failed": 0, "missing": 0}
+    by_id = {c["id"]: c for c in s["cells"]}
+    assert by_id["s/m/none/builtin-code/c1"]["integrity_passed"] is True
+    for n in (2, 4):
+        cell = by_id[f"s/m/NGRAM/n{n}/builtin-code/c1"]
+        assert cell["baseline"] == "s/m/none/builtin-code/c1"
+        assert cell["integrity_passed"] is True
+    for man in (tmp_path / "out" / "cells").glob("*/manifest.json"):
+        engine = json.loads(man.read_text())["engine"]
+        assert engine["standin"] is True and engine["kind"] == "sglang"
