@@ -349,87 +349,153 @@ def _trial(cfg: RunConfig, t: int, server: EngineServer, engine: dict[str, Any],
            progress: Progress,
            keep_running: bool, placement: Mapping[str, Any] | None = None,
            reuse: dict[str, Any] | None = None) -> dict[str, Any]:
-    entry: dict[str, Any] = {"trial": t, "argv": redact_argv(server.command()), "status": "ok",
-                             "error": None, "started_utc": _now()}
-    extra: dict[str, Any] = {}  # fields every request record of the trial carries
-    if reuse is not None:  # trials share server starts: the analysis resamples starts
-        entry["reuse"] = reuse
-        extra["server_start"] = reuse["server_start"]
-        reset = reuse.get("cache_reset")
+    """Run one trial on ``server`` and return its manifest entry (:class:`Trial`)."""
+    return Trial(cfg, t, server, writer, progress, keep_running, reuse).run(
+        engine, warm, measured, sink, placement)
+
+
+class Trial:
+    """One trial, step by step: :meth:`run` calls, in order, :meth:`note_reuse`,
+    :meth:`preflight` (GPU checks and competing engines, on a server this trial starts),
+    :meth:`start_server`, :meth:`record_provenance`, :meth:`drive` (warm-up, the metrics
+    snapshot before, the measured requests, the settled snapshot after) and, however the
+    trial ends, :meth:`teardown` (stop unless the server is kept for the next trial, VRAM
+    release, telemetry, the phase times). Each step records into :attr:`entry`, the trial's
+    manifest entry; a step that fails the trial sets its status and error."""
+
+    def __init__(self, cfg: RunConfig, t: int, server: EngineServer, writer: RunWriter,
+                 progress: Progress, keep_running: bool,
+                 reuse: dict[str, Any] | None) -> None:
+        self.cfg, self.t, self.server, self.writer = cfg, t, server, writer
+        self.progress, self.keep_running, self.reuse = progress, keep_running, reuse
+        self.entry: dict[str, Any] = {"trial": t, "argv": redact_argv(server.command()),
+                                      "status": "ok", "error": None, "started_utc": _now()}
+        self.extra: dict[str, Any] = {}  # fields every request record of the trial carries
+        self.clock = time.monotonic
+        self.t0 = self.clock()
+        self.phases: dict[str, float] = {}
+        self.entry["phase_s"] = self.phases  # where the trial's wall time went
+        self.marks = {"start": time.time_ns()}  # wall-clock marks for the telemetry trace
+        self.sampler = (GpuSampler(writer.layout.telemetry(t), rate_hz=cfg.telemetry_hz)
+                        if cfg.telemetry_hz else None)
+        if self.sampler is not None:
+            self.sampler.path.parent.mkdir(exist_ok=True)
+        self.idle: dict[int, int] = {}  # GPU memory in use before a server this trial starts
+
+    def warn(self, msg: str) -> None:
+        """A warning of this trial: recorded in its entry and said on progress."""
+        self.entry.setdefault("warnings", []).append(msg)
+        self.progress(f"warning: {msg}")
+
+    def fail(self, error: str) -> dict[str, Any]:
+        """End the trial as failed with ``error``; returns its entry."""
+        self.entry.update(status="failed", error=error, ended_utc=_now())
+        return self.entry
+
+    def run(self, engine: dict[str, Any], warm: list[RequestSpec],
+            measured: list[RequestSpec], sink: JsonlAppender,
+            placement: Mapping[str, Any] | None) -> dict[str, Any]:
+        """Every step in order (class docstring); returns the manifest entry."""
+        self.note_reuse()
+        started_here = self.server.pid is None
+        if started_here:
+            if not self.preflight():
+                return self.entry
+            if not self.start_server():
+                return self.entry
+        elif self.sampler is not None:
+            self.sampler.start()
+        self.marks["ready"] = time.time_ns()
+        self.record_provenance(engine, placement)
+        try:
+            self.drive(warm, measured, sink)
+        except RunError as e:
+            self.entry["status"], self.entry["error"] = "failed", e.one_line()
+        finally:
+            self.teardown()
+        return self.entry
+
+    def note_reuse(self) -> None:
+        """On a reused server: record the start this trial shares and whether the cache
+        reset worked (a failed reset is a warning)."""
+        if self.reuse is None:
+            return
+        self.entry["reuse"] = self.reuse  # trials share starts: the analysis resamples starts
+        self.extra["server_start"] = self.reuse["server_start"]
+        reset = self.reuse.get("cache_reset")
         if reset is not None and not reset.get("ok"):
             why = reset.get("reason") or reset.get("error")
-            msg = (f"the server was reused without a cache reset ({why}): earlier requests' "
-                   "cache may speed this trial up")
-            entry.setdefault("warnings", []).append(msg)
-            progress(f"warning: {msg}")
-    clock = time.monotonic
-    t0 = clock()
-    phases: dict[str, float] = {}
-    entry["phase_s"] = phases  # where the trial's wall time went (harness overhead)
-    marks = {"start": time.time_ns()}  # wall-clock marks for the telemetry trace
-    sampler = (GpuSampler(writer.layout.telemetry(t), rate_hz=cfg.telemetry_hz)
-               if cfg.telemetry_hz else None)
-    if sampler is not None:
-        sampler.path.parent.mkdir(exist_ok=True)
-    idle: dict[int, int] = {}
-    started_here = server.pid is None
-    if started_here:
+            self.warn(f"the server was reused without a cache reset ({why}): earlier "
+                      "requests' cache may speed this trial up")
+
+    def preflight(self) -> bool:
+        """Before a server this trial starts: GPU checks (``gpu_busy: refuse`` fails the
+        trial on a busy GPU), the memory in use, competing inference processes."""
+        cfg = self.cfg
         for check in gpu_checks.before_trial():
             if check.status in ("warn", "fail"):
                 msg = check.message + (f"; {check.action}" if check.action else "")
                 if cfg.gpu_busy == "refuse" and check.id in ("gpu-processes", "gpu-idle"):
-                    entry.update(status="failed", error=f"refused by gpu_busy: refuse: {msg}",
-                                 ended_utc=_now())
-                    progress(f"trial {t + 1}/{cfg.trials} refused: {check.message}")
-                    return entry
-                entry.setdefault("warnings", []).append(msg)
-                progress(f"warning: {msg}")
-        idle = gpu_checks.memory_used_now()
+                    self.fail(f"refused by gpu_busy: refuse: {msg}")
+                    self.progress(f"trial {self.t + 1}/{cfg.trials} refused: {check.message}")
+                    return False
+                self.warn(msg)
+        self.idle = gpu_checks.memory_used_now()
         others = other_engine_processes(set())
-        entry["other_engines"] = [{"pid": pid, "name": name} for pid, name in others]
+        self.entry["other_engines"] = [{"pid": pid, "name": name} for pid, name in others]
         if others:
             listed = ", ".join(f"{name} (pid {pid})" for pid, name in others[:3])
-            msg = (f"other inference processes are running: {listed}; they compete for the "
-                   "same cores or GPU and can slow this trial many times over (two CPU "
-                   "llama-servers on 2 cores ran 100x slower here): stop them, or treat this "
-                   "trial's speed as unreliable")
-            entry.setdefault("warnings", []).append(msg)
-            progress(f"warning: {msg}")
-        writer.log_header(t, redact_argv(server.command()))
-        progress(f"trial {t + 1}/{cfg.trials}: starting {server.kind}")
-        if sampler is not None:
-            sampler.start()  # before the server: the trace opens on the idle GPU
-        marks["start"] = time.time_ns()
+            self.warn(f"other inference processes are running: {listed}; they compete for "
+                      "the same cores or GPU and can slow this trial many times over (two "
+                      "CPU llama-servers on 2 cores ran 100x slower here): stop them, or "
+                      "treat this trial's speed as unreliable")
+        return True
+
+    def start_server(self) -> bool:
+        """Start the server (the telemetry trace opens first, on the idle GPU) and wait until
+        it is ready; a start that fails fails the trial."""
+        server = self.server
+        self.writer.log_header(self.t, redact_argv(server.command()))
+        self.progress(f"trial {self.t + 1}/{self.cfg.trials}: starting {server.kind}")
+        if self.sampler is not None:
+            self.sampler.start()
+        self.marks["start"] = time.time_ns()
         server.start()
         try:
             server.wait_ready()
-            phases["startup"] = clock() - t0
+            self.phases["startup"] = self.clock() - self.t0
         except RunError as e:
             server.stop()
-            if sampler is not None:
-                sampler.stop()
-            entry.update(status="failed", error=e.one_line(), ended_utc=_now())
-            return entry
-        entry["argv"] = redact_argv(server.command())  # with the port actually bound
-    elif sampler is not None:
-        sampler.start()
-    marks["ready"] = time.time_ns()
-    pid = server.pid
-    if sampler is not None and isinstance(pid, int):
-        sampler.set_pids([pid])  # the server and its children, for per-process memory
-    # the session's engine identity: one build per run directory (a changed one is refused)
-    entry["provenance"] = collect(engine, entry["argv"], _model_paths(cfg),
-                                  cfg.model_refs, placement=placement)
-    try:
-        props = server.props()
-        entry["server_props"] = _props_subset(props)
-        client_cfg = _client_config(cfg, server)
+            if self.sampler is not None:
+                self.sampler.stop()
+            self.fail(e.one_line())
+            return False
+        self.entry["argv"] = redact_argv(server.command())  # with the port actually bound
+        return True
 
+    def record_provenance(self, engine: dict[str, Any],
+                          placement: Mapping[str, Any] | None) -> None:
+        """The trial's provenance (engine identity, argv, models, placement); the server's
+        processes join the telemetry trace."""
+        pid = self.server.pid
+        if self.sampler is not None and isinstance(pid, int):
+            self.sampler.set_pids([pid])  # the server and its children, per-process memory
+        self.entry["provenance"] = collect(engine, self.entry["argv"], _model_paths(self.cfg),
+                                           self.cfg.model_refs, placement=placement)
+
+    def drive(self, warm: list[RequestSpec], measured: list[RequestSpec],
+              sink: JsonlAppender) -> None:
+        """The server's props, the warm-up, the metrics snapshot before, the measured
+        requests (every record to ``sink``), the settled snapshot after, the load figures."""
+        cfg, server, t, entry, phases, clock = (self.cfg, self.server, self.t, self.entry,
+                                                self.phases, self.clock)
+        entry["server_props"] = _props_subset(server.props())
+        client_cfg = _client_config(cfg, server)
         acc = [0.0, 0.0]  # decoded tokens after the first, decode seconds (measured only)
         refused: list[int] = []  # HTTP 401/403 statuses: the API wants a key
 
         def write(rec: dict[str, Any]) -> None:
-            sink.write({"trial": t, **extra, **rec})
+            sink.write({"trial": t, **self.extra, **rec})
             if rec.get("http_status") in UNAUTHORIZED:
                 refused.append(int(rec["http_status"]))
             if not rec["warmup"] and rec["status"] == "ok":
@@ -451,18 +517,18 @@ def _trial(cfg: RunConfig, t: int, server: EngineServer, engine: dict[str, Any],
             raise unauthorized(refused[0], "the API (warm-up)", server.api_key)
         t1 = clock()
         before = server.scrape()
-        writer.write_snapshot(t, "before", before.text)
+        self.writer.write_snapshot(t, "before", before.text)
         phases["scrape_write"] = clock() - t1
-        progress(f"trial {t + 1}/{cfg.trials}: {len(measured)} requests, "
-                 f"concurrency {cfg.load.concurrency}")
+        self.progress(f"trial {t + 1}/{cfg.trials}: {len(measured)} requests, "
+                      f"concurrency {cfg.load.concurrency}")
         t1 = clock()
-        marks["measured_start"] = time.time_ns()
+        self.marks["measured_start"] = time.time_ns()
         stats = asyncio.run(run_load(client_cfg, measured, mode, write))
-        marks["measured_end"] = time.time_ns()
+        self.marks["measured_end"] = time.time_ns()
         phases["measured"] = clock() - t1
         t1 = clock()
         after = settled_scrape(server)
-        writer.write_snapshot(t, "after", after.text)
+        self.writer.write_snapshot(t, "after", after.text)
         phases["scrape_write"] += clock() - t1
         entry["load"] = {"ok": stats.n_ok, "error": stats.n_error,
                          "incomplete": stats.n_incomplete, "chunks": stats.n_chunks,
@@ -474,29 +540,29 @@ def _trial(cfg: RunConfig, t: int, server: EngineServer, engine: dict[str, Any],
             if refused:
                 entry["error"] += "; " + unauthorized(refused[0], "the API",
                                                       server.api_key).one_line()
-    except RunError as e:
-        entry["status"], entry["error"] = "failed", e.one_line()
-    finally:
+
+    def teardown(self) -> None:
+        """However the trial ended: stop the server unless it is kept for the next trial,
+        its stop report, the VRAM release check, the telemetry trace, the phase times."""
+        entry, clock = self.entry, self.clock
         entry["ended_utc"] = _now()
         t1 = clock()
-        if not keep_running:
-            server.stop()
-        phases["stop"] = clock() - t1
-        marks["stop"] = time.time_ns()
-        report = server.stop_report
+        if not self.keep_running:
+            self.server.stop()
+        self.phases["stop"] = clock() - t1
+        self.marks["stop"] = time.time_ns()
+        report = self.server.stop_report
         if report:
-            entry["stop_report"] = dict(report)  # signals needed, leftovers, GPU memory released
-        if idle and not keep_running:
-            release = gpu_checks.wait_vram_released(idle)
+            entry["stop_report"] = dict(report)  # signals needed, leftovers, GPU memory
+        if self.idle and not self.keep_running:
+            release = gpu_checks.wait_vram_released(self.idle)
             entry["vram_release"] = release.to_dict()
             if release.status == "fail":
-                entry.setdefault("warnings", []).append(release.message)
-                progress(f"warning: {release.message}")
-        if sampler is not None:
-            sampler.stop()
-            entry["telemetry"] = _telemetry(sampler, marks)
-        phases["total"] = clock() - t0
-    return entry
+                self.warn(release.message)
+        if self.sampler is not None:
+            self.sampler.stop()
+            entry["telemetry"] = _telemetry(self.sampler, self.marks)
+        self.phases["total"] = clock() - self.t0
 
 
 def _redacted(config: dict[str, Any]) -> dict[str, Any]:
