@@ -104,7 +104,11 @@ def _matrix(tmp_path: Path, **over: Any) -> Path:
 
 
 def test_a_sweep_runs_its_probes_then_only_what_the_prediction_leaves_open(
-        tmp_path: Path) -> None:
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # the holdout gate is tested below; here the predictions stand whatever the holdout
+    # measured (on so few requests the stand-in's own acceptance draws can move a holdout
+    # outside an interval that carries only the speed's sampling error: the gate then fires)
+    monkeypatch.setattr(ProbeController, "check_holdouts", lambda self, progress: set())
     out = tmp_path / "run"
     said: list[str] = []
     s = run_matrix(_matrix(tmp_path), out, progress=said.append)

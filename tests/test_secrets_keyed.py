@@ -328,6 +328,9 @@ def test_matrix_dry_run_prints_commands_redacted(monkeypatch: pytest.MonkeyPatch
     plan = [{"cell": "c1", "trial": 0,
              "argv": ["llama-server", "--api-key", "abc123def", "--hf-token=hf-s3cret-1"]}]
     monkeypatch.setattr(matrix_run, "run_matrix", lambda *a, **k: {"dry_run": plan})
+    # the command reads the matrix once, itself, before it runs it
+    (tmp_path / "m.yaml").write_bytes(
+        (Path(__file__).resolve().parents[1] / "matrices" / "cpu-smoke.yaml").read_bytes())
     r = CliRunner().invoke(cli, ["matrix", str(tmp_path / "m.yaml"), "--out",
                                  str(tmp_path / "o"), "--dry-run", "--progress", "plain"])
     assert r.exit_code == 0, r.output
