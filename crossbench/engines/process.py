@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import json
 import os
 import signal
 import socket
@@ -177,6 +178,43 @@ class LocalServer(EngineServer):
                 argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, env=env,
                 preexec_fn=die_with_parent,
             )
+
+    def _check_alive(self) -> None:
+        """Raise a :class:`RunError` naming the log when the server process has exited
+        (each adapter that polls with :meth:`_poll_openai_ready` gives its own)."""
+        raise NotImplementedError
+
+    def _poll_openai_ready(self, timeout: float, engine: str, hint: str) -> list[str]:
+        """Poll ``/health`` until 200, then ``/v1/models`` until it answers, within
+        ``timeout`` seconds, checking that the process lives; returns the served model ids.
+        A 401/403 stops the server and names the key; a timeout stops it and shows the
+        log's last lines with ``hint`` (what makes ``engine`` slow to start)."""
+        deadline = time.monotonic() + timeout
+        served: list[str] = []
+        for path in ("/health", "/v1/models"):
+            while True:
+                self._check_alive()
+                try:
+                    status, body = http_get(self.base_url + path, timeout=5.0,
+                                            headers=self.auth_headers())
+                    if status in UNAUTHORIZED:  # vLLM guards /v1/* only
+                        self.stop()
+                        raise unauthorized(status, path, self.api_key)
+                    if status == 200:
+                        if path == "/v1/models":
+                            served = [str(m.get("id")) for m in
+                                      json.loads(body).get("data", [])]
+                        break
+                except (OSError, ValueError):
+                    pass
+                if time.monotonic() > deadline:
+                    tail = log_tail(self._log_path)
+                    self.stop()
+                    raise RunError(f"{engine} did not answer {path} within {timeout:.0f} s; "
+                                   f"last log lines:\n{tail}", f"raise ready_timeout_s for big "
+                                   f"models ({hint}), or read {self._log_path}")
+                time.sleep(0.1)
+        return served
 
     def _read_metrics(self, engine: str, off_hint: str) -> MetricsSnapshot:
         """GET ``/metrics`` (with the key, when the server wants one) and parse it; a RunError

@@ -22,11 +22,11 @@ the sweep is then:
 The intervals carry the sampling error of the probes' speeds only: not that of tau(n)
 (per-position acceptance from the largest probe's drafts: few on a small run), nor the error
 of the straight line itself (on llama.cpp on the H200 the cost at n = 2 and 3 lay above the
-line through n = 1, 4 and 8). So the holdouts are a gate, not only a report: once the follow-ups and holdouts have
-run, a sweep whose holdout was measured outside its predicted interval has its model
-rejected, and its cells still ``predict`` are decided ``measure`` and run in a third phase
-(:meth:`ProbeController.check_holdouts`; a later line of ``predictions.jsonl`` replaces the
-earlier decision of its cell).
+line through n = 1, 4 and 8). So the holdouts are a gate, not only a report: once the
+follow-ups and holdouts have run, a sweep whose holdout was measured outside its predicted
+interval has its model rejected, and its cells still ``predict`` are decided ``measure`` and
+run in a third phase (:meth:`ProbeController.check_holdouts`; a later line of
+``predictions.jsonl`` replaces the earlier decision of its cell).
 
 Decisions go to ``predictions.jsonl`` in the run directory (one line per decided cell,
 written once by the driver before the second phase, with ``decide_s``: the seconds the

@@ -23,7 +23,6 @@ import time
 from pathlib import Path
 from typing import Any
 
-from crossbench.engines.auth import UNAUTHORIZED, unauthorized
 from crossbench.engines.base import EngineIdentity, MetricsSnapshot
 from crossbench.engines.process import LocalServer, http_get, log_tail, port_in_use
 from crossbench.engines.sglang.config import CHAIN, SglangServerConfig
@@ -218,31 +217,8 @@ class SglangServer(LocalServer):
         """Poll ``/health`` until 200 and ``/v1/models`` until it answers, then read the
         server info; fail fast when the server exits."""
         timeout = timeout_s if timeout_s is not None else self.config.ready_timeout_s
-        deadline = time.monotonic() + timeout
-        for path in ("/health", "/v1/models"):
-            while True:
-                self._check_alive()
-                try:
-                    status, body = http_get(self.base_url + path, timeout=5.0,
-                                            headers=self.auth_headers())
-                    if status in UNAUTHORIZED:
-                        self.stop()
-                        raise unauthorized(status, path, self.api_key)
-                    if status == 200:
-                        if path == "/v1/models":
-                            self._served = [str(m.get("id")) for m in
-                                            json.loads(body).get("data", [])]
-                        break
-                except (OSError, ValueError):
-                    pass
-                if time.monotonic() > deadline:
-                    tail = log_tail(self._log_path)
-                    self.stop()
-                    raise RunError(f"sglang did not answer {path} within {timeout:.0f} s; "
-                                   f"last log lines:\n{tail}", "raise ready_timeout_s for big "
-                                   f"models (CUDA graph capture takes minutes), or read "
-                                   f"{self._log_path}")
-                time.sleep(0.1)
+        self._served = self._poll_openai_ready(timeout, "sglang",
+                                               "CUDA graph capture takes minutes")
         with contextlib.suppress(OSError, ValueError):
             status, body = http_get(self.base_url + self.profile.server_info_path,
                                     timeout=10.0, headers=self.auth_headers())

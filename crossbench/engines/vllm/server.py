@@ -24,11 +24,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from crossbench.engines.auth import UNAUTHORIZED, unauthorized
 from crossbench.engines.base import EngineIdentity, MetricsSnapshot
 from crossbench.engines.process import (
     LocalServer,
-    http_get,
     http_post,
     log_tail,
     port_in_use,
@@ -423,31 +421,8 @@ class VllmServer(LocalServer):
         """Poll ``/health`` until 200, then ``/v1/models`` until it lists the model; then
         parse the startup log. Fails fast if the server exits."""
         timeout = timeout_s if timeout_s is not None else self.config.ready_timeout_s
-        deadline = time.monotonic() + timeout
-        for path in ("/health", "/v1/models"):
-            while True:
-                self._check_alive()
-                try:
-                    status, body = http_get(self.base_url + path, timeout=5.0,
-                                            headers=self.auth_headers())
-                    if status in UNAUTHORIZED:  # vLLM guards /v1/* only
-                        self.stop()
-                        raise unauthorized(status, path, self.api_key)
-                    if status == 200:
-                        if path == "/v1/models":
-                            self._served = [str(m.get("id")) for m in
-                                            json.loads(body).get("data", [])]
-                        break
-                except (OSError, ValueError):
-                    pass
-                if time.monotonic() > deadline:
-                    tail = log_tail(self._log_path)
-                    self.stop()
-                    raise RunError(f"vllm did not answer {path} within {timeout:.0f} s; last "
-                                   f"log lines:\n{tail}", "raise ready_timeout_s for big models "
-                                   f"(compilation and CUDA graphs take minutes), or read "
-                                   f"{self._log_path}")
-                time.sleep(0.1)
+        self._served = self._poll_openai_ready(timeout, "vllm",
+                                               "compilation and CUDA graphs take minutes")
         if self.served_model_name not in self._served:
             raise RunError(f"vllm serves {self._served}, not {self.served_model_name!r}",
                            "the server's model list and served_model_name disagree; read "
