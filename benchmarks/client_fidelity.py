@@ -1,6 +1,6 @@
 """How faithfully does crossbench's load client time a stream? (run by hand; not a test)
 
-The stand-in server (``crossbench.load.standin``) runs in its own process, pinned to one CPU,
+The stand-in server (``crossbench.standins.load``) runs in its own process, pinned to one CPU,
 and logs the moment it sent every chunk; this process (the client) is pinned to another CPU.
 Each scenario compares what the client recorded with that truth:
 
@@ -84,7 +84,7 @@ class StandinProcess:
 
     def __init__(self, cpu: int | None, workdir: Path, extra: Sequence[str] = ()) -> None:
         self.log = workdir / "truth.jsonl"
-        cmd = [sys.executable, "-m", "crossbench.load.standin", "--port", "0", "--precise",
+        cmd = [sys.executable, "-m", "crossbench.standins.load", "--port", "0", "--precise",
                "--log", str(self.log), *extra]  # fmt: skip
         if cpu is not None:
             cmd += ["--cpu", str(cpu)]

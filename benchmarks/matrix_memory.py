@@ -1,7 +1,7 @@
 """The matrix runner's memory over a long study: thousands of trials against a stand-in.
 
 What it measures is crossbench's own process (runner, sessions, journal, client), not an
-engine: every trial talks to one **stand-in server** (``crossbench.load.standin``, not an
+engine: every trial talks to one **stand-in server** (``crossbench.standins.load``, not an
 engine; it streams placeholder tokens on a fixed schedule). The stand-in is attached through
 an adapter registered here, the way a third party registers an engine, whose start and stop
 do nothing, so thousands of trials take minutes. The resident set size (``VmRSS``) is sampled
@@ -81,7 +81,7 @@ class AttachedStandin(EngineServer):
     def identity(self) -> EngineIdentity:
         """Says what it is: a stand-in."""
         return EngineIdentity("standin-attached", "crossbench-standin", None, None,
-                              "crossbench.load.standin", {}, {"standin": True})
+                              "crossbench.standins.load", {}, {"standin": True})
 
     def stop(self) -> None:
         """Left running for the next trial."""
@@ -115,7 +115,7 @@ def main() -> int:
     if args.tracemalloc:
         tracemalloc.start(8)
     early: list[tracemalloc.Snapshot] = []
-    proc = subprocess.Popen([sys.executable, "-m", "crossbench.load.standin", "--port", "0",
+    proc = subprocess.Popen([sys.executable, "-m", "crossbench.standins.load", "--port", "0",
                              "--ttft-ms", "1", "--gap-ms", "0.2", "--max-tokens", "8"],
                             stdout=subprocess.PIPE, text=True)
     try:

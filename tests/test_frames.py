@@ -19,12 +19,12 @@ from crossbench.analysis.paired import StatsOptions
 from crossbench.analysis.rundir import CellData, load_run
 from crossbench.analysis.summary import request_metrics
 from crossbench.cli.main import cli
-from crossbench.engines.vllm.standin import write_launcher
 from crossbench.frames.columns import FRAMES, markdown
 from crossbench.importers.synthetic import Arm, study
 from crossbench.importers.vllm_bench import import_vllm_bench
 from crossbench.runner.config import RunConfig
 from crossbench.runner.single import run
+from crossbench.standins.vllm import write_launcher
 
 PROMPTS = [(f"p{i}", ("code", "math")[i % 2]) for i in range(10)]
 EXAMPLES = Path(__file__).parent.parent / "examples"

@@ -520,9 +520,9 @@ def test_loopback_addresses(host, loopback):
 def test_a_run_on_a_non_loopback_host_warns_before_the_server_starts(tmp_path):
     """The warning reaches the runner's progress before anything starts (the stand-in
     listens where it is told; the test only reads the warning)."""
-    from crossbench.engines.vllm.standin import write_launcher
     from crossbench.runner.config import RunConfig
     from crossbench.runner.single import RunSession
+    from crossbench.standins.vllm import write_launcher
 
     said: list[str] = []
     cfg = RunConfig.model_validate({

@@ -21,12 +21,12 @@ from click.testing import CliRunner, Result
 
 from crossbench import __version__
 from crossbench.cli.main import cli
-from crossbench.engines.vllm.standin import write_launcher
 from crossbench.errors import UserError
 from crossbench.importers.synthetic import Arm, study
 from crossbench.runner.config import RunConfig
 from crossbench.runner.matrix_run import STATE_FIX, run_matrix
 from crossbench.runner.single import RunSession
+from crossbench.standins.vllm import write_launcher
 from crossbench.store.atomic import (
     DAMAGED_FIX,
     TAIL_BLOCK,

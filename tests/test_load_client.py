@@ -31,8 +31,8 @@ from crossbench.load.fidelity import (
     summarise,
     timing_errors,
 )
-from crossbench.load.standin import StandinConfig, StandinServer
 from crossbench.load.workloads import Prompt, RequestSpec, load_workload
+from crossbench.standins.load import StandinConfig, StandinServer
 
 MS = 1_000_000
 PROMPT = Prompt("p-01", "code", "write a function", None)

@@ -14,10 +14,10 @@ import pytest
 import yaml
 
 from crossbench.analysis.sweep import predict_speedups, predicted_tau
-from crossbench.engines.vllm.standin import write_launcher
 from crossbench.runner.matrix import Cell, ProbePredict
 from crossbench.runner.matrix_run import matrix_status, read_journal, run_matrix
 from crossbench.runner.probe import ProbeController, probe_split, sweeps
+from crossbench.standins.vllm import write_launcher
 from crossbench.store.rundir import read_predictions
 
 

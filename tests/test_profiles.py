@@ -10,7 +10,7 @@ import pytest
 from crossbench.engines.llamacpp.build import source_tree
 from crossbench.engines.llamacpp.pins import PINS, get_pin
 from crossbench.engines.llamacpp.profile import profiles_dir
-from crossbench.engines.llamacpp.profile_gen import generate, render
+from crossbench.engines.llamacpp.tools.profile_gen import generate, render
 
 
 @pytest.mark.parametrize("spec", sorted(PINS))

@@ -259,7 +259,7 @@ def test_keyed_vllm_standin(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> 
     """vLLM guards /v1/* only: crossbench's /v1/models poll and requests carry the key given
     through VLLM_API_KEY; the stand-in echoes its arguments as vLLM does, so a key given with
     --api-key in extra_args is scrubbed from server.log; an unknown key fails fast."""
-    from crossbench.engines.vllm.standin import write_launcher
+    from crossbench.standins.vllm import write_launcher
 
     fast = ("--standin-step-ms", "0", "--standin-prefill-ms", "0")
     binary = write_launcher(tmp_path / "vllm", *fast)

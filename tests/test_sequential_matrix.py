@@ -11,10 +11,10 @@ from typing import Any
 import pytest
 import yaml
 
-from crossbench.engines.vllm.standin import write_launcher
 from crossbench.errors import UserError
 from crossbench.runner.matrix_run import matrix_status, read_journal, run_matrix
 from crossbench.runner.stopping import read_stops
+from crossbench.standins.vllm import write_launcher
 
 
 def _matrix(tmp_path: Path, **over: Any) -> Path:

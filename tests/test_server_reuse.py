@@ -80,8 +80,8 @@ def test_a_matrix_reuses_servers_in_interleaved_blocks(tmp_path) -> None:  # typ
 
     import yaml
 
-    from crossbench.engines.vllm.standin import write_launcher
     from crossbench.runner.matrix_run import run_matrix
+    from crossbench.standins.vllm import write_launcher
 
     # steps of 2 ms: every request has a decode time, so every pair gives a ratio
     binary = write_launcher(tmp_path / "vllm", "--standin-step-ms", "2",

@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from crossbench.engines.sglang import profile_gen
 from crossbench.engines.sglang.profile import known_profiles, profiles_dir
+from crossbench.engines.sglang.tools import profile_gen
 
 
 def _wheel(version: str) -> Path | None:

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from crossbench.standins.nvml import ScriptedGpu, ScriptedNvml
 from crossbench.telemetry.checks import (
     before_trial,
     clocks_and_power,
@@ -19,14 +20,7 @@ from crossbench.telemetry.checks import (
     wait_vram_released,
 )
 from crossbench.telemetry.derive import TrialPhases, derive_trial, draft_vram_cost, read_trace
-from crossbench.telemetry.gpu import (
-    Nvml,
-    ScriptedGpu,
-    ScriptedNvml,
-    process_tree,
-    read_gpus,
-    visible_indices,
-)
+from crossbench.telemetry.gpu import Nvml, process_tree, read_gpus, visible_indices
 from crossbench.telemetry.sampler import COLUMNS, GpuSampler, note_path
 
 GIB = 1024**3

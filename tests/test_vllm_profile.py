@@ -11,7 +11,6 @@ from pathlib import Path
 import pytest
 import yaml
 
-from crossbench.engines.vllm import profile_gen
 from crossbench.engines.vllm.profile import (
     is_standin,
     known_profiles,
@@ -19,6 +18,7 @@ from crossbench.engines.vllm.profile import (
     profile_for,
     profiles_dir,
 )
+from crossbench.engines.vllm.tools import profile_gen
 
 ARG_UTILS = '''
 import argparse

@@ -7,6 +7,8 @@
 - ``secrets``  -- secret-looking values that must never be archived;
 - ``verify``   -- ``crossbench archive verify``: checksums, schema versions, re-derivation of
   every number, secrets;
-- ``zenodo``   -- ``crossbench archive upload``: the Zenodo deposit REST client;
-- ``standin``  -- a local stand-in for that API (not Zenodo), for tests and dry runs.
+- ``zenodo``   -- ``crossbench archive upload``: the Zenodo deposit REST client.
+
+A local stand-in for that API (not Zenodo), for tests and dry runs, is
+:mod:`crossbench.standins.zenodo`.
 """

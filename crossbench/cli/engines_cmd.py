@@ -182,7 +182,7 @@ def list_() -> None:
 @user_errors
 def profile(pin: str, out: Path | None) -> None:
     """Regenerate a llama.cpp profile (flags, spec types, metrics) from the pin's source."""
-    from crossbench.engines.llamacpp.profile_gen import generate, render
+    from crossbench.engines.llamacpp.tools.profile_gen import generate, render
 
     p = get_pin(pin)
     tree = llbuild.source_tree(p, progress)

@@ -3,10 +3,13 @@
 - :mod:`.config`: the strict typed config (server settings and the speculative algorithm);
 - :mod:`.profile`: per-release profiles (``engines/sglang/*.yaml``): flags, speculative
   algorithms, ``sglang:*`` metric families and routes of a release;
-- :mod:`.profile_gen`: regenerates a profile from an sglang wheel (read, never installed);
 - :mod:`.metrics`: the metric names crossbench reads (its speculative counters);
 - :mod:`.server`: :class:`~.server.SglangServer`, argv building and the process lifecycle;
-- :mod:`.standin`: a **stand-in** SGLang server for tests on CPU (never an SGLang result).
+- :mod:`.tools`: developer tools, not run by the adapter: :mod:`.tools.profile_gen`
+  regenerates a profile from an sglang wheel (read, never installed).
+
+Its stand-in SGLang server (tests on CPU, never an SGLang result) is
+:mod:`crossbench.standins.sglang`.
 
 Registered with one line in :mod:`crossbench.engines.registry`. See docs/sglang.md.
 """

@@ -1,5 +1,5 @@
 """Per-release SGLang profiles: ``engines/sglang/X.Y.Z.yaml``, generated from the wheel by
-:mod:`crossbench.engines.sglang.profile_gen` (flags of ``launch_server``, speculative
+:mod:`crossbench.engines.sglang.tools.profile_gen` (flags of ``launch_server``, speculative
 algorithms, ``sglang:*`` metric families, HTTP routes, the torch pin)."""
 
 from __future__ import annotations
@@ -100,6 +100,6 @@ def profile_for(version: str) -> SglangProfile:
         known = ", ".join(p.version for p in known_profiles())
         raise UserError(f"version: no SGLang profile for {version!r} (known: {known})",
                         "set version to a profiled release, or make its profile: python -m "
-                        "crossbench.engines.sglang.profile_gen WHEEL > "
+                        "crossbench.engines.sglang.tools.profile_gen WHEEL > "
                         f"engines/sglang/{version}.yaml")
     return _load(path)

@@ -2,7 +2,7 @@
 release has, its metric families and the format strings of its startup messages.
 
 Profiles are declarative files in the repository's ``engines/vllm/``: one generated
-``X.Y.Z.yaml`` per release (see :mod:`crossbench.engines.vllm.profile_gen`) and the
+``X.Y.Z.yaml`` per release (see :mod:`crossbench.engines.vllm.tools.profile_gen`) and the
 hand-written ``methods.yaml`` that says what each method needs (a draft model, n). A setting
 the pinned release lacks is a :class:`~crossbench.errors.UserError` that names the releases
 that have it.
@@ -203,6 +203,6 @@ def profile_for(version: str, setting: str = "version") -> VllmProfile:
     raise UserError(
         f"{setting}: no profile for vLLM {version} (known: {known})",
         f"pin a known version, or make one: pip download vllm=={version} --no-deps -d /tmp/w "
-        f"&& python -m crossbench.engines.vllm.profile_gen /tmp/w/vllm-*.whl > "
+        f"&& python -m crossbench.engines.vllm.tools.profile_gen /tmp/w/vllm-*.whl > "
         f"engines/vllm/{version}.yaml",
     )

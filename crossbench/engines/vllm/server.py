@@ -243,8 +243,9 @@ class VllmServer(LocalServer):
                 f"version: the config pins vLLM {cfg.version} but {self.binary} reports "
                 f"{self.version_text()!r}",
                 (f"set version: {release}" if profiled else
-                 f"make a profile for {release} (python -m crossbench.engines.vllm.profile_gen"
-                 " WHEEL) and set version to it") + f", or install vllm=={cfg.version}")
+                 f"make a profile for {release} (python -m "
+                 "crossbench.engines.vllm.tools.profile_gen WHEEL) and set version to it")
+                + f", or install vllm=={cfg.version}")
         for setting, ref in (("model", cfg.model_ref()), ("spec.draft_model",
                                                           cfg.spec.draft_ref())):
             if ref is not None and ref.local and not Path(ref.name).exists():

@@ -11,8 +11,8 @@ b11434's README lacks ``--spec-draft-sampling``):
 
 Usage::
 
-    python -m crossbench.engines.llamacpp.profile_gen SOURCE_TREE --build 11312 --commit 0c1e570 \
-        --source llama-cpp-python==0.3.36 > engines/llama.cpp/b11312.yaml
+    python -m crossbench.engines.llamacpp.tools.profile_gen SOURCE_TREE --build 11312 \
+        --commit 0c1e570 --source llama-cpp-python==0.3.36 > engines/llama.cpp/b11312.yaml
 
 or ``crossbench engines profile --pin llama-cpp-python==0.3.36`` which does the same for a pin.
 """

@@ -27,7 +27,7 @@ or a stalled stream.
 
 Run it on its own::
 
-    python -m crossbench.load.standin --port 0 --ttft-ms 50 --gap-ms 10 --log truth.jsonl
+    python -m crossbench.standins.load --port 0 --ttft-ms 50 --gap-ms 10 --log truth.jsonl
 
 or in-process::
 
@@ -623,12 +623,12 @@ async def _serve(server: StandinServer, stop_after_s: float | None) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """``python -m crossbench.load.standin``: serve until interrupted."""
+    """``python -m crossbench.standins.load``: serve until interrupted."""
     p = argparse.ArgumentParser(
-        prog="python -m crossbench.load.standin",
+        prog="python -m crossbench.standins.load",
         description="Stand-in OpenAI-compatible streaming server with known chunk timing "
         "(not an engine).",
-        epilog="example: python -m crossbench.load.standin --port 0 --ttft-ms 50 --gap-ms 10 "
+        epilog="example: python -m crossbench.standins.load --port 0 --ttft-ms 50 --gap-ms 10 "
         "--log truth.jsonl",
     )
     p.add_argument("--host", default="127.0.0.1")

@@ -32,7 +32,7 @@ delay, a child process that outlives the server for cleanup tests, ignoring SIGT
 
 Use it as a config's ``binary`` through a launcher script::
 
-    python -m crossbench.engines.vllm.standin launcher /tmp/vllm --standin-step-ms 0
+    python -m crossbench.standins.vllm launcher /tmp/vllm --standin-step-ms 0
     /tmp/vllm --version     # 0.33.0+crossbench.standin
 """
 
@@ -67,8 +67,8 @@ from crossbench.engines.vllm.profile import (
     profile_for,
 )
 from crossbench.errors import UserError
-from crossbench.load.standin import STANDIN_NAME
 from crossbench.paths import repo_root
+from crossbench.standins.load import STANDIN_NAME
 
 STANDIN_SUFFIX = "+crossbench.standin"
 """Local version part of every stand-in version string (``0.33.0+crossbench.standin``)."""
@@ -537,17 +537,17 @@ def write_launcher(path: Path, *standin_args: str) -> Path:
     path.write_text(
         "#!/bin/sh\n"
         "# crossbench's stand-in for vllm (not vLLM); made by "
-        "`python -m crossbench.engines.vllm.standin launcher`\n"
+        "`python -m crossbench.standins.vllm launcher`\n"
         f"export PYTHONPATH={shlex.quote(str(repo_root()))}${{PYTHONPATH:+:$PYTHONPATH}}\n"
         f'if [ "$1" = "--version" ]; then exec {shlex.quote(sys.executable)} -m '
-        f"crossbench.engines.vllm.standin --version {args}; fi\n"
-        f'exec {shlex.quote(sys.executable)} -m crossbench.engines.vllm.standin "$@" {args}\n')
+        f"crossbench.standins.vllm --version {args}; fi\n"
+        f'exec {shlex.quote(sys.executable)} -m crossbench.standins.vllm "$@" {args}\n')
     path.chmod(0o755)
     return path
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """``python -m crossbench.engines.vllm.standin {serve ...|--version|launcher PATH}``."""
+    """``python -m crossbench.standins.vllm {serve ...|--version|launcher PATH}``."""
     args = list(sys.argv[1:] if argv is None else argv)
     args += shlex.split(os.environ.get("CROSSBENCH_STANDIN_ARGS", ""))
     if args and args[0] == "--version":
@@ -560,7 +560,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
     if not args or args[0] != "serve":
         known = ", ".join(p.version for p in known_profiles())
-        print("usage: python -m crossbench.engines.vllm.standin {serve MODEL [flags] | "
+        print("usage: python -m crossbench.standins.vllm {serve MODEL [flags] | "
               f"--version | launcher PATH [--standin-... options]}} (poses as vLLM {known})",
               file=sys.stderr)
         return 2

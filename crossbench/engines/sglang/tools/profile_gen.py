@@ -22,7 +22,7 @@ neither SGLang nor its torch is needed):
 Usage::
 
     pip download sglang==0.5.17 --no-deps -d /tmp/sgl
-    python -m crossbench.engines.sglang.profile_gen /tmp/sgl/sglang-0.5.17-*.whl \\
+    python -m crossbench.engines.sglang.tools.profile_gen /tmp/sgl/sglang-0.5.17-*.whl \\
         > engines/sglang/0.5.17.yaml
 
 An unpacked wheel (a folder holding ``sglang/``) works too.
@@ -265,14 +265,15 @@ def generate(path: Path) -> dict[str, Any]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m crossbench.engines.sglang.profile_gen WHEEL > engines/sglang/X.Y.Z.yaml``."""
+    """``python -m crossbench.engines.sglang.tools.profile_gen WHEEL > engines/sglang/X.Y.Z.yaml``.
+    """
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("wheel", type=Path, help="sglang wheel (.whl) or an unpacked one")
     args = ap.parse_args(argv)
     prof = generate(args.wheel)
     header = (f"# SGLang engine profile, generated from the wheel's sources; do not edit by "
               f"hand.\n# Regenerate: pip download sglang=={prof['version']} --no-deps -d "
-              f"/tmp/sgl && \\\n#   python -m crossbench.engines.sglang.profile_gen "
+              f"/tmp/sgl && \\\n#   python -m crossbench.engines.sglang.tools.profile_gen "
               f"/tmp/sgl/sglang-{prof['version']}-*.whl > engines/sglang/{prof['version']}"
               ".yaml\n")
     sys.stdout.write(header + yaml.safe_dump(prof, sort_keys=False, width=100,

@@ -22,7 +22,7 @@ seeded by ``--random-seed``, the request's ``seed`` and its arrival number.
 
 Use it as a config's ``binary`` through a launcher::
 
-    python -m crossbench.engines.sglang.standin launcher /tmp/python-sglang --standin-step-ms 0
+    python -m crossbench.standins.sglang launcher /tmp/python-sglang --standin-step-ms 0
 """
 
 from __future__ import annotations
@@ -269,18 +269,18 @@ def write_launcher(path: Path, *standin_args: str) -> Path:
     path.write_text(
         "#!/bin/sh\n"
         "# crossbench's stand-in for an interpreter with sglang (not SGLang); made by "
-        "`python -m crossbench.engines.sglang.standin launcher`\n"
+        "`python -m crossbench.standins.sglang launcher`\n"
         f"export PYTHONPATH={shlex.quote(str(repo_root()))}${{PYTHONPATH:+:$PYTHONPATH}}\n"
-        f'if [ "$1" = "-c" ]; then exec {py} -m crossbench.engines.sglang.standin '
+        f'if [ "$1" = "-c" ]; then exec {py} -m crossbench.standins.sglang '
         f"--version {args}; fi\n"
         'if [ "$1" = "-m" ]; then shift 2; fi\n'
-        f'exec {py} -m crossbench.engines.sglang.standin serve "$@" {args}\n')
+        f'exec {py} -m crossbench.standins.sglang serve "$@" {args}\n')
     path.chmod(0o755)
     return path
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """``python -m crossbench.engines.sglang.standin {serve ...|--version|launcher PATH}``."""
+    """``python -m crossbench.standins.sglang {serve ...|--version|launcher PATH}``."""
     args = list(sys.argv[1:] if argv is None else argv)
     args += shlex.split(os.environ.get("CROSSBENCH_STANDIN_ARGS", ""))
     if args and args[0] == "--version":
@@ -292,7 +292,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(write_launcher(Path(args[1]), *args[2:]))
         return 0
     if not args or args[0] != "serve":
-        print("usage: python -m crossbench.engines.sglang.standin {serve --model-path M "
+        print("usage: python -m crossbench.standins.sglang {serve --model-path M "
               "[flags] | --version | launcher PATH [--standin-... options]}", file=sys.stderr)
         return 2
     settings = parse_settings(args[1:])

@@ -13,8 +13,8 @@
 
 Usage (from the repository root)::
 
-    python -m crossbench.engines.vllm.golden            # rewrite tests/data/vllm
-    python -m crossbench.engines.vllm.golden --check    # exit 1 if anything would change
+    python -m crossbench.engines.vllm.tools.golden            # rewrite tests/data/vllm
+    python -m crossbench.engines.vllm.tools.golden --check    # exit 1 if anything would change
 """
 
 from __future__ import annotations

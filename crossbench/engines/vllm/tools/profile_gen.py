@@ -18,7 +18,7 @@ neither vLLM nor its torch is needed):
 Usage::
 
     pip download vllm==0.33.0 --no-deps -d /tmp/vllm-wheel
-    python -m crossbench.engines.vllm.profile_gen /tmp/vllm-wheel/vllm-0.33.0-*.whl \\
+    python -m crossbench.engines.vllm.tools.profile_gen /tmp/vllm-wheel/vllm-0.33.0-*.whl \\
         > engines/vllm/0.33.0.yaml
 
 An unpacked wheel (a folder holding ``vllm/``) works too.
@@ -530,7 +530,7 @@ def render(profile: dict[str, Any]) -> str:
     head = (
         "# vLLM engine profile, generated from the wheel's sources; do not edit by hand.\n"
         f"# Regenerate: pip download vllm=={profile['version']} --no-deps -d /tmp/w && \\\n"
-        "#   python -m crossbench.engines.vllm.profile_gen /tmp/w/vllm-*.whl "
+        "#   python -m crossbench.engines.vllm.tools.profile_gen /tmp/w/vllm-*.whl "
         f"> engines/vllm/{profile['version']}.yaml\n"
     )
     return head + yaml.safe_dump(profile, sort_keys=False, width=100, allow_unicode=True)

@@ -1,0 +1,9 @@
+"""Developer tools of the vLLM adapter: they write the files the adapter and its tests read.
+
+Run by hand (``python -m``) when a release or the adapter changes, never by a benchmark run;
+nothing outside this folder imports them, except a command that exists to run one.
+
+- :mod:`.profile_gen`: an ``engines/vllm/X.Y.Z.yaml`` profile from a vLLM wheel (read with
+  ``ast``, never installed);
+- :mod:`.golden`: the golden argv files and format fixtures under ``tests/data/vllm/``.
+"""

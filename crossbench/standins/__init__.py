@@ -1,0 +1,27 @@
+"""Stand-ins: test doubles that imitate an engine, a service or a driver, kept out of the product.
+
+A stand-in answers the way the real thing does (same endpoints, metric names, log lines and
+function names) with values a test sets, so the harness can be tested where the real thing
+cannot run: on a CPU without vLLM or SGLang, offline without Zenodo, without an NVIDIA GPU.
+Its output is never a measurement, and every stand-in names itself as one in what it serves:
+``crossbench-standin`` as model and fingerprint (the streaming server), ``+crossbench.standin``
+in the version string (the vLLM and SGLang stand-ins; the adapters record ``standin: true``),
+DOIs under the test prefix 10.5072 and ``(not Zenodo)`` when it starts (the Zenodo stand-in).
+The scripted NVML is the exception that proves it: it lives in a test's own process and is read
+only where a test passes it as the NVML provider, so no run directory ever records it.
+
+- :mod:`.load`: an OpenAI-compatible streaming server (not an engine; llama-server-like
+  ``timings``) with known chunk timing, which logs the true send time of every chunk;
+- :mod:`.vllm`: ``vllm serve`` on CPU (routes, ``vllm:*`` metrics, start-up log, launcher);
+- :mod:`.sglang`: ``python -m sglang.launch_server`` on CPU (routes, ``sglang:*`` metrics,
+  launcher);
+- :mod:`.zenodo`: the Zenodo deposit REST API on loopback;
+- :mod:`.nvml`: a ``pynvml``-shaped NVML whose GPUs report what a test scripts.
+
+Product code never imports this package. Tests and benchmarks import it; a user starts a
+stand-in with its ``python -m`` entry point (``python -m crossbench.standins.load``,
+``python -m crossbench.standins.vllm launcher PATH``, ``python -m crossbench.standins.sglang
+launcher PATH``, ``python -m crossbench.standins.zenodo``) and points crossbench at it like at
+the real thing (the launcher as ``binary:``, the Zenodo stand-in's URL as ``--base-url``).
+``tests/test_standins_apart.py`` checks that no product module imports it.
+"""
