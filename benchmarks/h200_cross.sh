@@ -39,10 +39,19 @@ if ls .whl/*.whl >/dev/null 2>&1 && [ ! -f /tmp/site/.done ]; then
 fi
 export PYTHONPATH=/tmp/site:$PYTHONPATH
 
-# 2. parts of the vLLM pack carried by this call
-for f in .carry/vllm-*/pack.json .carry/vllm-*/payload.tar.part*; do
+# 2. parts of the vLLM pack carried by this call. A call carries at most 64 MiB with the
+#    working tree (about 15 MB now), so a 52 MB part travels as halves split here with
+#    `split -b 26000000 -d -a 1 PART PART.h` into .carry/sK/ (one folder per call): they are
+#    joined once both have arrived
+for f in .carry/vllm-*/pack.json .carry/vllm-*/payload.tar.part* .carry/s*/*.h[0-9]; do
   [ -f "$f" ] || continue
   cp -n "$f" /tmp/cb-pack/ && say "kept $(basename "$f") ($(stat -c %s "$f") bytes)"
+done
+for h in /tmp/cb-pack/*.h0; do
+  [ -f "$h" ] || continue
+  part=${h%.h0}
+  [ -f "$part.h1" ] && cat "$h" "$part.h1" >"$part" && rm "$h" "$part.h1" \
+    && say "joined $(basename "$part")"
 done
 
 # 3. background setup: CUDA build, fixtures (F16 + HF while nvcc runs), then Q4_K_M
