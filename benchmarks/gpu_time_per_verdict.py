@@ -102,10 +102,9 @@ def gpu_seconds(run: Path, engine: str) -> dict[str, Any]:
     return row
 
 
-def verdicts(run: Path, engine: str, opts: StatsOptions) -> dict[str, dict[str, Any]]:
+def verdicts(run: Path, engine: str, result: dict[str, Any]) -> dict[str, dict[str, Any]]:
     """Verdict of every speculative cell of engine id ``engine`` by cell id: the analysis's
-    for measured cells, the prediction's for predicted ones."""
-    result = analyze(run, opts)
+    (``result``, the run's) for measured cells, the prediction's for predicted ones."""
     got = {p["cell"]: {"verdict": p["verdict"], "speedup": p["speedup"]["geomean"],
                        "ci95": p["speedup"]["ci95"], "source": "measured"}
            for p in result["pairs"] if p["engine"] == engine}
@@ -193,7 +192,8 @@ def study(engine: str, naive: Path, ours: Path, opts: StatsOptions,
           band: float) -> dict[str, Any]:
     """One engine's comparison (module docstring): ``engine`` is its id in both matrices."""
     ta, tb = gpu_seconds(naive, engine), gpu_seconds(ours, engine)
-    va, vb = verdicts(naive, engine, opts), verdicts(ours, engine, opts)
+    analysed = analyze(ours, opts)  # once: verdicts and prediction checks read it
+    va, vb = verdicts(naive, engine, analyze(naive, opts)), verdicts(ours, engine, analysed)
     if set(va) != set(vb):
         raise SystemExit(f"{engine}: the runs differ in their speculative cells: "
                          f"{sorted(set(va) ^ set(vb))}")
@@ -209,13 +209,13 @@ def study(engine: str, naive: Path, ours: Path, opts: StatsOptions,
             "verdicts_conservative": count["conservative"], "verdicts_lost": count["lost"],
             "verdicts_bolder": count["bolder"], "cells": rows,
             "reuse_bias": reuse_bias(naive, ours, engine),
-            "prediction_checks": prediction_checks(ours, engine, opts)}
+            "prediction_checks": prediction_checks(ours, engine, analysed)}
 
 
-def prediction_checks(run: Path, engine: str, opts: StatsOptions) -> dict[str, Any] | None:
-    """Probe-and-predict's measured cells against their predictions (the analysis's
+def prediction_checks(run: Path, engine: str, result: dict[str, Any]) -> dict[str, Any] | None:
+    """Probe-and-predict's measured cells against their predictions (``result``'s
     ``predictions`` section, this engine's cells), or None without probe-and-predict."""
-    checks = analyze(run, opts).get("predictions")
+    checks = result.get("predictions")
     if checks is None:
         return None
     state = read_state(run, ("cells",))

@@ -8,6 +8,7 @@ import contextlib
 import ctypes
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -59,6 +60,26 @@ def port_in_use(host: str, port: int) -> bool:
         except OSError:
             return True
     return False
+
+
+def configured_binary(binary: Path | None, default: str) -> Path | None:
+    """A config's ``binary`` (which must exist), or None when it names none; ``default``
+    says in words what runs without it (named in the fix)."""
+    if binary is None:
+        return None
+    b = binary.expanduser()
+    if not b.exists():
+        raise UserError(f"binary: {b} does not exist",
+                        f"fix the path, or drop `binary` to use {default}")
+    return b
+
+
+def on_path(name: str, fix: str) -> Path:
+    """The executable ``name`` on PATH; a :class:`UserError` with ``fix`` when it is not."""
+    found = shutil.which(name)
+    if found is None:
+        raise UserError(f"{name} is not on PATH", fix)
+    return Path(found)
 
 
 def log_tail(path: Path, n: int = 12) -> str:

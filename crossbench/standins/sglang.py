@@ -31,7 +31,6 @@ import argparse
 import asyncio
 import contextlib
 import json
-import os
 import random
 import shlex
 import signal
@@ -49,6 +48,7 @@ from prometheus_client.exposition import generate_latest
 from crossbench.engines.sglang import metrics as names
 from crossbench.engines.sglang.profile import DEFAULT_VERSION, STANDIN_SUFFIX, profile_for
 from crossbench.paths import repo_root
+from crossbench.standins.cli import common_command, standin_args
 
 _WORDS = (" alpha", " beta", " gamma", " delta", " epsilon", " zeta", " eta", " theta")
 
@@ -281,15 +281,8 @@ def write_launcher(path: Path, *standin_args: str) -> Path:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """``python -m crossbench.standins.sglang {serve ...|--version|launcher PATH}``."""
-    args = list(sys.argv[1:] if argv is None else argv)
-    args += shlex.split(os.environ.get("CROSSBENCH_STANDIN_ARGS", ""))
-    if args and args[0] == "--version":
-        v = args[args.index("--standin-version") + 1] if "--standin-version" in args \
-            else DEFAULT_VERSION
-        print(v + STANDIN_SUFFIX)
-        return 0
-    if len(args) >= 2 and args[0] == "launcher":
-        print(write_launcher(Path(args[1]), *args[2:]))
+    args = standin_args(argv)
+    if common_command(args, DEFAULT_VERSION, STANDIN_SUFFIX, write_launcher):
         return 0
     if not args or args[0] != "serve":
         print("usage: python -m crossbench.standins.sglang {serve --model-path M "

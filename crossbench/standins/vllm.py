@@ -68,6 +68,7 @@ from crossbench.engines.vllm.profile import (
 )
 from crossbench.errors import UserError
 from crossbench.paths import repo_root
+from crossbench.standins.cli import common_command, standin_args
 from crossbench.standins.load import STANDIN_NAME
 
 STANDIN_SUFFIX = "+crossbench.standin"
@@ -548,15 +549,8 @@ def write_launcher(path: Path, *standin_args: str) -> Path:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """``python -m crossbench.standins.vllm {serve ...|--version|launcher PATH}``."""
-    args = list(sys.argv[1:] if argv is None else argv)
-    args += shlex.split(os.environ.get("CROSSBENCH_STANDIN_ARGS", ""))
-    if args and args[0] == "--version":
-        v = args[args.index("--standin-version") + 1] if "--standin-version" in args \
-            else DEFAULT_VERSION
-        print(v + STANDIN_SUFFIX)
-        return 0
-    if len(args) >= 2 and args[0] == "launcher":
-        print(write_launcher(Path(args[1]), *args[2:]))
+    args = standin_args(argv)
+    if common_command(args, DEFAULT_VERSION, STANDIN_SUFFIX, write_launcher):
         return 0
     if not args or args[0] != "serve":
         known = ", ".join(p.version for p in known_profiles())

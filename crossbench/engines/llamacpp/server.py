@@ -24,6 +24,7 @@ from crossbench.engines.llamacpp.profile import (
 )
 from crossbench.engines.process import (
     LocalServer,
+    configured_binary,
     http_get,
     http_post,
     log_tail,
@@ -74,13 +75,10 @@ class LlamaServer(LocalServer):
     def binary(self) -> Path:
         """The llama-server that will run (the user's own, or crossbench's build of the pin)."""
         if self._binary is None:
-            if self.config.binary is not None:
-                b = self.config.binary.expanduser()
-                if not b.exists():
-                    raise UserError(f"binary: {b} does not exist",
-                                    "fix the path, or drop `binary` to use "
+            own = configured_binary(self.config.binary,
                                     "`crossbench engines install llama.cpp`")
-                self._binary = b
+            if own is not None:
+                self._binary = own
             else:
                 cuda = self.config.variant.startswith("cuda-sm")
                 arch = self.config.variant.removeprefix("cuda-sm") if cuda else None

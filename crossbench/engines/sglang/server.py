@@ -16,7 +16,6 @@ import hashlib
 import json
 import os
 import re
-import shutil
 import signal
 import subprocess
 import time
@@ -24,7 +23,14 @@ from pathlib import Path
 from typing import Any
 
 from crossbench.engines.base import EngineIdentity, MetricsSnapshot
-from crossbench.engines.process import LocalServer, http_get, log_tail, port_in_use
+from crossbench.engines.process import (
+    LocalServer,
+    configured_binary,
+    http_get,
+    log_tail,
+    on_path,
+    port_in_use,
+)
 from crossbench.engines.sglang.config import CHAIN, SglangServerConfig
 from crossbench.engines.sglang.metrics import RUNNING
 from crossbench.engines.sglang.profile import SglangProfile, is_standin, profile_for
@@ -73,18 +79,9 @@ class SglangServer(LocalServer):
     def binary(self) -> Path:
         """The Python interpreter with sglang (config ``binary``, else python3 on PATH)."""
         if self._binary is None:
-            if self.config.binary is not None:
-                b = self.config.binary.expanduser()
-                if not b.exists():
-                    raise UserError(f"binary: {b} does not exist", "fix the path, or drop "
-                                    "`binary` to use python3 on PATH")
-                self._binary = b
-            else:
-                found = shutil.which("python3")
-                if found is None:
-                    raise UserError("python3 is not on PATH", "set binary: /path/to/python "
-                                    "(the interpreter that has sglang installed)")
-                self._binary = Path(found)
+            self._binary = configured_binary(self.config.binary, "python3 on PATH") or \
+                on_path("python3", "set binary: /path/to/python (the interpreter that has "
+                        "sglang installed)")
         return self._binary
 
     @property

@@ -17,7 +17,6 @@ import hashlib
 import json
 import os
 import re
-import shutil
 import signal
 import subprocess
 import time
@@ -27,8 +26,10 @@ from typing import Any
 from crossbench.engines.base import EngineIdentity, MetricsSnapshot
 from crossbench.engines.process import (
     LocalServer,
+    configured_binary,
     http_post,
     log_tail,
+    on_path,
     port_in_use,
 )
 from crossbench.engines.vllm import startup_log
@@ -171,19 +172,9 @@ class VllmServer(LocalServer):
     def binary(self) -> Path:
         """The ``vllm`` executable (config ``binary``, else ``vllm`` on PATH)."""
         if self._binary is None:
-            if self.config.binary is not None:
-                b = self.config.binary.expanduser()
-                if not b.exists():
-                    raise UserError(f"binary: {b} does not exist",
-                                    "fix the path, or drop `binary` to use `vllm` on PATH")
-                self._binary = b
-            else:
-                found = shutil.which("vllm")
-                if found is None:
-                    raise UserError("vllm is not on PATH",
-                                    f"pip install vllm=={self.config.version} (needs a GPU "
-                                    "machine), or set binary: /path/to/vllm")
-                self._binary = Path(found)
+            self._binary = configured_binary(self.config.binary, "`vllm` on PATH") or \
+                on_path("vllm", f"pip install vllm=={self.config.version} (needs a GPU "
+                        "machine), or set binary: /path/to/vllm")
         return self._binary
 
     @classmethod

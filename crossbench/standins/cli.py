@@ -1,0 +1,32 @@
+"""What the engine stand-ins' command lines share: their arguments (with
+``CROSSBENCH_STANDIN_ARGS`` appended), ``--version`` and ``launcher PATH``."""
+
+from __future__ import annotations
+
+import os
+import shlex
+import sys
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+
+def standin_args(argv: Sequence[str] | None) -> list[str]:
+    """The command's arguments (``sys.argv`` without ``argv``), then the stand-in options of
+    ``CROSSBENCH_STANDIN_ARGS``."""
+    args = list(sys.argv[1:] if argv is None else argv)
+    return args + shlex.split(os.environ.get("CROSSBENCH_STANDIN_ARGS", ""))
+
+
+def common_command(args: list[str], default_version: str, suffix: str,
+                   write_launcher: Callable[..., Path]) -> bool:
+    """Answer ``--version`` (the posed release plus ``suffix``) or ``launcher PATH [...]``;
+    returns whether ``args`` was one of them."""
+    if args and args[0] == "--version":
+        v = args[args.index("--standin-version") + 1] if "--standin-version" in args \
+            else default_version
+        print(v + suffix)
+        return True
+    if len(args) >= 2 and args[0] == "launcher":
+        print(write_launcher(Path(args[1]), *args[2:]))
+        return True
+    return False
