@@ -1,4 +1,5 @@
-"""Where crossbench keeps its caches: ``~/.cache/crossbench`` unless ``CROSSBENCH_CACHE`` is set."""
+"""Where crossbench keeps its caches (``~/.cache/crossbench`` unless ``CROSSBENCH_CACHE`` is
+set) and finds its data (``engines/``, ``zenodo/``, ``matrices/``)."""
 
 from __future__ import annotations
 
@@ -26,3 +27,11 @@ def data_root() -> Path:
     if (root / "engines").is_dir():
         return root
     return Path(__file__).resolve().parent / "_data"
+
+
+def engines_dir() -> Path:
+    """The folder of engine facts: one subfolder per engine (``llama.cpp/``, ``vllm/``,
+    ``sglang/``: profiles, pack facts) and ``hosts/`` (hosts' package lists).
+    ``CROSSBENCH_ENGINES_DIR`` overrides ``<data_root>/engines``."""
+    base = os.environ.get("CROSSBENCH_ENGINES_DIR")
+    return Path(base) if base else data_root() / "engines"

@@ -9,7 +9,6 @@ probed live through ``--help`` (and the result says so in ``origin``).
 from __future__ import annotations
 
 import functools
-import os
 import re
 import subprocess
 from dataclasses import dataclass, field
@@ -19,7 +18,7 @@ from typing import Any
 import yaml
 
 from crossbench.errors import RunError, UserError
-from crossbench.paths import data_root
+from crossbench.paths import engines_dir
 
 # "version: 0.5.0-dev (build 11312, commit 0c1e570)" (current) or "version: 4567 (abc1234)"
 _VERSION_RE = re.compile(
@@ -30,8 +29,7 @@ _HELP_FLAG_RE = re.compile(r"^(-[-\w]+(?:,\s*-[-\w]+)*)", re.M)
 
 def profiles_dir() -> Path:
     """Folder of llama.cpp profiles (``CROSSBENCH_ENGINES_DIR`` overrides the checkout's)."""
-    base = os.environ.get("CROSSBENCH_ENGINES_DIR")
-    return (Path(base) if base else data_root() / "engines") / "llama.cpp"
+    return engines_dir() / "llama.cpp"
 
 
 @dataclass(frozen=True)

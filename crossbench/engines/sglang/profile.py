@@ -5,7 +5,6 @@ algorithms, ``sglang:*`` metric families, HTTP routes, the torch pin)."""
 from __future__ import annotations
 
 import functools
-import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -13,7 +12,7 @@ from typing import Any
 import yaml
 
 from crossbench.errors import UserError
-from crossbench.paths import data_root
+from crossbench.paths import engines_dir
 
 DEFAULT_VERSION = "0.5.17"
 """The release configs are written for unless they say otherwise: the newest that pins
@@ -25,8 +24,7 @@ STANDIN_SUFFIX = "+crossbench.standin"
 
 def profiles_dir() -> Path:
     """``engines/sglang`` (``CROSSBENCH_ENGINES_DIR`` overrides the ``engines`` root)."""
-    base = os.environ.get("CROSSBENCH_ENGINES_DIR")
-    return (Path(base) if base else data_root() / "engines") / "sglang"
+    return engines_dir() / "sglang"
 
 
 def is_standin(version_text: str) -> bool:

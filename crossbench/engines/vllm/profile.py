@@ -11,7 +11,6 @@ that have it.
 from __future__ import annotations
 
 import functools
-import os
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -21,7 +20,7 @@ from typing import Any
 import yaml
 
 from crossbench.errors import UserError
-from crossbench.paths import data_root
+from crossbench.paths import engines_dir
 
 #: the release a config pins when it names none
 DEFAULT_VERSION = "0.33.0"
@@ -31,8 +30,7 @@ _VERSION_RE = re.compile(r"\b(\d+\.\d+\.\d+(?:\.post\d+|rc\d+|\.dev\d+)?)(\+[\w.
 
 def profiles_dir() -> Path:
     """Folder of vLLM profiles (``CROSSBENCH_ENGINES_DIR`` overrides the checkout's)."""
-    base = os.environ.get("CROSSBENCH_ENGINES_DIR")
-    return (Path(base) if base else data_root() / "engines") / "vllm"
+    return engines_dir() / "vllm"
 
 
 def version_key(version: str) -> tuple[int, ...]:
