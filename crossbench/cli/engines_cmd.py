@@ -8,9 +8,9 @@ from pathlib import Path
 import click
 
 from crossbench.cli.common import progress, user_errors
+from crossbench.engines import pack as epack
 from crossbench.engines.llamacpp import build as llbuild
 from crossbench.engines.llamacpp.pins import DEFAULT_PIN, PINS, get_pin
-from crossbench.engines.vllm import pack as vpack
 from crossbench.errors import UserError
 
 
@@ -71,7 +71,7 @@ def install(engine: str, pin: str, cuda: bool, cuda_arch: str | None, jobs: int 
             raise UserError("vllm installs from an offline pack and needs --from",
                             "crossbench engines pack vllm==X.Y.Z --python X.Y --against LIST "
                             "--out DIR on a machine with network, copy DIR, then --from DIR")
-        inst = vpack.install(from_, prefix, force=force, progress=progress)
+        inst = epack.install(from_, prefix, force=force, progress=progress)
         click.echo(str(inst.launcher))
         return
     if from_ is not None:
@@ -130,7 +130,7 @@ Examples:
               help="Folder for pack.json and the payload parts.")
 @click.option("--with", "with_", multiple=True, metavar="REQ",
               help="Another requirement to carry (repeatable).")
-@click.option("--part-mb", type=float, default=vpack.DEFAULT_PART_MB, show_default=True,
+@click.option("--part-mb", type=float, default=epack.DEFAULT_PART_MB, show_default=True,
               help="Largest part, in MB (10^6 bytes).")
 @click.option("--wheelhouse", type=click.Path(path_type=Path), default=None,
               help="Use only the wheels in this folder (offline).")
@@ -148,8 +148,8 @@ def pack(requirement: str, python: str, against: Path, out: Path, with_: tuple[s
     pack.json. Prints one line per part on stderr and the folder on stdout. Needs network
     unless --wheelhouse is given. On the host: crossbench engines install vllm --from DIR.
     """
-    res = vpack.pack(requirement, python, against, out, with_reqs=with_,
-                     part_bytes=int(part_mb * vpack.MB), wheelhouse=wheelhouse, cache=cache,
+    res = epack.pack(requirement, python, against, out, with_reqs=with_,
+                     part_bytes=int(part_mb * epack.MB), wheelhouse=wheelhouse, cache=cache,
                      progress=progress)
     man = res.manifest
     for part in man["parts"]:

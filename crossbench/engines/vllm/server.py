@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from crossbench.engines.base import EngineIdentity, MetricsSnapshot
+from crossbench.engines.pack import INSTALL_FILE, install_record
 from crossbench.engines.process import (
     LocalServer,
     configured_binary,
@@ -35,7 +36,6 @@ from crossbench.engines.process import (
 from crossbench.engines.vllm import startup_log
 from crossbench.engines.vllm.config import VllmServerConfig
 from crossbench.engines.vllm.metrics import IN_FLIGHT
-from crossbench.engines.vllm.pack import INSTALL_FILE, install_record
 from crossbench.engines.vllm.profile import (
     VllmProfile,
     is_standin,

@@ -59,9 +59,8 @@ from packaging.utils import (
 )
 from packaging.version import Version
 
-from crossbench.engines.vllm.profile import profiles_dir
 from crossbench.errors import CrossbenchError, RunError, UserError
-from crossbench.paths import cache_dir
+from crossbench.paths import cache_dir, engines_dir
 from crossbench.store.atomic import (
     fsync_dir,
     sha256_file,
@@ -131,7 +130,7 @@ class PackFacts:
 
 def facts_path(engine: str) -> Path:
     """``engines/<engine>/pack.yaml`` (``CROSSBENCH_ENGINES_DIR`` overrides ``engines/``)."""
-    return profiles_dir().parent / engine / FACTS_FILE
+    return engines_dir() / engine / FACTS_FILE
 
 
 def _str_map(raw: Any, where: str, path: Path) -> dict[str, str]:
@@ -149,7 +148,8 @@ def load_facts(engine: str, release: str, path: Path | None = None) -> PackFacts
     path = path or facts_path(engine)
     if not path.is_file():
         raise UserError(f"no pack facts for {engine}: {path} does not exist",
-                        f"write {path} with an entry for {release} (see engines/vllm/pack.yaml)")
+                        f"write {path} with an entry for {release} (engines/vllm/pack.yaml "
+                        "shows the format)")
     data = yaml.safe_load(path.read_text()) or {}
     releases = data.get("releases") if isinstance(data, dict) else None
     entry = releases.get(release) if isinstance(releases, dict) else None

@@ -1,4 +1,4 @@
-"""Offline packs of a pinned vLLM (crossbench/engines/vllm/pack.py), on a fake wheelhouse.
+"""Offline packs of a pinned engine (crossbench/engines/pack.py), on a fake wheelhouse.
 
 The wheelhouse holds a fake ``vllm-0.26.0`` (its Requires-Dist has an extra, markers true and
 false for the target, a host-provided package whose pin differs, a skipped package, the two
@@ -30,8 +30,8 @@ from click.testing import CliRunner
 from packaging.requirements import Requirement
 
 from crossbench.cli.main import cli
+from crossbench.engines import pack as ep
 from crossbench.engines import registry
-from crossbench.engines.vllm import pack as vp
 from crossbench.engines.vllm.server import VllmServer
 from crossbench.errors import UserError
 
@@ -131,11 +131,11 @@ class World:
     facts: Path
     engines_dir: Path
 
-    def pack(self, out: str, python: str = HERE, **kw: Any) -> vp.PackResult:
+    def pack(self, out: str, python: str = HERE, **kw: Any) -> ep.PackResult:
         kw.setdefault("wheelhouse", self.wheels)
         kw.setdefault("facts_file", self.facts)
         kw.setdefault("part_bytes", PART)
-        return vp.pack(kw.pop("req", "vllm==0.26.0"), python, self.host, self.root / out, **kw)
+        return ep.pack(kw.pop("req", "vllm==0.26.0"), python, self.host, self.root / out, **kw)
 
 
 @pytest.fixture(scope="module")
@@ -179,20 +179,20 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> World:
 
 
 @pytest.fixture(scope="module")
-def packed(world: World) -> vp.PackResult:
+def packed(world: World) -> ep.PackResult:
     return world.pack("out")
 
 
 @pytest.fixture(scope="module")
-def installed(world: World, packed: vp.PackResult) -> vp.InstallResult:
-    return vp.install(packed.out, world.root / "prefix")
+def installed(world: World, packed: ep.PackResult) -> ep.InstallResult:
+    return ep.install(packed.out, world.root / "prefix")
 
 
-def payload_bytes(res: vp.PackResult) -> bytes:
+def payload_bytes(res: ep.PackResult) -> bytes:
     return b"".join((res.out / p["name"]).read_bytes() for p in res.manifest["parts"])
 
 
-def wheel_from_payload(res: vp.PackResult, name: str) -> bytes:
+def wheel_from_payload(res: ep.PackResult, name: str) -> bytes:
     with tarfile.open(fileobj=io.BytesIO(payload_bytes(res))) as tar:
         f = tar.extractfile(name)
         assert f is not None
@@ -203,7 +203,7 @@ def wheel_from_payload(res: vp.PackResult, name: str) -> bytes:
 
 
 def test_resolution_skips_host_packages_and_follows_extras_and_markers(
-        world: World, packed: vp.PackResult) -> None:
+        world: World, packed: ep.PackResult) -> None:
     man = packed.manifest
     carried = {w["project"]: w["version"] for w in man["wheels"]}
     six = {"six": "1.17.0"} if HERE == "3.12" else {}
@@ -230,13 +230,13 @@ def test_resolution_skips_host_packages_and_follows_extras_and_markers(
 
 
 def test_markers_are_evaluated_for_the_target_python(world: World) -> None:
-    facts = vp.load_facts("vllm", "0.26.0", world.facts)
-    host = vp.read_host_list(world.host)
+    facts = ep.load_facts("vllm", "0.26.0", world.facts)
+    host = ep.read_host_list(world.host)
     roots = [(Requirement("vllm==0.26.0"), "command line")]
     names = {}
     for py in ("3.11", "3.12"):
-        t = vp.Target.parse(py)
-        res = vp.resolve(roots, t, host, facts, vp.Wheelhouse(world.wheels, t))
+        t = ep.Target.parse(py)
+        res = ep.resolve(roots, t, host, facts, ep.Wheelhouse(world.wheels, t))
         names[py] = set(res.wheels)
     assert names["3.12"] - names["3.11"] == {"six"}  # six>=1.16.0; python_version > "3.11"
     assert not {"legacy-backport", "bench-only", "httpx"} & (names["3.11"] | names["3.12"])
@@ -293,7 +293,7 @@ def test_release_without_facts_and_loose_pins_are_refused(world: World) -> None:
 
 
 def test_repository_facts_cover_0_26_0() -> None:
-    facts = vp.load_facts("vllm", "0.26.0")
+    facts = ep.load_facts("vllm", "0.26.0")
     assert set(facts.drop_files) == {FA2, RS}
     assert {"flashinfer-python", "nvtx", "pynvvideocodec", "torchcodec"} <= set(
         facts.skip_packages)
@@ -308,7 +308,7 @@ def test_repository_facts_cover_0_26_0() -> None:
 
 
 def test_dropped_files_are_gone_from_the_slim_wheel_and_its_record(
-        world: World, packed: vp.PackResult) -> None:
+        world: World, packed: ep.PackResult) -> None:
     name = "vllm-0.26.0-py3-none-any.whl"
     slim = zipfile.ZipFile(io.BytesIO(wheel_from_payload(packed, name)))
     orig = zipfile.ZipFile(world.wheels / name)
@@ -334,12 +334,12 @@ def test_dropped_files_are_gone_from_the_slim_wheel_and_its_record(
 
 def test_a_drop_path_the_wheel_lacks_is_refused(world: World, tmp_path: Path) -> None:
     with pytest.raises(UserError, match="has no vllm/nope.so to drop"):
-        vp.slim_wheel(world.wheels / "vllm-0.26.0-py3-none-any.whl", tmp_path / "x.whl",
+        ep.slim_wheel(world.wheels / "vllm-0.26.0-py3-none-any.whl", tmp_path / "x.whl",
                       {"vllm/nope.so": "why"})
 
 
 def test_parts_are_at_most_part_size_and_reassemble_to_the_payload(
-        packed: vp.PackResult) -> None:
+        packed: ep.PackResult) -> None:
     parts = packed.manifest["parts"]
     assert len(parts) >= 3
     assert [p["name"] for p in parts] == [f"payload.tar.part{i:03d}" for i in range(len(parts))]
@@ -358,7 +358,7 @@ def test_parts_are_at_most_part_size_and_reassemble_to_the_payload(
     assert {m.name: m.size for m in members} == sizes
 
 
-def test_packing_twice_gives_identical_bytes(world: World, packed: vp.PackResult) -> None:
+def test_packing_twice_gives_identical_bytes(world: World, packed: ep.PackResult) -> None:
     again = world.pack("out-again")
     first = {p.name: p.read_bytes() for p in sorted(packed.out.iterdir())}
     second = {p.name: p.read_bytes() for p in sorted(again.out.iterdir())}
@@ -375,8 +375,8 @@ def run_launcher(launcher: Path, *args: str, **env: str) -> subprocess.Completed
                           env={**base, **env}, timeout=60)
 
 
-def test_install_round_trip(world: World, packed: vp.PackResult,
-                            installed: vp.InstallResult) -> None:
+def test_install_round_trip(world: World, packed: ep.PackResult,
+                            installed: ep.InstallResult) -> None:
     prefix = world.root / "prefix"
     assert installed.changed and installed.launcher == prefix / "bin" / "vllm"
     assert os.access(installed.launcher, os.X_OK)
@@ -400,12 +400,12 @@ def test_install_round_trip(world: World, packed: vp.PackResult,
     assert [d["path"] for d in rec["dropped_files"]] == [RS, FA2]  # entry order
     assert rec["host_pins_differ"] == {"numba": "the host's 0.68 serves."}
     assert rec["installed_utc"].endswith("Z")
-    again = vp.install(packed.out, prefix)
+    again = ep.install(packed.out, prefix)
     assert not again.changed and again.record == rec
 
 
-def test_launcher_text_quotes_and_defaults(packed: vp.PackResult) -> None:
-    text = vp.launcher_text(packed.manifest, Path("/opt/my prefix/site"), "/usr/bin/python3",
+def test_launcher_text_quotes_and_defaults(packed: ep.PackResult) -> None:
+    text = ep.launcher_text(packed.manifest, Path("/opt/my prefix/site"), "/usr/bin/python3",
                             "vllm.entrypoints.cli.main", "main")
     lines = text.splitlines()
     assert lines[0] == "#!/bin/sh"
@@ -418,13 +418,13 @@ def test_launcher_text_quotes_and_defaults(packed: vp.PackResult) -> None:
 def test_install_for_another_python_is_refused(world: World, tmp_path: Path) -> None:
     other = world.pack("out-other", python=OTHER)
     with pytest.raises(UserError) as e:
-        vp.install(other.out, tmp_path / "p")
+        ep.install(other.out, tmp_path / "p")
     assert e.value.message == (f"--from {other.out} is packed for Python {OTHER}, but "
                                f"{sys.executable} is Python {HERE}")
 
 
 @pytest.fixture
-def copy(packed: vp.PackResult, tmp_path: Path) -> Iterator[Path]:
+def copy(packed: ep.PackResult, tmp_path: Path) -> Iterator[Path]:
     dest = tmp_path / "copy"
     shutil.copytree(packed.out, dest)
     yield dest
@@ -436,7 +436,7 @@ def test_tampered_part_is_refused(copy: Path, tmp_path: Path) -> None:
     data[1234] ^= 0x01
     part.write_bytes(bytes(data))
     with pytest.raises(UserError) as e:
-        vp.install(copy, tmp_path / "p")
+        ep.install(copy, tmp_path / "p")
     assert e.value.message.startswith(f"--from {copy}: part payload.tar.part001 has sha256 ")
     assert e.value.hint == "re-copy payload.tar.part001; the copy is damaged"
     assert not (tmp_path / "p").exists()
@@ -445,7 +445,7 @@ def test_tampered_part_is_refused(copy: Path, tmp_path: Path) -> None:
 def test_missing_part_is_refused(copy: Path, tmp_path: Path) -> None:
     (copy / "payload.tar.part002").unlink()
     with pytest.raises(UserError) as e:
-        vp.install(copy, tmp_path / "p")
+        ep.install(copy, tmp_path / "p")
     assert e.value.one_line() == (f"--from {copy}: part payload.tar.part002 is missing (fix: "
                                   "re-copy payload.tar.part002 from the packing machine)")
 
@@ -455,13 +455,13 @@ def test_part_with_extra_bytes_and_stray_part_are_refused(copy: Path, tmp_path: 
         f.write(b"x")
     with pytest.raises(UserError, match=r"part payload.tar.part000 is 50,001 bytes, pack.json "
                                         r"says 50,000"):
-        vp.install(copy, tmp_path / "p")
+        ep.install(copy, tmp_path / "p")
     (copy / "payload.tar.part999").write_bytes(b"")
     with pytest.raises(UserError, match="payload.tar.part999 is not a part of this pack"):
-        vp.install(copy, tmp_path / "p")
+        ep.install(copy, tmp_path / "p")
 
 
-def test_identity_records_the_install(world: World, installed: vp.InstallResult) -> None:
+def test_identity_records_the_install(world: World, installed: ep.InstallResult) -> None:
     srv = registry.create("vllm", {"binary": str(installed.launcher), "model": "Qwen/Qwen3-8B"},
                           world.root / "server.log")
     assert isinstance(srv, VllmServer)
@@ -469,7 +469,7 @@ def test_identity_records_the_install(world: World, installed: vp.InstallResult)
     assert ident.version == "0.26.0" and ident.extra["release"] == "0.26.0"
     assert ident.extra["install"] == json.loads(
         (world.root / "prefix" / "install.json").read_text())
-    assert vp.install_record(Path(sys.executable)) is None
+    assert ep.install_record(Path(sys.executable)) is None
 
 
 # -- CLI ------------------------------------------------------------------------------------
@@ -491,7 +491,7 @@ def test_cli_install_llama_cpp_with_from_is_a_usage_error(tmp_path: Path) -> Non
                                "needs --from (fix: ")
 
 
-def test_cli_pack_prints_parts_and_folder(world: World, packed: vp.PackResult,
+def test_cli_pack_prints_parts_and_folder(world: World, packed: ep.PackResult,
                                           monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("CROSSBENCH_ENGINES_DIR", str(world.engines_dir))
     out = world.root / "out-cli"
