@@ -14,13 +14,14 @@ ROOT = Path(__file__).resolve().parents[1]
 
 PROBE = """
 import json, crossbench
-from crossbench.paths import data_root
+from crossbench.paths import data_root, engines_dir
 from crossbench.engines.llamacpp.profile import profiles_dir
 from crossbench.engines.vllm.profile import profiles_dir as vllm_dir
 from crossbench.archive.metadata import template_dir
 print(json.dumps({"package": crossbench.__file__, "data": str(data_root()),
                   "llama": sorted(p.name for p in profiles_dir().glob("*.yaml")),
                   "vllm": sorted(p.name for p in vllm_dir().glob("*.yaml")),
+                  "hosts": sorted(p.name for p in (engines_dir() / "hosts").glob("*.txt")),
                   "templates": str(template_dir()),
                   "matrix": (data_root() / "matrices" / "cpu-smoke.yaml").is_file()}))
 """
@@ -54,5 +55,6 @@ def test_installed_wheel_finds_profiles_templates_and_matrices(tmp_path: Path) -
     assert got["data"] == str(site / "crossbench" / "_data")
     assert {"b11312.yaml", "b11434.yaml", "options.yaml"} <= set(got["llama"])
     assert {"0.33.0.yaml", "0.10.2.yaml"} <= set(got["vllm"])
+    assert "h200-cuda.txt" in got["hosts"]  # hosts' package lists (engines pack --against)
     assert got["templates"] == str(site / "crossbench" / "_data" / "zenodo")
     assert got["matrix"] is True

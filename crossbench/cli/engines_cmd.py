@@ -118,7 +118,7 @@ def check(engine: str, binary: str, model: str, draft: str | None, requests: int
 @engines.command("pack", epilog="""\b
 Examples:
   crossbench engines pack vllm==0.26.0 --python 3.12 \\
-      --against engines/vllm/hosts/h200-cuda.txt --out .carry/vllm-0.26.0
+      --against engines/hosts/h200-cuda.txt --out .carry/vllm-0.26.0
   crossbench engines pack vllm==0.26.0 --python 3.12 --against host.txt --out DIR \\
       --with orjson --with gguf --cache /work/dl
 """)

@@ -15,7 +15,7 @@ per release, each with its reason.
 
 Example::
 
-    res = pack("vllm==0.26.0", "3.12", Path("engines/vllm/hosts/h200-cuda.txt"),
+    res = pack("vllm==0.26.0", "3.12", Path("engines/hosts/h200-cuda.txt"),
                Path(".carry/vllm-0.26.0"))
     # on the host, after copying the folder:
     inst = install(Path(".carry/vllm-0.26.0"))
@@ -263,7 +263,7 @@ def read_host_list(path: Path) -> HostPackages:
     if not path.is_file():
         raise UserError(f"--against {path} does not exist",
                         "give the host's `python3 -m pip list --format=freeze` output, e.g. "
-                        "engines/vllm/hosts/h200-cuda.txt")
+                        "engines/hosts/h200-cuda.txt")
     versions: dict[NormalizedName, Version | None] = {}
     for n, raw in enumerate(path.read_text().splitlines(), 1):
         line = raw.split("#", 1)[0].strip()
