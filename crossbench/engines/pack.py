@@ -6,8 +6,10 @@ list (``pip list --format=freeze``) as installed; it slims the engine wheel (the
 ``drop_files``), and writes one uncompressed tar of the wheels split into parts of at most
 ``part_bytes`` plus ``pack.json``. :func:`install` (offline, on the host) checks every part,
 the payload and every wheel against ``pack.json``, installs them with ``pip --target`` and
-writes a launcher and ``install.json``; :func:`install_record` reads that record back for an
-engine's identity.
+writes two launchers (the engine's console script ``bin/<engine>`` and the interpreter
+``bin/python``, both with the install's site first on the path) and ``install.json``;
+:func:`install_record` reads that record back for an engine's identity. Which launcher a
+matrix's ``binary:`` names is the one engine-specific fact here (:data:`MATRIX_BINARY`).
 
 What a release's pack leaves out, keeps from the host and sets by default is data:
 ``engines/<engine>/pack.yaml`` (``CROSSBENCH_ENGINES_DIR`` overrides the folder), one entry
@@ -20,6 +22,7 @@ Example::
     # on the host, after copying the folder:
     inst = install(Path(".carry/vllm-0.26.0"))
     print(inst.launcher)     # ~/.cache/crossbench/engines/vllm-0.26.0-py3.12/bin/vllm
+    # sglang==0.5.17 alike; its inst.launcher is .../sglang-0.5.17-py3.12/bin/python
 """
 
 from __future__ import annotations
@@ -69,7 +72,8 @@ from crossbench.store.atomic import (
     write_json_atomic,
 )
 
-#: version of ``pack.json`` and ``install.json``. 1: first version.
+#: version of ``pack.json`` and ``install.json``. 1: first version (``install.json`` gained
+#: ``launchers`` beside ``launcher`` later; an added key, so readers of 1 are unaffected).
 SCHEMA_VERSION = 1
 PACK_KIND = "crossbench.engine_pack"
 INSTALL_KIND = "crossbench.engine_install"
@@ -88,6 +92,16 @@ _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _ENV_VALUE = re.compile(r"[A-Za-z0-9_.,:/=+@-]*")
 _FIXED_DOS_DATE = (0 << 9) | (1 << 5) | 1  # 1980-01-01, the zip epoch
 _Progress = Callable[[str], None]
+#: file name in ``PREFIX/bin`` of the interpreter launcher
+PYTHON_LAUNCHER = "python"
+#: the two kinds of launcher :data:`MATRIX_BINARY` chooses from
+CONSOLE, INTERPRETER = "console", "python"
+MATRIX_BINARY: dict[str, str] = {"vllm": CONSOLE, "sglang": INTERPRETER}
+"""Which launcher a matrix's ``binary:`` names, per engine that installs from a pack (and
+``engines install`` prints): ``console``, the wheel's console script ``PREFIX/bin/<engine>``
+(the vLLM adapter runs ``vllm serve``), or ``python``, the interpreter ``PREFIX/bin/python``
+(the SGLang adapter runs ``python -m sglang.launch_server``). An engine not listed gets
+``console``. Every install writes both launchers."""
 
 
 def _quiet(_msg: str) -> None:
@@ -878,12 +892,31 @@ def pack(req: str, python: str, against: Path, out: Path, with_reqs: Iterable[st
 
 @dataclass(frozen=True)
 class InstallResult:
-    """Where :func:`install` put the engine, and whether it changed anything."""
+    """Where :func:`install` put the engine, and whether it changed anything. ``launcher`` is
+    the one a matrix's ``binary:`` names (:data:`MATRIX_BINARY`); ``launchers`` has every
+    launcher by its name in ``PREFIX/bin``."""
 
     prefix: Path
     launcher: Path
     record: dict[str, Any]
     changed: bool
+    launchers: dict[str, Path] = field(default_factory=dict)
+
+
+def binary_launcher(engine: str) -> str:
+    """File name in ``PREFIX/bin`` of the launcher a matrix's ``binary:`` names for
+    ``engine``: ``vllm`` for vLLM, ``python`` for SGLang (:data:`MATRIX_BINARY`)."""
+    return PYTHON_LAUNCHER if MATRIX_BINARY.get(engine, CONSOLE) == INTERPRETER else engine
+
+
+def record_launchers(record: dict[str, Any]) -> dict[str, Path]:
+    """The launchers an ``install.json`` lists, by name (a record written before
+    ``launchers`` existed has only ``launcher``)."""
+    raw = record.get("launchers")
+    if isinstance(raw, dict):
+        return {str(k): Path(str(v)) for k, v in raw.items()}
+    one = record.get("launcher")
+    return {Path(one).name: Path(one)} if isinstance(one, str) else {}
 
 
 def read_pack_manifest(src: Path) -> dict[str, Any]:
@@ -977,23 +1010,27 @@ def _identity(manifest: dict[str, Any]) -> dict[str, Any]:
             "python": manifest["python"], "payload_sha256": manifest["payload"]["sha256"]}
 
 
-def _installed(record_path: Path, manifest: dict[str, Any]) -> dict[str, Any] | None:
-    """The install record at ``record_path`` when it records this pack and this Python."""
+def _installed(record_path: Path, manifest: dict[str, Any],
+               binary: Path) -> dict[str, Any] | None:
+    """The install record at ``record_path`` when it records this pack and this Python, its
+    launchers are all there and ``binary`` is one of them."""
     try:
         old = json.loads(record_path.read_text())
     except (OSError, json.JSONDecodeError):
         return None
     ident = _identity(manifest)
-    if (isinstance(old, dict) and {k: old.get(k) for k in ident} == ident
+    if not (isinstance(old, dict) and {k: old.get(k) for k in ident} == ident
             and old.get("python_executable") == sys.executable):
-        return old
-    return None
+        return None
+    launchers = record_launchers(old)
+    if binary not in launchers.values() or not all(p.is_file() for p in launchers.values()):
+        return None
+    return old
 
 
-def launcher_text(manifest: dict[str, Any], site: Path, python: str, module: str,
-                  attr: str) -> str:
-    """The POSIX sh launcher: PYTHONPATH (site first), env defaults a user's value overrides,
-    then the engine's console-script entry point run by ``python``."""
+def _prelude(manifest: dict[str, Any], site: Path) -> list[str]:
+    """The launchers' common lines: what installed them, PYTHONPATH with ``site`` first, then
+    the pack's env defaults, each set only when the user has not set it."""
     engine, release = manifest["engine"], manifest["release"]
     lines = ["#!/bin/sh",
              f"# {engine} {release} installed by `crossbench engines install {engine} --from`",
@@ -1004,19 +1041,43 @@ def launcher_text(manifest: dict[str, Any], site: Path, python: str, module: str
     for name, spec in sorted(manifest["env"].items()):
         lines += [f"# {spec['reason'][:200]}", f"{name}=${{{name}:-{spec['value']}}}",
                   f"export {name}"]
+    return lines
+
+
+def launcher_text(manifest: dict[str, Any], site: Path, python: str, module: str,
+                  attr: str) -> str:
+    """The POSIX sh console-script launcher (``PREFIX/bin/<engine>``): the prelude (PYTHONPATH
+    with the site first, env defaults a user's value overrides), then the engine's
+    console-script entry point run by ``python``."""
+    engine = manifest["engine"]
     code = (f"import sys; from {module} import {attr}; sys.argv[0] = {json.dumps(engine)}; "
             f"sys.exit({attr}())")
-    lines += [f"# the console script `{engine} = {module}:{attr}` of the wheel",
-              f'exec {shlex.quote(python)} -c {shlex.quote(code)} "$@"', ""]
-    return "\n".join(lines)
+    return "\n".join([*_prelude(manifest, site),
+                      f"# the console script `{engine} = {module}:{attr}` of the wheel",
+                      f'exec {shlex.quote(python)} -c {shlex.quote(code)} "$@"', ""])
+
+
+def python_launcher_text(manifest: dict[str, Any], site: Path, python: str) -> str:
+    """The POSIX sh interpreter launcher (``PREFIX/bin/python``): the same prelude, then
+    ``python`` with the caller's arguments (``bin/python -m sglang.launch_server ...``)."""
+    return "\n".join([*_prelude(manifest, site),
+                      "# the interpreter the install was made with, the install's site first",
+                      f'exec {shlex.quote(python)} "$@"', ""])
 
 
 def install(src: Path, prefix: Path | None = None, force: bool = False,
-            progress: _Progress = _quiet) -> InstallResult:
+            progress: _Progress = _quiet, expect_engine: str | None = None) -> InstallResult:
     """Check and install a pack folder: parts, payload and wheels against ``pack.json``, then
-    ``pip install --no-index --no-deps --target PREFIX/site``, ``PREFIX/bin/<engine>`` and
-    ``PREFIX/install.json``. A no-op when ``install.json`` already records this pack."""
+    ``pip install --no-index --no-deps --target PREFIX/site``, the launchers
+    ``PREFIX/bin/<engine>`` and ``PREFIX/bin/python``, and ``PREFIX/install.json``. A no-op
+    when ``install.json`` already records this pack. ``expect_engine``: refuse a pack of
+    another engine."""
     manifest = read_pack_manifest(src)
+    if expect_engine is not None and manifest["engine"] != expect_engine:
+        raise UserError(f"--from {src} is a pack of {manifest['engine']} "
+                        f"{manifest['release']}, not of {expect_engine}",
+                        f"run crossbench engines install {manifest['engine']} --from {src}, or "
+                        f"give a pack of {expect_engine}")
     here = f"{sys.version_info.major}.{sys.version_info.minor}"
     if manifest["python"] != here:
         raise UserError(f"--from {src} is packed for Python {manifest['python']}, but "
@@ -1025,11 +1086,14 @@ def install(src: Path, prefix: Path | None = None, force: bool = False,
                         f"pack again with --python {here}")
     prefix = (prefix or default_prefix(manifest)).expanduser().absolute()
     engine = str(manifest["engine"])
-    launcher, site, record_path = prefix / "bin" / engine, prefix / "site", prefix / INSTALL_FILE
-    old = _installed(record_path, manifest) if launcher.is_file() and site.is_dir() else None
+    bindir, site, record_path = prefix / "bin", prefix / "site", prefix / INSTALL_FILE
+    launchers = {engine: bindir / engine, PYTHON_LAUNCHER: bindir / PYTHON_LAUNCHER}
+    launcher = bindir / binary_launcher(engine)
+    old = _installed(record_path, manifest, launcher) if site.is_dir() else None
     if old is not None and not force:
         progress(f"{engine} {manifest['release']} is already installed in {prefix}")
-        return InstallResult(prefix, launcher, old, changed=False)
+        return InstallResult(prefix, launcher, old, changed=False,
+                             launchers=record_launchers(old))
     check_parts(src, manifest)
     progress(f"{len(manifest['parts'])} parts match {PACK_FILE}")
     prefix.mkdir(parents=True, exist_ok=True)
@@ -1051,9 +1115,11 @@ def install(src: Path, prefix: Path | None = None, force: bool = False,
         if site.exists():
             shutil.rmtree(site)
         os.replace(work / "site", site)
-        text = launcher_text(manifest, site, sys.executable, module, attr)
-        write_bytes_atomic(launcher, text.encode())
-        launcher.chmod(0o755)
+        texts = {engine: launcher_text(manifest, site, sys.executable, module, attr),
+                 PYTHON_LAUNCHER: python_launcher_text(manifest, site, sys.executable)}
+        for name, text in texts.items():
+            write_bytes_atomic(launchers[name], text.encode())
+            launchers[name].chmod(0o755)
     finally:
         shutil.rmtree(work, ignore_errors=True)
     record: dict[str, Any] = {
@@ -1069,16 +1135,19 @@ def install(src: Path, prefix: Path | None = None, force: bool = False,
         "env": manifest["env"],
         "against": manifest["against"],
         "python_executable": sys.executable,
-        "launcher": str(launcher), "site": str(site),
+        "launcher": str(launcher),
+        "launchers": {name: str(path) for name, path in launchers.items()},
+        "site": str(site),
         "installed_utc": dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
     }
     write_json_atomic(record_path, record)
-    return InstallResult(prefix, launcher, record, changed=True)
+    return InstallResult(prefix, launcher, record, changed=True, launchers=launchers)
 
 
 def install_record(binary: Path) -> dict[str, Any] | None:
-    """``install.json`` of a crossbench-installed engine whose launcher is ``binary``
-    (``PREFIX/bin/NAME`` -> ``PREFIX/install.json``), or None for any other binary."""
+    """``install.json`` of a crossbench-installed engine when ``binary`` is one of its
+    launchers (``PREFIX/bin/vllm``, ``PREFIX/bin/sglang``, ``PREFIX/bin/python`` ->
+    ``PREFIX/install.json``), or None for any other binary."""
     path = binary.parent.parent / INSTALL_FILE
     if binary.parent.name != "bin" or not path.is_file():
         return None
@@ -1088,5 +1157,7 @@ def install_record(binary: Path) -> dict[str, Any] | None:
         raise UserError(f"{path} is not JSON ({e})",
                         "install the engine again with `crossbench engines install`") from e
     if not isinstance(data, dict) or data.get("kind") != INSTALL_KIND:
+        return None
+    if binary.name not in {p.name for p in record_launchers(data).values()}:
         return None
     return data

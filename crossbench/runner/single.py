@@ -64,7 +64,7 @@ Progress = Callable[[str], None]
 #: what must be unchanged for a run to resume on a rebuilt or reinstalled engine binary:
 #: engine kind, version string, build number and commit, the build recipe of a
 #: crossbench-built llama.cpp (variant, CMake flags) and, for engines installed from a pack
-#: (crossbench engines install vllm --from), the pack's payload
+#: (crossbench engines install vllm|sglang --from), the pack's payload
 SOURCE_IDENTITY: tuple[str, ...] = ("kind", "version", "build_number", "commit",
                                     "build.variant", "build.cmake_flags",
                                     "install.payload_sha256")

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from crossbench.engines.base import EngineIdentity, MetricsSnapshot
+from crossbench.engines.pack import install_record
 from crossbench.engines.process import (
     LocalServer,
     configured_binary,
@@ -271,13 +272,17 @@ class SglangServer(LocalServer):
         return self._version_text
 
     def identity(self) -> EngineIdentity:
-        """Version, hash of the interpreter or launcher, stand-in or not."""
+        """Version, hash of the interpreter or launcher, stand-in or not and, for a launcher
+        of ``crossbench engines install sglang``, its ``install.json`` (``install``)."""
         text = self.version_text()
         binary = self.binary.resolve()
         digest = hashlib.sha256(binary.read_bytes()).hexdigest()
         extra: dict[str, Any] = {"standin": is_standin(text), "release": text.partition("+")[0],
                                  "profile": self.profile.origin,
                                  "served_model_name": self.served_model_name}
+        install = install_record(binary)  # PREFIX/bin/python of `crossbench engines install`
+        if install is not None:
+            extra["install"] = install
         return EngineIdentity(kind=self.kind, version=text, build_number=None, commit=None,
                               binary=str(binary), sha256={binary.name: digest}, extra=extra)
 
