@@ -1,6 +1,8 @@
 """What the live adapter checks (``crossbench engines check vllm|sglang``) share.
 
 - :class:`Report`: one line per check, ``ok`` or ``FAIL``, and the count of failures;
+- :func:`run_server`: the adapter made from a config and validated (the ``config`` line),
+  started, measured, and stopped whatever happened;
 - :func:`check_ready`: the ``ready`` line, with the server's argv (secrets redacted);
 - :func:`settled`: a scrape taken once nothing runs and the named counters stopped moving;
 - :func:`stream_load`: requests streamed with crossbench's load client, the scrapes before
@@ -18,13 +20,14 @@ from __future__ import annotations
 import json
 import time
 import urllib.request
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from pydantic import SecretStr
 
 from crossbench.confounds.provenance import redact_argv
+from crossbench.engines import registry
 from crossbench.engines.base import MetricsSnapshot
 from crossbench.engines.process import LocalServer
 from crossbench.engines.prometheus import total
@@ -39,6 +42,9 @@ GPU_RELEASE_TIMEOUT_S = 60.0
 not wait for it itself."""
 
 
+S = TypeVar("S", bound=LocalServer)
+
+
 class Report:
     """The check's output: one line per check, and how many failed."""
 
@@ -50,6 +56,27 @@ class Report:
         self.failed += not ok
         self.say(f"{'ok  ' if ok else 'FAIL'} {name}: {detail}")
         return ok
+
+
+def run_server(rep: Report, engine: str, cls: type[S], config: Mapping[str, Any], log: Path,
+               origin: str, measure: Callable[[S], None]) -> int:
+    """Make the ``engine`` adapter from ``config`` and validate it (the ``config`` line, which
+    names the profile ``origin``), start it, run ``measure`` on it and stop it, whatever
+    happened (the ``stop`` line); returns the number of checks failed."""
+    try:
+        srv = registry.create(engine, dict(config), log)
+        assert isinstance(srv, cls)
+        srv.validate()
+    except CrossbenchError as e:
+        rep.check("config", False, e.one_line())
+        return rep.failed
+    rep.check("config", True, f"validated against {origin}")
+    srv.start()
+    try:
+        measure(srv)
+    finally:
+        check_stop(rep, srv)
+    return rep.failed
 
 
 def check_ready(rep: Report, srv: LocalServer) -> bool:

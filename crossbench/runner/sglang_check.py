@@ -65,8 +65,8 @@ from crossbench.errors import CrossbenchError
 from crossbench.runner.engine_check import (
     Report,
     check_ready,
-    check_stop,
     post_json,
+    run_server,
     settled,
     stream_load,
 )
@@ -101,21 +101,10 @@ def run_check(binary: str, model: str, draft: str | None, out: Path, requests: i
         "binary": binary, "version": prof.version, "model": model, "random_seed": 0,
         "context_length": 2048,
         "spec": {"type": ALGORITHM, "n": n, "draft_model": draft or model}, **(server or {})}
-    try:
-        srv = registry.create("sglang", config, log)
-        assert isinstance(srv, SglangServer)
-        srv.validate()
-    except CrossbenchError as e:
-        rep.check("config", False, e.one_line())
-        return rep.failed
-    rep.check("config", True, f"validated against {prof.origin}")
-    srv.start()
-    try:
-        _serve_and_measure(rep, srv, out, requests, max_tokens, n,
-                           known=draft is None or draft == model)
-    finally:
-        check_stop(rep, srv)
-    return rep.failed
+    known = draft is None or draft == model
+    return run_server(rep, "sglang", SglangServer, config, log, prof.origin,
+                      lambda srv: _serve_and_measure(rep, srv, out, requests, max_tokens, n,
+                                                     known))
 
 
 def _profile(rep: Report, binary: str, model: str, log: Path) -> SglangProfile | None:

@@ -41,8 +41,8 @@ from crossbench.errors import CrossbenchError
 from crossbench.runner.engine_check import (
     Report,
     check_ready,
-    check_stop,
     post_json,
+    run_server,
     settled,
     stream_load,
 )
@@ -84,20 +84,9 @@ def run_check(binary: str, model: str, draft: str | None, out: Path, requests: i
                               "seed": 0, "max_model_len": 2048, "spec": spec, **(server or {})}
     if prof.per_request is not None:
         config["per_request_spec_decode_metrics"] = "summary"
-    try:
-        srv = registry.create("vllm", config, out / rundir.SERVER_LOG)
-        assert isinstance(srv, VllmServer)
-        srv.validate()
-    except CrossbenchError as e:
-        rep.check("config", False, e.one_line())
-        return rep.failed
-    rep.check("config", True, f"validated against {prof.origin}")
-    srv.start()
-    try:
-        _serve_and_measure(rep, srv, out, requests, max_tokens, synthetic)
-    finally:
-        check_stop(rep, srv)
-    return rep.failed
+    return run_server(rep, "vllm", VllmServer, config, out / rundir.SERVER_LOG, prof.origin,
+                      lambda srv: _serve_and_measure(rep, srv, out, requests, max_tokens,
+                                                     synthetic))
 
 
 def _serve_and_measure(rep: Report, srv: VllmServer, out: Path, requests: int,
