@@ -4,8 +4,10 @@ stand-in (not SGLang): every result is marked as a stand-in's."""
 from __future__ import annotations
 
 import json
+import urllib.error
 from pathlib import Path
 
+import pytest
 import yaml
 from click.testing import CliRunner
 
@@ -92,3 +94,42 @@ def test_matrix_with_kind_sglang_on_the_standin(tmp_path: Path) -> None:
     for man in (tmp_path / "out" / "cells").glob("*/manifest.json"):
         engine = json.loads(man.read_text())["engine"]
         assert engine["standin"] is True and engine["kind"] == "sglang"
+
+
+def test_the_standins_generate_answers_in_sglangs_meta_info_format(tmp_path: Path) -> None:
+    """``/generate`` as SGLang 0.5.17's tokenizer_manager.py builds its answer: the keys of
+    ``meta_info`` and how its speculative figures relate (stand-in, not SGLang)."""
+    from crossbench.engines import registry
+    from crossbench.engines.sglang.server import SglangServer
+    from crossbench.runner.engine_check import post_json
+
+    py = write_launcher(tmp_path / "python", "--standin-step-ms", "0",
+                        "--standin-accept", "0.7")
+    srv = registry.create("sglang", {"binary": str(py), "model": "Qwen/Qwen3-8B",
+                                     "spec": {"type": "EAGLE3", "n": 3, "draft_model": "a/b"}},
+                          tmp_path / "server.log")
+    assert isinstance(srv, SglangServer)
+    with srv:
+        srv.wait_ready(30)
+        answer = post_json(srv, "/generate", {"text": "Count:", "sampling_params": {
+            "temperature": 0, "max_new_tokens": 100, "ignore_eos": True}})
+        with pytest.raises(urllib.error.HTTPError) as e:
+            post_json(srv, "/generate", {"text": "x", "stream": True})
+        assert e.value.code == 400
+    assert set(answer) == {"text", "output_ids", "meta_info"}
+    meta = answer["meta_info"]
+    assert set(meta) == {
+        "id", "finish_reason", "prompt_tokens", "weight_version", "num_retractions",
+        "reasoning_tokens", "completion_tokens", "cached_tokens", "e2e_latency",
+        "spec_accept_rate", "spec_accept_length", "spec_num_correct_drafts",
+        "spec_num_proposed_drafts", "spec_verify_ct", "spec_accepted_drafts",
+        "spec_proposed_drafts", "spec_correct_drafts_histogram", "spec_accept_histogram"}
+    steps, hist = meta["spec_verify_ct"], meta["spec_correct_drafts_histogram"]
+    assert meta["completion_tokens"] == len(answer["output_ids"]) == 100
+    assert meta["finish_reason"] == {"type": "length", "length": 100}
+    assert sum(hist) == steps and hist[-1] > 0
+    assert meta["spec_num_correct_drafts"] == sum(a * c for a, c in enumerate(hist))
+    # the first token is the prefill's; every step emits its accepted drafts plus one
+    assert meta["completion_tokens"] == 1 + steps + meta["spec_num_correct_drafts"]
+    assert meta["spec_num_proposed_drafts"] == 3 * steps
+    assert meta["spec_accept_length"] == 100 / steps

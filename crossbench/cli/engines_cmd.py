@@ -99,25 +99,45 @@ def install(engine: str, pin: str, cuda: bool, cuda_arch: str | None, jobs: int 
 Examples:
   crossbench engines check vllm                      # vllm on PATH, Qwen/Qwen3-0.6B
   crossbench engines check vllm --model Qwen/Qwen3-8B --draft Qwen/Qwen3-0.6B
+  crossbench engines check sglang --binary PREFIX/bin/python --model /path/hf-target
+  crossbench engines check sglang --model Qwen/Qwen3-8B --n 4
 """)
-@click.argument("engine", type=click.Choice(["vllm"]))
-@click.option("--binary", default="vllm", show_default=True, help="The vllm executable.")
+@click.argument("engine", type=click.Choice(["vllm", "sglang"]))
+@click.option("--binary", default=None,
+              help="vllm: the vllm executable [default: vllm]; sglang: the Python interpreter "
+                   "that has sglang [default: python3].")
 @click.option("--model", default="Qwen/Qwen3-0.6B", show_default=True,
               help="Target model (OWNER/REPO[@...] or a local folder).")
 @click.option("--draft", default=None, help="Draft model (default: the target).")
+@click.option("--n", "n", type=click.IntRange(min=1, max=64), default=None,
+              help="sglang: tokens drafted per verification step (speculative_num_steps; "
+                   "speculative_num_draft_tokens is n+1) [default: 3].")
 @click.option("--requests", type=click.IntRange(min=1), default=16, show_default=True)
 @click.option("--max-tokens", type=click.IntRange(min=1), default=256, show_default=True)
-@click.option("--out", type=click.Path(path_type=Path), default=Path("vllm-check"),
-              show_default=True, help="Folder for the server log, scrapes and records.")
+@click.option("--out", type=click.Path(path_type=Path), default=None,
+              help="Folder for the server log, scrapes and records [default: vllm-check or "
+                   "sglang-check].")
 @user_errors
-def check(engine: str, binary: str, model: str, draft: str | None, requests: int,
-          max_tokens: int, out: Path) -> None:
-    """Check the adapter against a real engine on this machine: ready, startup facts,
-    streaming, synthetic acceptance recovered from /metrics, per-request metrics, clean stop.
-    One line per check; exit 1 when any fails."""
-    from crossbench.runner.vllm_check import run_check
+def check(engine: str, binary: str | None, model: str, draft: str | None, n: int | None,
+          requests: int, max_tokens: int, out: Path | None) -> None:
+    """Check the adapter against a real engine on this machine: ready, startup facts or
+    server info, streaming, acceptance recovered from /metrics against a known truth (vllm:
+    synthetic rates; sglang: the target drafting for itself, greedy), per-request figures
+    against the counters, clean stop. One line per check; exit 1 when any fails."""
+    out = out or Path(f"{engine}-check")
+    if engine == "vllm":
+        if n is not None:
+            raise UserError("--n: applies to the sglang check, not to vllm (whose check "
+                            "drafts 3 tokens with synthetic rates 0.9, 0.6, 0.3)",
+                            "drop --n")
+        from crossbench.runner.vllm_check import run_check as vllm_check
 
-    failed = run_check(binary, model, draft, out, requests, max_tokens)
+        failed = vllm_check(binary or "vllm", model, draft, out, requests, max_tokens)
+    else:
+        from crossbench.runner.sglang_check import run_check as sglang_check
+
+        failed = sglang_check(binary or "python3", model, draft, out, requests, max_tokens,
+                              n=3 if n is None else n)
     click.echo(f"crossbench: {'all checks passed' if not failed else f'{failed} check(s) failed'}"
                f"; server log and scrapes in {out}/", err=True)
     if failed:

@@ -28,38 +28,30 @@ from __future__ import annotations
 
 import json
 import subprocess
-import time
-import urllib.request
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from pydantic import SecretStr
-
 from crossbench.analysis import acceptance
-from crossbench.confounds.provenance import redact_argv
 from crossbench.engines import registry
-from crossbench.engines.base import MetricsSnapshot
-from crossbench.engines.prometheus import total
-from crossbench.engines.vllm.metrics import IN_FLIGHT, SPEC_PREFIX
+from crossbench.engines.vllm.metrics import SPEC_PREFIX
 from crossbench.engines.vllm.profile import is_standin, parse_version, profile_for
 from crossbench.engines.vllm.server import VllmServer
 from crossbench.errors import CrossbenchError
-from crossbench.load.client import ClientConfig, ConcurrencyMode, run_load_sync
-from crossbench.load.workloads import load_workload
+from crossbench.runner.engine_check import (
+    Report,
+    check_ready,
+    post_json,
+    run_server,
+    settled,
+    stream_load,
+)
 from crossbench.store import rundir
 
 RATES = [0.9, 0.6, 0.3]
-
-
-class _Report:
-    def __init__(self, say: Callable[[str], None]) -> None:
-        self.say, self.failed = say, 0
-
-    def check(self, name: str, ok: bool, detail: str) -> bool:
-        self.failed += not ok
-        self.say(f"{'ok  ' if ok else 'FAIL'} {name}: {detail}")
-        return ok
+#: the counters that must stop moving before a scrape counts (vLLM records a step's
+#: statistics after it streams the step's tokens)
+SETTLE = [SPEC_PREFIX + n for n in ("num_drafts", "num_accepted_tokens")]
 
 
 def _version(binary: str) -> str:
@@ -69,26 +61,11 @@ def _version(binary: str) -> str:
     return lines[-1].strip() if lines else ""
 
 
-def settled(srv: VllmServer, timeout_s: float = 30.0) -> MetricsSnapshot:
-    """Scrape until nothing runs and the speculative counters stopped moving (vLLM records a
-    step's statistics after it streams the step's tokens)."""
-    deadline = time.monotonic() + timeout_s
-    prev = srv.scrape()
-    while True:
-        time.sleep(0.2)
-        cur = srv.scrape()
-        names = [SPEC_PREFIX + n for n in ("num_drafts", "num_accepted_tokens")]
-        still = all(total(cur.samples, n) == total(prev.samples, n) for n in names)
-        if (still and not total(cur.samples, IN_FLIGHT)) or time.monotonic() > deadline:
-            return cur
-        prev = cur
-
-
 def run_check(binary: str, model: str, draft: str | None, out: Path, requests: int,
               max_tokens: int, say: Callable[[str], None] = print,
               server: dict[str, Any] | None = None) -> int:
     """Run the checks; returns the number that failed."""
-    rep = _Report(say)
+    rep = Report(say)
     out.mkdir(parents=True, exist_ok=True)
     text = _version(binary)
     release, _ = parse_version(text)
@@ -107,57 +84,22 @@ def run_check(binary: str, model: str, draft: str | None, out: Path, requests: i
                               "seed": 0, "max_model_len": 2048, "spec": spec, **(server or {})}
     if prof.per_request is not None:
         config["per_request_spec_decode_metrics"] = "summary"
-    try:
-        srv = registry.create("vllm", config, out / rundir.SERVER_LOG)
-        assert isinstance(srv, VllmServer)
-        srv.validate()
-    except CrossbenchError as e:
-        rep.check("config", False, e.one_line())
-        return rep.failed
-    rep.check("config", True, f"validated against {prof.origin}")
-    srv.start()
-    try:
-        _serve_and_measure(rep, srv, out, requests, max_tokens, synthetic)
-    finally:
-        try:
-            srv.stop()
-            r = srv.stop_report
-            rep.check("stop", not r["leftover"], f"{r['stop_s']} s, SIGKILL needed for "
-                      f"{r['sigkill'] or 'none'}, GPU: {r['gpu']}")
-        except CrossbenchError as e:
-            rep.check("stop", False, e.one_line())
-    return rep.failed
+    return run_server(rep, "vllm", VllmServer, config, out / rundir.SERVER_LOG, prof.origin,
+                      lambda srv: _serve_and_measure(rep, srv, out, requests, max_tokens,
+                                                     synthetic))
 
 
-def _serve_and_measure(rep: _Report, srv: VllmServer, out: Path, requests: int,
+def _serve_and_measure(rep: Report, srv: VllmServer, out: Path, requests: int,
                        max_tokens: int, synthetic: bool) -> None:
-    try:
-        srv.wait_ready()
-    except CrossbenchError as e:
-        rep.check("ready", False, e.one_line())
+    if not check_ready(rep, srv):
         return
-    rep.check("ready", True, " ".join(redact_argv(srv.command())))
     facts = srv.startup_facts()
     got = {k: v for k, v in (facts.to_dict() if facts else {}).items()
            if k != "lines" and v is not None}
     rep.check("startup log", "version" in got and "kv_cache_tokens" in got,
               json.dumps(got, default=str))
-    before = srv.scrape()
-    records: list[dict[str, Any]] = []
-    key = srv.api_key
-    cfg = ClientConfig(base_url=srv.base_url, model=srv.served_model_name,
-                       api_key=SecretStr(key.value) if key is not None else None,
-                       max_tokens=max_tokens, seed=0, extra_body={"stream_options": {
-                           "include_usage": True, "continuous_usage_stats": True}})
-    work = load_workload("builtin:mixed", count=requests).requests()
-    stats = run_load_sync(cfg, work, ConcurrencyMode(concurrency=4), records.append)
-    after = settled(srv)
-    (out / rundir.CHECK_BEFORE).write_text(before.text)
-    (out / rundir.CHECK_AFTER).write_text(after.text)
-    rundir.RunWriter(out).write_records(records)
-    multi = sum(1 for r in records for _, n in r["chunks"] if n and n > 1)
-    rep.check("streaming", stats.n_ok == requests and multi > 0,
-              f"{stats.n_ok}/{requests} ok, {multi} chunks carried several tokens")
+    before, after, records = stream_load(rep, srv, srv.served_model_name, out, requests,
+                                         max_tokens, SETTLE)
     d = acceptance.counter_delta(before.samples, after.samples,
                                  registry.spec_metric_prefix("vllm"))
     acc = acceptance.compute(d, records)
@@ -179,16 +121,13 @@ def _serve_and_measure(rep: _Report, srv: VllmServer, out: Path, requests: int,
         _check_per_request(rep, srv, max_tokens)
 
 
-def _check_per_request(rep: _Report, srv: VllmServer, max_tokens: int) -> None:
-    before = settled(srv).samples
-    body = json.dumps({"model": srv.served_model_name, "prompt": "Count from one to fifty:",
-                       "max_tokens": max_tokens, "temperature": 0, "ignore_eos": True})
-    req = urllib.request.Request(srv.base_url + "/v1/completions", data=body.encode(),
-                                 headers={"Content-Type": "application/json",
-                                          **srv.auth_headers()})
-    with urllib.request.urlopen(req, timeout=600) as r:
-        per = (json.loads(r.read()).get("metrics") or {}).get("speculative_decoding") or {}
-    d = acceptance.counter_delta(before, settled(srv).samples,
+def _check_per_request(rep: Report, srv: VllmServer, max_tokens: int) -> None:
+    before = settled(srv, SETTLE).samples
+    answer = post_json(srv, "/v1/completions", {
+        "model": srv.served_model_name, "prompt": "Count from one to fifty:",
+        "max_tokens": max_tokens, "temperature": 0, "ignore_eos": True})
+    per = (answer.get("metrics") or {}).get("speculative_decoding") or {}
+    d = acceptance.counter_delta(before, settled(srv, SETTLE).samples,
                                  registry.spec_metric_prefix("vllm"))
     same = (per.get("num_spec_steps") == d.drafts and per.get("num_draft_tokens") ==
             d.draft_tokens and per.get("num_accepted_draft_tokens") == d.accepted)

@@ -8,9 +8,17 @@ crossbench looks, in SGLang's formats:
 - ``-c "import sglang; print(sglang.__version__)"`` prints ``0.5.17+crossbench.standin``:
   the adapter marks every result of it ``standin: true``;
 - ``/health``, ``/v1/models``, ``/server_info`` and ``/get_server_info`` (the resolved
-  server arguments plus ``version``), OpenAI-compatible ``/v1/completions`` and
-  ``/v1/chat/completions`` streamed one chunk per verification step (its accepted drafts plus
-  one token), ``usage`` in every chunk with ``stream_options.continuous_usage_stats``;
+  server arguments plus ``version``: ``served_model_name`` defaults to the model path, as
+  SGLang resolves it), OpenAI-compatible ``/v1/completions`` and ``/v1/chat/completions``
+  streamed one chunk per verification step (its accepted drafts plus one token), ``usage`` in
+  every chunk with ``stream_options.continuous_usage_stats``;
+- the native ``/generate`` (not streamed: a ``stream`` request is refused as a stand-in's
+  limit), answering ``text``, ``output_ids`` and ``meta_info`` as SGLang 0.5.17's
+  ``tokenizer_manager.py`` builds it: ``completion_tokens``, ``finish_reason``, and with a
+  speculative algorithm ``spec_verify_ct``, ``spec_num_correct_drafts``,
+  ``spec_num_proposed_drafts`` (verification steps x n), ``spec_accept_length``
+  (completion tokens / verification steps), ``spec_accept_rate``, the histogram of accepted
+  drafts per step and the older aliases of these names;
 - ``/metrics`` (only with ``--enable-metrics``, as SGLang) with SGLang's family names, types
   and help texts from the profile, label ``model_name``, rendered by prometheus_client:
   ``sglang:spec_verify_calls_total``, ``sglang:generation_tokens_total``,
@@ -18,7 +26,13 @@ crossbench looks, in SGLang's formats:
 
 Acceptance: each verification step accepts the first ``a`` of ``n`` drafts with
 ``P(a >= k+1) = alpha^(k+1)`` (``--standin-accept``), one uniform draw per step from a RNG
-seeded by ``--random-seed``, the request's ``seed`` and its arrival number.
+seeded by ``--random-seed``, the request's ``seed`` and its arrival number. ``--standin-accept
+1`` accepts every draft, what a draft model identical to the target does under greedy
+sampling (the known truth of ``crossbench engines check sglang``). The last step of a request
+is cut at ``max_tokens``, and so are its accepted drafts.
+
+Scripted fault, for tests that a check catches it: ``--standin-skew-verify-ct K`` makes
+``/generate``'s ``meta_info.spec_verify_ct`` K more than the steps the counters count.
 
 Use it as a config's ``binary`` through a launcher::
 
@@ -36,7 +50,7 @@ import shlex
 import signal
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -69,6 +83,7 @@ class Settings:
     step_s: float = 0.001
     alpha: float = 0.7
     version: str = DEFAULT_VERSION + STANDIN_SUFFIX
+    skew_verify_ct: int = 0
 
 
 def parse_settings(argv: Sequence[str]) -> Settings:
@@ -82,9 +97,13 @@ def parse_settings(argv: Sequence[str]) -> Settings:
     p.add_argument("--enable-metrics", action="store_true")
     p.add_argument("--speculative-algorithm", default=None)
     p.add_argument("--speculative-num-draft-tokens", type=int, default=None)
+    p.add_argument("--speculative-num-steps", type=int, default=None)
+    p.add_argument("--speculative-eagle-topk", type=int, default=None)
+    p.add_argument("--speculative-draft-model-path", default=None)
     p.add_argument("--standin-step-ms", type=float, default=1.0)
     p.add_argument("--standin-accept", type=float, default=0.7)
     p.add_argument("--standin-version", default=DEFAULT_VERSION)
+    p.add_argument("--standin-skew-verify-ct", type=int, default=0)
     args, unknown = p.parse_known_args(list(argv))
     prof = profile_for(args.standin_version)
     bad = [u for u in unknown if u.startswith("-") and u.split("=", 1)[0] not in prof.flags]
@@ -99,7 +118,8 @@ def parse_settings(argv: Sequence[str]) -> Settings:
                     metrics=args.enable_metrics, algorithm=algo, n=max(n, 0),
                     args={k: v for k, v in vars(args).items() if not k.startswith("standin")},
                     step_s=args.standin_step_ms / 1e3, alpha=args.standin_accept,
-                    version=args.standin_version + STANDIN_SUFFIX)
+                    version=args.standin_version + STANDIN_SUFFIX,
+                    skew_verify_ct=args.standin_skew_verify_ct)
 
 
 class StandinSglang:
@@ -136,6 +156,7 @@ class StandinSglang:
             app.router.add_get("/metrics", self.prometheus)
         app.router.add_post("/v1/completions", self.completions)
         app.router.add_post("/v1/chat/completions", self.chat)
+        app.router.add_post("/generate", self.generate)
         self.app = app
 
     def _l(self) -> str:
@@ -153,9 +174,12 @@ class StandinSglang:
 
     async def server_info(self, _: web.Request) -> web.Response:
         """Resolved server arguments plus ``version``, as ``/server_info`` answers."""
-        info = {**self.s.args, "speculative_eagle_topk": 1 if self.s.algorithm else None,
-                "speculative_num_steps": self.s.n or None, "version": self.s.version,
-                "standin": True}
+        s, given = self.s, self.s.args
+        info = {**given, "served_model_name": s.served_name,
+                "speculative_eagle_topk": given.get("speculative_eagle_topk") or
+                (1 if s.algorithm else None),
+                "speculative_num_steps": given.get("speculative_num_steps") or s.n or None,
+                "version": s.version, "standin": True}
         return web.json_response(info)
 
     async def prometheus(self, _: web.Request) -> web.Response:
@@ -171,6 +195,34 @@ class StandinSglang:
         """``/v1/chat/completions``."""
         return await self._generate(request, chat=True)
 
+    async def _steps(self, rng: random.Random, max_tokens: int
+                     ) -> AsyncIterator[tuple[int, int | None]]:
+        """(tokens, accepted drafts) of each step: the prefill's one token, then per
+        verification step its accepted drafts plus one (None without speculation); the last
+        step is cut at ``max_tokens``."""
+        s, done = self.s, 0
+        while done < max_tokens:
+            await asyncio.sleep(s.step_s)
+            if done == 0 or not s.n:  # the prefill's token, or plain decoding
+                k, accepted = 1, None
+            else:
+                u = rng.random()
+                k = min(sum(1 for j in range(s.n) if u < s.alpha ** (j + 1)) + 1,
+                        max_tokens - done)
+                accepted = k - 1
+            done += k
+            yield k, accepted
+
+    def _count(self, n_prompt: int, done: int, verify: int, stream: bool) -> None:
+        """Count a finished request, as SGLang does when it finishes."""
+        flag = "true" if stream else "false"
+        self.prompt.labels(self._l(), flag).inc(n_prompt)
+        self.verify.labels(self._l()).inc(verify)
+        self.generated.labels(self._l(), flag).inc(done)
+        self.requests.labels(self._l()).inc()
+        if verify:
+            self.accept_length.labels(self._l()).set(done / verify)
+
     async def _generate(self, request: web.Request, chat: bool) -> web.StreamResponse:
         s = self.s
         body = await request.json()
@@ -182,8 +234,6 @@ class StandinSglang:
         stream = bool(body.get("stream"))
         opts = body.get("stream_options") or {}
         continuous = bool(opts.get("continuous_usage_stats"))
-        flag = "true" if stream else "false"
-        self.prompt.labels(self._l(), flag).inc(n_prompt)
         self.running.labels(self._l()).inc()
         head = {"id": f"standin-{self.n_requests}", "created": int(time.time()),
                 "model": s.served_name,
@@ -194,15 +244,8 @@ class StandinSglang:
         try:
             if stream:
                 await resp.prepare(request)
-            while done < max_tokens:
-                await asyncio.sleep(s.step_s)
-                if done == 0 or not s.n:  # the prefill's token, or plain decoding
-                    k = 1
-                else:
-                    u = rng.random()
-                    accepted = sum(1 for j in range(s.n) if u < s.alpha ** (j + 1))
-                    verify += 1
-                    k = min(accepted + 1, max_tokens - done)
+            async for k, accepted in self._steps(rng, max_tokens):
+                verify += accepted is not None
                 text = "".join(_WORDS[(done + i) % len(_WORDS)] for i in range(k))
                 done += k
                 text_all.append(text)
@@ -215,11 +258,7 @@ class StandinSglang:
                 if continuous:
                     chunk["usage"] = _usage(n_prompt, done)
                 await _send(resp, chunk)
-            self.verify.labels(self._l()).inc(verify)
-            self.generated.labels(self._l(), flag).inc(done)
-            self.requests.labels(self._l()).inc()
-            if verify:
-                self.accept_length.labels(self._l()).set(done / verify)
+            self._count(n_prompt, done, verify, stream)
             if not stream:
                 full = "".join(text_all)
                 return web.json_response({**head, "choices": [
@@ -234,6 +273,54 @@ class StandinSglang:
             return resp
         finally:
             self.running.labels(self._l()).dec()
+
+    async def generate(self, request: web.Request) -> web.Response:
+        """SGLang's native ``/generate``, not streamed: ``text``, ``output_ids`` and
+        ``meta_info`` (with the speculative figures of the request)."""
+        s = self.s
+        body = await request.json()
+        if body.get("stream"):
+            return web.json_response({"error": {
+                "message": "crossbench's SGLang stand-in serves /generate without stream only",
+                "type": "invalid_request_error", "code": 400}}, status=400)
+        params = body.get("sampling_params") or {}
+        max_new = int(params.get("max_new_tokens") or 128)
+        n_prompt = max(1, len(str(body.get("text") or body.get("input_ids") or "").split()))
+        self.n_requests += 1
+        rng = random.Random(f"{s.seed}:{params.get('sampling_seed')}:{self.n_requests}")
+        t0 = time.monotonic()
+        self.running.labels(self._l()).inc()
+        done, ids, hist = 0, list[int](), [0] * (s.n + 1)
+        try:
+            async for k, accepted in self._steps(rng, max_new):
+                ids.extend(range(done, done + k))
+                done += k
+                if accepted is not None:
+                    hist[accepted] += 1
+            verify = sum(hist)
+            self._count(n_prompt, done, verify, False)
+        finally:
+            self.running.labels(self._l()).dec()
+        meta: dict[str, Any] = {
+            "id": f"standin-{self.n_requests:032x}", "finish_reason": {"type": "length",
+                                                                     "length": max_new},
+            "prompt_tokens": n_prompt, "weight_version": "default", "num_retractions": 0,
+            "reasoning_tokens": 0, "completion_tokens": done, "cached_tokens": 0,
+            "e2e_latency": time.monotonic() - t0}
+        if s.algorithm and verify:
+            correct = sum(a * c for a, c in enumerate(hist))
+            while hist[-1] == 0:  # SGLang's histogram ends at the largest count seen
+                hist.pop()
+            proposed = verify * s.n
+            meta.update({
+                "spec_accept_rate": correct / proposed, "spec_accept_length": done / verify,
+                "spec_num_correct_drafts": correct, "spec_num_proposed_drafts": proposed,
+                "spec_verify_ct": verify + s.skew_verify_ct,
+                "spec_accepted_drafts": correct, "spec_proposed_drafts": proposed,
+                "spec_correct_drafts_histogram": hist, "spec_accept_histogram": hist})
+        text = "".join(_WORDS[i % len(_WORDS)] for i in range(done))
+        return web.json_response({"text": text, "output_ids": ids, "meta_info": meta},
+                                 headers={"X-Crossbench-Standin": "1"})
 
 
 def _usage(prompt: int, completion: int) -> dict[str, int]:
