@@ -31,6 +31,7 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 from packaging.requirements import Requirement
+from packaging.tags import Tag
 
 from crossbench.cli.main import cli
 from crossbench.engines import pack as ep
@@ -531,6 +532,12 @@ schema_version: 1
 engine: sglang
 releases:
   "0.5.17":
+    drop_files:
+      sgl_kernel/flash_ops.abi3.so: FA3 kernels of the dependency; triton attention serves.
+    add_packages:
+      dill: imported at module level but not declared.
+    carry_over_host:
+      transformers: the engine pins 5.12.1; the host has 5.17.0.
     skip_packages:
       flashinfer-python: optional kernels, imported lazily.
     keep_host:
@@ -577,15 +584,20 @@ def sgl(tmp_path_factory: pytest.TempPathFactory) -> SglWorld:
     wheels = root / "wheelhouse"
     wheels.mkdir()
     make_wheel(wheels, "sglang", "0.5.17",
-               requires=("sgl-kernel==0.3.21", "torch==2.11.0", "flashinfer-python>=0.6"),
+               requires=("sgl-kernel==0.3.21", "torch==2.11.0", "flashinfer-python>=0.6",
+                         "transformers==5.12.1"),
                files={"sglang/__init__.py": b'__version__ = "0.5.17"\n',
                       "sglang/cli/__init__.py": b"", "sglang/cli/main.py": SGL_MAIN.encode(),
                       "sglang/launch_server.py": SGL_LAUNCH.encode()},
                entry_points="[console_scripts]\nsglang = sglang.cli.main:main\n")
     make_wheel(wheels, "sgl-kernel", "0.3.21",
-               files={"sgl_kernel/__init__.py": b'KERNEL = "fake-0.3.21"\n'})
+               files={"sgl_kernel/__init__.py": b'KERNEL = "fake-0.3.21"\n',
+                      "sgl_kernel/flash_ops.abi3.so": random.Random(1).randbytes(80_000)})
+    make_wheel(wheels, "dill", "0.4.1")
+    make_wheel(wheels, "transformers", "5.12.1",
+               files={"transformers/__init__.py": b'__version__ = "5.12.1"\n'})
     host = root / "host.txt"
-    host.write_text("torch==2.11.0\n")
+    host.write_text("torch==2.11.0\ntransformers==5.17.0\n")
     engines_dir = root / "engines"
     (engines_dir / "sglang").mkdir(parents=True)
     (engines_dir / "sglang" / "pack.yaml").write_text(SGL_FACTS)
@@ -601,7 +613,7 @@ def test_sglang_pack_carries_the_engine_and_its_dependency(sgl: SglWorld) -> Non
     man = sgl.packed.manifest
     assert man["engine"] == "sglang" and man["release"] == "0.5.17"
     assert {w["project"]: w["version"] for w in man["wheels"]} == {
-        "sglang": "0.5.17", "sgl-kernel": "0.3.21"}
+        "sglang": "0.5.17", "sgl-kernel": "0.3.21", "dill": "0.4.1", "transformers": "5.12.1"}
     assert set(man["host_provided"]) == {"torch"}
     assert set(man["skipped"]) == {"flashinfer-python"}
     assert man["facts"] == {"file": "pack.yaml", "release": "0.5.17"}
@@ -690,3 +702,53 @@ def test_cli_pack_and_install_sglang(sgl: SglWorld, tmp_path: Path,
     assert r.exit_code == 2
     assert r.stderr.startswith(f"crossbench: error: --from {out} is a pack of sglang 0.5.17, "
                                "not of vllm (fix: ")
+
+
+def test_sglang_pack_drops_from_a_dependency_adds_and_carries_over_the_host(
+        sgl: SglWorld) -> None:
+    man = sgl.packed.manifest
+    kernel = next(w for w in man["wheels"] if w["project"] == "sgl-kernel")
+    assert kernel["size"] < kernel["original_size"] - 70_000  # the 80 kB random file is gone
+    assert [(d["wheel"], d["path"]) for d in man["dropped_files"]] == [
+        ("sgl-kernel", "sgl_kernel/flash_ops.abi3.so")]
+    with zipfile.ZipFile(io.BytesIO(wheel_from_payload(sgl.packed, kernel["name"]))) as zf:
+        assert "sgl_kernel/flash_ops.abi3.so" not in zf.namelist()
+        assert "flash_ops" not in zf.read("sgl_kernel-0.3.21.dist-info/RECORD").decode()
+    dill = next(w for w in man["wheels"] if w["project"] == "dill")
+    assert dill["required_by"] == ["pack.yaml: add_packages: dill"]
+    assert man["added"] == {"dill": "imported at module level but not declared."}
+    assert man["carried_over_host"] == {"transformers": {
+        "carried": "5.12.1", "host": "5.17.0",
+        "reason": "the engine pins 5.12.1; the host has 5.17.0."}}
+    assert "transformers" not in man["host_provided"]
+    rec = sgl.installed.record
+    assert rec["carried_over_host"] == {"transformers":
+                                        "the engine pins 5.12.1; the host has 5.17.0."}
+    out = run_launcher(sgl.installed.launchers["python"], "-c",
+                       "import transformers; print(transformers.__version__)")
+    assert out.stdout.strip() == "5.12.1"  # the carried one, site first
+
+
+def test_facts_refuse_a_drop_path_no_carried_wheel_has(sgl: SglWorld, tmp_path: Path) -> None:
+    facts = tmp_path / "pack.yaml"
+    facts.write_text(SGL_FACTS.replace("sgl_kernel/flash_ops.abi3.so", "sgl_kernel/nope.so"))
+    with pytest.raises(UserError, match="drop_files sgl_kernel/nope.so is in no carried wheel"):
+        ep.pack("sglang==0.5.17", HERE, sgl.host, tmp_path / "out", wheelhouse=sgl.wheels,
+                facts_file=facts)
+
+
+def test_facts_refuse_a_package_both_kept_and_carried_over(tmp_path: Path) -> None:
+    facts = tmp_path / "pack.yaml"
+    facts.write_text(SGL_FACTS.replace("      torch: never carried.",
+                                       "      torch: never carried.\n"
+                                       "      transformers: the host's."))
+    with pytest.raises(UserError, match="transformers in both keep_host and carry_over_host"):
+        ep.load_facts("sglang", "0.5.17", facts)
+
+
+def test_target_accepts_the_legacy_manylinux_tags() -> None:
+    tags = ep.Target.parse("3.12").tags()
+    for plat in ("manylinux1_x86_64", "manylinux2010_x86_64", "manylinux_2_5_x86_64",
+                 "manylinux2014_x86_64", "manylinux_2_39_x86_64"):
+        assert Tag("py3", "none", plat) in tags
+    assert Tag("py3", "none", "manylinux_2_40_x86_64") not in tags

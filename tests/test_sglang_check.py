@@ -127,3 +127,15 @@ def test_options_of_the_other_engine_are_refused(tmp_path: Path) -> None:
                         "(whose check drafts 3 tokens with synthetic rates 0.9, 0.6, 0.3) "
                         "(fix: drop --n)\n")
     assert not (tmp_path / "o").exists()
+
+
+def test_set_passes_server_fields_and_a_bad_item_is_refused(tmp_path: Path) -> None:
+    code, lines, _ = _check(tmp_path, *DRAFT_IS_TARGET,
+                            args=("--set", "attention_backend=triton",
+                                  "--set", "mem_fraction_static=0.4"))
+    assert code == 0, lines
+    assert "--mem-fraction-static 0.4" in lines[2]
+    assert "--attention-backend triton" in lines[2]
+    code, lines, err = _check(tmp_path, args=("--set", "attention_backend"))
+    assert code == 2 and lines == []
+    assert "--set 'attention_backend' is not FIELD=VALUE" in err

@@ -93,3 +93,9 @@ def test_run_options_come_from_the_config_model() -> None:
     opts = registry.run_options("sglang")
     assert opts["binary"] == "binary" and opts["server_args"] == "extra_args"
     assert "ctx_size" not in opts and "pin" not in opts
+
+
+def test_attention_backend_is_a_typed_server_setting() -> None:
+    argv = _server(attention_backend="triton").argv(_server().profile, "python3")
+    assert argv[-2:] == ["--attention-backend", "triton"]
+    assert "--attention-backend" not in _server().argv(_server().profile, "python3")

@@ -1,4 +1,5 @@
-"""Shared CLI helpers: progress to stderr, user errors as one line with their exit code."""
+"""Shared CLI helpers: progress to stderr, user errors as one line with their exit code,
+``--set FIELD=VALUE`` items."""
 
 from __future__ import annotations
 
@@ -8,8 +9,9 @@ from collections.abc import Callable
 from typing import Any, TypeVar
 
 import click
+import yaml
 
-from crossbench.errors import CrossbenchError
+from crossbench.errors import CrossbenchError, UserError
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -30,3 +32,15 @@ def user_errors(fn: F) -> F:
             click.echo(f"crossbench: {kind}: {e.one_line()}", err=True)
             sys.exit(e.exit_code)
     return wrapper  # type: ignore[return-value]
+
+
+def field_settings(items: tuple[str, ...], example: str) -> dict[str, Any]:
+    """``--set FIELD=VALUE`` items as config fields (VALUE read as YAML); UserError naming the
+    item when one is not FIELD=VALUE."""
+    out: dict[str, Any] = {}
+    for item in items:
+        name, eq, text = item.partition("=")
+        if not eq or not name.strip():
+            raise UserError(f"--set {item!r} is not FIELD=VALUE", f"write e.g. --set {example}")
+        out[name.strip()] = yaml.safe_load(text)
+    return out

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import click
 
-from crossbench.cli.common import progress, user_errors
+from crossbench.cli.common import field_settings, progress, user_errors
 from crossbench.engines import pack as epack
 from crossbench.engines.llamacpp import build as llbuild
 from crossbench.engines.llamacpp.pins import DEFAULT_PIN, PINS, get_pin
@@ -101,6 +101,8 @@ Examples:
   crossbench engines check vllm --model Qwen/Qwen3-8B --draft Qwen/Qwen3-0.6B
   crossbench engines check sglang --binary PREFIX/bin/python --model /path/hf-target
   crossbench engines check sglang --model Qwen/Qwen3-8B --n 4
+  crossbench engines check sglang --binary PREFIX/bin/python --model DIR \\
+      --set attention_backend=triton    # a pack without FlashAttention-3
 """)
 @click.argument("engine", type=click.Choice(["vllm", "sglang"]))
 @click.option("--binary", default=None,
@@ -117,14 +119,18 @@ Examples:
 @click.option("--out", type=click.Path(path_type=Path), default=None,
               help="Folder for the server log, scrapes and records [default: vllm-check or "
                    "sglang-check].")
+@click.option("--set", "settings", multiple=True, metavar="FIELD=VALUE",
+              help="Another field of the engine's server config (repeatable; VALUE is YAML), "
+                   "e.g. --set attention_backend=triton or --set mem_fraction_static=0.4.")
 @user_errors
 def check(engine: str, binary: str | None, model: str, draft: str | None, n: int | None,
-          requests: int, max_tokens: int, out: Path | None) -> None:
+          requests: int, max_tokens: int, out: Path | None, settings: tuple[str, ...]) -> None:
     """Check the adapter against a real engine on this machine: ready, startup facts or
     server info, streaming, acceptance recovered from /metrics against a known truth (vllm:
     synthetic rates; sglang: the target drafting for itself, greedy), per-request figures
     against the counters, clean stop. One line per check; exit 1 when any fails."""
     out = out or Path(f"{engine}-check")
+    server = field_settings(settings, "mem_fraction_static=0.4")
     if engine == "vllm":
         if n is not None:
             raise UserError("--n: applies to the sglang check, not to vllm (whose check "
@@ -132,12 +138,13 @@ def check(engine: str, binary: str | None, model: str, draft: str | None, n: int
                             "drop --n")
         from crossbench.runner.vllm_check import run_check as vllm_check
 
-        failed = vllm_check(binary or "vllm", model, draft, out, requests, max_tokens)
+        failed = vllm_check(binary or "vllm", model, draft, out, requests, max_tokens,
+                            server=server)
     else:
         from crossbench.runner.sglang_check import run_check as sglang_check
 
         failed = sglang_check(binary or "python3", model, draft, out, requests, max_tokens,
-                              n=3 if n is None else n)
+                              n=3 if n is None else n, server=server)
     click.echo(f"crossbench: {'all checks passed' if not failed else f'{failed} check(s) failed'}"
                f"; server log and scrapes in {out}/", err=True)
     if failed:

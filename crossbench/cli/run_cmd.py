@@ -8,10 +8,9 @@ from pathlib import Path
 from typing import Any
 
 import click
-import yaml
 from pydantic import ValidationError
 
-from crossbench.cli.common import progress, user_errors
+from crossbench.cli.common import field_settings, progress, user_errors
 from crossbench.errors import UserError, first_validation_error
 
 EPILOG = """\b
@@ -182,12 +181,7 @@ def run(**o: Any) -> None:
             spec[key] = val
     engine_cfg = engine_config(engine, o, click.get_current_context())
     engine_cfg.update(model=o["model"], spec=spec)
-    for item in o["settings"]:
-        name, eq, text = item.partition("=")
-        if not eq or not name.strip():
-            raise UserError(f"--set {item!r} is not FIELD=VALUE", "write e.g. --set "
-                            "max_num_seqs=8")
-        engine_cfg[name.strip()] = yaml.safe_load(text)
+    engine_cfg.update(field_settings(o["settings"], "max_num_seqs=8"))
     options = {f: opt for opt, f in registry.run_options(engine).items()}
     try:
         cfg = RunConfig.model_validate({

@@ -84,8 +84,10 @@ PART_PREFIX = "payload.tar.part"
 #: one MB of ``--part-mb``: 10^6 bytes
 MB = 1_000_000
 DEFAULT_PART_MB = 48
-#: manylinux_2_17 .. manylinux_2_39 (the H200 image runs Ubuntu 24.04: glibc 2.39)
-GLIBC_MINORS = range(17, 40)
+#: manylinux_2_5 .. manylinux_2_39 (the H200 image runs Ubuntu 24.04: glibc 2.39)
+GLIBC_MINORS = range(5, 40)
+#: the legacy manylinux names (PEP 513, 571, 599) and the glibc minor each stands for
+LEGACY_MANYLINUX = {"manylinux2014": 17, "manylinux2010": 12, "manylinux1": 5}
 #: packages whose files the host always provides (pip itself installs into the target)
 _NEVER_CARRY = frozenset({"pip"})
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
@@ -136,10 +138,15 @@ class PackFacts:
     release: str
     source: str
     drop_files: dict[str, str]
-    skip_packages: dict[str, str]
-    keep_host: dict[str, str]
+    skip_packages: dict[NormalizedName, str]
+    keep_host: dict[NormalizedName, str]
     env: dict[str, EnvDefault]
     constraints: dict[NormalizedName, Constraint] = field(default_factory=dict)
+    #: requirements the engine imports but does not declare (requirement -> reason)
+    add_packages: dict[str, str] = field(default_factory=dict)
+    #: host packages carried anyway, at the engine's pin, shadowing the host's for the
+    #: launchers only (name -> reason)
+    carry_over_host: dict[NormalizedName, str] = field(default_factory=dict)
 
 
 def facts_path(engine: str) -> Path:
@@ -174,11 +181,18 @@ def load_facts(engine: str, release: str, path: Path | None = None) -> PackFacts
                         "keep_host, constraints and env, each with its reason, checked against "
                         "that wheel")
     unknown = set(entry) - {"checked_against", "drop_files", "skip_packages", "keep_host",
-                            "constraints", "env"}
+                            "constraints", "env", "add_packages", "carry_over_host"}
     if unknown:
         raise UserError(f"{path}: releases.{release} has unknown keys {sorted(unknown)}",
-                        "use drop_files, skip_packages, keep_host, constraints, env (and "
-                        "checked_against)")
+                        "use drop_files, skip_packages, keep_host, carry_over_host, "
+                        "add_packages, constraints, env (and checked_against)")
+    add_packages = _str_map(entry.get("add_packages"), "add_packages", path)
+    for req in add_packages:
+        try:
+            Requirement(req)
+        except InvalidRequirement as e:
+            raise UserError(f"{path}: add_packages.{req} is not a requirement ({e})",
+                            "write it like dill or jsonschema>=4") from e
     constraints: dict[NormalizedName, Constraint] = {}
     for name, spec in (entry.get("constraints") or {}).items():
         if not (isinstance(spec, dict) and isinstance(spec.get("spec"), str)
@@ -201,14 +215,21 @@ def load_facts(engine: str, release: str, path: Path | None = None) -> PackFacts
             raise UserError(f"{path}: env.{name}={spec['value']!r} is not a plain variable",
                             "use a shell identifier and a value of letters, digits and ._,:/=+@-")
         env[str(name)] = EnvDefault(spec["value"], " ".join(spec["reason"].split()))
+    lists = {key: {canonicalize_name(k): v for k, v in
+                   _str_map(entry.get(key), key, path).items()}
+             for key in ("skip_packages", "keep_host", "carry_over_host")}
+    for a, b in (("skip_packages", "keep_host"), ("skip_packages", "carry_over_host"),
+                 ("keep_host", "carry_over_host")):
+        both = sorted(set(lists[a]) & set(lists[b]))
+        if both:
+            raise UserError(f"{path}: releases.{release} names {', '.join(both)} in both {a} "
+                            f"and {b}", "keep each package in one of them")
     return PackFacts(
         engine=engine, release=release, source=str(path),
         drop_files=_str_map(entry.get("drop_files"), "drop_files", path),
-        skip_packages={canonicalize_name(k): v for k, v in
-                       _str_map(entry.get("skip_packages"), "skip_packages", path).items()},
-        keep_host={canonicalize_name(k): v for k, v in
-                   _str_map(entry.get("keep_host"), "keep_host", path).items()},
-        env=env, constraints=constraints)
+        skip_packages=lists["skip_packages"], keep_host=lists["keep_host"],
+        env=env, constraints=constraints, add_packages=add_packages,
+        carry_over_host=lists["carry_over_host"])
 
 
 # -- target and host ------------------------------------------------------------------------
@@ -243,9 +264,10 @@ class Target:
                 "implementation_version": f"{self.python}.0", "extra": ""}
 
     def platforms(self) -> list[str]:
-        """Platform tags, newest glibc first (legacy manylinux2014 = manylinux_2_17)."""
+        """Platform tags, newest glibc first, then the legacy names (manylinux2014 =
+        manylinux_2_17, manylinux2010 = _2_12, manylinux1 = _2_5)."""
         return ([f"manylinux_2_{m}_x86_64" for m in reversed(GLIBC_MINORS)]
-                + ["manylinux2014_x86_64"])
+                + [f"{name}_x86_64" for name in LEGACY_MANYLINUX])
 
     def tags(self) -> frozenset[Tag]:
         """Every wheel tag the target accepts."""
@@ -480,7 +502,8 @@ def resolve(roots: Iterable[tuple[Requirement, str]], target: Target, host: Host
 
     A requirement whose marker is false for the target (with the extras asked of its parent)
     is ignored; one the facts skip is recorded; one the host list has is not carried (a known
-    host version outside the specifier is a UserError unless the facts keep the host's);
+    host version outside the specifier is a UserError unless the facts keep the host's), unless
+    the facts carry it over the host's;
     anything else gets exactly one wheel that also meets the facts' constraint for it, fetched
     again with the combined specifier when a later requirement excludes the chosen version
     (no backtracking: a conflict is a UserError that asks for a constraint).
@@ -509,7 +532,8 @@ def resolve(roots: Iterable[tuple[Requirement, str]], target: Target, host: Host
             _add(res.skipped.setdefault(name, SkipUse(facts.skip_packages[name])).required_by,
                  label)
             continue
-        if name in host.versions or name in facts.keep_host or name in _NEVER_CARRY:
+        on_host = name in host.versions and name not in facts.carry_over_host
+        if on_host or name in facts.keep_host or name in _NEVER_CARRY:
             if name not in host.versions and name not in _NEVER_CARRY:
                 raise UserError(f"--against {host.path}: {facts.source} says the host provides "
                                 f"{name}, but the list lacks it ({label})",
@@ -776,6 +800,28 @@ class PackResult:
     manifest: dict[str, Any]
 
 
+def _drops_by_wheel(drop_files: dict[str, str], wheels: dict[NormalizedName, ResolvedWheel],
+                    source: str) -> dict[NormalizedName, dict[str, str]]:
+    """``drop_files`` grouped by the one carried wheel each path is in (a folder ends in
+    ``/``); UserError for a path that no carried wheel has, or that several have."""
+    names: dict[NormalizedName, list[str]] = {}
+    for name, w in wheels.items():
+        with zipfile.ZipFile(w.meta.path) as zf:
+            names[name] = zf.namelist()
+    out: dict[NormalizedName, dict[str, str]] = {}
+    for path, reason in drop_files.items():
+        owners = [n for n, files in names.items()
+                  if any(f == path or (path.endswith("/") and f.startswith(path))
+                         for f in files)]
+        if len(owners) != 1:
+            where = f"is in {', '.join(sorted(owners))}" if owners else "is in no carried wheel"
+            raise UserError(f"{source}: drop_files {path} {where}",
+                            "give a path inside exactly one carried wheel (check the wheel's "
+                            "file list with `unzip -l`)")
+        out.setdefault(owners[0], {})[path] = reason
+    return out
+
+
 def parse_pin(req: str) -> tuple[Requirement, NormalizedName, str]:
     """(requirement, engine name, release) of ``vllm==X.Y.Z``; UserError when not exact."""
     try:
@@ -828,27 +874,36 @@ def pack(req: str, python: str, against: Path, out: Path, with_reqs: Iterable[st
         except InvalidRequirement as e:
             raise UserError(f"--with {extra!r} is not a requirement ({e})",
                             "write it like orjson or gguf>=0.17") from e
+    roots += [(Requirement(extra), f"{Path(facts.source).name}: add_packages")
+              for extra in facts.add_packages]
     source: WheelSource = (Wheelhouse(wheelhouse, target) if wheelhouse is not None else
                            PipDownloader(cache or cache_dir() / "wheels", target, progress))
     res = resolve(roots, target, host, facts, source, progress)
     if engine not in res.wheels:
         raise UserError(f"{engine} itself is not carried: the host list or {facts.source} "
                         "covers it", f"remove {engine} from {against} and from the pack facts")
+    stale = sorted(set(facts.carry_over_host) - set(res.wheels))
+    if stale:
+        raise UserError(f"{facts.source}: carry_over_host names {', '.join(stale)}, which no "
+                        f"requirement of {root} asks for", "drop them from carry_over_host")
+    drops = _drops_by_wheel(facts.drop_files, res.wheels, facts.source)
     _prepare_out(out)
     with tempfile.TemporaryDirectory(prefix=".pack-", dir=out) as tmp:
-        engine_src = engine_wheel = res.wheels[engine].meta.path
-        dropped: list[DroppedFile] = []
-        if facts.drop_files:
-            engine_wheel = Path(tmp) / engine_src.name
-            dropped = slim_wheel(engine_src, engine_wheel, facts.drop_files)
-        files = {name: (engine_wheel if name == engine else w.meta.path)
-                 for name, w in res.wheels.items()}
+        engine_src = res.wheels[engine].meta.path
+        files = {name: w.meta.path for name, w in res.wheels.items()}
+        dropped: list[tuple[NormalizedName, DroppedFile]] = []
+        for name, drop in sorted(drops.items()):
+            files[name] = Path(tmp) / files[name].name
+            dropped += [(name, d) for d in slim_wheel(res.wheels[name].meta.path, files[name],
+                                                      drop)]
         wheels: list[dict[str, Any]] = []
         for name, w in sorted(res.wheels.items()):
             p = files[name]
+            slimmed = {"original_sha256": sha256_file(w.meta.path),
+                       "original_size": w.meta.path.stat().st_size} if name in drops else {}
             wheels.append({"name": p.name, "project": str(name), "version": str(w.meta.version),
                            "sha256": sha256_file(p), "size": p.stat().st_size,
-                           "required_by": w.required_by,
+                           "required_by": w.required_by, **slimmed,
                            **({"extras": sorted(w.extras)} if w.extras else {})})
         progress(f"writing {len(wheels)} wheels ({sum(int(w['size']) for w in wheels):,} bytes)"
                  f" as parts of at most {part_bytes:,} bytes")
@@ -873,8 +928,14 @@ def pack(req: str, python: str, against: Path, out: Path, with_reqs: Iterable[st
                                    **({"extras_not_checked": sorted(h.extras)}
                                       if h.extras else {})}
                           for n, h in sorted(res.host.items())},
-        "dropped_files": [{"path": d.path, "reason": d.reason, "bytes_saved": d.compressed_bytes,
-                           "size": d.size} for d in dropped],
+        "dropped_files": [{"wheel": str(n), "path": d.path, "reason": d.reason,
+                           "bytes_saved": d.compressed_bytes, "size": d.size}
+                          for n, d in dropped],
+        "added": dict(sorted(facts.add_packages.items())),
+        "carried_over_host": {str(n): {"carried": str(res.wheels[n].meta.version),
+                                       "host": str(host.versions[n])
+                                       if host.versions.get(n) else None, "reason": why}
+                              for n, why in sorted(facts.carry_over_host.items())},
         "constraints": {str(n): {"spec": str(c.spec), "reason": c.reason,
                                  "chosen": str(res.wheels[n].meta.version)
                                  if n in res.wheels else None}
@@ -1132,6 +1193,9 @@ def install(src: Path, prefix: Path | None = None, force: bool = False,
         "host_pins_differ": {n: h["kept_because"] for n, h in manifest["host_provided"].items()
                              if "kept_because" in h},
         "constraints": {n: c["spec"] for n, c in manifest.get("constraints", {}).items()},
+        "added_packages": manifest.get("added", {}),
+        "carried_over_host": {n: c["reason"]
+                              for n, c in manifest.get("carried_over_host", {}).items()},
         "env": manifest["env"],
         "against": manifest["against"],
         "python_executable": sys.executable,

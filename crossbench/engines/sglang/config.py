@@ -131,6 +131,11 @@ class SglangServerConfig(_Strict, ApiKeySettings):
                                              "(true): no prefix reuse across requests.")
     random_seed: int | None = Field(None, description="`--random-seed`.")
     dtype: str | None = Field(None, description="`--dtype` (auto, bfloat16, float16, ...).")
+    attention_backend: str | None = Field(None, description="`--attention-backend` (triton, "
+                                          "flashinfer, fa3, ...); unset, SGLang picks one per "
+                                          "GPU (fa3 on Hopper). A pack without FlashAttention-3 "
+                                          "(engines/sglang/pack.yaml) needs triton or "
+                                          "flashinfer.")
     trust_remote_code: bool | None = Field(None, description="`--trust-remote-code`.")
     env: dict[str, str] = Field(default_factory=dict, description="Environment variables for "
                                 "the server (recorded).")

@@ -85,8 +85,9 @@ def _load(path: Path) -> SglangProfile:
 
 
 def known_profiles() -> list[SglangProfile]:
-    """Every profile in ``engines/sglang``, oldest first."""
-    paths = sorted(profiles_dir().glob("*.yaml"),
+    """Every profile in ``engines/sglang`` (files named by a release, such as 0.5.17.yaml;
+    not pack.yaml), oldest first."""
+    paths = sorted((p for p in profiles_dir().glob("*.yaml") if p.stem[:1].isdigit()),
                    key=lambda p: tuple(int(x) for x in p.stem.split(".") if x.isdigit()))
     return [_load(p) for p in paths]
 

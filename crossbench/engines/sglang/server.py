@@ -174,6 +174,7 @@ class SglangServer(LocalServer):
         switch("--disable-radix-cache", cfg.disable_radix_cache, "disable_radix_cache")
         add("--random-seed", cfg.random_seed, "random_seed")
         add("--dtype", cfg.dtype, "dtype")
+        add("--attention-backend", cfg.attention_backend, "attention_backend")
         switch("--trust-remote-code", cfg.trust_remote_code, "trust_remote_code")
         if spec.enabled:
             assert spec.n is not None  # the config requires n with a method
