@@ -258,3 +258,19 @@ def test_quantized_fixture_serves(llama_server, fixture_models, tmp_path):
     c.engine_config["extra_args"] = ["--no-repack"]
     s = run(c, tmp_path / "q")
     assert s["requests"]["ok"] == 2
+
+
+def test_the_target_drafting_for_itself_is_always_accepted(llama_server, fixture_models,
+                                                           tmp_path):
+    """A known truth without synthetic rates: with the target as its own draft and greedy
+    sampling, llama.cpp computes both with the same kernels, so every draft is accepted (the
+    cross-engine reference for SGLang's live check, whose GPU run on the same weights accepted
+    75 %: docs/sglang.md)."""
+    target, _ = fixture_models
+    s = run(cfg(llama_server, target, {"type": "draft-simple", "n": 3,
+                                       "draft_model": str(target)}, max_tokens=64),
+            tmp_path / "self")
+    acc = s["acceptance"]
+    assert s["integrity"]["passed"], s["integrity"]
+    assert acc["draft_tokens"] >= 100
+    assert acc["draft_acceptance_rate"] == 1.0
