@@ -42,7 +42,7 @@ def test_acceptance_follows_from_the_archived_scrapes(runs: Path, run: str, n: i
     d = acceptance.counter_delta(parse_samples((folder / rundir.CHECK_BEFORE).read_text()),
                                  parse_samples((folder / rundir.CHECK_AFTER).read_text()),
                                  registry.spec_metric_prefix("sglang"))
-    records = [json.loads(ln) for ln in (folder / "requests.jsonl").read_text().splitlines()]
+    records = [json.loads(ln) for ln in (folder / rundir.REQUESTS).read_text().splitlines()]
     acc = acceptance.compute(d, records)
     assert (d.drafts, d.accepted) == (steps, accepted)
     assert acc.mean_acceptance_length is not None
