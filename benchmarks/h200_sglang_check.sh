@@ -12,8 +12,8 @@
 #      tiny HF target drafting for itself (attention_backend triton: the pack drops
 #      FlashAttention-3, engines/sglang/pack.yaml), in the background so that a call's end
 #      cuts nothing; each call waits until the check ends or BUDGET_S is nearly spent.
-# What comes back under $OUT: the check's folder (server log, scrapes, records), check.txt,
-# the install log and record, imports.txt and calls.txt.
+# What comes back: $OUT/sglang-check.tgz with the check's folder (server log, scrapes,
+# records), check.txt, the install log and record, imports.txt and calls.txt.
 #
 # Usage: OUT=/some/dir BUDGET_S=560 bash benchmarks/h200_sglang_check.sh
 set -uo pipefail
@@ -102,6 +102,8 @@ if [ -f "$LOG/check.started" ]; then
   until [ -f "$LOG/check.exit" ] || [ "$(left)" -le 20 ]; do sleep 5; done
   say "check: $(cat "$LOG/check.exit" 2>/dev/null || echo running)"
 fi
-cp -r "$LOG"/. "$OUT"/ 2>/dev/null
-[ -n "$prefix" ] && cp "${prefix%/}/install.json" "$OUT/" 2>/dev/null
+[ -n "$prefix" ] && cp "${prefix%/}/install.json" "$LOG/" 2>/dev/null
 say "left $(left) s"
+# one file back (a device call returns only a few files): the logs, the check's folder and
+# the install record
+tar czf "$OUT/sglang-check.tgz" -C "$(dirname "$LOG")" "$(basename "$LOG")"

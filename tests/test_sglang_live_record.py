@@ -32,6 +32,7 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.mark.parametrize(("run", "n", "steps", "accepted", "mal"), [
     ("default-n3", 3, 1256, 2824, 3.248),
+    ("rerun-n3", 3, 1256, 2824, 3.248),
     ("fp16-n3", 3, 1256, 2824, 3.248),
     ("noradix-n3", 3, 1228, 2852, 3.322),
     ("n1", 1, 2185, 1895, 1.867),
@@ -57,7 +58,7 @@ def test_acceptance_follows_from_the_archived_scrapes(runs: Path, run: str, n: i
 
 
 @pytest.mark.parametrize(("run", "failed"), [
-    ("default-n3", ["acceptance"]), ("fp16-n3", ["acceptance"]),
+    ("default-n3", ["acceptance"]), ("rerun-n3", ["acceptance"]), ("fp16-n3", ["acceptance"]),
     ("noradix-n3", ["acceptance"]), ("n1", []), ("fp32-n3", ["ready"]),
     ("nograph-n3", ["config"]),
 ])
@@ -65,7 +66,7 @@ def test_each_run_failed_only_the_lines_the_docs_name(runs: Path, run: str,
                                                       failed: list[str]) -> None:
     lines = (runs / run / "check.txt").read_text().splitlines()
     assert [ln[5:].split(":")[0] for ln in lines if ln.startswith("FAIL ")] == failed
-    if run in ("default-n3", "n1"):
+    if run in ("default-n3", "rerun-n3", "n1"):
         assert [ln[5:].split(":")[0] for ln in lines if ln.startswith("ok   ")] == [
             "profile", "config", "ready", "server info", "streaming",
             *(["acceptance"] if run == "n1" else []), "per-request meta_info", "stop"]
@@ -84,3 +85,14 @@ def test_the_install_record_names_the_pack_and_no_secret(runs: Path) -> None:
             f = tar.extractfile(member)
             text = f.read().decode(errors="replace") if f else ""
             assert not re.search(r"hf_[A-Za-z0-9]{30,}|Bearer [A-Za-z0-9]", text), member.name
+
+
+def test_the_rerun_used_the_corrected_pack_with_nothing_added_by_hand(runs: Path) -> None:
+    pack = json.loads((runs / "rerun-n3" / "pack.json").read_text())
+    assert "sgl-deep-gemm" in {w["project"] for w in pack["wheels"]}
+    assert "sgl-deep-gemm" not in pack["skipped"]
+    install = (runs / "rerun-n3" / "install.log").read_text()
+    assert f"{len(pack['parts'])} parts match pack.json" in install
+    calls = (runs / "rerun-n3" / "calls.txt").read_text()
+    assert [ln.split("kept ")[1].split()[0] for ln in calls.splitlines() if "kept " in ln] == [
+        "pack.json", *(p["name"] for p in pack["parts"])]
