@@ -22,22 +22,9 @@
 # parity, archives and reports are made from run.tgz (docs/cross-engine.md has the commands).
 #
 # Usage: OUT=/some/dir BUDGET_S=560 [ROUND=1] [FINISH=1] bash benchmarks/h200_cross.sh
-set -uo pipefail
-: "${OUT:?set OUT to a directory for the results}"
-export CROSSBENCH_CACHE=$PWD/.cbcache PYTHONUNBUFFERED=1
-export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}
-budget=${BUDGET_S:-560}; t0=$(date +%s)
-left() { echo $(( budget - ($(date +%s) - t0) )); }
-cb() { python3 -m crossbench "$@"; }
-LOG=/tmp/cross-logs; mkdir -p "$LOG" /tmp/cb-pack   # /tmp lasts while the machine stays warm
-say() { echo "[$(date -u +%H:%M:%S)] $*" | tee -a "$LOG/calls.txt"; }
-
-# 1. crossbench's own dependencies (pydantic, gguf, orjson...) the image lacks
-if ls .whl/*.whl >/dev/null 2>&1 && [ ! -f /tmp/site/.done ]; then
-  python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/*.whl \
-    && touch /tmp/site/.done
-fi
-export PYTHONPATH=/tmp/site:$PYTHONPATH
+LOG=/tmp/cross-logs   # /tmp lasts while the machine stays warm
+. "$(dirname "$0")/device_call.sh"   # OUT, BUDGET_S: left, cb, say; .whl/ installed
+mkdir -p /tmp/cb-pack
 
 # 2. parts of the vLLM pack carried by this call. A call carries at most 64 MiB with the
 #    working tree (about 15 MB now), so a 52 MB part travels as halves split here with

@@ -16,22 +16,9 @@
 # records), check.txt, the install log and record, imports.txt and calls.txt.
 #
 # Usage: OUT=/some/dir BUDGET_S=560 bash benchmarks/h200_sglang_check.sh
-set -uo pipefail
-: "${OUT:?set OUT to a directory for the results}"
-export CROSSBENCH_CACHE=$PWD/.cbcache PYTHONUNBUFFERED=1
-export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}
-budget=${BUDGET_S:-560}; t0=$(date +%s)
-left() { echo $(( budget - ($(date +%s) - t0) )); }
-cb() { python3 -m crossbench "$@"; }
-LOG=/tmp/sg-logs; mkdir -p "$LOG" /tmp/sg-pack   # /tmp lasts while the machine stays warm
-say() { echo "[$(date -u +%H:%M:%S)] $*" | tee -a "$LOG/calls.txt"; }
-
-# 1. crossbench's own dependencies (pydantic, gguf, orjson...) the image lacks
-if ls .whl/*.whl >/dev/null 2>&1 && [ ! -f /tmp/site/.done ]; then
-  python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/*.whl \
-    && touch /tmp/site/.done
-fi
-export PYTHONPATH=/tmp/site:$PYTHONPATH
+LOG=/tmp/sg-logs   # /tmp lasts while the machine stays warm
+. "$(dirname "$0")/device_call.sh"   # OUT, BUDGET_S: left, cb, say; .whl/ installed
+mkdir -p /tmp/sg-pack
 
 # 2. this call's parts of the pack
 for f in .carry/sglang-*/pack.json .carry/sglang-*/payload.tar.part*; do
