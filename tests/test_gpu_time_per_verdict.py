@@ -75,3 +75,22 @@ def test_the_published_figures_are_rederived_from_the_archived_runs(tmp_path: Pa
     assert got["vllm"]["crossbench"]["starts"] == 3
     checks = got["llama"]["prediction_checks"]
     assert checks["holdouts"] == 2 and checks["holdouts_inside"] == 1
+
+
+def test_the_planners_best_case_for_the_llama_study_stays_above_the_bar(tmp_path: Path) -> None:
+    """benchmarks/README.md quotes `crossbench plan` on the naive llama.cpp study's recorded
+    timings: even its best case (every cell settling at 2 of 3 trials, probe-and-predict on top)
+    needs 0.42 of the naive GPU time, above the issue's 0.3."""
+    from click.testing import CliRunner
+
+    from crossbench.cli.main import cli
+
+    with tarfile.open(RESULTS / "gpu-time-per-verdict" / "h200-runs.tgz") as t:
+        t.extractall(tmp_path, filter="data")
+    r = CliRunner().invoke(cli, ["plan", str(ROOT / "matrices" / "h200-verdict.yaml"), "--from",
+                                 str(tmp_path / "h200-cross-roundverdict" / "llama-naive")])
+    assert r.exit_code == 0, r.output
+    rows = {ln.split()[0]: ln.split() for ln in r.stdout.splitlines()
+            if len(ln.split()) == 7 and ln.split()[1] == "total"}
+    assert {d: rows[d][3] for d in rows} == {
+        "naive": "1.00", "reuse": "0.66", "sequential": "0.50", "probe-and-predict": "0.42"}
