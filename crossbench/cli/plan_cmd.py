@@ -63,10 +63,10 @@ def plan(matrix_file: Path, runs: tuple[Path, ...], block: int | None, min_trial
          statistic: str, startup: tuple[str, ...], as_json: bool) -> None:
     """Expected GPU time of a matrix under four designs, from measured or assumed timings.
 
-    Designs, each adding its saving to the one above: naive (a server start per trial, as
-    `matrix` runs today), reuse (one start per block of a cell's trials), sequential (a cell
-    stops once its verdict is settled), probe-and-predict (of each n-sweep only a few n are
-    measured). Prints GPU time, its ratio to naive, server starts, trials and cells per engine
+    Designs the runner can run: naive (a server start per trial, as `matrix` runs by
+    default), reuse (one start per block of a cell's trials), sequential (a start per trial,
+    and a cell stops once its verdict is settled), probe-and-predict (of each n-sweep only a
+    few n are measured, on top of the cheaper of reuse and sequential). Prints GPU time, its ratio to naive, server starts, trials and cells per engine
     and in total, then every figure used, marked measured (with its source) or assumed.
     Nothing is started.
     """

@@ -8,11 +8,14 @@ above it:
   a server's share + warm-up + metrics scrapes + measured decode).
 - **reuse**: one server start per block of ``block`` trials of a cell (default: all of a
   cell's trials on one start), the cache reset and warm-up before every trial.
-- **sequential**: reuse, and a cell stops once its verdict is settled. How many trials that
-  takes depends on the effect sizes, unknown before the run: the plan uses an expected
-  number of trials per cell, by default the best case (every cell settles at
-  ``min_trials``); reuse is its worst case (every cell runs all its trials).
-- **probe-and-predict**: sequential, on fewer cells: of each n-sweep (the cells of one arm
+- **sequential**: naive, and a cell stops once its verdict is settled. Every trial keeps its
+  own server start, as the runner requires (crossbench.runner.stopping: a look treats each
+  trial as a sample of start-up variation, so ``sequential:`` refuses server reuse). How
+  many trials that takes depends on the effect sizes, unknown before the run: the plan uses
+  an expected number of trials per cell, by default the best case (every cell settles at
+  ``min_trials``); naive is its worst case (every cell runs all its trials).
+- **probe-and-predict**: reuse or sequential, whichever costs less for the matrix (both run
+  with ``probe_predict:``), on fewer cells: of each n-sweep (the cells of one arm
   differing only in n) only ``probes`` n are measured (the smallest, the largest and evenly
   spaced ones between), the others predicted by the sweep's cost model; baselines and cells
   outside sweeps are all measured. An allowance of ``follow_ups`` cells per sweep is added
@@ -205,7 +208,7 @@ class DesignRow:
     engine: str
     gpu_s: float
     ratio_to_naive: float
-    server_starts: int
+    server_starts: float
     trials: float
     cells: int
 
@@ -457,9 +460,16 @@ def make_plan(m: Matrix, cells: list[Cell], rec: Recorded | None,
             rate_notes[note] = None
         per_trial = t.warmup.value + t.scrapes.value + work[c.id].output_tokens / rate
         costs[c.id] = (t.start_s, per_trial)
-    shape = {"naive": (float(trials), trials), "reuse": (float(trials), math.ceil(trials / block)),
-             "sequential": (seq, math.ceil(seq / block)),
-             "probe-and-predict": (seq, math.ceil(seq / block))}
+    # (trials, server starts) per cell; sequential keeps one start per trial (module docstring)
+    shape = {"naive": (float(trials), float(trials)),
+             "reuse": (float(trials), float(math.ceil(trials / block))), "sequential": (seq, seq)}
+
+    def total(design: str) -> float:
+        n_trials, starts = shape[design]
+        return sum(starts * costs[c.id][0] + n_trials * costs[c.id][1] for c in cells)
+
+    probe_base = "reuse" if total("reuse") <= total("sequential") else "sequential"
+    shape["probe-and-predict"] = shape[probe_base]
     engines = list(dict.fromkeys(c.coords["engine"] for c in cells))
     rows: list[DesignRow] = []
     naive: dict[str, float] = {}
@@ -473,7 +483,7 @@ def make_plan(m: Matrix, cells: list[Cell], rec: Recorded | None,
                 naive[eid] = gpu
             rows.append(DesignRow(design, eid, gpu, gpu / naive[eid] if naive[eid] else 0.0,
                                   starts * len(mine), n_trials * len(mine), len(mine)))
-    assumptions = _assumptions(m, cells, timings, rec, opts, block, seq)
+    assumptions = _assumptions(m, cells, timings, rec, opts, block, seq, probe_base)
     notes += list(rate_notes)
     if not m.fresh_server:
         notes.append("the matrix sets fresh_server: false: it keeps a server across a cell's "
@@ -484,7 +494,8 @@ def make_plan(m: Matrix, cells: list[Cell], rec: Recorded | None,
 
 
 def _assumptions(m: Matrix, cells: list[Cell], timings: dict[str, EngineTimings],
-                 rec: Recorded | None, opts: PlanOptions, block: int, seq: float) -> list[str]:
+                 rec: Recorded | None, opts: PlanOptions, block: int, seq: float,
+                 probe_base: str) -> list[str]:
     out = []
     for kind, t in sorted(timings.items()):
         assumed = [name for name, f in t.figures.items() if not f.measured]
@@ -496,9 +507,10 @@ def _assumptions(m: Matrix, cells: list[Cell], timings: dict[str, EngineTimings]
                "cache reset, assumed 0 s (not measured), and the warm-up of every trial")
     if opts.expected_trials_fraction is None:
         out.append(f"sequential: best case, every cell settles after min_trials = "
-                   f"{min(opts.min_trials, m.trials)} of {m.trials} trials; the real figure "
-                   "depends on the effect sizes (a cell near a speedup of 1 runs all its "
-                   "trials: reuse is the worst case)")
+                   f"{min(opts.min_trials, m.trials)} of {m.trials} trials, each on its own "
+                   "server start (the runner refuses sequential stopping with reuse); the real "
+                   "figure depends on the effect sizes (a cell near a speedup of 1 runs all "
+                   "its trials: naive is the worst case)")
     else:
         out.append(f"sequential: {seq:g} expected trials per cell (--expected-trials-fraction "
                    f"{opts.expected_trials_fraction:g} of {m.trials}, at least min_trials "
@@ -509,7 +521,8 @@ def _assumptions(m: Matrix, cells: list[Cell], timings: dict[str, EngineTimings]
                f"{n_probes} probe cells (smallest, largest and evenly spaced n) plus an "
                f"allowance of {n_follow} follow-up cells (up to {opts.follow_ups} per sweep, "
                f"where a prediction straddles 1); {len(cells) - len(measured)} cells predicted, "
-               "not measured; on top of sequential")
+               f"not measured; on top of {probe_base}, the cheaper of reuse and sequential "
+               "for this matrix")
     return out
 
 
@@ -557,7 +570,7 @@ def format_plan(plan: Plan, source: str) -> str:
              f"{'trials':>7} {'cells':>6}"]
     for r in plan.rows:
         lines.append(f"{r.design:<18} {r.engine:<12} {hms(r.gpu_s):>10} "
-                     f"{r.ratio_to_naive:>8.2f} {r.server_starts:>7} "
+                     f"{r.ratio_to_naive:>8.2f} {_trials_text(r.server_starts):>7} "
                      f"{_trials_text(r.trials):>7} {r.cells:>6}")
     lines.append("timings per engine kind (M measured, A assumed; other: a trial's time "
                  "outside its named phases, counted per server start):")
