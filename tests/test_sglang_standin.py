@@ -133,3 +133,15 @@ def test_the_standins_generate_answers_in_sglangs_meta_info_format(tmp_path: Pat
     assert meta["completion_tokens"] == 1 + steps + meta["spec_num_correct_drafts"]
     assert meta["spec_num_proposed_drafts"] == 3 * steps
     assert meta["spec_accept_length"] == 100 / steps
+
+
+def test_the_run_table_says_drafted_tokens_are_not_counted(tmp_path: Path) -> None:
+    py = write_launcher(tmp_path / "python", "--standin-step-ms", "0")
+    r = CliRunner().invoke(cli, [
+        "run", "--engine", "sglang", "--binary", str(py), "--model", "Qwen/Qwen3-8B",
+        "--spec", "NGRAM", "--n", "3", "--requests", "4", "--max-tokens", "32",
+        "--trials", "1", "--out", str(tmp_path / "run")])
+    assert r.exit_code == 0, r.output
+    line = next(ln for ln in r.stdout.splitlines() if ln.startswith("drafts / drafted"))
+    assert " / n/a (not counted by the engine) / " in line
+    assert line.split()[-1] != "0"  # accepted tokens are derived from the counters

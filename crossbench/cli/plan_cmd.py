@@ -66,7 +66,8 @@ def plan(matrix_file: Path, runs: tuple[Path, ...], block: int | None, min_trial
     Designs the runner can run: naive (a server start per trial, as `matrix` runs by
     default), reuse (one start per block of a cell's trials), sequential (a start per trial,
     and a cell stops once its verdict is settled), probe-and-predict (of each n-sweep only a
-    few n are measured, on top of the cheaper of reuse and sequential). Prints GPU time, its ratio to naive, server starts, trials and cells per engine
+    few n are measured, on top of the cheaper of reuse and sequential). Prints GPU time,
+    its ratio to naive, server starts, trials and cells per engine
     and in total, then every figure used, marked measured (with its source) or assumed.
     Nothing is started.
     """

@@ -60,8 +60,12 @@ def parse_rates(value: str | None) -> list[float] | None:
     return rates
 
 
-def format_table(summary: dict[str, Any]) -> str:
-    """The human table printed after a run."""
+def format_table(summary: dict[str, Any], engine: str | None = None) -> str:
+    """The human table printed after a run of ``engine`` (a registered name; its declared
+    counters say whether drafted tokens are counted at all)."""
+    from crossbench.engines import registry
+
+    counted = engine is None or registry.spec_counters(engine).draft_tokens is not None
     def f(v: Any, spec: str = ".2f") -> str:
         return "n/a" if v is None else format(v, spec)
 
@@ -90,7 +94,9 @@ def format_table(summary: dict[str, Any]) -> str:
             ("per-position acceptance (position 0 first)",
              ", ".join(f"{p:.3f}" for p in per_pos) if per_pos else "n/a"),
             ("drafts / drafted / accepted", f"{f(acc['drafts'], '.0f')} / "
-             f"{acc['draft_tokens']:.0f} / {acc['accepted_tokens']:.0f}"),
+             + (f"{acc['draft_tokens']:.0f}" if counted or acc["source"] != "metrics"
+                else "n/a (not counted by the engine)")
+             + f" / {acc['accepted_tokens']:.0f}"),
         ]
     integ = summary["integrity"]
     failed = [c["name"] for c in integ["checks"] if not c["passed"]]
@@ -204,7 +210,7 @@ def run(**o: Any) -> None:
     if o["as_json"]:
         click.echo(json.dumps(summary, indent=2))
     else:
-        click.echo(format_table(summary))
+        click.echo(format_table(summary, engine))
         progress(f"raw records and summary in {o['out']}")
     failed = [c for c in summary["integrity"]["checks"] if not c["passed"]]
     if failed:
@@ -291,7 +297,11 @@ def summarize(run_dir: Path, check: bool, as_json: bool) -> None:
             sys.exit(1)
         click.echo(f"{run_dir}: summary.json re-derives from the raw records")
         return
-    click.echo(json.dumps(fresh, indent=2) if as_json else format_table(fresh))
+    from crossbench.engines import registry
+
+    kind = (rundir.read_manifest(run_dir).get("config") or {}).get("engine")
+    click.echo(json.dumps(fresh, indent=2) if as_json else
+               format_table(fresh, kind if kind in registry.names() else None))
 
 
 def _stored_summary(path: Path) -> dict[str, Any]:
