@@ -41,7 +41,7 @@ def test_run_engine_sglang_through_the_cli(tmp_path: Path) -> None:
     assert "--enable-metrics" in trial["argv"] and "--disable-radix-cache" in trial["argv"]
     assert trial["server_props"]["standin"] is True
     assert trial["server_props"]["startup"]["speculative_algorithm"] == "NGRAM"
-    assert trial["stop_report"]["sigkill"] is False
+    assert trial["stop_report"]["sigkill"] == [] and trial["stop_report"]["leftover"] == []
     assert all(t["status"] == "ok" for t in man["trials"])
     assert (out / "metrics" / "t0-after.prom").read_text().count(
         "sglang:spec_verify_calls_total{") == 1
@@ -145,3 +145,36 @@ def test_the_run_table_says_drafted_tokens_are_not_counted(tmp_path: Path) -> No
     line = next(ln for ln in r.stdout.splitlines() if ln.startswith("drafts / drafted"))
     assert " / n/a (not counted by the engine) / " in line
     assert line.split()[-1] != "0"  # accepted tokens are derived from the counters
+
+
+def test_stop_kills_a_worker_that_left_the_group_and_records_it(tmp_path: Path) -> None:
+    """SGLang's scheduler and detokenizer are child processes: stop() finds them through the
+    server's session (as vLLM's adapter does), kills one that ignores SIGTERM and says so."""
+    import os
+    import time
+
+    from crossbench.engines import registry
+    from crossbench.engines.process import alive_processes, session_processes
+
+    pidfile = tmp_path / "worker.pid"
+    py = write_launcher(tmp_path / "python", "--standin-step-ms", "0",
+                        "--standin-spawn-orphan", str(pidfile))
+    srv = registry.create("sglang", {"binary": str(py), "model": "Qwen/Qwen3-8B",
+                                     "stop_timeout_s": 1, "gpu_release_timeout_s": 0},
+                          tmp_path / "server.log")
+    srv.start()
+    try:
+        srv.wait_ready(timeout_s=30)
+        deadline = time.monotonic() + 10
+        while not pidfile.exists() or not pidfile.read_text():
+            assert time.monotonic() < deadline, "the stand-in did not spawn its worker"
+            time.sleep(0.05)
+        worker, sid = int(pidfile.read_text()), srv.pid
+        assert sid is not None and os.getpgid(worker) != sid  # killpg alone would miss it
+    finally:
+        srv.stop()
+    assert not alive_processes(session_processes(sid))
+    assert any(str(worker) in s for s in srv.stop_report["sigkill"])
+    assert srv.stop_report["leftover"] == []
+    assert "gpu" in srv.stop_report and srv.stop_report["stop_s"] >= 1
+    srv.stop()  # a second stop is a no-op

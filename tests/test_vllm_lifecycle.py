@@ -20,8 +20,9 @@ import pytest
 
 from crossbench.analysis import acceptance
 from crossbench.engines import registry
+from crossbench.engines.process import session_processes
 from crossbench.engines.prometheus import parse_samples
-from crossbench.engines.vllm.server import VllmServer, session_processes
+from crossbench.engines.vllm.server import VllmServer
 from crossbench.errors import RunError, UserError
 from crossbench.load.client import ClientConfig, ConcurrencyMode, run_load_sync
 from crossbench.load.workloads import Prompt, RequestSpec

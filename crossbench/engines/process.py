@@ -1,6 +1,7 @@
 """Process plumbing shared by engine adapters: spawning a server that dies with crossbench,
-free ports, plain HTTP probes and log tails, and :class:`LocalServer`, the base of adapters
-whose engine runs as a child process serving HTTP on ``host:port``."""
+stopping it with every process of its session and waiting for its GPU memory
+(:func:`stop_session`), free ports, plain HTTP probes and log tails, and :class:`LocalServer`,
+the base of adapters whose engine runs as a child process serving HTTP on ``host:port``."""
 
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ import urllib.error
 import urllib.request
 from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 from crossbench.engines.auth import (
     UNAUTHORIZED,
@@ -31,6 +33,104 @@ from crossbench.engines.prometheus import parse_samples
 from crossbench.errors import RunError, UserError
 
 _PR_SET_PDEATHSIG = 1
+
+
+def session_processes(sid: int) -> list[tuple[int, str, str]]:
+    """(pid, command name, state) of every process in session ``sid``, from ``/proc``."""
+    out: list[tuple[int, str, str]] = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+        except OSError:
+            continue
+        # "pid (comm) state ppid pgrp session ...": comm may hold spaces and parentheses
+        head, _, rest = stat.rpartition(")")
+        fields = rest.split()
+        if len(fields) > 3 and int(fields[3]) == sid:
+            out.append((int(entry.name), head.partition("(")[2], fields[0]))
+    return out
+
+
+def alive_processes(procs: list[tuple[int, str, str]]) -> list[tuple[int, str, str]]:
+    """The processes of ``procs`` that are not zombies (zombies hold no memory)."""
+    return [p for p in procs if p[2] not in ("Z", "X")]  # zombies hold no memory
+
+
+def signal_all(pids: list[int], sig: signal.Signals) -> None:
+    """Send ``sig`` to every pid that still exists."""
+    for pid in pids:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(pid, sig)
+
+
+def wait_gpu_release(pids: set[int], timeout_s: float) -> str:
+    """Wait until none of ``pids`` holds GPU memory; a one-line outcome for the record."""
+    try:
+        import pynvml
+    except ImportError:
+        return "no GPU (pynvml is not importable)"
+    try:
+        pynvml.nvmlInit()
+    except Exception as e:
+        return f"no GPU (NVML: {e})"
+    try:
+        handles = [pynvml.nvmlDeviceGetHandleByIndex(i)
+                   for i in range(pynvml.nvmlDeviceGetCount())]
+        if not handles:
+            return "no GPU"
+        deadline = time.monotonic() + timeout_s
+        while True:
+            held = sorted({p.pid for h in handles
+                           for p in pynvml.nvmlDeviceGetComputeRunningProcesses(h)
+                           if p.pid in pids})
+            if not held:
+                return "released"
+            if time.monotonic() > deadline:
+                return f"still held by pids {held} after {timeout_s:g} s"
+            time.sleep(0.2)
+    finally:
+        with contextlib.suppress(Exception):
+            pynvml.nvmlShutdown()
+
+
+def stop_session(proc: subprocess.Popen[bytes], stop_timeout_s: float,
+                 gpu_release_timeout_s: float) -> dict[str, Any]:
+    """Stop a server started in its own session (``proc.pid`` is the session id): SIGTERM the
+    group, then every process still in the session until ``stop_timeout_s``, SIGKILL what is
+    left, and wait for the GPU memory of every process seen. Returns the stop report:
+    ``sigkill`` (what needed it), ``leftover`` (what survived SIGKILL), ``gpu`` (outcome of
+    :func:`wait_gpu_release`), ``stop_s``. Workers that left the group (engine cores, a
+    scheduler's children) are found through the session."""
+    sid, t0 = proc.pid, time.monotonic()
+    seen = {p[0] for p in session_processes(sid)} | {sid}
+    report: dict[str, Any] = {"sigkill": []}
+    if proc.poll() is None:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(sid, signal.SIGTERM)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            proc.wait(timeout=stop_timeout_s)
+    deadline = t0 + stop_timeout_s
+    while True:  # workers that outlived the server's main process or left its group
+        rest = alive_processes(session_processes(sid))
+        seen |= {p[0] for p in rest}
+        if not rest or time.monotonic() > deadline:
+            break
+        signal_all([p[0] for p in rest], signal.SIGTERM)
+        time.sleep(0.1)
+    if rest or proc.poll() is None:
+        report["sigkill"] = [f"{pid} ({comm})" for pid, comm, _ in rest]
+        signal_all([p[0] for p in rest] + [sid], signal.SIGKILL)
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        proc.wait(timeout=10)
+    end = time.monotonic() + 5
+    while (left := alive_processes(session_processes(sid))) and time.monotonic() < end:
+        time.sleep(0.05)
+    report["leftover"] = [f"{pid} ({comm}, state {st})" for pid, comm, st in left]
+    report["gpu"] = wait_gpu_release(seen, gpu_release_timeout_s)
+    report["stop_s"] = round(time.monotonic() - t0, 3)
+    return report
 
 
 def die_with_parent() -> None:
@@ -182,6 +282,14 @@ class LocalServer(EngineServer):
     def pid(self) -> int | None:
         """Process id of the server (also its session and process-group id)."""
         return self._proc.pid if self._proc else None
+
+    def _wait_port_free(self, timeout_s: float = 10.0) -> None:
+        """After a stop: wait until the server's port is free (at most ``timeout_s``)."""
+        if self._port is None:
+            return
+        deadline = time.monotonic() + timeout_s
+        while port_in_use(self._host, self._port) and time.monotonic() < deadline:
+            time.sleep(0.05)
 
     def _spawn(self) -> None:
         """Run :meth:`command` (on a free port when none was set) in

@@ -31,16 +31,10 @@ from crossbench.engines import registry
 from crossbench.engines.base import MetricsSnapshot
 from crossbench.engines.process import LocalServer
 from crossbench.engines.prometheus import total
-from crossbench.engines.vllm.server import session_processes, wait_gpu_release
 from crossbench.errors import CrossbenchError
 from crossbench.load.client import ClientConfig, ConcurrencyMode, run_load_sync
 from crossbench.load.workloads import load_workload
 from crossbench.store import rundir
-
-GPU_RELEASE_TIMEOUT_S = 60.0
-"""How long :func:`check_stop` waits for the GPU memory of an adapter whose ``stop()`` does
-not wait for it itself."""
-
 
 S = TypeVar("S", bound=LocalServer)
 
@@ -147,40 +141,22 @@ def post_json(srv: LocalServer, path: str, body: dict[str, Any],
     return answer
 
 
-def check_stop(rep: Report, srv: LocalServer,
-               gpu_timeout_s: float = GPU_RELEASE_TIMEOUT_S) -> None:
-    """Stop the server and report ``stop``: fails when a process of its session is left or
-    its GPU memory is still held. Where the adapter's ``stop_report`` lacks ``leftover`` or
-    ``gpu`` (its stop does not look), they are found here the way vLLM's adapter finds them:
-    the session's processes in ``/proc``, their GPU memory through NVML (``no GPU ...`` on a
-    machine without one, which is said, not counted as released)."""
-    sid = srv.pid
-    seen = ({p[0] for p in session_processes(sid)} | {sid}) if sid is not None else set()
+def check_stop(rep: Report, srv: LocalServer) -> None:
+    """Stop the server and report ``stop`` from the adapter's ``stop_report``
+    (:func:`crossbench.engines.process.stop_session`): fails when a process of its session is
+    left or its GPU memory is still held (``no GPU ...`` on a machine without one is said,
+    not counted as released)."""
     try:
         srv.stop()
     except CrossbenchError as e:
         rep.check("stop", False, e.one_line())
         return
-    r = dict(srv.stop_report)
-    if "leftover" not in r:
-        end = time.monotonic() + 10
-        left = _alive(sid)
-        while left and time.monotonic() < end:
-            time.sleep(0.05)
-            left = _alive(sid)
-        r["leftover"] = [f"{pid} ({comm}, state {st})" for pid, comm, st in left]
-    if "gpu" not in r:
-        r["gpu"] = wait_gpu_release(seen, gpu_timeout_s)
+    r = srv.stop_report
     killed = r.get("sigkill")
-    sigkill = ", ".join(killed) if isinstance(killed, list) and killed else \
-        "the process group" if killed is True else "none"
-    ok = not r["leftover"] and not str(r["gpu"]).startswith("still held")
-    behind = f", left behind: {', '.join(r['leftover'])}" if r["leftover"] else ""
+    sigkill = ", ".join(killed) if isinstance(killed, list) and killed else "none"
+    leftover = list(r.get("leftover", []))
+    gpu = str(r.get("gpu", "not looked at"))
+    ok = not leftover and not gpu.startswith("still held")
+    behind = f", left behind: {', '.join(leftover)}" if leftover else ""
     rep.check("stop", ok, f"{r.get('stop_s', '?')} s, SIGKILL needed for {sigkill}, "
-              f"GPU: {r['gpu']}{behind}")
-
-
-def _alive(sid: int | None) -> list[tuple[int, str, str]]:
-    if sid is None:
-        return []
-    return [p for p in session_processes(sid) if p[2] not in ("Z", "X")]
+              f"GPU: {gpu}{behind}")

@@ -1,10 +1,12 @@
 """What the engine stand-ins' command lines share: their arguments (with
-``CROSSBENCH_STANDIN_ARGS`` appended), ``--version`` and ``launcher PATH``."""
+``CROSSBENCH_STANDIN_ARGS`` appended), ``--version`` and ``launcher PATH``, and the stubborn
+worker of ``--standin-spawn-orphan``."""
 
 from __future__ import annotations
 
 import os
 import shlex
+import subprocess
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -30,3 +32,21 @@ def common_command(args: list[str], default_version: str, suffix: str,
         print(write_launcher(Path(args[1]), *args[2:]))
         return True
     return False
+
+
+_ORPHAN_CODE = (
+    "import os, signal, sys, time\n"
+    "os.setpgid(0, 0)\n"  # leaves the server's process group, stays in its session
+    "signal.signal(signal.SIGTERM, signal.SIG_IGN)\n"
+    "open(sys.argv[1], 'w').write(str(os.getpid()))\n"
+    "time.sleep(600)\n"
+)
+
+
+def spawn_orphan(pidfile: Path) -> None:
+    """Start a worker that leaves the server's process group (staying in its session),
+    ignores SIGTERM and writes its pid to ``pidfile``: what an engine's worker that outlives
+    its server looks like to ``stop()``."""
+    subprocess.Popen([sys.executable, "-c", _ORPHAN_CODE, str(pidfile)],
+                     stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                     stderr=subprocess.DEVNULL)

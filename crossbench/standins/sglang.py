@@ -62,7 +62,7 @@ from prometheus_client.exposition import generate_latest
 from crossbench.engines.sglang import metrics as names
 from crossbench.engines.sglang.profile import DEFAULT_VERSION, STANDIN_SUFFIX, profile_for
 from crossbench.paths import repo_root
-from crossbench.standins.cli import common_command, standin_args
+from crossbench.standins.cli import common_command, spawn_orphan, standin_args
 
 _WORDS = (" alpha", " beta", " gamma", " delta", " epsilon", " zeta", " eta", " theta")
 
@@ -84,6 +84,7 @@ class Settings:
     alpha: float = 0.7
     version: str = DEFAULT_VERSION + STANDIN_SUFFIX
     skew_verify_ct: int = 0
+    spawn_orphan: Path | None = None
 
 
 def parse_settings(argv: Sequence[str]) -> Settings:
@@ -104,6 +105,9 @@ def parse_settings(argv: Sequence[str]) -> Settings:
     p.add_argument("--standin-accept", type=float, default=0.7)
     p.add_argument("--standin-version", default=DEFAULT_VERSION)
     p.add_argument("--standin-skew-verify-ct", type=int, default=0)
+    p.add_argument("--standin-spawn-orphan", type=Path, default=None, metavar="PIDFILE",
+                   help="start a worker that leaves the process group and ignores SIGTERM "
+                        "(as a scheduler outliving its server), its pid in PIDFILE")
     args, unknown = p.parse_known_args(list(argv))
     prof = profile_for(args.standin_version)
     bad = [u for u in unknown if u.startswith("-") and u.split("=", 1)[0] not in prof.flags]
@@ -119,7 +123,8 @@ def parse_settings(argv: Sequence[str]) -> Settings:
                     args={k: v for k, v in vars(args).items() if not k.startswith("standin")},
                     step_s=args.standin_step_ms / 1e3, alpha=args.standin_accept,
                     version=args.standin_version + STANDIN_SUFFIX,
-                    skew_verify_ct=args.standin_skew_verify_ct)
+                    skew_verify_ct=args.standin_skew_verify_ct,
+                    spawn_orphan=args.standin_spawn_orphan)
 
 
 class StandinSglang:
@@ -335,6 +340,8 @@ async def _send(resp: web.StreamResponse, obj: dict[str, Any]) -> None:
 async def _serve(s: Settings) -> None:
     print(f"crossbench stand-in for SGLang (not SGLang: no model is loaded) {s.version}",
           flush=True)
+    if s.spawn_orphan is not None:
+        spawn_orphan(s.spawn_orphan)
     runner = web.AppRunner(StandinSglang(s).app, access_log=None, handle_signals=False)
     await runner.setup()
     await web.TCPSite(runner, s.host, s.port).start()

@@ -47,7 +47,6 @@ import os
 import random
 import shlex
 import signal
-import subprocess
 import sys
 import time
 from collections.abc import AsyncIterator, Sequence
@@ -68,22 +67,13 @@ from crossbench.engines.vllm.profile import (
 )
 from crossbench.errors import UserError
 from crossbench.paths import repo_root
-from crossbench.standins.cli import common_command, standin_args
+from crossbench.standins.cli import common_command, spawn_orphan, standin_args
 from crossbench.standins.load import STANDIN_NAME
 
 STANDIN_SUFFIX = "+crossbench.standin"
 """Local version part of every stand-in version string (``0.33.0+crossbench.standin``)."""
 
 _WORDS = (" alpha", " beta", " gamma", " delta", " epsilon", " zeta", " eta", " theta")
-_ORPHAN_CODE = (
-    "import os, signal, sys, time\n"
-    "os.setpgid(0, 0)\n"  # leaves the server's process group, stays in its session
-    "signal.signal(signal.SIGTERM, signal.SIG_IGN)\n"
-    "open(sys.argv[1], 'w').write(str(os.getpid()))\n"
-    "time.sleep(600)\n"
-)
-
-
 def synthetic_rates(n: int, rates: list[float] | None, length: float | None) -> list[float]:
     """Unconditional per-position rates, as vLLM 0.33 resolves them (``SpeculativeConfig.
     _resolve_synthetic_acceptance_rates``: a length becomes the minimum-variance schedule)."""
@@ -508,9 +498,7 @@ async def _serve(s: Settings) -> None:
     for line in _startup_lines(s):
         print(line, flush=True)
     if s.spawn_orphan is not None:
-        subprocess.Popen([sys.executable, "-c", _ORPHAN_CODE, str(s.spawn_orphan)],
-                         stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                         stderr=subprocess.DEVNULL)
+        spawn_orphan(s.spawn_orphan)
     await asyncio.sleep(s.startup_s)
     server = StandinVllm(s)
     runner = web.AppRunner(server.app, access_log=None, handle_signals=False)

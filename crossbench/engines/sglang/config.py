@@ -144,7 +144,11 @@ class SglangServerConfig(_Strict, ApiKeySettings):
     ready_timeout_s: float = Field(1200.0, gt=0, description="Seconds allowed to load, "
                                    "capture CUDA graphs and serve.")
     stop_timeout_s: float = Field(30.0, gt=0, description="Seconds between SIGTERM and "
-                                  "SIGKILL of the process group.")
+                                  "SIGKILL of the server's session (its scheduler and "
+                                  "detokenizer processes included).")
+    gpu_release_timeout_s: float = Field(60.0, ge=0, description="Seconds stop() waits for "
+                                         "the server's processes to release GPU memory (a "
+                                         "note in the stop report if they do not).")
     spec: SglangSpecConfig = Field(default_factory=SglangSpecConfig,
                                    description="Speculative decoding settings.")
 

@@ -16,9 +16,7 @@ import hashlib
 import json
 import os
 import re
-import signal
 import subprocess
-import time
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +29,7 @@ from crossbench.engines.process import (
     log_tail,
     on_path,
     port_in_use,
+    stop_session,
 )
 from crossbench.engines.sglang.config import CHAIN, SglangServerConfig
 from crossbench.engines.sglang.metrics import RUNNING
@@ -288,27 +287,17 @@ class SglangServer(LocalServer):
                               binary=str(binary), sha256={binary.name: digest}, extra=extra)
 
     def stop(self) -> None:
-        """SIGTERM the process group, SIGKILL after ``stop_timeout_s``, wait for the port.
-        Safe to call twice."""
+        """SIGTERM the session, SIGKILL what is left after ``stop_timeout_s`` (SGLang's
+        scheduler and detokenizer are child processes), wait for the GPU memory and the port;
+        RunError when processes survive SIGKILL. Safe to call twice."""
         proc = self._proc
         if proc is None:
             return
         self._proc = None
-        t0 = time.monotonic()
-        killed = False
-        if proc.poll() is None:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(proc.pid, signal.SIGTERM)
-            try:
-                proc.wait(timeout=self.config.stop_timeout_s)
-            except subprocess.TimeoutExpired:
-                killed = True
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(proc.pid, signal.SIGKILL if killed else signal.SIGTERM)
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            proc.wait(timeout=10)
-        if self._port is not None:
-            deadline = time.monotonic() + 10
-            while port_in_use(self.config.host, self._port) and time.monotonic() < deadline:
-                time.sleep(0.05)
-        self.stop_report = {"sigkill": killed, "stop_s": round(time.monotonic() - t0, 3)}
+        self.stop_report = stop_session(proc, self.config.stop_timeout_s,
+                                        self.config.gpu_release_timeout_s)
+        self._wait_port_free()
+        if self.stop_report["leftover"]:
+            raise RunError(f"{len(self.stop_report['leftover'])} process(es) of the sglang "
+                           f"server survived SIGKILL: {', '.join(self.stop_report['leftover'])}",
+                           "they may hold GPU memory: wait or reboot before the next trial")

@@ -12,14 +12,11 @@ survive SIGKILL are a :class:`~crossbench.errors.RunError`.
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import json
 import os
 import re
-import signal
 import subprocess
-import time
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +29,7 @@ from crossbench.engines.process import (
     log_tail,
     on_path,
     port_in_use,
+    stop_session,
 )
 from crossbench.engines.vllm import startup_log
 from crossbench.engines.vllm.config import VllmServerConfig
@@ -50,64 +48,6 @@ _FLAG_RE = re.compile(r"--?[A-Za-z]")
 #: flags the adapter sets from typed fields; extra_args may not repeat them
 _MANAGED = ("--model", "--revision", "--host", "--port", "--speculative-config",
             "--per-request-spec-decode-metrics", "--served-model-name")
-
-
-def session_processes(sid: int) -> list[tuple[int, str, str]]:
-    """(pid, command name, state) of every process in session ``sid``, from ``/proc``."""
-    out: list[tuple[int, str, str]] = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            stat = (entry / "stat").read_text()
-        except OSError:
-            continue
-        # "pid (comm) state ppid pgrp session ...": comm may hold spaces and parentheses
-        head, _, rest = stat.rpartition(")")
-        fields = rest.split()
-        if len(fields) > 3 and int(fields[3]) == sid:
-            out.append((int(entry.name), head.partition("(")[2], fields[0]))
-    return out
-
-
-def _alive(procs: list[tuple[int, str, str]]) -> list[tuple[int, str, str]]:
-    return [p for p in procs if p[2] not in ("Z", "X")]  # zombies hold no memory
-
-
-def _signal_all(pids: list[int], sig: signal.Signals) -> None:
-    for pid in pids:
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.kill(pid, sig)
-
-
-def wait_gpu_release(pids: set[int], timeout_s: float) -> str:
-    """Wait until none of ``pids`` holds GPU memory; a one-line outcome for the record."""
-    try:
-        import pynvml
-    except ImportError:
-        return "no GPU (pynvml is not importable)"
-    try:
-        pynvml.nvmlInit()
-    except Exception as e:
-        return f"no GPU (NVML: {e})"
-    try:
-        handles = [pynvml.nvmlDeviceGetHandleByIndex(i)
-                   for i in range(pynvml.nvmlDeviceGetCount())]
-        if not handles:
-            return "no GPU"
-        deadline = time.monotonic() + timeout_s
-        while True:
-            held = sorted({p.pid for h in handles
-                           for p in pynvml.nvmlDeviceGetComputeRunningProcesses(h)
-                           if p.pid in pids})
-            if not held:
-                return "released"
-            if time.monotonic() > deadline:
-                return f"still held by pids {held} after {timeout_s:g} s"
-            time.sleep(0.2)
-    finally:
-        with contextlib.suppress(Exception):
-            pynvml.nvmlShutdown()
 
 
 _VERSION_TEXTS: dict[tuple[object, ...], str] = {}
@@ -500,41 +440,13 @@ class VllmServer(LocalServer):
         if proc is None:
             return
         self._proc = None
-        sid, t0 = proc.pid, time.monotonic()
-        seen = {p[0] for p in session_processes(sid)} | {sid}
-        report: dict[str, Any] = {"sigkill": []}
-        if proc.poll() is None:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(sid, signal.SIGTERM)  # vLLM shuts its engine cores down on SIGTERM
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                proc.wait(timeout=self.config.stop_timeout_s)
-        deadline = t0 + self.config.stop_timeout_s
-        while True:  # workers that outlived the API server or left its process group
-            rest = _alive(session_processes(sid))
-            seen |= {p[0] for p in rest}
-            if not rest or time.monotonic() > deadline:
-                break
-            _signal_all([p[0] for p in rest], signal.SIGTERM)
-            time.sleep(0.1)
-        if rest or proc.poll() is None:
-            report["sigkill"] = [f"{pid} ({comm})" for pid, comm, _ in rest]
-            _signal_all([p[0] for p in rest] + [sid], signal.SIGKILL)
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            proc.wait(timeout=10)
-        end = time.monotonic() + 5
-        while (left := _alive(session_processes(sid))) and time.monotonic() < end:
-            time.sleep(0.05)
-        report["leftover"] = [f"{pid} ({comm}, state {st})" for pid, comm, st in left]
-        report["gpu"] = wait_gpu_release(seen, self.config.gpu_release_timeout_s)
-        report["stop_s"] = round(time.monotonic() - t0, 3)
-        self.stop_report = report
-        if self._port is not None:
-            deadline = time.monotonic() + 10
-            while port_in_use(self.config.host, self._port) and time.monotonic() < deadline:
-                time.sleep(0.05)
-        if left:
-            raise RunError(f"{len(left)} process(es) of the vllm server survived SIGKILL: "
-                           f"{', '.join(report['leftover'])}",
+        # vLLM shuts its engine cores down on SIGTERM
+        self.stop_report = stop_session(proc, self.config.stop_timeout_s,
+                                        self.config.gpu_release_timeout_s)
+        self._wait_port_free()
+        if self.stop_report["leftover"]:
+            raise RunError(f"{len(self.stop_report['leftover'])} process(es) of the vllm "
+                           f"server survived SIGKILL: {', '.join(self.stop_report['leftover'])}",
                            "they may hold GPU memory: wait or reboot before the next trial")
 
 
