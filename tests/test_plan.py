@@ -114,8 +114,15 @@ def test_block_and_expected_trials(tmp_path: Path) -> None:
                      "--expected-trials-fraction", "0.75", "--follow-ups", "0")
     assert row(plan, "reuse")["server_starts"] == 9 * 2  # 4 trials in blocks of 3
     assert row(plan, "reuse")["gpu_s"] == pytest.approx(18 * 5 + 36 * 5)
-    assert row(plan, "sequential")["trials"] == 27  # 3 of 4 expected
-    assert row(plan, "sequential")["gpu_s"] == pytest.approx(27 * 5 + 27 * 5)
+    # 2 blocks of 3 give min_trials = 2 server starts: the rule looks once per start, so a
+    # cell runs whole blocks, here both (nothing to save over reuse)
+    assert (row(plan, "sequential")["trials"], row(plan, "sequential")["server_starts"]) == \
+        (36, 18)
+    assert row(plan, "sequential")["gpu_s"] == pytest.approx(18 * 5 + 36 * 5)
+    fresh = plan_json(str(m), "--from", str(run), "--block", "1",
+                      "--expected-trials-fraction", "0.75")
+    assert row(fresh, "sequential")["trials"] == 27  # 3 of 4 expected, one start each
+    assert row(fresh, "sequential")["gpu_s"] == pytest.approx(27 * 5 + 27 * 5)
     assert row(plan, "probe-and-predict")["cells"] == 4  # baseline + n=1, 5, 8
 
 
@@ -364,3 +371,15 @@ def test_unmeasured_concurrency_takes_the_rate_below_with_a_note(tmp_path: Path)
     assert plan["notes"][0] == (
         "llama-server at concurrency 4: assumed the rate measured at concurrency 1 (no trial "
         "at 4); more requests in flight usually decode faster, so this over-counts")
+
+
+def test_sequential_on_reused_servers_counts_whole_starts(tmp_path: Path) -> None:
+    run = write_run(tmp_path, [PHASES] * 3)
+    m = write_matrix(tmp_path, {**MATRIX, "trials": 6})
+    plan = plan_json(str(m), "--from", str(run), "--block", "2")
+    # 3 starts of 2 trials per cell; best case: settled after min_trials = 2 starts
+    seq = row(plan, "sequential")
+    assert (seq["trials"], seq["server_starts"]) == (9 * 4, 9 * 2)
+    assert seq["gpu_s"] == pytest.approx(18 * 5 + 36 * 5)
+    assert any("server starts of 2 trials (the rule looks once per start)" in a
+               for a in plan["assumptions"])

@@ -1,6 +1,7 @@
 """Sequential stopping in a running matrix, on the vLLM stand-in (named as one: it serves no
 model): a clearly faster cell stops at its first look, its baseline with it; what stopped is
-recorded, counted as stopped (not missing), and a resume runs nothing more."""
+recorded, counted as stopped (not missing), and a resume runs nothing more. With server
+reuse the rule looks once per server start."""
 
 from __future__ import annotations
 
@@ -79,7 +80,8 @@ def test_a_settled_cell_stops_early_and_stays_stopped(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize(("over", "msg"), [
     ({"schedule": {"order": "sequential"}}, "set schedule.order: interleaved"),
-    ({"trials_per_start": 2}, "one server start per trial"),
+    ({"trials_per_start": 4}, "give 2 start\\(s\\), fewer than sequential.min_trials"),
+    ({"fresh_server": False}, "give 1 start\\(s\\), fewer than sequential.min_trials"),
     ({"trials": 2}, "fewer than sequential.min_trials"),
 ])
 def test_settings_the_rule_cannot_work_with_are_refused(tmp_path: Path, over: dict[str, Any],
@@ -88,3 +90,28 @@ def test_settings_the_rule_cannot_work_with_are_refused(tmp_path: Path, over: di
         run_matrix(_matrix(tmp_path, **over), tmp_path / "run")
     assert not (tmp_path / "run").exists()  # refused before anything started
 
+
+
+def test_with_server_reuse_the_rule_looks_once_per_server_start(tmp_path: Path) -> None:
+    """trials 8 in blocks of 2: 4 server starts per cell, a look after each completed start
+    (min_trials 3 counts starts), each prompt's log ratio averaged over the start's trials."""
+    m = _matrix(tmp_path, trials_per_start=2)
+    out = tmp_path / "run"
+    said: list[str] = []
+    s = run_matrix(m, out, progress=said.append)
+    stops = read_stops(out)
+    spec = "v/m/synth/n2/builtin-mixed/c1"
+    rec = stops[spec]
+    assert rec["action"] == "faster", rec
+    assert rec["rule"]["max_trials"] == 4 and rec["rule"]["min_trials"] == 3  # starts
+    assert rec["look"] == rec["server_starts"] == 3  # settled at the first look it may take
+    assert rec["trials"] == list(range(6))  # three whole blocks of 2
+    journal = read_journal(out)
+    ran = sorted(t for (c, t) in journal if c == spec)
+    assert ran == list(range(6))  # the fourth start never ran
+    reuse = [json.loads((out / "cells" / d / "manifest.json").read_text())["trials"]
+             for d in sorted(p.name for p in (out / "cells").iterdir())]
+    positions = {t["reuse"]["position"] for trials in reuse for t in trials if t.get("reuse")}
+    assert positions == {0, 1}  # the trials really shared server starts, two each
+    assert any("stopped after 6 trials on 3 server starts" in line for line in said)
+    assert s["totals"]["missing"] == 0

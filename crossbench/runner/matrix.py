@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import random
 import re
 from dataclasses import dataclass, field
@@ -587,10 +588,16 @@ def validate_cells(m: Matrix, cells: list[Cell], source: Path | None = None) -> 
         if m.schedule.order != "interleaved":
             raise UserError(f"{where}sequential: looks need every cell's trial k before trial "
                             "k+1 of any other", "set schedule.order: interleaved")
-        if m.block > 1:
-            raise UserError(f"{where}sequential: the rule needs one server start per trial "
-                            "(trials_per_start or fresh_server: false reuse servers)",
-                            "drop the server reuse, or the sequential section")
+        starts = math.ceil(m.trials / m.block)
+        if m.block > 1 and starts < m.sequential.min_trials:
+            least = m.sequential.min_trials
+            raise UserError(f"{where}sequential: with server reuse the rule looks once per "
+                            f"server start, and trials: {m.trials} in blocks of "
+                            f"trials_per_start {m.block} give {starts} start(s), fewer than "
+                            f"sequential.min_trials ({least})",
+                            f"raise trials to {least * m.block} or more, lower "
+                            f"trials_per_start to {max(1, m.trials // least)} or less, or lower "
+                            "min_trials")
         if m.trials < m.sequential.min_trials:
             raise UserError(f"{where}trials: {m.trials} is fewer than sequential.min_trials "
                             f"({m.sequential.min_trials})",

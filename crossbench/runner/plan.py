@@ -8,12 +8,13 @@ above it:
   a server's share + warm-up + metrics scrapes + measured decode).
 - **reuse**: one server start per block of ``block`` trials of a cell (default: all of a
   cell's trials on one start), the cache reset and warm-up before every trial.
-- **sequential**: naive, and a cell stops once its verdict is settled. Every trial keeps its
-  own server start, as the runner requires (crossbench.runner.stopping: a look treats each
-  trial as a sample of start-up variation, so ``sequential:`` refuses server reuse). How
-  many trials that takes depends on the effect sizes, unknown before the run: the plan uses
-  an expected number of trials per cell, by default the best case (every cell settles at
-  ``min_trials``); naive is its worst case (every cell runs all its trials).
+- **sequential**: a cell stops once its verdict is settled. The runner's unit is the server
+  start (crossbench.runner.stopping): with blocks of ``block`` trials that give at least
+  ``min_trials`` starts, the rule looks once per start and a cell runs whole blocks; with
+  fewer (the default block is all of a cell's trials: one start), every trial keeps its own
+  start, as naive. How many units that takes depends on the effect sizes, unknown before the
+  run: the plan uses an expected number per cell, by default the best case (every cell
+  settles at ``min_trials``); naive or reuse is its worst case.
 - **probe-and-predict**: reuse or sequential, whichever costs less for the matrix (both run
   with ``probe_predict:``), on fewer cells: of each n-sweep (the cells of one arm
   differing only in n) only ``probes`` n are measured (the smallest, the largest and evenly
@@ -450,7 +451,11 @@ def make_plan(m: Matrix, cells: list[Cell], rec: Recorded | None,
     timings, notes = engine_timings(m, cells, rec, opts)
     trials = m.trials
     block = min(opts.block or trials, trials)
-    seq = expected_trials(trials, opts)
+    n_blocks = math.ceil(trials / block)
+    seq_block = block if block > 1 and n_blocks >= opts.min_trials else 1
+    # expected server starts of a sequential cell (its unit), and the trials they hold
+    seq_starts = expected_trials(math.ceil(trials / seq_block), opts)
+    seq = min(float(trials), seq_starts * seq_block)
     rate_notes: dict[str, None] = {}
     costs: dict[str, tuple[float, float]] = {}  # cell id -> (per start, per trial) seconds
     for c in cells:
@@ -462,7 +467,8 @@ def make_plan(m: Matrix, cells: list[Cell], rec: Recorded | None,
         costs[c.id] = (t.start_s, per_trial)
     # (trials, server starts) per cell; sequential keeps one start per trial (module docstring)
     shape = {"naive": (float(trials), float(trials)),
-             "reuse": (float(trials), float(math.ceil(trials / block))), "sequential": (seq, seq)}
+             "reuse": (float(trials), float(math.ceil(trials / block))),
+             "sequential": (seq, seq_starts)}
 
     def total(design: str) -> float:
         n_trials, starts = shape[design]
@@ -483,7 +489,7 @@ def make_plan(m: Matrix, cells: list[Cell], rec: Recorded | None,
                 naive[eid] = gpu
             rows.append(DesignRow(design, eid, gpu, gpu / naive[eid] if naive[eid] else 0.0,
                                   starts * len(mine), n_trials * len(mine), len(mine)))
-    assumptions = _assumptions(m, cells, timings, rec, opts, block, seq, probe_base)
+    assumptions = _assumptions(m, cells, timings, rec, opts, block, seq, probe_base, seq_block)
     notes += list(rate_notes)
     if not m.fresh_server:
         notes.append("the matrix sets fresh_server: false: it keeps a server across a cell's "
@@ -495,7 +501,7 @@ def make_plan(m: Matrix, cells: list[Cell], rec: Recorded | None,
 
 def _assumptions(m: Matrix, cells: list[Cell], timings: dict[str, EngineTimings],
                  rec: Recorded | None, opts: PlanOptions, block: int, seq: float,
-                 probe_base: str) -> list[str]:
+                 probe_base: str, seq_block: int) -> list[str]:
     out = []
     for kind, t in sorted(timings.items()):
         assumed = [name for name, f in t.figures.items() if not f.measured]
@@ -506,11 +512,13 @@ def _assumptions(m: Matrix, cells: list[Cell], timings: dict[str, EngineTimings]
     out.append(f"reuse: {block} trial(s) per server start; between trials on one server a "
                "cache reset, assumed 0 s (not measured), and the warm-up of every trial")
     if opts.expected_trials_fraction is None:
+        unit = (f"server starts of {seq_block} trials (the rule looks once per start)"
+                if seq_block > 1 else "trials, each on its own server start (blocks of "
+                f"{block} give fewer than min_trials = {opts.min_trials} starts)")
         out.append(f"sequential: best case, every cell settles after min_trials = "
-                   f"{min(opts.min_trials, m.trials)} of {m.trials} trials, each on its own "
-                   "server start (the runner refuses sequential stopping with reuse); the real "
-                   "figure depends on the effect sizes (a cell near a speedup of 1 runs all "
-                   "its trials: naive is the worst case)")
+                   f"{opts.min_trials} {unit}: {seq:g} of {m.trials} trials; the real figure "
+                   "depends on the effect sizes (a cell near a speedup of 1 runs all its "
+                   "trials)")
     else:
         out.append(f"sequential: {seq:g} expected trials per cell (--expected-trials-fraction "
                    f"{opts.expected_trials_fraction:g} of {m.trials}, at least min_trials "

@@ -41,10 +41,10 @@ the draft runs one token per forward pass and the target verifies n+1 at once, w
 kernels and reduction orders, so where two logits nearly tie they may rank differently and a
 draft be rejected; it also covers each request's last step, cut at ``max_tokens``. With a
 ``--draft`` other than the target there is no known truth, and only the bounds are checked
-(MAL <= n+1, accepted <= verification steps x n). On the H200 (2026-12-01, SGLang 0.5.17) crossbench's
-random-weight tiny fixture, whose logits are nearly flat, fell short of this truth at n = 3
-(MAL 3.248) where llama.cpp meets it exactly on the same weights: see docs/sglang.md, "The
-live check on the H200".
+(MAL <= n+1, accepted <= verification steps x n). On the H200 (2026-12-01, SGLang 0.5.17)
+crossbench's random-weight tiny fixture, whose logits are nearly flat, fell short of this
+truth at n = 3 (MAL 3.248) where llama.cpp meets it exactly on the same weights: see
+docs/sglang.md, "The live check on the H200".
 
 It prints one line per check; the caller exits 1 when any failed. Everything it saw is kept
 under ``--out`` (server log, both scrapes, the records). Secrets are never printed: the

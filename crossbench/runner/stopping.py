@@ -8,8 +8,14 @@ more trials; a baseline stops once every speculative cell paired with it has. De
 appended to ``stops.jsonl`` in the run directory by the driver alone (one line per stopped
 cell), so ``--resume`` skips what stopped before, and ``crossbench status`` counts those
 trials as ``stopped``, not missing. The reported verdict stays the analysis's bootstrap over
-the trials that ran. Both executors use it (with Ray the driver decides as lanes report);
-it needs one server start per trial.
+the trials that ran. Both executors use it (with Ray the driver decides as lanes report).
+
+With server reuse (``trials_per_start`` K > 1) the unit is the server start, not the trial:
+K reused trials are one start's worth of start-to-start variation, as the analysis treats
+them. The rule then looks once per completed block of K trials (both cells of the pair
+complete), each prompt's log ratio averaged over the block's trials, and its ``min_trials``
+and planned count are server starts. A block with a failed trial never completes, so the
+cell runs on to its planned trials.
 """
 
 from __future__ import annotations
@@ -34,7 +40,9 @@ class StopController:
                  cell_dirs: dict[str, Path]) -> None:
         assert m.sequential is not None
         s = m.sequential
-        self.rule = SequentialRule(max_trials=m.trials, alpha=s.alpha, min_trials=s.min_trials,
+        self.block, self.trials = m.block, m.trials
+        self.rule = SequentialRule(max_trials=math.ceil(m.trials / m.block), alpha=s.alpha,
+                                   min_trials=s.min_trials,
                                    min_prompts=s.min_prompts, equivalence=s.equivalence,
                                    spending=s.spending)
         self.out, self.cells, self.dirs = out, cells, cell_dirs
@@ -59,16 +67,22 @@ class StopController:
                 assert base is not None
                 ok = sorted(t for (c, t), r in done.items() if c == sid and r["status"] == "ok"
                             and done.get((base, t), {}).get("status") == "ok")
-                if len(ok) < self.rule.min_trials or self.looked.get(sid) == len(ok):
+                units = self._complete_units(ok)
+                if len(units) < self.rule.min_trials or self.looked.get(sid) == len(units):
                     continue
-                self.looked[sid] = len(ok)
-                decision = self._decide(sid, base, ok)
+                self.looked[sid] = len(units)
+                used = [t for t in ok if t // self.block in units]
+                decision = self._decide(sid, base, used)
                 if decision is None or decision["action"] == "continue":
                     continue
-                record = {"cell": sid, "baseline": base, "trials": ok, **decision}
+                record = {"cell": sid, "baseline": base, "trials": used,
+                          **({"server_starts": len(units)} if self.block > 1 else {}),
+                          **decision}
                 sink.write(record)
                 self.stopped[sid] = record
-                progress(f"{sid}: stopped after {len(ok)} trials: {decision['reason']}")
+                starts = f" on {len(units)} server starts" if self.block > 1 else ""
+                progress(f"{sid}: stopped after {len(used)} trials{starts}: "
+                         f"{decision['reason']}")
             b = cell.baseline or cid  # the baseline of every pair this trial concerns
             partners = [c.id for c in self.cells.values() if c.baseline == b]
             if b not in self.stopped and partners and all(p in self.stopped for p in partners):
@@ -77,6 +91,14 @@ class StopController:
                 sink.write(record)
                 self.stopped[b] = record
                 progress(f"{b}: stopped: {record['reason']}")
+
+    def _complete_units(self, ok: list[int]) -> set[int]:
+        """Server starts (blocks of ``block`` trials; one trial each without reuse) whose
+        every trial finished ok in both cells of the pair."""
+        have = set(ok)
+        return {u for u in {t // self.block for t in ok}
+                if all(t in have for t in range(u * self.block,
+                                                min((u + 1) * self.block, self.trials)))}
 
     def _decide(self, sid: str, base: str, trials: list[int]) -> dict[str, Any] | None:
         spec_figs, _ = request_figures(read_records(self.dirs[sid]))
@@ -90,7 +112,7 @@ class StopController:
             if r is not None and r > 0:
                 logs.append(math.log(r))
                 prompts.append(s.prompt_id)
-                ts.append(s.trial)
+                ts.append(s.trial // self.block)  # the unit: a server start
         try:
             return self.rule.decide(trial_log_ratios(logs, prompts, ts)).to_record()
         except UserError as e:  # e.g. no spread yet, too few prompts: keep running
