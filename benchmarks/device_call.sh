@@ -4,6 +4,7 @@
 #   left   seconds of BUDGET_S (default 560) this call has left;
 #   cb     crossbench from the checkout;
 #   say    a timestamped line on stdout and in $LOG/calls.txt;
+#   pack_complete DIR   whether every part that DIR/pack.json lists has arrived in DIR;
 # and installs crossbench's own dependencies (pydantic, gguf, orjson...), which the image
 # lacks, from the carried .whl/ into /tmp/site, once per machine.
 set -uo pipefail
@@ -22,3 +23,11 @@ if ls .whl/*.whl >/dev/null 2>&1 && [ ! -f /tmp/site/.done ]; then
     && touch /tmp/site/.done
 fi
 export PYTHONPATH=/tmp/site:$PYTHONPATH
+
+pack_complete() {
+  [ -f "$1/pack.json" ] && python3 - "$1" <<'EOF'
+import json, os, sys
+parts = json.load(open(os.path.join(sys.argv[1], "pack.json")))["parts"]
+sys.exit(0 if all(os.path.exists(os.path.join(sys.argv[1], p["name"])) for p in parts) else 1)
+EOF
+}

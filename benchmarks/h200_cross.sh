@@ -70,12 +70,7 @@ fi
 # 4. vLLM from the pack, once every part has arrived
 vprefix=$(ls -d "$CROSSBENCH_CACHE"/engines/vllm-*/ 2>/dev/null | head -1)
 if [ -z "$vprefix" ] && [ -f /tmp/cb-pack/pack.json ]; then
-  if python3 - <<'EOF'
-import json, os, sys
-parts = json.load(open("/tmp/cb-pack/pack.json"))["parts"]
-sys.exit(0 if all(os.path.exists("/tmp/cb-pack/" + p["name"]) for p in parts) else 1)
-EOF
-  then
+  if pack_complete /tmp/cb-pack; then
     s=$(date +%s)
     cb engines install vllm --from /tmp/cb-pack >"$LOG/vllm-install.log" 2>&1 \
       && say "vllm installed in $(( $(date +%s) - s )) s: $(tail -1 "$LOG/vllm-install.log")"

@@ -43,12 +43,7 @@ fi
 
 # 4. install once every part is there, then the check in the background
 prefix=$(ls -d "$CROSSBENCH_CACHE"/engines/sglang-*/ 2>/dev/null | head -1)
-if [ -z "$prefix" ] && [ -f /tmp/sg-pack/pack.json ] && python3 - <<'EOF'
-import json, os, sys
-parts = json.load(open("/tmp/sg-pack/pack.json"))["parts"]
-sys.exit(0 if all(os.path.exists("/tmp/sg-pack/" + p["name"]) for p in parts) else 1)
-EOF
-then
+if [ -z "$prefix" ] && pack_complete /tmp/sg-pack; then
   s=$(date +%s)
   cb engines install sglang --from /tmp/sg-pack >"$LOG/install.log" 2>&1 \
     && say "sglang installed in $(( $(date +%s) - s )) s: $(tail -1 "$LOG/install.log")" \

@@ -283,6 +283,22 @@ class LocalServer(EngineServer):
         """Process id of the server (also its session and process-group id)."""
         return self._proc.pid if self._proc else None
 
+    def _stop_session(self, engine: str, stop_timeout_s: float,
+                      gpu_release_timeout_s: float) -> None:
+        """``stop()`` of an engine that runs as several processes in its own session
+        (:func:`stop_session`): the report in ``stop_report``, then a wait for the port;
+        RunError naming ``engine`` when processes survive SIGKILL. Safe to call twice."""
+        proc = self._proc
+        if proc is None:
+            return
+        self._proc = None
+        self.stop_report = stop_session(proc, stop_timeout_s, gpu_release_timeout_s)
+        self._wait_port_free()
+        if self.stop_report["leftover"]:
+            raise RunError(f"{len(self.stop_report['leftover'])} process(es) of the {engine} "
+                           f"server survived SIGKILL: {', '.join(self.stop_report['leftover'])}",
+                           "they may hold GPU memory: wait or reboot before the next trial")
+
     def _wait_port_free(self, timeout_s: float = 10.0) -> None:
         """After a stop: wait until the server's port is free (at most ``timeout_s``)."""
         if self._port is None:

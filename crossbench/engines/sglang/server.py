@@ -29,7 +29,6 @@ from crossbench.engines.process import (
     log_tail,
     on_path,
     port_in_use,
-    stop_session,
 )
 from crossbench.engines.sglang.config import CHAIN, SglangServerConfig
 from crossbench.engines.sglang.metrics import RUNNING
@@ -290,14 +289,5 @@ class SglangServer(LocalServer):
         """SIGTERM the session, SIGKILL what is left after ``stop_timeout_s`` (SGLang's
         scheduler and detokenizer are child processes), wait for the GPU memory and the port;
         RunError when processes survive SIGKILL. Safe to call twice."""
-        proc = self._proc
-        if proc is None:
-            return
-        self._proc = None
-        self.stop_report = stop_session(proc, self.config.stop_timeout_s,
-                                        self.config.gpu_release_timeout_s)
-        self._wait_port_free()
-        if self.stop_report["leftover"]:
-            raise RunError(f"{len(self.stop_report['leftover'])} process(es) of the sglang "
-                           f"server survived SIGKILL: {', '.join(self.stop_report['leftover'])}",
-                           "they may hold GPU memory: wait or reboot before the next trial")
+        self._stop_session("sglang", self.config.stop_timeout_s,
+                           self.config.gpu_release_timeout_s)

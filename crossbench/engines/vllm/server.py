@@ -29,7 +29,6 @@ from crossbench.engines.process import (
     log_tail,
     on_path,
     port_in_use,
-    stop_session,
 )
 from crossbench.engines.vllm import startup_log
 from crossbench.engines.vllm.config import VllmServerConfig
@@ -436,18 +435,9 @@ class VllmServer(LocalServer):
         """SIGTERM the session, SIGKILL what is left after ``stop_timeout_s``, wait for the
         GPU memory and the port; RunError when processes survive SIGKILL. Safe to call
         twice."""
-        proc = self._proc
-        if proc is None:
-            return
-        self._proc = None
         # vLLM shuts its engine cores down on SIGTERM
-        self.stop_report = stop_session(proc, self.config.stop_timeout_s,
-                                        self.config.gpu_release_timeout_s)
-        self._wait_port_free()
-        if self.stop_report["leftover"]:
-            raise RunError(f"{len(self.stop_report['leftover'])} process(es) of the vllm "
-                           f"server survived SIGKILL: {', '.join(self.stop_report['leftover'])}",
-                           "they may hold GPU memory: wait or reboot before the next trial")
+        self._stop_session("vllm", self.config.stop_timeout_s,
+                           self.config.gpu_release_timeout_s)
 
 
 def _startup_hint(tail: str) -> str:
