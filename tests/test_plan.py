@@ -383,3 +383,13 @@ def test_sequential_on_reused_servers_counts_whole_starts(tmp_path: Path) -> Non
     assert seq["gpu_s"] == pytest.approx(18 * 5 + 36 * 5)
     assert any("server starts of 2 trials (the rule looks once per start)" in a
                for a in plan["assumptions"])
+
+
+def test_defaults_come_from_the_matrix_reuse_and_sequential_sections(tmp_path: Path) -> None:
+    run = write_run(tmp_path, [PHASES] * 3)
+    m = write_matrix(tmp_path, {**MATRIX, "trials": 8, "trials_per_start": 2,
+                                "sequential": {"min_trials": 3}})
+    plan = plan_json(str(m), "--from", str(run))
+    assert row(plan, "reuse")["server_starts"] == 9 * 4  # the matrix's blocks of 2
+    seq = row(plan, "sequential")
+    assert (seq["server_starts"], seq["trials"]) == (9 * 3, 9 * 6)  # min_trials 3 starts

@@ -39,9 +39,11 @@ Examples:
                    "it lacks, figures are assumed: the engine's registered start-up and the "
                    "matrix's estimate_tok_s.")
 @click.option("--block", type=click.IntRange(min=1), default=None,
-              help="Trials per server start in the reuse designs (default: all of a cell's).")
-@click.option("--min-trials", type=click.IntRange(min=1), default=2, show_default=True,
-              help="Sequential: trials a cell runs before it may stop.")
+              help="Trials per server start in the reuse designs (default: the matrix's "
+                   "trials_per_start where it sets one, else all of a cell's).")
+@click.option("--min-trials", type=click.IntRange(min=1), default=None,
+              help="Sequential: units (server starts with reuse, else trials) a cell runs "
+                   "before it may stop (default: the matrix's sequential.min_trials, else 2).")
 @click.option("--expected-trials-fraction", type=click.FloatRange(min=0, max=1,
                                                                   min_open=True),
               default=None, help="Sequential: expected share of a cell's trials it runs "
@@ -58,7 +60,7 @@ Examples:
               help="Assumed start-up of an engine kind, over a measured or registered one.")
 @click.option("--json", "as_json", is_flag=True, help="Print the plan as JSON.")
 @user_errors
-def plan(matrix_file: Path, runs: tuple[Path, ...], block: int | None, min_trials: int,
+def plan(matrix_file: Path, runs: tuple[Path, ...], block: int | None, min_trials: int | None,
          expected_trials_fraction: float | None, probes: int, follow_ups: int,
          statistic: str, startup: tuple[str, ...], as_json: bool) -> None:
     """Expected GPU time of a matrix under four designs, from measured or assumed timings.
@@ -72,10 +74,20 @@ def plan(matrix_file: Path, runs: tuple[Path, ...], block: int | None, min_trial
     Nothing is started.
     """
     from crossbench.runner.matrix import expand, load_matrix
-    from crossbench.runner.plan import PlanOptions, format_plan, make_plan, read_recorded
+    from crossbench.runner.plan import (
+        MIN_TRIALS,
+        PlanOptions,
+        format_plan,
+        make_plan,
+        read_recorded,
+    )
 
     m = load_matrix(matrix_file)
     cells = expand(m, matrix_file)
+    if block is None and m.block > 1:
+        block = m.block  # the matrix's own reuse
+    if min_trials is None:
+        min_trials = m.sequential.min_trials if m.sequential is not None else MIN_TRIALS
     opts = PlanOptions(block=block, min_trials=min_trials,
                        expected_trials_fraction=expected_trials_fraction, probes=probes,
                        follow_ups=follow_ups,
