@@ -255,7 +255,7 @@ class Matrix(_Strict):
                                "(false: one server per cell, all its trials back to back).")
     sequential: SequentialStop | None = Field(
         None, description="Stop cells early once settled (sequential rule); needs interleaved "
-        "order and one server start per trial.")
+        "order. With trials_per_start the rule looks once per server start.")
     probe_predict: ProbePredict | None = Field(
         None, description="Run n-sweeps as probes first, then only the n whose predicted "
         "speedup is unclear (and holdouts); the rest are predicted, not run.")

@@ -465,7 +465,7 @@ def make_plan(m: Matrix, cells: list[Cell], rec: Recorded | None,
             rate_notes[note] = None
         per_trial = t.warmup.value + t.scrapes.value + work[c.id].output_tokens / rate
         costs[c.id] = (t.start_s, per_trial)
-    # (trials, server starts) per cell; sequential keeps one start per trial (module docstring)
+    # (trials, server starts) per cell; sequential in its unit, a start (module docstring)
     shape = {"naive": (float(trials), float(trials)),
              "reuse": (float(trials), float(math.ceil(trials / block))),
              "sequential": (seq, seq_starts)}
