@@ -891,6 +891,7 @@ def pack(req: str, python: str, against: Path, out: Path, with_reqs: Iterable[st
     with tempfile.TemporaryDirectory(prefix=".pack-", dir=out) as tmp:
         engine_src = res.wheels[engine].meta.path
         files = {name: w.meta.path for name, w in res.wheels.items()}
+        original = {name: sha256_file(path) for name, path in files.items()}  # hashed once
         dropped: list[tuple[NormalizedName, DroppedFile]] = []
         for name, drop in sorted(drops.items()):
             files[name] = Path(tmp) / files[name].name
@@ -899,10 +900,11 @@ def pack(req: str, python: str, against: Path, out: Path, with_reqs: Iterable[st
         wheels: list[dict[str, Any]] = []
         for name, w in sorted(res.wheels.items()):
             p = files[name]
-            slimmed = {"original_sha256": sha256_file(w.meta.path),
+            slimmed = {"original_sha256": original[name],
                        "original_size": w.meta.path.stat().st_size} if name in drops else {}
             wheels.append({"name": p.name, "project": str(name), "version": str(w.meta.version),
-                           "sha256": sha256_file(p), "size": p.stat().st_size,
+                           "sha256": sha256_file(p) if name in drops else original[name],
+                           "size": p.stat().st_size,
                            "required_by": w.required_by, **slimmed,
                            **({"extras": sorted(w.extras)} if w.extras else {})})
         progress(f"writing {len(wheels)} wheels ({sum(int(w['size']) for w in wheels):,} bytes)"
@@ -916,7 +918,7 @@ def pack(req: str, python: str, against: Path, out: Path, with_reqs: Iterable[st
                    "platforms": target.platforms()},
         "against": {"name": against.name, "sha256": host.sha256},
         "facts": {"file": Path(facts.source).name, "release": release},
-        "engine_wheel": {"name": engine_src.name, "original_sha256": sha256_file(engine_src),
+        "engine_wheel": {"name": engine_src.name, "original_sha256": original[engine],
                          "original_size": engine_src.stat().st_size},
         "wheels": wheels,
         "skipped": {str(n): {"reason": s.reason, "required_by": s.required_by}

@@ -325,9 +325,27 @@ class LocalServer(EngineServer):
             )
 
     def _check_alive(self) -> None:
-        """Raise a :class:`RunError` naming the log when the server process has exited
-        (each adapter that polls with :meth:`_poll_openai_ready` gives its own)."""
-        raise NotImplementedError
+        """Raise a :class:`RunError` with the log's last lines when the server process has
+        exited during start-up (stopping what is left), with :meth:`_startup_hint`'s fix."""
+        proc = self._proc
+        if proc is None:
+            raise RuntimeError("wait_ready() before start()")
+        rc = proc.poll()
+        if rc is not None:
+            tail = log_tail(self._log_path, 20)
+            self.stop()
+            raise RunError(f"{self.kind} exited with code {rc} during start-up; last log "
+                           f"lines:\n{tail}", self._startup_hint(tail))
+
+    def _startup_hint(self, tail: str) -> str:
+        """The fix to name for a start-up that ended with the log lines ``tail``."""
+        return "read the server log for the cause"
+
+    def _check_port_free(self) -> None:
+        """UserError when the configured port is taken (before anything starts)."""
+        if self._port is not None and port_in_use(self._host, self._port):
+            raise UserError(f"port {self._port} on {self._host} is in use",
+                            "stop what holds it, or omit port to pick a free one")
 
     def _poll_openai_ready(self, timeout: float, engine: str, hint: str) -> list[str]:
         """Poll ``/health`` until 200, then ``/v1/models`` until it answers, within

@@ -1,15 +1,20 @@
 """What the engine stand-ins' command lines share: their arguments (with
-``CROSSBENCH_STANDIN_ARGS`` appended), ``--version`` and ``launcher PATH``, and the stubborn
-worker of ``--standin-spawn-orphan``."""
+``CROSSBENCH_STANDIN_ARGS`` appended), ``--version``, ``launcher PATH`` and ``serve``
+(:func:`standin_main`), and the stubborn worker of ``--standin-spawn-orphan``."""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import os
 import shlex
 import subprocess
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Coroutine, Sequence
 from pathlib import Path
+from typing import Any, TypeVar
+
+S = TypeVar("S")
 
 
 def standin_args(argv: Sequence[str] | None) -> list[str]:
@@ -17,6 +22,24 @@ def standin_args(argv: Sequence[str] | None) -> list[str]:
     ``CROSSBENCH_STANDIN_ARGS``."""
     args = list(sys.argv[1:] if argv is None else argv)
     return args + shlex.split(os.environ.get("CROSSBENCH_STANDIN_ARGS", ""))
+
+
+def standin_main(argv: Sequence[str] | None, default_version: str, suffix: str,
+                 write_launcher: Callable[..., Path], usage: str,
+                 parse_settings: Callable[[Sequence[str]], S],
+                 serve: Callable[[S], Coroutine[Any, Any, None]]) -> int:
+    """A stand-in's command: ``--version``, ``launcher PATH [...]`` or ``serve [flags]``
+    (until SIGTERM or Ctrl-C); anything else prints ``usage`` and returns 2."""
+    args = standin_args(argv)
+    if common_command(args, default_version, suffix, write_launcher):
+        return 0
+    if not args or args[0] != "serve":
+        print(usage, file=sys.stderr)
+        return 2
+    settings = parse_settings(args[1:])
+    with contextlib.suppress(KeyboardInterrupt):
+        asyncio.run(serve(settings))
+    return 0
 
 
 def common_command(args: list[str], default_version: str, suffix: str,

@@ -43,7 +43,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
 import json
 import random
 import shlex
@@ -62,7 +61,7 @@ from prometheus_client.exposition import generate_latest
 from crossbench.engines.sglang import metrics as names
 from crossbench.engines.sglang.profile import DEFAULT_VERSION, STANDIN_SUFFIX, profile_for
 from crossbench.paths import repo_root
-from crossbench.standins.cli import common_command, spawn_orphan, standin_args
+from crossbench.standins.cli import spawn_orphan, standin_main
 
 _WORDS = (" alpha", " beta", " gamma", " delta", " epsilon", " zeta", " eta", " theta")
 
@@ -375,17 +374,10 @@ def write_launcher(path: Path, *standin_args: str) -> Path:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """``python -m crossbench.standins.sglang {serve ...|--version|launcher PATH}``."""
-    args = standin_args(argv)
-    if common_command(args, DEFAULT_VERSION, STANDIN_SUFFIX, write_launcher):
-        return 0
-    if not args or args[0] != "serve":
-        print("usage: python -m crossbench.standins.sglang {serve --model-path M "
-              "[flags] | --version | launcher PATH [--standin-... options]}", file=sys.stderr)
-        return 2
-    settings = parse_settings(args[1:])
-    with contextlib.suppress(KeyboardInterrupt):
-        asyncio.run(_serve(settings))
-    return 0
+    return standin_main(argv, DEFAULT_VERSION, STANDIN_SUFFIX, write_launcher,
+                        "usage: python -m crossbench.standins.sglang {serve --model-path M "
+                        "[flags] | --version | launcher PATH [--standin-... options]}",
+                        parse_settings, _serve)
 
 
 if __name__ == "__main__":

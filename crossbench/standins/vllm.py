@@ -40,7 +40,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
 import hashlib
 import json
 import os
@@ -67,7 +66,7 @@ from crossbench.engines.vllm.profile import (
 )
 from crossbench.errors import UserError
 from crossbench.paths import repo_root
-from crossbench.standins.cli import common_command, spawn_orphan, standin_args
+from crossbench.standins.cli import spawn_orphan, standin_main
 from crossbench.standins.load import STANDIN_NAME
 
 STANDIN_SUFFIX = "+crossbench.standin"
@@ -537,19 +536,11 @@ def write_launcher(path: Path, *standin_args: str) -> Path:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """``python -m crossbench.standins.vllm {serve ...|--version|launcher PATH}``."""
-    args = standin_args(argv)
-    if common_command(args, DEFAULT_VERSION, STANDIN_SUFFIX, write_launcher):
-        return 0
-    if not args or args[0] != "serve":
-        known = ", ".join(p.version for p in known_profiles())
-        print("usage: python -m crossbench.standins.vllm {serve MODEL [flags] | "
-              f"--version | launcher PATH [--standin-... options]}} (poses as vLLM {known})",
-              file=sys.stderr)
-        return 2
-    settings = parse_settings(args[1:])
-    with contextlib.suppress(KeyboardInterrupt):
-        asyncio.run(_serve(settings))
-    return 0
+    known = ", ".join(p.version for p in known_profiles())
+    return standin_main(argv, DEFAULT_VERSION, STANDIN_SUFFIX, write_launcher,
+                        "usage: python -m crossbench.standins.vllm {serve MODEL [flags] | "
+                        f"--version | launcher PATH [--standin-... options]}} (poses as vLLM "
+                        f"{known})", parse_settings, _serve)
 
 
 if __name__ == "__main__":

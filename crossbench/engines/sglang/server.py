@@ -26,14 +26,12 @@ from crossbench.engines.process import (
     LocalServer,
     configured_binary,
     http_get,
-    log_tail,
     on_path,
-    port_in_use,
 )
 from crossbench.engines.sglang.config import CHAIN, SglangServerConfig
 from crossbench.engines.sglang.metrics import RUNNING
 from crossbench.engines.sglang.profile import SglangProfile, is_standin, profile_for
-from crossbench.errors import RunError, UserError
+from crossbench.errors import UserError
 
 _FLAG_RE = re.compile(r"--?[A-Za-z]")
 #: flags the adapter sets from typed fields; extra_args may not repeat them
@@ -122,9 +120,7 @@ class SglangServer(LocalServer):
             raise UserError(f"model: {path} does not exist",
                             "fix the path, or give OWNER/REPO or hf://OWNER/REPO@REVISION")
         _ = self.api_key
-        if cfg.port is not None and port_in_use(cfg.host, cfg.port):
-            raise UserError(f"port {cfg.port} on {cfg.host} is in use",
-                            "stop what holds it, or omit port to pick a free one")
+        self._check_port_free()
 
     def command(self) -> list[str]:
         """Exact argv of the server (the port is 0 until :meth:`start` picks one)."""
@@ -222,19 +218,11 @@ class SglangServer(LocalServer):
             if status == 200:
                 self._info = json.loads(body)
 
-    def _check_alive(self) -> None:
-        proc = self._proc
-        if proc is None:
-            raise RuntimeError("wait_ready() before start()")
-        rc = proc.poll()
-        if rc is not None:
-            tail = log_tail(self._log_path, 20)
-            self.stop()
-            hint = ("a flag is unknown to this SGLang; check version: against the installed "
-                    "sglang" if "unrecognized arguments" in tail else "read the server log "
-                    "for the cause")
-            raise RunError(f"sglang exited with code {rc} during start-up; last log lines:\n"
-                           f"{tail}", hint)
+    def _startup_hint(self, tail: str) -> str:
+        """A flag this SGLang does not know, or the server log."""
+        return ("a flag is unknown to this SGLang; check version: against the installed "
+                "sglang" if "unrecognized arguments" in tail else "read the server log for "
+                "the cause")
 
     def scrape(self) -> MetricsSnapshot:
         """GET ``/metrics`` (served with ``--enable-metrics``, which crossbench passes)."""

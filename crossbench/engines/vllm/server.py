@@ -26,9 +26,7 @@ from crossbench.engines.process import (
     LocalServer,
     configured_binary,
     http_post,
-    log_tail,
     on_path,
-    port_in_use,
 )
 from crossbench.engines.vllm import startup_log
 from crossbench.engines.vllm.config import VllmServerConfig
@@ -182,9 +180,7 @@ class VllmServer(LocalServer):
                 raise UserError(f"{setting}: {ref.name} does not exist",
                                 "fix the path, or give OWNER/REPO or hf://OWNER/REPO@REVISION")
         _ = self.api_key  # a configured key must be there before anything starts
-        if cfg.port is not None and port_in_use(cfg.host, cfg.port):
-            raise UserError(f"port {cfg.port} on {cfg.host} is in use",
-                            "stop what holds it, or omit port to pick a free one")
+        self._check_port_free()
 
     def _check_spec(self, prof: VllmProfile) -> None:
         spec = self.config.spec
@@ -360,16 +356,9 @@ class VllmServer(LocalServer):
                            f"{self._log_path}")
         self._startup = startup_log.parse(self._this_log())
 
-    def _check_alive(self) -> None:
-        proc = self._proc
-        if proc is None:
-            raise RuntimeError("wait_ready() before start()")
-        rc = proc.poll()
-        if rc is not None:
-            tail = log_tail(self._log_path, 20)
-            self.stop()
-            raise RunError(f"vllm exited with code {rc} during start-up; last log lines:\n"
-                           f"{tail}", _startup_hint(tail))
+    def _startup_hint(self, tail: str) -> str:
+        """What the log's last lines say to fix (:func:`_startup_hint`)."""
+        return _startup_hint(tail)
 
     def scrape(self) -> MetricsSnapshot:
         """GET ``/metrics`` (on by default in vLLM) and parse it."""

@@ -34,11 +34,12 @@ import argparse
 import ast
 import hashlib
 import sys
-import zipfile
 from pathlib import Path
 from typing import Any
 
 import yaml
+
+from crossbench.engines.wheel_files import WheelFiles
 
 _ARGS_FILES = ("sglang/srt/server_args.py",)
 _FIELDS_DIR = "sglang/srt/arg_groups/fields/"
@@ -49,23 +50,8 @@ _HTTP = "sglang/srt/entrypoints/http_server.py"
 _KINDS = {"Counter": "counter", "Gauge": "gauge", "Histogram": "histogram"}
 
 
-class WheelSource:
+class WheelSource(WheelFiles):
     """Read-only view of an sglang wheel (``.whl``) or of an unpacked one (a folder)."""
-
-    def __init__(self, path: Path) -> None:
-        self.path = path
-        self._zip = zipfile.ZipFile(path) if path.is_file() else None
-        names = (self._zip.namelist() if self._zip is not None else
-                 [p.relative_to(path).as_posix() for p in path.rglob("*") if p.is_file()])
-        self.names = sorted(names)
-
-    def read(self, rel: str) -> str | None:
-        """Text of a file of the wheel, or None when absent."""
-        if rel not in self.names:
-            return None
-        if self._zip is not None:
-            return self._zip.read(rel).decode("utf-8", "replace")
-        return (self.path / rel).read_text(errors="replace")
 
     def tree(self, rel: str) -> ast.Module | None:
         """A source file of the wheel, parsed (None when absent)."""

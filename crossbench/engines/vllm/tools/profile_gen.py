@@ -31,12 +31,13 @@ import ast
 import hashlib
 import re
 import sys
-import zipfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import yaml
+
+from crossbench.engines.wheel_files import WheelFiles
 
 #: startup-log facts and the substrings that find their format strings in the sources
 LOG_ANCHORS: dict[str, tuple[str, ...]] = {
@@ -64,23 +65,8 @@ _SPEC_FILES = ("vllm/config/speculative.py", "vllm/config/__init__.py")
 _METRIC_KINDS = {"counter": "counter", "gauge": "gauge", "histogram": "histogram"}
 
 
-class WheelSource:
+class WheelSource(WheelFiles):
     """Read-only view of a vLLM wheel (``.whl``) or of an unpacked one (a folder)."""
-
-    def __init__(self, path: Path) -> None:
-        self.path = path
-        self._zip = zipfile.ZipFile(path) if path.is_file() else None
-        names = (self._zip.namelist() if self._zip is not None else
-                 [p.relative_to(path).as_posix() for p in path.rglob("*") if p.is_file()])
-        self.names = sorted(names)
-
-    def read(self, rel: str) -> str | None:
-        """Text of a file of the wheel, or None when absent."""
-        if rel not in self.names:
-            return None
-        if self._zip is not None:
-            return self._zip.read(rel).decode("utf-8", "replace")
-        return (self.path / rel).read_text(errors="replace")
 
     def py_files(self) -> Iterator[str]:
         """Every Python source of the ``vllm`` package."""
