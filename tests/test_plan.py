@@ -393,3 +393,33 @@ def test_defaults_come_from_the_matrix_reuse_and_sequential_sections(tmp_path: P
     assert row(plan, "reuse")["server_starts"] == 9 * 4  # the matrix's blocks of 2
     seq = row(plan, "sequential")
     assert (seq["server_starts"], seq["trials"]) == (9 * 3, 9 * 6)  # min_trials 3 starts
+
+
+def test_shared_servers_pay_one_start_per_group(tmp_path: Path) -> None:
+    """Concurrency 1 and 2 of the same 9 servers: 18 cells, 9 server groups. Naive still
+    starts every trial; reuse with shared servers starts each group once (not each cell);
+    sequential starts each group once per trial; the matrix's share_servers is the default
+    and --no-share-servers turns it off."""
+    run = write_run(tmp_path, [PHASES] * 3)  # measured at c1 only: c2 takes c1's rate (noted)
+    data = {**MATRIX, "axes": {**MATRIX["axes"], "concurrency": [1, 2]},
+            "share_servers": True}
+    m = write_matrix(tmp_path, data)
+    plan = plan_json(str(m), "--from", str(run))
+    # per start 5 s, per trial 5 s (module constants above)
+    assert row(plan, "naive")["server_starts"] == 54
+    assert row(plan, "naive")["gpu_s"] == pytest.approx(54 * 10)
+    assert row(plan, "reuse")["server_starts"] == 9
+    assert row(plan, "reuse")["gpu_s"] == pytest.approx(9 * 5 + 54 * 5)
+    assert row(plan, "sequential")["server_starts"] == 9 * 2
+    assert row(plan, "sequential")["gpu_s"] == pytest.approx(18 * 5 + 36 * 5)
+    # probe-and-predict: 6 servers of 9 measured (baseline, 3 probes, 2 follow-ups), both
+    # concurrency levels on each start, on top of sequential (270 s, cheaper than reuse's
+    # 315 s): 2 starts per group, 2 trials per cell
+    probe = row(plan, "probe-and-predict")
+    assert (probe["cells"], probe["server_starts"], probe["trials"]) == (12, 12, 24)
+    assert probe["gpu_s"] == pytest.approx(12 * 5 + 24 * 5)
+    assert any("18 cells form 9 server group(s)" in a for a in plan["assumptions"])
+    apart = plan_json(str(m), "--from", str(run), "--no-share-servers")
+    assert row(apart, "reuse")["server_starts"] == 18
+    assert row(apart, "reuse")["gpu_s"] == pytest.approx(18 * 5 + 54 * 5)
+    assert not any("server group" in a for a in apart["assumptions"])

@@ -33,6 +33,7 @@ def validate(matrix_file: Path, as_json: bool) -> None:
         expand,
         load_matrix,
         schedule,
+        server_groups,
         trial_work,
         validate_cells,
     )
@@ -40,20 +41,26 @@ def validate(matrix_file: Path, as_json: bool) -> None:
     m = load_matrix(matrix_file)
     cells = expand(m, matrix_file)
     notes = validate_cells(m, cells, matrix_file)
-    order = schedule(cells, m.trials, m.schedule.order, m.schedule.seed, m.block)
+    order = schedule(cells, m.trials, m.schedule.order, m.schedule.seed, m.block,
+                     m.share_servers)
     work = [trial_work(c.load) for c in cells]
     requests = sum(w.requests for w in work) * m.trials
     tokens = sum(w.output_tokens for w in work) * m.trials
+    servers = len(set(server_groups(cells).values())) if m.share_servers else len(cells)
+    starts = servers * -(-m.trials // m.block)  # the most: a failed trial starts one more
     if as_json:
         click.echo(json.dumps({
             "study": m.study.name, "trials": m.trials, "schedule": m.schedule.order,
             "cells": [{"id": c.id, "coords": c.coords, "baseline": c.baseline}
                       for c in cells],
-            "runs": len(order), "requests": requests, "output_tokens": tokens,
-            "notes": notes}, indent=2))
+            "runs": len(order), "server_starts": starts, "requests": requests,
+            "output_tokens": tokens, "notes": notes}, indent=2))
         return
     click.echo(f"study {m.study.name}: {len(cells)} cells x {m.trials} trials = {len(order)} "
                f"runs ({m.schedule.order}), {requests} requests, {tokens} output tokens")
+    click.echo(f"server starts: {starts} ({servers} "
+               + ("server group(s) sharing starts" if m.share_servers else "cell(s)")
+               + f", {m.block} trial(s) per start)")
     for c in cells:
         pair = f"  vs {c.baseline}" if c.baseline else "  (baseline)"
         click.echo(f"  {c.id}{pair}")

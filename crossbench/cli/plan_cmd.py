@@ -58,15 +58,21 @@ Examples:
               "adds up to the expected total).")
 @click.option("--startup", multiple=True, metavar="KIND=SECONDS",
               help="Assumed start-up of an engine kind, over a measured or registered one.")
+@click.option("--share-servers/--no-share-servers", "share", default=None,
+              help="Shared server starts in the designs but naive: one start per server "
+                   "group (cells differing only in workload or concurrency) and round "
+                   "(default: the matrix's share_servers).")
 @click.option("--json", "as_json", is_flag=True, help="Print the plan as JSON.")
 @user_errors
 def plan(matrix_file: Path, runs: tuple[Path, ...], block: int | None, min_trials: int | None,
          expected_trials_fraction: float | None, probes: int, follow_ups: int,
-         statistic: str, startup: tuple[str, ...], as_json: bool) -> None:
+         statistic: str, startup: tuple[str, ...], share: bool | None,
+         as_json: bool) -> None:
     """Expected GPU time of a matrix under four designs, from measured or assumed timings.
 
     Designs the runner can run: naive (a server start per trial, as `matrix` runs by
-    default), reuse (one start per block of a cell's trials), sequential (a start per trial,
+    default), reuse (one start per block of a cell's trials; with shared servers, of every
+    cell of its server group), sequential (a start per trial,
     and a cell stops once its verdict is settled), probe-and-predict (of each n-sweep only a
     few n are measured, on top of the cheaper of reuse and sequential). Prints GPU time,
     its ratio to naive, server starts, trials and cells per engine
@@ -92,7 +98,8 @@ def plan(matrix_file: Path, runs: tuple[Path, ...], block: int | None, min_trial
                        expected_trials_fraction=expected_trials_fraction, probes=probes,
                        follow_ups=follow_ups,
                        statistic="median" if statistic == "median" else "mean",
-                       startup_s=_startup_pairs(startup))
+                       startup_s=_startup_pairs(startup),
+                       share=m.share_servers if share is None else share)
     if runs:
         progress(f"reading timings from {', '.join(map(str, runs))}")
     result = make_plan(m, cells, read_recorded(runs) if runs else None, opts)

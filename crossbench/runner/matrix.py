@@ -265,6 +265,13 @@ class Matrix(_Strict):
         "The analysis resamples server starts, not reused trials; docs/matrix.md, 'Server "
         "reuse'.")
 
+    share_servers: bool = Field(
+        False, description="Cells whose servers are identical (same engine, models and "
+        "server settings: they differ only in request-level settings such as workload or "
+        "concurrency) share one server start per round: its block of trials of every such "
+        "cell runs back to back on it, the engine's cache reset and a warm-up before each. "
+        "Needs interleaved order and the local executor; docs/matrix.md, 'Shared servers'.")
+
     @property
     def block(self) -> int:
         """Trials per server start in effect (:func:`crossbench.runner.config.server_block`)."""
@@ -602,6 +609,16 @@ def validate_cells(m: Matrix, cells: list[Cell], source: Path | None = None) -> 
             raise UserError(f"{where}trials: {m.trials} is fewer than sequential.min_trials "
                             f"({m.sequential.min_trials})",
                             "raise trials (the most a cell runs) or lower min_trials")
+    if m.share_servers:
+        if m.schedule.order != "interleaved":
+            raise UserError(f"{where}share_servers: cells share a start within a round of the "
+                            "interleaved schedule", "set schedule.order: interleaved, or "
+                            "share_servers: false")
+        groups = server_groups(cells)
+        if len(set(groups.values())) == len(cells):
+            notes.append("share_servers: no two cells have the same server (engine, models and "
+                         "server settings), so every cell starts its own (add a workload or "
+                         "concurrency level to share starts)")
     if m.probe_predict is not None:
         from crossbench.runner.probe import probe_split, sweeps
 
@@ -690,20 +707,40 @@ def _no_secret_args(cell: Cell, where: str) -> None:
                             "api_key_file: PATH) under server: and export NAME")
 
 
+def server_key(cell: Cell) -> str:
+    """What makes a cell's server: its engine kind and engine settings (models, speculative
+    method, server flags), not its load. Cells of equal keys can share a server start."""
+    return json.dumps([cell.engine_kind, cell.engine_config], sort_keys=True)
+
+
+def server_groups(cells: list[Cell]) -> dict[str, int]:
+    """Cell id -> server group (0, 1, ... in order of first appearance): cells of one group
+    have the same :func:`server_key`."""
+    keys: dict[str, int] = {}
+    return {c.id: keys.setdefault(server_key(c), len(keys)) for c in cells}
+
+
 def schedule(cells: list[Cell], trials: int, order: str, seed: int,
-             block: int = 1) -> list[tuple[str, int]]:
+             block: int = 1, share: bool = False) -> list[tuple[str, int]]:
     """(cell id, trial) in run order: interleaved rounds shuffled with ``seed + round``.
 
     ``block`` trials of a cell run back to back (they share one server start when trials
     reuse a server): round ``r`` runs trials ``r*block`` to ``r*block + block - 1`` of every
-    cell, cells shuffled. ``block=1`` is the plain interleaving."""
+    cell, cells shuffled. ``block=1`` is the plain interleaving. With ``share`` the cells of
+    one server group (:func:`server_groups`) run next to each other in every round, the
+    groups shuffled and the cells within each, so one server start can serve them all."""
     ids = [c.id for c in cells]
     if order == "sequential":
         return [(cid, t) for cid in ids for t in range(trials)]
+    group = server_groups(cells) if share else {}
     out: list[tuple[str, int]] = []
     for r in range(-(-trials // block)):
         rnd = ids[:]
-        random.Random(seed + r).shuffle(rnd)
+        rng = random.Random(seed + r)
+        rng.shuffle(rnd)
+        if share:
+            rank = {g: i for i, g in enumerate(dict.fromkeys(group[c] for c in rnd))}
+            rnd.sort(key=lambda c: rank[group[c]])  # stable: the shuffle holds within groups
         out += [(cid, t) for cid in rnd for t in range(r * block, min(trials, (r + 1) * block))]
     return out
 

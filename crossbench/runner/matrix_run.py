@@ -39,6 +39,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
+from crossbench.engines.base import EngineServer
 from crossbench.errors import UserError
 from crossbench.host import hardware_mismatch
 from crossbench.runner.config import RunConfig
@@ -50,9 +51,10 @@ from crossbench.runner.matrix import (
     expand,
     read_matrix,
     schedule,
+    server_groups,
     validate_cells,
 )
-from crossbench.runner.single import RunSession
+from crossbench.runner.single import RunSession, SharedStart
 from crossbench.store import rundir
 from crossbench.store.atomic import (
     JsonlAppender,
@@ -242,11 +244,31 @@ def journal_entry(cell: str, trial: int, entry: Mapping[str, Any],
             **({"thermal_gate": gate} if gate is not None else {})}
 
 
+@dataclass
+class _Live:
+    """The one shared server start alive (``share_servers``): its group and round, who
+    started it, and each cell's first trial on it."""
+
+    group: int
+    round: int
+    server: EngineServer
+    started_by: tuple[str, int]
+    scrub_log: Callable[[], None]
+    firsts: dict[str, int] = field(default_factory=dict)
+    served: int = 0
+
+
 class TrialRunner:
     """Runs trials of a matrix's cells in this process: the per-trial step every executor
     shares. Each cell's :class:`RunSession` is opened on its first trial (continuing the
     cell's directory when it exists); the thermal gate is applied before each trial.
-    ``placement`` (where a scheduler put this process) goes into every trial's provenance."""
+    ``placement`` (where a scheduler put this process) goes into every trial's provenance.
+
+    With ``share_servers`` one server start serves every cell of its server group
+    (:func:`crossbench.runner.matrix.server_groups`) in a round of the schedule: the runner
+    keeps it across the cells' trials while the next trial of the schedule belongs to the
+    same group and round, and each trial records the start as its own (its first trial on
+    it) and who started it (``reuse.started_by``)."""
 
     def __init__(self, m: Matrix, out: Path, cells: Mapping[str, Cell],
                  progress: Progress = lambda _: None,
@@ -254,6 +276,8 @@ class TrialRunner:
         self.m, self.out, self.cells, self.progress = m, out, cells, progress
         self.placement = placement
         self.sessions: dict[str, RunSession] = {}
+        self.groups = server_groups(list(cells.values())) if m.share_servers else None
+        self.live: _Live | None = None
 
     def _config(self, cid: str) -> RunConfig:
         return run_config(self.cells[cid], self.m.trials, self.m.fresh_server,
@@ -267,22 +291,59 @@ class TrialRunner:
             d = cell_dir(self.out, cid)
             self.sessions[cid] = RunSession(self._config(cid), d, progress=self.progress,
                                             resume=rundir.is_run(d),
-                                            placement=self.placement)
+                                            placement=self.placement,
+                                            shared=self.groups is not None)
         return self.sessions[cid]
 
-    def run(self, cid: str, t: int, on_start: Callable[[], None] = lambda: None
-            ) -> tuple[dict[str, Any], dict[str, Any]]:
+    def run(self, cid: str, t: int, on_start: Callable[[], None] = lambda: None,
+            after: tuple[str, int] | None = None) -> tuple[dict[str, Any], dict[str, Any]]:
         """Run trial ``t`` of cell ``cid``; ``on_start`` is called once the session is open
-        and the gate passed. Returns (the journal line, the trial's manifest entry)."""
+        and the gate passed; ``after`` is the schedule's next trial (with shared servers:
+        whether the start is kept for it). Returns (the journal line, the trial's manifest
+        entry)."""
         session = self.open(cid)
+        shared = self._shared(cid, t, after) if self.groups is not None else None
         gate = _gate(self.m.thermal_gate, self.progress)
         on_start()
-        entry = session.run_trial(t)
+        entry = session.run_trial(t, shared)
+        if self.live is not None and self.live.server.pid is None:
+            self.live = None  # stopped: at its group's last trial of the round, or failed
         return journal_entry(cid, t, entry, gate), entry
+
+    def _shared(self, cid: str, t: int, after: tuple[str, int] | None) -> SharedStart:
+        """The shared start trial ``t`` of ``cid`` runs on: the live one when it serves this
+        trial's group and round, else a new one (any other still alive is stopped first:
+        one server at a time)."""
+        assert self.groups is not None
+        group, rnd, block = self.groups[cid], t // self.m.block, self.m.block
+        live = self.live
+        if live is not None and (live.group, live.round) != (group, rnd):
+            self.stop_live()
+            live = None
+        if live is None:
+            session = self.sessions[cid]
+            live = self.live = _Live(group, rnd, session.new_server(), (cid, t),
+                                     session.scrub_log)
+        first = live.firsts.setdefault(cid, t)
+        keep = after is not None and after[0] in self.groups and \
+            (self.groups[after[0]], after[1] // block) == (group, rnd)
+        start = SharedStart(live.server, first, live.served, keep,
+                            None if live.started_by[0] == cid else live.started_by,
+                            live.scrub_log)
+        live.served += 1
+        return start
+
+    def stop_live(self) -> None:
+        """Stop the shared start still alive, if any (its log scrubbed)."""
+        if self.live is not None:
+            self.live.server.stop()
+            self.live.scrub_log()
+            self.live = None
 
     def finish(self, ids: Iterable[str]) -> dict[str, dict[str, Any]]:
         """Close every cell opened here and those of ``ids`` that have a directory (stop
         any server, write the summary); returns their summaries."""
+        self.stop_live()
         for cid in ids:
             if cid not in self.sessions and rundir.is_run(cell_dir(self.out, cid)):
                 self.sessions[cid] = RunSession(self._config(cid), cell_dir(self.out, cid),
@@ -360,7 +421,9 @@ class LocalExecutor:
                 job.on_tick(Tick(i, len(todo), job.done_before, cid, t, m.trials, failures,
                                  eta, last))
 
-            line, entry = runner.run(cid, t, on_start=start)
+            after = next((x for x in todo[i + 1:]
+                          if stops is None or not stops.skip(x[0])), None)
+            line, entry = runner.run(cid, t, on_start=start, after=after)
             if entry["status"] != "ok":
                 failures += 1
             last = (entry.get("load") or {}).get("pooled_tok_s") or last
@@ -412,7 +475,8 @@ def run_matrix(path: Path | MatrixSource, out: Path, resume: bool = False,
     cells = select(cells, only, skip)
     if not cells:
         raise UserError("--only/--skip leave no cells", "loosen the filters")
-    order = schedule(cells, m.trials, m.schedule.order, m.schedule.seed, m.block)
+    order = schedule(cells, m.trials, m.schedule.order, m.schedule.seed, m.block,
+                     m.share_servers)
     by_id = {c.id: c for c in cells}
     if dry_run:
         from crossbench.engines import registry
@@ -426,6 +490,11 @@ def run_matrix(path: Path | MatrixSource, out: Path, resume: bool = False,
         return {"dry_run": plan}
     _check_versions(m, cells)
     executor = executor or LocalExecutor()
+    if m.share_servers and not isinstance(executor, LocalExecutor):
+        executor.close()
+        raise UserError("share_servers: a shared start serves cells one after the other in "
+                        "this process, and this executor runs them apart (Ray lanes)",
+                        "run the matrix with --executor local, or set share_servers: false")
     try:
         cell_summaries = _run(m, source, out, resume, cells, order, executor, progress,
                               on_tick)

@@ -55,7 +55,14 @@ from typing import Any, Literal
 
 from crossbench.engines import registry
 from crossbench.errors import UserError
-from crossbench.runner.matrix import Cell, Matrix, TrialWork, decode_estimate_s, trial_work
+from crossbench.runner.matrix import (
+    Cell,
+    Matrix,
+    TrialWork,
+    decode_estimate_s,
+    server_groups,
+    trial_work,
+)
 from crossbench.runner.probe import probe_split, sweeps
 
 DESIGNS = ("naive", "reuse", "sequential", "probe-and-predict")
@@ -199,6 +206,9 @@ class PlanOptions:
     statistic: Statistic = "mean"
     startup_s: Mapping[str, float] = field(default_factory=dict)
     """Assumed start-up seconds by engine kind (``--startup KIND=S``)."""
+    share: bool = False
+    """Shared server starts in reuse and later designs: one start per server group and
+    round, not per cell (the matrix's ``share_servers``)."""
 
 
 @dataclass(frozen=True)
@@ -469,10 +479,21 @@ def make_plan(m: Matrix, cells: list[Cell], rec: Recorded | None,
     shape = {"naive": (float(trials), float(trials)),
              "reuse": (float(trials), float(math.ceil(trials / block))),
              "sequential": (seq, seq_starts)}
+    # who shares a start: with share_servers, a server group (naive never shares)
+    group = server_groups(cells) if opts.share else {c.id: i for i, c in enumerate(cells)}
+
+    def cost(design: str, mine: list[Cell]) -> tuple[float, float]:
+        """(GPU seconds, server starts) of ``mine`` under ``design``."""
+        n_trials, starts = shape[design]
+        # a start is paid once per group, by its first cell (a group is one engine kind)
+        first: dict[str | int, Cell] = {}
+        for c in mine:
+            first.setdefault(c.id if design == "naive" else group[c.id], c)
+        return (sum(starts * costs[c.id][0] for c in first.values())
+                + sum(n_trials * costs[c.id][1] for c in mine), starts * len(first))
 
     def total(design: str) -> float:
-        n_trials, starts = shape[design]
-        return sum(starts * costs[c.id][0] + n_trials * costs[c.id][1] for c in cells)
+        return cost(design, cells)[0]
 
     probe_base = "reuse" if total("reuse") <= total("sequential") else "sequential"
     shape["probe-and-predict"] = shape[probe_base]
@@ -480,15 +501,15 @@ def make_plan(m: Matrix, cells: list[Cell], rec: Recorded | None,
     rows: list[DesignRow] = []
     naive: dict[str, float] = {}
     for design in DESIGNS:
-        n_trials, starts = shape[design]
+        n_trials = shape[design][0]
         chosen = _design_cells(cells, design, opts)
         for eid in [*engines, "total"]:
             mine = [c for c in chosen if eid in ("total", c.coords["engine"])]
-            gpu = sum(starts * costs[c.id][0] + n_trials * costs[c.id][1] for c in mine)
+            gpu, n_starts = cost(design, mine)
             if design == "naive":
                 naive[eid] = gpu
             rows.append(DesignRow(design, eid, gpu, gpu / naive[eid] if naive[eid] else 0.0,
-                                  starts * len(mine), n_trials * len(mine), len(mine)))
+                                  n_starts, n_trials * len(mine), len(mine)))
     assumptions = _assumptions(m, cells, timings, rec, opts, block, seq, probe_base, seq_block)
     notes += list(rate_notes)
     if not m.fresh_server:
@@ -511,6 +532,11 @@ def _assumptions(m: Matrix, cells: list[Cell], timings: dict[str, EngineTimings]
             out.append(f"{kind}: {', '.join(assumed)} assumed, not measured (see timings)")
     out.append(f"reuse: {block} trial(s) per server start; between trials on one server a "
                "cache reset, assumed 0 s (not measured), and the warm-up of every trial")
+    if opts.share:
+        n_groups = len(set(server_groups(cells).values()))
+        out.append(f"shared servers: the {len(cells)} cells form {n_groups} server group(s) "
+                   "(same engine, models and server settings); in every design but naive a "
+                   "start serves its group's block of trials in a round")
     if opts.expected_trials_fraction is None:
         unit = (f"server starts of {seq_block} trials (the rule looks once per start)"
                 if seq_block > 1 else "trials, each on its own server start (blocks of "

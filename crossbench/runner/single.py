@@ -21,6 +21,7 @@ import platform
 import sys
 import time
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -142,7 +143,7 @@ class RunSession:
 
     def __init__(self, cfg: RunConfig, out: Path, progress: Progress = _quiet,
                  argv: list[str] | None = None, resume: bool = False,
-                 placement: Mapping[str, Any] | None = None) -> None:
+                 placement: Mapping[str, Any] | None = None, shared: bool = False) -> None:
         self.cfg, self.out, self.progress = cfg, out, progress
         self.placement = placement  # where a scheduler put the trials (provenance placement)
         self.writer = RunWriter(out)
@@ -150,7 +151,7 @@ class RunSession:
         exists = resume and layout.manifest.exists()
         if not exists:
             check_new_out(out, RUN_KIND)
-        if cfg.block > 1:  # trials reuse a server: what the engine's cache reset needs
+        if cfg.block > 1 or shared:  # a server serves several trials: its cache reset needs
             cfg = cfg.model_copy(update={"engine_config": registry.reuse_settings(
                 cfg.engine, cfg.engine_config, out)})
             self.cfg = cfg
@@ -252,8 +253,14 @@ class RunSession:
     def _drop_unfinished(self) -> None:
         self.writer.keep_trials(self.finished_trials())
 
-    def run_trial(self, t: int) -> dict[str, Any]:
-        """Run trial ``t`` (a fresh server unless the config reuses one); record its outcome."""
+    def new_server(self) -> EngineServer:
+        """A server of this session's configuration, not started, logging to its server.log
+        (a matrix's shared start is made by the session of the cell that starts it)."""
+        return registry.create(self.cfg.engine, self.cfg.engine_config, self.layout.server_log)
+
+    def run_trial(self, t: int, shared: SharedStart | None = None) -> dict[str, Any]:
+        """Run trial ``t`` (a fresh server unless the config reuses one, or on ``shared``, a
+        server start the matrix runner shares between cells); record its outcome."""
         cfg = self.cfg
         if t in self.finished_trials():
             # recorded here but run again: the caller's journal lacks it (a matrix killed
@@ -263,26 +270,16 @@ class RunSession:
             self.manifest["trials"] = [e for e in self.manifest["trials"] if e["trial"] != t]
             self.writer.write_manifest(self.manifest)
             self._drop_unfinished()
-        block = cfg.block
-        running = self._server is not None and self._server.pid is not None
-        # a server start serves a block of trials (block 1: every trial starts its own); a
-        # trial at a block's start, or after a kill or a failure, starts a new one
-        if not running or t % block == 0:
-            if running and self._server is not None:
-                self._server.stop()
-            if self._server is None or self.manifest["trials"] or running:
-                self._server = registry.create(cfg.engine, cfg.engine_config,
-                                               self.layout.server_log)
-            self._start_trial = t
-        server = self._server
-        assert server is not None
-        reuse: dict[str, Any] | None = None
-        if block > 1:
-            assert self._start_trial is not None
-            reuse = {"server_start": self._start_trial, "position": t - self._start_trial}
-            if running and t % block != 0:
+        reuse: dict[str, Any] | None
+        if shared is not None:
+            server, reuse, keep_running = shared.server, shared.record(), shared.keep_running
+            if server.pid is not None:  # running: earlier trials, maybe other cells', used it
                 reuse["cache_reset"] = server.reset_cache()
-        keep_running = block > 1 and (t + 1) % block != 0 and t + 1 < cfg.trials
+            if shared.started_by is not None:
+                self.writer.log_shared(t, *shared.started_by)
+        else:
+            server, reuse, keep_running = self._own_server(t)
+        scrub_log = shared.scrub_log if shared is not None else self.scrub_log
         with self.writer.append_records() as sink:
             try:
                 entry = _trial(cfg, t, server, self.engine, self.warm,
@@ -291,7 +288,7 @@ class RunSession:
                                placement=self.placement, reuse=reuse)
             except BaseException as e:
                 server.stop()
-                self._scrub_log()
+                scrub_log()
                 self.manifest["status"] = ("interrupted" if isinstance(e, KeyboardInterrupt)
                                            else "failed")
                 self.manifest["error"] = scrub(str(e), self.secrets)
@@ -300,13 +297,35 @@ class RunSession:
         if not keep_running or entry.get("status") != "ok":
             if entry.get("status") != "ok":
                 server.stop()  # a failed trial's server is not reused
-            self._scrub_log()  # the server has stopped: its log is complete
+            scrub_log()  # the server has stopped: its log (the starting cell's) is complete
         self.manifest["trials"] = [e for e in self.manifest["trials"] if e["trial"] != t]
         self.manifest["trials"].append(scrub(entry, self.secrets))
         self.writer.write_manifest(self.manifest)
         return entry
 
-    def _scrub_log(self) -> None:
+    def _own_server(self, t: int) -> tuple[EngineServer, dict[str, Any] | None, bool]:
+        """(server, reuse record, keep it running after the trial) of trial ``t`` on this
+        session's own server: a start serves a block of trials (block 1: every trial starts
+        its own); a trial at a block's start, or after a kill or a failure, starts anew."""
+        cfg, block = self.cfg, self.cfg.block
+        running = self._server is not None and self._server.pid is not None
+        if not running or t % block == 0:
+            if running and self._server is not None:
+                self._server.stop()
+            if self._server is None or self.manifest["trials"] or running:
+                self._server = self.new_server()
+            self._start_trial = t
+        assert self._server is not None
+        reuse: dict[str, Any] | None = None
+        if block > 1:
+            assert self._start_trial is not None
+            reuse = {"server_start": self._start_trial, "position": t - self._start_trial}
+            if running and t % block != 0:
+                reuse["cache_reset"] = self._server.reset_cache()
+        keep_running = block > 1 and (t + 1) % block != 0 and t + 1 < cfg.trials
+        return self._server, reuse, keep_running
+
+    def scrub_log(self) -> None:
         """Replace the key and secret flag values in server.log (the server has stopped)."""
         replace_in_file(self.layout.server_log, [v.encode() for v in self.secrets],
                         REDACTED.encode())
@@ -315,7 +334,7 @@ class RunSession:
         """Stop any server, close the manifest, write and return the summary."""
         if self._server is not None:
             self._server.stop()
-            self._scrub_log()
+            self.scrub_log()
         failed = [e for e in self.manifest["trials"] if e["status"] != "ok"]
         complete = len(self.finished_trials()) >= self.cfg.trials
         self.manifest["status"] = ("failed" if failed else "complete") if complete \
@@ -324,6 +343,32 @@ class RunSession:
         summary = summarize_run_dir(self.out)
         self.writer.write_summary(summary)
         return summary
+
+
+@dataclass
+class SharedStart:
+    """A server start the matrix runner shares between cells (``share_servers``), as one
+    trial of one cell sees it. The runner keeps the server; the trial starts it when it is
+    not running yet, and stops it unless ``keep_running``."""
+
+    server: EngineServer
+    start: int
+    """This cell's id of the start: its first trial on it (what the analysis resamples)."""
+    position: int
+    """Trials of any cell this start served before this one."""
+    keep_running: bool
+    """Whether the next trial of the schedule uses this start too."""
+    started_by: tuple[str, int] | None
+    """(cell, trial) that started the server, when another cell's trial did."""
+    scrub_log: Callable[[], None]
+    """Scrubs secrets from the starting cell's server.log once the server has stopped."""
+
+    def record(self) -> dict[str, Any]:
+        """The trial's ``reuse`` record (its cache reset is added when the server ran)."""
+        rec: dict[str, Any] = {"server_start": self.start, "position": self.position}
+        if self.started_by is not None:
+            rec["started_by"] = {"cell": self.started_by[0], "trial": self.started_by[1]}
+        return rec
 
 
 def run(cfg: RunConfig, out: Path, progress: Progress = _quiet,

@@ -636,6 +636,14 @@ class RunWriter:
         with self.layout.server_log.open("a") as log:
             log.write(f"\n===== crossbench trial {trial}: {' '.join(argv)} =====\n")
 
+    def log_shared(self, trial: int, cell: str, started: int) -> None:
+        """The line of ``server.log`` of a trial that ran on another cell's server start
+        (a matrix's ``share_servers``): where the server's output is."""
+        with self.layout.server_log.open("a") as log:
+            log.write(f"\n===== crossbench trial {trial} ran on a shared server start: trial "
+                      f"{started} of cell {cell} started it, and that cell's server.log holds "
+                      "the server's output =====\n")
+
     def write_summary(self, summary: Mapping[str, Any]) -> None:
         """Replace ``summary.json``."""
         write_json_atomic(self.layout.summary, summary)
