@@ -24,13 +24,23 @@ it; nothing else changes). For each engine this reads both run directories and r
   pooled, with 95 % bootstrap intervals. The designs ran one after the other, not
   interleaved: drift over the session is in this ratio too.
 
+A study is named by its engine id, or ``NAME=ENGINE_ID`` when one engine has several (the
+same naive run against two crossbench runs of different crossbench versions).
+
+``planned`` is for a crossbench run with no naive counterpart (its naive design would cost
+too much GPU time to run, e.g. 18 vLLM starts): it reports the run's measured GPU seconds and
+verdicts against the naive design's GPU time as ``crossbench plan`` costs it from recorded
+timings (``naive_planned_gpu_s``: planned, not measured; ``ratio_planned``), in its own file.
+
 Commands::
 
     python benchmarks/gpu_time_per_verdict.py variant matrices/h200-verdict.yaml OUT.yaml \\
         --trials-per-start 3 --probes 3 --holdout 1
     python benchmarks/gpu_time_per_verdict.py compute \\
-        --study ENGINE_ID NAIVE_RUN CROSSBENCH_RUN [--study ENGINE_ID ...] \\
+        --study [NAME=]ENGINE_ID NAIVE_RUN CROSSBENCH_RUN [--study ...] \\
         [--min-samples 10] [--band 0.05] [--out benchmarks/results/gpu-time-per-verdict.json]
+    python benchmarks/gpu_time_per_verdict.py planned ENGINE_ID RUN --from RECORDED ... \\
+        [--out benchmarks/results/gpu-time-per-verdict-planned.json]
 
 Runs of a stand-in engine are refused (their figures are not an engine's).
 """
@@ -53,6 +63,7 @@ from crossbench.runner.matrix_run import read_state
 from crossbench.store.rundir import read_predictions
 
 OUT = Path(__file__).parent / "results" / "gpu-time-per-verdict.json"
+PLANNED_OUT = Path(__file__).parent / "results" / "gpu-time-per-verdict-planned.json"
 NAMED = ("startup", "stop", "warmup", "scrape_write", "measured")
 """The phases of a trial that hold the GPU for the measurement's sake."""
 DECISIVE = ("faster", "slower")
@@ -227,6 +238,34 @@ def prediction_checks(run: Path, engine: str, result: dict[str, Any]) -> dict[st
             "holdouts_verdict_agrees": sum(1 for r in held if r["verdict_agrees"])}
 
 
+def planned(engine: str, run: Path, recorded: list[Path], opts: StatsOptions) -> dict[str, Any]:
+    """A crossbench run's measured GPU seconds and verdicts against the naive design of its
+    matrix as planned from ``recorded`` runs' timings (module docstring)."""
+    from crossbench.runner.matrix import expand, parse_matrix
+    from crossbench.runner.plan import PlanOptions, make_plan, read_recorded
+    from crossbench.store.rundir import MATRIX_FILE
+
+    ours = gpu_seconds(run, engine)
+    matrix_file = run / MATRIX_FILE
+    m = parse_matrix(matrix_file.read_text(), matrix_file)
+    cells = [c for c in expand(m, matrix_file) if c.coords["engine"] == engine]
+    plan = make_plan(m, cells, read_recorded(recorded),
+                     PlanOptions(block=m.block, share=m.share_servers))
+    naive = next(r for r in plan.rows if (r.design, r.engine) == ("naive", engine))
+    result = analyze(run, opts)
+    return {"engine": engine, "crossbench_run": run_id(run),
+            "crossbench_gpu_s": round(ours["gpu_s"], 1), "crossbench": ours,
+            "naive_planned_gpu_s": round(naive.gpu_s, 1),
+            "naive_planned_starts": naive.server_starts,
+            "ratio_planned": round(ours["gpu_s"] / naive.gpu_s, 3),
+            "naive": "planned by `crossbench plan` from the timings of the runs in "
+                     "timings_from, not run",
+            "timings_from": [Path(p).name for p in recorded],
+            "timings": plan.to_dict()["timings"],
+            "verdicts": {cid: {k: v[k] for k in ("verdict", "speedup", "ci95")}
+                         for cid, v in verdicts(run, engine, result).items()}}
+
+
 def main(argv: list[str] | None = None) -> int:
     """The command line (module docstring)."""
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -239,21 +278,41 @@ def main(argv: list[str] | None = None) -> int:
     v.add_argument("--holdout", type=int, default=1)
     c = sub.add_parser("compute", help="compare recorded runs")
     c.add_argument("--study", nargs=3, action="append", required=True,
-                   metavar=("ENGINE_ID", "NAIVE_RUN", "CROSSBENCH_RUN"),
-                   help="an engine id of both matrices and the two run directories")
+                   metavar=("[NAME=]ENGINE_ID", "NAIVE_RUN", "CROSSBENCH_RUN"),
+                   help="an engine id of both matrices (named NAME in the output) and the two "
+                   "run directories")
     c.add_argument("--min-samples", type=int, default=10,
                    help="pairs a verdict needs (the analysis's --min-samples)")
     c.add_argument("--band", type=float, default=0.05,
                    help="equivalence band: a lost verdict is allowed where the naive "
                    "speedup lies within 1 +- band")
     c.add_argument("--out", type=Path, default=OUT)
+    pl = sub.add_parser("planned", help="a crossbench run against its planned naive design")
+    pl.add_argument("engine", metavar="ENGINE_ID")
+    pl.add_argument("run", type=Path)
+    pl.add_argument("--from", dest="recorded", type=Path, action="append", required=True,
+                    help="a run or archive whose trials' phases give the plan's timings")
+    pl.add_argument("--min-samples", type=int, default=10)
+    pl.add_argument("--out", type=Path, default=PLANNED_OUT)
     args = ap.parse_args(argv)
     if args.cmd == "variant":
         variant(args.src, args.dst, args.trials_per_start, args.probes, args.holdout)
         return 0
     opts = StatsOptions(min_samples=args.min_samples)
-    studies = {name: study(name, Path(a), Path(b), opts, args.band)
-               for name, a, b in args.study}
+    if args.cmd == "planned":
+        row = planned(args.engine, args.run, args.recorded, opts)
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(json.dumps({"benchmark": "gpu-time-per-verdict-planned",
+                                        "options": {"min_samples": args.min_samples},
+                                        "studies": {args.engine: row}}, indent=2) + "\n")
+        print(f"{args.engine}: crossbench {row['crossbench_gpu_s']:.0f} s measured, naive "
+              f"{row['naive_planned_gpu_s']:.0f} s planned (not run), ratio "
+              f"{row['ratio_planned']:.3f}")
+        return 0
+    studies = {}
+    for spec, a, b in args.study:
+        name, _, engine = spec.rpartition("=")
+        studies[name or engine] = study(engine, Path(a), Path(b), opts, args.band)
     doc = {"benchmark": "gpu-time-per-verdict", "target": "ratio <= 0.3, verdicts_flipped 0",
            "options": {"min_samples": args.min_samples, "band": args.band,
                        "gpu_s": "sum of the named trial phases " + ", ".join(NAMED)
