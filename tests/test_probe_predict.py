@@ -6,6 +6,7 @@ n is tau(n): the truth the predictions are checked against."""
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 from typing import Any
 
@@ -176,11 +177,11 @@ def test_a_matrix_without_a_long_sweep_says_probe_predict_changes_nothing(
     assert ProbePredict().probes == 3
 
 
-def test_a_holdout_outside_its_interval_rejects_the_model_and_the_rest_is_measured(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """The holdout gate: here every holdout is made to read as outside its interval (the
-    stand-in's flat cost line is predicted too well to miss), so the sweep's predicted cell
-    runs in a third phase, and nothing is left predicted."""
+def _missed(monkeypatch: pytest.MonkeyPatch, factor: float, verdict: str | None = None
+            ) -> None:
+    """Make every measured holdout read as outside its interval, measured at ``factor``
+    times its predicted speedup (and with ``verdict``, when given): the stand-in's flat
+    cost line is predicted too well to miss on its own."""
     from crossbench.analysis import sweep as sw
 
     real = sw.prediction_checks
@@ -190,9 +191,21 @@ def test_a_holdout_outside_its_interval_rejects_the_model_and_the_rest_is_measur
         for r in out["cells"]:
             if r["action"] == "holdout" and r["measured"] is not None:
                 r["inside"] = False
+                r["measured"]["speedup"] = r["predicted"]["speedup"] * factor
+                if verdict is not None:
+                    r["measured"]["verdict"] = verdict
+                    r["verdict_agrees"] = verdict == r["predicted"]["verdict"]
         return out
 
     monkeypatch.setattr(sw, "prediction_checks", missed)
+
+
+def test_a_holdout_with_the_wrong_verdict_rejects_the_model_and_the_rest_is_measured(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The holdout gate: a holdout outside its interval whose verdict is not the predicted
+    one rejects the model, so the sweep's predicted cell runs in a third phase, and nothing
+    is left predicted."""
+    _missed(monkeypatch, 0.5, verdict="slower")  # the stand-in's holdout is predicted faster
     out = tmp_path / "run"
     said: list[str] = []
     s = run_matrix(_matrix(tmp_path), out, progress=said.append)
@@ -203,4 +216,39 @@ def test_a_holdout_outside_its_interval_rejects_the_model_and_the_rest_is_measur
     assert any("phase 3" in line for line in said)
     ran = {c for c, _ in read_journal(out)}
     assert again["cell"] in ran and s["totals"].get("predicted", 0) == 0
+    assert s["totals"]["missing"] == 0
+
+
+@pytest.mark.parametrize("factor", [1 / 1.03, 3.0])
+def test_a_holdout_with_the_right_verdict_widens_the_predictions_by_its_miss(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, factor: float) -> None:
+    """A holdout outside its interval with the right verdict calibrates the model's error:
+    every predicted interval of its sweep is widened by twice its relative miss. A 3 % miss
+    leaves the stand-in's clearly faster predictions (about 2-3x: its cost line is flat)
+    standing, with the wider interval; a threefold miss widens them past 1, so they are
+    measured."""
+    from crossbench.runner.probe import MODEL_ERROR_MARGIN
+
+    _missed(monkeypatch, factor)
+    out = tmp_path / "run"
+    said: list[str] = []
+    s = run_matrix(_matrix(tmp_path), out, progress=said.append)
+    lines = [json.loads(x) for x in (out / "predictions.jsonl").read_text().splitlines()]
+    first = {r["cell"]: r for r in lines if "replaces" not in r}
+    redone = [r for r in lines if r.get("replaces") == "predict"]
+    assert redone and {r["cell"] for r in redone} == \
+        {c for c, r in first.items() if r["action"] == "predict"}
+    widen = math.exp(MODEL_ERROR_MARGIN * abs(math.log(factor)))
+    for r in redone:
+        old = first[r["cell"]]["predicted"]["ci95"]
+        if factor == 3.0:
+            assert r["action"] == "measure" and "straddles 1" in r["reason"]
+            continue
+        assert r["action"] == "predict" and "the predicted verdict stands" in r["reason"]
+        assert r["predicted"]["ci95"] == pytest.approx([old[0] / widen, old[1] * widen])
+        assert r["predicted"]["widened_by"] == pytest.approx(widen)
+        assert r["predicted"]["verdict"] == "faster" and r["predicted"]["ci95"][0] > 1
+    left = [c for c, r in read_predictions(out).items() if r["action"] == "predict"]
+    assert s["totals"].get("predicted", 0) == (0 if factor == 3.0 else 3 * len(left))
+    assert any("phase 3" in line for line in said) == (factor == 3.0)
     assert s["totals"]["missing"] == 0
