@@ -51,8 +51,9 @@ def test_a_lost_verdict_is_allowed_only_inside_the_band() -> None:
 
 def _unpack(tmp_path: Path) -> Path:
     """Both archived H200 sessions and round 1, unpacked as the published files were made."""
-    for name, where in (("h200-runs.tgz", tmp_path), ("h200-runs-shared.tgz",
-                                                      tmp_path / "shared")):
+    for name, where in (("h200-runs.tgz", tmp_path),
+                        ("h200-runs-shared.tgz", tmp_path / "shared"),
+                        ("h200-runs-gate.tgz", tmp_path / "gate")):
         with tarfile.open(RESULTS / "gpu-time-per-verdict" / name) as t:
             t.extractall(where, filter="data")
     round1 = ROOT / "examples" / "h200-cross" / "round1" / "h200-cross-round1.zip"
@@ -70,9 +71,12 @@ def test_the_published_figures_are_rederived_from_the_archived_runs(
     root = _unpack(tmp_path)
     monkeypatch.chdir(root)  # the published files name the runs relative to it
     first, second = Path("h200-cross-roundverdict"), Path("shared/h200-cross-roundshared")
+    third = Path("gate/h200-cross-roundgate")
     out = tmp_path / "got.json"
     assert bench.main(["compute",
                        "--study", "llama", str(first / "llama-naive"),
+                       str(third / "llama-crossbench"),
+                       "--study", "llama-second-run=llama", str(first / "llama-naive"),
                        str(second / "llama-crossbench"),
                        "--study", "llama-first-run=llama", str(first / "llama-naive"),
                        str(first / "llama-crossbench"),
@@ -80,7 +84,8 @@ def test_the_published_figures_are_rederived_from_the_archived_runs(
                        str(first / "vllm-crossbench"), "--out", str(out)]) == 0
     got = json.loads(out.read_text())["studies"]
     published = json.loads((RESULTS / "gpu-time-per-verdict.json").read_text())["studies"]
-    assert set(got) == set(published) == {"llama", "llama-first-run", "vllm"}
+    assert set(got) == set(published) == {"llama", "llama-second-run", "llama-first-run",
+                                           "vllm"}
     for name in got:
         for key in ("naive_gpu_s", "crossbench_gpu_s", "ratio", "verdicts_total",
                     "verdicts_same", "verdicts_flipped", "verdicts_bolder"):
@@ -92,16 +97,27 @@ def test_the_published_figures_are_rederived_from_the_archived_runs(
     assert got["vllm"]["crossbench"]["starts"] == 3
     checks = got["llama-first-run"]["prediction_checks"]
     assert checks["holdouts"] == 2 and checks["holdouts_inside"] == 1
-    # the second session: both holdouts missed their intervals (the verdicts agreed), the
-    # gate rejected both sweeps' models, and every cell was measured: 13 starts of 3 trials
-    checks = got["llama"]["prediction_checks"]
+    # the second run: both holdouts missed their intervals (the verdicts agreed), the gate
+    # of then rejected both sweeps' models, and every cell was measured: 13 starts of 3 trials
+    second_run = got["llama-second-run"]
+    checks = second_run["prediction_checks"]
     assert (checks["holdouts"], checks["holdouts_inside"], checks["holdouts_verdict_agrees"]) \
         == (2, 0, 2)
-    assert (got["llama"]["crossbench"]["starts"], got["llama"]["crossbench"]["trials"]) == \
-        (13, 39)
-    assert got["llama"]["ratio"] == pytest.approx(0.652)
-    bias = got["llama"]["reuse_bias"]["pooled"]
+    assert (second_run["crossbench"]["starts"], second_run["crossbench"]["trials"]) == (13, 39)
+    assert second_run["ratio"] == pytest.approx(0.652)
+    bias = second_run["reuse_bias"]["pooled"]
     assert bias["cells"] == 13 and bias["ci95"][0] < 1 < bias["ci95"][1]
+    # the third, under the calibrated gate: the holdouts missed again with the right verdict,
+    # so the 4 other predictions stood, widened; each widened interval holds the naive
+    # study's measured speedup, and 9 cells ran
+    llama = got["llama"]
+    assert (llama["crossbench"]["starts"], llama["crossbench"]["trials"]) == (9, 27)
+    assert llama["ratio"] == pytest.approx(0.474)
+    predicted = [c for c in llama["cells"] if c["crossbench"]["source"] == "predicted"]
+    assert len(predicted) == 4
+    for c in predicted:
+        lo, hi = c["crossbench"]["ci95"]
+        assert lo <= c["naive"]["speedup"] <= hi and c["relation"] == "same", c
 
 
 def test_the_planned_comparison_of_the_shared_vllm_run(
