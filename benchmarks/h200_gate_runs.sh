@@ -7,12 +7,7 @@
 # verdict was right. Its naive counterpart is the recorded llama naive run. No vLLM.
 #
 # Usage: bash $0 DIR (resumes DIR/llama-crossbench if a previous call left it)
-set -uo pipefail
-dir=${1:?run directory parent}; mkdir -p "$dir"
-python3 benchmarks/gpu_time_per_verdict.py variant matrices/h200-verdict.yaml \
-  "$dir/h200-verdict-crossbench.yaml" --trials-per-start 3 --probes 3 --holdout 1
-resume=""; [ -f "$dir/llama-crossbench/state.json" ] && resume=--resume
-echo "[$(date -u +%H:%M:%S)] llama-crossbench: start $resume"
-python3 -m crossbench matrix "$dir/h200-verdict-crossbench.yaml" --out "$dir/llama-crossbench" \
-  $resume --progress plain >>"$dir/llama-crossbench.log" 2>&1
-echo "[$(date -u +%H:%M:%S)] llama-crossbench: exit $?"
+. "$(dirname "$0")/run_steps.sh" "$@"   # dir, step, variant
+variant matrices/h200-verdict.yaml "$dir/h200-verdict-crossbench.yaml" --trials-per-start 3 \
+  --probes 3 --holdout 1
+step llama-crossbench "$dir/h200-verdict-crossbench.yaml"

@@ -12,18 +12,8 @@
 #      plan` costs that design from the measured timings instead, and says so.
 #
 # Each step resumes its run directory if a previous call left one. Usage: bash $0 DIR
-set -uo pipefail
-dir=${1:?run directory parent}; mkdir -p "$dir"
-cb() { python3 -m crossbench "$@"; }
-step() {  # NAME MATRIX [matrix options...]
-  local name=$1 matrix=$2; shift 2
-  local resume=""; [ -f "$dir/$name/state.json" ] && resume=--resume
-  echo "[$(date -u +%H:%M:%S)] $name: start $resume"
-  cb matrix "$matrix" --out "$dir/$name" $resume --progress plain "$@" \
-    >>"$dir/$name.log" 2>&1
-  echo "[$(date -u +%H:%M:%S)] $name: exit $?"
-}
-python3 benchmarks/gpu_time_per_verdict.py variant matrices/h200-verdict.yaml \
+. "$(dirname "$0")/run_steps.sh" "$@"   # dir, step, variant
+variant matrices/h200-verdict.yaml \
   "$dir/h200-verdict-crossbench.yaml" --trials-per-start 3 --probes 3 --holdout 1
 step llama-crossbench "$dir/h200-verdict-crossbench.yaml"
 step vllm-shared matrices/h200-shared.yaml

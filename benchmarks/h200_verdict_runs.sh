@@ -9,21 +9,10 @@
 #      trials_per_start 3 (round 1, examples/h200-cross/round1, is their naive design).
 #
 # Each step resumes its run directory if a previous call left one. Usage: bash $0 DIR
-set -uo pipefail
-dir=${1:?run directory parent}; mkdir -p "$dir"
-cb() { python3 -m crossbench "$@"; }
-v() { python3 benchmarks/gpu_time_per_verdict.py variant "$@"; }
-step() {  # NAME MATRIX [matrix options...]
-  local name=$1 matrix=$2; shift 2
-  local resume=""; [ -f "$dir/$name/state.json" ] && resume=--resume
-  echo "[$(date -u +%H:%M:%S)] $name: start $resume"
-  cb matrix "$matrix" --out "$dir/$name" $resume --progress plain "$@" \
-    >>"$dir/$name.log" 2>&1
-  echo "[$(date -u +%H:%M:%S)] $name: exit $?"
-}
-v matrices/h200-verdict.yaml "$dir/h200-verdict-crossbench.yaml" --trials-per-start 3 \
+. "$(dirname "$0")/run_steps.sh" "$@"   # dir, step, variant
+variant matrices/h200-verdict.yaml "$dir/h200-verdict-crossbench.yaml" --trials-per-start 3 \
   --probes 3 --holdout 1
-v matrices/h200-cross.yaml "$dir/h200-cross-reuse.yaml" --trials-per-start 3
+variant matrices/h200-cross.yaml "$dir/h200-cross-reuse.yaml" --trials-per-start 3
 step llama-naive matrices/h200-verdict.yaml
 step llama-crossbench "$dir/h200-verdict-crossbench.yaml"
 step vllm-crossbench "$dir/h200-cross-reuse.yaml" --skip engine=llama \

@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import os
 import stat
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -34,6 +36,33 @@ def fixture_models() -> tuple[Path, Path]:
     from crossbench.fixtures.resolve import ensure_fixtures
 
     return ensure_fixtures("tiny", 0)
+
+
+@pytest.fixture
+def vllm_standin_matrix(tmp_path: Path) -> Callable[..., dict[str, Any]]:
+    """A maker of small matrices on the vLLM stand-in (named as one: it serves no model): a
+    baseline and an n-gram arm at the given concurrency levels; other keys override. Its
+    steps take 2 ms, so every request has a decode time and every pair gives a ratio."""
+    from crossbench.standins.vllm import write_launcher
+
+    binary = write_launcher(tmp_path / "vllm", "--standin-step-ms", "2",
+                            "--standin-prefill-ms", "1")
+
+    def make(name: str, concurrency: list[int], **extra: Any) -> dict[str, Any]:
+        return {
+            "schema_version": 1, "study": {"name": name},
+            "engines": {"v": {"kind": "vllm", "binary": str(binary),
+                              "server": {"max_num_seqs": 2}}},  # prefix caching on: reset
+            "models": {"t": {"hf": {"repo": "Qwen/Qwen3-8B", "revision": "b" * 40},
+                             "quant": "BF16", "role": "target"}},
+            "load": {"requests": 2, "warmup": 1, "max_tokens": 8},
+            "arms": [{"method": "none"}, {"method": "ngram", "n": 2}],
+            "axes": {"engine": ["v"], "target": ["t"], "workload": ["builtin:code"],
+                     "concurrency": concurrency},
+            "telemetry_hz": 0, **extra,
+        }
+
+    return make
 
 
 @pytest.fixture

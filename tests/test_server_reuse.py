@@ -73,7 +73,7 @@ def test_a_run_reuses_its_server_in_blocks(llama_server, fixture_models, tmp_pat
     assert summary["requests"]["ok"] == 12
 
 
-def test_a_matrix_reuses_servers_in_interleaved_blocks(tmp_path) -> None:  # type: ignore[no-untyped-def]
+def test_a_matrix_reuses_servers_in_interleaved_blocks(tmp_path, vllm_standin_matrix) -> None:  # type: ignore[no-untyped-def]
     """A matrix on the vLLM stand-in (named as one: it serves no model) with
     ``trials_per_start: 2``: each cell's blocks run back to back, one start per block."""
     import json
@@ -81,23 +81,8 @@ def test_a_matrix_reuses_servers_in_interleaved_blocks(tmp_path) -> None:  # typ
     import yaml
 
     from crossbench.runner.matrix_run import run_matrix
-    from crossbench.standins.vllm import write_launcher
 
-    # steps of 2 ms: every request has a decode time, so every pair gives a ratio
-    binary = write_launcher(tmp_path / "vllm", "--standin-step-ms", "2",
-                            "--standin-prefill-ms", "1")
-    doc = {
-        "schema_version": 1, "study": {"name": "reuse"},
-        "engines": {"v": {"kind": "vllm", "binary": str(binary),
-                          "server": {"max_num_seqs": 2}}},  # prefix caching on: reset
-        "models": {"t": {"hf": {"repo": "Qwen/Qwen3-8B", "revision": "b" * 40},
-                         "quant": "BF16", "role": "target"}},
-        "load": {"requests": 2, "warmup": 1, "max_tokens": 8},
-        "arms": [{"method": "none"}, {"method": "ngram", "n": 2}],
-        "axes": {"engine": ["v"], "target": ["t"], "workload": ["builtin:code"],
-                 "concurrency": [1]},
-        "trials": 4, "trials_per_start": 2, "telemetry_hz": 0,
-    }
+    doc = vllm_standin_matrix("reuse", [1], trials=4, trials_per_start=2)
     m = tmp_path / "m.yaml"
     m.write_text(yaml.safe_dump(doc))
     out = tmp_path / "run"

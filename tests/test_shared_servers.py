@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -16,22 +17,13 @@ import yaml
 from crossbench.errors import UserError
 from crossbench.runner.matrix import expand, load_matrix, schedule, server_groups
 
+Make = Callable[..., dict[str, Any]]
 
-def _doc(binary: Path, **extra: Any) -> dict[str, Any]:
-    """A vLLM stand-in matrix (named as one: it serves no model): a baseline and an n-gram
-    arm at concurrency 1 and 2, so two server groups of two cells each."""
-    return {
-        "schema_version": 1, "study": {"name": "shared"},
-        "engines": {"v": {"kind": "vllm", "binary": str(binary),
-                          "server": {"max_num_seqs": 2}}},  # prefix caching on: reset
-        "models": {"t": {"hf": {"repo": "Qwen/Qwen3-8B", "revision": "b" * 40},
-                         "quant": "BF16", "role": "target"}},
-        "load": {"requests": 2, "warmup": 1, "max_tokens": 8},
-        "arms": [{"method": "none"}, {"method": "ngram", "n": 2}],
-        "axes": {"engine": ["v"], "target": ["t"], "workload": ["builtin:code"],
-                 "concurrency": [1, 2]},
-        "trials": 2, "telemetry_hz": 0, "share_servers": True, **extra,
-    }
+
+def _doc(make: Make, **extra: Any) -> dict[str, Any]:
+    """A baseline and an n-gram arm at concurrency 1 and 2 on the vLLM stand-in: two server
+    groups of two cells each, sharing starts."""
+    return make("shared", [1, 2], **{"trials": 2, "share_servers": True, **extra})
 
 
 def _write(tmp_path: Path, doc: dict[str, Any]) -> Path:
@@ -40,21 +32,14 @@ def _write(tmp_path: Path, doc: dict[str, Any]) -> Path:
     return p
 
 
-def _standin(tmp_path: Path) -> Path:
-    from crossbench.standins.vllm import write_launcher
-
-    # steps of 2 ms: every request has a decode time, so every pair gives a ratio
-    return write_launcher(tmp_path / "vllm", "--standin-step-ms", "2",
-                          "--standin-prefill-ms", "1")
-
-
 def _manifests(out: Path) -> dict[str, dict[str, Any]]:
     return {d.name: json.loads((d / "manifest.json").read_text())
             for d in (out / "cells").iterdir()}
 
 
-def test_groups_follow_the_server_not_the_load(tmp_path: Path) -> None:
-    m = _write(tmp_path, _doc(tmp_path / "vllm"))
+def test_groups_follow_the_server_not_the_load(tmp_path: Path,
+                                               vllm_standin_matrix: Make) -> None:
+    m = _write(tmp_path, _doc(vllm_standin_matrix))
     cells = expand(load_matrix(m), m)
     groups = server_groups(cells)
     by_group: dict[int, set[tuple[str, int]]] = {}
@@ -66,8 +51,9 @@ def test_groups_follow_the_server_not_the_load(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize("block", [1, 2])
-def test_a_groups_cells_are_adjacent_in_every_round(tmp_path: Path, block: int) -> None:
-    m = _write(tmp_path, _doc(tmp_path / "vllm", trials=4))
+def test_a_groups_cells_are_adjacent_in_every_round(tmp_path: Path, block: int,
+                                                    vllm_standin_matrix: Make) -> None:
+    m = _write(tmp_path, _doc(vllm_standin_matrix, trials=4))
     cells = expand(load_matrix(m), m)
     groups = server_groups(cells)
     order = schedule(cells, 4, "interleaved", 3, block, share=True)
@@ -88,15 +74,16 @@ def test_a_groups_cells_are_adjacent_in_every_round(tmp_path: Path, block: int) 
         schedule(cells, 4, "interleaved", 3, block, share=False)
 
 
-def test_sequential_order_is_refused_and_a_useless_share_is_noted(tmp_path: Path) -> None:
+def test_sequential_order_is_refused_and_a_useless_share_is_noted(
+        tmp_path: Path, vllm_standin_matrix: Make) -> None:
     from crossbench.runner.matrix import validate_cells
 
-    m = _write(tmp_path, _doc(tmp_path / "vllm", schedule={"order": "sequential"}))
+    m = _write(tmp_path, _doc(vllm_standin_matrix, schedule={"order": "sequential"}))
     mat = load_matrix(m)
     with pytest.raises(UserError) as e:
         validate_cells(mat, expand(mat, m), m)
     assert "share_servers" in e.value.message and "interleaved" in (e.value.hint or "")
-    doc = _doc(tmp_path / "vllm")
+    doc = _doc(vllm_standin_matrix)
     doc["axes"]["concurrency"] = [1]
     m = _write(tmp_path, doc)
     mat = load_matrix(m)
@@ -104,7 +91,8 @@ def test_sequential_order_is_refused_and_a_useless_share_is_noted(tmp_path: Path
     assert any("no two cells have the same server" in n for n in notes), notes
 
 
-def test_the_ray_executor_is_refused_before_anything_runs(tmp_path: Path) -> None:
+def test_the_ray_executor_is_refused_before_anything_runs(
+        tmp_path: Path, vllm_standin_matrix: Make) -> None:
     from crossbench.runner.matrix_run import run_matrix
 
     class Lanes:  # any executor but the local one
@@ -119,7 +107,7 @@ def test_the_ray_executor_is_refused_before_anything_runs(tmp_path: Path) -> Non
         def close(self) -> None:
             Lanes.closed = True
 
-    m = _write(tmp_path, _doc(_standin(tmp_path)))
+    m = _write(tmp_path, _doc(vllm_standin_matrix))
     with pytest.raises(UserError) as e:
         run_matrix(m, tmp_path / "run", executor=Lanes())
     assert "share_servers" in e.value.message and "--executor local" in (e.value.hint or "")
@@ -127,8 +115,8 @@ def test_the_ray_executor_is_refused_before_anything_runs(tmp_path: Path) -> Non
 
 
 @pytest.mark.parametrize("trials_per_start", [1, 2])
-def test_a_matrix_shares_one_start_per_group_and_round(tmp_path: Path,
-                                                       trials_per_start: int) -> None:
+def test_a_matrix_shares_one_start_per_group_and_round(tmp_path: Path, trials_per_start: int,
+                                                       vllm_standin_matrix: Make) -> None:
     """Four cells in two groups, two trials each: one start per group and round (four with
     a fresh server per trial, two with blocks of two), the other cell's trials recorded as
     started by the first, their prefix cache reset, no start-up phase of their own."""
@@ -136,7 +124,7 @@ def test_a_matrix_shares_one_start_per_group_and_round(tmp_path: Path,
     from crossbench.analysis.paired import StatsOptions
     from crossbench.runner.matrix_run import run_matrix
 
-    m = _write(tmp_path, _doc(_standin(tmp_path), trials_per_start=trials_per_start))
+    m = _write(tmp_path, _doc(vllm_standin_matrix, trials_per_start=trials_per_start))
     out = tmp_path / "run"
     summary = run_matrix(m, out)
     assert summary["totals"] == {"done": 8, "failed": 0, "missing": 0}
@@ -228,12 +216,12 @@ def test_llama_server_serves_two_workloads_per_start(llama_server: Path,
 @pytest.mark.parametrize(("share", "block", "starts"), [(True, 1, 4), (True, 2, 2),
                                                          (False, 1, 8), (False, 2, 4)])
 def test_validate_counts_the_server_starts(tmp_path: Path, share: bool, block: int,
-                                           starts: int) -> None:
+                                           starts: int, vllm_standin_matrix: Make) -> None:
     from click.testing import CliRunner
 
     from crossbench.cli.main import cli
 
-    m = _write(tmp_path, _doc(tmp_path / "vllm", share_servers=share,
+    m = _write(tmp_path, _doc(vllm_standin_matrix, share_servers=share,
                               trials_per_start=block))
     r = CliRunner().invoke(cli, ["validate", str(m), "--json"], catch_exceptions=False)
     assert r.exit_code == 0, r.output
