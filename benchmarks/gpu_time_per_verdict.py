@@ -241,13 +241,13 @@ def prediction_checks(run: Path, engine: str, result: dict[str, Any]) -> dict[st
 def planned(engine: str, run: Path, recorded: list[Path], opts: StatsOptions) -> dict[str, Any]:
     """A crossbench run's measured GPU seconds and verdicts against the naive design of its
     matrix as planned from ``recorded`` runs' timings (module docstring)."""
-    from crossbench.runner.matrix import expand, parse_matrix
+    from crossbench.runner.matrix import expand, load_matrix
     from crossbench.runner.plan import PlanOptions, make_plan, read_recorded
     from crossbench.store.rundir import MATRIX_FILE
 
     ours = gpu_seconds(run, engine)
     matrix_file = run / MATRIX_FILE
-    m = parse_matrix(matrix_file.read_text(), matrix_file)
+    m = load_matrix(matrix_file)
     cells = [c for c in expand(m, matrix_file) if c.coords["engine"] == engine]
     plan = make_plan(m, cells, read_recorded(recorded),
                      PlanOptions(block=m.block, share=m.share_servers))

@@ -36,6 +36,7 @@ import copy
 import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
+from itertools import islice
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -253,7 +254,8 @@ class _Live:
     round: int
     server: EngineServer
     started_by: tuple[str, int]
-    scrub_log: Callable[[], None]
+    starter: RunSession
+    """The session of the cell that started it: its server.log holds the server's output."""
     firsts: dict[str, int] = field(default_factory=dict)
     served: int = 0
 
@@ -292,7 +294,7 @@ class TrialRunner:
             self.sessions[cid] = RunSession(self._config(cid), d, progress=self.progress,
                                             resume=rundir.is_run(d),
                                             placement=self.placement,
-                                            shared=self.groups is not None)
+                                            share_servers=self.groups is not None)
         return self.sessions[cid]
 
     def run(self, cid: str, t: int, on_start: Callable[[], None] = lambda: None,
@@ -322,14 +324,13 @@ class TrialRunner:
             live = None
         if live is None:
             session = self.sessions[cid]
-            live = self.live = _Live(group, rnd, session.new_server(), (cid, t),
-                                     session.scrub_log)
+            live = self.live = _Live(group, rnd, session.new_server(), (cid, t), session)
         first = live.firsts.setdefault(cid, t)
         keep = after is not None and after[0] in self.groups and \
             (self.groups[after[0]], after[1] // block) == (group, rnd)
         start = SharedStart(live.server, first, live.served, keep,
                             None if live.started_by[0] == cid else live.started_by,
-                            live.scrub_log)
+                            live.starter.scrub_log)
         live.served += 1
         return start
 
@@ -337,7 +338,7 @@ class TrialRunner:
         """Stop the shared start still alive, if any (its log scrubbed)."""
         if self.live is not None:
             self.live.server.stop()
-            self.live.scrub_log()
+            self.live.starter.scrub_log()
             self.live = None
 
     def finish(self, ids: Iterable[str]) -> dict[str, dict[str, Any]]:
@@ -421,7 +422,7 @@ class LocalExecutor:
                 job.on_tick(Tick(i, len(todo), job.done_before, cid, t, m.trials, failures,
                                  eta, last))
 
-            after = next((x for x in todo[i + 1:]
+            after = next((x for x in islice(todo, i + 1, None)  # no copy per trial
                           if stops is None or not stops.skip(x[0])), None)
             line, entry = runner.run(cid, t, on_start=start, after=after)
             if entry["status"] != "ok":

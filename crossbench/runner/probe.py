@@ -264,13 +264,13 @@ def _gate(rec: dict[str, Any], misses: list[dict[str, Any]]) -> dict[str, Any]:
                           f"({m['measured']['verdict']}), where {m['predicted']['verdict']} "
                           f"was predicted: the cost model is rejected for this sweep, so its "
                           "predictions are measured"}
-    miss = max(abs(math.log(m["measured"]["speedup"] / m["predicted"]["speedup"]))
-               for m in misses)
-    widen = math.exp(MODEL_ERROR_MARGIN * miss)
+    def miss(m: dict[str, Any]) -> float:
+        return abs(math.log(m["measured"]["speedup"] / m["predicted"]["speedup"]))
+
+    worst = max(misses, key=miss)
+    widen = math.exp(MODEL_ERROR_MARGIN * miss(worst))
     p = rec["predicted"]
     lo, hi = p["ci95"][0] / widen, None if p["ci95"][1] is None else p["ci95"][1] * widen
-    worst = max(misses, key=lambda m: abs(math.log(m["measured"]["speedup"] /
-                                                   m["predicted"]["speedup"])))
     why = (f"the holdout n={worst['n']} measured {worst['measured']['speedup']:.3f} against "
            f"{worst['predicted']['speedup']:.3f} predicted, outside its interval with the "
            f"right verdict: widened by {MODEL_ERROR_MARGIN:g} x that miss ({widen - 1:.1%}), "

@@ -143,7 +143,8 @@ class RunSession:
 
     def __init__(self, cfg: RunConfig, out: Path, progress: Progress = _quiet,
                  argv: list[str] | None = None, resume: bool = False,
-                 placement: Mapping[str, Any] | None = None, shared: bool = False) -> None:
+                 placement: Mapping[str, Any] | None = None,
+                 share_servers: bool = False) -> None:
         self.cfg, self.out, self.progress = cfg, out, progress
         self.placement = placement  # where a scheduler put the trials (provenance placement)
         self.writer = RunWriter(out)
@@ -151,12 +152,12 @@ class RunSession:
         exists = resume and layout.manifest.exists()
         if not exists:
             check_new_out(out, RUN_KIND)
-        if cfg.block > 1 or shared:  # a server serves several trials: its cache reset needs
+        if cfg.block > 1 or share_servers:  # a server serves several trials: its reset needs
             cfg = cfg.model_copy(update={"engine_config": registry.reuse_settings(
                 cfg.engine, cfg.engine_config, out)})
             self.cfg = cfg
         self._start_trial: int | None = None  # the trial that started the running server
-        server = registry.create(cfg.engine, cfg.engine_config, layout.server_log)
+        server = self.new_server()
         server.validate()  # every input checked before anything starts
         for warning in server.warnings():
             progress(f"warning: {warning}")
