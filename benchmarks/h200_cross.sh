@@ -83,10 +83,9 @@ fi
 [ -n "$vprefix" ] && export PATH=${vprefix%/}/bin:$PATH
 
 wait_setup() {  # until the build and the F16/HF fixtures are done, or the budget nearly spent
-  # (the Q4_K_M target, made last, is waited for only by rounds that use it; ROUND=naive, vLLM
-  # only, waits for the fixtures alone)
+  # (the Q4_K_M target, made last, is waited for only by rounds that use it). vLLM-only rounds
+  # wait for the build too: a vLLM start timed beside nvcc or the checksums would read slow
   local mark="build_exit=0"; [ "${1:-}" = all ] && mark="setup_exit=0"
-  [ "${ROUND:-}" = naive ] && [ "${1:-}" != all ] && mark="fixtures_f16_hf_s="
   until grep -q "$mark" "$LOG/timing.txt" 2>/dev/null || [ "$(left)" -le 60 ]; do sleep 5; done
   grep -q "$mark" "$LOG/timing.txt" 2>/dev/null
 }
