@@ -120,6 +120,37 @@ def test_a_verdict_from_one_trial_says_its_interval_leaves_out_restarts(tmp_path
     assert [x["kind"] for x in pair["warnings"]] == ["single_trial"]
 
 
+def test_a_verdict_from_one_server_start_per_side_says_so(tmp_path):
+    """Three trials on one server start per side (a reused or shared start): the trial draw
+    has one unit, so the interval says nothing about restarts; the verdict stays, marked."""
+    from crossbench.analysis.analyze import START_SPREAD_NOTE
+
+    study(tmp_path / "s", PROMPTS, [Arm("none"), Arm("d", "draft-simple", 2, acceptance=ACC)],
+          flat, trials=3, extra=lambda arm, pid, t, occ: {"server_start": 0})
+    r = analyze(tmp_path / "s", OPTS)
+    (pair,) = r["pairs"]
+    assert (pair["speedup"]["n_trials"], pair["speedup"]["n_server_starts"]) == (3, 1)
+    assert pair["verdict"] == "faster"
+    w = _warning(r, "single_start")
+    assert w["message"] == ("all 3 trials of this pair ran on one server start per side: the "
+                            "interval resamples prompts only, so it leaves out how much a "
+                            f"server start moves a whole cell (up to {START_SPREAD_NOTE})")
+    assert "trials_per_start at most half of trials" in w["action"]
+    assert [x["kind"] for x in pair["warnings"]] == ["single_start"]
+    assert pair["verdict_caveats"] == [
+        "every trial ran on one server start per side (3 trials): the interval leaves out "
+        "start-to-start variation: see warnings"]
+
+
+def test_two_server_starts_per_side_raise_no_single_start_warning(tmp_path):
+    study(tmp_path / "s", PROMPTS, [Arm("none"), Arm("d", "draft-simple", 2, acceptance=ACC)],
+          flat, trials=4, extra=lambda arm, pid, t, occ: {"server_start": 2 * (t // 2)})
+    r = analyze(tmp_path / "s", OPTS)
+    (pair,) = r["pairs"]
+    assert pair["speedup"]["n_server_starts"] == 2
+    assert pair["warnings"] == [] and pair["verdict_caveats"] == []
+
+
 def test_runner_warnings_on_trials_reach_the_verdict_and_compare(tmp_path):
     """A trial the runner warned about (other inference processes running beside it) marks
     the pair's verdict, is a warning of the analysis, and is a difference for compare."""

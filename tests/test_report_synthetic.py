@@ -219,3 +219,20 @@ def test_datapoint_says_how_many_trials_ran_when_a_study_is_partial(tmp_path):
         path.write_text(_json.dumps(man))
     text = datapoint(load_study(root))
     assert "2 of 3 planned trials" in text
+
+
+def test_datapoint_says_when_its_verdicts_rest_on_one_server_start(tmp_path: Path) -> None:
+    """Two trials on one server start per side: the datapoint posted upstream says the
+    intervals leave out start-to-start variation; a study of fresh starts says nothing."""
+    out = tmp_path / "one-start"
+    study(out, PROMPTS, [Arm("none"), Arm("dft", "draft-simple", 2, acceptance=ACC)], rate,
+          trials=2, extra=lambda arm, pid, t, occ: {"server_start": 0})
+    assert invoke("analyze", str(out), "--resamples", "500").exit_code == 0
+    line = ("single start: every trial ran on one server start per side, so the intervals "
+            "leave out start-to-start variation")
+    assert line in datapoint(load_study(out))
+    fresh = tmp_path / "fresh"
+    study(fresh, PROMPTS, [Arm("none"), Arm("dft", "draft-simple", 2, acceptance=ACC)], rate,
+          trials=2)
+    assert invoke("analyze", str(fresh), "--resamples", "500").exit_code == 0
+    assert "single start" not in datapoint(load_study(fresh))

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from types import SimpleNamespace
 
+import pytest
+
 from crossbench.runner.matrix import schedule
 
 
@@ -112,3 +114,37 @@ def test_a_matrix_reuses_servers_in_interleaved_blocks(tmp_path, vllm_standin_ma
     assert sp["design"].startswith("prompts x server starts"), (sp, statuses)
     assert (sp["n_trials"], sp["n_server_starts"]) == (4, 2)
     assert pair["confounds"]["confounded"] is False, pair["confounds"]  # both reused alike
+
+
+@pytest.mark.parametrize(("extra", "want"), [
+    ({"trials": 3, "trials_per_start": 3},
+     "trials_per_start 3 with trials: 3: every cell runs all its trials on one server start, "
+     "so its verdict leaves out start-to-start variation and carries the single_start warning "
+     "(set trials_per_start: 1 for 3 starts per cell)"),
+    ({"trials": 4, "fresh_server": False},
+     "fresh_server: false: every cell runs all its trials on one server start, so its verdict "
+     "leaves out start-to-start variation and carries the single_start warning (set "
+     "fresh_server: true and trials_per_start: 2 for 2 starts per cell)"),
+])
+def test_validate_notes_a_design_of_one_start_per_cell(tmp_path, vllm_standin_matrix, extra,
+                                                      want) -> None:  # type: ignore[no-untyped-def]
+    import yaml
+
+    from crossbench.runner.matrix import expand, load_matrix, validate_cells
+
+    path = tmp_path / "m.yaml"
+    path.write_text(yaml.safe_dump(vllm_standin_matrix("one-start", [1], **extra)))
+    m = load_matrix(path)
+    assert want in validate_cells(m, expand(m, path), path)
+
+
+def test_validate_says_nothing_of_two_starts_per_cell(tmp_path, vllm_standin_matrix) -> None:  # type: ignore[no-untyped-def]
+    import yaml
+
+    from crossbench.runner.matrix import expand, load_matrix, validate_cells
+
+    path = tmp_path / "m.yaml"
+    path.write_text(yaml.safe_dump(vllm_standin_matrix("two-starts", [1], trials=4,
+                                                       trials_per_start=2)))
+    m = load_matrix(path)
+    assert not [n for n in validate_cells(m, expand(m, path), path) if "single_start" in n]

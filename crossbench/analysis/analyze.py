@@ -40,6 +40,13 @@ from crossbench.store import rundir
 MIN_PROMPT_CLUSTERS = 10
 """Fewest prompts (bootstrap clusters) below which an interval is flagged as optimistic."""
 
+START_SPREAD_NOTE = ("113-233 tok/s over six fresh starts of one vLLM 0.26.0 draft_model cell "
+                     "on H200s, its baseline 134-156 tok/s")
+"""How far fresh server starts of one cell were seen apart, quoted by the ``single_start``
+warning (re-derived from the archived naive runs by tests/test_gpu_time_per_verdict.py)."""
+ONE_START = "one server start per side"
+"""The words of the ``single_start`` warning and caveat that the verdict table looks for."""
+
 ANALYSIS_SCHEMA = rundir.ANALYSIS_SCHEMA
 """Newest ``analysis.json`` (its history: ``crossbench.store.rundir.FORMATS["analysis"]``)."""
 ANALYSIS_REDEFINED: Mapping[int, tuple[str, ...]] = rundir.FORMATS["analysis"].redefined
@@ -130,6 +137,10 @@ def analyze_pair(spec: CellData, base: CellData, figs: dict[str, dict[str, Any]]
         f"{side} trial(s) {', '.join(map(str, ts))} ran with runner warnings (other inference "
         "processes, a busy GPU...): see warnings" for side, ts in warned.items() if ts]
     own = _pair_findings(out, spec)
+    if any(f.kind is WarningKind.SINGLE_START for f in own):
+        out["verdict_caveats"].append(
+            f"every trial ran on {ONE_START} ({sp['n_trials']} trials): the interval leaves "
+            "out start-to-start variation: see warnings")
     out["warnings"] = [f.to_dict() for f in checks[spec.id] + checks[base.id] + own]
     return out, own
 
@@ -172,6 +183,16 @@ def _pair_findings(pair: dict[str, Any], spec: CellData) -> list[Finding]:
             "the H200 study)",
             "run 3 or more trials (a matrix's `trials:`, `crossbench run --trials`); for a "
             "speedup within about 10 % of 1, also repeat on a separate occasion", spec.id))
+    if sp.get("n_server_starts") == 1 and sp["verdict"] != "too few samples":
+        found.append(Finding(
+            WarningKind.SINGLE_START,
+            f"all {sp['n_trials']} trials of this pair ran on {ONE_START}: the interval "
+            "resamples prompts only, so it leaves out how much a server start moves "
+            f"a whole cell (up to {START_SPREAD_NOTE})",
+            "give every cell two or more server starts: trials_per_start at most half of "
+            "trials (e.g. trials: 4, trials_per_start: 2), or share_servers over two or more "
+            "rounds; keep one start per cell only for an engine whose fresh starts agree "
+            "(benchmarks/README.md, 'Start-to-start spread')", spec.id))
     conf = pair["confounds"]
     for f in conf.get("findings", []):
         kind = (WarningKind.CONFOUNDED if f["severity"] == "confounding"
@@ -426,9 +447,13 @@ def verdict_table(result: dict[str, Any]) -> str:
         level = result["options"].get("level", 0.95)
         text += (f"\nintervals: {level:.0%} percentile bootstrap over "
                  f"{'; '.join(designs)} (--strata {result['options'].get('strata')})")
-    if any(p.get("verdict_caveats") for p in result["pairs"]):
+    caveats = [c for p in result["pairs"] for c in p.get("verdict_caveats") or []]
+    if any("runner warnings" in c for c in caveats):
         text += ("\n* the runner warned on some of the pair's trials (other inference "
                  "processes, a busy GPU): the verdict stands on trials whose speed may be off")
+    if any(ONE_START in c for c in caveats):
+        text += ("\n* every trial of the pair ran on one server start per side: the interval "
+                 "leaves out start-to-start variation (single_start)")
     n_warn = len(result["stability"])
     if n_warn:
         kinds = sorted({w["kind"] for w in result["stability"]})

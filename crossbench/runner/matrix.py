@@ -609,6 +609,14 @@ def validate_cells(m: Matrix, cells: list[Cell], source: Path | None = None) -> 
             raise UserError(f"{where}trials: {m.trials} is fewer than sequential.min_trials "
                             f"({m.sequential.min_trials})",
                             "raise trials (the most a cell runs) or lower min_trials")
+    if m.trials > 1 and m.block >= m.trials:
+        setting = (f"trials_per_start {m.trials_per_start} with trials: {m.trials}"
+                   if m.fresh_server else "fresh_server: false")
+        k = max(1, m.trials // 2)
+        fix = ("" if m.fresh_server else "fresh_server: true and ") + f"trials_per_start: {k}"
+        notes.append(f"{setting}: every cell runs all its trials on one server start, so its "
+                     "verdict leaves out start-to-start variation and carries the single_start "
+                     f"warning (set {fix} for {-(-m.trials // k)} starts per cell)")
     if m.share_servers:
         if m.schedule.order != "interleaved":
             raise UserError(f"{where}share_servers: cells share a start within a round of the "
