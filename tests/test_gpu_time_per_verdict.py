@@ -53,7 +53,8 @@ def _unpack(tmp_path: Path) -> Path:
     """Both archived H200 sessions and round 1, unpacked as the published files were made."""
     for name, where in (("h200-runs.tgz", tmp_path),
                         ("h200-runs-shared.tgz", tmp_path / "shared"),
-                        ("h200-runs-gate.tgz", tmp_path / "gate")):
+                        ("h200-runs-gate.tgz", tmp_path / "gate"),
+                        ("h200-runs-naive.tgz", tmp_path / "naive")):
         with tarfile.open(RESULTS / "gpu-time-per-verdict" / name) as t:
             t.extractall(where, filter="data")
     round1 = ROOT / "examples" / "h200-cross" / "round1" / "h200-cross-round1.zip"
@@ -81,16 +82,20 @@ def test_the_published_figures_are_rederived_from_the_archived_runs(
                        "--study", "llama-first-run=llama", str(first / "llama-naive"),
                        str(first / "llama-crossbench"),
                        "--study", "vllm", "round1/h200-cross-round1/data",
-                       str(first / "vllm-crossbench"), "--out", str(out)]) == 0
+                       str(first / "vllm-crossbench"),
+                       "--study", "vllm-shared=vllm", "naive/h200-cross-roundnaive/vllm-naive",
+                       str(second / "vllm-shared"), "--out", str(out)]) == 0
     got = json.loads(out.read_text())["studies"]
     published = json.loads((RESULTS / "gpu-time-per-verdict.json").read_text())["studies"]
     assert set(got) == set(published) == {"llama", "llama-second-run", "llama-first-run",
-                                           "vllm"}
+                                           "vllm", "vllm-shared"}
     for name in got:
         for key in ("naive_gpu_s", "crossbench_gpu_s", "ratio", "verdicts_total",
-                    "verdicts_same", "verdicts_flipped", "verdicts_bolder"):
+                    "verdicts_same", "verdicts_flipped", "verdicts_bolder",
+                    "verdicts_one_start", "meets_target", "start_spread"):
             assert got[name][key] == published[name][key], (name, key)
         assert got[name]["verdicts_flipped"] == 0
+        assert got[name]["meets_target"] is False  # the bar is met by no study yet
     # the GPU seconds are the sum of the trials' named phases, and the trial counts add up
     assert got["llama"]["naive"]["trials"] == 39 and got["llama"]["naive"]["starts"] == 39
     assert got["llama-first-run"]["crossbench"]["starts"] == 11
@@ -118,6 +123,45 @@ def test_the_published_figures_are_rederived_from_the_archived_runs(
     for c in predicted:
         lo, hi = c["crossbench"]["ci95"]
         assert lo <= c["naive"]["speedup"] <= hi and c["relation"] == "same", c
+    # vLLM on shared starts against its measured naive run (c1 and c8, 12 fresh starts): under
+    # 0.3 of the GPU time, but the c1 verdict, from one start per side, is bolder than the
+    # naive design's three starts allow
+    shared = got["vllm-shared"]
+    assert (shared["naive"]["starts"], shared["naive"]["trials"]) == (12, 12)
+    assert (shared["crossbench"]["starts"], shared["crossbench"]["trials"]) == (2, 18)
+    assert shared["ratio"] == pytest.approx(0.281)
+    assert shared["crossbench_only"] == ["vllm/t8b-hf/synth-a0.9/n4/builtin-mixed/c4"]
+    relation = {c["cell"].rsplit("/", 1)[-1]: c["relation"] for c in shared["cells"]}
+    assert relation == {"c1": "bolder", "c8": "same"} and shared["verdicts_one_start"] == 2
+    c1 = next(c for c in shared["cells"] if c["cell"].endswith("c1"))
+    assert c1["crossbench"]["ci95"][0] > c1["naive"]["ci95"][1]  # the intervals do not meet
+    assert shared["reuse_bias"]["pooled"]["ci95"][0] > 1  # the shared starts ran faster
+
+
+def test_the_start_spread_the_single_start_warning_quotes(tmp_path: Path) -> None:
+    """The single_start warning quotes how far fresh vLLM starts of one cell lay apart: the
+    naive runs' six fresh starts of draft_model alpha 0.9 n = 4 at c = 1 (round 1 and the
+    shared run's naive counterpart), against its baseline's."""
+    from crossbench.analysis.analyze import START_SPREAD_NOTE
+
+    spread = json.loads((RESULTS / "gpu-time-per-verdict.json").read_text())["studies"]
+    rows = [spread[s]["start_spread"] for s in ("vllm", "vllm-shared")]
+
+    def span(cell: str) -> tuple[int, int, int]:
+        got = [r[cell] for r in rows]
+        return (round(min(g["min_tok_s"] for g in got)), round(max(g["max_tok_s"] for g in got)),
+                sum(g["starts"] for g in got))
+
+    lo, hi, starts = span("vllm/t8b-hf/synth-a0.9/n4/builtin-mixed/c1")
+    blo, bhi, _ = span("vllm/t8b-hf/none/builtin-mixed/c1")
+    assert starts == 6
+    want = (f"{lo}-{hi} tok/s over six fresh starts of one vLLM 0.26.0 draft_model cell on "
+            f"H200s, its baseline {blo}-{bhi} tok/s")
+    assert want == START_SPREAD_NOTE
+    # llama.cpp's fresh starts lie far closer together than vLLM's draft_model ones
+    llama = spread["llama"]["start_spread"]
+    assert max(r["cv"] for r in llama.values()) < 0.08
+    assert min(r[c]["cv"] for r in rows for c in r if "synth" in c) > 0.12
 
 
 def test_the_planned_comparison_of_the_shared_vllm_run(
