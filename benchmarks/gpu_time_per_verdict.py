@@ -23,7 +23,10 @@ it; nothing else changes). For each engine this reads both run directories and r
   bolder (the issue's "the same or more conservative").
 - The naive run may cover a subset of the crossbench run's cells (a naive design too costly
   to run whole): verdicts are compared on the cells both ran (``crossbench_only`` lists the
-  rest), while the crossbench run's GPU time is counted in full, its extra cells too.
+  rest), while the crossbench run's GPU time is counted in full, its extra cells too. A
+  naive study too costly for one session may be several runs that cover different cells
+  (each cell's baseline and speculative trials in one run, so each pair stays on one
+  machine): their GPU seconds add up, and ``naive_run`` lists them.
 - ``prediction_checks``: probe-and-predict's measured follow-ups and holdouts against their
   predictions (inside the predicted interval, same verdict).
 - ``reuse_bias``: for the cells both designs measured, the ratio of the crossbench design's
@@ -47,7 +50,7 @@ Commands::
     python benchmarks/gpu_time_per_verdict.py variant matrices/h200-verdict.yaml OUT.yaml \\
         --trials-per-start 3 --probes 3 --holdout 1
     python benchmarks/gpu_time_per_verdict.py compute \\
-        --study [NAME=]ENGINE_ID NAIVE_RUN CROSSBENCH_RUN [--study ...] \\
+        --study [NAME=]ENGINE_ID NAIVE_RUN[,NAIVE_RUN...] CROSSBENCH_RUN [--study ...] \\
         [--min-samples 10] [--band 0.05] [--out benchmarks/results/gpu-time-per-verdict.json]
     python benchmarks/gpu_time_per_verdict.py planned ENGINE_ID RUN --from RECORDED ... \\
         [--out benchmarks/results/gpu-time-per-verdict-planned.json]
@@ -172,11 +175,26 @@ def trial_rates(run: Path, engine: str) -> dict[str, list[float]]:
     return out
 
 
-def start_spread(naive: Path, engine: str) -> dict[str, dict[str, Any]]:
-    """How far the fresh server starts of each cell of the naive run lie apart: their trial
-    decode rates' range and coefficient of variation, by cell id (module docstring)."""
+def merged(parts: list[dict[str, Any]], runs: list[Path], what: str) -> dict[str, Any]:
+    """The union of per-cell dicts of several naive runs, which must not share a cell."""
+    out: dict[str, Any] = {}
+    seen: dict[str, Path] = {}
+    for part, run in zip(parts, runs, strict=True):
+        for cid, value in part.items():
+            if cid in seen:
+                raise SystemExit(f"{what}: cell {cid} is in both {seen[cid]} and {run}; the "
+                                 "naive runs of one study must cover different cells")
+            seen[cid] = run
+            out[cid] = value
+    return out
+
+
+def start_spread(fresh: dict[str, list[float]]) -> dict[str, dict[str, Any]]:
+    """How far the fresh server starts of each naive cell lie apart (``fresh``: each cell's
+    trial decode rates, a fresh start each): their range and coefficient of variation, by
+    cell id (module docstring)."""
     out = {}
-    for cid, rates in sorted(trial_rates(naive, engine).items()):
+    for cid, rates in sorted(fresh.items()):
         if len(rates) >= 2:
             out[cid] = {"starts": len(rates), "min_tok_s": round(min(rates), 1),
                         "max_tok_s": round(max(rates), 1),
@@ -184,9 +202,10 @@ def start_spread(naive: Path, engine: str) -> dict[str, dict[str, Any]]:
     return out
 
 
-def reuse_bias(naive: Path, ours: Path, engine: str, seed: int = 0) -> dict[str, Any]:
-    """Reused / fresh trial decode rates of the cells both runs measured (module docstring)."""
-    a, b = trial_rates(naive, engine), trial_rates(ours, engine)
+def reuse_bias(a: dict[str, list[float]], b: dict[str, list[float]],
+               seed: int = 0) -> dict[str, Any]:
+    """Reused (``b``, the crossbench run's) / fresh (``a``, the naive runs') trial decode rates
+    by cell id, of the cells both measured (module docstring)."""
     g = np.random.default_rng(seed)
     cells, logs_a, logs_b = [], [], []
     for cid in sorted(set(a) & set(b)):
@@ -225,12 +244,17 @@ def run_id(run: Path) -> dict[str, Any]:
             "matrix_sha256": state.get("matrix_sha256")}
 
 
-def study(engine: str, naive: Path, ours: Path, opts: StatsOptions,
+def study(engine: str, naive: list[Path], ours: Path, opts: StatsOptions,
           band: float) -> dict[str, Any]:
-    """One engine's comparison (module docstring): ``engine`` is its id in both matrices."""
-    ta, tb = gpu_seconds(naive, engine), gpu_seconds(ours, engine)
+    """One engine's comparison (module docstring): ``engine`` is its id in every matrix;
+    ``naive``: one naive run, or several that cover different cells."""
+    times = [gpu_seconds(r, engine) for r in naive]
+    ta = {k: sum(t[k] for t in times) for k in times[0]}
+    tb = gpu_seconds(ours, engine)
     analysed = analyze(ours, opts)  # once: verdicts and prediction checks read it
-    va, vb = verdicts(naive, engine, analyze(naive, opts)), verdicts(ours, engine, analysed)
+    va = merged([verdicts(r, engine, analyze(r, opts)) for r in naive], naive, engine)
+    vb = verdicts(ours, engine, analysed)
+    fresh = merged([trial_rates(r, engine) for r in naive], naive, engine)
     if not set(va) <= set(vb):
         raise SystemExit(f"{engine}: the naive run has speculative cells the crossbench run "
                          f"lacks: {sorted(set(va) - set(vb))}")
@@ -239,7 +263,9 @@ def study(engine: str, naive: Path, ours: Path, opts: StatsOptions,
     count = {k: sum(1 for r in rows if r["relation"] == k)
              for k in ("same", "flipped", "conservative", "lost", "bolder")}
     ratio = round(tb["gpu_s"] / ta["gpu_s"], 3)
-    return {"engine": engine, "naive_run": run_id(naive), "crossbench_run": run_id(ours),
+    ids = [run_id(r) for r in naive]
+    return {"engine": engine, "naive_run": ids[0] if len(ids) == 1 else ids,
+            "crossbench_run": run_id(ours),
             "naive_gpu_s": round(ta["gpu_s"], 1), "crossbench_gpu_s": round(tb["gpu_s"], 1),
             "ratio": ratio, "naive": ta, "crossbench": tb,
             "meets_target": ratio <= TARGET_RATIO and not any(
@@ -251,8 +277,8 @@ def study(engine: str, naive: Path, ours: Path, opts: StatsOptions,
             "verdicts_one_start": sum(1 for r in rows if r["crossbench"].get("one_start")),
             "cells": rows,
             "crossbench_only": sorted(set(vb) - set(va)),
-            "reuse_bias": reuse_bias(naive, ours, engine),
-            "start_spread": start_spread(naive, engine),
+            "reuse_bias": reuse_bias(fresh, trial_rates(ours, engine)),
+            "start_spread": start_spread(fresh),
             "prediction_checks": prediction_checks(ours, engine, analysed)}
 
 
@@ -311,9 +337,10 @@ def main(argv: list[str] | None = None) -> int:
     v.add_argument("--holdout", type=int, default=1)
     c = sub.add_parser("compute", help="compare recorded runs")
     c.add_argument("--study", nargs=3, action="append", required=True,
-                   metavar=("[NAME=]ENGINE_ID", "NAIVE_RUN", "CROSSBENCH_RUN"),
-                   help="an engine id of both matrices (named NAME in the output) and the two "
-                   "run directories")
+                   metavar=("[NAME=]ENGINE_ID", "NAIVE_RUN[,NAIVE_RUN...]", "CROSSBENCH_RUN"),
+                   help="an engine id of the matrices (named NAME in the output), the naive "
+                   "run directory (or several, comma-separated, that cover different cells) "
+                   "and the crossbench one")
     c.add_argument("--min-samples", type=int, default=10,
                    help="pairs a verdict needs (the analysis's --min-samples)")
     c.add_argument("--band", type=float, default=0.05,
@@ -345,7 +372,8 @@ def main(argv: list[str] | None = None) -> int:
     studies = {}
     for spec, a, b in args.study:
         name, _, engine = spec.rpartition("=")
-        studies[name or engine] = study(engine, Path(a), Path(b), opts, args.band)
+        studies[name or engine] = study(engine, [Path(r) for r in a.split(",")], Path(b),
+                                        opts, args.band)
     doc = {"benchmark": "gpu-time-per-verdict",
            "target": f"ratio <= {TARGET_RATIO}, no verdict flipped, lost or bolder",
            "options": {"min_samples": args.min_samples, "band": args.band,

@@ -202,3 +202,47 @@ def test_the_planners_best_case_for_the_llama_study_stays_above_the_bar(tmp_path
             if len(ln.split()) == 7 and ln.split()[1] == "total"}
     assert {d: rows[d][3] for d in rows} == {
         "naive": "1.00", "reuse": "0.66", "sequential": "0.67", "probe-and-predict": "0.56"}
+
+
+def _split(run: Path, dst: Path, keep: str) -> Path:
+    """A copy of the matrix run ``run`` that holds only the cells whose id ends in ``keep``
+    (their state, journal lines and records), as a naive run of those cells would."""
+    import shutil
+
+    shutil.copytree(run, dst)
+    state = json.loads((dst / "state.json").read_text())
+    state["cells"] = [c for c in state["cells"] if c["id"].endswith(keep)]
+    state["order"] = [o for o in state["order"] if o[0].endswith(keep)]
+    (dst / "state.json").write_text(json.dumps(state))
+    lines = (dst / "journal.jsonl").read_text().splitlines()
+    (dst / "journal.jsonl").write_text("".join(
+        ln + "\n" for ln in lines if json.loads(ln).get("cell", keep).endswith(keep)))
+    for c in (dst / "cells").iterdir():
+        if not c.name.endswith(keep.replace("/", "__")):
+            shutil.rmtree(c)
+    return dst
+
+
+def test_a_naive_study_split_over_runs_gives_the_same_figures(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A naive study too costly for one session runs as several runs of different cells: the
+    recorded naive run split in two by concurrency gives the figures of the whole, and two
+    naive runs that share a cell are refused."""
+    bench = _bench()
+    root = _unpack(tmp_path)
+    monkeypatch.chdir(root)
+    whole = Path("naive/h200-cross-roundnaive/vllm-naive")
+    parts = [_split(whole, tmp_path / f"part-{k}", k) for k in ("c1", "c8")]
+    out = tmp_path / "split.json"
+    assert bench.main(["compute", "--study", "vllm", ",".join(map(str, parts)),
+                       "shared/h200-cross-roundshared/vllm-shared", "--out", str(out)]) == 0
+    got = json.loads(out.read_text())["studies"]["vllm"]
+    published = json.loads((RESULTS / "gpu-time-per-verdict.json").read_text())["studies"]
+    want = published["vllm-shared"]
+    for key in ("naive_gpu_s", "crossbench_gpu_s", "ratio", "cells", "start_spread",
+                "reuse_bias", "crossbench_only"):
+        assert got[key] == want[key], key
+    assert got["naive"]["starts"] == 12 and len(got["naive_run"]) == 2
+    with pytest.raises(SystemExit, match="is in both"):
+        bench.main(["compute", "--study", "vllm", f"{parts[0]},{whole}",
+                    "shared/h200-cross-roundshared/vllm-shared", "--out", str(out)])
