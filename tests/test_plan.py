@@ -423,3 +423,19 @@ def test_shared_servers_pay_one_start_per_group(tmp_path: Path) -> None:
     assert row(apart, "reuse")["server_starts"] == 18
     assert row(apart, "reuse")["gpu_s"] == pytest.approx(18 * 5 + 54 * 5)
     assert not any("server group" in a for a in apart["assumptions"])
+
+
+def test_a_reuse_design_of_one_start_per_cell_says_its_verdicts_are_marked(
+        tmp_path: Path) -> None:
+    """The default reuse block is all of a cell's trials: one start per cell, whose verdicts
+    the analysis marks single_start; the note names the block that gives several starts,
+    and a block that gives several raises no such note."""
+    run = write_run(tmp_path, [PHASES] * 3)
+    m = str(write_matrix(tmp_path, {**MATRIX, "trials": 4}))
+    plan = plan_json(m, "--from", str(run))
+    assert ("reuse keeps one server start per cell (4 of 4 trials per start): its verdicts "
+            "carry the analysis's single_start warning, since an interval over one start "
+            "leaves out start-to-start variation; --block 2 costs a design of 2 starts per "
+            "cell") in plan["notes"]
+    assert not [n for n in plan_json(m, "--from", str(run), "--block", "2")["notes"]
+                if "single_start" in n]

@@ -517,6 +517,12 @@ def make_plan(m: Matrix, cells: list[Cell], rec: Recorded | None,
                      "trials already, so naive over-counts what it will run")
     if rec is not None:
         notes += _recorded_notes(m, cells, rec)
+    if trials > 1 and n_blocks == 1:
+        notes.append(f"reuse keeps one server start per cell ({block} of {trials} trials per "
+                     "start): its verdicts carry the analysis's single_start warning, since "
+                     "an interval over one start leaves out start-to-start variation; "
+                     f"--block {max(1, trials // 2)} costs a design of "
+                     f"{math.ceil(trials / max(1, trials // 2))} starts per cell")
     return Plan(m.study.name, len(cells), trials, rows, timings, assumptions, notes)
 
 
