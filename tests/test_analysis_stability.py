@@ -134,7 +134,7 @@ def test_a_verdict_from_one_server_start_per_side_says_so(tmp_path):
     w = _warning(r, "single_start")
     assert w["message"] == ("all 3 trials of this pair ran on one server start per side: the "
                             "interval resamples prompts only, so it leaves out how much a "
-                            f"server start moves a whole cell (up to {START_SPREAD_NOTE})")
+                            f"server start moves a whole cell (seen: {START_SPREAD_NOTE})")
     assert "trials_per_start at most half of trials" in w["action"]
     assert [x["kind"] for x in pair["warnings"]] == ["single_start"]
     assert pair["verdict_caveats"] == [

@@ -46,6 +46,8 @@ START_SPREAD_NOTE = ("113-233 tok/s over six fresh starts of one vLLM 0.26.0 dra
 warning (re-derived from the archived naive runs by tests/test_gpu_time_per_verdict.py)."""
 ONE_START = "one server start per side"
 """The words of the ``single_start`` warning and caveat that the verdict table looks for."""
+RUNNER_WARNED = "ran with runner warnings"
+"""The words of a verdict caveat for trials the runner warned about."""
 
 ANALYSIS_SCHEMA = rundir.ANALYSIS_SCHEMA
 """Newest ``analysis.json`` (its history: ``crossbench.store.rundir.FORMATS["analysis"]``)."""
@@ -134,7 +136,7 @@ def analyze_pair(spec: CellData, base: CellData, figs: dict[str, dict[str, Any]]
     warned = {side: sorted(stability.trial_warnings(cell)) for side, cell in
               (("spec", spec), ("baseline", base))}
     out["verdict_caveats"] = [
-        f"{side} trial(s) {', '.join(map(str, ts))} ran with runner warnings (other inference "
+        f"{side} trial(s) {', '.join(map(str, ts))} {RUNNER_WARNED} (other inference "
         "processes, a busy GPU...): see warnings" for side, ts in warned.items() if ts]
     own = _pair_findings(out, spec)
     if any(f.kind is WarningKind.SINGLE_START for f in own):
@@ -188,7 +190,7 @@ def _pair_findings(pair: dict[str, Any], spec: CellData) -> list[Finding]:
             WarningKind.SINGLE_START,
             f"all {sp['n_trials']} trials of this pair ran on {ONE_START}: the interval "
             "resamples prompts only, so it leaves out how much a server start moves "
-            f"a whole cell (up to {START_SPREAD_NOTE})",
+            f"a whole cell (seen: {START_SPREAD_NOTE})",
             "give every cell two or more server starts: trials_per_start at most half of "
             "trials (e.g. trials: 4, trials_per_start: 2), or share_servers over two or more "
             "rounds; keep one start per cell only for an engine whose fresh starts agree "
@@ -448,7 +450,7 @@ def verdict_table(result: dict[str, Any]) -> str:
         text += (f"\nintervals: {level:.0%} percentile bootstrap over "
                  f"{'; '.join(designs)} (--strata {result['options'].get('strata')})")
     caveats = [c for p in result["pairs"] for c in p.get("verdict_caveats") or []]
-    if any("runner warnings" in c for c in caveats):
+    if any(RUNNER_WARNED in c for c in caveats):
         text += ("\n* the runner warned on some of the pair's trials (other inference "
                  "processes, a busy GPU): the verdict stands on trials whose speed may be off")
     if any(ONE_START in c for c in caveats):

@@ -46,3 +46,9 @@ def server_block(trials: int, fresh_server: bool, trials_per_start: int) -> int:
     """Trials per server start in effect: ``fresh_server: false`` is all of them, else
     ``trials_per_start`` (at most ``trials``)."""
     return trials if not fresh_server else min(trials_per_start, trials)
+
+
+def several_starts_block(trials: int) -> int:
+    """The largest ``trials_per_start`` that still gives a cell of ``trials`` trials two or
+    more server starts (1 for fewer than 4 trials): what a one-start design is told to use."""
+    return max(1, trials // 2)

@@ -35,7 +35,7 @@ from crossbench.errors import UserError, first_validation_error
 from crossbench.load.settings import LoadSettings
 from crossbench.models import HFModelRef
 from crossbench.runner.axes import parse_int_axis
-from crossbench.runner.config import server_block
+from crossbench.runner.config import server_block, several_starts_block
 from crossbench.textfile import MIB, decode_text, read_bytes
 
 MATRIX_SCHEMA = 1
@@ -612,7 +612,7 @@ def validate_cells(m: Matrix, cells: list[Cell], source: Path | None = None) -> 
     if m.trials > 1 and m.block >= m.trials:
         setting = (f"trials_per_start {m.trials_per_start} with trials: {m.trials}"
                    if m.fresh_server else "fresh_server: false")
-        k = max(1, m.trials // 2)
+        k = several_starts_block(m.trials)
         fix = ("" if m.fresh_server else "fresh_server: true and ") + f"trials_per_start: {k}"
         notes.append(f"{setting}: every cell runs all its trials on one server start, so its "
                      "verdict leaves out start-to-start variation and carries the single_start "

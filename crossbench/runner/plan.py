@@ -55,6 +55,7 @@ from typing import Any, Literal
 
 from crossbench.engines import registry
 from crossbench.errors import UserError
+from crossbench.runner.config import several_starts_block
 from crossbench.runner.matrix import (
     Cell,
     Matrix,
@@ -518,11 +519,11 @@ def make_plan(m: Matrix, cells: list[Cell], rec: Recorded | None,
     if rec is not None:
         notes += _recorded_notes(m, cells, rec)
     if trials > 1 and n_blocks == 1:
+        k = several_starts_block(trials)
         notes.append(f"reuse keeps one server start per cell ({block} of {trials} trials per "
                      "start): its verdicts carry the analysis's single_start warning, since "
                      "an interval over one start leaves out start-to-start variation; "
-                     f"--block {max(1, trials // 2)} costs a design of "
-                     f"{math.ceil(trials / max(1, trials // 2))} starts per cell")
+                     f"--block {k} costs a design of {math.ceil(trials / k)} starts per cell")
     return Plan(m.study.name, len(cells), trials, rows, timings, assumptions, notes)
 
 
