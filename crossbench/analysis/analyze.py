@@ -45,7 +45,7 @@ START_SPREAD_NOTE = ("113-233 tok/s over six fresh starts of one vLLM 0.26.0 dra
 """How far fresh server starts of one cell were seen apart, quoted by the ``single_start``
 warning (re-derived from the archived naive runs by tests/test_gpu_time_per_verdict.py)."""
 ONE_START = "one server start per side"
-"""The words of the ``single_start`` warning and caveat that the verdict table looks for."""
+"""The words the ``single_start`` warning and its verdict caveat share."""
 RUNNER_WARNED = "ran with runner warnings"
 """The words of a verdict caveat for trials the runner warned about."""
 
@@ -453,7 +453,8 @@ def verdict_table(result: dict[str, Any]) -> str:
     if any(RUNNER_WARNED in c for c in caveats):
         text += ("\n* the runner warned on some of the pair's trials (other inference "
                  "processes, a busy GPU): the verdict stands on trials whose speed may be off")
-    if any(ONE_START in c for c in caveats):
+    if any(w["kind"] == WarningKind.SINGLE_START for p in result["pairs"]
+           for w in p.get("warnings") or []):
         text += ("\n* every trial of the pair ran on one server start per side: the interval "
                  "leaves out start-to-start variation (single_start)")
     n_warn = len(result["stability"])

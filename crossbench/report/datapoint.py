@@ -12,7 +12,7 @@ from __future__ import annotations
 import fnmatch
 from typing import Any
 
-from crossbench.analysis.analyze import ONE_START
+from crossbench.analysis.stability import WarningKind
 from crossbench.errors import UserError
 from crossbench.report import commands
 from crossbench.report.card import engine_line, gpu_line, model_facts, model_line
@@ -141,9 +141,9 @@ def caveats(pairs: list[dict[str, Any]]) -> list[str]:
                             "speed shows what that acceptance would give")
                 continue
             seen.append(f"{f.get('severity')}: {f.get('message')}")
-        if any(ONE_START in c for c in p.get("verdict_caveats") or []):
-            seen.append(f"single start: every trial ran on {ONE_START}, so the intervals leave "
-                        "out start-to-start variation")
+        if any(w.get("kind") == WarningKind.SINGLE_START for w in p.get("warnings") or []):
+            seen.append("single start: every trial ran on one server start per side, so the "
+                        "intervals leave out start-to-start variation")
     out: list[str] = []
     for s in seen:
         if s not in out:
