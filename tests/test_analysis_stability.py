@@ -3,6 +3,10 @@ raises none."""
 
 from __future__ import annotations
 
+import math
+
+import pytest
+
 from crossbench.analysis.analyze import analyze
 from crossbench.analysis.paired import StatsOptions
 from crossbench.importers.synthetic import Arm, study
@@ -149,6 +153,50 @@ def test_two_server_starts_per_side_raise_no_single_start_warning(tmp_path):
     (pair,) = r["pairs"]
     assert pair["speedup"]["n_server_starts"] == 2
     assert pair["warnings"] == [] and pair["verdict_caveats"] == []
+
+
+def test_two_server_starts_that_disagree_mark_a_decisive_verdict(tmp_path):
+    """Two starts per side; the speculative side ran 30 % faster on its first start and 10 %
+    on its second. The bootstrap over the two starts says faster; the t-interval over the
+    starts' means (1 df) holds 1, so the verdict is marked (starts_disagree), in the pair,
+    its caveats and the verdict table."""
+    from crossbench.analysis.analyze import verdict_table
+
+    def rate(arm, pid, trial, occ):
+        return 100.0 if arm.method == "none" else (130.0 if trial < 2 else 110.0)
+
+    study(tmp_path / "s", PROMPTS, [Arm("none"), Arm("d", "draft-simple", 2, acceptance=ACC)],
+          rate, trials=4, extra=lambda arm, pid, t, occ: {"server_start": 2 * (t // 2)})
+    r = analyze(tmp_path / "s", OPTS)
+    (pair,) = r["pairs"]
+    sp = pair["speedup"]
+    assert sp["n_server_starts"] == 2 and pair["verdict"] == "faster"
+    lo, hi = sp["start_ci95"]
+    half = 12.7062 * abs(math.log(1.3) - math.log(1.1)) / math.sqrt(2) / math.sqrt(2)
+    mid = (math.log(1.3) + math.log(1.1)) / 2
+    assert (lo, hi) == pytest.approx((math.exp(mid - half), math.exp(mid + half)), rel=1e-3)
+    w = _warning(r, "starts_disagree")
+    assert "2 server starts per side" in w["message"] and "1 df" in w["message"]
+    assert "more server starts per cell" in w["action"]
+    assert [x["kind"] for x in pair["warnings"]] == ["starts_disagree"]
+    (caveat,) = pair["verdict_caveats"]
+    assert caveat.startswith("the server starts disagree") and f"[{lo:.3f}, {hi:.3f}]" in caveat
+    table = verdict_table(r)
+    assert "faster*" in table and "(starts_disagree)" in table
+
+
+def test_trials_on_fresh_starts_that_agree_raise_no_starts_warning(tmp_path):
+    """Three trials, a fresh start each, within 1 % of each other: the t-interval over them
+    excludes 1 as the bootstrap does, and nothing is said."""
+    def rate(arm, pid, trial, occ):
+        return 100.0 if arm.method == "none" else 110.0 + trial
+
+    study(tmp_path / "s", PROMPTS, [Arm("none"), Arm("d", "draft-simple", 2, acceptance=ACC)],
+          rate, trials=3)
+    r = analyze(tmp_path / "s", OPTS)
+    (pair,) = r["pairs"]
+    assert pair["verdict"] == "faster" and pair["speedup"]["start_ci95"][0] > 1
+    assert "starts_disagree" not in _kinds(r)
 
 
 def test_runner_warnings_on_trials_reach_the_verdict_and_compare(tmp_path):

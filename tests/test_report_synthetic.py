@@ -236,3 +236,18 @@ def test_datapoint_says_when_its_verdicts_rest_on_one_server_start(tmp_path: Pat
           trials=2)
     assert invoke("analyze", str(fresh), "--resamples", "500").exit_code == 0
     assert "single start" not in datapoint(load_study(fresh))
+
+
+def test_datapoint_says_when_its_server_starts_disagree(tmp_path: Path) -> None:
+    """Two starts per side, the speculative one 30 % faster on the first and 10 % on the
+    second: the datapoint says the starts disagree; starts that agree say nothing."""
+    line = ("starts disagree: with each server start as one sample the interval holds 1; the "
+            "verdict rests on fewer starts than their spread needs")
+    for name, second, said in (("disagree", 110.0, True), ("agree", 130.0, False)):
+        out = tmp_path / name
+        study(out, PROMPTS, [Arm("none"), Arm("dft", "draft-simple", 2, acceptance=ACC)],
+              lambda a, p, t, o, s=second: 100.0 if a.method == "none" else
+              (130.0 if t < 2 else s),
+              trials=4, extra=lambda arm, pid, t, occ: {"server_start": 2 * (t // 2)})
+        assert invoke("analyze", str(out), "--resamples", "500").exit_code == 0
+        assert (line in datapoint(load_study(out))) is said

@@ -46,6 +46,9 @@ START_SPREAD_NOTE = ("113-233 tok/s over six fresh starts of one vLLM 0.26.0 dra
 warning (re-derived from the archived naive runs by tests/test_gpu_time_per_verdict.py)."""
 ONE_START = "one server start per side"
 """The words the ``single_start`` warning and its verdict caveat share."""
+STARTS_DISAGREE_NOTE = ("the server starts disagree: with each start as one sample the "
+                        "interval holds 1")
+"""The words the ``starts_disagree`` verdict caveat and the verdict table's footnote share."""
 RUNNER_WARNED = "ran with runner warnings"
 """The words of a verdict caveat for trials the runner warned about."""
 
@@ -143,6 +146,10 @@ def analyze_pair(spec: CellData, base: CellData, figs: dict[str, dict[str, Any]]
         out["verdict_caveats"].append(
             f"every trial ran on {ONE_START} ({sp['n_trials']} trials): the interval leaves "
             "out start-to-start variation: see warnings")
+    if any(f.kind is WarningKind.STARTS_DISAGREE for f in own):
+        lo, hi = sp["start_ci95"]
+        out["verdict_caveats"].append(
+            f"{STARTS_DISAGREE_NOTE} ([{lo:.3f}, {hi:.3f}]): see warnings")
     out["warnings"] = [f.to_dict() for f in checks[spec.id] + checks[base.id] + own]
     return out, own
 
@@ -195,6 +202,20 @@ def _pair_findings(pair: dict[str, Any], spec: CellData) -> list[Finding]:
             "trials (e.g. trials: 4, trials_per_start: 2), or share_servers over two or more "
             "rounds; keep one start per cell only for an engine whose fresh starts agree "
             "(benchmarks/README.md, 'Start-to-start spread')", spec.id))
+    start_ci = sp.get("start_ci95")
+    if start_ci and sp["verdict"] in ("faster", "slower") and start_ci[0] <= 1 <= start_ci[1]:
+        units = sp.get("n_server_starts") or sp["n_trials"]
+        what = "server starts per side" if sp.get("n_server_starts") else \
+            "trials (a server start each)"
+        found.append(Finding(
+            WarningKind.STARTS_DISAGREE,
+            f"the verdict rests on {units} {what}, and they disagree: with each one's mean "
+            f"ratio as one sample (Student's t, {units - 1} df) the speedup is "
+            f"[{start_ci[0]:.3f}, {start_ci[1]:.3f}], which holds 1; a bootstrap over so few "
+            "starts under-covers (Cameron, Gelbach and Miller 2008)",
+            "run more server starts per cell (more trials, trials_per_start 1 or a smaller "
+            "one, or rounds on separate occasions) until the two intervals agree; until then "
+            "report the verdict as indistinguishable at this number of starts", spec.id))
     conf = pair["confounds"]
     for f in conf.get("findings", []):
         kind = (WarningKind.CONFOUNDED if f["severity"] == "confounding"
@@ -457,6 +478,10 @@ def verdict_table(result: dict[str, Any]) -> str:
            for w in p.get("warnings") or []):
         text += ("\n* every trial of the pair ran on one server start per side: the interval "
                  "leaves out start-to-start variation (single_start)")
+    if any(w["kind"] == WarningKind.STARTS_DISAGREE for p in result["pairs"]
+           for w in p.get("warnings") or []):
+        text += (f"\n* {STARTS_DISAGREE_NOTE}: the verdict rests on fewer starts than "
+                 "their spread needs (starts_disagree)")
     n_warn = len(result["stability"])
     if n_warn:
         kinds = sorted({w["kind"] for w in result["stability"]})

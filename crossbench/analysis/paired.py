@@ -9,6 +9,10 @@ For each pair, the *decode speedup* is spec decode rate / baseline decode rate a
 Summaries: geometric mean, median, the share of prompts whose own geometric mean is below 1
 (net loss), and a bootstrap interval of the geometric mean that resamples prompts (stratified
 by category) and trials, crossed (``stats.py``). The verdict comes from ``stats.verdict``.
+Beside it, ``start_ci95`` takes each trial (each pair of server starts where trials reused a
+server) as one sample, Student's t over their mean log ratios (``stats.unit_interval``): with
+few starts a bootstrap over them under-covers, and the analysis warns (``starts_disagree``)
+when this interval holds 1 and the verdict does not.
 """
 
 from __future__ import annotations
@@ -157,7 +161,8 @@ def speedup_of(ratios: stats.FloatArray, prompts: list[str], categories: list[st
                            "ci_level": opts.level, "net_loss_share": None, "n_samples": n,
                            "n_prompts": n_prompts,
                            "n_trials": len(set(trials)) if trials is not None else None,
-                           "design": design(opts, categories, trials, reused)}
+                           "design": design(opts, categories, trials, reused),
+                           "start_ci95": None}
     ci = None
     if n:
         logs = np.log(ratios)
@@ -170,6 +175,9 @@ def speedup_of(ratios: stats.FloatArray, prompts: list[str], categories: list[st
         losses = sum(1 for v in per_prompt.values() if np.mean(v) < 0)
         out.update(geomean=float(np.exp(logs.mean())), median=float(np.median(ratios)),
                    ci95=list(ci) if ci else None, net_loss_share=losses / len(per_prompt))
+        if trials is not None:  # the starts' (or trials') own spread, few as they are
+            start_ci = stats.unit_interval(logs, trials, opts.level)
+            out["start_ci95"] = list(start_ci) if start_ci else None
     out["verdict"] = stats.verdict(ci, n, n_prompts, opts.min_samples)
     return out
 

@@ -20,8 +20,8 @@ Checks on every cell (thresholds are module constants, cited where they come fro
   trial's speed may be off, so a pair with such trials carries a verdict caveat.
 
 Pair-level findings (``net_loss_despite_high_acceptance``, ``unpaired_requests``,
-``output_diverges``, ``too_few_samples``, ``single_trial``, ``single_start``) are made by the
-analysis, with the same type.
+``output_diverges``, ``too_few_samples``, ``single_trial``, ``single_start``,
+``starts_disagree``) are made by the analysis, with the same type.
 """
 
 from __future__ import annotations
@@ -59,6 +59,7 @@ class WarningKind(StrEnum):
     TOO_FEW_SAMPLES = "too_few_samples"
     SINGLE_TRIAL = "single_trial"
     SINGLE_START = "single_start"
+    STARTS_DISAGREE = "starts_disagree"
     AGGREGATE_ONLY = "aggregate_only"
     CONFOUNDED = "confounded"
     CONFOUND_CAVEAT = "confound_caveat"

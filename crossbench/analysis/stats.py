@@ -20,6 +20,7 @@ are drawn with numpy from a seeded generator: the same seed gives the same inter
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
@@ -200,6 +201,48 @@ def ratio_interval(log_ratios: Sequence[float] | FloatArray, cluster: Sequence[s
     c = Clusters.of(log_ratios, cluster, stratum, rounds)
     low, high = interval(bootstrap_means(c, resamples, seed), level)
     return float(np.exp(low)), float(np.exp(high))
+
+
+def t_quantile(p: float, df: int) -> float:
+    """The ``p`` quantile (0.5 < p < 1) of Student's t with ``df`` degrees of freedom, by
+    bisection on its CDF (Simpson's rule on the density; numpy has no t distribution)."""
+    if not 0.5 < p < 1 or df < 1:
+        raise ValueError(f"t_quantile needs 0.5 < p < 1 and df >= 1, got p={p}, df={df}")
+    log_c = (math.lgamma((df + 1) / 2) - math.lgamma(df / 2)
+             - 0.5 * math.log(df * math.pi))
+
+    def upper_mass(x: float) -> float:  # P(0 < T < x), Simpson on 4000 intervals
+        grid = np.linspace(0.0, x, 4001)
+        dens = np.exp(log_c - (df + 1) / 2 * np.log1p(grid * grid / df))
+        w = np.ones(grid.size)
+        w[1:-1:2], w[2:-1:2] = 4.0, 2.0
+        return float((x / 4000) / 3 * (w * dens).sum())
+
+    lo, hi = 0.0, 1.0
+    while upper_mass(hi) < p - 0.5:
+        lo, hi = hi, hi * 2
+    for _ in range(60):
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if upper_mass(mid) < p - 0.5 else (lo, mid)
+    return (lo + hi) / 2
+
+
+def unit_interval(log_ratios: Sequence[float] | FloatArray, units: Sequence[object],
+                  level: float) -> tuple[float, float] | None:
+    """Interval of the geometric mean ratio that takes each unit (a trial, or a pair of
+    server starts) as one sample: the mean log ratio of every unit, then Student's t with
+    (units - 1) degrees of freedom over those means, the few-cluster interval of Cameron,
+    Gelbach and Miller (2008). None with fewer than two units."""
+    by_unit: dict[object, list[float]] = {}
+    for u, v in zip(units, log_ratios, strict=True):
+        by_unit.setdefault(u, []).append(float(v))
+    means = np.asarray([np.mean(v) for v in by_unit.values()], dtype=float)
+    g = int(means.size)
+    if g < 2:
+        return None
+    half = t_quantile((1 + level) / 2, g - 1) * float(means.std(ddof=1)) / math.sqrt(g)
+    m = float(means.mean())
+    return float(np.exp(m - half)), float(np.exp(m + half))
 
 
 def verdict(ci: tuple[float, float] | None, n_samples: int, n_clusters: int,

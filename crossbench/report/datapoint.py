@@ -144,6 +144,9 @@ def caveats(pairs: list[dict[str, Any]]) -> list[str]:
         if any(w.get("kind") == WarningKind.SINGLE_START for w in p.get("warnings") or []):
             seen.append("single start: every trial ran on one server start per side, so the "
                         "intervals leave out start-to-start variation")
+        if any(w.get("kind") == WarningKind.STARTS_DISAGREE for w in p.get("warnings") or []):
+            seen.append("starts disagree: with each server start as one sample the interval "
+                        "holds 1; the verdict rests on fewer starts than their spread needs")
     out: list[str] = []
     for s in seen:
         if s not in out:

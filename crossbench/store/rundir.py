@@ -282,7 +282,7 @@ FORMATS: dict[str, Format] = {
            "histograms); adds server_rate_source, client_vs_server, engine_reported_tok_s, "
            "engine_rate_definition and acceptance.mean_acceptance_length_estimate / mal_note"},
         {2: ("throughput.server_pooled_tok_s", "per_trial.*.throughput.server_pooled_tok_s")}),
-    "analysis": Format(ANALYSIS, ANALYSIS_KIND, 3, {
+    "analysis": Format(ANALYSIS, ANALYSIS_KIND, 4, {
         1: "first version (cells, pairs, sweeps, stability)",
         2: "options.strata and each interval's design; cost-model intervals (d_ci95, v_ci95) "
            "and tau estimated from per-request counts where no counter exists; server rates "
@@ -290,13 +290,17 @@ FORMATS: dict[str, Format] = {
            "recorded (no defaults), their layout-made figures dropped; verdict_caveats; new "
            "warning kinds (trial_warnings, few_clusters, split_occasion)",
         3: "the single_start warning and its verdict caveat: a pair whose trials all ran on "
-           "one server start per side"},
+           "one server start per side",
+        4: "speedup.start_ci95 (Student's t over the trials' or server starts' mean ratios) "
+           "and the starts_disagree warning and verdict caveat: a decisive verdict whose "
+           "starts, each one sample, give an interval that holds 1"},
         {2: ("cells.*.throughput.server_pooled_tok_s", "cells.*.latency_ms.chunk_gap",
              "cells.*.latency_ms.token_itl", "cells.*.throughput.wall_output_tok_s",
              "pairs.*.warnings", "pairs.*.confounds", "pairs.*.verdict", "stability",
              "sweeps.*.cost_model.fitted", "sweeps.*.cost_model.reason",
              "sweeps.*.cost_model.predicted", "sweeps.*.cost_model.points"),
-         3: ("pairs.*.warnings", "pairs.*.verdict_caveats", "stability")}),
+         3: ("pairs.*.warnings", "pairs.*.verdict_caveats", "stability"),
+         4: ("pairs.*.warnings", "pairs.*.verdict_caveats", "stability")}),
 }
 """Every versioned file of a run directory, with its format history: the one place a format
 version changes (bump ``version``, add a line to ``history``, list redefined fields)."""
