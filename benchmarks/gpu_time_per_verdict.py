@@ -19,8 +19,10 @@ it; nothing else changes). For each engine this reads both run directories and r
   decisive where naive was not). A predicted cell's verdict is its prediction's.
   ``verdicts_one_start``: measured crossbench verdicts whose trials all ran on one server
   start per side (the analysis's ``single_start`` warning: their interval leaves out
-  start-to-start variation). ``meets_target``: ratio <= 0.3 with no verdict flipped, lost or
-  bolder (the issue's "the same or more conservative").
+  start-to-start variation); ``verdicts_starts_disagree``: measured crossbench verdicts
+  whose starts, each taken as one sample (``start_ci95``, Student's t), give an interval
+  that holds 1 (the analysis's ``starts_disagree`` warning). ``meets_target``: ratio <= 0.3
+  with no verdict flipped, lost or bolder (the issue's "the same or more conservative").
 - The naive run may cover a subset of the crossbench run's cells (a naive design too costly
   to run whole): verdicts are compared on the cells both ran (``crossbench_only`` lists the
   rest), while the crossbench run's GPU time is counted in full, its extra cells too. A
@@ -134,7 +136,10 @@ def verdicts(run: Path, engine: str, result: dict[str, Any]) -> dict[str, dict[s
     (``result``, the run's) for measured cells, the prediction's for predicted ones."""
     got = {p["cell"]: {"verdict": p["verdict"], "speedup": p["speedup"]["geomean"],
                        "ci95": p["speedup"]["ci95"], "source": "measured",
-                       "one_start": p["speedup"].get("n_server_starts") == 1}
+                       "one_start": p["speedup"].get("n_server_starts") == 1,
+                       "start_ci95": p["speedup"].get("start_ci95"),
+                       "starts_disagree": any(w["kind"] == "starts_disagree"
+                                              for w in p.get("warnings") or [])}
            for p in result["pairs"] if p["engine"] == engine}
     state = read_state(run, ("cells",))
     ids = {c["id"] for c in state["cells"] if c["coords"]["engine"] == engine}
@@ -275,6 +280,8 @@ def study(engine: str, naive: list[Path], ours: Path, opts: StatsOptions,
             "verdicts_conservative": count["conservative"], "verdicts_lost": count["lost"],
             "verdicts_bolder": count["bolder"],
             "verdicts_one_start": sum(1 for r in rows if r["crossbench"].get("one_start")),
+            "verdicts_starts_disagree": sum(1 for r in rows
+                                            if r["crossbench"].get("starts_disagree")),
             "cells": rows,
             "crossbench_only": sorted(set(vb) - set(va)),
             "reuse_bias": reuse_bias(fresh, trial_rates(ours, engine)),
@@ -387,7 +394,8 @@ def main(argv: list[str] | None = None) -> int:
               f"s, ratio {s['ratio']:.3f}; verdicts {s['verdicts_total']}: same "
               f"{s['verdicts_same']}, flipped {s['verdicts_flipped']}, conservative "
               f"{s['verdicts_conservative']}, lost {s['verdicts_lost']}, bolder "
-              f"{s['verdicts_bolder']} ({s['verdicts_one_start']} on one server start); "
+              f"{s['verdicts_bolder']} ({s['verdicts_one_start']} on one server start, "
+              f"{s['verdicts_starts_disagree']} with disagreeing starts); "
               f"target {'met' if s['meets_target'] else 'not met'}")
     return 0
 

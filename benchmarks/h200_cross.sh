@@ -52,7 +52,7 @@ if [ ! -f "$LOG/setup.started" ]; then
   python3 -m pip list --format=freeze >"$LOG/host-pip-freeze.txt" 2>/dev/null
   setsid bash -c '
     s=$(date +%s)
-    python3 -m crossbench engines install llama.cpp --cuda --cuda-arch 90 \
+    setsid python3 -m crossbench engines install llama.cpp --cuda --cuda-arch 90 \
       --source-archive .carry/llama-cpp-python-0.3.36.src.tgz >'"$LOG"'/build.log 2>&1 &
     b=$!
     until ls "$CROSSBENCH_CACHE"/sources/*/.unpacked >/dev/null 2>&1; do sleep 2; done
@@ -60,7 +60,13 @@ if [ ! -f "$LOG/setup.started" ]; then
     echo "fixtures_f16_hf_s=$(( $(date +%s) - s ))" >>'"$LOG"'/timing.txt
     python3 -m crossbench fixtures verify-hf --shape qwen3-8b >'"$LOG"'/verify-hf.txt 2>&1
     echo "verify_hf_exit=$? verify_hf_s=$(( $(date +%s) - s ))" >>'"$LOG"'/timing.txt
-    wait $b; echo "build_exit=$? build_s=$(( $(date +%s) - s ))" >>'"$LOG"'/timing.txt
+    case "'"${ROUND:-}"'" in
+      naive|twostart)  # vLLM-only rounds need no llama-server: the build stops here rather
+        # than cost minutes of GPU lease (its nvcc beside a vLLM start would slow the start)
+        kill -TERM -- -$b 2>/dev/null; wait $b
+        echo "build_exit=skipped build_s=$(( $(date +%s) - s ))" >>'"$LOG"'/timing.txt ;;
+      *) wait $b; echo "build_exit=$? build_s=$(( $(date +%s) - s ))" >>'"$LOG"'/timing.txt ;;
+    esac
     case "'"${ROUND:-1}"'" in 1|verdict|shared|gate|naive|twostart) q4=no ;; *) q4=yes ;; esac
     if [ "$q4" = yes ]; then
       python3 -m crossbench fixtures make --shape qwen3-8b --quant Q4_K_M \
@@ -85,10 +91,11 @@ fi
 
 wait_setup() {  # until the build and the F16/HF fixtures are done, or the budget nearly spent
   # (the Q4_K_M target, made last, is waited for only by rounds that use it). vLLM-only rounds
-  # wait for the build too: a vLLM start timed beside nvcc or the checksums would read slow
-  local mark="build_exit=0"; [ "${1:-}" = all ] && mark="setup_exit=0"
-  until grep -q "$mark" "$LOG/timing.txt" 2>/dev/null || [ "$(left)" -le 60 ]; do sleep 5; done
-  grep -q "$mark" "$LOG/timing.txt" 2>/dev/null
+  # (naive, twostart) wait until the build is stopped: a vLLM start timed beside nvcc or the
+  # checksums would read slow
+  local mark="build_exit=(0|skipped)"; [ "${1:-}" = all ] && mark="setup_exit=0"
+  until grep -qE "$mark" "$LOG/timing.txt" 2>/dev/null || [ "$(left)" -le 60 ]; do sleep 5; done
+  grep -qE "$mark" "$LOG/timing.txt" 2>/dev/null
 }
 
 RUN=$CROSSBENCH_CACHE/h200-cross-round${ROUND:-1}

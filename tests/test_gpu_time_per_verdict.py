@@ -54,7 +54,8 @@ def _unpack(tmp_path: Path) -> Path:
     for name, where in (("h200-runs.tgz", tmp_path),
                         ("h200-runs-shared.tgz", tmp_path / "shared"),
                         ("h200-runs-gate.tgz", tmp_path / "gate"),
-                        ("h200-runs-naive.tgz", tmp_path / "naive")):
+                        ("h200-runs-naive.tgz", tmp_path / "naive"),
+                        ("h200-runs-twostart.tgz", tmp_path / "twostart")):
         with tarfile.open(RESULTS / "gpu-time-per-verdict" / name) as t:
             t.extractall(where, filter="data")
     round1 = ROOT / "examples" / "h200-cross" / "round1" / "h200-cross-round1.zip"
@@ -84,15 +85,19 @@ def test_the_published_figures_are_rederived_from_the_archived_runs(
                        "--study", "vllm", "round1/h200-cross-round1/data",
                        str(first / "vllm-crossbench"),
                        "--study", "vllm-shared=vllm", "naive/h200-cross-roundnaive/vllm-naive",
-                       str(second / "vllm-shared"), "--out", str(out)]) == 0
+                       str(second / "vllm-shared"),
+                       "--study", "vllm-twostart=vllm", "naive/h200-cross-roundnaive/vllm-naive",
+                       "twostart/h200-cross-roundtwostart/vllm-twostart",
+                       "--out", str(out)]) == 0
     got = json.loads(out.read_text())["studies"]
     published = json.loads((RESULTS / "gpu-time-per-verdict.json").read_text())["studies"]
     assert set(got) == set(published) == {"llama", "llama-second-run", "llama-first-run",
-                                           "vllm", "vllm-shared"}
+                                           "vllm", "vllm-shared", "vllm-twostart"}
     for name in got:
         for key in ("naive_gpu_s", "crossbench_gpu_s", "ratio", "verdicts_total",
                     "verdicts_same", "verdicts_flipped", "verdicts_bolder",
-                    "verdicts_one_start", "meets_target", "start_spread"):
+                    "verdicts_one_start", "verdicts_starts_disagree", "meets_target",
+                    "start_spread"):
             assert got[name][key] == published[name][key], (name, key)
         assert got[name]["verdicts_flipped"] == 0
         assert got[name]["meets_target"] is False  # the bar is met by no study yet
@@ -136,6 +141,19 @@ def test_the_published_figures_are_rederived_from_the_archived_runs(
     c1 = next(c for c in shared["cells"] if c["cell"].endswith("c1"))
     assert c1["crossbench"]["ci95"][0] > c1["naive"]["ci95"][1]  # the intervals do not meet
     assert shared["reuse_bias"]["pooled"]["ci95"][0] > 1  # the shared starts ran faster
+    # two shared starts per cell (4 starts, 18 trials) on a third machine: both verdicts are
+    # bolder again, now slower; at c8 the two starts disagree (starts_disagree), while at c1
+    # they agree, and the spec arm ran slower on this machine than on any other
+    two = got["vllm-twostart"]
+    assert (two["crossbench"]["starts"], two["crossbench"]["trials"]) == (4, 18)
+    assert two["ratio"] == pytest.approx(0.514)
+    assert {c["cell"].rsplit("/", 1)[-1]: (c["relation"], c["crossbench"]["verdict"])
+            for c in two["cells"]} == {"c1": ("bolder", "slower"), "c8": ("bolder", "slower")}
+    assert two["verdicts_one_start"] == 0 and two["verdicts_starts_disagree"] == 1
+    c1, c8 = sorted(two["cells"], key=lambda c: c["cell"])
+    assert c8["crossbench"]["starts_disagree"] and not c1["crossbench"]["starts_disagree"]
+    assert c8["crossbench"]["start_ci95"][0] < 1 < c8["crossbench"]["start_ci95"][1]
+    assert c1["crossbench"]["start_ci95"][1] < 1
 
 
 def test_the_start_spread_the_single_start_warning_quotes(tmp_path: Path) -> None:
