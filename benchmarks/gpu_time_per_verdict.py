@@ -21,8 +21,14 @@ it; nothing else changes). For each engine this reads both run directories and r
   start per side (the analysis's ``single_start`` warning: their interval leaves out
   start-to-start variation); ``verdicts_starts_disagree``: measured crossbench verdicts
   whose starts, each taken as one sample (``start_ci95``, Student's t), give an interval
-  that holds 1 (the analysis's ``starts_disagree`` warning). ``meets_target``: ratio <= 0.3
-  with no verdict flipped, lost or bolder (the issue's "the same or more conservative").
+  that holds 1 (the analysis's ``starts_disagree`` warning); ``verdicts_host_bound``:
+  measured crossbench verdicts whose speculative arm's GPU waited on the host more than half
+  its measured time (the analysis's ``host_bound`` warning; each cell's
+  ``spec_host_ms_per_token`` and ``baseline_host_ms_per_token`` give that wait per output
+  token over its trials as [min, max], in both runs, so a verdict that changed between
+  machines can be set beside how much slower one machine's host was). ``meets_target``:
+  ratio <= 0.3 with no verdict flipped, lost or bolder (the issue's "the same or more
+  conservative").
 - The naive run may cover a subset of the crossbench run's cells (a naive design too costly
   to run whole): verdicts are compared on the cells both ran (``crossbench_only`` lists the
   rest), while the crossbench run's GPU time is counted in full, its extra cells too. A
@@ -134,12 +140,17 @@ def gpu_seconds(run: Path, engine: str) -> dict[str, Any]:
 def verdicts(run: Path, engine: str, result: dict[str, Any]) -> dict[str, dict[str, Any]]:
     """Verdict of every speculative cell of engine id ``engine`` by cell id: the analysis's
     (``result``, the run's) for measured cells, the prediction's for predicted ones."""
+    host = {c["cell"]: host_ms(c.get("host_time")) for c in result["cells"]}
     got = {p["cell"]: {"verdict": p["verdict"], "speedup": p["speedup"]["geomean"],
                        "ci95": p["speedup"]["ci95"], "source": "measured",
                        "one_start": p["speedup"].get("n_server_starts") == 1,
                        "start_ci95": p["speedup"].get("start_ci95"),
                        "starts_disagree": any(w["kind"] == "starts_disagree"
-                                              for w in p.get("warnings") or [])}
+                                              for w in p.get("warnings") or []),
+                       "host_bound": any(w["kind"] == "host_bound"
+                                         for w in p.get("warnings") or []),
+                       "spec_host_ms_per_token": host.get(p["cell"]),
+                       "baseline_host_ms_per_token": host.get(p["baseline_cell"])}
            for p in result["pairs"] if p["engine"] == engine}
     state = read_state(run, ("cells",))
     ids = {c["id"] for c in state["cells"] if c["coords"]["engine"] == engine}
@@ -149,6 +160,15 @@ def verdicts(run: Path, engine: str, result: dict[str, Any]) -> dict[str, dict[s
             got[cid] = {"verdict": p["verdict"], "speedup": p["speedup"], "ci95": p["ci95"],
                         "source": "predicted"}
     return got
+
+
+def host_ms(fig: dict[str, Any] | None) -> list[float] | None:
+    """A cell's host milliseconds per output token over its trials as [min, max] (the
+    analysis's ``host_time``), or None without GPU telemetry."""
+    if not fig:
+        return None
+    h = fig["host_ms_per_token"]
+    return [round(h["min"], 2), round(h["max"], 2)]
 
 
 def classify(naive: dict[str, Any], ours: dict[str, Any], band: float) -> str:
@@ -282,6 +302,7 @@ def study(engine: str, naive: list[Path], ours: Path, opts: StatsOptions,
             "verdicts_one_start": sum(1 for r in rows if r["crossbench"].get("one_start")),
             "verdicts_starts_disagree": sum(1 for r in rows
                                             if r["crossbench"].get("starts_disagree")),
+            "verdicts_host_bound": sum(1 for r in rows if r["crossbench"].get("host_bound")),
             "cells": rows,
             "crossbench_only": sorted(set(vb) - set(va)),
             "reuse_bias": reuse_bias(fresh, trial_rates(ours, engine)),
@@ -395,7 +416,8 @@ def main(argv: list[str] | None = None) -> int:
               f"{s['verdicts_same']}, flipped {s['verdicts_flipped']}, conservative "
               f"{s['verdicts_conservative']}, lost {s['verdicts_lost']}, bolder "
               f"{s['verdicts_bolder']} ({s['verdicts_one_start']} on one server start, "
-              f"{s['verdicts_starts_disagree']} with disagreeing starts); "
+              f"{s['verdicts_starts_disagree']} with disagreeing starts, "
+              f"{s['verdicts_host_bound']} host-bound); "
               f"target {'met' if s['meets_target'] else 'not met'}")
     return 0
 

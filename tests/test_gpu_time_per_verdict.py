@@ -96,7 +96,8 @@ def test_the_published_figures_are_rederived_from_the_archived_runs(
     for name in got:
         for key in ("naive_gpu_s", "crossbench_gpu_s", "ratio", "verdicts_total",
                     "verdicts_same", "verdicts_flipped", "verdicts_bolder",
-                    "verdicts_one_start", "verdicts_starts_disagree", "meets_target",
+                    "verdicts_one_start", "verdicts_starts_disagree", "verdicts_host_bound",
+                    "meets_target",
                     "start_spread"):
             assert got[name][key] == published[name][key], (name, key)
         assert got[name]["verdicts_flipped"] == 0
@@ -154,6 +155,17 @@ def test_the_published_figures_are_rederived_from_the_archived_runs(
     assert c8["crossbench"]["starts_disagree"] and not c1["crossbench"]["starts_disagree"]
     assert c8["crossbench"]["start_ci95"][0] < 1 < c8["crossbench"]["start_ci95"][1]
     assert c1["crossbench"]["start_ci95"][1] < 1
+    # every vLLM verdict of the shared and two-start runs is host-bound, and at c1 the verdict
+    # followed the spec arm's host time per token: least on the shared run's machine
+    # (faster), most on the two-start run's (slower), the naive run's in between
+    assert shared["verdicts_host_bound"] == 2 and two["verdicts_host_bound"] == 2
+    s1 = next(c for c in shared["cells"] if c["cell"].endswith("c1"))
+    fast, mid, slow = (s1["crossbench"]["spec_host_ms_per_token"],
+                       s1["naive"]["spec_host_ms_per_token"],
+                       c1["crossbench"]["spec_host_ms_per_token"])
+    assert fast[1] < mid[0] and mid[1] < slow[0]
+    assert (s1["crossbench"]["verdict"], s1["naive"]["verdict"], c1["crossbench"]["verdict"]) \
+        == ("faster", "indistinguishable", "slower")
 
 
 def test_the_start_spread_the_single_start_warning_quotes(tmp_path: Path) -> None:

@@ -3,7 +3,8 @@
 The object (``schema_version`` 1) holds:
 
 - ``cells``: per cell, throughput, latency (TTFT, TPOT, chunk gaps, token-level ITL,
-  end-to-end), per-trial pooled rates and acceptance;
+  end-to-end), per-trial pooled rates, acceptance and, with GPU telemetry, where the
+  measured time went (``host_time``: GPU work against waiting on the host, ``host_time.py``);
 - ``pairs``: each speculative cell against its baseline: decode and end-to-end speedups
   (``paired.py``), the verdict, acceptance, per-category speedups, output parity
   (``parity.py``) and the warnings that concern the pair;
@@ -27,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from crossbench import __version__
-from crossbench.analysis import paired, parity, stability, stats, sweep
+from crossbench.analysis import host_time, paired, parity, stability, stats, sweep
 from crossbench.analysis.confounding import confounds
 from crossbench.analysis.metrics import token_itl_ms
 from crossbench.analysis.paired import StatsOptions
@@ -76,6 +77,7 @@ def cell_figures(cell: CellData) -> dict[str, Any]:
                        **acc.to_dict()},
         "synthetic_acceptance": cell.synthetic,
         "imported": cell.imported.get("source") if cell.imported else None,
+        "host_time": host_time.cell_host_time(cell),
     }
     aggregate = (cell.imported or {}).get("aggregate")
     if aggregate:
@@ -142,6 +144,17 @@ def analyze_pair(spec: CellData, base: CellData, figs: dict[str, dict[str, Any]]
         f"{side} trial(s) {', '.join(map(str, ts))} {RUNNER_WARNED} (other inference "
         "processes, a busy GPU...): see warnings" for side, ts in warned.items() if ts]
     own = _pair_findings(out, spec)
+    bound = host_time.host_bound(figs[spec.id]["host_time"], figs[base.id]["host_time"])
+    if bound:
+        own.append(Finding(
+            WarningKind.HOST_BOUND, bound,
+            "compare this pair only with runs on the same machine and run several server "
+            "starts per cell (a verdict from another host or start can differ by more than "
+            "its interval: on H200s one vLLM draft_model cell ran at 100-233 tok/s with the "
+            "same GPU time per token), report the CPU and what "
+            "else ran on it, and keep other load off the engine's cores; an engine option "
+            "that overlaps host and GPU work (vLLM's async scheduling, where the method "
+            "allows it) shrinks the host's share", spec.id))
     if any(f.kind is WarningKind.SINGLE_START for f in own):
         out["verdict_caveats"].append(
             f"every trial ran on {ONE_START} ({sp['n_trials']} trials): the interval leaves "
@@ -357,7 +370,7 @@ def tables(result: dict[str, Any]) -> dict[str, tuple[list[str], list[list[str]]
         ["cell", "method", "n", "ok", "failed", "pooled tok/s", "engine tok/s",
          "request-mean tok/s",
          "wall tok/s", "TTFT p50 ms", "TPOT p50 ms", "token ITL p50 ms", "chunk gap p50 ms",
-         "e2e p50 ms", "trial CV", "acceptance", "MAL"],
+         "e2e p50 ms", "trial CV", "GPU busy", "acceptance", "MAL"],
         [[c["cell"], str(c["method"]), _num(c["n"], "d"), str(c["requests"].get("ok", 0)),
           str(c["requests"].get("error", 0) + c["requests"].get("incomplete", 0)),
           _num(c["throughput"]["pooled_tok_s"], ".2f"),
@@ -366,7 +379,9 @@ def tables(result: dict[str, Any]) -> dict[str, tuple[list[str], list[list[str]]
           _num(c["throughput"]["wall_output_tok_s"], ".2f"),
           *[_num(c["latency_ms"][k]["p50"]) for k in ("ttft", "tpot", "token_itl",
                                                       "chunk_gap", "e2e")],
-          _num(c["trial_cv"], ".3f"), _num(c["acceptance"]["draft_acceptance_rate"], ".3f"),
+          _num(c["trial_cv"], ".3f"),
+          _num((c.get("host_time") or {}).get("gpu_busy_share"), ".2f"),
+          _num(c["acceptance"]["draft_acceptance_rate"], ".3f"),
           _mal(c["acceptance"]) if c["acceptance"]["enabled"] else "n/a"]
          for c in sorted(result["cells"], key=_row_key)])
     out["per_category"] = (

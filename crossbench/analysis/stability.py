@@ -60,6 +60,7 @@ class WarningKind(StrEnum):
     SINGLE_TRIAL = "single_trial"
     SINGLE_START = "single_start"
     STARTS_DISAGREE = "starts_disagree"
+    HOST_BOUND = "host_bound"
     AGGREGATE_ONLY = "aggregate_only"
     CONFOUNDED = "confounded"
     CONFOUND_CAVEAT = "confound_caveat"

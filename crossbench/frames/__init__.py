@@ -23,6 +23,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
+from crossbench.analysis.host_time import trial_times
 from crossbench.analysis.paired import StatsOptions
 from crossbench.analysis.rundir import CellData, RunData, load_run
 from crossbench.analysis.summary import request_metrics, summarize_run_dir
@@ -115,6 +116,7 @@ class RunFrames:
         for cell in self.run.cells:
             per = {int(t["trial"]): t for t in
                    summarize_run_dir(cell.root, chunk_gaps=False)["per_trial"]}
+            times = {t.trial: t for t in trial_times(cell)}
             for e in cell.manifest.get("trials") or []:
                 t = int(e["trial"])
                 s = per.get(t, {})
@@ -137,6 +139,9 @@ class RunFrames:
                     "mean_acceptance_length": acc.get("mean_acceptance_length"),
                     "startup_s": phases.get("startup"), "measured_s": phases.get("measured"),
                     "total_s": phases.get("total"),
+                    "gpu_busy_share": times[t].gpu_busy_share if t in times else None,
+                    "busy_ms_per_token": times[t].busy_ms_per_token if t in times else None,
+                    "host_ms_per_token": times[t].host_ms_per_token if t in times else None,
                     "boot_id": (prov.get("host") or {}).get("boot_id"),
                     "gpus": ",".join(str(g.get("uuid")) for g in gpus) or None})
         return _frame("trials", rows)
@@ -161,6 +166,11 @@ class RunFrames:
                 "tpot_p50_ms": lat["tpot"]["p50"], "tpot_p99_ms": lat["tpot"]["p99"],
                 "chunk_gap_p50_ms": lat["chunk_gap"]["p50"], "e2e_p50_ms": lat["e2e"]["p50"],
                 "trial_cv": c.get("trial_cv"),
+                "gpu_busy_share": (c.get("host_time") or {}).get("gpu_busy_share"),
+                "busy_ms_per_token": ((c.get("host_time") or {}).get("busy_ms_per_token")
+                                      or {}).get("mean"),
+                "host_ms_per_token": ((c.get("host_time") or {}).get("host_ms_per_token")
+                                      or {}).get("mean"),
                 "draft_acceptance_rate": acc.get("draft_acceptance_rate"),
                 "mean_acceptance_length": acc.get("mean_acceptance_length"),
                 "synthetic_acceptance": bool(c.get("synthetic_acceptance"))})

@@ -147,6 +147,10 @@ def caveats(pairs: list[dict[str, Any]]) -> list[str]:
         if any(w.get("kind") == WarningKind.STARTS_DISAGREE for w in p.get("warnings") or []):
             seen.append("starts disagree: with each server start as one sample the interval "
                         "holds 1; the verdict rests on fewer starts than their spread needs")
+        if any(w.get("kind") == WarningKind.HOST_BOUND for w in p.get("warnings") or []):
+            seen.append("host-bound: the speculative arm's GPU waited on the host CPU more "
+                        "than half its measured time, so this speedup holds for this host; "
+                        "another CPU or load gives another")
     out: list[str] = []
     for s in seen:
         if s not in out:

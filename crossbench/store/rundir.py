@@ -293,7 +293,9 @@ FORMATS: dict[str, Format] = {
            "one server start per side",
         4: "speedup.start_ci95 (Student's t over the trials' or server starts' mean ratios) "
            "and the starts_disagree warning and verdict caveat: a decisive verdict whose "
-           "starts, each one sample, give an interval that holds 1"},
+           "starts, each one sample, give an interval that holds 1; cells.*.host_time (GPU "
+           "work against the GPU waiting on the host, per output token) and the host_bound "
+           "warning"},
         {2: ("cells.*.throughput.server_pooled_tok_s", "cells.*.latency_ms.chunk_gap",
              "cells.*.latency_ms.token_itl", "cells.*.throughput.wall_output_tok_s",
              "pairs.*.warnings", "pairs.*.confounds", "pairs.*.verdict", "stability",
