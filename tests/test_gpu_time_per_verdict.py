@@ -55,7 +55,8 @@ def _unpack(tmp_path: Path) -> Path:
                         ("h200-runs-shared.tgz", tmp_path / "shared"),
                         ("h200-runs-gate.tgz", tmp_path / "gate"),
                         ("h200-runs-naive.tgz", tmp_path / "naive"),
-                        ("h200-runs-twostart.tgz", tmp_path / "twostart")):
+                        ("h200-runs-twostart.tgz", tmp_path / "twostart"),
+                        ("h200-runs-hoststart.tgz", tmp_path / "hoststart")):
         with tarfile.open(RESULTS / "gpu-time-per-verdict" / name) as t:
             t.extractall(where, filter="data")
     round1 = ROOT / "examples" / "h200-cross" / "round1" / "h200-cross-round1.zip"
@@ -88,11 +89,15 @@ def test_the_published_figures_are_rederived_from_the_archived_runs(
                        str(second / "vllm-shared"),
                        "--study", "vllm-twostart=vllm", "naive/h200-cross-roundnaive/vllm-naive",
                        "twostart/h200-cross-roundtwostart/vllm-twostart",
+                       "--study", "vllm-one-machine=vllm",
+                       "hoststart/h200-cross-roundhoststart/vllm-naive-c1",
+                       "hoststart/h200-cross-roundhoststart/vllm-twostart-c1",
                        "--out", str(out)]) == 0
     got = json.loads(out.read_text())["studies"]
     published = json.loads((RESULTS / "gpu-time-per-verdict.json").read_text())["studies"]
     assert set(got) == set(published) == {"llama", "llama-second-run", "llama-first-run",
-                                           "vllm", "vllm-shared", "vllm-twostart"}
+                                           "vllm", "vllm-shared", "vllm-twostart",
+                                           "vllm-one-machine"}
     for name in got:
         for key in ("naive_gpu_s", "crossbench_gpu_s", "ratio", "verdicts_total",
                     "verdicts_same", "verdicts_flipped", "verdicts_bolder",
@@ -166,6 +171,15 @@ def test_the_published_figures_are_rederived_from_the_archived_runs(
     assert fast[1] < mid[0] and mid[1] < slow[0]
     assert (s1["crossbench"]["verdict"], s1["naive"]["verdict"], c1["crossbench"]["verdict"]) \
         == ("faster", "indistinguishable", "slower")
+    # on one machine, one session: the naive c1 cells (6 fresh starts) and the two-start
+    # design of the same cells (4 starts) agree, faster, though on two starts per side the
+    # starts disagree; the ratio is that of c1 alone (no other concurrency shares a start)
+    one = got["vllm-one-machine"]
+    assert (one["naive"]["starts"], one["crossbench"]["starts"]) == (6, 4)
+    assert one["ratio"] == pytest.approx(0.554)
+    (cell,) = one["cells"]
+    assert cell["relation"] == "same" and cell["crossbench"]["verdict"] == "faster"
+    assert one["verdicts_starts_disagree"] == 1
 
 
 def test_the_start_spread_the_single_start_warning_quotes(tmp_path: Path) -> None:
