@@ -20,6 +20,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from crossbench.engines.affinity import usable_cpus
 from crossbench.engines.auth import (
     UNAUTHORIZED,
     ApiKey,
@@ -226,7 +227,8 @@ class LocalServer(EngineServer):
 
     def __init__(self, host: str, port: int | None, log_path: Path,
                  key_settings: ApiKeySettings | None = None,
-                 extra_args: Sequence[str] = ()) -> None:
+                 extra_args: Sequence[str] = (), cpus: str | None = None) -> None:
+        self._cpus = cpus
         self._host = host
         self._port = port
         self._log_path = log_path
@@ -310,18 +312,25 @@ class LocalServer(EngineServer):
     def _spawn(self) -> None:
         """Run :meth:`command` (on a free port when none was set) in
         :meth:`server_environment`, with its output appended to the log, in its own session,
-        killed if crossbench dies."""
+        killed if crossbench dies, on the configured ``cpus`` only (``engines.affinity``)."""
         if self._proc is not None:
             raise RuntimeError("server already started")
         if self._port is None:
             self._port = free_port(self._host)
         argv = self.command()
         env = self.server_environment()
+        pinned = usable_cpus(self._cpus) if self._cpus is not None else None
+
+        def child_setup() -> None:  # in the child, between fork and exec
+            die_with_parent()
+            if pinned is not None:
+                os.sched_setaffinity(0, pinned)
+
         self._log_path.parent.mkdir(parents=True, exist_ok=True)
         with self._log_path.open("ab") as log:
             self._proc = subprocess.Popen(
                 argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, env=env,
-                preexec_fn=die_with_parent,
+                preexec_fn=child_setup,
             )
 
     def _check_alive(self) -> None:

@@ -20,6 +20,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from crossbench.engines.affinity import CpuSettings
 from crossbench.engines.auth import ApiKeySettings
 from crossbench.engines.bind import exposure_warning
 from crossbench.engines.llamacpp.pins import DEFAULT_PIN
@@ -112,7 +113,7 @@ class LlamaSpecConfig(_Strict):
         return self.type != "none"
 
 
-class LlamaServerConfig(_Strict, ApiKeySettings):
+class LlamaServerConfig(_Strict, ApiKeySettings, CpuSettings):
     """One llama-server configuration: binary, model, server settings and speculation (and,
     for a server behind an API key, where the key is: ``api_key_env`` or ``api_key_file``)."""
 

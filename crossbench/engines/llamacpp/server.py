@@ -64,7 +64,8 @@ class LlamaServer(LocalServer):
     api_key_variable = "LLAMA_API_KEY"  # `--api-key`'s variable (llama-server --help)
 
     def __init__(self, config: LlamaServerConfig, log_path: Path) -> None:
-        super().__init__(config.host, config.port, log_path, config, config.extra_args)
+        super().__init__(config.host, config.port, log_path, config, config.extra_args,
+                         config.cpus)
         self.config = config
         self._profile: LlamaCppProfile | None = None
         self._binary: Path | None = None

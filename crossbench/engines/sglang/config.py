@@ -15,6 +15,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from crossbench.engines.affinity import CpuSettings
 from crossbench.engines.auth import ApiKeySettings
 from crossbench.engines.sglang.profile import DEFAULT_VERSION
 
@@ -100,7 +101,7 @@ class SglangSpecConfig(_Strict):
         return self.type != "none"
 
 
-class SglangServerConfig(_Strict, ApiKeySettings):
+class SglangServerConfig(_Strict, ApiKeySettings, CpuSettings):
     """One ``python -m sglang.launch_server`` configuration: interpreter, release, model,
     server settings and speculation."""
 

@@ -59,7 +59,8 @@ class SglangServer(LocalServer):
     api_key_variable = None  # SGLang takes its key only as --api-key
 
     def __init__(self, config: SglangServerConfig, log_path: Path) -> None:
-        super().__init__(config.host, config.port, log_path, config, config.extra_args)
+        super().__init__(config.host, config.port, log_path, config, config.extra_args,
+                         config.cpus)
         self.config = config
         self._binary: Path | None = None
         self._version_text: str | None = None

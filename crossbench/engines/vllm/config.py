@@ -14,6 +14,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from crossbench.engines.affinity import CpuSettings
 from crossbench.engines.auth import ApiKeySettings
 from crossbench.engines.spec import check_synth_rates
 from crossbench.engines.vllm.profile import DEFAULT_VERSION, all_spec_fields
@@ -223,7 +224,7 @@ class VllmSpecConfig(_Strict):
         return out
 
 
-class VllmServerConfig(_Strict, ApiKeySettings):
+class VllmServerConfig(_Strict, ApiKeySettings, CpuSettings):
     """One ``vllm serve`` configuration: release, model, server settings and speculation (and,
     for a server behind an API key, where the key is: ``api_key_env`` or ``api_key_file``)."""
 

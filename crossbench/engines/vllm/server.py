@@ -88,7 +88,8 @@ class VllmServer(LocalServer):
     api_key_variable = "VLLM_API_KEY"  # vllm/envs.py; `--api-key` takes precedence over it
 
     def __init__(self, config: VllmServerConfig, log_path: Path) -> None:
-        super().__init__(config.host, config.port, log_path, config, config.extra_args)
+        super().__init__(config.host, config.port, log_path, config, config.extra_args,
+                         config.cpus)
         self.config = config
         self._binary: Path | None = None
         self._version_text: str | None = None
