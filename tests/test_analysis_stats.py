@@ -72,20 +72,31 @@ def test_one_trial_gives_the_prompt_bootstrap_exactly():
         pytest.approx(alone, rel=1e-12))
 
 
+def _crossed(n_trials: int, n_prompts: int) -> tuple[list[str], list[int], list[str]]:
+    """Every prompt in every trial, one stratum: (prompts, trials, strata) per sample."""
+    prompts = [f"p{p}" for _ in range(n_trials) for p in range(n_prompts)]
+    trials = [t for t in range(n_trials) for _ in range(n_prompts)]
+    return prompts, trials, ["s"] * len(prompts)
+
+
+def _shifted_by_start(rng: np.random.Generator, trials: list[int], start_sd: float,
+                      request_sd: float) -> np.ndarray:
+    """Log ratios of a true speedup of 1: each trial (server start) shifts all its requests
+    by one normal draw of ``start_sd``, each request varies by ``request_sd``."""
+    effect = rng.normal(0.0, start_sd, max(trials) + 1)
+    return np.array([effect[t] for t in trials]) + rng.normal(0.0, request_sd, len(trials))
+
+
 def test_trial_aware_interval_covers_the_truth_when_server_starts_differ():
     """Known truth: speedup 1.0 exactly, each trial (server start) shifts every request of it
     by a random factor (sd 8 %), requests vary by 1 %. Over 200 simulated studies, intervals
     that resample trials cover 1.0 about as often as they claim; prompt-only intervals, which
     treat the trials as fixed, miss most of the time."""
     rng = np.random.default_rng(11)
-    n_trials, n_prompts = 8, 6
-    prompts = [f"p{p}" for _ in range(n_trials) for p in range(n_prompts)]
-    trials = [t for t in range(n_trials) for _ in range(n_prompts)]
-    strata = ["s"] * len(prompts)
+    prompts, trials, strata = _crossed(8, 6)
     both = alone = 0
     for i in range(200):
-        effect = rng.normal(0.0, 0.08, n_trials)
-        logs = np.array([effect[t] for t in trials]) + rng.normal(0.0, 0.01, len(trials))
+        logs = _shifted_by_start(rng, trials, 0.08, 0.01)
         lo, hi = stats.ratio_interval(logs, prompts, strata, 1000, i, 0.95, trials)
         both += lo <= 1.0 <= hi
         lo, hi = stats.ratio_interval(logs, prompts, strata, 1000, i, 0.95)
@@ -125,14 +136,10 @@ def test_with_two_starts_per_side_the_bootstrap_over_starts_is_bold_and_the_t_is
     starts excludes 1 far more often than its 5 %; the t-interval over the starts' means
     (stats.unit_interval) keeps its level."""
     rng = np.random.default_rng(5)
-    n_trials, n_prompts = 2, 8
-    prompts = [f"p{p}" for _ in range(n_trials) for p in range(n_prompts)]
-    trials = [t for t in range(n_trials) for _ in range(n_prompts)]
-    strata = ["s"] * len(prompts)
+    prompts, trials, strata = _crossed(2, 8)
     boot_decisive = t_decisive = 0
     for i in range(400):
-        effect = rng.normal(0.0, 0.15, n_trials)
-        logs = np.array([effect[t] for t in trials]) + rng.normal(0.0, 0.02, len(trials))
+        logs = _shifted_by_start(rng, trials, 0.15, 0.02)
         lo, hi = stats.ratio_interval(logs, prompts, strata, 400, i, 0.95, trials)
         boot_decisive += not lo <= 1.0 <= hi
         lo, hi = stats.unit_interval(logs, trials, 0.95)
