@@ -11,6 +11,7 @@ crossbench may use when the server starts (a UserError naming the field, before 
 
 from __future__ import annotations
 
+import itertools
 import os
 
 from pydantic import BaseModel, Field, field_validator
@@ -35,14 +36,9 @@ def parse_cpus(text: str) -> frozenset[int]:
 
 def format_cpus(cpus: frozenset[int]) -> str:
     """A CPU set as a compact Linux CPU list (``{0, 1, 2, 5}`` -> ``"0-2,5"``)."""
-    out: list[str] = []
-    run: list[int] = []
-    for c in sorted(cpus):
-        if run and c != run[-1] + 1:
-            out.append(f"{run[0]}-{run[-1]}" if len(run) > 1 else str(run[0]))
-            run = []
-        run.append(c)
-    if run:
+    out = []
+    for _, group in itertools.groupby(enumerate(sorted(cpus)), lambda ic: ic[1] - ic[0]):
+        run = [c for _, c in group]  # consecutive CPUs share cpu - position
         out.append(f"{run[0]}-{run[-1]}" if len(run) > 1 else str(run[0]))
     return ",".join(out)
 
