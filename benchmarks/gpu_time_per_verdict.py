@@ -44,6 +44,15 @@ it; nothing else changes). For each engine this reads both run directories and r
 - ``start_spread``: for each cell of the naive run, the range and coefficient of variation of
   its trials' decode rates, each trial a fresh server start: how far one start can be from
   another, which a design of one start per cell cannot see.
+- ``with_start_spread`` (with ``--spread-from``): the crossbench run analysed again with the
+  known start spread (``crossbench analyze --start-spread``, docs/analysis.md), measured on
+  the ``--spread-from`` runs other than the study's own naive runs (so the naive design the
+  verdicts are checked against never calibrates them): its verdict counts and
+  ``meets_target`` as above, ``verdicts_decisive``, and ``naive_inside`` (of
+  ``naive_inside_of`` measured cells): how many of its intervals hold the naive design's
+  speedup, against ``naive_inside_bootstrap`` for the bootstrap intervals alone. A predicted
+  cell keeps the interval its prediction had when the run decided it (the runner decides
+  without a start spread). The naive verdicts stay the bootstrap's.
 
 A study is named by its engine id, or ``NAME=ENGINE_ID`` when one engine has several (the
 same naive run against two crossbench runs of different crossbench versions).
@@ -59,7 +68,8 @@ Commands::
         --trials-per-start 3 --probes 3 --holdout 1
     python benchmarks/gpu_time_per_verdict.py compute \\
         --study [NAME=]ENGINE_ID NAIVE_RUN[,NAIVE_RUN...] CROSSBENCH_RUN [--study ...] \\
-        [--min-samples 10] [--band 0.05] [--out benchmarks/results/gpu-time-per-verdict.json]
+        [--spread-from RUN ...] [--min-samples 10] [--band 0.05] \\
+        [--out benchmarks/results/gpu-time-per-verdict.json]
     python benchmarks/gpu_time_per_verdict.py planned ENGINE_ID RUN --from RECORDED ... \\
         [--out benchmarks/results/gpu-time-per-verdict-planned.json]
 
@@ -72,6 +82,7 @@ import argparse
 import json
 import math
 import sys
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -80,6 +91,7 @@ import yaml
 
 from crossbench.analysis.analyze import analyze
 from crossbench.analysis.paired import StatsOptions
+from crossbench.analysis.start_spread import measure as measure_spread
 from crossbench.runner.matrix_run import read_state
 from crossbench.store.rundir import read_predictions
 
@@ -145,6 +157,8 @@ def verdicts(run: Path, engine: str, result: dict[str, Any]) -> dict[str, dict[s
                        "ci95": p["speedup"]["ci95"], "source": "measured",
                        "one_start": p["speedup"].get("n_server_starts") == 1,
                        "start_ci95": p["speedup"].get("start_ci95"),
+                       "bootstrap_ci95": (p["speedup"].get("start_prior") or {}).get(
+                           "bootstrap_ci95", p["speedup"]["ci95"]),
                        "starts_disagree": any(w["kind"] == "starts_disagree"
                                               for w in p.get("warnings") or []),
                        "host_bound": any(w["kind"] == "host_bound"
@@ -269,10 +283,72 @@ def run_id(run: Path) -> dict[str, Any]:
             "matrix_sha256": state.get("matrix_sha256")}
 
 
+def counts(rows: list[dict[str, Any]]) -> dict[str, int]:
+    """How many cells of ``rows`` fall in each relation of :func:`classify`."""
+    return {k: sum(1 for r in rows if r["relation"] == k)
+            for k in ("same", "flipped", "conservative", "lost", "bolder")}
+
+
+def inside(naive: dict[str, Any], ci: list[float] | None) -> bool | None:
+    """Whether a measured interval holds the naive design's speedup (None: no interval)."""
+    g = naive.get("speedup")
+    return None if ci is None or g is None else ci[0] <= g <= ci[1]
+
+
+def with_spread(engine: str, naive: list[Path], ours: Path, opts: StatsOptions,
+                band: float, va: dict[str, dict[str, Any]], ratio: float,
+                calibration: list[Path]) -> dict[str, Any] | None:
+    """The crossbench design's verdicts with the known start spread (module docstring),
+    measured on the ``calibration`` runs other than this study's naive ones; None when none
+    is left."""
+    own = {r.resolve() for r in naive}
+    runs = [r for r in calibration if r.resolve() not in own]
+    if not runs:
+        return None
+    known = measure_spread(runs)
+    vb = verdicts(ours, engine, analyze(ours, replace(opts, start_spread=known)))
+    rows = []
+    for cid in sorted(va):
+        ours_v = vb[cid]
+        rows.append({"cell": cid, "verdict": ours_v["verdict"], "ci95": ours_v["ci95"],
+                     "bootstrap_ci95": ours_v.get("bootstrap_ci95"),
+                     "source": ours_v["source"],
+                     "relation": classify(va[cid], ours_v, band),
+                     "naive_inside": inside(va[cid], ours_v["ci95"]),
+                     "naive_inside_bootstrap": inside(va[cid], ours_v.get("bootstrap_ci95"))})
+    count = counts(rows)
+    measured = [r for r in rows if r["source"] == "measured" and r["naive_inside"] is not None]
+    return {"calibration_runs": [run_id(r) for r in runs],
+            "spreads": [s.to_dict() for s in known.spreads if s.engine in
+                        {str(e) for e in used_engines(ours, engine)}],
+            "verdicts_same": count["same"], "verdicts_flipped": count["flipped"],
+            "verdicts_conservative": count["conservative"], "verdicts_lost": count["lost"],
+            "verdicts_bolder": count["bolder"],
+            "verdicts_decisive": sum(1 for r in rows if r["verdict"] in DECISIVE),
+            "meets_target": ratio <= TARGET_RATIO and not any(
+                count[k] for k in ("flipped", "lost", "bolder")),
+            "naive_inside": sum(1 for r in measured if r["naive_inside"]),
+            "naive_inside_bootstrap": sum(1 for r in measured if r["naive_inside_bootstrap"]),
+            "naive_inside_of": len(measured),
+            "cells": rows}
+
+
+def used_engines(run: Path, engine: str) -> set[str]:
+    """The engine kinds (``llama-server``, ``vllm``) of engine id ``engine``'s cells."""
+    state = read_state(run, ("cells",))
+    out = set()
+    for c in state["cells"]:
+        path = run / c["dir"] / "manifest.json"
+        if path.exists() and c["coords"]["engine"] == engine:
+            out.add(str(json.loads(path.read_text())["config"].get("engine")))
+    return out
+
+
 def study(engine: str, naive: list[Path], ours: Path, opts: StatsOptions,
-          band: float) -> dict[str, Any]:
+          band: float, calibration: list[Path] | None = None) -> dict[str, Any]:
     """One engine's comparison (module docstring): ``engine`` is its id in every matrix;
-    ``naive``: one naive run, or several that cover different cells."""
+    ``naive``: one naive run, or several that cover different cells; ``calibration``: runs
+    to measure the known start spread on (``with_start_spread``)."""
     times = [gpu_seconds(r, engine) for r in naive]
     ta = {k: sum(t[k] for t in times) for k in times[0]}
     tb = gpu_seconds(ours, engine)
@@ -285,8 +361,7 @@ def study(engine: str, naive: list[Path], ours: Path, opts: StatsOptions,
                          f"lacks: {sorted(set(va) - set(vb))}")
     rows = [{"cell": cid, "naive": va[cid], "crossbench": vb[cid],
              "relation": classify(va[cid], vb[cid], band)} for cid in sorted(va)]
-    count = {k: sum(1 for r in rows if r["relation"] == k)
-             for k in ("same", "flipped", "conservative", "lost", "bolder")}
+    count = counts(rows)
     ratio = round(tb["gpu_s"] / ta["gpu_s"], 3)
     ids = [run_id(r) for r in naive]
     return {"engine": engine, "naive_run": ids[0] if len(ids) == 1 else ids,
@@ -307,7 +382,9 @@ def study(engine: str, naive: list[Path], ours: Path, opts: StatsOptions,
             "crossbench_only": sorted(set(vb) - set(va)),
             "reuse_bias": reuse_bias(fresh, trial_rates(ours, engine)),
             "start_spread": start_spread(fresh),
-            "prediction_checks": prediction_checks(ours, engine, analysed)}
+            "prediction_checks": prediction_checks(ours, engine, analysed),
+            "with_start_spread": with_spread(engine, naive, ours, opts, band, va, ratio,
+                                             calibration or [])}
 
 
 def prediction_checks(run: Path, engine: str, result: dict[str, Any]) -> dict[str, Any] | None:
@@ -374,6 +451,10 @@ def main(argv: list[str] | None = None) -> int:
     c.add_argument("--band", type=float, default=0.05,
                    help="equivalence band: a lost verdict is allowed where the naive "
                    "speedup lies within 1 +- band")
+    c.add_argument("--spread-from", type=Path, action="append", default=[],
+                   metavar="RUN", help="a run with several fresh starts per cell to measure "
+                   "the known start spread on (repeatable); each study uses those that are "
+                   "not its own naive runs (with_start_spread)")
     c.add_argument("--out", type=Path, default=OUT)
     pl = sub.add_parser("planned", help="a crossbench run against its planned naive design")
     pl.add_argument("engine", metavar="ENGINE_ID")
@@ -401,12 +482,13 @@ def main(argv: list[str] | None = None) -> int:
     for spec, a, b in args.study:
         name, _, engine = spec.rpartition("=")
         studies[name or engine] = study(engine, [Path(r) for r in a.split(",")], Path(b),
-                                        opts, args.band)
+                                        opts, args.band, args.spread_from)
     doc = {"benchmark": "gpu-time-per-verdict",
            "target": f"ratio <= {TARGET_RATIO}, no verdict flipped, lost or bolder",
            "options": {"min_samples": args.min_samples, "band": args.band,
                        "gpu_s": "sum of the named trial phases " + ", ".join(NAMED)
-                                + " plus probe-and-predict decision time"},
+                                + " plus probe-and-predict decision time",
+                       "spread_from": [run_id(r)["dir"] for r in args.spread_from]},
            "studies": studies}
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(doc, indent=2) + "\n")
@@ -419,6 +501,15 @@ def main(argv: list[str] | None = None) -> int:
               f"{s['verdicts_starts_disagree']} with disagreeing starts, "
               f"{s['verdicts_host_bound']} host-bound); "
               f"target {'met' if s['meets_target'] else 'not met'}")
+        w = s["with_start_spread"]
+        if w:
+            print(f"  with the known start spread: same {w['verdicts_same']}, flipped "
+                  f"{w['verdicts_flipped']}, conservative {w['verdicts_conservative']}, lost "
+                  f"{w['verdicts_lost']}, bolder {w['verdicts_bolder']} ({w['verdicts_decisive']} "
+                  f"decisive); the naive speedup inside {w['naive_inside']} of "
+                  f"{w['naive_inside_of']} measured intervals (bootstrap alone "
+                  f"{w['naive_inside_bootstrap']}); target "
+                  f"{'met' if w['meets_target'] else 'not met'}")
     return 0
 
 

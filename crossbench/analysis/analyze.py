@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from crossbench import __version__
-from crossbench.analysis import host_time, paired, parity, stability, stats, sweep
+from crossbench.analysis import host_time, paired, parity, stability, start_spread, stats, sweep
 from crossbench.analysis.confounding import confounds
 from crossbench.analysis.metrics import token_itl_ms
 from crossbench.analysis.paired import StatsOptions
@@ -50,6 +50,8 @@ ONE_START = "one server start per side"
 STARTS_DISAGREE_NOTE = ("the server starts disagree: with each start as one sample the "
                         "interval holds 1")
 """The words the ``starts_disagree`` verdict caveat and the verdict table's footnote share."""
+KNOWN_SPREAD_NOTE = "the known start spread widened the interval"
+"""The words of the verdict caveat of a verdict the start spread made more conservative."""
 RUNNER_WARNED = "ran with runner warnings"
 """The words of a verdict caveat for trials the runner warned about."""
 
@@ -105,7 +107,13 @@ def analyze_pair(spec: CellData, base: CellData, figs: dict[str, dict[str, Any]]
     """One speculative cell against its baseline (a ``pairs`` entry), and the findings that
     concern the pair itself (its cells' own checks are in ``checks``)."""
     c = spec.coords
-    result = paired.compare(spec.figures, base.figures, opts)
+    spreads: paired.PairSpreads | str | None = None
+    if opts.start_spread is not None:
+        role = str(spec.spec.get("type") or "none")
+        spreads = start_spread.pair_spreads(opts.start_spread, str(spec.config.get("engine")),
+                                            role)
+    result = paired.compare(spec.figures, base.figures, opts,
+                            spreads if isinstance(spreads, tuple) else None)
     conf = confounds(spec, base, trial_caveats=True)
     sp = result["speedup"]
     acc = spec.acceptance
@@ -143,6 +151,18 @@ def analyze_pair(spec: CellData, base: CellData, figs: dict[str, dict[str, Any]]
     out["verdict_caveats"] = [
         f"{side} trial(s) {', '.join(map(str, ts))} {RUNNER_WARNED} (other inference "
         "processes, a busy GPU...): see warnings" for side, ts in warned.items() if ts]
+    if isinstance(spreads, str):
+        out["verdict_caveats"].append(spreads)
+    elif opts.start_spread is not None and sp["start_prior"] is not None:
+        known = sp["start_prior"]
+        alone = stats.verdict(tuple(known["bootstrap_ci95"]), sp["n_samples"],
+                              sp["n_prompts"], opts.min_samples)
+        if alone != result["verdict"]:
+            out["verdict_caveats"].append(
+                f"{KNOWN_SPREAD_NOTE} ({known['spec_starts']} speculative and "
+                f"{known['baseline_starts']} baseline start(s), spreads measured on "
+                f"{start_spread.sources_text(opts.start_spread)}): the bootstrap alone gave "
+                f"{alone} {_ci(known['bootstrap_ci95'])}")
     own = _pair_findings(out, spec)
     bound = host_time.host_bound(figs[spec.id]["host_time"], figs[base.id]["host_time"])
     if bound:
@@ -205,7 +225,8 @@ def _pair_findings(pair: dict[str, Any], spec: CellData) -> list[Finding]:
             "the H200 study)",
             "run 3 or more trials (a matrix's `trials:`, `crossbench run --trials`); for a "
             "speedup within about 10 % of 1, also repeat on a separate occasion", spec.id))
-    if sp.get("n_server_starts") == 1 and sp["verdict"] != "too few samples":
+    if sp.get("n_server_starts") == 1 and sp["verdict"] != "too few samples" \
+            and sp.get("start_prior") is None:  # a known start spread covers the starts
         found.append(Finding(
             WarningKind.SINGLE_START,
             f"all {sp['n_trials']} trials of this pair ran on {ONE_START}: the interval "
@@ -493,6 +514,12 @@ def verdict_table(result: dict[str, Any]) -> str:
            for w in p.get("warnings") or []):
         text += ("\n* every trial of the pair ran on one server start per side: the interval "
                  "leaves out start-to-start variation (single_start)")
+    if any(KNOWN_SPREAD_NOTE in c for c in caveats):
+        text += (f"\n* {KNOWN_SPREAD_NOTE} (--start-spread) and made the verdict more "
+                 "conservative than the bootstrap's alone: see verdict_caveats")
+    if any(start_spread.NO_SPREAD in c for c in caveats):
+        text += (f"\n* {start_spread.NO_SPREAD} for some pair's engine or method: its "
+                 "interval leaves out start-to-start variation (see verdict_caveats)")
     if any(w["kind"] == WarningKind.STARTS_DISAGREE for p in result["pairs"]
            for w in p.get("warnings") or []):
         text += (f"\n* {STARTS_DISAGREE_NOTE}: the verdict rests on fewer starts than "

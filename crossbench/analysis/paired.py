@@ -13,6 +13,11 @@ Beside it, ``start_ci95`` takes each trial (each pair of server starts where tri
 server) as one sample, Student's t over their mean log ratios (``stats.unit_interval``): with
 few starts a bootstrap over them under-covers, and the analysis warns (``starts_disagree``)
 when this interval holds 1 and the verdict does not.
+
+With a known start spread (``StatsOptions.start_spread``, ``start_spread.py``), each speedup
+also gets the interval that adds the starts' measured spread to the within-start error
+(``start_prior``), and ``ci95`` (with the verdict) is the union of it and the bootstrap's:
+a design with one start per side can then no longer claim what one start cannot show.
 """
 
 from __future__ import annotations
@@ -25,6 +30,7 @@ import numpy as np
 
 from crossbench.analysis import stats
 from crossbench.analysis.metrics import RequestFigures
+from crossbench.analysis.start_spread import Prior, Spread, StartSpread
 
 #: resampling designs of the intervals (see docs/analysis.md, "Which resampling design");
 #: ``auto`` resolves to ``category`` for crossbench's own runs and ``none`` for imports
@@ -41,6 +47,10 @@ class StatsOptions:
     prompts across categories (prompts drawn without such a design, or categories assigned
     after the fact); ``auto`` is category for crossbench's own runs and none for imports
     (:meth:`for_run`). Clusters are prompts and trials either way.
+
+    ``start_spread``: the known spread between server starts (``--start-spread FILE``), which
+    widens each speedup's interval by the starts' share (module docstring); None: the
+    bootstrap alone.
     """
 
     resamples: int = 10_000
@@ -48,6 +58,7 @@ class StatsOptions:
     level: float = 0.95
     min_samples: int = 10
     strata: str = "auto"
+    start_spread: StartSpread | None = None
 
     def for_run(self, kind: str) -> StatsOptions:
         """``auto`` strata made concrete for a run of ``kind`` (``import``: the prompts'
@@ -59,16 +70,20 @@ class StatsOptions:
     def to_record(self) -> dict[str, Any]:
         """The ``options`` object of analysis.json."""
         return {"resamples": self.resamples, "seed": self.seed, "level": self.level,
-                "min_samples": self.min_samples, "strata": self.strata}
+                "min_samples": self.min_samples, "strata": self.strata,
+                "start_spread": self.start_spread.to_record() if self.start_spread else None}
 
     @classmethod
     def from_record(cls, o: dict[str, Any] | None) -> StatsOptions:
         """Options as recorded in an analysis.json (older files, without ``strata``, were
-        made with the category design)."""
+        made with the category design, and without a start spread)."""
         o = o or {}
+        spread = o.get("start_spread")
         return cls(resamples=int(o.get("resamples", 10_000)), seed=int(o.get("seed", 0)),
                    level=float(o.get("level", 0.95)), min_samples=int(o.get("min_samples", 10)),
-                   strata=str(o.get("strata", "category")))
+                   strata=str(o.get("strata", "category")),
+                   start_spread=StartSpread.from_record(spread, "options.start_spread")
+                   if spread else None)
 
 
 def design(opts: StatsOptions, categories: list[str], trials: Sequence[object] | None,
@@ -128,8 +143,15 @@ def e2e_speedup(s: RequestFigures, b: RequestFigures) -> float | None:
 Ratio = Callable[[RequestFigures, RequestFigures], "float | None"]
 
 
-def summarize_speedup(p: Paired, ratio: Ratio, opts: StatsOptions) -> dict[str, Any]:
-    """Geometric mean, median, interval, net-loss share, counts and verdict of one ratio."""
+PairSpreads = tuple[Spread, Spread, bool]
+"""The known start spreads of a pair's speculative and baseline side, and whether the
+speculative method had its own (``StartSpread.lookup``)."""
+
+
+def summarize_speedup(p: Paired, ratio: Ratio, opts: StatsOptions,
+                      spreads: PairSpreads | None = None) -> dict[str, Any]:
+    """Geometric mean, median, interval, net-loss share, counts and verdict of one ratio;
+    with ``spreads``, the interval with the starts' known share too."""
     values, prompts, cats, starts = [], [], [], []
     for s, b in zip(p.spec, p.base, strict=True):
         r = ratio(s, b)
@@ -141,8 +163,12 @@ def summarize_speedup(p: Paired, ratio: Ratio, opts: StatsOptions) -> dict[str, 
             # server share its state, so they move together and never count as restarts
             starts.append((s.server_start, b.server_start))
     reused = any(s.start is not None and s.start != s.trial for s in p.spec + p.base)
+    prior = None
+    if spreads is not None and starts:
+        prior = Prior(spreads[0], spreads[1], spreads[2], len({s for s, _ in starts}),
+                      len({b for _, b in starts}))
     out = speedup_of(np.asarray(values, dtype=float), prompts, cats, opts, starts,
-                     reused=reused)
+                     reused=reused, prior=prior)
     if reused:
         out["n_trials"] = len({s.trial for s in p.spec})
         out["n_server_starts"] = len(set(starts))
@@ -151,10 +177,11 @@ def summarize_speedup(p: Paired, ratio: Ratio, opts: StatsOptions) -> dict[str, 
 
 def speedup_of(ratios: stats.FloatArray, prompts: list[str], categories: list[str],
                opts: StatsOptions, trials: Sequence[object] | None = None,
-               reused: bool = False) -> dict[str, Any]:
+               reused: bool = False, prior: Prior | None = None) -> dict[str, Any]:
     """The speedup object of the analysis for paired ratios (see the module docstring);
     ``trials`` (each ratio's trial, or its pair of server starts) lets the interval resample
-    them too; ``reused``: some trials shared a server start, so the draw is over starts."""
+    them too; ``reused``: some trials shared a server start, so the draw is over starts;
+    ``prior``: the starts' known spread, whose interval joins the bootstrap's."""
     n = int(ratios.size)
     n_prompts = len(set(prompts))
     out: dict[str, Any] = {"geomean": None, "median": None, "ci95": None,
@@ -162,7 +189,7 @@ def speedup_of(ratios: stats.FloatArray, prompts: list[str], categories: list[st
                            "n_prompts": n_prompts,
                            "n_trials": len(set(trials)) if trials is not None else None,
                            "design": design(opts, categories, trials, reused),
-                           "start_ci95": None}
+                           "start_ci95": None, "start_prior": None}
     ci = None
     if n:
         logs = np.log(ratios)
@@ -178,17 +205,26 @@ def speedup_of(ratios: stats.FloatArray, prompts: list[str], categories: list[st
         if trials is not None:  # the starts' (or trials') own spread, few as they are
             start_ci = stats.unit_interval(logs, trials, opts.level)
             out["start_ci95"] = list(start_ci) if start_ci else None
+        if prior is not None and ci is not None:
+            within = stats.ratio_interval(logs, prompts, strata, opts.resamples, opts.seed,
+                                          opts.level)
+            known = prior.interval(float(logs.mean()), within, opts.level)
+            known["bootstrap_ci95"] = list(ci)
+            ci = (min(ci[0], known["ci95"][0]), max(ci[1], known["ci95"][1]))
+            out.update(ci95=list(ci), start_prior=known,
+                       design=f"{out['design']}, joined with the known start spread")
     out["verdict"] = stats.verdict(ci, n, n_prompts, opts.min_samples)
     return out
 
 
 def compare(spec: list[RequestFigures], base: list[RequestFigures],
-            opts: StatsOptions) -> dict[str, Any]:
-    """Decode and end-to-end speedups, overall and per category, with pairing counts."""
+            opts: StatsOptions, spreads: PairSpreads | None = None) -> dict[str, Any]:
+    """Decode and end-to-end speedups, overall and per category, with pairing counts;
+    ``spreads``: the pair's known start spreads (:func:`summarize_speedup`)."""
     p = pair(spec, base)
     out: dict[str, Any] = {
-        "speedup": summarize_speedup(p, decode_speedup, opts),
-        "speedup_e2e": summarize_speedup(p, e2e_speedup, opts),
+        "speedup": summarize_speedup(p, decode_speedup, opts, spreads),
+        "speedup_e2e": summarize_speedup(p, e2e_speedup, opts, spreads),
         "pairing": {"paired": len(p), "unmatched_spec": p.unmatched_spec,
                     "unmatched_baseline": p.unmatched_base},
     }
@@ -198,8 +234,8 @@ def compare(spec: list[RequestFigures], base: list[RequestFigures],
     for c in cats:
         idx = [i for i, s in enumerate(p.spec) if s.category == c]
         sub = Paired([p.spec[i] for i in idx], [p.base[i] for i in idx], 0, 0)
-        per_cat[c] = {"speedup": summarize_speedup(sub, decode_speedup, opts),
-                      "speedup_e2e": summarize_speedup(sub, e2e_speedup, opts)}
+        per_cat[c] = {"speedup": summarize_speedup(sub, decode_speedup, opts, spreads),
+                      "speedup_e2e": summarize_speedup(sub, e2e_speedup, opts, spreads)}
     out["per_category"] = per_cat
     return out
 

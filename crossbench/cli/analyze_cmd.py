@@ -61,10 +61,15 @@ Examples:
 """)
 @click.argument("run_dir", type=click.Path(exists=True, file_okay=False, path_type=Path))
 @click.option("--json", "as_json", is_flag=True, help="Print the analysis object.")
+@click.option("--start-spread", "spread_file", type=Path, default=None, metavar="FILE",
+              help="A known start spread (`crossbench start-spread RUN -o FILE`): each "
+                   "interval also takes the spread between server starts into account, so "
+                   "few starts per cell cannot claim more than they show (docs/analysis.md "
+                   "\"Known start spread\").")
 @stats_options
 @user_errors
-def analyze(run_dir: Path, as_json: bool, resamples: int, seed: int, level: float,
-            min_samples: int, strata: str) -> None:
+def analyze(run_dir: Path, as_json: bool, spread_file: Path | None, resamples: int, seed: int,
+            level: float, min_samples: int, strata: str) -> None:
     """Paired speedups with intervals and verdicts, acceptance, n-sweeps, output parity and
     stability warnings, from a run directory's raw records alone.
 
@@ -75,13 +80,53 @@ def analyze(run_dir: Path, as_json: bool, resamples: int, seed: int, level: floa
     from crossbench.analysis.analyze import analyze as run_analysis
     from crossbench.analysis.analyze import verdict_table, write_outputs
 
-    result = run_analysis(run_dir, _opts(resamples, seed, level, min_samples, strata))
+    opts = _opts(resamples, seed, level, min_samples, strata)
+    if spread_file is not None:
+        from dataclasses import replace
+
+        from crossbench.analysis.start_spread import StartSpread
+
+        opts = replace(opts, start_spread=StartSpread.load(spread_file))
+    result = run_analysis(run_dir, opts)
     written = write_outputs(run_dir, result)
     if as_json:
         click.echo(json.dumps(result, indent=2))
     else:
         click.echo(verdict_table(result))
     progress(f"wrote {written[0]} and tables in {written[-1].parent}")
+
+
+@click.command("start-spread", epilog="""\b
+Examples:
+  crossbench start-spread runs/calibration -o spread.json   # measure, save
+  crossbench start-spread runs/a runs/b                      # pool two runs, print only
+  crossbench analyze runs/reused --start-spread spread.json
+""")
+@click.argument("runs", nargs=-1, required=True,
+                type=click.Path(exists=True, file_okay=False, path_type=Path))
+@click.option("-o", "--out", type=Path, default=None, metavar="FILE",
+              help="Write the spreads (JSON) for `analyze --start-spread FILE`.")
+@user_errors
+def start_spread(runs: tuple[Path, ...], out: Path | None) -> None:
+    """How far a fresh server start moves a cell's decode rate, per engine and role
+    (baseline or speculative method), pooled over the cells of RUNS that ran on at least two
+    server starts (docs/analysis.md "Known start spread").
+
+    Measure it on a run of the default design (a fresh server per trial, 3 or more trials),
+    on the engine, models and machine type you will use: a design that reuses one server per
+    cell cannot see this spread itself.
+    """
+    from crossbench.analysis.start_spread import measure
+
+    known = measure(list(runs))
+    click.echo(f"{'engine':14s} {'role':14s} {'sigma (log)':>11s} {'cv':>7s} {'df':>4s} "
+               f"{'cells':>5s} {'starts':>6s}")
+    for s in known.spreads:
+        click.echo(f"{s.engine:14s} {s.role:14s} {s.sigma_log:11.4f} "
+                   f"{100 * s.to_dict()['cv']:6.2f}% {s.df:4d} {s.cells:5d} {s.starts:6d}")
+    if out is not None:
+        known.save(out)
+        progress(f"wrote {out}")
 
 
 @click.command(epilog="""\b

@@ -282,7 +282,7 @@ FORMATS: dict[str, Format] = {
            "histograms); adds server_rate_source, client_vs_server, engine_reported_tok_s, "
            "engine_rate_definition and acceptance.mean_acceptance_length_estimate / mal_note"},
         {2: ("throughput.server_pooled_tok_s", "per_trial.*.throughput.server_pooled_tok_s")}),
-    "analysis": Format(ANALYSIS, ANALYSIS_KIND, 4, {
+    "analysis": Format(ANALYSIS, ANALYSIS_KIND, 5, {
         1: "first version (cells, pairs, sweeps, stability)",
         2: "options.strata and each interval's design; cost-model intervals (d_ci95, v_ci95) "
            "and tau estimated from per-request counts where no counter exists; server rates "
@@ -295,14 +295,20 @@ FORMATS: dict[str, Format] = {
            "and the starts_disagree warning and verdict caveat: a decisive verdict whose "
            "starts, each one sample, give an interval that holds 1; cells.*.host_time (GPU "
            "work against the GPU waiting on the host, per output token) and the host_bound "
-           "warning"},
+           "warning",
+        5: "options.start_spread and speedup.start_prior: with a known start spread "
+           "(`analyze --start-spread FILE`) ci95 and the verdict come from the union of the "
+           "bootstrap's interval and the one that adds the starts' known spread "
+           "(start_prior.bootstrap_ci95 keeps the bootstrap's alone), and a verdict caveat "
+           "says where the spread changed the verdict"},
         {2: ("cells.*.throughput.server_pooled_tok_s", "cells.*.latency_ms.chunk_gap",
              "cells.*.latency_ms.token_itl", "cells.*.throughput.wall_output_tok_s",
              "pairs.*.warnings", "pairs.*.confounds", "pairs.*.verdict", "stability",
              "sweeps.*.cost_model.fitted", "sweeps.*.cost_model.reason",
              "sweeps.*.cost_model.predicted", "sweeps.*.cost_model.points"),
          3: ("pairs.*.warnings", "pairs.*.verdict_caveats", "stability"),
-         4: ("pairs.*.warnings", "pairs.*.verdict_caveats", "stability")}),
+         4: ("pairs.*.warnings", "pairs.*.verdict_caveats", "stability"),
+         5: ("pairs.*.speedup.ci95", "pairs.*.verdict", "pairs.*.verdict_caveats")}),
 }
 """Every versioned file of a run directory, with its format history: the one place a format
 version changes (bump ``version``, add a line to ``history``, list redefined fields)."""

@@ -1,0 +1,268 @@
+"""The known start spread: how far a fresh server start moves a cell's decode rate, measured on
+runs with several starts per cell, and the verdict interval it gives a design with few starts.
+
+A design that reuses one server across a cell's trials (``trials_per_start``) measures one
+start per side: its bootstrap can only see the variation within that start, and on the H200
+one vLLM draft_model cell ran at 113-233 tok/s over six fresh starts. The spread between
+starts is a property of the engine, method and machine type, not of the one cell, so it can
+be measured once, on a calibration run with several fresh starts per cell, and carried to
+every later run of that engine.
+
+:func:`measure` reads it off one or more runs: for each cell with at least two server starts,
+the mean log decode rate of each start over the requests every start of the cell served (the
+same prompts, so prompt difficulty cancels), and the standard deviation of those means. Cells
+of one role (the engine's kind, and ``baseline`` or the speculative method's type) are pooled
+by their degrees of freedom (starts - 1): ``sigma_log`` = sqrt(sum (k_i - 1) s_i^2 / sum
+(k_i - 1)). Each start's mean also carries its requests' own noise (divided by their number),
+so sigma_log is, if anything, a little too large: the interval it gives errs wide.
+
+:class:`Prior` turns it into the interval of one pair. The mean log speedup over ``k_s``
+speculative and ``k_b`` baseline starts has variance ``se_w^2 + sigma_s^2 / k_s + sigma_b^2
+/ k_b``: ``se_w`` is the within-start standard error (from the prompt-only bootstrap interval
+of the pair, half its log width over z), the other two are the starts' own share. The
+interval is Student's t with Welch-Satterthwaite degrees of freedom (``se_w`` taken as
+exact; the spreads' df from their calibration). The analysis (``crossbench analyze
+--start-spread FILE``) reports the union of this interval and the bootstrap's, so a verdict
+stands only where both exclude 1: the prior can only make a verdict more conservative.
+
+A speculative method the file has no spread for takes the largest speculative spread of its
+engine (recorded as ``role_matched: false``); an engine the file does not hold gets no prior
+(recorded with the reason). The spread of one machine type need not hold on another: the
+file records where it was measured (``sources``), and the analysis quotes it.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from statistics import NormalDist
+from typing import Any
+
+import numpy as np
+
+from crossbench.analysis.stats import t_quantile
+from crossbench.errors import UserError
+
+KIND = "crossbench-start-spread"
+"""The ``kind`` of a start-spread file."""
+SCHEMA = 1
+"""The ``schema_version`` of a start-spread file."""
+BASELINE = "baseline"
+"""The role of cells without speculative decoding."""
+NO_SPREAD = "the start-spread file has no spread"
+"""The words of the verdict caveat of a pair the file has no spread for."""
+
+
+@dataclass(frozen=True)
+class Spread:
+    """The pooled spread between server starts of one role of one engine kind."""
+
+    engine: str
+    """The engine's kind (``llama-server``, ``vllm``...)."""
+    role: str
+    """``baseline`` or the speculative method's type (``draft-simple``, ``draft_model``...)."""
+    sigma_log: float
+    """Standard deviation of a start's mean log decode rate about its cell's mean."""
+    df: int
+    """Degrees of freedom of ``sigma_log``: the sum over cells of (starts - 1)."""
+    cells: int
+    """Cells pooled."""
+    starts: int
+    """Server starts over those cells."""
+
+    def to_dict(self) -> dict[str, Any]:
+        """The spread as a JSON object (``cv`` is exp(sigma_log) - 1, for reading)."""
+        return {"engine": self.engine, "role": self.role, "sigma_log": self.sigma_log,
+                "cv": math.expm1(self.sigma_log), "df": self.df, "cells": self.cells,
+                "starts": self.starts}
+
+
+@dataclass(frozen=True)
+class StartSpread:
+    """Start spreads by engine kind and role, with the runs they were measured on."""
+
+    spreads: tuple[Spread, ...]
+    sources: tuple[dict[str, Any], ...]
+    """Per run: its directory name, study, matrix sha256, GPU, engine kinds and versions, and
+    each measured cell's per-start geometric-mean decode rates (``start_tok_s``), from which
+    every spread can be recomputed."""
+
+    def lookup(self, engine: str, role: str) -> tuple[Spread, bool] | None:
+        """The spread of ``role`` on engine kind ``engine`` and whether the role matched; a
+        speculative role without its own spread takes the engine's largest speculative one
+        (False); None when the file has no such role for the engine at all."""
+        mine = [s for s in self.spreads if s.engine == engine]
+        for s in mine:
+            if s.role == role:
+                return s, True
+        if role == BASELINE:
+            return None
+        spec = [s for s in mine if s.role != BASELINE]
+        return (max(spec, key=lambda s: s.sigma_log), False) if spec else None
+
+    def to_record(self) -> dict[str, Any]:
+        """The file's JSON object (also recorded in analysis.json's ``options``)."""
+        return {"kind": KIND, "schema_version": SCHEMA,
+                "spreads": [s.to_dict() for s in self.spreads],
+                "sources": list(self.sources)}
+
+    @classmethod
+    def from_record(cls, doc: Any, where: str = "start spread") -> StartSpread:
+        """Read :meth:`to_record`'s object back; a malformed one is a UserError naming the
+        field."""
+        fix = "make the file with `crossbench start-spread RUN... -o FILE`"
+        if not isinstance(doc, dict) or doc.get("kind") != KIND:
+            raise UserError(f"{where}: not a start-spread file (kind is not {KIND!r})", fix)
+        if doc.get("schema_version") != SCHEMA:
+            raise UserError(f"{where}: schema_version {doc.get('schema_version')!r} is not "
+                            f"{SCHEMA}", fix)
+        out = []
+        for i, s in enumerate(doc.get("spreads") or []):
+            try:
+                sp = Spread(str(s["engine"]), str(s["role"]), float(s["sigma_log"]),
+                            int(s["df"]), int(s["cells"]), int(s["starts"]))
+            except (KeyError, TypeError, ValueError) as e:
+                raise UserError(f"{where}: spreads[{i}] lacks or mistypes {e}", fix) from None
+            if not (sp.sigma_log >= 0 and math.isfinite(sp.sigma_log)) or sp.df < 1:
+                raise UserError(f"{where}: spreads[{i}] has sigma_log {sp.sigma_log} and df "
+                                f"{sp.df}; sigma_log must be >= 0 and df >= 1", fix)
+            out.append(sp)
+        if not out:
+            raise UserError(f"{where}: spreads is empty", fix)
+        return cls(tuple(out), tuple(doc.get("sources") or ()))
+
+    def save(self, path: Path) -> None:
+        """Write the file (JSON)."""
+        path.write_text(json.dumps(self.to_record(), indent=2) + "\n")
+
+    @classmethod
+    def load(cls, path: Path) -> StartSpread:
+        """Read a file written by :meth:`save`."""
+        try:
+            doc = json.loads(path.read_text())
+        except OSError as e:
+            raise UserError(f"--start-spread {path}: cannot be read ({e.strerror})",
+                            "give the file `crossbench start-spread RUN -o FILE` wrote") from None
+        except json.JSONDecodeError as e:
+            raise UserError(f"--start-spread {path}: not JSON ({e.msg}, line {e.lineno})",
+                            "give the file `crossbench start-spread RUN -o FILE` wrote") from None
+        return cls.from_record(doc, f"--start-spread {path}")
+
+
+def start_means(figures: Sequence[Any]) -> list[float]:
+    """Each server start's mean log decode rate over the (prompt, occurrence) keys that every
+    start of the cell served (``figures``: a cell's RequestFigures)."""
+    by_start: dict[int, dict[tuple[str, int], list[float]]] = {}
+    for f in figures:
+        if f.rate_tok_s and f.rate_tok_s > 0:
+            by_start.setdefault(f.server_start, {}).setdefault(
+                (f.prompt_id, f.occurrence), []).append(math.log(f.rate_tok_s))
+    if len(by_start) < 2:
+        return []
+    common = set.intersection(*(set(k) for k in by_start.values()))
+    if not common:
+        return []
+    return [float(np.mean([v for k in sorted(common) for v in per[k]]))
+            for _, per in sorted(by_start.items())]
+
+
+def measure(roots: Sequence[Path]) -> StartSpread:
+    """The start spread of every role seen in ``roots`` (runs; module docstring)."""
+    from crossbench.analysis.rundir import load_run
+
+    ss: dict[tuple[str, str], list[float]] = {}  # sum (k-1) s^2, df, cells, starts
+    sources = []
+    for root in roots:
+        run = load_run(root)
+        engines: dict[str, str] = {}
+        per_cell = []
+        for cell in run.cells:
+            eng = cell.manifest.get("engine") or {}
+            if eng.get("standin") is True:
+                raise UserError(f"{root}: cell {cell.id} ran on a stand-in engine; its start "
+                                "spread is not an engine's",
+                                "measure the spread on a run of the real engine")
+            kind = str(cell.config.get("engine") or eng.get("kind") or "unknown")
+            version = str(eng.get("version") or "").strip().splitlines()
+            engines[kind] = version[0] if version else engines.get(kind, "")
+            means = start_means(cell.figures)
+            if len(means) < 2:
+                continue
+            role = str(cell.spec.get("type") or "none")
+            role = BASELINE if role == "none" else role
+            per_cell.append({"cell": cell.id, "engine": kind, "role": role,
+                             "start_tok_s": [round(math.exp(m), 3) for m in means]})
+            acc = ss.setdefault((kind, role), [0.0, 0, 0, 0])
+            k = len(means)
+            acc[0] += (k - 1) * float(np.var(means, ddof=1))
+            acc[1] += k - 1
+            acc[2] += 1
+            acc[3] += k
+        state = run.state or {}
+        hardware = (run.matrix or {}).get("hardware") or {}
+        sources.append({"dir": Path(root).name, "study": state.get("study"),
+                        "matrix_sha256": state.get("matrix_sha256"),
+                        "gpu": hardware.get("gpu"), "engines": engines,
+                        "cells": per_cell})
+    if not ss:
+        raise UserError(f"{', '.join(map(str, roots))}: no cell has two server starts, so no "
+                        "start spread can be measured",
+                        "measure it on a run with several fresh starts per cell (the default "
+                        "design: no trials_per_start, trials >= 3)")
+    spreads = tuple(Spread(e, r, math.sqrt(a[0] / a[1]), int(a[1]), int(a[2]), int(a[3]))
+                    for (e, r), a in sorted(ss.items()))
+    return StartSpread(spreads, tuple(sources))
+
+
+@dataclass(frozen=True)
+class Prior:
+    """The start spreads of one pair's two sides and how many starts each side ran."""
+
+    spec: Spread
+    base: Spread
+    spec_matched: bool
+    k_spec: int
+    k_base: int
+
+    def interval(self, mean_log: float, within_ci: tuple[float, float] | None,
+                 level: float) -> dict[str, Any]:
+        """The pair's interval with the starts' known share (module docstring), from its mean
+        log ratio and its prompt-only bootstrap interval ``within_ci`` (ratios)."""
+        z = NormalDist().inv_cdf((1 + level) / 2)
+        se_w = (math.log(within_ci[1]) - math.log(within_ci[0])) / (2 * z) if within_ci else 0.0
+        v_s = self.spec.sigma_log ** 2 / self.k_spec
+        v_b = self.base.sigma_log ** 2 / self.k_base
+        var = se_w ** 2 + v_s + v_b
+        denom = v_s ** 2 / self.spec.df + v_b ** 2 / self.base.df
+        df = var ** 2 / denom if denom > 0 else math.inf
+        q = z if df > 1000 else t_quantile((1 + level) / 2, max(1, math.floor(df)))
+        half = q * math.sqrt(var)
+        return {"ci95": [math.exp(mean_log - half), math.exp(mean_log + half)],
+                "df": None if math.isinf(df) else round(df, 2),
+                "within_se_log": se_w,
+                "sigma_spec_log": self.spec.sigma_log, "sigma_baseline_log": self.base.sigma_log,
+                "spec_role": self.spec.role, "role_matched": self.spec_matched,
+                "spec_starts": self.k_spec, "baseline_starts": self.k_base}
+
+
+def pair_spreads(known: StartSpread, engine: str, role: str
+                 ) -> tuple[Spread, Spread, bool] | str:
+    """The spreads of a pair on engine kind ``engine`` whose speculative side is ``role``
+    (speculative, baseline, whether the role matched), or why there are none."""
+    spec = known.lookup(engine, role)
+    base = known.lookup(engine, BASELINE)
+    if spec is None or base is None:
+        missing = " and ".join(r for r, s in ((role, spec), (BASELINE, base)) if s is None)
+        return (f"{NO_SPREAD} ({missing} on engine {engine}), so this interval leaves out "
+                "start-to-start variation: measure one (`crossbench start-spread`) on a run "
+                "of this engine and method with several fresh starts per cell")
+    return spec[0], base[0], spec[1]
+
+
+def sources_text(known: StartSpread) -> str:
+    """Where a file's spreads were measured, in a few words (run directories and GPUs)."""
+    return ", ".join(f"{s.get('dir')} ({s.get('gpu') or 'GPU not recorded'})"
+                     for s in known.sources) or "sources not recorded"
