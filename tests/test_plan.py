@@ -436,6 +436,32 @@ def test_a_reuse_design_of_one_start_per_cell_says_its_verdicts_are_marked(
     assert ("reuse keeps one server start per cell (4 of 4 trials per start): its verdicts "
             "carry the analysis's single_start warning, since an interval over one start "
             "leaves out start-to-start variation; --block 2 costs a design of 2 starts per "
-            "cell") in plan["notes"]
+            "cell; or analyse with a known start spread (`crossbench analyze RUN "
+            "--start-spread FILE`), whose interval covers the starts") in plan["notes"]
     assert not [n for n in plan_json(m, "--from", str(run), "--block", "2")["notes"]
                 if "single_start" in n]
+
+
+def test_a_known_start_spread_lets_sequential_stop_on_the_first_start(tmp_path: Path) -> None:
+    """With start_spread the rule looks after every trial: 5 prompts a trial reach
+    min_samples 10 at trial 2, so the best case is 2 trials on the first of two starts."""
+    from crossbench.analysis.start_spread import Spread, StartSpread
+
+    StartSpread((Spread("llama-server", "baseline", 0.016, 7, 2, 9),
+                 Spread("llama-server", "draft-simple", 0.057, 24, 6, 30)), ()).save(
+        tmp_path / "spread.json")
+    run = write_run(tmp_path, [PHASES] * 3)
+    m = write_matrix(tmp_path, {**MATRIX, "trials": 6, "trials_per_start": 3,
+                                "load": {**MATRIX["load"], "requests": 5},
+                                "start_spread": "spread.json",
+                                "sequential": {"min_trials": 1}})
+    plan = plan_json(str(m), "--from", str(run))
+    # per start 5 s; per trial 0.5 + 0.5 + 500 tokens at 50 tok/s = 11 s
+    seq = row(plan, "sequential")
+    assert (seq["trials"], seq["server_starts"]) == (9 * 2, 9 * 1)
+    assert seq["gpu_s"] == pytest.approx(9 * (5 + 2 * 11))
+    assert row(plan, "reuse")["gpu_s"] == pytest.approx(9 * (2 * 5 + 6 * 11))
+    assert any(a.startswith("sequential with the matrix's known start spread: a look after "
+                            "every trial; best case, every cell settles at its first look "
+                            "(min_trials 1, min_samples 10): 2 of 6 trials on 1 start(s)")
+               for a in plan["assumptions"])

@@ -115,3 +115,120 @@ def test_with_server_reuse_the_rule_looks_once_per_server_start(tmp_path: Path) 
     assert positions == {0, 1}  # the trials really shared server starts, two each
     assert any("stopped after 6 trials on 3 server starts" in line for line in said)
     assert s["totals"]["missing"] == 0
+
+
+def _spread_file(path: Path, engine: str = "vllm", sigma: float = 0.02) -> Path:
+    """A start-spread file made by hand for the stand-in (it has no start spread of its own:
+    the figures are the test's, not an engine's)."""
+    from crossbench.analysis.start_spread import Spread, StartSpread
+
+    StartSpread((Spread(engine, "baseline", sigma, 10, 2, 12),
+                 Spread(engine, "ngram", sigma, 10, 2, 12)),
+                ({"dir": "hand-made", "gpu": None},)).save(path)
+    return path
+
+
+def test_with_a_known_start_spread_a_clear_cell_stops_on_one_start(tmp_path: Path) -> None:
+    """trials 6 in blocks of 3 (two starts), 5 prompts a trial, min_trials 1: the rule looks
+    after every trial, and the first with min_samples (10) pairs settles the cell on its first
+    start; the run keeps the spread it decided with, and its analysis uses it."""
+    _spread_file(tmp_path / "spread.json")
+    m = _matrix(tmp_path, trials=6, trials_per_start=3, start_spread="spread.json",
+                load={"requests": 5, "warmup": 1, "max_tokens": 48},
+                sequential={"min_trials": 1})
+    out = tmp_path / "run"
+    said: list[str] = []
+    run_matrix(m, out, progress=said.append)
+    spec = "v/m/synth/n2/builtin-mixed/c1"
+    rec = read_stops(out)[spec]
+    assert rec["action"] == "faster", rec
+    assert rec["look"] == 2 and rec["trials"] == [0, 1]  # 10 pairs after two trials
+    assert rec["server_starts"] == 1 and rec["start_prior"]["spec_starts"] == 1
+    assert rec["rule"]["method"].startswith("known start spread")
+    from crossbench.analysis.sequential import spent
+
+    # the first look that may decide gets all the error rate spent by then (2 of 6 trials)
+    assert rec["level"] == pytest.approx(1 - spent(2 / 6, 0.05, "obrien-fleming"))
+    assert rec["ci"][0] > 1.0
+    assert any("stopped after 2 trials on 1 server start:" in line for line in said)
+    assert sorted(t for (c, t) in read_journal(out) if c == spec) == [0, 1]
+    assert json.loads((out / "start-spread.json").read_text())["spreads"][0]["sigma_log"] \
+        == 0.02
+    from crossbench.analysis.analyze import analyze
+    from crossbench.analysis.paired import StatsOptions
+
+    (pair,) = analyze(out, StatsOptions(resamples=500))["pairs"]
+    prior = pair["speedup"]["start_prior"]
+    assert prior is not None and prior["spec_starts"] == 1
+    assert pair["speedup"]["design"].endswith("joined with the known start spread")
+
+
+@pytest.mark.parametrize(("over", "msg"), [
+    ({"sequential": {"min_trials": 1}},
+     "sequential.min_trials: 1 trial cannot give a spread of its own"),
+    ({"start_spread": "missing.json"}, "start_spread: .*missing.json: cannot be read"),
+    ({"start_spread": "other.json"},
+     "start_spread: other.json: cell v/m/synth/n2/builtin-mixed/c1: the start-spread file "
+     "has no spread \\(ngram and baseline on engine vllm\\)"),
+])
+def test_a_start_spread_the_run_cannot_use_is_refused(tmp_path: Path, over: dict[str, Any],
+                                                      msg: str) -> None:
+    _spread_file(tmp_path / "other.json", engine="llama-server")
+    with pytest.raises(UserError, match=msg):
+        run_matrix(_matrix(tmp_path, **over), tmp_path / "run")
+    assert not (tmp_path / "run").exists()
+
+
+@pytest.mark.server
+def test_calibrate_on_the_real_server_then_stop_on_one_start(llama_server, fixture_models,  # type: ignore[no-untyped-def]
+                                                             tmp_path: Path) -> None:
+    """The whole path on the real CPU llama-server: a naive run of three fresh starts per
+    cell, `crossbench start-spread` on it, then a matrix with that spread whose draft cell
+    (n = 8, every draft rejected: far slower on the tiny fixtures) stops on its first start
+    once min_samples pairs are in, though six trials on two starts were planned."""
+    from click.testing import CliRunner
+
+    from crossbench.analysis.analyze import analyze
+    from crossbench.analysis.paired import StatsOptions
+    from crossbench.cli.main import cli
+
+    def matrix(d: Path, **over: Any) -> Path:
+        d.mkdir()
+        doc = {"schema_version": 1, "study": {"name": "spread-cpu"},
+               "engines": {"llama": {"kind": "llama-server", "binary": str(llama_server)}},
+               "models": {"t": {"path": "fixture:target", "quant": "F16", "role": "target"},
+                          "d": {"path": "fixture:draft", "quant": "F16", "role": "draft"}},
+               "server": {"ctx_size": 1024},
+               "load": {"requests": 4, "warmup": 1, "max_tokens": 32},
+               "arms": [{"method": "none"},
+                        {"name": "reject", "method": "draft-simple", "draft": "d", "n": 8,
+                         "synth_rates": [0.0] * 8}],
+               "axes": {"engine": ["llama"], "target": ["t"], "workload": ["builtin:code"]},
+               "trials": 3, "telemetry_hz": 0, **over}
+        (d / "m.yaml").write_text(yaml.safe_dump(doc))
+        return d / "m.yaml"
+
+    run_matrix(matrix(tmp_path / "cal"), tmp_path / "cal" / "run")
+    r = CliRunner().invoke(cli, ["start-spread", str(tmp_path / "cal" / "run"),
+                                 "-o", str(tmp_path / "spread.json")])
+    assert r.exit_code == 0, r.output
+    doc = json.loads((tmp_path / "spread.json").read_text())
+    assert {s["role"]: s["starts"] for s in doc["spreads"]} == {"baseline": 3,
+                                                                 "draft-simple": 3}
+    m = matrix(tmp_path / "go", trials=6, trials_per_start=3,
+               start_spread=str(tmp_path / "spread.json"),
+               load={"requests": 5, "warmup": 1, "max_tokens": 32},
+               sequential={"min_trials": 1, "spending": "pocock"})
+    out = tmp_path / "go" / "run"
+    run_matrix(m, out)
+    spec = "llama/t/reject/n8/builtin-code/c1"
+    rec = read_stops(out)[spec]
+    assert rec["action"] == "slower" and rec["look"] == 2, rec  # 10 pairs after 2 trials
+    assert rec["server_starts"] == 1 and rec["start_prior"]["baseline_starts"] == 1
+    assert rec["ci"][1] < 1.0
+    ran = sorted(t for (c, t) in read_journal(out) if c == spec)
+    assert ran == [0, 1]  # four planned trials and the second start never ran
+    (pair,) = analyze(out, StatsOptions(resamples=500))["pairs"]
+    assert pair["verdict"] == "slower"
+    assert pair["speedup"]["start_prior"]["sigma_spec_log"] == pytest.approx(
+        next(s["sigma_log"] for s in doc["spreads"] if s["role"] == "draft-simple"))

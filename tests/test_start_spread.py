@@ -198,3 +198,23 @@ def test_a_run_without_two_starts_per_cell_is_refused(h200: Path) -> None:
     r = CliRunner().invoke(cli, ["start-spread", str(h200 / "h200-cross-roundshared" /
                                                      "vllm-shared")])
     assert r.exit_code != 0 and "no cell has two server starts" in r.output
+
+
+def test_start_shifts_have_the_spread_of_each_point_and_share_the_baselines() -> None:
+    """A sweep's points: each gets its own speculative shift over its starts and all share
+    the one baseline shift; a point without a spread gets none."""
+    import numpy as np
+
+    from crossbench.analysis.start_spread import Spread, StartSpread, start_shifts
+
+    known = StartSpread((Spread("e", "baseline", 0.02, 9, 2, 11),
+                         Spread("e", "draft", 0.06, 9, 2, 11)), ())
+    draws = start_shifts(known, [("e", "draft", 1, 1), ("e", "draft", 4, 1),
+                                 ("other", "draft", 1, 1)], 200_000, 0)
+    cov = np.cov(draws[:, :2].T)
+    assert cov[0, 0] == pytest.approx(0.06**2 + 0.02**2, rel=0.02)
+    assert cov[1, 1] == pytest.approx(0.06**2 / 4 + 0.02**2, rel=0.02)
+    assert cov[0, 1] == pytest.approx(0.02**2, rel=0.05)  # the shared baseline start
+    assert not draws[:, 2].any()
+    assert (start_shifts(known, [("e", "draft", 1, 1)], 10, 3)
+            == start_shifts(known, [("e", "draft", 1, 1)], 10, 3)).all()  # seeded

@@ -24,6 +24,7 @@ import csv
 import io
 import re
 from collections.abc import Mapping
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -235,7 +236,9 @@ def _pair_findings(pair: dict[str, Any], spec: CellData) -> list[Finding]:
             "give every cell two or more server starts: trials_per_start at most half of "
             "trials (e.g. trials: 4, trials_per_start: 2), or share_servers over two or more "
             "rounds; keep one start per cell only for an engine whose fresh starts agree "
-            "(benchmarks/README.md, 'Start-to-start spread')", spec.id))
+            "(benchmarks/README.md, 'Start-to-start spread'), or analyse with its measured "
+            "start spread (`crossbench start-spread`, then `analyze --start-spread FILE`)",
+            spec.id))
     start_ci = sp.get("start_ci95")
     if start_ci and sp["verdict"] in ("faster", "slower") and start_ci[0] <= 1 <= start_ci[1]:
         units = sp.get("n_server_starts") or sp["n_trials"]
@@ -282,8 +285,14 @@ def _pair_findings(pair: dict[str, Any], spec: CellData) -> list[Finding]:
 
 
 def analyze(root: Path, opts: StatsOptions | None = None) -> dict[str, Any]:
-    """The whole analysis of a run directory (see the module docstring)."""
+    """The whole analysis of a run directory (see the module docstring). A matrix run that
+    decided with a known start spread (its ``start-spread.json``) is analysed with it unless
+    ``opts`` names another, so its verdicts rest on what its decisions rested on."""
     opts = opts or StatsOptions()
+    if opts.start_spread is None:
+        recorded = start_spread.run_start_spread(root)
+        if recorded is not None:
+            opts = replace(opts, start_spread=recorded)
     run = load_run(root)
     return analyze_run(run, opts)
 

@@ -40,6 +40,24 @@ says ``faster`` or ``slower`` in 12 to 17 % of them over looks 3 to 10
 (``tests/test_sequential.py``, docs/analysis.md "Sequential stopping"). Looking less often
 than at every trial (skipping looks) only makes the rule more conservative.
 
+With a known start spread (:class:`SpreadRule`; a matrix's ``start_spread``, measured once by
+``crossbench start-spread``) the spread between server starts is not estimated from the
+cell's own few starts but taken from the file, so one start can settle a clear cell. The
+rule looks after every trial (reused trials too: they add prompts, not starts), and the
+interval of look k is the analysis's interval with the known spread
+(:meth:`crossbench.analysis.start_spread.Prior.interval_se`: the within-start standard error
+of the pairs so far plus sigma_spec^2 / starts_spec + sigma_base^2 / starts_base) at level
+``1 - a_k``. The ``a_k`` are the spending function's increments, ``a_k = spent(k/K) -
+spent((k-1)/K)``; the first look that has ``min_trials`` trials and ``min_samples`` pairs
+gets everything spent up to it. The looks' intervals are correlated (reused trials share a
+start), so instead of simulating boundaries the rule takes the union bound: the chance that
+any look's interval misses the truth is at most ``sum a_k = alpha``, whatever the
+correlation. It errs conservative, the more the more looks, and holds only as far as the
+spread holds (measured on this engine and machine type; ``tests/test_sequential.py``
+checks the error rate on simulated studies whose starts move by the known spread). A cell
+near 1 cannot settle on one start, since the spread's share shrinks only with more starts:
+plan ``trials_per_start`` below ``trials`` so such a cell goes on to fresh starts.
+
 This module is the decision rule only; stopping cells of a running matrix is the runner's.
 """
 
@@ -50,11 +68,14 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
 from statistics import NormalDist
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 
 from crossbench.errors import UserError
+
+if TYPE_CHECKING:
+    from crossbench.analysis.start_spread import Prior
 
 Action = Literal["continue", "faster", "slower", "equivalent", "undecided"]
 """What a look decides: keep running, or stop with one of four outcomes."""
@@ -193,7 +214,9 @@ class Decision:
     boundary: float | None  # c_k of this look (None before min_trials)
     fixed_ci_log: tuple[float, float] | None  # ordinary t interval, at max_trials only
     reason: str
-    rule: SequentialRule = field(repr=False)
+    rule: SequentialRule | SpreadRule = field(repr=False)
+    level: float | None = None  # the interval's coverage, with a known spread (SpreadRule)
+    prior: dict[str, Any] | None = None  # the known-spread interval's terms (SpreadRule)
 
     @property
     def stopped(self) -> bool:
@@ -220,7 +243,9 @@ class Decision:
                 "ci_log": list(self.ci_log) if self.ci_log else None,
                 "boundary": self.boundary,
                 "fixed_ci": [math.exp(fixed[0]), math.exp(fixed[1])] if fixed else None,
-                "reason": self.reason, "rule": self.rule.to_record()}
+                "reason": self.reason, "rule": self.rule.to_record(),
+                **({"level": self.level, "start_prior": self.prior}
+                   if self.level is not None else {})}
 
 
 def _speedup(log_ratio: float) -> str:
@@ -249,32 +274,12 @@ class SequentialRule:
     spending: Spending = "obrien-fleming"
 
     def __post_init__(self) -> None:
-        if isinstance(self.max_trials, bool) or not isinstance(self.max_trials, int) \
-                or not 2 <= self.max_trials <= MAX_PLANNED_TRIALS:
-            raise UserError(f"max_trials is {self.max_trials!r}, not a whole number from 2 "
-                            f"to {MAX_PLANNED_TRIALS}",
-                            "plan the cell's trials, e.g. max_trials=10")
-        if isinstance(self.min_trials, bool) or not isinstance(self.min_trials, int) \
-                or not 2 <= self.min_trials <= self.max_trials:
-            raise UserError(f"min_trials is {self.min_trials!r}, not a whole number from 2 "
-                            f"to max_trials ({self.max_trials})",
-                            "use min_trials=3 (the default) or more, at most max_trials")
+        _check_settings(self.max_trials, 2, self.min_trials, self.alpha, self.equivalence,
+                        self.spending)
         if isinstance(self.min_prompts, bool) or not isinstance(self.min_prompts, int) \
                 or self.min_prompts < 1:
             raise UserError(f"min_prompts is {self.min_prompts!r}, not a whole number >= 1",
                             "use min_prompts=2 (the default)")
-        if not isinstance(self.alpha, (int, float)) or not 0.0 < self.alpha < 0.5:
-            raise UserError(f"alpha is {self.alpha!r}, not a number between 0 and 0.5",
-                            "use alpha=0.05 (95 % intervals)")
-        if self.equivalence is not None and (
-                not isinstance(self.equivalence, (int, float))
-                or not 0.0 < self.equivalence < 1.0):
-            raise UserError(f"equivalence is {self.equivalence!r}, not a relative band "
-                            "between 0 and 1",
-                            "give the band as a fraction, e.g. equivalence=0.02 for +-2 %")
-        if self.spending not in SPENDING:
-            raise UserError(f"spending is {self.spending!r}",
-                            f"use one of: {', '.join(SPENDING)}")
 
     @property
     def boundaries(self) -> tuple[float, ...]:
@@ -350,26 +355,154 @@ class SequentialRule:
         if k == self.max_trials:
             t = t_quantile(1.0 - self.alpha / 2.0, k - 1) * sd / math.sqrt(k)
             fixed = (estimate - t, estimate + t)
-        where = f"look {k} of {self.max_trials}: interval {_speedup(ci[0])} to {_speedup(ci[1])}"
-        band = self.band_log
-        in_band = band is not None and -band <= ci[0] and ci[1] <= band
-        also = f" (and within the +-{self.equivalence:g} band)" if in_band else ""
-        if ci[0] > 0.0:
-            return Decision("faster", k, estimate, ci, c, fixed,
-                            f"{where} lies above 1{also}", self)
-        if ci[1] < 0.0:
-            return Decision("slower", k, estimate, ci, c, fixed,
-                            f"{where} lies below 1{also}", self)
-        if in_band:
-            return Decision("equivalent", k, estimate, ci, c, fixed,
-                            f"{where} lies within the +-{self.equivalence:g} band", self)
-        if fixed is None:
-            return Decision("continue", k, estimate, ci, c, fixed,
-                            f"{where} contains 1", self)
-        return Decision("undecided", k, estimate, ci, c, fixed,
-                        f"{where} still contains 1 at max_trials; fixed "
-                        f"{1 - self.alpha:.0%} interval {_speedup(fixed[0])} to "
-                        f"{_speedup(fixed[1])}", self)
+        return _classify(self, k, estimate, ci, c, fixed)
+
+
+def _classify(rule: SequentialRule | SpreadRule, k: int, estimate: float,
+              ci: tuple[float, float], boundary: float | None,
+              fixed: tuple[float, float] | None, level: float | None = None,
+              prior: dict[str, Any] | None = None) -> Decision:
+    """The decision of look ``k`` from its interval ``ci`` (log scale): ``faster``,
+    ``slower``, ``equivalent``, ``continue``, or ``undecided`` at the last look (``fixed``
+    given)."""
+    def decision(action: Action, reason: str) -> Decision:
+        return Decision(action, k, estimate, ci, boundary, fixed, reason, rule, level, prior)
+
+    where = f"look {k} of {rule.max_trials}: interval {_speedup(ci[0])} to {_speedup(ci[1])}"
+    if level is not None:
+        where += f" ({level:.2%})"
+    band = rule.band_log
+    in_band = band is not None and -band <= ci[0] and ci[1] <= band
+    also = f" (and within the +-{rule.equivalence:g} band)" if in_band else ""
+    if ci[0] > 0.0:
+        return decision("faster", f"{where} lies above 1{also}")
+    if ci[1] < 0.0:
+        return decision("slower", f"{where} lies below 1{also}")
+    if in_band:
+        return decision("equivalent", f"{where} lies within the +-{rule.equivalence:g} band")
+    if fixed is None:
+        return decision("continue", f"{where} contains 1")
+    return decision("undecided", f"{where} still contains 1 at max_trials; fixed "
+                    f"{1 - rule.alpha:.0%} interval {_speedup(fixed[0])} to "
+                    f"{_speedup(fixed[1])}")
+
+
+def _check_settings(max_trials: int, least_trials: int, min_trials: int, alpha: float,
+                    equivalence: float | None, spending: str) -> None:
+    """The checks both rules make of their settings (errors name the setting and a fix)."""
+    if isinstance(max_trials, bool) or not isinstance(max_trials, int) \
+            or not least_trials <= max_trials <= MAX_PLANNED_TRIALS:
+        raise UserError(f"max_trials is {max_trials!r}, not a whole number from "
+                        f"{least_trials} to {MAX_PLANNED_TRIALS}",
+                        "plan the cell's trials, e.g. max_trials=10")
+    if isinstance(min_trials, bool) or not isinstance(min_trials, int) \
+            or not least_trials <= min_trials <= max_trials:
+        raise UserError(f"min_trials is {min_trials!r}, not a whole number from "
+                        f"{least_trials} to max_trials ({max_trials})",
+                        f"use min_trials={max(least_trials, min(3, max_trials))} or more, at "
+                        "most max_trials")
+    if not isinstance(alpha, (int, float)) or not 0.0 < alpha < 0.5:
+        raise UserError(f"alpha is {alpha!r}, not a number between 0 and 0.5",
+                        "use alpha=0.05 (95 % intervals)")
+    if equivalence is not None and (not isinstance(equivalence, (int, float))
+                                    or not 0.0 < equivalence < 1.0):
+        raise UserError(f"equivalence is {equivalence!r}, not a relative band between 0 and 1",
+                        "give the band as a fraction, e.g. equivalence=0.02 for +-2 %")
+    if spending not in SPENDING:
+        raise UserError(f"spending is {spending!r}", f"use one of: {', '.join(SPENDING)}")
+
+
+@dataclass(frozen=True)
+class SpreadRule:
+    """Sequential stopping with a known start spread (module docstring): a look after every
+    trial, its interval the known-spread one at the look's share of ``alpha``.
+
+    ``max_trials``: the planned trials of the cell (the latest stop; 1 or more).
+    ``min_trials`` (1 or more) and ``min_samples`` (paired requests, the analysis's
+    ``min_samples``): no stop before them, so a stopped cell always has a reportable verdict.
+    ``alpha``, ``equivalence``, ``spending``: as :class:`SequentialRule`'s.
+    """
+
+    max_trials: int
+    alpha: float = 0.05
+    min_trials: int = 1
+    min_samples: int = 10
+    equivalence: float | None = None
+    spending: Spending = "obrien-fleming"
+
+    def __post_init__(self) -> None:
+        _check_settings(self.max_trials, 1, self.min_trials, self.alpha, self.equivalence,
+                        self.spending)
+        if isinstance(self.min_samples, bool) or not isinstance(self.min_samples, int) \
+                or self.min_samples < 1:
+            raise UserError(f"min_samples is {self.min_samples!r}, not a whole number >= 1",
+                            "use min_samples=10 (the analysis's default)")
+
+    @property
+    def band_log(self) -> float | None:
+        """Half-width of the equivalence band on the log scale, log(1 + e)."""
+        return None if self.equivalence is None else math.log1p(self.equivalence)
+
+    def to_record(self) -> dict[str, Any]:
+        """The rule's settings, JSON-ready."""
+        return {"method": f"known start spread, Lan-DeMets {self.spending} spending split "
+                          "over the looks (union bound)",
+                "alpha": self.alpha, "max_trials": self.max_trials,
+                "min_trials": self.min_trials, "min_samples": self.min_samples,
+                "equivalence": self.equivalence, "spending": self.spending}
+
+    def first_look(self, pairs: Sequence[int]) -> int | None:
+        """The first look (1-based) with ``min_trials`` trials and ``min_samples`` pairs, from
+        each trial's paired requests ``pairs``; None before it."""
+        total = 0
+        for k, n in enumerate(pairs, start=1):
+            total += n
+            if k >= self.min_trials and total >= self.min_samples:
+                return k
+        return None
+
+    def share(self, look: int, first: int) -> float:
+        """The error rate look ``look`` may use: the spending function's increment, and at the
+        first look that may decide (``first``) everything spent up to it."""
+        k_max = self.max_trials
+        before = 0.0 if look <= first else spent((look - 1) / k_max, self.alpha, self.spending)
+        return spent(look / k_max, self.alpha, self.spending) - before
+
+    def decide(self, prior: Prior, mean_log: float | None, se_w: float,
+               pairs: Sequence[int]) -> Decision:
+        """Decision after ``len(pairs)`` trials: ``pairs[k]`` paired requests in trial k,
+        ``mean_log`` their mean log ratio (spec / baseline), ``se_w`` its within-start
+        standard error, ``prior`` the pair's spreads and each side's server starts so far.
+
+        Raises :class:`UserError` for more trials than ``max_trials`` or a mean or standard
+        error that is not finite.
+        """
+        k = len(pairs)
+        if k > self.max_trials:
+            raise UserError(f"{k} trials, more than max_trials={self.max_trials}",
+                            "stop at max_trials, or plan more trials in the rule")
+        for name, v in (("mean_log", mean_log), ("se_w", se_w)):
+            if v is not None and not (math.isfinite(v) and (name != "se_w" or v >= 0)):
+                raise UserError(f"{name} is {v!r}, not a finite number"
+                                + (" >= 0" if name == "se_w" else ""),
+                                "leave out pairs without a positive rate on both sides before "
+                                "taking logs")
+        first = self.first_look(pairs)
+        if mean_log is None or first is None:
+            return Decision("continue", k, mean_log, None, None, None,
+                            f"{k} trial(s), {sum(pairs)} pair(s): fewer than min_trials="
+                            f"{self.min_trials} or min_samples={self.min_samples}", self)
+        level = 1.0 - self.share(k, first)
+        known = prior.interval_se(mean_log, se_w, level)
+        ci = (math.log(known["ci95"][0]), math.log(known["ci95"][1]))
+        fixed = None
+        if k == self.max_trials:
+            f = prior.interval_se(mean_log, se_w, 1.0 - self.alpha)["ci95"]
+            fixed = (math.log(f[0]), math.log(f[1]))
+        terms = {key: known[key] for key in ("df", "within_se_log", "sigma_spec_log",
+                                             "sigma_baseline_log", "spec_role", "role_matched",
+                                             "spec_starts", "baseline_starts")}
+        return _classify(self, k, mean_log, ci, None, fixed, level, terms)
 
 
 def trial_log_ratios(log_ratios: Sequence[float], prompts: Sequence[str],

@@ -152,6 +152,17 @@ class StartSpread:
         return cls.from_record(doc, f"--start-spread {path}")
 
 
+def run_start_spread(root: Path) -> StartSpread | None:
+    """The start spread a matrix run decided with (its copy of the matrix's
+    ``start_spread``), or None when it had none."""
+    from crossbench.store.rundir import START_SPREAD
+
+    path = root / START_SPREAD
+    if not path.is_file():
+        return None
+    return StartSpread.load(path)
+
+
 def start_means(figures: Sequence[Any]) -> list[float]:
     """Each server start's mean log decode rate over the (prompt, occurrence) keys that every
     start of the cell served (``figures``: a cell's RequestFigures)."""
@@ -230,15 +241,19 @@ class Prior:
     def interval(self, mean_log: float, within_ci: tuple[float, float] | None,
                  level: float) -> dict[str, Any]:
         """The pair's interval with the starts' known share (module docstring), from its mean
-        log ratio and its prompt-only bootstrap interval ``within_ci`` (ratios)."""
-        z = NormalDist().inv_cdf((1 + level) / 2)
-        se_w = (math.log(within_ci[1]) - math.log(within_ci[0])) / (2 * z) if within_ci else 0.0
+        log ratio and its prompt-only bootstrap interval ``within_ci`` (ratios, at
+        ``level``)."""
+        return self.interval_se(mean_log, within_se(within_ci, level), level)
+
+    def interval_se(self, mean_log: float, se_w: float, level: float) -> dict[str, Any]:
+        """:meth:`interval` from the within-start standard error ``se_w`` (log scale)."""
         v_s = self.spec.sigma_log ** 2 / self.k_spec
         v_b = self.base.sigma_log ** 2 / self.k_base
         var = se_w ** 2 + v_s + v_b
         denom = v_s ** 2 / self.spec.df + v_b ** 2 / self.base.df
         df = var ** 2 / denom if denom > 0 else math.inf
-        q = z if df > 1000 else t_quantile((1 + level) / 2, max(1, math.floor(df)))
+        q = (NormalDist().inv_cdf((1 + level) / 2) if df > 1000
+             else t_quantile((1 + level) / 2, max(1, math.floor(df))))
         half = q * math.sqrt(var)
         return {"ci95": [math.exp(mean_log - half), math.exp(mean_log + half)],
                 "df": None if math.isinf(df) else round(df, 2),
@@ -246,6 +261,36 @@ class Prior:
                 "sigma_spec_log": self.spec.sigma_log, "sigma_baseline_log": self.base.sigma_log,
                 "spec_role": self.spec.role, "role_matched": self.spec_matched,
                 "spec_starts": self.k_spec, "baseline_starts": self.k_base}
+
+
+def start_shifts(known: StartSpread, points: Sequence[tuple[str, str, int, int]],
+                 resamples: int, seed: int) -> np.ndarray:
+    """Draws of the starts' share of several speedups that share one baseline cell (a
+    sweep's points): ``resamples`` x points log shifts. ``points``: each one's engine kind,
+    speculative role, speculative and baseline server starts. A point's shift is normal with
+    variance sigma_spec^2 / starts_spec, its own, plus one baseline shift of variance
+    sigma_base^2 / starts_base shared by every point (the same baseline requests divide them
+    all); a point the file has no spread for gets none."""
+    rng = np.random.default_rng([seed, 1])  # apart from the bootstrap's own stream
+    out = np.zeros((resamples, len(points)))
+    shared = rng.standard_normal(resamples)
+    for i, (engine, role, k_spec, k_base) in enumerate(points):
+        got = pair_spreads(known, engine, role)
+        own = rng.standard_normal(resamples)
+        if isinstance(got, str):
+            continue
+        out[:, i] = (own * got[0].sigma_log / math.sqrt(max(1, k_spec))
+                     + shared * got[1].sigma_log / math.sqrt(max(1, k_base)))
+    return out
+
+
+def within_se(within_ci: tuple[float, float] | None, level: float) -> float:
+    """The within-start standard error (log scale) a prompt-only bootstrap interval at
+    ``level`` implies: half its log width over z (0 without an interval)."""
+    if not within_ci:
+        return 0.0
+    z = NormalDist().inv_cdf((1 + level) / 2)
+    return (math.log(within_ci[1]) - math.log(within_ci[0])) / (2 * z)
 
 
 def pair_spreads(known: StartSpread, engine: str, role: str

@@ -23,6 +23,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Literal
 
 import numpy as np
@@ -203,6 +204,7 @@ def ratio_interval(log_ratios: Sequence[float] | FloatArray, cluster: Sequence[s
     return float(np.exp(low)), float(np.exp(high))
 
 
+@lru_cache(maxsize=1024)
 def t_quantile(p: float, df: int) -> float:
     """The ``p`` quantile (0.5 < p < 1) of Student's t with ``df`` degrees of freedom, by
     bisection on its CDF (Simpson's rule on the density; numpy has no t distribution)."""

@@ -22,6 +22,7 @@ from typing import Any
 import numpy as np
 
 from crossbench.analysis import paired, stats
+from crossbench.analysis import start_spread as start_spreads
 from crossbench.analysis.paired import StatsOptions, neighbour_ratio
 from crossbench.analysis.rundir import CellData
 from crossbench.analysis.stability import Finding, WarningKind
@@ -164,9 +165,16 @@ def predict_speedups(points: list[dict[str, Any]], curve: list[float],
 def joint_log_speedups(members: list[dict[str, Any]], cells: dict[str, CellData],
                        opts: StatsOptions) -> dict[int, FloatArray] | None:
     """Bootstrap draws of each sweep point's mean log decode speedup, drawn jointly (one
-    prompt and trial resample shared by every point: they share the baseline)."""
+    prompt and trial resample shared by every point: they share the baseline).
+
+    With a known start spread (``opts.start_spread``) the draw resamples prompts only and
+    adds the starts' share instead (:func:`crossbench.analysis.start_spread.start_shifts`:
+    a shift per point for its speculative starts, one shared by all for the baseline's), so
+    a fit over probes of one start each carries the start-to-start variation their own
+    bootstrap cannot see."""
     groups = []
     ns = []
+    roles: list[tuple[str, str, int, int]] = []  # engine, role, spec starts, baseline starts
     for p in members:
         spec, base = cells.get(p["cell"]), cells.get(p["baseline_cell"])
         if spec is None or base is None:
@@ -181,9 +189,17 @@ def joint_log_speedups(members: list[dict[str, Any]], cells: dict[str, CellData]
                 trials.append(s.server_start)  # trials of one server start move together
         if not vals:
             return None
+        if opts.start_spread is not None:
+            roles.append((str(spec.config.get("engine")), str(spec.spec.get("type") or "none"),
+                          len({s.server_start for s in pr.spec}),
+                          len({b.server_start for b in pr.base})))
+            trials = ["all"] * len(vals)  # the starts' share comes from the known spread
         groups.append((np.asarray(vals), prompts, trials))
         ns.append(int(p["n"]))
     means = stats.joint_bootstrap_means(groups, opts.resamples, opts.seed)
+    if opts.start_spread is not None:
+        means = means + start_spreads.start_shifts(opts.start_spread, roles, opts.resamples,
+                                                   opts.seed)
     return {n: means[:, i] for i, n in enumerate(ns)}
 
 

@@ -65,7 +65,8 @@ Examples:
               help="A known start spread (`crossbench start-spread RUN -o FILE`): each "
                    "interval also takes the spread between server starts into account, so "
                    "few starts per cell cannot claim more than they show (docs/analysis.md "
-                   "\"Known start spread\").")
+                   "\"Known start spread\"); default: the spread a matrix run decided with "
+                   "(its start-spread.json), if any.")
 @stats_options
 @user_errors
 def analyze(run_dir: Path, as_json: bool, spread_file: Path | None, resamples: int, seed: int,
@@ -79,6 +80,7 @@ def analyze(run_dir: Path, as_json: bool, spread_file: Path | None, resamples: i
     """
     from crossbench.analysis.analyze import analyze as run_analysis
     from crossbench.analysis.analyze import verdict_table, write_outputs
+    from crossbench.store.rundir import START_SPREAD
 
     opts = _opts(resamples, seed, level, min_samples, strata)
     if spread_file is not None:
@@ -87,6 +89,9 @@ def analyze(run_dir: Path, as_json: bool, spread_file: Path | None, resamples: i
         from crossbench.analysis.start_spread import StartSpread
 
         opts = replace(opts, start_spread=StartSpread.load(spread_file))
+    elif (run_dir / START_SPREAD).is_file():
+        progress(f"with the start spread the run decided with ({run_dir / START_SPREAD}; "
+                 "--start-spread FILE names another)")
     result = run_analysis(run_dir, opts)
     written = write_outputs(run_dir, result)
     if as_json:

@@ -99,7 +99,10 @@ def plan(matrix_file: Path, runs: tuple[Path, ...], block: int | None, min_trial
                        follow_ups=follow_ups,
                        statistic="median" if statistic == "median" else "mean",
                        startup_s=_startup_pairs(startup),
-                       share=m.share_servers if share is None else share)
+                       share=m.share_servers if share is None else share,
+                       known_spread=m.start_spread is not None,
+                       min_samples=m.sequential.min_samples if m.sequential is not None
+                       else 10)
     if runs:
         progress(f"reading timings from {', '.join(map(str, runs))}")
     result = make_plan(m, cells, read_recorded(runs) if runs else None, opts)

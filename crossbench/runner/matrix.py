@@ -23,7 +23,7 @@ import random
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
@@ -37,6 +37,9 @@ from crossbench.models import HFModelRef
 from crossbench.runner.axes import parse_int_axis
 from crossbench.runner.config import server_block, several_starts_block
 from crossbench.textfile import MIB, decode_text, read_bytes
+
+if TYPE_CHECKING:
+    from crossbench.analysis.start_spread import StartSpread
 
 MATRIX_SCHEMA = 1
 
@@ -201,8 +204,14 @@ class SequentialStop(_Strict):
 
     alpha: float = Field(0.05, gt=0, lt=0.5, description="Error rate of all the rule's "
                          "decisions together (its repeated intervals are 1 - alpha).")
-    min_trials: int = Field(3, ge=2, description="No stop before this many paired trials.")
-    min_prompts: int = Field(2, ge=1, description="Prompts every trial must hold.")
+    min_trials: int = Field(3, ge=1, description="No stop before this many paired trials "
+                            "(server starts with trials_per_start); at least 2 without a "
+                            "start_spread, which lets one trial decide.")
+    min_prompts: int = Field(2, ge=1, description="Prompts every trial must hold (without a "
+                             "start_spread).")
+    min_samples: int = Field(10, ge=1, description="With a start_spread: paired requests "
+                             "before any stop (the analysis's min_samples, so a stopped cell "
+                             "has a verdict to report).")
     equivalence: float | None = Field(None, gt=0, lt=1, description="Relative band (0.02: "
                                       "+-2 %) inside which a speedup counts as none; None: "
                                       "never stop as equivalent.")
@@ -264,6 +273,13 @@ class Matrix(_Strict):
         "the engine's cache reset and a warm-up before each (1: a fresh server per trial). "
         "The analysis resamples server starts, not reused trials; docs/matrix.md, 'Server "
         "reuse'.")
+
+    start_spread: str | None = Field(
+        None, description="A start-spread file (`crossbench start-spread RUN... -o FILE`; a "
+        "path relative to the matrix file): the known spread between server starts of each "
+        "engine and method, which the sequential rule and probe-and-predict decide with, "
+        "copied into the run directory and used by its analysis. docs/matrix.md, 'Known "
+        "start spread'.")
 
     share_servers: bool = Field(
         False, description="Cells whose servers are identical (same engine, models and "
@@ -591,12 +607,35 @@ def validate_cells(m: Matrix, cells: list[Cell], source: Path | None = None) -> 
     """
     where = f"{source}: " if source else ""
     notes: list[str] = []
+    known = matrix_start_spread(m, source)
+    if known is not None:
+        from crossbench.analysis.start_spread import pair_spreads
+
+        for c in cells:
+            if c.baseline is None:
+                continue
+            got = pair_spreads(known, c.engine_kind, str(c.engine_config["spec"]["type"]))
+            if isinstance(got, str):
+                raise UserError(f"{where}start_spread: {m.start_spread}: cell {c.id}: "
+                                f"{got.split(', so ')[0]}",
+                                "measure the spread of this engine on a run with several "
+                                "fresh starts per cell (`crossbench start-spread RUN -o "
+                                "FILE`), or remove start_spread")
+            if not got[2]:
+                notes.append(f"start_spread: no spread for method "
+                             f"{c.engine_config['spec']['type']} of {c.engine_kind}: cell "
+                             f"{c.id} takes the engine's largest speculative one")
     if m.sequential is not None:
+        if m.sequential.min_trials < 2 and known is None:
+            raise UserError(f"{where}sequential.min_trials: {m.sequential.min_trials} "
+                            "trial cannot give a spread of its own",
+                            "use min_trials: 2 or more, or give the matrix a start_spread "
+                            "file, whose known spread lets one trial decide")
         if m.schedule.order != "interleaved":
             raise UserError(f"{where}sequential: looks need every cell's trial k before trial "
                             "k+1 of any other", "set schedule.order: interleaved")
         starts = math.ceil(m.trials / m.block)
-        if m.block > 1 and starts < m.sequential.min_trials:
+        if m.block > 1 and starts < m.sequential.min_trials and known is None:
             least = m.sequential.min_trials
             raise UserError(f"{where}sequential: with server reuse the rule looks once per "
                             f"server start, and trials: {m.trials} in blocks of "
@@ -688,6 +727,25 @@ def validate_cells(m: Matrix, cells: list[Cell], source: Path | None = None) -> 
                      f"{NOTE_CELLS} cells); consider fewer n or concurrency values, or "
                      "`exclude`")
     return notes
+
+
+def matrix_start_spread(m: Matrix, source: Path | None = None) -> StartSpread | None:
+    """The matrix's ``start_spread`` file read (a path relative to the matrix file
+    ``source``), or None without one; a file that is missing or not a start-spread file is a
+    :class:`UserError` naming the field."""
+    from crossbench.analysis.start_spread import StartSpread
+
+    if m.start_spread is None:
+        return None
+    where = f"{source}: " if source else ""
+    p = Path(m.start_spread).expanduser()
+    if not p.is_absolute() and source is not None:
+        p = source.parent / p
+    try:
+        return StartSpread.load(p)
+    except UserError as e:
+        raise UserError(f"{where}start_spread: {e.message.removeprefix('--start-spread ')}",
+                        e.hint) from None
 
 
 def _arm_index(m: Matrix, cell: Cell) -> int:

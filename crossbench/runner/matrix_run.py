@@ -50,6 +50,7 @@ from crossbench.runner.matrix import (
     MatrixSource,
     ThermalGate,
     expand,
+    matrix_start_spread,
     read_matrix,
     schedule,
     server_groups,
@@ -530,6 +531,8 @@ def _run(m: Matrix, source: MatrixSource, out: Path, resume: bool, cells: list[C
         executor.connect(progress)
         if not (out / rundir.MATRIX_FILE).exists():  # a kill fell between state.json and the copy
             write_bytes_atomic(out / rundir.MATRIX_FILE, source.data)
+        if m.start_spread is not None and not (out / rundir.START_SPREAD).exists():
+            _copy_start_spread(m, path, out)
         repair_journal(out, state, progress)
     else:
         check_new_out(out, MATRIX_KIND)
@@ -549,6 +552,8 @@ def _run(m: Matrix, source: MatrixSource, out: Path, resume: bool, cells: list[C
             "warnings": [warning] if warning else [],
         })
         write_bytes_atomic(out / rundir.MATRIX_FILE, source.data)
+        if m.start_spread is not None:
+            _copy_start_spread(m, path, out)
     done = read_journal(out)
     again = retry_attempts(done)  # lost workers: their trials run again
     todo = [(cid, t) for cid, t in order if (cid, t) not in done or (cid, t) in again]
@@ -560,6 +565,13 @@ def _run(m: Matrix, source: MatrixSource, out: Path, resume: bool, cells: list[C
                                         progress, on_tick, again, order), journal)
         return _run_probed(m, out, by_id, todo, done, again, failures, order, executor,
                            journal, progress, on_tick)
+
+
+def _copy_start_spread(m: Matrix, path: Path, out: Path) -> None:
+    """Write the matrix's start spread into the run directory (what its decisions use)."""
+    known = matrix_start_spread(m, path)
+    assert known is not None
+    write_json_atomic(out / rundir.START_SPREAD, known.to_record())
 
 
 def _run_probed(m: Matrix, out: Path, by_id: dict[str, Cell], todo: list[tuple[str, int]],

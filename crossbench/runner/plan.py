@@ -14,7 +14,10 @@ above it:
   fewer (the default block is all of a cell's trials: one start), every trial keeps its own
   start, as naive. How many units that takes depends on the effect sizes, unknown before the
   run: the plan uses an expected number per cell, by default the best case (every cell
-  settles at ``min_trials``); naive or reuse is its worst case.
+  settles at ``min_trials``); naive or reuse is its worst case. With the matrix's
+  ``start_spread`` the rule looks after every trial and its best case is the first look
+  that has ``min_trials`` trials and ``min_samples`` pairs, on the first start
+  (:func:`spread_first_look`).
 - **probe-and-predict**: reuse or sequential, whichever costs less for the matrix (both run
   with ``probe_predict:``), on fewer cells: of each n-sweep (the cells of one arm
   differing only in n) only ``probes`` n are measured (the smallest, the largest and evenly
@@ -49,7 +52,7 @@ from __future__ import annotations
 import math
 import statistics
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal
 
@@ -210,6 +213,11 @@ class PlanOptions:
     share: bool = False
     """Shared server starts in reuse and later designs: one start per server group and
     round, not per cell (the matrix's ``share_servers``)."""
+    known_spread: bool = False
+    """The matrix has a ``start_spread``: its sequential rule looks after every trial and
+    may stop a cell on its first start (crossbench.runner.stopping)."""
+    min_samples: int = 10
+    """Paired requests before a known-spread stop (``sequential.min_samples``)."""
 
 
 @dataclass(frozen=True)
@@ -447,6 +455,12 @@ def expected_trials(trials: int, opts: PlanOptions) -> float:
     return min(float(trials), max(float(low), opts.expected_trials_fraction * trials))
 
 
+def spread_first_look(opts: PlanOptions, requests: int) -> int:
+    """The first trial a known-spread rule may stop at: ``min_trials``, and enough trials of
+    ``requests`` pairs each for ``min_samples``."""
+    return max(1, opts.min_trials, math.ceil(opts.min_samples / max(1, requests)))
+
+
 def _design_cells(cells: list[Cell], design: str, opts: PlanOptions) -> list[Cell]:
     if design != "probe-and-predict":
         return cells
@@ -467,6 +481,11 @@ def make_plan(m: Matrix, cells: list[Cell], rec: Recorded | None,
     # expected server starts of a sequential cell (its unit), and the trials they hold
     seq_starts = expected_trials(math.ceil(trials / seq_block), opts)
     seq = min(float(trials), seq_starts * seq_block)
+    if opts.known_spread:  # a look per trial, on the starts of blocks of `block` trials
+        seq_block = block
+        seq = expected_trials(trials, replace(opts, min_trials=spread_first_look(
+            opts, min(w.requests for w in work.values()))))
+        seq_starts = float(math.ceil(seq / block))
     rate_notes: dict[str, None] = {}
     costs: dict[str, tuple[float, float]] = {}  # cell id -> (per start, per trial) seconds
     for c in cells:
@@ -518,12 +537,14 @@ def make_plan(m: Matrix, cells: list[Cell], rec: Recorded | None,
                      "trials already, so naive over-counts what it will run")
     if rec is not None:
         notes += _recorded_notes(m, cells, rec)
-    if trials > 1 and n_blocks == 1:
+    if trials > 1 and n_blocks == 1 and not opts.known_spread:
         k = several_starts_block(trials)
         notes.append(f"reuse keeps one server start per cell ({block} of {trials} trials per "
                      "start): its verdicts carry the analysis's single_start warning, since "
                      "an interval over one start leaves out start-to-start variation; "
-                     f"--block {k} costs a design of {math.ceil(trials / k)} starts per cell")
+                     f"--block {k} costs a design of {math.ceil(trials / k)} starts per cell; "
+                     "or analyse with a known start spread (`crossbench analyze RUN "
+                     "--start-spread FILE`), whose interval covers the starts")
     return Plan(m.study.name, len(cells), trials, rows, timings, assumptions, notes)
 
 
@@ -544,7 +565,16 @@ def _assumptions(m: Matrix, cells: list[Cell], timings: dict[str, EngineTimings]
         out.append(f"shared servers: the {len(cells)} cells form {n_groups} server group(s) "
                    "(same engine, models and server settings); in every design but naive a "
                    "start serves its group's block of trials in a round")
-    if opts.expected_trials_fraction is None:
+    if opts.known_spread:
+        how = ("best case, every cell settles at its first look"
+               if opts.expected_trials_fraction is None
+               else f"--expected-trials-fraction {opts.expected_trials_fraction:g}")
+        out.append(f"sequential with the matrix's known start spread: a look after every "
+                   f"trial; {how} (min_trials {opts.min_trials}, min_samples "
+                   f"{opts.min_samples}): {seq:g} of {m.trials} trials on "
+                   f"{math.ceil(seq / block)} start(s) of {block} trials; a cell near a "
+                   "speedup of 1 runs all its trials, on every start planned")
+    elif opts.expected_trials_fraction is None:
         unit = (f"server starts of {seq_block} trials (the rule looks once per start)"
                 if seq_block > 1 else "trials, each on its own server start (blocks of "
                 f"{block} give fewer than min_trials = {opts.min_trials} starts)")

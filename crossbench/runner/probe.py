@@ -39,6 +39,12 @@ decisions took, while the GPU stays held), so ``--resume`` runs the same cells,
 ``crossbench analyze`` compares every measured follow-up and holdout with its prediction
 (:func:`crossbench.analysis.sweep.prediction_checks`). The verdicts of measured cells stay
 the analysis's bootstrap over their own trials.
+
+With a known start spread (the matrix's ``start_spread``) the decisions are made with it: the
+probes' pair intervals join the spread's (as ``crossbench analyze --start-spread`` does), and
+the cost line's draws carry each probe's and the baseline's start shifts
+(:func:`crossbench.analysis.sweep.joint_log_speedups`), so a sweep probed on one start per
+cell predicts with intervals as wide as its starts allow and measures what they leave open.
 """
 
 from __future__ import annotations
@@ -51,6 +57,7 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
+from crossbench.analysis.start_spread import run_start_spread
 from crossbench.runner.matrix import Cell, ProbePredict
 from crossbench.store.atomic import JsonlAppender
 from crossbench.store.rundir import PREDICTIONS, read_predictions
@@ -115,7 +122,7 @@ class ProbeController:
         from crossbench.analysis.rundir import load_run
 
         t0 = time.monotonic()
-        opts = StatsOptions()
+        opts = StatsOptions(start_spread=run_start_spread(self.out))
         run = load_run(self.out)
         result = analyze_run(run, opts)
         by_id = {c.id: c for c in run.cells}
@@ -197,7 +204,8 @@ class ProbeController:
         from crossbench.analysis.paired import StatsOptions
         from crossbench.analysis.rundir import load_run
 
-        result = analyze_run(load_run(self.out), StatsOptions())
+        result = analyze_run(load_run(self.out),
+                             StatsOptions(start_spread=run_start_spread(self.out)))
         checks = {r["cell"]: r for r in sw.prediction_checks(self.decided, result["pairs"])
                   ["cells"]}
         missed: dict[tuple[str, ...], list[dict[str, Any]]] = defaultdict(list)

@@ -97,6 +97,9 @@ each, written by the driver alone."""
 PREDICTIONS = "predictions.jsonl"
 """A matrix's probe-and-predict decisions (``crossbench.runner.probe``), one line per decided
 cell (a later line replaces an earlier one of its cell), written by the driver alone."""
+START_SPREAD = "start-spread.json"
+"""A matrix's known start spread (its ``start_spread`` file, copied as run), which its
+sequential and probe-and-predict decisions used and its analysis uses by default."""
 MATRIX_FILE = "matrix.yaml"
 """The matrix file as run."""
 CELLS_DIR = "cells"
