@@ -193,7 +193,7 @@ def joint_log_speedups(members: list[dict[str, Any]], cells: dict[str, CellData]
             roles.append((str(spec.config.get("engine")), str(spec.spec.get("type") or "none"),
                           len({s.server_start for s in pr.spec}),
                           len({b.server_start for b in pr.base})))
-            trials = ["all"] * len(vals)  # the starts' share comes from the known spread
+            trials = [0] * len(vals)  # one round: the starts' share comes from the spread
         groups.append((np.asarray(vals), prompts, trials))
         ns.append(int(p["n"]))
     means = stats.joint_bootstrap_means(groups, opts.resamples, opts.seed)
