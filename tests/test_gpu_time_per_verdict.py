@@ -57,7 +57,8 @@ def _unpack(tmp_path: Path) -> Path:
                         ("h200-runs-naive.tgz", tmp_path / "naive"),
                         ("h200-runs-twostart.tgz", tmp_path / "twostart"),
                         ("h200-runs-hoststart.tgz", tmp_path / "hoststart"),
-                        ("h200-runs-spread.tgz", tmp_path / "spread")):
+                        ("h200-runs-spread.tgz", tmp_path / "spread"),
+                        ("h200-runs-known.tgz", tmp_path / "known")):
         with tarfile.open(RESULTS / "gpu-time-per-verdict" / name) as t:
             t.extractall(where, filter="data")
     round1 = ROOT / "examples" / "h200-cross" / "round1" / "h200-cross-round1.zip"
@@ -93,6 +94,8 @@ def test_the_published_figures_are_rederived_from_the_archived_runs(
                        "--study", "vllm-one-machine=vllm",
                        "hoststart/h200-cross-roundhoststart/vllm-naive-c1",
                        "hoststart/h200-cross-roundhoststart/vllm-twostart-c1",
+                       "--study", "llama-known=llama", str(first / "llama-naive"),
+                       "known/h200-cross-roundknown/llama-known",
                        "--spread-from", "spread/h200-cross-roundspread/llama-spread",
                        "--spread-from", "round1/h200-cross-round1/data",
                        "--spread-from", str(first / "llama-naive"),
@@ -103,7 +106,7 @@ def test_the_published_figures_are_rederived_from_the_archived_runs(
     published = json.loads((RESULTS / "gpu-time-per-verdict.json").read_text())["studies"]
     assert set(got) == set(published) == {"llama", "llama-second-run", "llama-first-run",
                                            "vllm", "vllm-shared", "vllm-twostart",
-                                           "vllm-one-machine"}
+                                           "vllm-one-machine", "llama-known"}
     for name in got:
         for key in ("naive_gpu_s", "crossbench_gpu_s", "ratio", "verdicts_total",
                     "verdicts_same", "verdicts_flipped", "verdicts_bolder",

