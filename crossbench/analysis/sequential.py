@@ -276,10 +276,7 @@ class SequentialRule:
     def __post_init__(self) -> None:
         _check_settings(self.max_trials, 2, self.min_trials, self.alpha, self.equivalence,
                         self.spending)
-        if isinstance(self.min_prompts, bool) or not isinstance(self.min_prompts, int) \
-                or self.min_prompts < 1:
-            raise UserError(f"min_prompts is {self.min_prompts!r}, not a whole number >= 1",
-                            "use min_prompts=2 (the default)")
+        _check_count("min_prompts", self.min_prompts, "use min_prompts=2 (the default)")
 
     @property
     def boundaries(self) -> tuple[float, ...]:
@@ -412,6 +409,12 @@ def _check_settings(max_trials: int, least_trials: int, min_trials: int, alpha: 
         raise UserError(f"spending is {spending!r}", f"use one of: {', '.join(SPENDING)}")
 
 
+def _check_count(name: str, value: object, fix: str) -> None:
+    """A setting that must be a whole number >= 1 (the error names it and the fix)."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise UserError(f"{name} is {value!r}, not a whole number >= 1", fix)
+
+
 @dataclass(frozen=True)
 class SpreadRule:
     """Sequential stopping with a known start spread (module docstring): a look after every
@@ -433,10 +436,8 @@ class SpreadRule:
     def __post_init__(self) -> None:
         _check_settings(self.max_trials, 1, self.min_trials, self.alpha, self.equivalence,
                         self.spending)
-        if isinstance(self.min_samples, bool) or not isinstance(self.min_samples, int) \
-                or self.min_samples < 1:
-            raise UserError(f"min_samples is {self.min_samples!r}, not a whole number >= 1",
-                            "use min_samples=10 (the analysis's default)")
+        _check_count("min_samples", self.min_samples, "use min_samples=10 (the analysis's "
+                     "default)")
 
     @property
     def band_log(self) -> float | None:
