@@ -248,6 +248,11 @@ class Decision:
                    if self.level is not None else {})}
 
 
+def band_log(equivalence: float | None) -> float | None:
+    """Half-width of an equivalence band ``equivalence`` on the log scale, log(1 + e)."""
+    return None if equivalence is None else math.log1p(equivalence)
+
+
 def _speedup(log_ratio: float) -> str:
     """A log ratio as a speedup, e.g. ``1.034x``."""
     return f"{math.exp(log_ratio):.3f}x"
@@ -286,7 +291,7 @@ class SequentialRule:
     @property
     def band_log(self) -> float | None:
         """Half-width of the equivalence band on the log scale, log(1 + e)."""
-        return None if self.equivalence is None else math.log1p(self.equivalence)
+        return band_log(self.equivalence)
 
     def to_record(self) -> dict[str, Any]:
         """The rule's settings and boundaries, JSON-ready."""
@@ -368,7 +373,7 @@ def _classify(rule: SequentialRule | SpreadRule, k: int, estimate: float,
     where = f"look {k} of {rule.max_trials}: interval {_speedup(ci[0])} to {_speedup(ci[1])}"
     if level is not None:
         where += f" ({level:.2%})"
-    band = rule.band_log
+    band = band_log(rule.equivalence)
     in_band = band is not None and -band <= ci[0] and ci[1] <= band
     also = f" (and within the +-{rule.equivalence:g} band)" if in_band else ""
     if ci[0] > 0.0:
@@ -438,11 +443,6 @@ class SpreadRule:
                         self.spending)
         _check_count("min_samples", self.min_samples, "use min_samples=10 (the analysis's "
                      "default)")
-
-    @property
-    def band_log(self) -> float | None:
-        """Half-width of the equivalence band on the log scale, log(1 + e)."""
-        return None if self.equivalence is None else math.log1p(self.equivalence)
 
     def to_record(self) -> dict[str, Any]:
         """The rule's settings, JSON-ready."""

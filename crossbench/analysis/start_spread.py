@@ -300,11 +300,17 @@ def pair_spreads(known: StartSpread, engine: str, role: str
     spec = known.lookup(engine, role)
     base = known.lookup(engine, BASELINE)
     if spec is None or base is None:
-        missing = " and ".join(r for r, s in ((role, spec), (BASELINE, base)) if s is None)
-        return (f"{NO_SPREAD} ({missing} on engine {engine}), so this interval leaves out "
+        return (f"{lacking(known, engine, role)}, so this interval leaves out "
                 "start-to-start variation: measure one (`crossbench start-spread`) on a run "
                 "of this engine and method with several fresh starts per cell")
     return spec[0], base[0], spec[1]
+
+
+def lacking(known: StartSpread, engine: str, role: str) -> str | None:
+    """What ``known`` lacks for a pair of ``role`` on engine kind ``engine``, in words (e.g.
+    ``the start-spread file has no spread (ngram and baseline on engine vllm)``), or None."""
+    missing = " and ".join(r for r in (role, BASELINE) if known.lookup(engine, r) is None)
+    return f"{NO_SPREAD} ({missing} on engine {engine})" if missing else None
 
 
 def sources_text(known: StartSpread) -> str:

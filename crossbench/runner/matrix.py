@@ -609,21 +609,22 @@ def validate_cells(m: Matrix, cells: list[Cell], source: Path | None = None) -> 
     notes: list[str] = []
     known = matrix_start_spread(m, source)
     if known is not None:
-        from crossbench.analysis.start_spread import pair_spreads
+        from crossbench.analysis.start_spread import lacking, pair_spreads
 
         for c in cells:
             if c.baseline is None:
                 continue
-            got = pair_spreads(known, c.engine_kind, str(c.engine_config["spec"]["type"]))
+            role = str(c.engine_config["spec"]["type"])
+            got = pair_spreads(known, c.engine_kind, role)
             if isinstance(got, str):
                 raise UserError(f"{where}start_spread: {m.start_spread}: cell {c.id}: "
-                                f"{got.split(', so ')[0]}",
+                                f"{lacking(known, c.engine_kind, role)}",
                                 "measure the spread of this engine on a run with several "
                                 "fresh starts per cell (`crossbench start-spread RUN -o "
                                 "FILE`), or remove start_spread")
             if not got[2]:
-                notes.append(f"start_spread: no spread for method "
-                             f"{c.engine_config['spec']['type']} of {c.engine_kind}: cell "
+                notes.append(f"start_spread: no spread for method {role} of "
+                             f"{c.engine_kind}: cell "
                              f"{c.id} takes the engine's largest speculative one")
     if m.sequential is not None:
         if m.sequential.min_trials < 2 and known is None:
