@@ -12,10 +12,10 @@
 #      Q4_K_M target through the built llama-quantize;
 #   4. once every part is there: `crossbench engines install vllm --from /tmp/cb-pack`;
 #   5. with ROUND set and the build done: the round's cells of the matrix (ROUND=verdict,
-#      shared, gate, naive, twostart, hoststart, spread, known: benchmarks/h200_verdict_runs.sh,
+#      shared, gate, naive, twostart, hoststart, spread, known, all: benchmarks/h200_verdict_runs.sh,
 #      h200_shared_runs.sh, h200_gate_runs.sh, h200_naive_shared_runs.sh,
-#      h200_twostart_runs.sh, h200_hoststart_runs.sh, h200_spread_runs.sh, h200_known_runs.sh;
-#      gate, spread and known
+#      h200_twostart_runs.sh, h200_hoststart_runs.sh, h200_spread_runs.sh, h200_known_runs.sh,
+#      h200_all_runs.sh; gate, spread, known and all
 #      need no vLLM), in the background
 #      too, so that no trial is cut at a call's end; each call waits until BUDGET_S is nearly
 #      spent, then packs what finished. A later call on the same machine keeps waiting; on
@@ -69,7 +69,7 @@ if [ ! -f "$LOG/setup.started" ]; then
         echo "build_exit=skipped build_s=$(( $(date +%s) - s ))" >>'"$LOG"'/timing.txt ;;
       *) wait $b; echo "build_exit=$? build_s=$(( $(date +%s) - s ))" >>'"$LOG"'/timing.txt ;;
     esac
-    case "'"${ROUND:-1}"'" in 1|verdict|shared|gate|naive|twostart|hoststart|spread|known) q4=no ;; *) q4=yes ;; esac
+    case "'"${ROUND:-1}"'" in 1|verdict|shared|gate|naive|twostart|hoststart|spread|known|all) q4=no ;; *) q4=yes ;; esac
     if [ "$q4" = yes ]; then
       python3 -m crossbench fixtures make --shape qwen3-8b --quant Q4_K_M \
         >>'"$LOG"'/fixtures.log 2>&1
@@ -102,23 +102,23 @@ wait_setup() {  # until the build and the F16/HF fixtures are done, or the budge
 
 RUN=$CROSSBENCH_CACHE/h200-cross-round${ROUND:-1}
 # 5. a round: the cells this session can afford (docs/cross-engine.md lists each round);
-#    ROUND=verdict, shared, gate, naive, twostart, hoststart, spread and known run
+#    ROUND=verdict, shared, gate, naive, twostart, hoststart, spread, known and all run
 #    benchmarks/h200_<ROUND>_runs.sh
 #    (naive: h200_naive_shared_runs.sh; GPU time per verdict) instead
 if [ -n "${ROUND:-}" ] && { [ -n "$vprefix" ] || [ "$ROUND" = gate ] || [ "$ROUND" = spread ] \
-    || [ "$ROUND" = known ]; } && wait_setup; then
+    || [ "$ROUND" = known ] || [ "$ROUND" = all ]; } && wait_setup; then
   case "$ROUND" in
     1) sel=(--skip target=t8b-q4 --skip concurrency=4 --skip concurrency=16
             --skip arm=synth-a0.6 --skip arm=synth-a0.8 --skip arm=synth-a1.0 --skip arm=ngram
             --skip n=1 --skip n=3 --skip n=6 --skip n=8) ;;
-    verdict|shared|gate|naive|twostart|hoststart|spread|known) ;;
+    verdict|shared|gate|naive|twostart|hoststart|spread|known|all) ;;
     *) say "unknown ROUND $ROUND"; exit 2 ;;
   esac
   # The matrix runs in its own process session: it outlives this call, so no trial is cut at
   # a call's end (a vLLM start alone takes minutes). Each call waits while it runs and then
   # packs what has finished; the last call packs what finished before the lease ended.
   if ! pgrep -f "crossbench matrix" >/dev/null \
-      && ! pgrep -f "h200_(verdict|shared|gate|naive_shared|twostart|hoststart|spread|known)_runs" >/dev/null \
+      && ! pgrep -f "h200_(verdict|shared|gate|naive_shared|twostart|hoststart|spread|known|all)_runs" >/dev/null \
       && [ ! -f "$LOG/matrix-round$ROUND.exit" ]; then
     say "round $ROUND: started in the background"
     if [ "$ROUND" != 1 ]; then

@@ -465,3 +465,23 @@ def test_a_known_start_spread_lets_sequential_stop_on_the_first_start(tmp_path: 
                             "every trial; best case, every cell settles at its first look "
                             "(min_trials 1, min_samples 10): 2 of 6 trials on 1 start(s)")
                for a in plan["assumptions"])
+
+
+def test_looks_inside_a_trial_cost_the_requests_a_settled_cell_sends(tmp_path: Path) -> None:
+    """look_every 4 of 20 requests, min_samples 10: a settled speculative cell sends 12 of its
+    first trial's 20 requests (three looks); the baseline sends all 20."""
+    from crossbench.analysis.start_spread import Spread, StartSpread
+
+    StartSpread((Spread("llama-server", "baseline", 0.016, 7, 2, 9),
+                 Spread("llama-server", "draft-simple", 0.057, 24, 6, 30)), ()).save(
+        tmp_path / "spread.json")
+    run = write_run(tmp_path, [PHASES] * 3)
+    m = write_matrix(tmp_path, {**MATRIX, "load": {**MATRIX["load"], "requests": 20},
+                                "start_spread": "spread.json",
+                                "sequential": {"min_trials": 1, "look_every": 4}})
+    plan = plan_json(str(m), "--from", str(run))
+    # per start 5 s; per trial 0.5 + 0.5 outside decode, 2000 tokens at 50 tok/s = 40 s
+    seq = row(plan, "sequential")
+    assert (seq["trials"], seq["server_starts"]) == (9, 9)
+    assert seq["gpu_s"] == pytest.approx(9 * (5 + 1) + 8 * 40 * 12 / 20 + 40)
+    assert any("sends 60% of its first trial's requests" in a for a in plan["assumptions"])

@@ -11,38 +11,15 @@ from typing import Any
 
 import pytest
 import yaml
+from seq_helpers import spread_file, stand_in_matrix
 
 from crossbench.errors import UserError
 from crossbench.runner.matrix_run import matrix_status, read_journal, run_matrix
 from crossbench.runner.stopping import read_stops
-from crossbench.standins.vllm import write_launcher
-
-
-def _matrix(tmp_path: Path, **over: Any) -> Path:
-    binary = write_launcher(tmp_path / "vllm", "--standin-step-ms", "3",
-                            "--standin-prefill-ms", "1")
-    doc: dict[str, Any] = {
-        "schema_version": 1, "study": {"name": "seq", "notes": "stand-in, not vLLM"},
-        "engines": {"v": {"kind": "vllm", "binary": str(binary),
-                          "server": {"max_num_seqs": 2, "enable_prefix_caching": False}}},
-        "models": {"m": {"hf": {"repo": "Qwen/Qwen3-8B", "revision": "b" * 40},
-                         "quant": "BF16", "role": "target"}},
-        "load": {"requests": 3, "warmup": 1, "max_tokens": 48},
-        # acceptance 0.95, 0.9: about 2.85 tokens per step against 1: far from a tie
-        "arms": [{"method": "none"},
-                 {"name": "synth", "method": "ngram", "n": 2, "synth_rates": [0.95, 0.9]}],
-        "axes": {"engine": ["v"], "target": ["m"], "workload": ["builtin:mixed"]},
-        "trials": 8, "telemetry_hz": 0,
-        "sequential": {"min_trials": 3},
-        **over,
-    }
-    path = tmp_path / "m.yaml"
-    path.write_text(yaml.safe_dump(doc))
-    return path
 
 
 def test_a_settled_cell_stops_early_and_stays_stopped(tmp_path: Path) -> None:
-    m = _matrix(tmp_path)
+    m = stand_in_matrix(tmp_path)
     out = tmp_path / "run"
     said: list[str] = []
     s = run_matrix(m, out, progress=said.append)
@@ -87,7 +64,7 @@ def test_a_settled_cell_stops_early_and_stays_stopped(tmp_path: Path) -> None:
 def test_settings_the_rule_cannot_work_with_are_refused(tmp_path: Path, over: dict[str, Any],
                                                         msg: str) -> None:
     with pytest.raises(UserError, match=msg):
-        run_matrix(_matrix(tmp_path, **over), tmp_path / "run")
+        run_matrix(stand_in_matrix(tmp_path, **over), tmp_path / "run")
     assert not (tmp_path / "run").exists()  # refused before anything started
 
 
@@ -95,7 +72,7 @@ def test_settings_the_rule_cannot_work_with_are_refused(tmp_path: Path, over: di
 def test_with_server_reuse_the_rule_looks_once_per_server_start(tmp_path: Path) -> None:
     """trials 8 in blocks of 2: 4 server starts per cell, a look after each completed start
     (min_trials 3 counts starts), each prompt's log ratio averaged over the start's trials."""
-    m = _matrix(tmp_path, trials_per_start=2)
+    m = stand_in_matrix(tmp_path, trials_per_start=2)
     out = tmp_path / "run"
     said: list[str] = []
     s = run_matrix(m, out, progress=said.append)
@@ -117,23 +94,12 @@ def test_with_server_reuse_the_rule_looks_once_per_server_start(tmp_path: Path) 
     assert s["totals"]["missing"] == 0
 
 
-def _spread_file(path: Path, engine: str = "vllm", sigma: float = 0.02) -> Path:
-    """A start-spread file made by hand for the stand-in (it has no start spread of its own:
-    the figures are the test's, not an engine's)."""
-    from crossbench.analysis.start_spread import Spread, StartSpread
-
-    StartSpread((Spread(engine, "baseline", sigma, 10, 2, 12),
-                 Spread(engine, "ngram", sigma, 10, 2, 12)),
-                ({"dir": "hand-made", "gpu": None},)).save(path)
-    return path
-
-
 def test_with_a_known_start_spread_a_clear_cell_stops_on_one_start(tmp_path: Path) -> None:
     """trials 6 in blocks of 3 (two starts), 5 prompts a trial, min_trials 1: the rule looks
     after every trial, and the first with min_samples (10) pairs settles the cell on its first
     start; the run keeps the spread it decided with, and its analysis uses it."""
-    _spread_file(tmp_path / "spread.json")
-    m = _matrix(tmp_path, trials=6, trials_per_start=3, start_spread="spread.json",
+    spread_file(tmp_path / "spread.json")
+    m = stand_in_matrix(tmp_path, trials=6, trials_per_start=3, start_spread="spread.json",
                 load={"requests": 5, "warmup": 1, "max_tokens": 48},
                 sequential={"min_trials": 1})
     out = tmp_path / "run"
@@ -173,9 +139,9 @@ def test_with_a_known_start_spread_a_clear_cell_stops_on_one_start(tmp_path: Pat
 ])
 def test_a_start_spread_the_run_cannot_use_is_refused(tmp_path: Path, over: dict[str, Any],
                                                       msg: str) -> None:
-    _spread_file(tmp_path / "other.json", engine="llama-server")
+    spread_file(tmp_path / "other.json", engine="llama-server")
     with pytest.raises(UserError, match=msg):
-        run_matrix(_matrix(tmp_path, **over), tmp_path / "run")
+        run_matrix(stand_in_matrix(tmp_path, **over), tmp_path / "run")
     assert not (tmp_path / "run").exists()
 
 

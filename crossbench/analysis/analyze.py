@@ -115,6 +115,7 @@ def analyze_pair(spec: CellData, base: CellData, figs: dict[str, dict[str, Any]]
                                             role)
     result = paired.compare(spec.figures, base.figures, opts,
                             spreads if isinstance(spreads, tuple) else None)
+    result["pairing"]["ended_early"] = _ended_early(spec, base)
     conf = confounds(spec, base, trial_caveats=True)
     sp = result["speedup"]
     acc = spec.acceptance
@@ -188,14 +189,29 @@ def analyze_pair(spec: CellData, base: CellData, figs: dict[str, dict[str, Any]]
     return out, own
 
 
+def _ended_early(spec: CellData, base: CellData) -> int:
+    """Baseline requests whose partner was never sent: the speculative trial ended early by
+    design (``ended_early``, a look of ``sequential.look_every``) before reaching them."""
+    ended = {int(t["trial"]): int(t["ended_early"]["after_requests"])
+             for t in spec.manifest.get("trials") or [] if t.get("ended_early")}
+    if not ended:
+        return 0
+    warm = int((spec.config.get("load") or {}).get("warmup", 0))
+    return sum(1 for f in base.figures
+               if f.trial in ended and f.request_index - warm >= ended[f.trial])
+
+
 def _pair_findings(pair: dict[str, Any], spec: CellData) -> list[Finding]:
     found: list[Finding] = []
     pr = pair["pairing"]
-    if pr["unmatched_spec"] or pr["unmatched_baseline"]:
+    unmatched_base = pr["unmatched_baseline"] - pr.get("ended_early", 0)
+    if pr["unmatched_spec"] or unmatched_base:
         found.append(Finding(
             WarningKind.UNPAIRED,
-            f"{pr['unmatched_spec']} speculative and {pr['unmatched_baseline']} baseline "
-            "requests have no partner (same trial, prompt and occurrence) and are left out",
+            f"{pr['unmatched_spec']} speculative and {unmatched_base} baseline "
+            "requests have no partner (same trial, prompt and occurrence) and are left out"
+            + (f" ({pr['ended_early']} more were left unsent on purpose: their speculative "
+               "trial ended early)" if pr.get("ended_early") else ""),
             "run both cells with the same workload, requests and trials; rerun failed trials "
             "so every request has its partner", spec.id))
     sp = pair["speedup"]

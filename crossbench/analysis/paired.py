@@ -30,7 +30,7 @@ import numpy as np
 
 from crossbench.analysis import stats
 from crossbench.analysis.metrics import RequestFigures
-from crossbench.analysis.start_spread import Prior, Spread, StartSpread
+from crossbench.analysis.start_spread import Prior, Spread, StartSpread, effective_starts
 
 #: resampling designs of the intervals (see docs/analysis.md, "Which resampling design");
 #: ``auto`` resolves to ``category`` for crossbench's own runs and ``none`` for imports
@@ -165,8 +165,9 @@ def summarize_speedup(p: Paired, ratio: Ratio, opts: StatsOptions,
     reused = any(s.start is not None and s.start != s.trial for s in p.spec + p.base)
     prior = None
     if spreads is not None and starts:
-        prior = Prior(spreads[0], spreads[1], spreads[2], len({s for s, _ in starts}),
-                      len({b for _, b in starts}))
+        prior = Prior(spreads[0], spreads[1], spreads[2],
+                      effective_starts([s for s, _ in starts]),
+                      effective_starts([b for _, b in starts]))
     out = speedup_of(np.asarray(values, dtype=float), prompts, cats, opts, starts,
                      reused=reused, prior=prior)
     if reused:

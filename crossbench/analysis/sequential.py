@@ -425,9 +425,12 @@ class SpreadRule:
     """Sequential stopping with a known start spread (module docstring): a look after every
     trial, its interval the known-spread one at the look's share of ``alpha``.
 
-    ``max_trials``: the planned trials of the cell (the latest stop; 1 or more).
-    ``min_trials`` (1 or more) and ``min_samples`` (paired requests, the analysis's
-    ``min_samples``): no stop before them, so a stopped cell always has a reportable verdict.
+    ``max_trials``: the planned looks of the cell, the latest stop (1 or more): its trials,
+    or with looks inside the trials (the matrix's ``sequential.look_every``) its trials times
+    the looks of each. ``min_trials`` (1 or more, in looks) and ``min_samples`` (paired
+    requests, the analysis's ``min_samples``): no stop before them, so a stopped cell always
+    has a reportable verdict. A look's share of ``alpha`` is fixed by its place in the plan,
+    so looks left out (a trial ended early, a failed trial) leave their share unspent.
     ``alpha``, ``equivalence``, ``spending``: as :class:`SequentialRule`'s.
     """
 
@@ -504,6 +507,23 @@ class SpreadRule:
                                              "sigma_baseline_log", "spec_role", "role_matched",
                                              "spec_starts", "baseline_starts")}
         return _classify(self, k, mean_log, ci, None, fixed, level, terms)
+
+
+    def can_settle(self, prior: Prior, mean_log: float, pairs: Sequence[int], at: int) -> bool:
+        """Whether look ``at`` (1-based, at most ``max_trials``) could still stop the cell on
+        the same server starts: its known-spread interval around ``mean_log``, with no
+        within-start error left at all (the most that more requests on these starts can
+        give), excludes 1 or lies inside the band. ``pairs``: as :meth:`decide`'s, so far.
+        When it could not, only another start can settle the cell (``look_every`` then ends
+        the trial); the answer spends no error rate, since it never stops a cell."""
+        first = self.first_look(list(pairs) + [0] * max(0, at - len(pairs)))
+        if first is None:
+            return True  # min_samples not reached yet: more requests are what it needs
+        level = 1.0 - self.share(at, first)
+        ci = prior.interval_se(mean_log, 0.0, level)["ci95"]
+        lo, hi = math.log(ci[0]), math.log(ci[1])
+        band = band_log(self.equivalence)
+        return lo > 0.0 or hi < 0.0 or (band is not None and -band <= lo and hi <= band)
 
 
 def trial_log_ratios(log_ratios: Sequence[float], prompts: Sequence[str],

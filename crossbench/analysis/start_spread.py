@@ -20,6 +20,9 @@ so sigma_log is, if anything, a little too large: the interval it gives errs wid
 speculative and ``k_b`` baseline starts has variance ``se_w^2 + sigma_s^2 / k_s + sigma_b^2
 / k_b``: ``se_w`` is the within-start standard error (from the prompt-only bootstrap interval
 of the pair, half its log width over z), the other two are the starts' own share. The
+``k_s`` and ``k_b`` are effective counts (:func:`effective_starts`): the mean is over pairs, so
+a start that served more of them weighs more, and starts of unequal shares count as fewer
+(a start cut short by ``sequential.look_every`` is one). The
 interval is Student's t with Welch-Satterthwaite degrees of freedom (``se_w`` taken as
 exact; the spreads' df from their calibration). The analysis (``crossbench analyze
 --start-spread FILE``) reports the union of this interval and the bootstrap's, so a verdict
@@ -35,6 +38,7 @@ from __future__ import annotations
 
 import json
 import math
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -235,8 +239,10 @@ class Prior:
     spec: Spread
     base: Spread
     spec_matched: bool
-    k_spec: int
-    k_base: int
+    k_spec: float
+    """Speculative server starts, effective (:func:`effective_starts`)."""
+    k_base: float
+    """Baseline server starts, effective."""
 
     def interval(self, mean_log: float, within_ci: tuple[float, float] | None,
                  level: float) -> dict[str, Any]:
@@ -260,17 +266,32 @@ class Prior:
                 "within_se_log": se_w,
                 "sigma_spec_log": self.spec.sigma_log, "sigma_baseline_log": self.base.sigma_log,
                 "spec_role": self.spec.role, "role_matched": self.spec_matched,
-                "spec_starts": self.k_spec, "baseline_starts": self.k_base}
+                "spec_starts": _count(self.k_spec), "baseline_starts": _count(self.k_base)}
 
 
-def start_shifts(known: StartSpread, points: Sequence[tuple[str, str, int, int]],
+def effective_starts(starts: Sequence[object]) -> float:
+    """The effective number of server starts behind a mean over pairs, ``starts`` holding each
+    pair's start: (sum n_i)^2 / sum n_i^2 for n_i pairs of start i (Kish). Starts of equal
+    shares count as themselves; unequal ones as fewer, since the mean weighs each start's
+    shift by its share of the pairs (0 without pairs)."""
+    counts = Counter(starts).values()
+    total = sum(counts)
+    return total * total / sum(n * n for n in counts) if total else 0.0
+
+
+def _count(k: float) -> float | int:
+    """A start count as recorded: whole counts as integers, effective ones to 2 places."""
+    return int(k) if float(k).is_integer() else round(k, 2)
+
+
+def start_shifts(known: StartSpread, points: Sequence[tuple[str, str, float, float]],
                  resamples: int, seed: int) -> np.ndarray:
     """Draws of the starts' share of several speedups that share one baseline cell (a
     sweep's points): ``resamples`` x points log shifts. ``points``: each one's engine kind,
-    speculative role, speculative and baseline server starts. A point's shift is normal with
-    variance sigma_spec^2 / starts_spec, its own, plus one baseline shift of variance
-    sigma_base^2 / starts_base shared by every point (the same baseline requests divide them
-    all); a point the file has no spread for gets none."""
+    speculative role, speculative and baseline server starts (effective counts). A point's
+    shift is normal with variance sigma_spec^2 / starts_spec, its own, plus one baseline
+    shift of variance sigma_base^2 / starts_base shared by every point (the same baseline
+    requests divide them all); a point the file has no spread for gets none."""
     rng = np.random.default_rng([seed, 1])  # apart from the bootstrap's own stream
     out = np.zeros((resamples, len(points)))
     shared = rng.standard_normal(resamples)

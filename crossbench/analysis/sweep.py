@@ -174,7 +174,7 @@ def joint_log_speedups(members: list[dict[str, Any]], cells: dict[str, CellData]
     bootstrap cannot see."""
     groups = []
     ns = []
-    roles: list[tuple[str, str, int, int]] = []  # engine, role, spec starts, baseline starts
+    roles: list[tuple[str, str, float, float]] = []  # engine, role, spec starts, baseline starts
     for p in members:
         spec, base = cells.get(p["cell"]), cells.get(p["baseline_cell"])
         if spec is None or base is None:
@@ -191,8 +191,8 @@ def joint_log_speedups(members: list[dict[str, Any]], cells: dict[str, CellData]
             return None
         if opts.start_spread is not None:
             roles.append((str(spec.config.get("engine")), str(spec.spec.get("type") or "none"),
-                          len({s.server_start for s in pr.spec}),
-                          len({b.server_start for b in pr.base})))
+                          start_spreads.effective_starts([s.server_start for s in pr.spec]),
+                          start_spreads.effective_starts([b.server_start for b in pr.base])))
             trials = [0] * len(vals)  # one round: the starts' share comes from the spread
         groups.append((np.asarray(vals), prompts, trials))
         ns.append(int(p["n"]))

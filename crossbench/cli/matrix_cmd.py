@@ -32,7 +32,7 @@ def validate(matrix_file: Path, as_json: bool) -> None:
         decode_estimate_s,
         expand,
         load_matrix,
-        schedule,
+        run_order,
         server_groups,
         trial_work,
         validate_cells,
@@ -41,8 +41,7 @@ def validate(matrix_file: Path, as_json: bool) -> None:
     m = load_matrix(matrix_file)
     cells = expand(m, matrix_file)
     notes = validate_cells(m, cells, matrix_file)
-    order = schedule(cells, m.trials, m.schedule.order, m.schedule.seed, m.block,
-                     m.share_servers)
+    order = run_order(m, cells)
     work = [trial_work(c.load) for c in cells]
     requests = sum(w.requests for w in work) * m.trials
     tokens = sum(w.output_tokens for w in work) * m.trials

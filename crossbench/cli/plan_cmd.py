@@ -102,7 +102,9 @@ def plan(matrix_file: Path, runs: tuple[Path, ...], block: int | None, min_trial
                        share=m.share_servers if share is None else share,
                        known_spread=m.start_spread is not None,
                        min_samples=m.sequential.min_samples if m.sequential is not None
-                       else 10)
+                       else 10,
+                       look_every=m.sequential.look_every if m.sequential is not None
+                       else None)
     if runs:
         progress(f"reading timings from {', '.join(map(str, runs))}")
     result = make_plan(m, cells, read_recorded(runs) if runs else None, opts)

@@ -234,6 +234,17 @@ class LoadStats:
             return 0.0
         return (self.t_last_done_ns - self.t_first_sent_ns) / 1e9
 
+    @classmethod
+    def combined(cls, parts: Sequence[LoadStats]) -> LoadStats:
+        """The counts of runs made one after another, as one: their sums, the first send of
+        the first and the last end of the last (``wall_s`` then spans the gaps between)."""
+        sent = [p.t_first_sent_ns for p in parts if p.t_first_sent_ns is not None]
+        done = [p.t_last_done_ns for p in parts if p.t_last_done_ns is not None]
+        return cls(sum(p.n_ok for p in parts), sum(p.n_error for p in parts),
+                   sum(p.n_incomplete for p in parts), sum(p.n_warmup for p in parts),
+                   sum(p.n_chunks for p in parts), min(sent) if sent else None,
+                   max(done) if done else None)
+
 
 def request_id(index: int, warmup: bool = False, prefix: str = "crossbench") -> str:
     """The ``X-Request-Id`` the client sends for a request."""

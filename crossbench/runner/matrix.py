@@ -217,6 +217,13 @@ class SequentialStop(_Strict):
                                       "never stop as equivalent.")
     spending: Literal["obrien-fleming", "pocock"] = Field(
         "obrien-fleming", description="Alpha-spending function of the looks.")
+    look_every: int | None = Field(None, ge=1, description="With a start_spread: look after "
+                                   "every this many measured requests of a trial as well, not "
+                                   "only at its end. A look may stop the cell, or end the trial "
+                                   "when no more requests on its server start could settle it, "
+                                   "so that the next trial's fresh start adds what this one "
+                                   "cannot. Needs trials_per_start 1, concurrency 1 and the "
+                                   "local executor; baselines run first in every round.")
 
 
 class ProbePredict(_Strict):
@@ -599,6 +606,43 @@ def _pair(cells: list[Cell], where: str) -> list[Cell]:
     return out
 
 
+def _check_look_every(m: Matrix, cells: list[Cell], spread: bool, where: str) -> list[str]:
+    """``sequential.look_every`` needs what its looks inside a trial rely on: a known spread
+    (the interval of a look on a start cut short), a fresh start per trial (a trial is ended
+    to go on to the next start), one request in flight (a look waits for those in flight).
+    Returns a note when no trial is long enough to be looked inside."""
+    every = m.sequential.look_every if m.sequential is not None else None
+    if every is None:
+        return []
+    field = f"{where}sequential.look_every: {every}"
+    if not spread:
+        raise UserError(f"{field} needs a start_spread file: a look inside a trial is "
+                        "decided on the starts' known spread",
+                        "give the matrix a start_spread (`crossbench start-spread`), or drop "
+                        "look_every")
+    if m.block > 1 or m.share_servers or not m.fresh_server:
+        raise UserError(f"{field} ends a trial to go on to a fresh server start, which a reused "
+                        "or shared server would not give",
+                        "set trials_per_start: 1 (and share_servers: false, fresh_server: "
+                        "true), or drop look_every")
+    for c in cells:
+        conc, rate = c.load.get("concurrency", 1), c.load.get("rate")
+        if conc != 1 or rate is not None:
+            raise UserError(f"{field}: cell {c.id} sends "
+                            + (f"Poisson arrivals (rate {rate})" if rate is not None else
+                               f"{conc} requests at once")
+                            + "; a look waits for the requests in flight, which would change "
+                            "that load at every look",
+                            "use concurrency 1 without rate for a matrix with look_every, or "
+                            "drop look_every")
+    most = max(int(c.load.get("requests", 20)) for c in cells) if cells else 0
+    if every >= most:
+        return [f"sequential.look_every: {every} is not below the {most} measured requests of "
+                "a trial: the rule looks at trial ends only (lower look_every to look inside "
+                "trials)"]
+    return []
+
+
 def validate_cells(m: Matrix, cells: list[Cell], source: Path | None = None) -> list[str]:
     """Check every cell against its engine's profile; returns notes (not errors).
 
@@ -645,6 +689,7 @@ def validate_cells(m: Matrix, cells: list[Cell], source: Path | None = None) -> 
                             f"raise trials to {least * m.block} or more, lower "
                             f"trials_per_start to {max(1, m.trials // least)} or less, or lower "
                             "min_trials")
+        notes += _check_look_every(m, cells, known is not None, where)
         if m.trials < m.sequential.min_trials:
             raise UserError(f"{where}trials: {m.trials} is fewer than sequential.min_trials "
                             f"({m.sequential.min_trials})",
@@ -787,15 +832,27 @@ def server_groups(cells: list[Cell]) -> dict[str, int]:
     return {c.id: keys.setdefault(server_key(c), len(keys)) for c in cells}
 
 
+def run_order(m: Matrix, cells: list[Cell]) -> list[tuple[str, int]]:
+    """The schedule of matrix ``m``'s ``cells`` (:func:`schedule` with the matrix's settings;
+    with ``sequential.look_every`` the baselines run first in every round, so a speculative
+    trial's looks find its baseline's trial done)."""
+    first = m.sequential is not None and m.sequential.look_every is not None
+    return schedule(cells, m.trials, m.schedule.order, m.schedule.seed, m.block,
+                    m.share_servers, baselines_first=first)
+
+
 def schedule(cells: list[Cell], trials: int, order: str, seed: int,
-             block: int = 1, share: bool = False) -> list[tuple[str, int]]:
+             block: int = 1, share: bool = False,
+             baselines_first: bool = False) -> list[tuple[str, int]]:
     """(cell id, trial) in run order: interleaved rounds shuffled with ``seed + round``.
 
     ``block`` trials of a cell run back to back (they share one server start when trials
     reuse a server): round ``r`` runs trials ``r*block`` to ``r*block + block - 1`` of every
     cell, cells shuffled. ``block=1`` is the plain interleaving. With ``share`` the cells of
     one server group (:func:`server_groups`) run next to each other in every round, the
-    groups shuffled and the cells within each, so one server start can serve them all."""
+    groups shuffled and the cells within each, so one server start can serve them all. With
+    ``baselines_first`` every round runs its baseline cells (no speculative method) before
+    the others, each part in its shuffled order."""
     ids = [c.id for c in cells]
     if order == "sequential":
         return [(cid, t) for cid in ids for t in range(trials)]
@@ -808,6 +865,9 @@ def schedule(cells: list[Cell], trials: int, order: str, seed: int,
         if share:
             rank = {g: i for i, g in enumerate(dict.fromkeys(group[c] for c in rnd))}
             rnd.sort(key=lambda c: rank[group[c]])  # stable: the shuffle holds within groups
+        if baselines_first:
+            base = {c.id for c in cells if c.baseline is None}
+            rnd.sort(key=lambda c: c not in base)  # stable: the shuffle holds in each part
         out += [(cid, t) for cid in rnd for t in range(r * block, min(trials, (r + 1) * block))]
     return out
 

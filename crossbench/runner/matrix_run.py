@@ -52,11 +52,11 @@ from crossbench.runner.matrix import (
     expand,
     matrix_start_spread,
     read_matrix,
-    schedule,
+    run_order,
     server_groups,
     validate_cells,
 )
-from crossbench.runner.single import RunSession, SharedStart
+from crossbench.runner.single import Look, RunSession, SharedStart
 from crossbench.store import rundir
 from crossbench.store.atomic import (
     JsonlAppender,
@@ -299,16 +299,18 @@ class TrialRunner:
         return self.sessions[cid]
 
     def run(self, cid: str, t: int, on_start: Callable[[], None] = lambda: None,
-            after: tuple[str, int] | None = None) -> tuple[dict[str, Any], dict[str, Any]]:
+            after: tuple[str, int] | None = None,
+            look: Look | None = None) -> tuple[dict[str, Any], dict[str, Any]]:
         """Run trial ``t`` of cell ``cid``; ``on_start`` is called once the session is open
         and the gate passed; ``after`` is the schedule's next trial (with shared servers:
-        whether the start is kept for it). Returns (the journal line, the trial's manifest
+        whether the start is kept for it); ``look``: the looks inside the trial
+        (``sequential.look_every``). Returns (the journal line, the trial's manifest
         entry)."""
         session = self.open(cid)
         shared = self._shared(cid, t, after) if self.groups is not None else None
         gate = _gate(self.m.thermal_gate, self.progress)
         on_start()
-        entry = session.run_trial(t, shared)
+        entry = session.run_trial(t, shared, look)
         if self.live is not None and self.live.server.pid is None:
             self.live = None  # stopped: at its group's last trial of the round, or failed
         return journal_entry(cid, t, entry, gate), entry
@@ -425,7 +427,8 @@ class LocalExecutor:
 
             after = next((x for x in islice(todo, i + 1, None)  # no copy per trial
                           if stops is None or not stops.skip(x[0])), None)
-            line, entry = runner.run(cid, t, on_start=start, after=after)
+            look = stops.look(cid, t, done, job.progress) if stops is not None else None
+            line, entry = runner.run(cid, t, on_start=start, after=after, look=look)
             if entry["status"] != "ok":
                 failures += 1
             last = (entry.get("load") or {}).get("pooled_tok_s") or last
@@ -477,8 +480,7 @@ def run_matrix(path: Path | MatrixSource, out: Path, resume: bool = False,
     cells = select(cells, only, skip)
     if not cells:
         raise UserError("--only/--skip leave no cells", "loosen the filters")
-    order = schedule(cells, m.trials, m.schedule.order, m.schedule.seed, m.block,
-                     m.share_servers)
+    order = run_order(m, cells)
     by_id = {c.id: c for c in cells}
     if dry_run:
         from crossbench.engines import registry
@@ -497,6 +499,12 @@ def run_matrix(path: Path | MatrixSource, out: Path, resume: bool = False,
         raise UserError("share_servers: a shared start serves cells one after the other in "
                         "this process, and this executor runs them apart (Ray lanes)",
                         "run the matrix with --executor local, or set share_servers: false")
+    if m.sequential is not None and m.sequential.look_every is not None and \
+            not isinstance(executor, LocalExecutor):
+        executor.close()
+        raise UserError("sequential.look_every: a look inside a trial is taken in the process "
+                        "that runs it, and this executor runs trials in Ray lanes",
+                        "run the matrix with --executor local, or drop look_every")
     try:
         cell_summaries = _run(m, source, out, resume, cells, order, executor, progress,
                               on_tick)

@@ -218,6 +218,9 @@ class PlanOptions:
     may stop a cell on its first start (crossbench.runner.stopping)."""
     min_samples: int = 10
     """Paired requests before a known-spread stop (``sequential.min_samples``)."""
+    look_every: int | None = None
+    """Looks inside a trial (``sequential.look_every``), with a known spread: a cell that
+    settles at its first look stops part-way into its first trial."""
 
 
 @dataclass(frozen=True)
@@ -461,6 +464,16 @@ def spread_first_look(opts: PlanOptions, requests: int) -> int:
     return max(1, opts.min_trials, math.ceil(opts.min_samples / max(1, requests)))
 
 
+def within_share(opts: PlanOptions, requests: int) -> float:
+    """The share of its first trial's measured requests a known-spread cell sends before its
+    first look that may stop it: all of them, or with ``look_every`` the looks needed for
+    ``min_samples`` pairs (1 when the first look is at a trial's end)."""
+    if opts.look_every is None or not opts.known_spread or opts.min_trials > 1:
+        return 1.0
+    needed = math.ceil(opts.min_samples / opts.look_every) * opts.look_every
+    return min(1.0, needed / max(1, requests))
+
+
 def _design_cells(cells: list[Cell], design: str, opts: PlanOptions) -> list[Cell]:
     if design != "probe-and-predict":
         return cells
@@ -486,31 +499,36 @@ def make_plan(m: Matrix, cells: list[Cell], rec: Recorded | None,
         seq = expected_trials(trials, replace(opts, min_trials=spread_first_look(
             opts, min(w.requests for w in work.values()))))
         seq_starts = float(math.ceil(seq / block))
+    share = within_share(opts, min(w.requests for w in work.values())) if seq <= 1 else 1.0
     rate_notes: dict[str, None] = {}
-    costs: dict[str, tuple[float, float]] = {}  # cell id -> (per start, per trial) seconds
+    # cell id -> (per start, per trial outside decode, decode per trial) seconds
+    costs: dict[str, tuple[float, float, float]] = {}
     for c in cells:
         t = timings[c.engine_kind]
         rate, note = t.rate(work[c.id].concurrency)
         if note:
             rate_notes[note] = None
-        per_trial = t.warmup.value + t.scrapes.value + work[c.id].output_tokens / rate
-        costs[c.id] = (t.start_s, per_trial)
-    # (trials, server starts) per cell; sequential in its unit, a start (module docstring)
-    shape = {"naive": (float(trials), float(trials)),
-             "reuse": (float(trials), float(math.ceil(trials / block))),
-             "sequential": (seq, seq_starts)}
+        costs[c.id] = (t.start_s, t.warmup.value + t.scrapes.value,
+                       work[c.id].output_tokens / rate)
+    # (trials, server starts, share of a trial's decode a speculative cell sends) per cell;
+    # sequential in its unit, a start (module docstring); baselines send every request
+    shape = {"naive": (float(trials), float(trials), 1.0),
+             "reuse": (float(trials), float(math.ceil(trials / block)), 1.0),
+             "sequential": (seq, seq_starts, share)}
     # who shares a start: with share_servers, a server group (naive never shares)
     group = server_groups(cells) if opts.share else {c.id: i for i, c in enumerate(cells)}
 
     def cost(design: str, mine: list[Cell]) -> tuple[float, float]:
         """(GPU seconds, server starts) of ``mine`` under ``design``."""
-        n_trials, starts = shape[design]
+        n_trials, starts, part = shape[design]
         # a start is paid once per group, by its first cell (a group is one engine kind)
         first: dict[str | int, Cell] = {}
         for c in mine:
             first.setdefault(c.id if design == "naive" else group[c.id], c)
         return (sum(starts * costs[c.id][0] for c in first.values())
-                + sum(n_trials * costs[c.id][1] for c in mine), starts * len(first))
+                + sum(n_trials * (costs[c.id][1] + costs[c.id][2]
+                                  * (part if c.baseline is not None else 1.0))
+                      for c in mine), starts * len(first))
 
     def total(design: str) -> float:
         return cost(design, cells)[0]
@@ -531,6 +549,10 @@ def make_plan(m: Matrix, cells: list[Cell], rec: Recorded | None,
             rows.append(DesignRow(design, eid, gpu, gpu / naive[eid] if naive[eid] else 0.0,
                                   n_starts, n_trials * len(mine), len(mine)))
     assumptions = _assumptions(m, cells, timings, rec, opts, block, seq, probe_base, seq_block)
+    if share < 1.0:
+        assumptions.append(f"looks inside a trial (look_every {opts.look_every}): a settled "
+                           f"speculative cell sends {share:.0%} of its first trial's requests "
+                           "(enough for min_samples); baselines send every request")
     notes += list(rate_notes)
     if not m.fresh_server:
         notes.append("the matrix sets fresh_server: false: it keeps a server across a cell's "

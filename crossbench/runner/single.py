@@ -44,7 +44,7 @@ from crossbench.engines.base import EngineServer, MetricsSnapshot
 from crossbench.engines.prometheus import total
 from crossbench.errors import RunError, UserError
 from crossbench.host import cpu_model
-from crossbench.load.client import ClientConfig, ConcurrencyMode, RateMode, run_load
+from crossbench.load.client import ClientConfig, ConcurrencyMode, LoadStats, RateMode, run_load
 from crossbench.load.workloads import RequestSpec, load_workload
 from crossbench.runner.config import RunConfig
 from crossbench.store.atomic import JsonlAppender, replace_in_file
@@ -259,9 +259,11 @@ class RunSession:
         (a matrix's shared start is made by the session of the cell that starts it)."""
         return registry.create(self.cfg.engine, self.cfg.engine_config, self.layout.server_log)
 
-    def run_trial(self, t: int, shared: SharedStart | None = None) -> dict[str, Any]:
+    def run_trial(self, t: int, shared: SharedStart | None = None,
+                  look: Look | None = None) -> dict[str, Any]:
         """Run trial ``t`` (a fresh server unless the config reuses one, or on ``shared``, a
-        server start the matrix runner shares between cells); record its outcome."""
+        server start the matrix runner shares between cells); record its outcome. ``look``
+        (:data:`Look`) is asked between measured requests whether the trial ends early."""
         cfg = self.cfg
         if t in self.finished_trials():
             # recorded here but run again: the caller's journal lacks it (a matrix killed
@@ -286,7 +288,7 @@ class RunSession:
                 entry = _trial(cfg, t, server, self.engine, self.warm,
                                self.measured, sink, self.writer,
                                self.progress, keep_running=keep_running,
-                               placement=self.placement, reuse=reuse)
+                               placement=self.placement, reuse=reuse, look=look)
             except BaseException as e:
                 server.stop()
                 scrub_log()
@@ -346,6 +348,16 @@ class RunSession:
         return summary
 
 
+@dataclass(frozen=True)
+class Look:
+    """Looks inside a trial (the matrix's ``sequential.look_every``): after every ``every``
+    measured requests, ``ask(requests sent so far)`` says why the trial ends there, or None
+    to go on."""
+
+    every: int
+    ask: Callable[[int], str | None]
+
+
 @dataclass
 class SharedStart:
     """A server start the matrix runner shares between cells (``share_servers``), as one
@@ -394,9 +406,9 @@ def _trial(cfg: RunConfig, t: int, server: EngineServer, engine: dict[str, Any],
            measured: list[RequestSpec], sink: JsonlAppender, writer: RunWriter,
            progress: Progress,
            keep_running: bool, placement: Mapping[str, Any] | None = None,
-           reuse: dict[str, Any] | None = None) -> dict[str, Any]:
+           reuse: dict[str, Any] | None = None, look: Look | None = None) -> dict[str, Any]:
     """Run one trial on ``server`` and return its manifest entry (:class:`Trial`)."""
-    return Trial(cfg, t, server, writer, progress, keep_running, reuse).run(
+    return Trial(cfg, t, server, writer, progress, keep_running, reuse, look).run(
         engine, warm, measured, sink, placement)
 
 
@@ -411,9 +423,10 @@ class Trial:
 
     def __init__(self, cfg: RunConfig, t: int, server: EngineServer, writer: RunWriter,
                  progress: Progress, keep_running: bool,
-                 reuse: dict[str, Any] | None) -> None:
+                 reuse: dict[str, Any] | None, look: Look | None = None) -> None:
         self.cfg, self.t, self.server, self.writer = cfg, t, server, writer
         self.progress, self.keep_running, self.reuse = progress, keep_running, reuse
+        self.look = look
         self.entry: dict[str, Any] = {"trial": t, "argv": redact_argv(server.command()),
                                       "status": "ok", "error": None, "started_utc": _now()}
         self.extra: dict[str, Any] = {}  # fields every request record of the trial carries
@@ -569,7 +582,7 @@ class Trial:
                       f"concurrency {cfg.load.concurrency}")
         t1 = clock()
         self.marks["measured_start"] = time.time_ns()
-        stats = asyncio.run(run_load(client_cfg, measured, mode, write))
+        stats = self.measure(client_cfg, measured, mode, write)
         self.marks["measured_end"] = time.time_ns()
         phases["measured"] = clock() - t1
         t1 = clock()
@@ -586,6 +599,30 @@ class Trial:
             if refused:
                 entry["error"] += "; " + unauthorized(refused[0], "the API",
                                                       server.api_key).one_line()
+
+    def measure(self, client_cfg: ClientConfig, measured: list[RequestSpec],
+                mode: ConcurrencyMode | RateMode,
+                write: Callable[[dict[str, Any]], None]) -> LoadStats:
+        """The measured requests; with :attr:`look`, in parts of ``look.every`` requests, the
+        look asked after each part but the last whether the trial ends there (recorded as
+        ``ended_early``: the requests sent, of how many, and why)."""
+        if self.look is None or self.look.every >= len(measured):
+            return asyncio.run(run_load(client_cfg, measured, mode, write))
+        parts: list[LoadStats] = []
+        for i in range(0, len(measured), self.look.every):
+            parts.append(asyncio.run(run_load(client_cfg, measured[i:i + self.look.every],
+                                              mode, write)))
+            sent = min(len(measured), i + self.look.every)
+            if sent >= len(measured) or any(p.n_error or p.n_incomplete for p in parts):
+                break
+            why = self.look.ask(sent)
+            if why is not None:
+                self.entry["ended_early"] = {"after_requests": sent, "of": len(measured),
+                                             "reason": why}
+                self.progress(f"trial {self.t + 1}/{self.cfg.trials}: ended after {sent} of "
+                              f"{len(measured)} requests: {why}")
+                break
+        return LoadStats.combined(parts)
 
     def teardown(self) -> None:
         """However the trial ended: stop the server unless it is kept for the next trial,

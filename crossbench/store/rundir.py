@@ -285,7 +285,7 @@ FORMATS: dict[str, Format] = {
            "histograms); adds server_rate_source, client_vs_server, engine_reported_tok_s, "
            "engine_rate_definition and acceptance.mean_acceptance_length_estimate / mal_note"},
         {2: ("throughput.server_pooled_tok_s", "per_trial.*.throughput.server_pooled_tok_s")}),
-    "analysis": Format(ANALYSIS, ANALYSIS_KIND, 5, {
+    "analysis": Format(ANALYSIS, ANALYSIS_KIND, 6, {
         1: "first version (cells, pairs, sweeps, stability)",
         2: "options.strata and each interval's design; cost-model intervals (d_ci95, v_ci95) "
            "and tau estimated from per-request counts where no counter exists; server rates "
@@ -303,7 +303,12 @@ FORMATS: dict[str, Format] = {
            "(`analyze --start-spread FILE`) ci95 and the verdict come from the union of the "
            "bootstrap's interval and the one that adds the starts' known spread "
            "(start_prior.bootstrap_ci95 keeps the bootstrap's alone), and a verdict caveat "
-           "says where the spread changed the verdict"},
+           "says where the spread changed the verdict",
+        6: "start_prior's spec_starts and baseline_starts are effective counts, (sum n)^2 / "
+           "sum n^2 over each start's pairs, so starts of unequal shares count as fewer and "
+           "their intervals widen; pairing.ended_early, the baseline requests left unpaired "
+           "because the speculative trial ended early by design (sequential.look_every), is "
+           "no longer counted by the unpaired_requests warning"},
         {2: ("cells.*.throughput.server_pooled_tok_s", "cells.*.latency_ms.chunk_gap",
              "cells.*.latency_ms.token_itl", "cells.*.throughput.wall_output_tok_s",
              "pairs.*.warnings", "pairs.*.confounds", "pairs.*.verdict", "stability",
@@ -311,7 +316,10 @@ FORMATS: dict[str, Format] = {
              "sweeps.*.cost_model.predicted", "sweeps.*.cost_model.points"),
          3: ("pairs.*.warnings", "pairs.*.verdict_caveats", "stability"),
          4: ("pairs.*.warnings", "pairs.*.verdict_caveats", "stability"),
-         5: ("pairs.*.speedup.ci95", "pairs.*.verdict", "pairs.*.verdict_caveats")}),
+         5: ("pairs.*.speedup.ci95", "pairs.*.verdict", "pairs.*.verdict_caveats"),
+         6: ("pairs.*.speedup.ci95", "pairs.*.speedup.start_prior", "pairs.*.speedup_e2e.ci95",
+             "pairs.*.speedup_e2e.start_prior", "pairs.*.verdict", "pairs.*.verdict_caveats",
+             "pairs.*.warnings", "sweeps.*.cost_model.predicted")}),
 }
 """Every versioned file of a run directory, with its format history: the one place a format
 version changes (bump ``version``, add a line to ``history``, list redefined fields)."""
@@ -380,6 +388,9 @@ class TrialEntry(TypedDict, total=False):
     server_props: dict[str, Any]
     load: dict[str, Any]
     reuse: dict[str, Any]
+    ended_early: dict[str, Any]
+    """A look inside the trial ended it (``sequential.look_every``): ``after_requests``,
+    ``of`` and ``reason``."""
     warnings: list[str]
     other_engines: list[dict[str, Any]]
     stop_report: dict[str, Any]
