@@ -64,6 +64,20 @@ def test_a_clear_cell_stops_part_way_into_its_first_trial(tmp_path: Path) -> Non
     assert pair["pairing"]["paired"] == 8 and pair["pairing"]["ended_early"] == 8
     assert "unpaired_requests" not in {w["kind"] for w in pair["warnings"]}
     assert pair["verdict"] == "faster"
+    # a stop decided inside a trial is recorded only once that trial is journaled ok: one
+    # whose trial then failed (or was killed before its journal line) leaves no stop behind
+    from crossbench.runner.matrix import expand, load_matrix
+    from crossbench.runner.stopping import StopController
+
+    m = load_matrix(out / "matrix.yaml")
+    cells = {c.id: c for c in expand(m, out / "matrix.yaml")}
+    (out / "stops.jsonl").unlink()
+    ctl = StopController(m, out, cells, {cid: out / "cells" / cid.replace("/", "__")
+                                         for cid in cells})
+    ctl.pending[(SPEC, 0)] = ([0], rec, 8)
+    ctl.after_trial(SPEC, {(BASE, 0): {"status": "ok"}, (SPEC, 0): {"status": "failed"}},
+                    said.append)
+    assert SPEC not in read_stops(out) and not ctl.pending
 
 
 def test_a_start_that_cannot_settle_the_cell_is_ended_for_the_next(tmp_path: Path) -> None:

@@ -88,6 +88,8 @@ class StopController:
         self.stopped = read_stops(out)
         self.looked: dict[str, int] = {}
         self.cut: set[tuple[str, int]] = set()  # trials a look inside them ended
+        # stops decided inside a trial, until the trial is journaled: (trials, decision, sent)
+        self.pending: dict[tuple[str, int], tuple[list[int], dict[str, Any], int]] = {}
 
     def look(self, cid: str, t: int, done: dict[tuple[str, int], dict[str, Any]],
              progress: Any) -> Look | None:
@@ -108,9 +110,9 @@ class StopController:
 
     def _look_within(self, sid: str, t: int, sent: int,
                      done: dict[tuple[str, int], dict[str, Any]], progress: Any) -> str | None:
-        """Look ``sent`` requests into trial ``t`` of ``sid``: a stop is recorded as after a
-        trial and ends the trial; so does a start no further request could settle
-        (:meth:`SpreadRule.can_settle`) when a later trial is planned."""
+        """Look ``sent`` requests into trial ``t`` of ``sid``: a stop ends the trial and is
+        recorded as after a trial once the trial is journaled ok; a start no further request
+        could settle (:meth:`SpreadRule.can_settle`) ends the trial too."""
         assert isinstance(self.rule, SpreadRule) and self.every is not None
         base = self.cells[sid].baseline
         assert base is not None
@@ -123,9 +125,9 @@ class StopController:
             return None
         if decision["action"] != "continue":
             self.cut.add((sid, t))
-            with JsonlAppender(self.out / STOPS) as sink:
-                self._record(sink, sid, base, used, decision, progress,
-                             {"last_trial_requests": sent})
+            # recorded by after_trial, once the trial is journaled ok: a kill before that
+            # leaves no stop resting on records a resume drops
+            self.pending[(sid, t)] = (used, decision, sent)
             return f"stopped: {decision['reason']}"
         mean, prior = decision.get("estimate_log"), decision.get("_prior")
         end = (t + 1) * self.per_trial
@@ -147,6 +149,12 @@ class StopController:
         spec = [cid] if cell.baseline else [c.id for c in self.cells.values()
                                             if c.baseline == cid]
         with JsonlAppender(self.out / STOPS) as sink:
+            for (sid, t), (kept, found, sent) in list(self.pending.items()):
+                if sid == cid:
+                    del self.pending[(sid, t)]
+                    if done.get((sid, t), {}).get("status") == "ok" and cell.baseline:
+                        self._record(sink, sid, cell.baseline, kept, found, progress,
+                                     {"last_trial_requests": sent})
             for sid in spec:
                 if sid in self.stopped:
                     continue
