@@ -25,6 +25,14 @@ near 1 goes on to fresh starts (with ``trials_per_start`` below ``trials``). ``m
 then counts trials and ``min_samples`` paired requests; the stop record carries each side's
 starts. The analysis of the run uses the same spread (``crossbench analyze``), so the
 reported interval is the fixed-design counterpart of the one the rule stopped on.
+
+With ``sequential.look_every`` K the known-spread rule also looks inside a speculative trial,
+every K measured requests (:meth:`StopController.look`: the runner asks between requests):
+its planned looks are trials x ceil(requests / K), each pair counting towards the look of
+its part of its trial. A look that stops the cell ends the trial (the stop is recorded by
+:meth:`StopController.after_trial` once the trial is journaled ok); a look after which no
+further request on this start could settle the cell (``SpreadRule.can_settle``) ends the
+trial for the next fresh start, spending nothing.
 """
 
 from __future__ import annotations
