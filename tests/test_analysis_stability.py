@@ -109,7 +109,8 @@ def test_failed_requests_are_counted_and_named(tmp_path):
     r = analyze(tmp_path / "s", OPTS)
     assert "failed_requests" in _kinds(r)
     pair = r["pairs"][0]
-    assert pair["pairing"] == {"paired": 29, "unmatched_spec": 0, "unmatched_baseline": 0}
+    assert pair["pairing"] == {"paired": 29, "unmatched_spec": 0, "unmatched_baseline": 0,
+                               "ended_early": 0}
     assert {w["kind"] for w in pair["warnings"]} == {"failed_requests"}
 
 
