@@ -635,7 +635,7 @@ def _check_look_every(m: Matrix, cells: list[Cell], spread: bool, where: str) ->
                             "that load at every look",
                             "use concurrency 1 without rate for a matrix with look_every, or "
                             "drop look_every")
-    most = max(int(c.load.get("requests", 20)) for c in cells) if cells else 0
+    most = max((trial_work(c.load).requests for c in cells), default=0)
     if every >= most:
         return [f"sequential.look_every: {every} is not below the {most} measured requests of "
                 "a trial: the rule looks at trial ends only (lower look_every to look inside "

@@ -54,7 +54,7 @@ from crossbench.analysis.start_spread import (
     within_se,
 )
 from crossbench.errors import UserError
-from crossbench.runner.matrix import Cell, Matrix
+from crossbench.runner.matrix import Cell, Matrix, trial_work
 from crossbench.runner.single import Look
 from crossbench.store.atomic import JsonlAppender
 from crossbench.store.rundir import STOPS, read_records, read_stops
@@ -81,12 +81,12 @@ class StopController:
             self.unit = self.block  # a look per server start
         else:
             # looks per trial: 1, or its parts of look_every measured requests
-            requests = max((int(c.load.get("requests", 20)) for c in cells.values()),
-                           default=1)
+            work = {cid: trial_work(c.load) for cid, c in cells.items()}
+            requests = max((w.requests for w in work.values()), default=1)
             self.every = s.look_every if s.look_every is not None and \
                 s.look_every < requests else None
             self.per_trial = -(-requests // self.every) if self.every else 1
-            self.warmup = {cid: int(c.load.get("warmup", 1)) for cid, c in cells.items()}
+            self.warmup = {cid: w.warmup_requests for cid, w in work.items()}
             self.rule = SpreadRule(max_trials=m.trials * self.per_trial, alpha=s.alpha,
                                    min_trials=(s.min_trials - 1) * self.per_trial + 1,
                                    min_samples=s.min_samples, equivalence=s.equivalence,
