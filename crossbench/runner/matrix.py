@@ -36,6 +36,7 @@ from crossbench.load.settings import LoadSettings
 from crossbench.models import HFModelRef
 from crossbench.runner.axes import parse_int_axis
 from crossbench.runner.config import server_block, several_starts_block
+from crossbench.store.rundir import CELL_SEPARATOR, cell_folder
 from crossbench.textfile import MIB, decode_text, read_bytes
 
 if TYPE_CHECKING:
@@ -460,6 +461,13 @@ def expand(m: Matrix, source: Path | None = None) -> list[Cell]:
     def bad(msg: str, hint: str) -> UserError:
         return UserError(where + msg, hint)
 
+    for field_, names in (("engines", list(m.engines)), ("models", list(m.models)),
+                          *((f"arms[{i}].name", [a.name]) for i, a in enumerate(m.arms))):
+        for name in names:
+            if name is not None and CELL_SEPARATOR in _slug(name):
+                raise bad(f"{field_}: {name!r} holds {CELL_SEPARATOR!r}, which stands for / "
+                          "in cell folder names (two cells could share a folder)",
+                          f"rename it without {CELL_SEPARATOR!r}")
     for eid in m.axes.engine:
         if eid not in m.engines:
             raise bad(f"axes.engine: unknown engine {eid!r}",
@@ -533,10 +541,16 @@ def expand(m: Matrix, source: Path | None = None) -> list[Cell]:
                                     not _runs_on(m.models[tid].engines, eid):
                                 continue
                             cell = _cell(m, eng, coords, arm)
-                            if cell.id in seen:
+                            folder = cell_folder(cell.id)
+                            if folder in seen and seen[folder].id == cell.id:
                                 raise bad(f"two cells share the id {cell.id}",
                                           "give the arms distinct `name`s")
-                            seen[cell.id] = cell
+                            if folder in seen:
+                                raise bad(f"cells {seen[folder].id} and {cell.id} share the "
+                                          f"folder {folder}", "give the arms, models, "
+                                          "engines and workloads names that differ in more "
+                                          "than punctuation (and hold no '__')")
+                            seen[folder] = cell
                             cells.append(cell)
                             if len(cells) > MAX_CELLS:
                                 raise bad(f"the matrix expands to more than {MAX_CELLS} "

@@ -134,9 +134,14 @@ def telemetry_name(trial: int | str) -> str:
     return f"t{trial}.csv"
 
 
+CELL_SEPARATOR = "__"
+"""What stands for ``/`` of a cell id in its folder name: no part of a cell id (engine id,
+target, arm name, workload) may hold it, so that folder names are as distinct as the ids."""
+
+
 def cell_folder(cell_id: str) -> str:
     """A cell's folder, relative to its matrix or import directory (``cells/a__b``)."""
-    return f"{CELLS_DIR}/{cell_id.replace('/', '__')}"
+    return f"{CELLS_DIR}/{cell_id.replace('/', CELL_SEPARATOR)}"
 
 
 @dataclass(frozen=True)
