@@ -106,8 +106,8 @@ def test_parquet_and_csv_exports_carry_units(sweep: Path, tmp_path: Path) -> Non
                                  str(tmp_path / "csv")])
     assert r.exit_code == 0, r.output
     names = sorted(p.name for p in (tmp_path / "csv").iterdir())
-    assert names == ["cells.csv", "columns.csv", "pairs.csv", "requests.csv", "sweeps.csv",
-                     "trials.csv"]
+    assert names == [".crossbench-output.json", "cells.csv", "columns.csv", "pairs.csv",
+                     "requests.csv", "sweeps.csv", "trials.csv"]
     header = (tmp_path / "csv" / "columns.csv").read_text().splitlines()
     assert header[0] == "frame,column,unit,description"
     assert 'requests,ttft_ms,ms,"first chunk arrival - send time"' in header
@@ -127,7 +127,7 @@ def test_vllm_bench_export_reads_back_through_the_importer(tmp_path: Path) -> No
     r = CliRunner().invoke(cli, ["export", str(tmp_path / "run"), "--format", "vllm-bench",
                                  "--out", str(tmp_path / "vb")])
     assert r.exit_code == 0, r.output
-    (path,) = (tmp_path / "vb").iterdir()
+    (path,) = (p for p in (tmp_path / "vb").iterdir() if not p.name.startswith("."))
     results = [json.loads(x) for x in path.read_text().splitlines()]
     assert [x["trial"] for x in results] == [0, 1]
     assert all(x["completed"] == 4 and len(x["ttfts"]) == 4 for x in results)

@@ -13,6 +13,8 @@ import yaml
 from click.testing import CliRunner, Result
 
 from crossbench.cli.main import cli
+from crossbench.importers.synthetic import Arm, study
+from crossbench.store.rundir import OUTPUT_MARK
 
 BASE: dict[str, Any] = {
     "schema_version": 1,
@@ -75,3 +77,61 @@ def test_names_that_differ_in_punctuation_only_share_a_folder_and_are_refused(tm
             {"method": "ngram-mod", "name": "a-b", "n": 2}]
     line = refused(CliRunner().invoke(cli, ["validate", str(matrix(tmp_path, arms=arms))]))
     assert "two cells share the id llama/tgt/a-b/n2/builtin-code/c1" in line
+
+
+# -- 4. export --out and report --out never write among other files --------------------------
+
+PROMPTS = [(f"p{i}", ("code", "math")[i % 2]) for i in range(6)]
+
+
+def _rate(arm: Arm, pid: str, trial: int, occ: int) -> float:
+    return 50.0 if arm.method == "none" else 60.0
+
+
+@pytest.fixture
+def sweep(tmp_path: Path) -> Path:
+    """A synthetic study: a baseline and one draft arm, 2 trials."""
+    study(tmp_path / "s", PROMPTS, [Arm("none"), Arm("d", "draft-simple", 2)], _rate, trials=2)
+    return tmp_path / "s"
+
+
+def _foreign(folder: Path, *names: str) -> dict[str, bytes]:
+    folder.mkdir()
+    for name in names:
+        (folder / name).write_bytes(b"the user's own " + name.encode())
+    return {p.name: p.read_bytes() for p in folder.iterdir()}
+
+
+@pytest.mark.parametrize(("command", "names"), [
+    (["export", "--format", "csv"], ("requests.csv", "notes.txt")),
+    (["export", "--format", "parquet"], ("requests.parquet", "notes.txt")),
+    (["report"], ("report.html", "notes.txt")),
+])
+def test_a_foreign_out_folder_is_refused_and_left_as_it_was(tmp_path, sweep, command, names):
+    out = tmp_path / "mine"
+    before = _foreign(out, *names)
+    args = [command[0], str(sweep), *command[1:], "--out", str(out)]
+    line = refused(CliRunner().invoke(cli, args))
+    what = command[0]
+    assert line == (f"crossbench: error: --out {out} is not empty ({', '.join(sorted(names))}) "
+                    f"and holds no earlier crossbench {what} (fix: choose a new or empty --out "
+                    "(crossbench never writes among other files))")
+    assert {p.name: p.read_bytes() for p in out.iterdir()} == before
+
+
+@pytest.mark.parametrize("command", [["export", "--format", "csv"], ["report"]])
+def test_an_out_that_is_the_run_itself_is_refused(tmp_path, sweep, command):
+    before = sorted(p.name for p in sweep.iterdir())
+    line = refused(CliRunner().invoke(cli, [command[0], str(sweep), *command[1:], "--out",
+                                            str(sweep)]))
+    assert line.startswith(f"crossbench: error: --out {sweep} holds a crossbench run (")
+    assert sorted(p.name for p in sweep.iterdir()) == before
+
+
+@pytest.mark.parametrize("command", [["export", "--format", "csv"], ["report"]])
+def test_an_earlier_export_or_report_folder_is_written_again(tmp_path, sweep, command):
+    out = tmp_path / "again"
+    for _ in range(2):
+        r = CliRunner().invoke(cli, [command[0], str(sweep), *command[1:], "--out", str(out)])
+        assert r.exit_code == 0, r.output
+    assert (out / OUTPUT_MARK).is_file()

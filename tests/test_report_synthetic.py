@@ -124,7 +124,7 @@ def test_report_bytes_are_reproducible(sweep: Path, tmp_path: Path) -> None:
     build_report(sweep, a)
     build_report(sweep, b)
     files = sorted(p.relative_to(a) for p in a.rglob("*") if p.is_file())
-    assert len(files) == 9
+    assert len(files) == 10  # 9 and the folder's .crossbench-output.json
     for rel in files:
         assert (a / rel).read_bytes() == (b / rel).read_bytes(), rel
 

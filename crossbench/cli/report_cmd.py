@@ -33,6 +33,8 @@ def report(run_dir: Path, out: Path | None) -> None:
     from crossbench.report.build import build_report
     from crossbench.store import rundir
 
+    if out is not None and out.resolve() != (run_dir / rundir.REPORT_DIR).resolve():
+        rundir.check_new_out(out, rundir.REPORT_KIND)  # refused before any work or message
     if not (run_dir / rundir.ANALYSIS).exists():
         progress(f"no {rundir.ANALYSIS} in {run_dir}: analysing it in memory (default "
                  "options; nothing is written into the run)")

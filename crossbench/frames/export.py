@@ -30,6 +30,7 @@ from crossbench.analysis.summary import output_tokens, summarize_run_dir
 from crossbench.errors import UserError
 from crossbench.frames import RunFrames
 from crossbench.frames.columns import FRAMES
+from crossbench.store import rundir
 from crossbench.store.atomic import write_bytes_atomic
 
 FORMATS = ("parquet", "csv", "vllm-bench")
@@ -40,9 +41,9 @@ def export(frames: RunFrames, fmt: str, out: Path) -> list[Path]:
     if fmt not in FORMATS:
         raise UserError(f"--format {fmt!r} is not one of {', '.join(FORMATS)}",
                         "choose parquet, csv or vllm-bench")
-    if out.exists() and not out.is_dir():
-        raise UserError(f"--out {out} is a file", "give a folder for the exported files")
-    out.mkdir(parents=True, exist_ok=True)
+    rundir.check_new_out(out, rundir.EXPORT_KIND)  # never among a user's or a run's files
+    rundir.make_out_dir(out)
+    rundir.mark_output(out, rundir.EXPORT_KIND)
     if fmt == "parquet":
         return _parquet(frames, out)
     if fmt == "csv":

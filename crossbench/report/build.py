@@ -61,5 +61,15 @@ def build_report(root: Path, out: Path | None = None,
                  opts: StatsOptions | None = None) -> list[Path]:
     """Write the report of ``root`` into ``out`` (default ``root/report``; nothing else is
     written: without an ``analysis.json`` the analysis is computed in memory); returns the
-    files written."""
-    return write_report(load_study(root, opts), out or root / rundir.REPORT_DIR)
+    files written. An ``out`` other than the default must be new, empty or an earlier
+    report's folder (:func:`~crossbench.store.rundir.check_new_out`): a report never writes
+    among a user's or a run's files."""
+    default = root / rundir.REPORT_DIR
+    if out is None or out.resolve() == default.resolve():
+        return write_report(load_study(root, opts), default)
+    rundir.check_new_out(out, rundir.REPORT_KIND)
+    study = load_study(root, opts)
+    rundir.make_out_dir(out)
+    written = write_report(study, out)
+    rundir.mark_output(out, rundir.REPORT_KIND)
+    return written

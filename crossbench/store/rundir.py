@@ -248,6 +248,10 @@ class MatrixLayout:
 
 RUN_KIND = "crossbench.run"
 MATRIX_KIND = "crossbench.matrix"
+EXPORT_KIND = "crossbench.export"
+"""What an ``export --out`` folder holds (named by its :data:`OUTPUT_MARK`)."""
+REPORT_KIND = "crossbench.report"
+"""What a ``report --out`` folder holds (named by its :data:`OUTPUT_MARK`)."""
 IMPORT_KIND = "crossbench.import"
 SUMMARY_KIND = "crossbench.summary"
 MATRIX_SUMMARY_KIND = "crossbench.matrix_summary"
@@ -550,11 +554,26 @@ def _kind_of(path: Path) -> Any:
     return data.get("kind") if isinstance(data, dict) else None
 
 
+OUTPUT_MARK = ".crossbench-output.json"
+"""The file ``export`` and ``report`` leave in an ``--out`` folder they write (its ``kind``:
+:data:`EXPORT_KIND` or :data:`REPORT_KIND`), so that a later export or report may write
+there again while any other non-empty folder is refused."""
+_OUTPUT_KINDS = {EXPORT_KIND: "export", REPORT_KIND: "report"}
+
+
+def mark_output(out: Path, kind: str) -> None:
+    """Leave :data:`OUTPUT_MARK` of ``kind`` in ``out`` (a folder an export or a report
+    wrote)."""
+    write_json_atomic(out / OUTPUT_MARK, {"schema_version": 1, "kind": kind})
+
+
 def check_new_out(out: Path, kind: str, flag: str = "--out") -> None:
     """Refuse an ``--out`` that a new run of ``kind`` (:data:`RUN_KIND` or
-    :data:`MATRIX_KIND`) must not write into: a file, a path under a file, a directory that
-    holds a crossbench run (each refusal says how to go on with it) or other files. A missing
-    or empty directory passes; nothing is created (see :func:`make_out_dir`)."""
+    :data:`MATRIX_KIND`), an export (:data:`EXPORT_KIND`) or a report (:data:`REPORT_KIND`)
+    must not write into: a file, a path under a file, a directory that holds a crossbench run
+    (each refusal says how to go on with it) or other files. A missing or empty directory
+    passes, and so does an export's or a report's own earlier folder (:data:`OUTPUT_MARK`);
+    nothing is created (see :func:`make_out_dir`)."""
     try:
         _check_new_out(out, kind, flag)
     except OSError as e:
@@ -574,6 +593,9 @@ def _check_new_out(out: Path, kind: str, flag: str) -> None:
         return
     names = sorted(p.name for p in out.iterdir() if not _TEMP.match(p.name))
     if not names:
+        return
+    if kind in _OUTPUT_KINDS:
+        _check_output_out(out, names, kind, flag)
         return
     if STATE in names:
         found = _kind_of(out / STATE)
@@ -599,6 +621,23 @@ def _check_new_out(out: Path, kind: str, flag: str) -> None:
                     f"{'matrix run' if kind == MATRIX_KIND else 'run'}",
                     f"choose a new or empty {flag} (crossbench never writes among other "
                     "files)")
+
+
+def _check_output_out(out: Path, names: list[str], kind: str, flag: str) -> None:
+    """:func:`check_new_out` of an export or a report into the non-empty folder ``out``."""
+    what = _OUTPUT_KINDS[kind]
+    if STATE in names or MANIFEST in names:
+        held = STATE if STATE in names else MANIFEST
+        raise UserError(f"{flag} {out} holds a crossbench run ({held})",
+                        f"give {flag} a new folder outside the run (the {what} never writes "
+                        "among a run's files)")
+    found = _kind_of(out / OUTPUT_MARK) if OUTPUT_MARK in names else None
+    if found == kind:
+        return
+    listed = ", ".join(names[:3]) + (f" and {len(names) - 3} more" if len(names) > 3 else "")
+    raise UserError(f"{flag} {out} is not empty ({listed}) and holds no earlier crossbench "
+                    f"{what}", f"choose a new or empty {flag} (crossbench never writes among "
+                    "other files)")
 
 
 def make_out_dir(out: Path, flag: str = "--out") -> None:
