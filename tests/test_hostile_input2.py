@@ -5,12 +5,16 @@ line on stderr with exit code 2 (never a traceback)."""
 
 from __future__ import annotations
 
+import json
+import shutil
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
 from click.testing import CliRunner, Result
+from test_engine_pack import packed, world  # noqa: F401  (fixtures: a fake vLLM pack)
 
 from crossbench.cli.main import cli
 from crossbench.importers.synthetic import Arm, study
@@ -135,3 +139,105 @@ def test_an_earlier_export_or_report_folder_is_written_again(tmp_path, sweep, co
         r = CliRunner().invoke(cli, [command[0], str(sweep), *command[1:], "--out", str(out)])
         assert r.exit_code == 0, r.output
     assert (out / OUTPUT_MARK).is_file()
+
+
+# -- 3. engines install: a user's folder and the cache's neighbours are never touched ----------
+
+@pytest.fixture
+def vllm_pack(request: pytest.FixtureRequest) -> Any:
+    """test_engine_pack's ``packed``: a vLLM pack of a fake wheelhouse (module-scoped)."""
+    return request.getfixturevalue("packed")
+
+
+def _install(pack: Path, prefix: Path) -> Result:
+    return CliRunner().invoke(cli, ["engines", "install", "vllm", "--from", str(pack),
+                                    "--prefix", str(prefix)])
+
+
+def test_an_unrelated_prefix_is_refused_and_keeps_its_files(tmp_path, vllm_pack):
+    prefix = tmp_path / "home"
+    (prefix / "site").mkdir(parents=True)
+    (prefix / "site" / "mine.py").write_text("x = 1\n")
+    (prefix / "bin").mkdir()
+    (prefix / "bin" / "python").write_text("#!/bin/sh\necho mine\n")
+    (prefix / "install.json").write_text('{"mine": true}\n')
+    line = refused(_install(vllm_pack.out, prefix))
+    assert line == (f"crossbench: error: --prefix {prefix} is not empty (bin, install.json, "
+                    "site) and holds no crossbench install (install.json) (fix: give --prefix "
+                    "a new or empty folder (crossbench never deletes or overwrites other "
+                    "files))")
+    assert (prefix / "site" / "mine.py").read_text() == "x = 1\n"
+    assert (prefix / "bin" / "python").read_text() == "#!/bin/sh\necho mine\n"
+    assert (prefix / "install.json").read_text() == '{"mine": true}\n'
+
+
+def test_an_install_of_another_engine_is_refused(tmp_path, vllm_pack):
+    prefix = tmp_path / "p"
+    prefix.mkdir()
+    (prefix / "install.json").write_text(json.dumps({"kind": "crossbench.engine_install",
+                                                     "engine": "sglang"}))
+    line = refused(_install(vllm_pack.out, prefix))
+    assert line.endswith(f"--prefix {prefix} holds a crossbench install of sglang, not of vllm "
+                         "(fix: give --prefix a new or empty folder for vllm)")
+
+
+def test_the_same_engine_installs_again_and_a_killed_install_can_be_redone(tmp_path, vllm_pack):
+    prefix = tmp_path / "p"
+    assert _install(vllm_pack.out, prefix).exit_code == 0
+    r = CliRunner().invoke(cli, ["engines", "install", "vllm", "--from", str(vllm_pack.out),
+                                 "--prefix", str(prefix), "--force"])
+    assert r.exit_code == 0, r.output
+    # a kill between the first record and the last: the install.json says "installing"
+    record = json.loads((prefix / "install.json").read_text())
+    (prefix / "install.json").write_text(json.dumps(
+        {"schema_version": record["schema_version"], "kind": record["kind"], "engine": "vllm",
+         "state": "installing"}))
+    assert _install(vllm_pack.out, prefix).exit_code == 0
+    assert json.loads((prefix / "install.json").read_text())["release"] == "0.26.0"
+
+
+def _hostile_pack(pack_out: Path, tmp_path: Path, edit: Callable[[dict[str, Any]], None]
+                  ) -> Path:
+    pack = tmp_path / "pack"
+    shutil.copytree(pack_out, pack)
+    data = json.loads((pack / "pack.json").read_text())
+    edit(data)
+    (pack / "pack.json").write_text(json.dumps(data))
+    return pack
+
+
+@pytest.mark.parametrize(("edit", "field", "value"), [
+    (lambda d: d.update(release="../../escape"), "release", "'../../escape'"),
+    (lambda d: d.update(release=".."), "release", "'..'"),
+    (lambda d: d.update(engine="a/b"), "engine", "'a/b'"),
+    (lambda d: d["parts"][0].update(name="../x"), "parts[0].name", "'../x'"),
+    (lambda d: d["wheels"][0].update(name="/etc/passwd"), "wheels[0].name", "'/etc/passwd'"),
+])
+def test_path_separators_in_pack_names_are_refused(tmp_path, vllm_pack, edit, field, value):
+    pack = _hostile_pack(vllm_pack.out, tmp_path, edit)
+    outside = tmp_path / "outside"
+    line = refused(_install(pack, outside / "prefix"))
+    assert line == (f"crossbench: error: --from {pack / 'pack.json'}: {field} {value} is not a "
+                    "plain name (a path separator, '..' or an empty or hidden name would reach "
+                    "outside the pack or the install folder) (fix: use the pack.json that "
+                    "`crossbench engines pack` wrote, unedited)")
+    assert not outside.exists()
+
+
+def test_a_release_with_dot_dot_never_reaches_outside_the_cache(tmp_path, vllm_pack, monkeypatch):
+    """Without --prefix the install goes to the cache; a release of ../../x went above it."""
+    monkeypatch.setenv("CROSSBENCH_CACHE", str(tmp_path / "cache"))
+    pack = _hostile_pack(vllm_pack.out, tmp_path, lambda d: d.update(release="../../../../x"))
+    before = sorted(tmp_path.iterdir())
+    r = CliRunner().invoke(cli, ["engines", "install", "vllm", "--from", str(pack)])
+    assert "release '../../../../x' is not a plain name" in refused(r)
+    assert sorted(tmp_path.iterdir()) == before  # no x-py3.X beside the cache
+
+
+@pytest.mark.parametrize(("edit", "problem"), [
+    (lambda d: d.pop("parts"), "parts is missing or not a list of records"),
+    (lambda d: d["parts"][0].update(size="big"), "parts[0].size 'big' is not a number"),
+])
+def test_a_pack_json_without_parts_or_sizes_is_one_line(tmp_path, vllm_pack, edit, problem):
+    pack = _hostile_pack(vllm_pack.out, tmp_path, edit)
+    assert problem in refused(_install(pack, tmp_path / "p"))

@@ -27,6 +27,7 @@ Example::
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import datetime as dt
 import email.parser
@@ -1000,7 +1001,45 @@ def read_pack_manifest(src: Path) -> dict[str, Any]:
         raise UserError(f"--from {path}: schema_version {data.get('schema_version')} is not "
                         f"{SCHEMA_VERSION}", "install it with the crossbench that packed it, "
                         "or pack again with this one")
+    _check_names(data, path)
     return data
+
+
+_PLAIN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]*")
+"""A name pack.json may give a file or a folder: no path separator, no ``..``, not hidden."""
+
+
+def _plain(value: Any, field: str, path: Path) -> None:
+    """UserError naming ``field`` of ``path`` unless ``value`` is a :data:`_PLAIN` name: the
+    engine, release and Python name the install's folder, parts and wheels name files, so a
+    ``../`` in any of them would reach outside the pack or the cache."""
+    if not isinstance(value, str) or not _PLAIN.fullmatch(value) or ".." in value:
+        shown = repr(value)[:60]
+        raise UserError(f"--from {path}: {field} {shown} is not a plain name (a path "
+                        "separator, '..' or an empty or hidden name would reach outside the "
+                        "pack or the install folder)", "use the pack.json that `crossbench "
+                        "engines pack` wrote, unedited")
+
+
+def _check_names(data: dict[str, Any], path: Path) -> None:
+    """Every name of ``pack.json`` that becomes a path is plain, and its lists are lists of
+    records (:func:`_plain`; a hand-edited or hostile pack.json is one line)."""
+    for key in ("engine", "release", "python"):
+        _plain(data.get(key), key, path)
+    for key in ("parts", "wheels"):
+        entries = data.get(key)
+        if not isinstance(entries, list) or not all(isinstance(e, dict) for e in entries):
+            raise UserError(f"--from {path}: {key} is missing or not a list of records",
+                            "use the pack.json that `crossbench engines pack` wrote, unedited")
+        for i, entry in enumerate(entries):
+            _plain(entry.get("name"), f"{key}[{i}].name", path)
+            if key == "parts" and (not isinstance(entry.get("size"), int)
+                                   or isinstance(entry.get("size"), bool)):
+                raise UserError(f"--from {path}: parts[{i}].size {entry.get('size')!r} is not "
+                                "a number of bytes", "use the pack.json that `crossbench "
+                                "engines pack` wrote, unedited")
+    wheel = data.get("engine_wheel")
+    _plain(wheel.get("name") if isinstance(wheel, dict) else None, "engine_wheel.name", path)
 
 
 def default_prefix(manifest: dict[str, Any]) -> Path:
@@ -1128,6 +1167,34 @@ def python_launcher_text(manifest: dict[str, Any], site: Path, python: str) -> s
                       f'exec {shlex.quote(python)} "$@"', ""])
 
 
+def check_prefix(prefix: Path, engine: str) -> None:
+    """Refuse an install ``prefix`` crossbench must not write into: a file, or a non-empty
+    folder that is not a crossbench install of ``engine`` (its ``install.json``). A new or
+    empty folder passes, and so does the leftover of a killed install (only its
+    ``.install-*`` work folder)."""
+    flag = "--prefix"
+    if prefix.exists() and not prefix.is_dir():
+        raise UserError(f"{flag} {prefix} is a file", f"give {flag} a new or empty folder")
+    if not prefix.is_dir():
+        return
+    names = sorted(p.name for p in prefix.iterdir() if not p.name.startswith(".install-"))
+    if not names:
+        return
+    record: Any = None
+    with contextlib.suppress(OSError, ValueError, RecursionError):
+        record = json.loads((prefix / INSTALL_FILE).read_bytes())
+    if isinstance(record, dict) and record.get("kind") == INSTALL_KIND:
+        if record.get("engine") == engine:
+            return
+        raise UserError(f"{flag} {prefix} holds a crossbench install of "
+                        f"{str(record.get('engine'))[:40]}, not of {engine}",
+                        f"give {flag} a new or empty folder for {engine}")
+    listed = ", ".join(names[:3]) + (f" and {len(names) - 3} more" if len(names) > 3 else "")
+    raise UserError(f"{flag} {prefix} is not empty ({listed}) and holds no crossbench "
+                    f"install ({INSTALL_FILE})", f"give {flag} a new or empty folder "
+                    "(crossbench never deletes or overwrites other files)")
+
+
 def install(src: Path, prefix: Path | None = None, force: bool = False,
             progress: _Progress = _quiet, expect_engine: str | None = None) -> InstallResult:
     """Check and install a pack folder: parts, payload and wheels against ``pack.json``, then
@@ -1157,9 +1224,14 @@ def install(src: Path, prefix: Path | None = None, force: bool = False,
         progress(f"{engine} {manifest['release']} is already installed in {prefix}")
         return InstallResult(prefix, launcher, old, changed=False,
                              launchers=record_launchers(old))
+    check_prefix(prefix, engine)
     check_parts(src, manifest)
     progress(f"{len(manifest['parts'])} parts match {PACK_FILE}")
     prefix.mkdir(parents=True, exist_ok=True)
+    # a record that no pack matches (never a record of a half-replaced install) which still
+    # says whose folder this is, so that a killed install can be made again in it
+    write_json_atomic(record_path, {"schema_version": SCHEMA_VERSION, "kind": INSTALL_KIND,
+                                    "engine": engine, "state": "installing"})
     work = Path(tempfile.mkdtemp(prefix=".install-", dir=prefix))
     try:
         wheels = _reassemble(src, manifest, work)
@@ -1174,7 +1246,6 @@ def install(src: Path, prefix: Path | None = None, force: bool = False,
             last = [ln for ln in out.stderr.splitlines() if ln.strip()][-1:] or ["(no output)"]
             raise RunError(f"pip install --target {site} failed: {last[0].strip()}",
                            "see the message; a wheel may not fit this host's Python")
-        record_path.unlink(missing_ok=True)  # never a record of a half-replaced install
         if site.exists():
             shutil.rmtree(site)
         os.replace(work / "site", site)
