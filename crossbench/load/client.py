@@ -41,6 +41,9 @@ Record format (a plain JSON-serialisable dict; times are ``time.monotonic_ns()``
     status            "ok" | "error" | "incomplete"
     error             str|null  what went wrong
     http_status       int|null  HTTP status of the response (null if none came)
+    retries           int       times the request was sent again (0 or 1; see below)
+    failed_attempts   [{t_sent_ns, t_done_ns, error}, ...]  the sends that were retried,
+                                oldest first; the record's own times are those of the last
 
 Tokens per chunk: the delta of ``timings.predicted_n`` (llama-server with
 ``timings_per_token``), else of ``usage.completion_tokens`` (vLLM with continuous usage
@@ -58,10 +61,29 @@ has no ``content``, its ``reasoning_content``.
 
 Each request carries ``X-Request-Id: <prefix>-<index>`` (see :func:`request_id`) so server
 logs, and the stand-in's truth, can be joined to records, and ``Authorization: Bearer KEY``
-when the config has an ``api_key`` (a server started with ``--api-key``). A request that
-fails on a kept-alive connection the server had already closed, before any response
-(llama-server closes connections after a stream despite its ``Keep-Alive`` header), is sent
-once more on a new connection; its ``t_sent_ns`` is that of the second send.
+when the config has an ``api_key`` (a server started with ``--api-key``).
+
+Connections are kept alive between requests (``keepalive_s``). llama-server (b11312,
+cpp-httplib 0.58) closes the connection after every streamed response although it answered
+``Keep-Alive: timeout=5, max=100``: its chunked content provider returns false after
+``sink.done()``, httplib takes that for a cancelled write, leaves its keep-alive loop and
+calls ``drain_and_close_socket`` (half-close, then read and discard for up to 100 ms). A
+request written on such a connection before the client has seen the close is discarded
+unread and fails with no response (``ServerDisconnectedError``, or ``ClientOSError: Can not
+write request body``). Two defences, in order:
+
+- before each send on the pool the event loop takes in the closes that have already
+  arrived (:func:`_take_in_closes`), so the pool drops those connections;
+- a send that still meets a closed one is made once more, on a connection opened for it
+  alone, when it provably never reached the server (:func:`never_delivered`: it went out on
+  a *reused* connection and not one byte of a response came back). Its record counts it in
+  ``retries`` and keeps the failed send in ``failed_attempts``; ``t_sent_ns`` and every
+  later time are the resend's (``t_scheduled_ns`` stays the first due time).
+
+Never resent, and recorded failed: a request on a new connection (the server accepted it,
+so it may have read it), one that got any byte of a response, a timeout, or a resend that
+fails in turn. A server that read a request on a reused connection and closed it without a
+byte would look the same from here as one that closed first; the record shows the resend.
 """
 
 from __future__ import annotations
@@ -89,6 +111,7 @@ __all__ = [
     "RateMode",
     "RequestSpec",
     "Sink",
+    "never_delivered",
     "poisson_schedule_ns",
     "request_id",
     "run_load",
@@ -102,7 +125,7 @@ RECORD_KEYS = (
     "request_index", "prompt_id", "category", "warmup", "endpoint", "max_tokens",
     "t_scheduled_ns", "t_sent_ns", "t_first_chunk_ns", "t_done_ns", "chunks", "n_chunks",
     "text", "chunk_chars", "finish_reason", "usage", "timings", "metrics", "status", "error",
-    "http_status",
+    "http_status", "retries", "failed_attempts",
 )  # fmt: skip
 """The keys of every record, in order."""
 
@@ -154,9 +177,12 @@ class ClientConfig(BaseModel):
         "unlimited for rate mode). Requests over the cap wait for a free connection.",
     )
     keepalive_s: float = Field(
-        default=60.0,
+        default=4.0,
         ge=0,
-        description="How long an idle connection is kept for reuse; 0 closes each.",
+        description="How long an idle connection is kept for reuse; 0 opens a new connection "
+        "for every request (`Connection: close`). Under the 5 s after which llama-server "
+        "(cpp-httplib) and uvicorn (vLLM, SGLang) close an idle connection, so the client does "
+        "not pick one the server is closing.",
     )
     send_request_id: bool = Field(
         default=True,
@@ -221,6 +247,8 @@ class LoadStats:
     n_chunks: int
     t_first_sent_ns: int | None
     t_last_done_ns: int | None
+    n_retries: int = 0
+    """Measured requests sent a second time after a stale connection (module docstring)."""
 
     @property
     def n_requests(self) -> int:
@@ -243,7 +271,7 @@ class LoadStats:
         return cls(sum(p.n_ok for p in parts), sum(p.n_error for p in parts),
                    sum(p.n_incomplete for p in parts), sum(p.n_warmup for p in parts),
                    sum(p.n_chunks for p in parts), min(sent) if sent else None,
-                   max(done) if done else None)
+                   max(done) if done else None, sum(p.n_retries for p in parts))
 
 
 def request_id(index: int, warmup: bool = False, prefix: str = "crossbench") -> str:
@@ -401,22 +429,76 @@ class _SSEStream:
             self.pieces.append(content)
 
 
-def _stale_connection(exc: BaseException, http_status: int | None) -> bool:
-    """Did the request fail on a reused connection the server had closed, before any answer?
+_SERVER_DISCONNECTED = str(aiohttp.ServerDisconnectedError())
+"""aiohttp's message for a connection closed before any part of a response was parsed."""
 
-    llama-server closes each connection shortly after a streamed response despite its
-    ``Keep-Alive`` header; a request sent on it in that window fails at once. Such a request
-    never reached the server, so it is sent once more on a new connection.
+
+def never_delivered(exc: BaseException, reused: bool, http_status: int | None) -> bool:
+    """Did this failed send provably never reach the server, so it may be sent again?
+
+    Only on a ``reused`` keep-alive connection, before any response (``http_status`` None),
+    and only for the errors of a connection the server had closed: a clean close with
+    nothing of a response parsed (``ServerDisconnectedError``), or a reset or broken pipe
+    while the request was written or awaited (``ClientOSError`` such as "Can not write
+    request body", ``ConnectionResetError``; never a failed connect). A server that accepted
+    a new connection may have read the request, and one that sent any response byte did:
+    neither is sent again.
     """
-    return (
-        http_status is None
-        and isinstance(exc, aiohttp.ServerDisconnectedError | aiohttp.ClientOSError)
-        and not isinstance(exc, aiohttp.ClientConnectorError)
-    )
+    if not reused or http_status is not None:
+        return False
+    if isinstance(exc, aiohttp.ServerDisconnectedError):
+        return exc.message == _SERVER_DISCONNECTED
+    return isinstance(
+        exc, aiohttp.ClientOSError | ConnectionResetError | BrokenPipeError
+    ) and not isinstance(exc, aiohttp.ClientConnectorError)
+
+
+class _Attempt:
+    """Trace context of one send: whether the connection it went out on was a reused one."""
+
+    __slots__ = ("reused",)
+
+    def __init__(self) -> None:
+        self.reused = False
+
+
+async def _on_reuse(_session: Any, ctx: Any, _params: Any) -> None:
+    ctx.trace_request_ctx.reused = True
+
+
+def _reuse_trace() -> aiohttp.TraceConfig:
+    """Marks a send's :class:`_Attempt` when the connector hands it a pooled connection."""
+    trace = aiohttp.TraceConfig()
+    trace.on_connection_reuseconn.append(_on_reuse)
+    return trace
+
+
+async def _take_in_closes() -> None:
+    """Let the event loop process the closes that have already reached the socket, so the
+    pool drops those connections instead of handing one out.
+
+    A close that arrived while this task ran (llama-server half-closes right after its last
+    chunk) is only seen on a later loop iteration: the first yield polls the sockets and
+    queues their callbacks behind this task, the second lets them run. It comes before
+    ``t_sent_ns``, so it is in no measured time. Against a server that closes like
+    llama-server (``HttplibLike`` in ``tests/test_load_retry.py``) it took stale sends from
+    one in two to a few in a hundred; the resend (:func:`never_delivered`) handles the rest.
+    """
+    await asyncio.sleep(0)
+    await asyncio.sleep(0)
+
+
+@dataclass(frozen=True)
+class _Sessions:
+    """The run's pooled session, and a session that opens a new connection for each send
+    (the resend of a request that met a stale connection)."""
+
+    pooled: aiohttp.ClientSession
+    fresh: aiohttp.ClientSession
 
 
 async def _one_request(
-    session: aiohttp.ClientSession,
+    sessions: _Sessions,
     cfg: ClientConfig,
     url: str,
     spec: RequestSpec,
@@ -424,7 +506,11 @@ async def _one_request(
     t_scheduled_ns: int,
     sink: Sink,
 ) -> None:
-    """Send one request, read its stream, build its record and hand it to ``sink``."""
+    """Send one request, read its stream, build its record and hand it to ``sink``.
+
+    A send that :func:`never_delivered` is made again on ``sessions.fresh`` (whose sends are
+    never reused, so never again); the failed one is kept in ``failed_attempts``.
+    """
     body = _request_body(cfg, spec)
     headers = {"Content-Type": "application/json", "Accept": "text/event-stream"}
     if cfg.send_request_id:
@@ -432,19 +518,23 @@ async def _one_request(
     if cfg.api_key is not None:
         headers["Authorization"] = f"Bearer {cfg.api_key.get_secret_value()}"
     monotonic_ns = time.monotonic_ns
-    retried = False
+    session = sessions.pooled
+    failed: list[dict[str, Any]] = []
     status = "error"
     while True:
         st = _SSEStream()
         status = "error"
         error: str | None = None
         http_status: int | None = None
+        attempt = _Attempt()
         t_done_ns = 0
+        if session is sessions.pooled:
+            await _take_in_closes()
         t_sent_ns = monotonic_ns()
         try:
             async with (
                 asyncio.timeout(cfg.request_timeout_s),
-                session.post(url, data=body, headers=headers) as resp,
+                session.post(url, data=body, headers=headers, trace_request_ctx=attempt) as resp,
             ):
                 http_status = resp.status
                 if resp.status != 200:
@@ -471,12 +561,13 @@ async def _one_request(
             error = f"timeout after {cfg.request_timeout_s:g} s (request_timeout_s)"
         except (aiohttp.ClientError, OSError, ValueError) as exc:
             t_done_ns = monotonic_ns()
-            if _stale_connection(exc, http_status) and not retried:
-                retried = True
-                continue
             if isinstance(exc, orjson.JSONDecodeError):
                 status = "error"  # a malformed event is a protocol error, not an early end
             error = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+            if never_delivered(exc, attempt.reused, http_status):
+                failed.append({"t_sent_ns": t_sent_ns, "t_done_ns": t_done_ns, "error": error})
+                session = sessions.fresh
+                continue
         break
     if st.error is not None and status != "error":  # an error event, then the stream broke
         status, error = "error", st.error
@@ -504,6 +595,8 @@ async def _one_request(
             "status": status,
             "error": error,
             "http_status": http_status,
+            "retries": len(failed),
+            "failed_attempts": failed,
         }
     )
 
@@ -515,6 +608,7 @@ class _Tally:
         self.counts = {"ok": 0, "error": 0, "incomplete": 0}
         self.n_warmup = 0
         self.n_chunks = 0
+        self.n_retries = 0
         self.t_first_sent: int | None = None
         self.t_last_done: int | None = None
 
@@ -524,6 +618,7 @@ class _Tally:
             return
         self.counts[rec["status"]] += 1
         self.n_chunks += rec["n_chunks"]
+        self.n_retries += rec["retries"]
         if self.t_first_sent is None or rec["t_sent_ns"] < self.t_first_sent:
             self.t_first_sent = rec["t_sent_ns"]
         if self.t_last_done is None or rec["t_done_ns"] > self.t_last_done:
@@ -533,7 +628,7 @@ class _Tally:
         c = self.counts
         return LoadStats(
             c["ok"], c["error"], c["incomplete"], self.n_warmup, self.n_chunks,
-            self.t_first_sent, self.t_last_done,
+            self.t_first_sent, self.t_last_done, self.n_retries,
         )  # fmt: skip
 
 
@@ -584,20 +679,24 @@ async def run_load(
         connector = aiohttp.TCPConnector(limit=limit, force_close=True)
     timeout = aiohttp.ClientTimeout(total=None, sock_connect=config.connect_timeout_s)
     url = config.url()
-    async with aiohttp.ClientSession(
-        connector=connector, timeout=timeout, auto_decompress=False, raise_for_status=False
-    ) as session:
+    opts: dict[str, Any] = {"timeout": timeout, "auto_decompress": False,
+                            "raise_for_status": False}  # fmt: skip
+    async with (
+        aiohttp.ClientSession(connector=connector, trace_configs=[_reuse_trace()], **opts) as s,
+        aiohttp.ClientSession(connector=aiohttp.TCPConnector(force_close=True), **opts) as fresh,
+    ):
+        sessions = _Sessions(s, fresh)
         for spec in warmup:
-            await _one_request(session, config, url, spec, True, time.monotonic_ns(), emit)
+            await _one_request(sessions, config, url, spec, True, time.monotonic_ns(), emit)
         if isinstance(mode, ConcurrencyMode):
-            await _run_closed_loop(session, config, url, requests, mode.concurrency, emit)
+            await _run_closed_loop(sessions, config, url, requests, mode.concurrency, emit)
         else:
-            await _run_poisson(session, config, url, requests, mode, emit)
+            await _run_poisson(sessions, config, url, requests, mode, emit)
     return tally.stats()
 
 
 async def _run_closed_loop(
-    session: aiohttp.ClientSession,
+    sessions: _Sessions,
     cfg: ClientConfig,
     url: str,
     requests: Sequence[RequestSpec],
@@ -608,13 +707,13 @@ async def _run_closed_loop(
 
     async def worker() -> None:
         for spec in it:  # a shared iterator: each worker takes the next request
-            await _one_request(session, cfg, url, spec, False, time.monotonic_ns(), sink)
+            await _one_request(sessions, cfg, url, spec, False, time.monotonic_ns(), sink)
 
     await _gather_or_cancel([worker() for _ in range(min(concurrency, len(requests)))])
 
 
 async def _run_poisson(
-    session: aiohttp.ClientSession,
+    sessions: _Sessions,
     cfg: ClientConfig,
     url: str,
     requests: Sequence[RequestSpec],
@@ -637,7 +736,7 @@ async def _run_poisson(
             await _sleep_until_ns(t_sched)
             if failure:
                 break
-            task = asyncio.create_task(_one_request(session, cfg, url, spec, False, t_sched, sink))
+            task = asyncio.create_task(_one_request(sessions, cfg, url, spec, False, t_sched, sink))
             in_flight.add(task)
             task.add_done_callback(done)
         while in_flight and not failure:

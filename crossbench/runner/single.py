@@ -592,7 +592,8 @@ class Trial:
         entry["load"] = {"ok": stats.n_ok, "error": stats.n_error,
                          "incomplete": stats.n_incomplete, "chunks": stats.n_chunks,
                          "wall_s": stats.wall_s,
-                         "pooled_tok_s": acc[0] / acc[1] if acc[1] else None}
+                         "pooled_tok_s": acc[0] / acc[1] if acc[1] else None,
+                         "retries": stats.n_retries}
         if stats.n_error or stats.n_incomplete:
             entry["status"] = "failed"
             entry["error"] = f"{stats.n_error} errors, {stats.n_incomplete} incomplete requests"

@@ -277,7 +277,10 @@ class Format:
 
 FORMATS: dict[str, Format] = {
     "manifest": Format(MANIFEST, RUN_KIND, 1, {
-        1: "first version (runs, matrix cells and imported cells)"}, {}),
+        1: "first version (runs, matrix cells and imported cells); its requests.jsonl lines "
+           "are read by the manifest's version. Added since without a version change (older "
+           "readers ignore the keys): records' retries and failed_attempts, trials' "
+           "load.retries"}, {}),
     "provenance": Format(f"{MANIFEST} trials[].provenance", PROVENANCE_KIND, 1, {
         1: "first version"}, {}),
     "state": Format(STATE, MATRIX_KIND, 1, {
@@ -379,6 +382,12 @@ class RequestRecord(TypedDict, total=False):
     status: str
     error: str | None
     http_status: int | None
+    retries: int
+    """Times the client sent the request again after a stale keep-alive connection (0 or 1;
+    absent in records written before it, read as 0)."""
+    failed_attempts: list[dict[str, Any]]
+    """The sends that were retried (``t_sent_ns``, ``t_done_ns``, ``error``), oldest first;
+    the record's own times are those of the last send."""
     source: str
 
 
