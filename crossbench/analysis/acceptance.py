@@ -23,6 +23,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from crossbench.analysis.records import output_tokens
 from crossbench.engines.base import SpecCounters
 from crossbench.engines.prometheus import labelled, total
 
@@ -156,8 +157,6 @@ def steps_estimate(records: Iterable[Mapping[str, Any]]) -> tuple[float, float] 
     """(tokens after the first, target steps) summed over records with per-request accepted
     counts: every target step emits its accepted drafts plus one token, so steps =
     (tokens - 1) - accepted, whether or not each step drafted; None without such records."""
-    from crossbench.analysis.summary import output_tokens
-
     after = steps = 0.0
     for r in records:
         t = r.get("timings") or {}

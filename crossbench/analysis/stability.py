@@ -34,8 +34,8 @@ import numpy as np
 
 from crossbench.analysis import acceptance as acc_mod
 from crossbench.analysis import stats
+from crossbench.analysis.records import output_tokens
 from crossbench.analysis.rundir import CellData
-from crossbench.analysis.summary import output_tokens
 
 SPREAD_CV = 0.10
 DRIFT_SHARE = 0.05

@@ -31,26 +31,13 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from crossbench.analysis.records import output_tokens as output_tokens  # re-exported
 from crossbench.store import rundir
 
 if TYPE_CHECKING:
     from crossbench.analysis.acceptance import CounterDelta
 
 NS_PER_MS = 1e6
-
-
-def output_tokens(r: Mapping[str, Any]) -> int | None:
-    """Generated tokens of a request: usage, else server timings, else summed chunk counts."""
-    usage = r.get("usage") or {}
-    if isinstance(usage.get("completion_tokens"), int):
-        return int(usage["completion_tokens"])
-    timings = r.get("timings") or {}
-    if isinstance(timings.get("predicted_n"), int):
-        return int(timings["predicted_n"])
-    counts = [c[1] for c in r.get("chunks") or []]
-    if counts and all(isinstance(c, int) for c in counts):
-        return int(sum(counts))
-    return None
 
 
 def rate_definition(predicted_n: int, predicted_ms: float, reported: float) -> str:
