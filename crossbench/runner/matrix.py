@@ -21,6 +21,8 @@ import json
 import math
 import random
 import re
+from collections import defaultdict
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
@@ -425,14 +427,16 @@ def parse_matrix(text: str, path: Path) -> Matrix:
         raise UserError(f"{path}: {loc}: {msg}", f"fix `{loc}`") from None
 
 
-_FIXTURE = re.compile(r"^fixture:(?:(?P<shape>[\w.-]+)/)?(?P<role>target|draft)"
+_FIXTURE = re.compile(r"^fixture:(?:(?P<shape>[\w.-]+)/)?(?P<role>target|draft|eagle3|dflash)"
                       r"(?:@(?P<quant>[A-Za-z0-9_]+))?$")
 
 
 def parse_fixture_ref(ref: str, field: str) -> tuple[str, str, str | None]:
-    """``fixture:[SHAPE/]target|draft[@QUANT]`` -> (shape, role, quant); shape tiny default.
+    """``fixture:[SHAPE/]ROLE[@QUANT]`` -> (shape, role, quant); shape tiny default.
 
-    ``@hf`` names the fixture's Hugging Face folder (for vLLM) instead of a quantized GGUF.
+    ROLE is target, draft, or a drafter made by llama.cpp's converter (eagle3, dflash:
+    ``crossbench.fixtures.drafters``). ``@hf`` names the fixture's Hugging Face folder (for
+    vLLM and SGLang) instead of a quantized GGUF.
     """
     from crossbench.fixtures import SHAPES
 
@@ -440,8 +444,9 @@ def parse_fixture_ref(ref: str, field: str) -> tuple[str, str, str | None]:
     if not m or (m["shape"] or "tiny") not in SHAPES:
         raise UserError(f"{field}: unknown fixture {ref!r}",
                         "write fixture:target, fixture:draft or fixture:SHAPE/ROLE@QUANT with "
-                        f"SHAPE one of {', '.join(SHAPES)} (e.g. fixture:qwen3-8b/target@Q4_K_M, "
-                        "or @hf for its Hugging Face folder)")
+                        f"SHAPE one of {', '.join(SHAPES)} and ROLE one of target, draft, "
+                        "eagle3, dflash (e.g. fixture:qwen3-8b/target@Q4_K_M, or @hf for its "
+                        "Hugging Face folder)")
     return m["shape"] or "tiny", m["role"], m["quant"]
 
 
@@ -461,8 +466,10 @@ def expand(m: Matrix, source: Path | None = None) -> list[Cell]:
     def bad(msg: str, hint: str) -> UserError:
         return UserError(where + msg, hint)
 
-    for field_, names in (("engines", list(m.engines)), ("models", list(m.models)),
-                          *((f"arms[{i}].name", [a.name]) for i, a in enumerate(m.arms))):
+    named: list[tuple[str, list[str | None]]] = [
+        ("engines", list(m.engines)), ("models", list(m.models)),
+        *((f"arms[{i}].name", [a.name]) for i, a in enumerate(m.arms))]
+    for field_, names in named:
         for name in names:
             if name is not None and CELL_SEPARATOR in _slug(name):
                 raise bad(f"{field_}: {name!r} holds {CELL_SEPARATOR!r}, which stands for / "
@@ -727,8 +734,6 @@ def validate_cells(m: Matrix, cells: list[Cell], source: Path | None = None) -> 
                          "server settings), so every cell starts its own (add a workload or "
                          "concurrency level to share starts)")
     if m.probe_predict is not None:
-        from crossbench.runner.probe import probe_split, sweeps
-
         long = [s for s in sweeps(cells) if probe_split(s, m.probe_predict.probes)[1]]
         if not long:
             notes.append(f"probe_predict: no n-sweep has more than {m.probe_predict.probes} "
@@ -844,6 +849,32 @@ def server_groups(cells: list[Cell]) -> dict[str, int]:
     have the same :func:`server_key`."""
     keys: dict[str, int] = {}
     return {c.id: keys.setdefault(server_key(c), len(keys)) for c in cells}
+
+
+SWEEP_COORDS = ("engine", "target", "arm", "method", "workload", "concurrency")
+"""The coordinates a sweep's cells share (all but n)."""
+
+
+def sweeps(cells: Iterable[Cell]) -> list[list[Cell]]:
+    """n-sweeps: speculative cells sharing :data:`SWEEP_COORDS` with at least two distinct
+    n, each sorted by n."""
+    groups: dict[tuple[Any, ...], list[Cell]] = defaultdict(list)
+    for c in cells:
+        if c.coords["method"] != "none" and c.coords["n"] is not None:
+            groups[tuple(c.coords[k] for k in SWEEP_COORDS)].append(c)
+    return [sorted(g, key=lambda c: int(c.coords["n"])) for g in groups.values()
+            if len({c.coords["n"] for c in g}) >= 2]
+
+
+def probe_split(sweep: list[Cell], probes: int) -> tuple[list[Cell], list[Cell]]:
+    """(probes, the rest) of one sweep sorted by n: the cells at ``probes`` evenly spaced
+    positions from the smallest n to the largest (halves round up); a sweep of at most
+    ``probes`` cells is all probes."""
+    if len(sweep) <= probes:
+        return list(sweep), []
+    picks = {math.floor(i * (len(sweep) - 1) / (probes - 1) + 0.5) for i in range(probes)}
+    return ([c for i, c in enumerate(sweep) if i in picks],
+            [c for i, c in enumerate(sweep) if i not in picks])
 
 
 def run_order(m: Matrix, cells: list[Cell]) -> list[tuple[str, int]]:

@@ -64,10 +64,11 @@ from crossbench.runner.matrix import (
     Matrix,
     TrialWork,
     decode_estimate_s,
+    probe_split,
     server_groups,
+    sweeps,
     trial_work,
 )
-from crossbench.runner.probe import probe_split, sweeps
 
 DESIGNS = ("naive", "reuse", "sequential", "probe-and-predict")
 """The designs, in the order each adds its saving to the one above it."""
@@ -432,7 +433,7 @@ def probe_selection(cells: list[Cell], probes: int,
     """(ids of the cells measured, probe cells, follow-up cells) of probe-and-predict.
 
     Of each sweep with more n than ``probes``, the n at evenly spaced positions from the
-    smallest to the largest are probed (:func:`crossbench.runner.probe.probe_split`, as the
+    smallest to the largest are probed (:func:`crossbench.runner.matrix.probe_split`, as the
     matrix runs them), and up to ``follow_ups`` of the rest are counted as
     follow-ups (which ones is decided after the probes; a sweep's cells differ only in n, so
     any of them costs the same here). Every other cell is measured.

@@ -53,42 +53,17 @@ import math
 import random
 import time
 from collections import defaultdict
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from crossbench.analysis.start_spread import run_start_spread
-from crossbench.runner.matrix import Cell, ProbePredict
+from crossbench.runner.matrix import Cell, ProbePredict, probe_split, sweeps
 from crossbench.store.atomic import JsonlAppender
 from crossbench.store.rundir import PREDICTIONS, read_predictions
 
-SWEEP_COORDS = ("engine", "target", "arm", "method", "workload", "concurrency")
-"""The coordinates a sweep's cells share (all but n)."""
-
 ACTIONS = ("measure", "holdout", "predict")
 """What a decision does with a cell the probes did not measure (module docstring)."""
-
-
-def sweeps(cells: Iterable[Cell]) -> list[list[Cell]]:
-    """n-sweeps: speculative cells sharing :data:`SWEEP_COORDS` with at least two distinct
-    n, each sorted by n."""
-    groups: dict[tuple[Any, ...], list[Cell]] = defaultdict(list)
-    for c in cells:
-        if c.coords["method"] != "none" and c.coords["n"] is not None:
-            groups[tuple(c.coords[k] for k in SWEEP_COORDS)].append(c)
-    return [sorted(g, key=lambda c: int(c.coords["n"])) for g in groups.values()
-            if len({c.coords["n"] for c in g}) >= 2]
-
-
-def probe_split(sweep: list[Cell], probes: int) -> tuple[list[Cell], list[Cell]]:
-    """(probes, the rest) of one sweep sorted by n: the cells at ``probes`` evenly spaced
-    positions from the smallest n to the largest (halves round up); a sweep of at most
-    ``probes`` cells is all probes."""
-    if len(sweep) <= probes:
-        return list(sweep), []
-    picks = {math.floor(i * (len(sweep) - 1) / (probes - 1) + 0.5) for i in range(probes)}
-    return ([c for i, c in enumerate(sweep) if i in picks],
-            [c for i, c in enumerate(sweep) if i not in picks])
 
 
 class ProbeController:
