@@ -24,7 +24,7 @@ from enum import StrEnum
 from fnmatch import fnmatchcase
 from typing import Any
 
-from crossbench.confounds.normalize import Scalar
+from crossbench.engines.confound_rule import Scalar
 
 
 class Kind(StrEnum):

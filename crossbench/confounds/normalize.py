@@ -41,10 +41,10 @@ from pathlib import Path
 from typing import Any
 
 from crossbench.confounds.provenance import REDACTED, is_secret
+from crossbench.engines.confound_rule import Scalar
 from crossbench.errors import UserError
 from crossbench.store import rundir
 
-Scalar = str | int | float | bool
 View = dict[str, Scalar]
 
 #: engine-config keys that hold the speculative settings (llama-server ``spec``; vLLM's

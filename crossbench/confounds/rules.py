@@ -3,7 +3,10 @@ source: the evidence that it is real.
 
 A rule reads two normalized views (:mod:`.normalize`), A and B, and returns
 :class:`Finding` s: ``confounding`` (the comparison does not isolate its variable: the verdict
-must not stay clean) or ``caveat`` (results are valid only with a qualification).
+must not stay clean) or ``caveat`` (results are valid only with a qualification). The rule
+interface (:class:`Rule`, :class:`Finding`, the view readers) lives in
+:mod:`crossbench.engines.confound_rule`, below both these shared rules and every engine's
+own, which the registry supplies (:func:`all_rules`).
 
 Example::
 
@@ -16,93 +19,19 @@ caching with MTP) also run on a single trial through :func:`check_trial`.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Mapping
-from dataclasses import asdict, dataclass
-from typing import Any, Literal
+from typing import Any
 
-from crossbench.confounds.normalize import Scalar
-
-Severity = Literal["confounding", "caveat"]
-View = Mapping[str, Scalar]
-
-
-@dataclass(frozen=True)
-class Finding:
-    """One rule firing on a trial or a pair."""
-
-    rule: str
-    severity: Severity
-    message: str
-    action: str
-    source: str
-
-    def to_dict(self) -> dict[str, Any]:
-        """JSON-ready view."""
-        return asdict(self)
-
-
-@dataclass(frozen=True)
-class PairContext:
-    """What the comparison claims: arm labels, its axis (``spec``, ``engine``...), and
-    whether it claims greedy output parity between the arms."""
-
-    labels: tuple[str, str] = ("A", "B")
-    axis: str | None = "spec"
-    greedy_parity: bool = False
-    single: bool = False  # one trial checked alone (a and b are the same view)
-
-
-Check = Callable[["Rule", View, View, PairContext], list[Finding]]
-
-
-@dataclass(frozen=True)
-class Rule:
-    """A known interaction: id, title, explanation, source URL and its check."""
-
-    id: str
-    title: str
-    explanation: str
-    source: str
-    check: Check
-    per_arm: bool = False  # meaningful for one trial alone
-
-    def finding(self, severity: Severity, message: str, action: str) -> Finding:
-        """A finding of this rule."""
-        return Finding(self.id, severity, message, action, self.source)
-
-
-# -- reading views (public: engines' own rules use them too) ----------------------------------
-
-
-def arms(a: View, b: View, ctx: PairContext) -> Iterator[tuple[str, View]]:
-    yield ctx.labels[0], a
-    if not ctx.single:
-        yield ctx.labels[1], b
-
-
-def truthy(v: Scalar | None) -> bool:
-    """Set and not false-like: ``True``, ``1``, ``"on"``, or a fact's text (e.g. the reason
-    vLLM logged for a model runner fallback)."""
-    if isinstance(v, str):
-        return v.strip().lower() not in ("", "0", "false", "off", "no", "none", "disabled")
-    return bool(v)
-
-
-def kind(v: View) -> str:
-    return str(v.get("engine.kind", ""))
-
-
-def mtp(v: View) -> bool:
-    return any("mtp" in str(v.get(k, "")).lower() for k in ("spec.type", "spec.method"))
-
-
-def num(v: Scalar | None) -> float | None:
-    if v is None or isinstance(v, bool):
-        return None
-    try:
-        return float(v)
-    except ValueError:
-        return None
+from crossbench.engines.confound_rule import (
+    Finding,
+    PairContext,
+    Rule,
+    Scalar,
+    Severity,
+    View,
+    arms,
+    kind,
+    num,
+)
 
 
 def _fmt(v: Scalar | None) -> str:
@@ -259,8 +188,8 @@ def all_rules() -> tuple[Rule, ...]:
 
 
 def __getattr__(name: str) -> Any:
-    """``RULES``: :func:`all_rules`, computed when asked for (engine rule modules import this
-    one, so they cannot load while it does)."""
+    """``RULES``: :func:`all_rules`, computed when asked for (so an engine registered after
+    this module loaded counts too)."""
     if name == "RULES":
         return all_rules()
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -72,7 +72,7 @@ def register(name: str, server: str, config: str,
     ``process_names``: beginnings of the command names (``/proc/PID/comm``) of the engine's
     processes, so a trial can warn about servers it did not start.
     ``rules``: ``"module:attr"`` of the engine's own known-interaction rules (a sequence of
-    :class:`crossbench.confounds.rules.Rule`), checked with the shared ones.
+    :class:`crossbench.engines.confound_rule.Rule`), checked with the shared ones.
     ``run_options``: ``crossbench run`` options the engine takes beyond
     :data:`RUN_OPTION_FIELDS` (option name -> config field).
     """

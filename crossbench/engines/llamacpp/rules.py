@@ -1,10 +1,11 @@
 """llama-server's own known interactions (registered with the engine: ``rules`` of
-:func:`crossbench.engines.registry.register`), checked beside the shared rules of
+:func:`crossbench.engines.registry.register`; the interface:
+:mod:`crossbench.engines.confound_rule`), checked beside the shared rules of
 :mod:`crossbench.confounds.rules`."""
 
 from __future__ import annotations
 
-from crossbench.confounds.rules import Finding, PairContext, Rule, View, arms, kind, mtp, num
+from crossbench.engines.confound_rule import Finding, PairContext, Rule, View, arms, kind, mtp, num
 
 
 def _parallel_mtp(rule: Rule, a: View, b: View, ctx: PairContext) -> list[Finding]:
