@@ -1,6 +1,8 @@
 """The package's import graph points one way: each top-level part of ``crossbench`` imports
-only parts in lower layers (or its own), lazily imported modules included. The layers are
-the README's ("Layout"); the one exception is named with its reason."""
+only parts in lower layers (or its own), and no module reaches itself through its imports.
+Lazily imported modules (imports inside functions) and ``TYPE_CHECKING`` imports count as
+imports. The layers are the README's ("Layout"); the package root (``__version__`` and the
+public facade ``crossbench.open_run``) is the only module outside them."""
 
 from __future__ import annotations
 
@@ -12,8 +14,8 @@ PACKAGE = Path(__file__).resolve().parents[1] / "crossbench"
 LAYERS: list[set[str]] = [
     {"errors", "paths", "textfile", "host", "telemetry", "store"},  # no crossbench parts
     {"load"},                              # the load client and workloads
-    {"engines", "models", "fixtures"},     # engine adapters, model files, fixture models
-    {"confounds"},                         # provenance and the confound rules
+    {"engines", "models", "fixtures"},     # engine adapters (and their confound rules)
+    {"confounds"},                         # provenance and the shared confound rules
     {"analysis"},                          # statistics over a run directory
     {"importers", "report"},               # other tools' results in; reports out
     {"archive", "frames"},                 # archives; pandas frames (of runs and archives)
@@ -23,41 +25,42 @@ LAYERS: list[set[str]] = [
 ]
 """Lowest first: a part may import its own layer's parts and those below."""
 
-EXCEPTIONS = {
-    ("engines", "confounds"): "an engine's own confound rules (crossbench/engines/*/rules.py) "
-                              "extend the rule framework of crossbench.confounds.rules; the "
-                              "registry loads them by name, so nothing below imports them",
-}
-"""(importer, imported) pairs allowed upward, with why."""
-
-RULE_PLUGINS = {"rules.py"}
-"""The files of an engine folder that the engines -> confounds exception covers."""
+ROOT = "crossbench"
+"""The package root: ``__version__`` (imported from everywhere) and the public facade (which
+imports upward, lazily); left out of both checks."""
 
 
-def _part(module: str) -> str | None:
-    parts = module.split(".")
-    if parts[0] != "crossbench":
-        return None
-    return parts[1] if len(parts) > 1 else ""  # "": the package root (__version__, facade)
-
-
-def _edges() -> list[tuple[str, str, str]]:
-    out = []
+def _modules() -> dict[str, Path]:
+    """Dotted module name -> file, for every module of the package."""
+    out = {}
     for f in PACKAGE.rglob("*.py"):
-        rel = f.relative_to(PACKAGE)
-        src = rel.parts[0].removesuffix(".py") if len(rel.parts) > 1 or \
-            rel.name != "__init__.py" else ""
-        for node in ast.walk(ast.parse(f.read_text())):
+        parts = f.relative_to(PACKAGE.parent).with_suffix("").parts
+        out[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = f
+    return out
+
+
+def _graph() -> dict[str, set[str]]:
+    """Module -> the package modules it imports (``from a.b import c`` names module
+    ``a.b.c`` when there is one, else ``a.b``), the root left out."""
+    modules = _modules()
+    graph: dict[str, set[str]] = {m: set() for m in modules if m != ROOT}
+    for m in graph:
+        for node in ast.walk(ast.parse(modules[m].read_text())):
             names: list[str] = []
             if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-                names = [node.module]
+                names = [f"{node.module}.{a.name}" for a in node.names]
             elif isinstance(node, ast.Import):
                 names = [a.name for a in node.names]
             for name in names:
-                dst = _part(name)
-                if dst is not None and dst != src:
-                    out.append((str(rel), src, dst))
-    return out
+                while name and name not in modules:
+                    name = name.rpartition(".")[0]
+                if name and name not in (m, ROOT):
+                    graph[m].add(name)
+    return graph
+
+
+def _part(module: str) -> str:
+    return module.split(".")[1]
 
 
 def _layer(part: str) -> int:
@@ -67,23 +70,58 @@ def _layer(part: str) -> int:
     raise AssertionError(f"crossbench.{part} is in no layer: add it to LAYERS")
 
 
+def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components of more than one module (Tarjan), each sorted."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on_stack.add(v)
+        for w in sorted(graph[v]):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                component.append(w)
+                if w == v:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return found
+
+
 def test_no_part_imports_a_higher_layer() -> None:
-    upward = []
-    for path, src, dst in _edges():
-        if src == "" or dst == "":  # the root: __version__ down, the public facade up
-            continue
-        if _layer(dst) <= _layer(src):
-            continue
-        if (src, dst) in EXCEPTIONS and Path(path).name in RULE_PLUGINS:
-            continue
-        upward.append(f"{path}: crossbench.{src} imports crossbench.{dst}")
+    upward = [f"{src} imports {dst}" for src, dsts in _graph().items() for dst in sorted(dsts)
+              if _layer(_part(dst)) > _layer(_part(src))]
     assert not upward, "\n".join(sorted(upward))
 
 
-def test_every_part_has_a_layer_and_the_exception_is_used() -> None:
-    parts = {p.name.removesuffix(".py") for p in PACKAGE.iterdir()
-             if (p.is_dir() and (p / "__init__.py").exists())
-             or (p.suffix == ".py" and p.name not in ("__init__.py",))}
-    for part in parts:
-        _layer(part)
-    assert any(src == "engines" and dst == "confounds" for _, src, dst in _edges())
+def test_no_module_imports_itself_through_others() -> None:
+    cycles = _cycles(_graph())
+    assert not cycles, "import circles:\n" + "\n".join(" <-> ".join(c) for c in cycles)
+
+
+def test_the_cycle_check_finds_a_circle() -> None:
+    graph = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}
+    assert _cycles(graph) == [["a", "b", "c"]]
+    assert _cycles({"a": {"b"}, "b": set()}) == []
+
+
+def test_every_part_has_a_layer() -> None:
+    for module in _graph():
+        _layer(_part(module))
