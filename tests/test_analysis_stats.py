@@ -115,7 +115,7 @@ def test_t_quantile_matches_the_tables(p, df, want):
 def test_t_quantile_refuses_what_it_cannot_give():
     with pytest.raises(ValueError, match="df >= 1"):
         stats.t_quantile(0.975, 0)
-    with pytest.raises(ValueError, match="0.5 < p < 1"):
+    with pytest.raises(ValueError, match="0.5 <= p < 1"):
         stats.t_quantile(0.3, 4)
 
 

@@ -72,6 +72,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 
+from crossbench.analysis.stats import t_quantile
 from crossbench.errors import UserError
 
 if TYPE_CHECKING:
@@ -142,65 +143,6 @@ def boundaries(alpha: float, max_trials: int, min_trials: int,
         alive &= t <= c
         out.append(c)
     return tuple(out)
-
-
-def _betacf(a: float, b: float, x: float) -> float:
-    """Continued fraction of the regularized incomplete beta function (modified Lentz)."""
-    tiny, eps = 1e-300, 1e-15
-    qab, qap, qam = a + b, a + 1.0, a - 1.0
-    c, d = 1.0, 1.0 - qab * x / qap
-    d = 1.0 / (d if abs(d) > tiny else tiny)
-    h = d
-    for m in range(1, 500):
-        m2 = 2 * m
-        for aa in (m * (b - m) * x / ((qam + m2) * (a + m2)),
-                   -(a + m) * (qab + m) * x / ((a + m2) * (qap + m2))):
-            d = 1.0 + aa * d
-            d = 1.0 / (d if abs(d) > tiny else tiny)
-            c = 1.0 + aa / c
-            c = c if abs(c) > tiny else tiny
-            h *= d * c
-        if abs(d * c - 1.0) < eps:
-            break
-    return h
-
-
-def _betai(a: float, b: float, x: float) -> float:
-    """Regularized incomplete beta function I_x(a, b)."""
-    if x <= 0.0:
-        return 0.0
-    if x >= 1.0:
-        return 1.0
-    front = math.exp(math.lgamma(a + b) - math.lgamma(a) - math.lgamma(b)
-                     + a * math.log(x) + b * math.log1p(-x))
-    if x < (a + 1.0) / (a + b + 2.0):
-        return front * _betacf(a, b, x) / a
-    return 1.0 - front * _betacf(b, a, 1.0 - x) / b
-
-
-@lru_cache(maxsize=256)
-def t_quantile(p: float, df: int) -> float:
-    """Quantile of Student's t with ``df`` degrees of freedom, for 0.5 <= ``p`` < 1 (by
-    bisection on the regularized incomplete beta function; cached)."""
-    if not 0.5 <= p < 1.0 or df < 1:
-        raise ValueError("t_quantile needs 0.5 <= p < 1 and df >= 1")
-    tail = 1.0 - p
-
-    def upper(t: float) -> float:
-        return 0.5 * _betai(df / 2.0, 0.5, df / (df + t * t))
-
-    low, high = 0.0, 1.0
-    while upper(high) > tail:
-        high *= 2.0
-    for _ in range(200):
-        mid = (low + high) / 2.0
-        if upper(mid) > tail:
-            low = mid
-        else:
-            high = mid
-        if high - low <= 1e-12 * max(1.0, high):
-            break
-    return (low + high) / 2.0
 
 
 @dataclass(frozen=True)

@@ -204,29 +204,65 @@ def ratio_interval(log_ratios: Sequence[float] | FloatArray, cluster: Sequence[s
     return float(np.exp(low)), float(np.exp(high))
 
 
+def _betacf(a: float, b: float, x: float) -> float:
+    """Continued fraction of the regularized incomplete beta function (modified Lentz)."""
+    tiny, eps = 1e-300, 1e-15
+    qab, qap, qam = a + b, a + 1.0, a - 1.0
+    c, d = 1.0, 1.0 - qab * x / qap
+    d = 1.0 / (d if abs(d) > tiny else tiny)
+    h = d
+    for m in range(1, 500):
+        m2 = 2 * m
+        for aa in (m * (b - m) * x / ((qam + m2) * (a + m2)),
+                   -(a + m) * (qab + m) * x / ((a + m2) * (qap + m2))):
+            d = 1.0 + aa * d
+            d = 1.0 / (d if abs(d) > tiny else tiny)
+            c = 1.0 + aa / c
+            c = c if abs(c) > tiny else tiny
+            h *= d * c
+        if abs(d * c - 1.0) < eps:
+            break
+    return h
+
+
+def _betai(a: float, b: float, x: float) -> float:
+    """Regularized incomplete beta function I_x(a, b)."""
+    if x <= 0.0:
+        return 0.0
+    if x >= 1.0:
+        return 1.0
+    front = math.exp(math.lgamma(a + b) - math.lgamma(a) - math.lgamma(b)
+                     + a * math.log(x) + b * math.log1p(-x))
+    if x < (a + 1.0) / (a + b + 2.0):
+        return front * _betacf(a, b, x) / a
+    return 1.0 - front * _betacf(b, a, 1.0 - x) / b
+
+
 @lru_cache(maxsize=1024)
 def t_quantile(p: float, df: int) -> float:
-    """The ``p`` quantile (0.5 < p < 1) of Student's t with ``df`` degrees of freedom, by
-    bisection on its CDF (Simpson's rule on the density; numpy has no t distribution)."""
-    if not 0.5 < p < 1 or df < 1:
-        raise ValueError(f"t_quantile needs 0.5 < p < 1 and df >= 1, got p={p}, df={df}")
-    log_c = (math.lgamma((df + 1) / 2) - math.lgamma(df / 2)
-             - 0.5 * math.log(df * math.pi))
+    """The ``p`` quantile (0.5 <= p < 1) of Student's t with ``df`` degrees of freedom, by
+    bisection on the regularized incomplete beta function (numpy has no t distribution;
+    within 1e-12 relative of scipy's ``t.ppf``; cached). The one t quantile of the package:
+    the sequential rule and the start-spread intervals use it too."""
+    if not 0.5 <= p < 1.0 or df < 1:
+        raise ValueError(f"t_quantile needs 0.5 <= p < 1 and df >= 1, got p={p}, df={df}")
+    tail = 1.0 - p
 
-    def upper_mass(x: float) -> float:  # P(0 < T < x), Simpson on 4000 intervals
-        grid = np.linspace(0.0, x, 4001)
-        dens = np.exp(log_c - (df + 1) / 2 * np.log1p(grid * grid / df))
-        w = np.ones(grid.size)
-        w[1:-1:2], w[2:-1:2] = 4.0, 2.0
-        return float((x / 4000) / 3 * (w * dens).sum())
+    def upper(t: float) -> float:
+        return 0.5 * _betai(df / 2.0, 0.5, df / (df + t * t))
 
-    lo, hi = 0.0, 1.0
-    while upper_mass(hi) < p - 0.5:
-        lo, hi = hi, hi * 2
-    for _ in range(60):
-        mid = (lo + hi) / 2
-        lo, hi = (mid, hi) if upper_mass(mid) < p - 0.5 else (lo, mid)
-    return (lo + hi) / 2
+    low, high = 0.0, 1.0
+    while upper(high) > tail:
+        high *= 2.0
+    for _ in range(200):
+        mid = (low + high) / 2.0
+        if upper(mid) > tail:
+            low = mid
+        else:
+            high = mid
+        if high - low <= 1e-12 * max(1.0, high):
+            break
+    return (low + high) / 2.0
 
 
 def unit_interval(log_ratios: Sequence[float] | FloatArray, units: Sequence[object],
