@@ -95,5 +95,10 @@ def gguf_stub(tmp_path: Path) -> Path:
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    """Keep caches of test runs where the user's are, unless told otherwise."""
+    """Keep caches of test runs where the user's are, unless told otherwise; count as
+    "other inference processes" only the servers this test run started (its descendants),
+    so a llama-server another program runs on the host changes no test."""
+    from crossbench.runner.single import OTHER_ENGINES_WITHIN
+
     os.environ.setdefault("CROSSBENCH_CACHE", str(Path.home() / ".cache" / "crossbench"))
+    os.environ[OTHER_ENGINES_WITHIN] = str(os.getpid())

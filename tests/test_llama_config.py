@@ -222,6 +222,35 @@ def test_other_engine_processes_are_found(tmp_path):
         proc.wait()
 
 
+def test_a_server_the_tests_did_not_start_is_not_counted(tmp_path, monkeypatch):
+    """The suite counts only servers it started (conftest sets OTHER_ENGINES_WITHIN to its
+    pid): a llama-server left to the host (its parent gone, so no descendant of this run)
+    is not another engine of any test, and is one of the host's when the variable is unset."""
+    import os
+    import shutil
+    import subprocess
+
+    from crossbench.runner.single import OTHER_ENGINES_WITHIN, other_engine_processes
+
+    assert os.environ[OTHER_ENGINES_WITHIN] == str(os.getpid())
+    fake = tmp_path / "llama-server"
+    shutil.copy("/bin/sleep", fake)
+    shell = subprocess.run(["sh", "-c", f"{fake} 30 >/dev/null 2>&1 & echo $!"],
+                           capture_output=True, text=True, check=True)
+    pid = int(shell.stdout)
+    try:
+        comm = Path(f"/proc/{pid}/comm")
+        for _ in range(500):
+            if comm.read_text().strip() == "llama-server":
+                break
+            time.sleep(0.01)
+        assert pid not in [p for p, _ in other_engine_processes(set())]
+        monkeypatch.delenv(OTHER_ENGINES_WITHIN)
+        assert (pid, "llama-server") in other_engine_processes(set())
+    finally:
+        os.kill(pid, 9)
+
+
 def test_thinking_setting_reaches_the_chat_request_only() -> None:
     from crossbench.engines.llamacpp.config import LlamaServerConfig
     from crossbench.engines.llamacpp.server import LlamaServer

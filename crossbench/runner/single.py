@@ -58,6 +58,7 @@ from crossbench.store.rundir import (
 )
 from crossbench.telemetry import checks as gpu_checks
 from crossbench.telemetry.derive import TrialPhases, derive_trial
+from crossbench.telemetry.gpu import process_tree
 from crossbench.telemetry.sampler import GpuSampler
 
 Progress = Callable[[str], None]
@@ -93,9 +94,20 @@ def model_vocab_size(model: Path) -> int | None:
         return None
 
 
-def other_engine_processes(own: set[int]) -> list[tuple[int, str]]:
+OTHER_ENGINES_WITHIN = "CROSSBENCH_OTHER_ENGINES_WITHIN"
+"""Environment variable: a pid. When set, :func:`other_engine_processes` counts only the
+servers that descend from that process: the test suite sets it to its own pid, so servers
+that other programs run on the host change no test (unset: every server on the host)."""
+
+
+def other_engine_processes(own: set[int], within: int | None = None) -> list[tuple[int, str]]:
     """(pid, name) of inference servers running on this host that crossbench did not start
-    (every registered engine's process names: ``process_names`` of its registration)."""
+    (every registered engine's process names: ``process_names`` of its registration).
+
+    ``within``: count only servers descended from this pid (default: the pid in
+    :data:`OTHER_ENGINES_WITHIN`, else every server)."""
+    if within is None and os.environ.get(OTHER_ENGINES_WITHIN, "").isdigit():
+        within = int(os.environ[OTHER_ENGINES_WITHIN])
     names = registry.process_names()
     found: list[tuple[int, str]] = []
     for entry in Path("/proc").glob("[0-9]*"):
@@ -106,6 +118,9 @@ def other_engine_processes(own: set[int]) -> list[tuple[int, str]]:
         pid = int(entry.name)
         if pid not in own and pid != os.getpid() and comm.startswith(names):
             found.append((pid, comm))
+    if within is not None and found:
+        tree = process_tree([within])
+        found = [(pid, comm) for pid, comm in found if pid in tree]
     return found
 
 
