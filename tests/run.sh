@@ -4,7 +4,8 @@
 # the fixture models; all three are cached under ~/.cache/crossbench, so a second run is quick.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-python3 -m pip install -q --disable-pip-version-check -e '.[dev]'
+# constraints.txt: the versions these tests last passed with (docs/development.md)
+python3 -m pip install -q --disable-pip-version-check -c constraints.txt -e '.[dev]'
 # the report test opens the HTML report in Debian's headless Chromium (network blocked)
 if ! command -v chromium >/dev/null; then
   sudo_=""; [ "$(id -u)" = 0 ] || sudo_="sudo"
