@@ -79,7 +79,8 @@ def test_a_fresh_archive_verifies(out: Path) -> None:
             "  ok    checksums: 38 files match SHA256SUMS",
             "  ok    side archives: 1 of 1 present and checked",
             "  ok    schema versions: 6 versioned files readable",
-            "  ok    analysis re-derives: 2 pairs, 3 cells, 1 sweep (500 resamples, seed 0)",
+            "  ok    analysis re-derives: 2 pairs, 3 cells, 1 sweep (500 resamples, seed 0), "
+            "every number within 1e-09 relative",
             "  ok    no secrets: no token pattern, no secret flag's value, no secret "
             "variable's value of this environment",
             f"{target}: verified"]

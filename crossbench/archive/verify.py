@@ -532,7 +532,8 @@ def check_rederivation(root: Path) -> Check:
                         f"re-derived by {derived.get('crossbench_version')}) ")
     counts = ", ".join(_count(len(recorded.get(k, [])), k[:-1]) for k in
                        ("pairs", "cells", "sweeps"))
-    check.detail += f"{counts} ({opts.resamples} resamples, seed {opts.seed})"
+    check.detail += (f"{counts} ({opts.resamples} resamples, seed {opts.seed}), every number "
+                     f"within {REL_TOL:g} relative")
     return check
 
 
