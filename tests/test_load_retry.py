@@ -108,7 +108,9 @@ async def collect(url: str, n: int, **cfg: Any) -> tuple[list[dict[str, Any]], L
 async def test_stale_connection_is_sent_again_on_a_new_one_and_recorded() -> None:
     """The first connection answers one request, then closes on the next without reading it
     (llama-server's close after a stream, caught late): that one goes again, once, on a new
-    connection; the record says so; the server parsed every request exactly once."""
+    connection; the record says so; the server parsed every request exactly once. No reused
+    connection has answered, so the run stops reusing: each later request opens its own,
+    although this server would keep them alive."""
 
     async def handler(conn: int, k: int, reader: Any, writer: Any) -> bool:
         if conn == 1 and k == 1:
@@ -116,17 +118,36 @@ async def test_stale_connection_is_sent_again_on_a_new_one_and_recorded() -> Non
         return await answer(server, conn, reader, writer)
 
     async with Server(handler) as server:
-        records, stats = await collect(server.url, 3)
-    assert [r["status"] for r in records] == ["ok"] * 3
-    assert [r["retries"] for r in records] == [0, 1, 0]
+        records, stats = await collect(server.url, 4)
+    assert [r["status"] for r in records] == ["ok"] * 4
+    assert [r["retries"] for r in records] == [0, 1, 0, 0]
     (failed,) = records[1]["failed_attempts"]
     assert failed["error"] == "ServerDisconnectedError: Server disconnected"
     assert failed["t_sent_ns"] < failed["t_done_ns"] <= records[1]["t_sent_ns"]
     assert records[1]["t_sent_ns"] < records[1]["t_first_chunk_ns"]  # the resend's timing
-    assert [r["failed_attempts"] for r in (records[0], records[2])] == [[], []]
-    assert stats.n_ok == 3 and stats.n_retries == 1
-    assert sorted(rid for _, rid in server.parsed) == [f"crossbench-{i}" for i in range(3)]
-    assert server.parsed[1] == (2, "crossbench-1")  # the resend: a new connection
+    assert [len(r["failed_attempts"]) for r in records] == [0, 1, 0, 0]
+    assert stats.n_ok == 4 and stats.n_retries == 1
+    # each request parsed once; the resend and every later request on a new connection
+    assert server.parsed == [(i + 1, f"crossbench-{i}") for i in range(4)]
+
+
+async def test_a_server_that_keeps_connections_alive_keeps_the_pool() -> None:
+    """A reused connection has answered, so one stale send (an idle close caught late) is
+    resent and the pool stays: the next requests share a connection again."""
+
+    async def handler(conn: int, k: int, reader: Any, writer: Any) -> bool:
+        if conn == 1 and k == 2:
+            return await discard_next(reader)
+        return await answer(server, conn, reader, writer)
+
+    async with Server(handler) as server:
+        records, stats = await collect(server.url, 6)
+    assert [(r["status"], r["retries"]) for r in records] == [("ok", 0)] * 2 + [
+        ("ok", 1)] + [("ok", 0)] * 3  # fmt: skip
+    assert stats.n_retries == 1
+    conns = [c for c, _ in server.parsed]
+    assert conns[:3] == [1, 1, 2]  # the resend on a connection of its own
+    assert conns[3:] == [3, 3, 3]  # then the pool again: one kept-alive connection
 
 
 async def test_reset_while_writing_is_sent_again() -> None:
@@ -315,8 +336,9 @@ class HttplibLike:
 @pytest.mark.parametrize("concurrency", [1, 4, 16])
 async def test_a_server_closing_after_every_stream_loses_nothing(concurrency: int) -> None:
     """Against a server that closes every connection after its answer (as llama-server
-    does), every request completes, each is parsed once, and every request the server
-    dropped unread was resent and recorded (a resend may also be of a request that never
+    does), every request completes, each is parsed once, every request the server dropped
+    unread was resent and recorded, and there are at most as many resends as requests in
+    flight (a resend may also be of a request that never
     left the client: aiohttp found the transport closing before it wrote a byte)."""
     server = HttplibLike()
     try:
@@ -330,6 +352,7 @@ async def test_a_server_closing_after_every_stream_loses_nothing(concurrency: in
     assert [r["status"] for r in records] == ["ok"] * 48, [r["error"] for r in records]
     assert sorted(server.parsed) == sorted(f"crossbench-{i}" for i in range(48))
     assert stats.n_retries == sum(r["retries"] for r in records) >= server.discarded
+    assert stats.n_retries <= concurrency  # no reuse once one failed with none answered
     errors = {a["error"].split(" for ")[0] for r in records for a in r["failed_attempts"]}
     assert errors <= {"ServerDisconnectedError: Server disconnected",
                       "ClientOSError: [Errno None] Can not write request body"}, errors

@@ -70,15 +70,18 @@ cpp-httplib 0.58) closes the connection after every streamed response although i
 calls ``drain_and_close_socket`` (half-close, then read and discard for up to 100 ms). A
 request written on such a connection before the client has seen the close is discarded
 unread and fails with no response (``ServerDisconnectedError``, or ``ClientOSError: Can not
-write request body``). Two defences, in order:
+write request body``). So:
 
-- before each send on the pool the event loop takes in the closes that have already
-  arrived (:func:`_take_in_closes`), so the pool drops those connections;
-- a send that still meets a closed one is made once more, on a connection opened for it
+- a send that meets a closed connection is made once more, on a connection opened for it
   alone, when it provably never reached the server (:func:`never_delivered`: it went out on
   a *reused* connection and not one byte of a response came back). Its record counts it in
   ``retries`` and keeps the failed send in ``failed_attempts``; ``t_sent_ns`` and every
-  later time are the resend's (``t_scheduled_ns`` stays the first due time).
+  later time are the resend's (``t_scheduled_ns`` stays the first due time);
+- a run whose reused connections have never carried an answer stops reusing at the first
+  such send: every later request opens its own connection (the server closes them anyway,
+  so nothing a reuse would save is lost), and a trial has at most about ``concurrency``
+  resends instead of one in every few requests. A server that keeps its connections alive
+  keeps the pool.
 
 Never resent, and recorded failed: a request on a new connection (the server accepted it,
 so it may have read it), one that got any byte of a response, a timeout, or a resend that
@@ -473,28 +476,34 @@ def _reuse_trace() -> aiohttp.TraceConfig:
     return trace
 
 
-async def _take_in_closes() -> None:
-    """Let the event loop process the closes that have already reached the socket, so the
-    pool drops those connections instead of handing one out.
-
-    A close that arrived while this task ran (llama-server half-closes right after its last
-    chunk) is only seen on a later loop iteration: the first yield polls the sockets and
-    queues their callbacks behind this task, the second lets them run. It comes before
-    ``t_sent_ns``, so it is in no measured time. Against a server that closes like
-    llama-server (``HttplibLike`` in ``tests/test_load_retry.py``) it took stale sends from
-    one in two to a few in a hundred; the resend (:func:`never_delivered`) handles the rest.
-    """
-    await asyncio.sleep(0)
-    await asyncio.sleep(0)
-
-
-@dataclass(frozen=True)
 class _Sessions:
-    """The run's pooled session, and a session that opens a new connection for each send
-    (the resend of a request that met a stale connection)."""
+    """The run's two sessions and what it has learnt of the server's keep-alive.
 
-    pooled: aiohttp.ClientSession
-    fresh: aiohttp.ClientSession
+    ``pooled`` keeps connections alive for reuse; ``fresh`` opens a new one for every send.
+    Sends go to the pool until a send on a reused connection finds it closed while no reused
+    connection has yet carried an answer: the server closes what it says it keeps alive
+    (llama-server after every stream), so reuse can only fail there, and every later send
+    opens its own connection (``fresh_only``). That costs nothing a reuse would have saved.
+    A server whose reused connections answer keeps the pool whatever else happens.
+    """
+
+    __slots__ = ("fresh", "fresh_only", "pooled", "reuse_answered")
+
+    def __init__(self, pooled: aiohttp.ClientSession, fresh: aiohttp.ClientSession) -> None:
+        self.pooled = pooled
+        self.fresh = fresh
+        self.reuse_answered = False  # a send on a reused connection got a response
+        self.fresh_only = False
+
+    def session(self) -> aiohttp.ClientSession:
+        """The session the next request is sent on."""
+        return self.fresh if self.fresh_only else self.pooled
+
+    def stale(self) -> aiohttp.ClientSession:
+        """Note a send that met a closed reused connection; the session to resend it on."""
+        if not self.reuse_answered:
+            self.fresh_only = True
+        return self.fresh
 
 
 async def _one_request(
@@ -509,7 +518,8 @@ async def _one_request(
     """Send one request, read its stream, build its record and hand it to ``sink``.
 
     A send that :func:`never_delivered` is made again on ``sessions.fresh`` (whose sends are
-    never reused, so never again); the failed one is kept in ``failed_attempts``.
+    never on a reused connection, so never made again); the failed one is kept in
+    ``failed_attempts``.
     """
     body = _request_body(cfg, spec)
     headers = {"Content-Type": "application/json", "Accept": "text/event-stream"}
@@ -518,7 +528,7 @@ async def _one_request(
     if cfg.api_key is not None:
         headers["Authorization"] = f"Bearer {cfg.api_key.get_secret_value()}"
     monotonic_ns = time.monotonic_ns
-    session = sessions.pooled
+    session = sessions.session()
     failed: list[dict[str, Any]] = []
     status = "error"
     while True:
@@ -528,8 +538,6 @@ async def _one_request(
         http_status: int | None = None
         attempt = _Attempt()
         t_done_ns = 0
-        if session is sessions.pooled:
-            await _take_in_closes()
         t_sent_ns = monotonic_ns()
         try:
             async with (
@@ -537,6 +545,8 @@ async def _one_request(
                 session.post(url, data=body, headers=headers, trace_request_ctx=attempt) as resp,
             ):
                 http_status = resp.status
+                if attempt.reused:
+                    sessions.reuse_answered = True
                 if resp.status != 200:
                     error = _error_message(resp.status, await resp.read())
                 else:
@@ -566,7 +576,7 @@ async def _one_request(
             error = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
             if never_delivered(exc, attempt.reused, http_status):
                 failed.append({"t_sent_ns": t_sent_ns, "t_done_ns": t_done_ns, "error": error})
-                session = sessions.fresh
+                session = sessions.stale()
                 continue
         break
     if st.error is not None and status != "error":  # an error event, then the stream broke
