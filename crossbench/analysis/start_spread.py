@@ -58,6 +58,19 @@ BASELINE = "baseline"
 """The role of cells without speculative decoding."""
 NO_SPREAD = "the start-spread file has no spread"
 """The words of the verdict caveat of a pair the file has no spread for."""
+MIN_SIGMA_LOG = 0.005
+"""Smallest start spread (log SD) a file may carry or a measurement may give: half a
+percent, a quarter of the smallest spread measured between fresh starts of any engine and
+role so far (1.3-7.1 % for llama.cpp b11312, 1.4-5.7 % for vLLM 0.26.0 baselines on the
+H200: ``benchmarks/README.md``, "Start-to-start spread"). Each start's mean also carries its
+requests' own noise, so a real measurement cannot give 0; a spread below this comes from
+runs without fresh starts (an import, one start counted twice) or an edited file, and it
+would narrow every interval to the one start's bootstrap while dropping its caveat."""
+MAX_SIGMA_LOG = 2.0
+"""Largest start spread a file may carry (a start moving the rate by a factor e^2 = 7.4; the
+largest measured is 0.33): beyond it the number is a typo or a unit error."""
+MAX_DF = 1_000_000
+"""Most degrees of freedom a spread may claim (a million fresh starts)."""
 
 
 @dataclass(frozen=True)
@@ -124,19 +137,39 @@ class StartSpread:
             raise UserError(f"{where}: schema_version {doc.get('schema_version')!r} is not "
                             f"{SCHEMA}", fix)
         out = []
-        for i, s in enumerate(doc.get("spreads") or []):
+        spreads, sources = doc.get("spreads") or [], doc.get("sources") or []
+        if not isinstance(spreads, list) or not isinstance(sources, list) \
+                or not all(isinstance(x, dict) for x in [*spreads, *sources]):
+            raise UserError(f"{where}: spreads and sources must be lists of objects", fix)
+        seen: set[tuple[str, str]] = set()
+        for i, s in enumerate(spreads):
             try:
-                sp = Spread(str(s["engine"]), str(s["role"]), float(s["sigma_log"]),
-                            int(s["df"]), int(s["cells"]), int(s["starts"]))
+                sp = Spread(_text(s["engine"]), _text(s["role"]), _number(s["sigma_log"]),
+                            _whole(s["df"]), _whole(s["cells"]), _whole(s["starts"]))
             except (KeyError, TypeError, ValueError) as e:
                 raise UserError(f"{where}: spreads[{i}] lacks or mistypes {e}", fix) from None
-            if not (sp.sigma_log >= 0 and math.isfinite(sp.sigma_log)) or sp.df < 1:
-                raise UserError(f"{where}: spreads[{i}] has sigma_log {sp.sigma_log} and df "
-                                f"{sp.df}; sigma_log must be >= 0 and df >= 1", fix)
+            if not MIN_SIGMA_LOG <= sp.sigma_log <= MAX_SIGMA_LOG:
+                raise UserError(f"{where}: spreads[{i}] has sigma_log {sp.sigma_log} "
+                                f"({sp.engine} {sp.role}), outside [{MIN_SIGMA_LOG}, "
+                                f"{MAX_SIGMA_LOG}]: no measurement of fresh starts gives it "
+                                "(docs/analysis.md, \"Known start spread\")", fix)
+            if not 1 <= sp.df <= MAX_DF or sp.df >= sp.starts or sp.cells < 1:
+                raise UserError(f"{where}: spreads[{i}] has df {sp.df} from {sp.starts} starts "
+                                f"of {sp.cells} cells; df must be 1 to {MAX_DF} and below "
+                                "the starts (starts - 1 per cell)", fix)
+            if (sp.engine, sp.role) in seen:
+                raise UserError(f"{where}: spreads[{i}] repeats {sp.engine} {sp.role}",
+                                "keep one spread per engine and role (measure them together: "
+                                "`crossbench start-spread RUN... -o FILE`)")
+            seen.add((sp.engine, sp.role))
             out.append(sp)
         if not out:
             raise UserError(f"{where}: spreads is empty", fix)
-        return cls(tuple(out), tuple(doc.get("sources") or ()))
+        keys = [json.dumps(x, sort_keys=True) for x in sources]
+        if len(set(keys)) < len(keys):
+            raise UserError(f"{where}: sources lists one run twice (its starts would count "
+                            "twice in df)", fix)
+        return cls(tuple(out), tuple(sources))
 
     def save(self, path: Path) -> None:
         """Write the file (JSON)."""
@@ -154,6 +187,26 @@ class StartSpread:
             raise UserError(f"--start-spread {path}: not JSON ({e.msg}, line {e.lineno})",
                             "give the file `crossbench start-spread RUN -o FILE` wrote") from None
         return cls.from_record(doc, f"--start-spread {path}")
+
+
+def _text(value: Any) -> str:
+    if not isinstance(value, str) or not value:
+        raise TypeError(f"{value!r} (a name)")
+    return value
+
+
+def _number(value: Any) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float) \
+            or not math.isfinite(value):
+        raise TypeError(f"{value!r} (a finite number)")
+    return float(value)
+
+
+def _whole(value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, int | float) \
+            or not float(value).is_integer():
+        raise TypeError(f"{value!r} (a whole number)")
+    return int(value)
 
 
 def run_start_spread(root: Path) -> StartSpread | None:
@@ -190,8 +243,18 @@ def measure(roots: Sequence[Path]) -> StartSpread:
 
     ss: dict[tuple[str, str], list[float]] = {}  # sum (k-1) s^2, df, cells, starts
     sources = []
+    resolved = [Path(r).resolve() for r in roots]
+    for i, r in enumerate(resolved):
+        if r in resolved[:i]:
+            raise UserError(f"{roots[i]}: the same run as {roots[resolved.index(r)]} (given "
+                            "twice, its starts would count twice in df)", "give each run once")
     for root in roots:
         run = load_run(root)
+        if run.kind == "import":
+            raise UserError(f"{root}: an import has no server starts (its trials are the "
+                            "source tool's runs, not fresh starts crossbench saw), so no start "
+                            "spread can be measured on it", "measure it on a crossbench run "
+                            "or matrix with several fresh starts per cell")
         engines: dict[str, str] = {}
         per_cell = []
         for cell in run.cells:
@@ -229,6 +292,14 @@ def measure(roots: Sequence[Path]) -> StartSpread:
                         "design: no trials_per_start, trials >= 3)")
     spreads = tuple(Spread(e, r, math.sqrt(a[0] / a[1]), int(a[1]), int(a[2]), int(a[3]))
                     for (e, r), a in sorted(ss.items()))
+    for sp in spreads:
+        if sp.sigma_log < MIN_SIGMA_LOG:
+            raise UserError(f"{', '.join(map(str, roots))}: the starts of {sp.engine} "
+                            f"{sp.role} differ by {sp.sigma_log:.2g} (log SD), below the "
+                            f"floor of {MIN_SIGMA_LOG}: these are not fresh server starts "
+                            "(docs/analysis.md, \"Known start spread\")",
+                            "measure it on a run with a fresh server per trial (no "
+                            "trials_per_start, trials >= 3)")
     return StartSpread(spreads, tuple(sources))
 
 
