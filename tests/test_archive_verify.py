@@ -82,7 +82,7 @@ def test_a_fresh_archive_verifies(out: Path) -> None:
             "  ok    analysis re-derives: 2 pairs, 3 cells, 1 sweep (500 resamples, seed 0), "
             "every number within 1e-09 relative",
             "  ok    no secrets: no token pattern, no secret flag's value, no secret "
-            "variable's value of this environment",
+            "variable's value of this environment, no key a run declared",
             f"{target}: verified"]
 
 

@@ -5,8 +5,15 @@ line on stderr with exit code 2 (never a traceback)."""
 
 from __future__ import annotations
 
+import hashlib
 import json
+import os
+import secrets
 import shutil
+import signal
+import subprocess
+import sys
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -16,6 +23,8 @@ import yaml
 from click.testing import CliRunner, Result
 from test_engine_pack import packed, world  # noqa: F401  (fixtures: a fake vLLM pack)
 
+from crossbench.analysis.start_spread import Prior, Spread, StartSpread, pair_spreads
+from crossbench.archive.verify import check_secrets
 from crossbench.cli.main import cli
 from crossbench.importers.synthetic import Arm, study
 from crossbench.store.rundir import OUTPUT_MARK
@@ -241,3 +250,140 @@ def test_a_release_with_dot_dot_never_reaches_outside_the_cache(tmp_path, vllm_p
 def test_a_pack_json_without_parts_or_sizes_is_one_line(tmp_path, vllm_pack, edit, problem):
     pack = _hostile_pack(vllm_pack.out, tmp_path, edit)
     assert problem in refused(_install(pack, tmp_path / "p"))
+
+
+# -- 2. start-spread files cannot make verdicts bold --------------------------------------------
+
+def _spread_doc(sigma: Any = 0.02, **over: Any) -> dict[str, Any]:
+    doc = StartSpread((Spread("llama-server", "baseline", 0.02, 4, 2, 6),
+                       Spread("llama-server", "draft-simple", 0.05, 4, 2, 6)),
+                      ({"dir": "calibration", "gpu": None},)).to_record()
+    doc["spreads"][1]["sigma_log"] = sigma
+    doc.update(over)
+    return doc
+
+
+def _spread_file(tmp_path: Path, doc: dict[str, Any]) -> Path:
+    path = tmp_path / "spread.json"
+    path.write_text(json.dumps(doc))
+    return path
+
+
+@pytest.mark.parametrize("sigma", [0, 0.0, 1e-300, 0.004, 1e300])
+def test_a_spread_below_the_floor_or_absurd_is_refused(tmp_path, sweep, sigma):
+    path = _spread_file(tmp_path, _spread_doc(sigma))
+    line = refused(CliRunner().invoke(cli, ["analyze", str(sweep), "--start-spread",
+                                            str(path)]))
+    assert line == (f"crossbench: error: --start-spread {path}: spreads[1] has sigma_log "
+                    f"{float(sigma)} (llama-server draft-simple), outside [0.005, 2.0]: no "
+                    "measurement of fresh starts gives it (docs/analysis.md, \"Known start "
+                    "spread\") (fix: make the file with `crossbench start-spread RUN... -o "
+                    "FILE`)")
+    assert not (sweep / "analysis.json").exists()
+
+
+def test_a_matrix_with_a_zero_spread_is_refused_by_validate(tmp_path):
+    path = _spread_file(tmp_path, _spread_doc(0))
+    r = CliRunner().invoke(cli, ["validate", str(matrix(tmp_path, start_spread=str(path)))])
+    assert "spreads[1] has sigma_log 0.0 (llama-server draft-simple), outside" in refused(r)
+
+
+@pytest.mark.parametrize(("edit", "problem"), [
+    (lambda d: d["spreads"].append(dict(d["spreads"][1])),
+     "spreads[2] repeats llama-server draft-simple"),
+    (lambda d: d["sources"].append(dict(d["sources"][0])), "sources lists one run twice"),
+    (lambda d: d["spreads"][1].update(df=12), "spreads[1] has df 12 from 6 starts"),
+    (lambda d: d["spreads"][1].update(df=2.9), "spreads[1] lacks or mistypes 2.9"),
+    (lambda d: d["spreads"][1].update(sigma_log="0.05"), "spreads[1] lacks or mistypes '0.05'"),
+    (lambda d: d["spreads"][1].update(sigma_log=True), "spreads[1] lacks or mistypes True"),
+    (lambda d: d.update(sources="x"), "spreads and sources must be lists of objects"),
+])
+def test_a_doubled_or_mistyped_spread_file_is_refused(tmp_path, sweep, edit, problem):
+    doc = _spread_doc()
+    edit(doc)
+    path = _spread_file(tmp_path, doc)
+    line = refused(CliRunner().invoke(cli, ["analyze", str(sweep), "--start-spread",
+                                            str(path)]))
+    assert problem in line
+
+
+def test_the_same_run_given_twice_to_start_spread_is_refused(tmp_path, sweep):
+    r = CliRunner().invoke(cli, ["start-spread", str(sweep), str(sweep / "." ), "-o",
+                                 str(tmp_path / "s.json")])
+    assert refused(r) == (f"crossbench: error: {sweep}: the same run as {sweep} (given twice, "
+                          "its starts would count twice in df) (fix: give each run once)")
+    assert not (tmp_path / "s.json").exists()
+
+
+def test_an_import_has_no_start_spread(tmp_path, sweep):
+    r = CliRunner().invoke(cli, ["start-spread", str(sweep), "-o", str(tmp_path / "s.json")])
+    assert refused(r).startswith(f"crossbench: error: {sweep}: an import has no server starts")
+    assert not (tmp_path / "s.json").exists()
+
+
+def test_a_borrowed_spread_names_the_role_it_was_measured_for(tmp_path):
+    """A method without its own spread takes its engine's largest speculative one, recorded as
+    borrowed: the interval names the role the spread was measured for."""
+    known = StartSpread.from_record(_spread_doc())
+    spec, base, matched = pair_spreads(known, "llama-server", "ngram-mod")  # type: ignore[misc]
+    assert (spec.role, base.role, matched) == ("draft-simple", "baseline", False)
+    got = Prior(spec, base, matched, 2, 2).interval_se(0.0, 0.01, 0.95)
+    assert (got["spec_role"], got["role_matched"]) == ("draft-simple", False)
+
+
+# -- 1. a killed run keeps no API key ---------------------------------------------------------
+
+def _records(run_dir: Path) -> int:
+    path = run_dir / "requests.jsonl"
+    return path.read_bytes().count(b"\n") if path.is_file() else 0
+
+
+@pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGTERM])
+def test_a_run_killed_mid_trial_leaves_no_key_in_server_log(tmp_path, sig):
+    """`crossbench run --server-arg --api-key KEY` on the vLLM stand-in (which prints its
+    non-default args as vLLM does), killed once requests flow: the key went to the server as
+    VLLM_API_KEY, so no log line ever held it, and the run's declared key is what
+    `archive verify` looks for (a salted hash in the manifest)."""
+    from crossbench.standins.vllm import write_launcher
+
+    binary = write_launcher(tmp_path / "vllm", "--standin-step-ms", "5",
+                            "--standin-prefill-ms", "1")
+    key = "k3y-" + secrets.token_hex(12)
+    out = tmp_path / "run"
+    env = {k: v for k, v in os.environ.items() if k != "VLLM_API_KEY"}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "crossbench", "run", "--engine", "vllm", "--binary", str(binary),
+         "--model", "Qwen/Qwen3-8B", "--server-arg=--api-key", f"--server-arg={key}",
+         "--requests", "400", "--max-tokens", "32", "--trials", "2", "--out", str(out)],
+        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env)
+    deadline = time.monotonic() + 120
+    while _records(out) < 3 and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert proc.poll() is None, proc.stderr.read().decode() if proc.stderr else ""
+    proc.send_signal(sig)
+    proc.wait(timeout=60)
+    time.sleep(1.0)  # the server dies with crossbench (PR_SET_PDEATHSIG)
+    log = (out / "server.log").read_bytes()
+    assert b"non-default args: {'model_tag': 'Qwen/Qwen3-8B'}" in log  # it did echo its args
+    assert key.encode() not in log
+    assert [p.name for p in out.rglob("*") if p.is_file() and key.encode() in p.read_bytes()
+            ] == []
+    manifest = json.loads((out / "manifest.json").read_text())
+    declared = manifest["secret_hashes"]
+    assert declared["sha256"] == [hashlib.sha256(bytes.fromhex(declared["salt"])
+                                                 + key.encode()).hexdigest()]
+
+
+def test_archive_verify_finds_a_declared_key_that_no_pattern_knows(tmp_path):
+    """A key the run declared (its salted hash in the manifest) is found by `verify` in any
+    file, though it looks like no token and sits behind no secret flag or variable."""
+    run_dir = tmp_path / "deposit"
+    run_dir.mkdir()
+    key = "plainword-" + secrets.token_hex(4)
+    salt = secrets.token_bytes(16)
+    (run_dir / "manifest.json").write_text(json.dumps({"secret_hashes": {
+        "salt": salt.hex(), "sha256": [hashlib.sha256(salt + key.encode()).hexdigest()]}}))
+    (run_dir / "server.log").write_text(f"INFO started\nINFO header check: '{key}' ok\n")
+    check = check_secrets(run_dir)
+    assert [(p.path, p.line, p.message) for p in check.problems] == [
+        ("server.log", 2, "a key the run declared (its hash is in manifest.json)")]

@@ -18,20 +18,28 @@ Three kinds of evidence, each reported as file and line, never with the value it
 - the values of the environment's secret variables (names
   :func:`~crossbench.confounds.provenance.is_secret` calls secret: ``HF_TOKEN``,
   ``ZENODO_TOKEN``, ``LLAMA_API_KEY``, a server key's ``api_key_env``) of
-  :data:`MIN_SECRET_LEN` characters or more, wherever they appear.
+  :data:`MIN_SECRET_LEN` characters or more, wherever they appear;
+- the secrets a run declared: every run manifest keeps a salted SHA-256 of each secret the
+  run knew (its server's API key, secret flag values: :data:`SECRET_HASHES`), so a key that
+  looks like no token, sits behind no flag and is in no variable of the verifying machine is
+  still found: every token of every line (split at blanks and quotes, and again at
+  punctuation) is hashed with each salt (:class:`DeclaredSecrets`).
 
 Files are read line by line as bytes, so logs of any size and binary files are covered.
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
 import os
 import re
+import secrets as _random
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from crossbench.confounds.provenance import REDACTED, is_secret
+from crossbench.confounds.provenance import MIN_SCRUB_LEN, REDACTED, is_secret
 
 PATTERNS: tuple[tuple[str, re.Pattern[bytes]], ...] = (
     ("a Hugging Face token", re.compile(rb"hf_[A-Za-z0-9]{30,}")),
@@ -99,6 +107,60 @@ def _secret_value(name: bytes, value: bytes, random_only: bool) -> bool:
     return is_secret(name.decode("ascii", "replace"))
 
 
+SECRET_HASHES = "secret_hashes"
+"""Key of a run manifest's declared secrets: ``{"salt": HEX, "sha256": [HEX, ...]}``, each the
+SHA-256 of the salt's bytes followed by one secret's UTF-8 bytes."""
+DECLARED = "a key the run declared (its hash is in manifest.json)"
+"""The finding of a declared secret."""
+_TOKENS = (re.compile(rb"[^\s\"'`]+"), re.compile(rb"[^\s\"'`,;:=<>\[\](){}]+"))
+_MAX_TOKEN = 4096
+
+
+def declare_secrets(values: Iterable[str],
+                    record: Mapping[str, object] | None = None) -> dict[str, object]:
+    """The manifest's :data:`SECRET_HASHES` record of ``values``: ``record``'s salt and hashes
+    (a resumed run's) plus those of ``values``, or a new random salt."""
+    old = record if isinstance(record, Mapping) else {}
+    salt_hex = old.get("salt")
+    salt = bytes.fromhex(salt_hex) if isinstance(salt_hex, str) and salt_hex else \
+        _random.token_bytes(16)
+    had = old.get("sha256")
+    digests = {str(d) for d in had} if isinstance(had, list) else set()
+    digests |= {hashlib.sha256(salt + v.encode()).hexdigest() for v in values}
+    return {"salt": salt.hex(), "sha256": sorted(digests)}
+
+
+@dataclass(frozen=True)
+class DeclaredSecrets:
+    """(salt, SHA-256 hex) of every secret the runs of a tree declared."""
+
+    hashes: frozenset[tuple[bytes, str]] = frozenset()
+
+    def found_in(self, line: bytes) -> bool:
+        """Whether a token of ``line`` hashes, with its salt, to a declared secret."""
+        if not self.hashes:
+            return False
+        tokens = {t for pattern in _TOKENS for t in pattern.findall(line)
+                  if MIN_SCRUB_LEN <= len(t) <= _MAX_TOKEN}
+        salts = {salt for salt, _ in self.hashes}
+        return any((salt, hashlib.sha256(salt + t).hexdigest()) in self.hashes
+                   for salt in salts for t in tokens)
+
+
+def declared_in(root: Path) -> DeclaredSecrets:
+    """The secrets declared by every ``manifest.json`` under ``root`` (unreadable or foreign
+    manifests declare none)."""
+    found: set[tuple[bytes, str]] = set()
+    for path in root.rglob("manifest.json"):
+        try:
+            record = json.loads(path.read_bytes()).get(SECRET_HASHES)
+            salt = bytes.fromhex(record["salt"])
+            found |= {(salt, str(d)) for d in record["sha256"]}
+        except (OSError, ValueError, RecursionError, AttributeError, KeyError, TypeError):
+            continue
+    return DeclaredSecrets(frozenset(found))
+
+
 @dataclass(frozen=True)
 class SecretFinding:
     """Where a secret-looking value is: file (as given), 1-based line, and what it looks like."""
@@ -120,9 +182,10 @@ def environment_secrets(environ: Mapping[str, str] | None = None) -> list[tuple[
                   if is_secret(k) and len(v) >= MIN_SECRET_LEN)
 
 
-def scan_lines(name: str, lines: Iterable[bytes],
-               secrets: list[tuple[str, bytes]]) -> Iterator[SecretFinding]:
-    """Findings in a sequence of lines (bytes) of the file called ``name``."""
+def scan_lines(name: str, lines: Iterable[bytes], secrets: list[tuple[str, bytes]],
+               declared: DeclaredSecrets | None = None) -> Iterator[SecretFinding]:
+    """Findings in a sequence of lines (bytes) of the file called ``name`` (``declared``: the
+    secrets runs declared, :func:`declared_in`)."""
     flag_before = False  # the previous line was a list item holding a secret flag alone
     for i, line in enumerate(lines, 1):
         for what, pattern in PATTERNS:
@@ -144,27 +207,33 @@ def scan_lines(name: str, lines: Iterable[bytes],
         for var, value in secrets:
             if value in line:
                 yield SecretFinding(name, i, f"the value of ${var}")
+        if declared is not None and declared.found_in(line):
+            yield SecretFinding(name, i, DECLARED)
 
 
-def scan_stream(name: str, fh: Iterable[bytes],
-                secrets: list[tuple[str, bytes]]) -> list[SecretFinding]:
+def scan_stream(name: str, fh: Iterable[bytes], secrets: list[tuple[str, bytes]],
+                declared: DeclaredSecrets | None = None) -> list[SecretFinding]:
     """Findings in an open binary file (any iterable of byte lines)."""
-    return list(scan_lines(name, fh, secrets))
+    return list(scan_lines(name, fh, secrets, declared))
 
 
 def scan_files(root: Path, files: Iterable[Path],
-               environ: Mapping[str, str] | None = None) -> list[SecretFinding]:
+               environ: Mapping[str, str] | None = None,
+               declared: DeclaredSecrets | None = None) -> list[SecretFinding]:
     """Findings in the given files (paths relative to ``root``, reported as such)."""
     secrets = environment_secrets(environ)
+    if declared is None:
+        declared = declared_in(root)
     found: list[SecretFinding] = []
     for rel in files:
         with (root / rel).open("rb") as fh:
-            found += scan_stream(Path(rel).as_posix(), fh, secrets)
+            found += scan_stream(Path(rel).as_posix(), fh, secrets, declared)
     return found
 
 
 def scan_tree(root: Path, environ: Mapping[str, str] | None = None) -> list[SecretFinding]:
-    """Findings in every regular file under ``root`` (paths relative to it), in path order."""
+    """Findings in every regular file under ``root`` (paths relative to it), in path order,
+    with the secrets its runs declared (:func:`declared_in`)."""
     files = sorted(p.relative_to(root) for p in root.rglob("*")
                    if p.is_file() and not p.is_symlink())
-    return scan_files(root, files, environ)
+    return scan_files(root, files, environ, declared_in(root))

@@ -53,7 +53,12 @@ from crossbench.archive.build import (
     MANIFEST,
     SUMS,
 )
-from crossbench.archive.secrets import environment_secrets, scan_stream, scan_tree
+from crossbench.archive.secrets import (
+    declared_in,
+    environment_secrets,
+    scan_stream,
+    scan_tree,
+)
 from crossbench.errors import UserError
 from crossbench.store import rundir
 from crossbench.store.atomic import sha256_file
@@ -362,7 +367,7 @@ def check_side_archives(root: Path, beside: Path, notes: list[str],
     if not sides:
         check.skipped, check.detail = True, "none"
         return check
-    secrets = environment_secrets()
+    secrets, declared = environment_secrets(), declared_in(root)
     found = 0
     for side in sides:
         path = beside / str(side.get("name"))
@@ -398,7 +403,7 @@ def check_side_archives(root: Path, beside: Path, notes: list[str],
                     check.problems.append(Problem(f"{path.name}:{rel}", None,
                                                   f"sha256 differs from {MANIFEST}"))
                 with zf.open(info) as fh:
-                    for f in scan_stream(f"{path.name}:{rel}", fh, secrets):
+                    for f in scan_stream(f"{path.name}:{rel}", fh, secrets, declared):
                         check.problems.append(Problem(f.path, f.line, f.what))
             for rel in wanted:
                 check.problems.append(Problem(f"{path.name}:{rel}", None, "missing"))
@@ -546,7 +551,7 @@ def check_secrets(root: Path) -> Check:
     check = Check("no secrets")
     check.problems = [Problem(f.path, f.line, f.what) for f in scan_tree(root)]
     check.detail = ("no token pattern, no secret flag's value, no secret variable's value of "
-                    "this environment")
+                    "this environment, no key a run declared")
     return check
 
 

@@ -7,8 +7,9 @@ The adapter gives it to the server through the engine's own environment variable
 (llama-server's ``LLAMA_API_KEY``, vLLM's ``VLLM_API_KEY``), so it appears in no argv, and
 crossbench sends ``Authorization: Bearer KEY`` with every request and every ``/metrics``
 scrape. A key passed to the server some other way is found too, so that crossbench can still
-talk to it: ``--api-key KEY`` in ``extra_args`` (recorded redacted), or the engine's variable
-already set in crossbench's environment (which the server inherits).
+talk to it: ``--api-key KEY`` in ``extra_args`` (recorded redacted, and moved from the
+server's command line into that variable when the engine has one: :func:`key_to_environment`),
+or the engine's variable already set in crossbench's environment (which the server inherits).
 """
 
 from __future__ import annotations
@@ -76,6 +77,21 @@ def key_from_args(args: Sequence[str]) -> str | None:
         first = value.split(",")[0].strip()
         return first or None
     return None
+
+
+def key_to_environment(argv: Sequence[str]) -> tuple[list[str], str | None]:
+    """``argv`` without its ``--api-key KEY`` (or ``--api-key=KEY``), and that ``KEY`` (None
+    when there is none, or when the flag holds several values: vLLM's ``--api-key K1 K2``),
+    so that the key reaches the server through its environment variable, never its command
+    line: a server that prints its arguments (vLLM's "non-default args") cannot write it into
+    its log, where a run killed before its trial ends would keep it."""
+    for i, arg in enumerate(argv):
+        if arg == KEY_FLAG and i + 1 < len(argv) and not argv[i + 1].startswith("-") and (
+                i + 2 >= len(argv) or argv[i + 2].startswith("-")):
+            return [*argv[:i], *argv[i + 2:]], argv[i + 1]
+        if arg.startswith(KEY_FLAG + "="):
+            return [*argv[:i], *argv[i + 1:]], arg.partition("=")[2]
+    return list(argv), None
 
 
 def read_key_file(path: Path, setting: str = "api_key_file") -> str:

@@ -26,6 +26,7 @@ from crossbench.engines.auth import (
     ApiKey,
     ApiKeySettings,
     bearer,
+    key_to_environment,
     resolve_key,
     unauthorized,
 )
@@ -319,6 +320,10 @@ class LocalServer(EngineServer):
             self._port = free_port(self._host)
         argv = self.command()
         env = self.server_environment()
+        if self.api_key_variable is not None:  # --api-key KEY of extra_args: into the
+            argv, key = key_to_environment(argv)  # environment, out of any log line
+            if key is not None:
+                env[self.api_key_variable] = key
         pinned = usable_cpus(self._cpus) if self._cpus is not None else None
 
         def child_setup() -> None:  # in the child, between fork and exec

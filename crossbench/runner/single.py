@@ -29,6 +29,7 @@ from pydantic import SecretStr
 
 from crossbench import __version__
 from crossbench.analysis.summary import request_metrics, summarize_run_dir
+from crossbench.archive.secrets import SECRET_HASHES, declare_secrets
 from crossbench.confounds.provenance import (
     MIN_SCRUB_LEN,
     REDACTED,
@@ -203,6 +204,10 @@ class RunSession:
             self.manifest: dict[str, Any] = read_resume_manifest(out)
             self._check_same_engine(engine)
             self._drop_unfinished()
+            if self.secrets:  # this session's key may be another: declare it too
+                self.manifest[SECRET_HASHES] = declare_secrets(
+                    self.secrets, self.manifest.get(SECRET_HASHES))
+                self.writer.write_manifest(self.manifest)
             return
         make_out_dir(out)
         self.manifest = {
@@ -223,6 +228,8 @@ class RunSession:
             "trials": [],
         }
         self.manifest = scrub(self.manifest, self.secrets)
+        if self.secrets:  # salted hashes, so that `archive verify` finds them anywhere
+            self.manifest[SECRET_HASHES] = declare_secrets(self.secrets)
         self.writer.create(self.manifest)
 
     def _check_same_engine(self, engine: dict[str, Any]) -> None:
