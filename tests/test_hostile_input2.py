@@ -26,6 +26,7 @@ from test_engine_pack import packed, world  # noqa: F401  (fixtures: a fake vLLM
 from crossbench.analysis.start_spread import Prior, Spread, StartSpread, pair_spreads
 from crossbench.archive.verify import check_secrets
 from crossbench.cli.main import cli
+from crossbench.errors import UserError
 from crossbench.importers.synthetic import Arm, study
 from crossbench.store.rundir import OUTPUT_MARK
 
@@ -387,3 +388,44 @@ def test_archive_verify_finds_a_declared_key_that_no_pattern_knows(tmp_path):
     check = check_secrets(run_dir)
     assert [(p.path, p.line, p.message) for p in check.problems] == [
         ("server.log", 2, "a key the run declared (its hash is in manifest.json)")]
+
+
+# -- 6. files a user names: a size cap and a type check ---------------------------------------
+
+@pytest.mark.parametrize(("make", "problem"), [
+    (lambda d: Path("/dev/zero"), "/dev/zero is a character device, not a file"),
+    (lambda d: _fifo(d / "fifo"), "fifo is a named pipe (FIFO), not a file"),
+    (lambda d: d, "is a directory, not a file"),
+    (lambda d: _write(d / "k", b"\xff\xfekey\n"), "is not UTF-8: byte 0xff at offset 0"),
+    (lambda d: _write(d / "k", b"x" * (64 * 1024 + 1)), "over the 64.0 KiB limit"),
+    (lambda d: _write(d / "k", b"abc\x1b[2Jdef\n"), "the key holds a control character"),
+])
+def test_an_api_key_file_that_is_no_key_file_is_one_line(tmp_path, make, problem):
+    from crossbench.engines.auth import ApiKeySettings, resolve_key
+
+    path = make(tmp_path)
+    with pytest.raises(UserError) as e:
+        resolve_key(ApiKeySettings(api_key_file=path), [], None, {})
+    assert e.value.message.startswith("api_key_file")
+    assert problem in e.value.message and "\x1b" not in e.value.one_line()
+
+
+@pytest.mark.parametrize(("make", "problem"), [
+    (lambda d: Path("/dev/zero"), "/dev/zero is a character device, not a file"),
+    (lambda d: _fifo(d / "fifo"), "is a named pipe (FIFO), not a file"),
+    (lambda d: _write(d / "s.json", b"\xff\xfe{}"), "is not UTF-8: byte 0xff at offset 0"),
+    (lambda d: _write(d / "s.json", b"[" * 100_000), "nested too deeply"),
+])
+def test_a_spread_file_that_is_no_file_is_one_line(tmp_path, sweep, make, problem):
+    r = CliRunner().invoke(cli, ["analyze", str(sweep), "--start-spread", str(make(tmp_path))])
+    assert problem in refused(r)
+
+
+def _fifo(path: Path) -> Path:
+    os.mkfifo(path)
+    return path
+
+
+def _write(path: Path, data: bytes) -> Path:
+    path.write_bytes(data)
+    return path

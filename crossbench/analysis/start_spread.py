@@ -49,6 +49,7 @@ import numpy as np
 
 from crossbench.analysis.stats import t_quantile
 from crossbench.errors import UserError
+from crossbench.textfile import decode_text, read_bytes
 
 KIND = "crossbench-start-spread"
 """The ``kind`` of a start-spread file."""
@@ -69,6 +70,9 @@ would narrow every interval to the one start's bootstrap while dropping its cave
 MAX_SIGMA_LOG = 2.0
 """Largest start spread a file may carry (a start moving the rate by a factor e^2 = 7.4; the
 largest measured is 0.33): beyond it the number is a typo or a unit error."""
+MAX_FILE_BYTES = 64 * 1024 * 1024
+"""Largest start-spread file read (64 MiB): one calibrated cell takes about 200 bytes, so
+this is some 300,000 cells; a larger file is a wrong path (a model, a log, /dev/zero)."""
 MAX_DF = 1_000_000
 """Most degrees of freedom a spread may claim (a million fresh starts)."""
 
@@ -177,15 +181,24 @@ class StartSpread:
 
     @classmethod
     def load(cls, path: Path) -> StartSpread:
-        """Read a file written by :meth:`save`."""
+        """Read a file written by :meth:`save`: a regular UTF-8 file of at most
+        :data:`MAX_FILE_BYTES` (a device, a FIFO or a binary file is one line)."""
+        fix = "give the file `crossbench start-spread RUN -o FILE` wrote"
         try:
-            doc = json.loads(path.read_text())
-        except OSError as e:
-            raise UserError(f"--start-spread {path}: cannot be read ({e.strerror})",
-                            "give the file `crossbench start-spread RUN -o FILE` wrote") from None
+            text = decode_text(read_bytes(path, "--start-spread", MAX_FILE_BYTES, fix), path,
+                               "--start-spread")
+        except UserError as e:
+            if e.message.startswith("cannot read"):
+                why = e.message.rpartition(": ")[2]
+                raise UserError(f"--start-spread {path}: cannot be read ({why})", fix) from None
+            raise
+        try:
+            doc = json.loads(text)
         except json.JSONDecodeError as e:
             raise UserError(f"--start-spread {path}: not JSON ({e.msg}, line {e.lineno})",
-                            "give the file `crossbench start-spread RUN -o FILE` wrote") from None
+                            fix) from None
+        except RecursionError:
+            raise UserError(f"--start-spread {path}: nested too deeply", fix) from None
         return cls.from_record(doc, f"--start-spread {path}")
 
 

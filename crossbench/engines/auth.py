@@ -22,6 +22,7 @@ from pathlib import Path
 from pydantic import BaseModel, Field, model_validator
 
 from crossbench.errors import RunError, UserError
+from crossbench.textfile import decode_text, read_bytes
 
 KEY_FLAG = "--api-key"
 """The server flag that takes a key (llama-server and vLLM spell it alike)."""
@@ -94,17 +95,37 @@ def key_to_environment(argv: Sequence[str]) -> tuple[list[str], str | None]:
     return list(argv), None
 
 
+MAX_KEY_FILE = 64 * 1024
+"""Largest key file read (64 KiB): a key is a line; a larger file is a wrong path."""
+
+
 def read_key_file(path: Path, setting: str = "api_key_file") -> str:
-    """The first line of a key file (blank lines and ``#`` comments skipped)."""
+    """The first line of a key file (blank lines and ``#`` comments skipped): a regular UTF-8
+    file of at most :data:`MAX_KEY_FILE` bytes (a device, a FIFO, a directory or a binary
+    file is one line naming ``setting``)."""
+    fix = "give a readable file whose first line is the key"
     try:
-        text = path.expanduser().read_text(encoding="utf-8")
-    except OSError as e:
-        raise UserError(f"{setting}: cannot read {path} ({e.strerror or e})",
-                        "give a readable file whose first line is the key") from None
+        text = decode_text(read_bytes(path.expanduser(), setting, MAX_KEY_FILE, fix), path,
+                           setting)
+    except UserError as e:
+        if e.message.startswith("cannot read"):
+            why = e.message.rpartition(": ")[2]
+            raise UserError(f"{setting}: cannot read {path} ({why})", fix) from None
+        raise UserError(f"{setting}: {e.message.removeprefix(setting + ' ')}", e.hint) from None
     for line in text.splitlines():
         if line.strip() and not line.lstrip().startswith("#"):
-            return line.strip()
+            return checked_key(line.strip(), f"{setting} {path}")
     raise UserError(f"{setting}: {path} holds no key", "write the key on its first line")
+
+
+def checked_key(value: str, source: str) -> str:
+    """``value`` when it can be a key: printable, no control character (a key with a newline
+    or an escape would reach a log through the server's header error); UserError naming
+    ``source`` (never the key) otherwise."""
+    if any(ord(c) < 0x20 or ord(c) == 0x7F for c in value):
+        raise UserError(f"{source}: the key holds a control character",
+                        "write the key with printable characters only")
+    return value
 
 
 def resolve_key(settings: ApiKeySettings, extra_args: Sequence[str], variable: str | None,
@@ -130,12 +151,14 @@ def resolve_key(settings: ApiKeySettings, extra_args: Sequence[str], variable: s
         if not value:
             raise UserError(f"api_key_env: ${name} is not set (or empty)",
                             f"export {name}=<the server's key> before running crossbench")
-        return ApiKey(value, f"api_key_env ${name}", to_server=True)
+        return ApiKey(checked_key(value, f"api_key_env ${name}"), f"api_key_env ${name}",
+                      to_server=True)
     if settings.api_key_file is not None:
         value = read_key_file(settings.api_key_file)
         return ApiKey(value, f"api_key_file {settings.api_key_file}", to_server=True)
     if in_args is not None:
-        return ApiKey(in_args, f"{KEY_FLAG} in extra_args", to_server=False)
+        return ApiKey(checked_key(in_args, f"{KEY_FLAG} in extra_args"),
+                      f"{KEY_FLAG} in extra_args", to_server=False)
     if variable is not None and env.get(variable, "").strip():
         return ApiKey(env[variable].split(",")[0].strip(), f"${variable} of the environment",
                       to_server=False)
