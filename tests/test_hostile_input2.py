@@ -429,3 +429,43 @@ def _fifo(path: Path) -> Path:
 def _write(path: Path, data: bytes) -> Path:
     path.write_bytes(data)
     return path
+
+
+# -- 10. matrix fields: no silent coercion, no overflow -----------------------------------------
+
+@pytest.mark.parametrize(("over", "problem"), [
+    ({"arms": [{"method": "none"}, {"method": "ngram-mod", "n": True}]},
+     "arms.1.n: true is a yes/no value, not a number"),
+    ({"axes": {**BASE["axes"], "concurrency": [1, True]}},
+     "axes.concurrency: [1, true] is a yes/no value, not a number"),
+    ({"arms": [{"method": "none"}, {"method": "ngram-mod", "n": "1,,2"}]},
+     "arms[1].n: '1,,2' has an empty item between commas"),
+    ({"cooldown_s": 1e308}, "cooldown_s"),
+    ({"estimate_tok_s": float("inf")}, "estimate_tok_s"),
+])
+def test_matrix_values_that_were_coerced_or_overflowed_are_refused(tmp_path, over, problem):
+    line = refused(CliRunner().invoke(cli, ["validate", str(matrix(tmp_path, **over))]))
+    assert problem in line
+
+
+def test_a_key_given_twice_in_a_matrix_is_refused_naming_the_line(tmp_path):
+    p = tmp_path / "m.yaml"
+    p.write_text(yaml.safe_dump(BASE) + "trials: 3\ntrials: 30\n")
+    line = refused(CliRunner().invoke(cli, ["validate", str(p)]))
+    assert line.startswith(f"crossbench: error: {p} is not valid YAML: the key 'trials' is "
+                           "given twice in one mapping at line ")
+
+
+def test_a_merge_key_may_still_be_overridden(tmp_path):
+    p = tmp_path / "m.yaml"
+    doc = yaml.safe_dump({k: v for k, v in BASE.items() if k != "engines"})
+    p.write_text(doc + "x-base: &base {kind: llama-server, pin: 'llama-cpp-python==0.3.36'}\n"
+                 "engines:\n  llama:\n    <<: *base\n    pin: 'llama-cpp-python==0.3.36'\n")
+    r = CliRunner().invoke(cli, ["validate", str(p)])
+    assert "given twice" not in r.output
+
+
+def test_plan_refuses_a_startup_for_an_unknown_engine(tmp_path):
+    r = CliRunner().invoke(cli, ["plan", str(matrix(tmp_path)), "--startup", "vlm=5"])
+    assert refused(r) == ("crossbench: error: --startup 'vlm=5': 'vlm' is no engine kind "
+                          "(fix: use one of: llama-server, sglang, vllm)")

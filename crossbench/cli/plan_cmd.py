@@ -22,6 +22,11 @@ def _startup_pairs(values: tuple[str, ...]) -> dict[str, float]:
         if not sep or not kind or not (seconds >= 0 and seconds < float("inf")):
             raise UserError(f"--startup {v!r} is not KIND=SECONDS",
                             "write e.g. --startup vllm=90 (seconds from launch until ready)")
+        from crossbench.engines import registry
+
+        if kind not in registry.names():  # a typo would be ignored silently
+            raise UserError(f"--startup {v!r}: {kind!r} is no engine kind",
+                            f"use one of: {', '.join(registry.names())}")
         out[kind] = seconds
     return out
 

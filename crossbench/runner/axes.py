@@ -77,7 +77,12 @@ def parse_int_axis(value: int | str | list[int], field: str) -> list[int]:
         out = [_number(str(v), field) for v in value]
     else:
         out = []
-        for part in str(value).replace(" ", "").split(","):
+        parts = str(value).replace(" ", "").split(",")
+        if len(parts) > 1 and not all(parts):  # "1,,2" or "1,2,": a value left out?
+            shown = str(value) if len(str(value)) <= 40 else str(value)[:40] + "..."
+            raise UserError(f"{field}: {shown!r} has an empty item between commas",
+                            "separate the values with single commas")
+        for part in parts:
             if not part:
                 continue
             if _NUMBER.fullmatch(part):

@@ -28,7 +28,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from crossbench.confounds.provenance import redact_argv
 from crossbench.engines import registry
@@ -146,6 +153,14 @@ class ModelEntry(_Strict):
         return self.path
 
 
+def _not_a_bool(value: Any) -> Any:
+    """Refuse YAML's yes/no/true/false where a number belongs (pydantic would read 1 or 0)."""
+    if isinstance(value, bool) or (isinstance(value, list)
+                                   and any(isinstance(v, bool) for v in value)):
+        raise ValueError(f"{str(value).lower()} is a yes/no value, not a number; write e.g. 4")
+    return value
+
+
 class Arm(_Strict):
     """One speculative configuration (or the baseline, ``method: none``), swept over n."""
 
@@ -168,6 +183,8 @@ class Arm(_Strict):
     spec: dict[str, Any] = Field(default_factory=dict, description="Other fields of the "
                                  "engine's spec config, e.g. ngram_mod_n_match.")
 
+    _n_not_a_bool = field_validator("n", mode="before")(_not_a_bool)
+
 
 class Axes(_Strict):
     """The crossed dimensions besides the arms."""
@@ -178,6 +195,8 @@ class Axes(_Strict):
                                 description="Workload specs (builtin:..., random:N, file:...).")
     concurrency: int | str | list[int] = Field(1, description="Requests in flight: value, "
                                                "list or range.")
+
+    _concurrency_not_a_bool = field_validator("concurrency", mode="before")(_not_a_bool)
 
 
 class Exclusion(_Strict):
@@ -302,7 +321,8 @@ class Matrix(_Strict):
     def block(self) -> int:
         """Trials per server start in effect (:func:`crossbench.runner.config.server_block`)."""
         return server_block(self.trials, self.fresh_server, self.trials_per_start)
-    cooldown_s: float = Field(0.0, ge=0, description="Pause between trials (thermal drift).")
+    cooldown_s: float = Field(0.0, ge=0, le=86_400, description="Pause between trials "
+                              "(thermal drift), at most a day.")
     gpu_busy: Literal["warn", "refuse"] = Field("warn", description="Other processes on the "
                                                 "GPU before a trial: warn, or refuse the "
                                                 "trial (recorded as failed).")
@@ -310,7 +330,8 @@ class Matrix(_Strict):
                                 "per trial (NVML, to cells/<id>/telemetry/tK.csv); 0 = off.")
     thermal_gate: ThermalGate | None = Field(None, description="Optional wait for the GPUs to "
                                              "cool before each trial (recorded per trial).")
-    estimate_tok_s: float | None = Field(None, gt=0, description="Expected decode rate, an "
+    estimate_tok_s: float | None = Field(None, gt=0, allow_inf_nan=False,
+                                         description="Expected decode rate, an "
                                          "assumption for the duration estimates of `validate` "
                                          "and of `plan` (for engines no run measured).")
     out: str | None = Field(None, description="Default output directory.")
@@ -396,10 +417,33 @@ def load_matrix(path: Path) -> Matrix:
     return read_matrix(path).matrix
 
 
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """``yaml.SafeLoader`` that refuses a key given twice in one mapping (YAML's last-wins
+    would drop the first value silently); ``<<`` merge keys may still be overridden."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        """The mapping of ``node``; a ConstructorError at the second spelling of a key."""
+        seen: set[Any] = set()
+        for key_node, _ in node.value:
+            if key_node.tag == "tag:yaml.org,2002:merge":
+                continue
+            key = self.construct_object(key_node, deep=False)
+            try:
+                repeated = key in seen
+            except TypeError:  # an unhashable key: the constructor's own error names it
+                continue
+            if repeated:
+                raise yaml.constructor.ConstructorError(
+                    None, None, f"the key {key!r} is given twice in one mapping",
+                    key_node.start_mark)
+            seen.add(key)
+        return super().construct_mapping(node, deep)
+
+
 def parse_matrix(text: str, path: Path) -> Matrix:
     """A matrix from the text of ``path`` (named in errors)."""
     try:
-        data = yaml.safe_load(text)
+        data = yaml.load(text, Loader=_UniqueKeyLoader)  # a SafeLoader
     except yaml.MarkedYAMLError as e:
         mark = e.problem_mark or e.context_mark
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
