@@ -469,3 +469,21 @@ def test_plan_refuses_a_startup_for_an_unknown_engine(tmp_path):
     r = CliRunner().invoke(cli, ["plan", str(matrix(tmp_path)), "--startup", "vlm=5"])
     assert refused(r) == ("crossbench: error: --startup 'vlm=5': 'vlm' is no engine kind "
                           "(fix: use one of: llama-server, sglang, vllm)")
+
+
+@pytest.mark.parametrize(("workload", "problem"), [
+    ("random:0", "axes.workload[0]: workload spec 'random:0': the number of tokens must be at "
+                 "least 1"),
+    ("random:-5", "the number of tokens must be at least 1"),
+    ("/etc/passwd", "workload spec '/etc/passwd': not of the form kind:argument"),
+    ("builtin:../..", "workload spec 'builtin:../..': unknown category '../..'"),
+    ("file:/no/such.jsonl", "workload file '/no/such.jsonl' cannot be read"),
+])
+def test_a_bad_workload_is_refused_by_validate_before_any_run_folder(tmp_path, workload,
+                                                                      problem):
+    p = matrix(tmp_path, axes={**BASE["axes"], "workload": [workload]})
+    assert problem in refused(CliRunner().invoke(cli, ["validate", str(p)]))
+    out = tmp_path / "out"
+    r = CliRunner().invoke(cli, ["matrix", str(p), "--out", str(out)])
+    assert problem in refused(r)
+    assert not out.exists()

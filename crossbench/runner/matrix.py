@@ -22,7 +22,7 @@ import math
 import random
 import re
 from collections import defaultdict
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
@@ -536,6 +536,8 @@ def expand(m: Matrix, source: Path | None = None) -> list[Cell]:
     for key in ("workload", "concurrency"):
         if key in m.load:
             raise bad(f"load.{key}: {key} is an axis here", f"move it to axes.{key}")
+    for i, wl in enumerate(m.axes.workload):
+        _check_workload(wl, f"axes.workload[{i}]", bad)
     for where_, ids in ([(f"models.{k}.engines", v.engines) for k, v in m.models.items()]
                         + [(f"arms[{i}].engines", a.engines) for i, a in enumerate(m.arms)]):
         for eid in ids or []:
@@ -610,6 +612,20 @@ def expand(m: Matrix, source: Path | None = None) -> list[Cell]:
     if not cells:
         raise bad("the matrix expands to no cells", "check axes and exclude")
     return _pair(cells, where)
+
+
+def _check_workload(spec: str, field_: str, bad: Callable[[str, str], UserError]) -> None:
+    """Resolve a workload spec as a run will (``random:0``, ``/etc/passwd``,
+    ``builtin:../..`` and a missing file refused before any run folder is written); a
+    ``random:N`` is checked up to the model's vocabulary, which only the engine knows."""
+    from crossbench.load.workloads import load_workload
+
+    try:
+        load_workload(spec)
+    except UserError as e:
+        if spec.startswith("random:") and e.message.endswith("vocabulary size"):
+            return  # the form is right; the engine supplies vocab_size
+        raise bad(f"{field_}: {e.message}", e.hint or "fix the workload") from None
 
 
 def _runs_on(engines: list[str] | None, eid: str) -> bool:
