@@ -487,3 +487,9 @@ def test_a_bad_workload_is_refused_by_validate_before_any_run_folder(tmp_path, w
     r = CliRunner().invoke(cli, ["matrix", str(p), "--out", str(out)])
     assert problem in refused(r)
     assert not out.exists()
+
+
+@pytest.mark.parametrize("field", ["requests", "max_tokens"])
+def test_a_load_of_ten_to_the_fifteen_is_refused(tmp_path, field):
+    p = matrix(tmp_path, load={field: 10**15})
+    assert f"load.{field}" in refused(CliRunner().invoke(cli, ["validate", str(p)]))

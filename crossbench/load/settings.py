@@ -15,12 +15,17 @@ class LoadSettings(BaseModel):
 
     workload: str = Field("builtin:mixed", description="builtin:mixed | builtin:<category> | "
                           "random:<N tokens> | file:<path.jsonl>.")
-    requests: int = Field(20, ge=1, description="Measured requests per trial.")
-    warmup: int = Field(1, ge=0, description="Warm-up requests per trial (recorded, excluded).")
-    max_tokens: int = Field(256, ge=1, description="Tokens to generate per request.")
-    warmup_max_tokens: int | None = Field(None, ge=1, description="Tokens per warm-up "
-                                          "request (default: max_tokens); warm-up only has "
-                                          "to load caches and kernels, a few dozen suffice.")
+    # the caps catch typos (10**15): a million requests is days of one trial, and no model
+    # has a context of ten million tokens
+    requests: int = Field(20, ge=1, le=1_000_000, description="Measured requests per trial.")
+    warmup: int = Field(1, ge=0, le=1_000_000, description="Warm-up requests per trial "
+                        "(recorded, excluded).")
+    max_tokens: int = Field(256, ge=1, le=10_000_000,
+                            description="Tokens to generate per request.")
+    warmup_max_tokens: int | None = Field(None, ge=1, le=10_000_000,
+                                          description="Tokens per warm-up request (default: "
+                                          "max_tokens); warm-up only has to load caches and "
+                                          "kernels, a few dozen suffice.")
     ignore_eos: bool = Field(True, description="Generate exactly max_tokens (comparable work).")
     endpoint: Literal["completions", "chat"] = Field(
         "completions", description="/v1/completions (raw prompt) or /v1/chat/completions.")
