@@ -493,3 +493,47 @@ def test_a_bad_workload_is_refused_by_validate_before_any_run_folder(tmp_path, w
 def test_a_load_of_ten_to_the_fifteen_is_refused(tmp_path, field):
     p = matrix(tmp_path, load={field: 10**15})
     assert f"load.{field}" in refused(CliRunner().invoke(cli, ["validate", str(p)]))
+
+
+def _children(pid: int) -> list[int]:
+    out = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rpartition(")")[2].split()
+        except OSError:
+            continue
+        if int(fields[1]) == pid:
+            out.append(int(stat.parent.name))
+    return out
+
+
+@pytest.mark.server
+def test_a_real_llama_server_run_killed_mid_trial_keeps_no_key(llama_server, fixture_models,
+                                                               tmp_path):
+    """The CPU llama-server with `--server-arg --api-key KEY`: while it serves, its command
+    line holds no key (LLAMA_API_KEY does); after a kill -9 of crossbench mid-trial neither
+    server.log nor any file of the run holds it."""
+    target, _ = fixture_models
+    key = "k3y-" + secrets.token_hex(12)
+    out = tmp_path / "run"
+    env = {k: v for k, v in os.environ.items() if k != "LLAMA_API_KEY"}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "crossbench", "run", "--model", str(target), "--binary",
+         str(llama_server), "--ctx-size", "2048", "--server-arg=--api-key",
+         f"--server-arg={key}", "--requests", "400", "--max-tokens", "64", "--trials", "2",
+         "--out", str(out)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
+    deadline = time.monotonic() + 300
+    while _records(out) < 2 and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert proc.poll() is None
+    (server,) = [c for c in _children(proc.pid)
+                 if Path(f"/proc/{c}/comm").read_text().strip() == "llama-server"]
+    assert key.encode() not in Path(f"/proc/{server}/cmdline").read_bytes()
+    assert f"LLAMA_API_KEY={key}".encode() in Path(f"/proc/{server}/environ").read_bytes()
+    proc.kill()
+    proc.wait(timeout=60)
+    time.sleep(1.0)
+    assert not Path(f"/proc/{server}").exists() or b"zombie" in Path(
+        f"/proc/{server}/status").read_bytes()
+    assert [p.name for p in out.rglob("*") if p.is_file() and key.encode() in p.read_bytes()
+            ] == []
