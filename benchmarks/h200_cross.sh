@@ -12,11 +12,12 @@
 #      Q4_K_M target through the built llama-quantize;
 #   4. once every part is there: `crossbench engines install vllm --from /tmp/cb-pack`;
 #   5. with ROUND set and the build done: the round's cells of the matrix (ROUND=verdict,
-#      shared, gate, naive, twostart, hoststart, spread, known, all: benchmarks/h200_verdict_runs.sh,
+#      shared, gate, naive, twostart, hoststart, spread, known, all, methods:
+#      benchmarks/h200_verdict_runs.sh,
 #      h200_shared_runs.sh, h200_gate_runs.sh, h200_naive_shared_runs.sh,
 #      h200_twostart_runs.sh, h200_hoststart_runs.sh, h200_spread_runs.sh, h200_known_runs.sh,
-#      h200_all_runs.sh; gate, spread, known and all
-#      need no vLLM), in the background
+#      h200_all_runs.sh, h200_methods_runs.sh; gate, spread, known, all and methods
+#      need no vLLM; methods also makes the EAGLE-3 and DFlash drafters), in the background
 #      too, so that no trial is cut at a call's end; each call waits until BUDGET_S is nearly
 #      spent, then packs what finished. A later call on the same machine keeps waiting; on
 #      another machine the round resumes (`--resume`; see docs/cross-engine.md: the engines
@@ -62,6 +63,14 @@ if [ ! -f "$LOG/setup.started" ]; then
     echo "fixtures_f16_hf_s=$(( $(date +%s) - s ))" >>'"$LOG"'/timing.txt
     python3 -m crossbench fixtures verify-hf --shape qwen3-8b >'"$LOG"'/verify-hf.txt 2>&1
     echo "verify_hf_exit=$? verify_hf_s=$(( $(date +%s) - s ))" >>'"$LOG"'/timing.txt
+    if [ "'"${ROUND:-}"'" = methods ]; then  # the EAGLE-3 and DFlash drafters: HF, then GGUF
+      python3 -m crossbench fixtures make --shape qwen3-8b --drafter eagle3 \
+        --drafter dflash >'"$LOG"'/drafters.txt 2>&1
+      echo "drafters_exit=$? drafters_s=$(( $(date +%s) - s ))" >>'"$LOG"'/timing.txt
+      for m in "$CROSSBENCH_CACHE"/fixtures/qwen3-8b-*/drafter-*/crossbench-drafter.json; do
+        [ -f "$m" ] && cp "$m" '"$LOG"'/"$(basename "$(dirname "$m")")".json
+      done  # each tensor checked against its HF original, as written by fixtures make
+    fi
     case "'"${ROUND:-}"'" in
       naive|twostart|hoststart)  # vLLM-only rounds need no llama-server: the build stops here rather
         # than cost minutes of GPU lease (its nvcc beside a vLLM start would slow the start)
@@ -69,7 +78,7 @@ if [ ! -f "$LOG/setup.started" ]; then
         echo "build_exit=skipped build_s=$(( $(date +%s) - s ))" >>'"$LOG"'/timing.txt ;;
       *) wait $b; echo "build_exit=$? build_s=$(( $(date +%s) - s ))" >>'"$LOG"'/timing.txt ;;
     esac
-    case "'"${ROUND:-1}"'" in 1|verdict|shared|gate|naive|twostart|hoststart|spread|known|all) q4=no ;; *) q4=yes ;; esac
+    case "'"${ROUND:-1}"'" in 1|verdict|shared|gate|naive|twostart|hoststart|spread|known|all|methods) q4=no ;; *) q4=yes ;; esac
     if [ "$q4" = yes ]; then
       python3 -m crossbench fixtures make --shape qwen3-8b --quant Q4_K_M \
         >>'"$LOG"'/fixtures.log 2>&1
@@ -106,19 +115,20 @@ RUN=$CROSSBENCH_CACHE/h200-cross-round${ROUND:-1}
 #    benchmarks/h200_<ROUND>_runs.sh
 #    (naive: h200_naive_shared_runs.sh; GPU time per verdict) instead
 if [ -n "${ROUND:-}" ] && { [ -n "$vprefix" ] || [ "$ROUND" = gate ] || [ "$ROUND" = spread ] \
-    || [ "$ROUND" = known ] || [ "$ROUND" = all ]; } && wait_setup; then
+    || [ "$ROUND" = known ] || [ "$ROUND" = all ] || [ "$ROUND" = methods ]; } \
+    && wait_setup; then
   case "$ROUND" in
     1) sel=(--skip target=t8b-q4 --skip concurrency=4 --skip concurrency=16
             --skip arm=synth-a0.6 --skip arm=synth-a0.8 --skip arm=synth-a1.0 --skip arm=ngram
             --skip n=1 --skip n=3 --skip n=6 --skip n=8) ;;
-    verdict|shared|gate|naive|twostart|hoststart|spread|known|all) ;;
+    verdict|shared|gate|naive|twostart|hoststart|spread|known|all|methods) ;;
     *) say "unknown ROUND $ROUND"; exit 2 ;;
   esac
   # The matrix runs in its own process session: it outlives this call, so no trial is cut at
   # a call's end (a vLLM start alone takes minutes). Each call waits while it runs and then
   # packs what has finished; the last call packs what finished before the lease ended.
   if ! pgrep -f "crossbench matrix" >/dev/null \
-      && ! pgrep -f "h200_(verdict|shared|gate|naive_shared|twostart|hoststart|spread|known|all)_runs" >/dev/null \
+      && ! pgrep -f "h200_(verdict|shared|gate|naive_shared|twostart|hoststart|spread|known|all|methods)_runs" >/dev/null \
       && [ ! -f "$LOG/matrix-round$ROUND.exit" ]; then
     say "round $ROUND: started in the background"
     if [ "$ROUND" != 1 ]; then

@@ -9,7 +9,10 @@ import click
 from crossbench.cli.common import user_errors
 from crossbench.errors import RunError
 from crossbench.fixtures.resolve import (  # the library layer under the command
+    ALL_ROLES,
+    DRAFTER_ROLES,
     ROLES,
+    ensure_drafter,
     ensure_fixtures,
     ensure_hf_fixture,
     quantize,
@@ -26,6 +29,7 @@ Examples:
   crossbench fixtures make                  # tiny pair for CPU tests
   crossbench fixtures make --shape qwen3-8b --quant Q4_K_M --draft-quant Q8_0
   crossbench fixtures make --shape qwen3-8b --hf   # also hf-target/, hf-draft/ for vLLM
+  crossbench fixtures make --drafter eagle3 --drafter dflash   # HF folder, then GGUF
 """)
 @click.option("--shape", default="tiny", show_default=True, help="tiny or qwen3-8b.")
 @click.option("--seed", default=0, show_default=True, help="RNG seed (same seed, same bytes).")
@@ -34,13 +38,19 @@ Examples:
 @click.option("--hf", "hf", is_flag=True,
               help="Also write Hugging Face folders (hf-target/, hf-draft/) of the F16 "
                    "tensors, for vLLM.")
+@click.option("--drafter", "drafters", multiple=True, type=click.Choice(DRAFTER_ROLES),
+              help="Also make this drafter for the target (repeatable): its HF folder, then "
+                   "its GGUF by llama.cpp's convert_hf_to_gguf.py (needs crossbench[convert]).")
 @user_errors
-def make(shape: str, seed: int, quant: str | None, draft_quant: str | None, hf: bool) -> None:
+def make(shape: str, seed: int, quant: str | None, draft_quant: str | None, hf: bool,
+         drafters: tuple[str, ...]) -> None:
     """Write the target/draft GGUF pair (cached) and print their two paths.
 
     With --quant / --draft-quant, the printed paths are the quantized files (made with the
     installed llama-quantize, cached beside the F16 originals). With --hf, the paths of the
     two Hugging Face folders follow (same tensors as the F16 GGUFs, byte for byte; cached).
+    Each --drafter (eagle3: an EAGLE-3 head; dflash: a DFlash block drafter) prints its HF
+    folder and its converted GGUF, whose every tensor was checked against the HF folder.
     """
     target, draft = ensure_fixtures(shape, seed)
     if quant:
@@ -52,6 +62,9 @@ def make(shape: str, seed: int, quant: str | None, draft_quant: str | None, hf: 
     if hf:
         for role in ROLES:
             click.echo(str(ensure_hf_fixture(shape, role, seed)))
+    for kind in drafters:
+        for made in ensure_drafter(shape, kind, seed):
+            click.echo(str(made))
 
 
 @fixtures.command("path", epilog="""\b
@@ -59,7 +72,7 @@ Examples:
   crossbench fixtures path target
   crossbench fixtures path draft --shape qwen3-8b --format hf
 """)
-@click.argument("which", type=click.Choice(ROLES))
+@click.argument("which", type=click.Choice(ALL_ROLES))
 @click.option("--shape", default="tiny", show_default=True)
 @click.option("--seed", default=0, show_default=True)
 @click.option("--format", "fmt", type=click.Choice(["gguf", "hf"]), default="gguf",
@@ -67,6 +80,10 @@ Examples:
 @user_errors
 def path(which: str, shape: str, seed: int, fmt: str) -> None:
     """Print the path of one fixture model (making it first if needed)."""
+    if which in DRAFTER_ROLES:
+        hf_dir, gguf = ensure_drafter(shape, which, seed)
+        click.echo(str(hf_dir if fmt == "hf" else gguf))
+        return
     if fmt == "hf":
         click.echo(str(ensure_hf_fixture(shape, which, seed)))
         return
@@ -91,16 +108,23 @@ def verify_line(role: str, gguf: Path, hf_dir: Path) -> tuple[str, bool]:
 Examples:
   crossbench fixtures verify-hf
   crossbench fixtures verify-hf --shape qwen3-8b
+  crossbench fixtures verify-hf --drafter eagle3 --drafter dflash
 """)
 @click.option("--shape", default="tiny", show_default=True, help="tiny or qwen3-8b.")
 @click.option("--seed", default=0, show_default=True)
+@click.option("--drafter", "drafters", multiple=True, type=click.Choice(DRAFTER_ROLES),
+              help="Also check this drafter's GGUF against its HF folder (repeatable).")
 @user_errors
-def verify_hf(shape: str, seed: int) -> None:
+def verify_hf(shape: str, seed: int, drafters: tuple[str, ...]) -> None:
     """Check that the Hugging Face folders hold the GGUFs' tensors, byte for byte.
 
     Re-reads both files of each model (making the folders first if needed) and compares the
-    sha256 of every tensor; prints one line per model. Exit code 1 on any difference.
+    sha256 of every tensor; prints one line per model. A drafter's GGUF is compared after the
+    converter's documented changes (renames, EAGLE-3's Q/K row order, d2t re-based, norms to
+    F32, t2d dropped). Exit code 1 on any difference.
     """
+    from crossbench.fixtures.drafters import compare, drafter_spec
+
     target, draft = ensure_fixtures(shape, seed)
     failed = []
     for role, gguf in zip(ROLES, (target, draft), strict=True):
@@ -108,6 +132,16 @@ def verify_hf(shape: str, seed: int) -> None:
         click.echo(line)
         if not ok:
             failed.append(role)
+    for kind in drafters:
+        hf_dir, gguf = ensure_drafter(shape, kind, seed)
+        checks = compare(drafter_spec(shape, kind), hf_dir, gguf)
+        bad = [c for c in checks if not c.equal]
+        changed = sum(c.change != "bytes unchanged" for c in checks)
+        click.echo(f"{kind}: {len(checks)} tensors, {len(checks) - len(bad)} equal "
+                   f"({changed} through a documented converter change)"
+                   + "".join(f"; {c.hf_name or c.gguf_name}: {c.detail}" for c in bad[:5]))
+        if bad:
+            failed.append(kind)
     if failed:
         raise RunError(f"the Hugging Face copy of {' and '.join(failed)} differs from its GGUF",
                        f"delete {target.parent}/hf-* and run `crossbench fixtures make --hf "

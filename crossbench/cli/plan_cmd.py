@@ -67,12 +67,15 @@ Examples:
               help="Shared server starts in the designs but naive: one start per server "
                    "group (cells differing only in workload or concurrency) and round "
                    "(default: the matrix's share_servers).")
+@click.option("--only", multiple=True,
+              help="Plan only cells with KEY=VALUE (repeatable), as `matrix --only`: a round.")
+@click.option("--skip", multiple=True, help="Leave out cells with KEY=VALUE (repeatable).")
 @click.option("--json", "as_json", is_flag=True, help="Print the plan as JSON.")
 @user_errors
 def plan(matrix_file: Path, runs: tuple[Path, ...], block: int | None, min_trials: int | None,
          expected_trials_fraction: float | None, probes: int, follow_ups: int,
-         statistic: str, startup: tuple[str, ...], share: bool | None,
-         as_json: bool) -> None:
+         statistic: str, startup: tuple[str, ...], share: bool | None, only: tuple[str, ...],
+         skip: tuple[str, ...], as_json: bool) -> None:
     """Expected GPU time of a matrix under four designs, from measured or assumed timings.
 
     Designs the runner can run: naive (a server start per trial, as `matrix` runs by
@@ -95,6 +98,12 @@ def plan(matrix_file: Path, runs: tuple[Path, ...], block: int | None, min_trial
 
     m = load_matrix(matrix_file)
     cells = expand(m, matrix_file)
+    if only or skip:  # one round of the matrix, selected as `crossbench matrix` selects it
+        from crossbench.runner.matrix_run import select
+
+        cells = select(cells, only, skip)
+        if not cells:
+            raise UserError("--only/--skip leave no cells", "loosen the filters")
     if block is None and m.block > 1:
         block = m.block  # the matrix's own reuse
     if min_trials is None:

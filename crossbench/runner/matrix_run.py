@@ -126,10 +126,19 @@ def cell_dir(out: Path, cell_id: str) -> Path:
 def _resolve(ref: str) -> str:
     """A model reference as a local path (fixtures are made, hf files fetched, on first use)."""
     if ref.startswith("fixture:"):
-        from crossbench.fixtures.resolve import ensure_fixtures, ensure_hf_fixture, quantize
+        from crossbench.fixtures.resolve import (
+            DRAFTER_ROLES,
+            ensure_drafter,
+            ensure_fixtures,
+            ensure_hf_fixture,
+            quantize,
+        )
         from crossbench.runner.matrix import parse_fixture_ref
 
         shape, role, quant = parse_fixture_ref(ref, "model")
+        if role in DRAFTER_ROLES:  # converted from its HF folder by llama.cpp's converter
+            hf_dir, gguf = ensure_drafter(shape, role)
+            return str(hf_dir if quant == "hf" else quantize(gguf, quant) if quant else gguf)
         if quant == "hf":  # the Hugging Face folder of the same tensors (vLLM)
             return str(ensure_hf_fixture(shape, role))
         target, draft = ensure_fixtures(shape)
