@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import stat
 from pathlib import Path
+from typing import BinaryIO
 
 from crossbench.errors import UserError
 
@@ -55,6 +56,22 @@ def read_text(path: Path, what: str, limit: int, fix: str) -> str:
         text = read_text(Path("m.yaml"), "matrix", MIB, "split the study into smaller files")
     """
     return decode_text(read_bytes(path, what, limit, fix), path, what)
+
+
+def open_regular(path: Path, what: str) -> BinaryIO:
+    """``path`` opened for binary reading when it is a regular file (a symbolic link to
+    ``/dev/zero``, a FIFO or a directory is a :class:`UserError` naming ``what``, and a FIFO
+    never blocks the open)."""
+    try:  # non-blocking: opening a named pipe must not wait for a writer
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    except OSError as e:
+        raise UserError(f"cannot read {what} {path}: {e.strerror}", "check the path") from None
+    st = os.fstat(fd)
+    if not stat.S_ISREG(st.st_mode):
+        os.close(fd)
+        raise UserError(f"{what} {path} is {_kind(st.st_mode)}, not a file",
+                        f"replace it with the {what} itself (a regular file)")
+    return os.fdopen(fd, "rb")
 
 
 def read_bytes(path: Path, what: str, limit: int, fix: str) -> bytes:

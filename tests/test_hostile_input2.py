@@ -537,3 +537,19 @@ def test_a_real_llama_server_run_killed_mid_trial_keeps_no_key(llama_server, fix
         f"/proc/{server}/status").read_bytes()
     assert [p.name for p in out.rglob("*") if p.is_file() and key.encode() in p.read_bytes()
             ] == []
+
+
+@pytest.mark.parametrize("name", ["requests.jsonl", "manifest.json"])
+@pytest.mark.parametrize("kind", ["/dev/zero", "fifo"])
+def test_a_run_file_that_is_a_device_or_a_fifo_is_one_line(tmp_path, sweep, name, kind):
+    """A run whose requests.jsonl or manifest.json is a link to /dev/zero (a MemoryError) or a
+    FIFO (a hang): `analyze` names the file."""
+    cell = next(p for p in (sweep / "cells").iterdir() if (p / name).is_file())
+    (cell / name).unlink()
+    if kind == "fifo":
+        os.mkfifo(cell / name)
+    else:
+        (cell / name).symlink_to(kind)
+    line = refused(CliRunner().invoke(cli, ["analyze", str(sweep)]))
+    shown = "a named pipe (FIFO)" if kind == "fifo" else "a character device"
+    assert f"run file {cell / name} is {shown}, not a file" in line

@@ -40,6 +40,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from crossbench.confounds.provenance import MIN_SCRUB_LEN, REDACTED, is_secret
+from crossbench.store.rundir import MANIFEST
 
 PATTERNS: tuple[tuple[str, re.Pattern[bytes]], ...] = (
     ("a Hugging Face token", re.compile(rb"hf_[A-Za-z0-9]{30,}")),
@@ -110,7 +111,7 @@ def _secret_value(name: bytes, value: bytes, random_only: bool) -> bool:
 SECRET_HASHES = "secret_hashes"
 """Key of a run manifest's declared secrets: ``{"salt": HEX, "sha256": [HEX, ...]}``, each the
 SHA-256 of the salt's bytes followed by one secret's UTF-8 bytes."""
-DECLARED = "a key the run declared (its hash is in manifest.json)"
+DECLARED = f"a key the run declared (its hash is in {MANIFEST})"
 """The finding of a declared secret."""
 _TOKENS = (re.compile(rb"[^\s\"'`]+"), re.compile(rb"[^\s\"'`,;:=<>\[\](){}]+"))
 _MAX_TOKEN = 4096
@@ -151,7 +152,7 @@ def declared_in(root: Path) -> DeclaredSecrets:
     """The secrets declared by every ``manifest.json`` under ``root`` (unreadable or foreign
     manifests declare none)."""
     found: set[tuple[bytes, str]] = set()
-    for path in root.rglob("manifest.json"):
+    for path in root.rglob(MANIFEST):
         try:
             record = json.loads(path.read_bytes()).get(SECRET_HASHES)
             salt = bytes.fromhex(record["salt"])

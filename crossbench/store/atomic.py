@@ -28,6 +28,7 @@ from typing import Any, TextIO
 import orjson
 
 from crossbench.errors import UserError
+from crossbench.textfile import open_regular
 
 
 def file_digest(path: Path, algorithm: str = "sha256") -> str:
@@ -266,7 +267,9 @@ def scan_jsonl(path: Path) -> JsonlScan:
     docstring); a damaged complete line is a :class:`UserError` naming the file and line."""
     scan = JsonlScan()
     records, lines, loads = scan.records, scan.lines, orjson.loads
-    with path.open("rb") as f:
+    if not path.exists():  # the caller's FileNotFoundError, as before
+        raise FileNotFoundError(2, "No such file or directory", str(path))
+    with open_regular(path, "run file") as f:  # a link to /dev/zero or a FIFO: one line
         for number, line in enumerate(f, 1):
             if not line.endswith(b"\n"):
                 scan.torn = line

@@ -71,6 +71,7 @@ from crossbench.store.atomic import (
     write_bytes_atomic,
     write_json_atomic,
 )
+from crossbench.textfile import MIB, read_bytes
 
 # -- layout ---------------------------------------------------------------------------------
 
@@ -778,12 +779,13 @@ def not_a_run(root: Path) -> UserError:
 def read_json(path: Path) -> dict[str, Any]:
     """A JSON object of a run directory for reading (analysis, report); a user error names
     the file when it is not one."""
-    try:
-        data = json.loads(path.read_text())
-    except (OSError, ValueError) as e:
-        raise UserError(f"cannot read {path}: {e}", "point at a complete run directory") from None
+    fix = "point at a complete run directory"
+    try:  # a regular file (a link to /dev/zero or a FIFO is one line), of at most 1 GiB
+        data = json.loads(read_bytes(path, "run file", 1024 * MIB, fix))
+    except (OSError, ValueError, RecursionError) as e:
+        raise UserError(f"cannot read {path}: {e}", fix) from None
     if not isinstance(data, dict):
-        raise UserError(f"{path} is not a JSON object", "point at a complete run directory")
+        raise UserError(f"{path} is not a JSON object", fix)
     return data
 
 
