@@ -553,3 +553,22 @@ def test_a_run_file_that_is_a_device_or_a_fifo_is_one_line(tmp_path, sweep, name
     line = refused(CliRunner().invoke(cli, ["analyze", str(sweep)]))
     shown = "a named pipe (FIFO)" if kind == "fifo" else "a character device"
     assert f"run file {cell / name} is {shown}, not a file" in line
+
+
+def test_a_pair_on_a_borrowed_spread_says_so_in_its_caveats(tmp_path, sweep):
+    """The synthetic study's draft-simple pair with a file that only has ngram-mod: the
+    verdict names the borrowed role and its spread."""
+    doc = StartSpread((Spread("synthetic", "baseline", 0.02, 4, 2, 6),
+                       Spread("synthetic", "ngram-mod", 0.05, 4, 2, 6)), ()).to_record()
+    engine = json.loads(next((sweep / "cells").glob("*/manifest.json")).read_text())
+    kind = str(engine["config"].get("engine"))
+    for s in doc["spreads"]:
+        s["engine"] = kind
+    path = _spread_file(tmp_path, doc)
+    r = CliRunner().invoke(cli, ["analyze", str(sweep), "--start-spread", str(path)])
+    assert r.exit_code == 0, r.output
+    (pair,) = json.loads((sweep / "analysis.json").read_text())["pairs"]
+    assert (f"the start spread is borrowed: the file has no spread for draft-simple on {kind}, "
+            "so the spread measured for ngram-mod (sigma_log 0.05) stands for it: measure "
+            "this method's own with `crossbench start-spread`") in pair["verdict_caveats"]
+    assert pair["speedup"]["start_prior"]["spec_role"] == "ngram-mod"

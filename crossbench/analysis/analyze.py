@@ -53,6 +53,9 @@ STARTS_DISAGREE_NOTE = ("the server starts disagree: with each start as one samp
 """The words the ``starts_disagree`` verdict caveat and the verdict table's footnote share."""
 KNOWN_SPREAD_NOTE = "the known start spread widened the interval"
 """The words of the verdict caveat of a verdict the start spread made more conservative."""
+BORROWED_SPREAD_NOTE = "the start spread is borrowed"
+"""The words of the verdict caveat of a pair whose method has no spread of its own in the
+start-spread file (it takes its engine's largest speculative one)."""
 RUNNER_WARNED = "ran with runner warnings"
 """The words of a verdict caveat for trials the runner warned about."""
 
@@ -155,6 +158,12 @@ def analyze_pair(spec: CellData, base: CellData, figs: dict[str, dict[str, Any]]
         "processes, a busy GPU...): see warnings" for side, ts in warned.items() if ts]
     if isinstance(spreads, str):
         out["verdict_caveats"].append(spreads)
+    elif isinstance(spreads, tuple) and not spreads[2]:
+        out["verdict_caveats"].append(
+            f"{BORROWED_SPREAD_NOTE}: the file has no spread for {spec.spec.get('type')} on "
+            f"{spreads[0].engine}, so the spread measured for {spreads[0].role} "
+            f"(sigma_log {spreads[0].sigma_log:.4g}) stands for it: measure this method's own "
+            "with `crossbench start-spread`")
     elif opts.start_spread is not None and sp["start_prior"] is not None:
         known = sp["start_prior"]
         alone = stats.verdict(tuple(known["bootstrap_ci95"]), sp["n_samples"],

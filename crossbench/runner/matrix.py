@@ -750,7 +750,8 @@ def validate_cells(m: Matrix, cells: list[Cell], source: Path | None = None) -> 
             if not got[2]:
                 notes.append(f"start_spread: no spread for method {role} of "
                              f"{c.engine_kind}: cell "
-                             f"{c.id} takes the engine's largest speculative one")
+                             f"{c.id} takes the engine's largest speculative one, "
+                             f"{got[0].role}'s (sigma_log {got[0].sigma_log:.4g})")
     if m.sequential is not None:
         if m.sequential.min_trials < 2 and known is None:
             raise UserError(f"{where}sequential.min_trials: {m.sequential.min_trials} "
