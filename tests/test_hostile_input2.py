@@ -572,3 +572,14 @@ def test_a_pair_on_a_borrowed_spread_says_so_in_its_caveats(tmp_path, sweep):
             "so the spread measured for ngram-mod (sigma_log 0.05) stands for it: measure "
             "this method's own with `crossbench start-spread`") in pair["verdict_caveats"]
     assert pair["speedup"]["start_prior"]["spec_role"] == "ngram-mod"
+
+
+def test_a_missing_binary_is_refused_before_the_matrix_folder_is_written(tmp_path):
+    p = matrix(tmp_path, engines={"llama": {"kind": "llama-server",
+                                            "binary": "/no/such/llama-server"}})
+    want = (f"crossbench: error: {p}: engines.llama.binary: /no/such/llama-server does not "
+            "exist (fix: fix the path, or drop `binary` to use a crossbench build (pin))")
+    assert refused(CliRunner().invoke(cli, ["validate", str(p)])) == want
+    out = tmp_path / "out"
+    assert refused(CliRunner().invoke(cli, ["matrix", str(p), "--out", str(out)])) == want
+    assert not out.exists()

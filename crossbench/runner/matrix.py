@@ -526,6 +526,11 @@ def expand(m: Matrix, source: Path | None = None) -> list[Cell]:
         if m.engines[eid].kind not in registry.names():
             raise bad(f"engines.{eid}.kind: unknown engine {m.engines[eid].kind!r}",
                       f"use one of: {', '.join(registry.names())}")
+        binary = m.engines[eid].binary
+        if binary is not None and not Path(binary).expanduser().exists():
+            # the run checks it too, but only after its folder is written
+            raise bad(f"engines.{eid}.binary: {binary} does not exist",
+                      "fix the path, or drop `binary` to use a crossbench build (pin)")
     for tid in m.axes.target:
         if tid not in m.models:
             raise bad(f"axes.target: unknown model {tid!r}",
