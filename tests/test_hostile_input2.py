@@ -583,3 +583,19 @@ def test_a_missing_binary_is_refused_before_the_matrix_folder_is_written(tmp_pat
     out = tmp_path / "out"
     assert refused(CliRunner().invoke(cli, ["matrix", str(p), "--out", str(out)])) == want
     assert not out.exists()
+
+
+@pytest.mark.parametrize(("make", "problem"), [
+    (lambda d: Path("/dev/zero"), "workload file /dev/zero is a character device, not a file"),
+    (lambda d: _fifo(d / "fifo"), "is a named pipe (FIFO), not a file"),
+    (lambda d: d, "is a directory, not a file"),
+])
+def test_a_workload_file_that_is_no_file_is_one_line(tmp_path, make, problem):
+    """`file:/dev/zero` was a MemoryError, a FIFO a hang: in validate and in `run --prompts`."""
+    path = make(tmp_path)
+    p = matrix(tmp_path, axes={**BASE["axes"], "workload": [f"file:{path}"]})
+    assert problem in refused(CliRunner().invoke(cli, ["validate", str(p)]))
+    from crossbench.load.workloads import load_workload
+
+    with pytest.raises(UserError, match=problem.replace("(", r"\(").replace(")", r"\)")):
+        load_workload(f"file:{path}")

@@ -33,6 +33,7 @@ from typing import Any
 import orjson
 
 from crossbench.errors import UserError
+from crossbench.textfile import read_bytes
 
 CATEGORIES = ("code", "math", "creative", "factual", "analysis", "howto")
 """Categories of the built-in prompt set, in their round-robin order."""
@@ -44,6 +45,9 @@ RANDOM_TOKEN_HIGH_CAP = 150_000
 """Ids are drawn below ``min(vocab_size, RANDOM_TOKEN_HIGH_CAP)``: the tail of large
 vocabularies holds added and special tokens."""
 
+MAX_WORKLOAD_BYTES = 256 * 1024 * 1024
+"""Largest workload file read (256 MiB): some 100,000 long prompts; a larger file, or a device
+such as /dev/zero, is a wrong path, never a workload."""
 DEFAULT_RANDOM_PROMPTS = 64
 """Distinct prompts ``random:`` generates when ``count`` is not given."""
 
@@ -270,13 +274,17 @@ def load_workload(
         return Workload(spec, prompts, digest)
     if kind == "file":
         path = Path(arg).expanduser()
-        try:
-            data = path.read_bytes()
-        except OSError as exc:
+        try:  # a regular file under the cap: /dev/zero, a FIFO or a directory is one line
+            data = read_bytes(path, "workload file", MAX_WORKLOAD_BYTES,
+                              "split it, or use fewer prompts (a workload is prompts)")
+        except UserError as exc:
+            if not exc.message.startswith("cannot read"):
+                raise
             raise UserError(
-                f"workload file {str(path)!r} cannot be read: {exc.strerror}",
+                f"workload file {str(path)!r} cannot be read: "
+                f"{exc.message.rpartition(': ')[2]}",
                 hint="check the path after 'file:'",
-            ) from exc
+            ) from None
         return Workload(spec, _cycle(_parse_jsonl(data, str(path)), count), _sha256(data))
     raise _bad_spec(spec, f"unknown kind {kind!r}")
 
