@@ -1,14 +1,20 @@
 #!/usr/bin/env bash
-# The H200 round of the methods study (matrices/h200-methods.yaml) that one session's device
-# time affords (started by benchmarks/h200_cross.sh with ROUND=methods, in its own process
-# session): llama.cpp, alpha 0.9, n = 2, 4, 8 (DFlash also 15), draft model, EAGLE-3 head,
-# DFlash drafter, n-gram and the baseline, at concurrency 1 and 16 on shared starts, two fresh
-# starts per server group. Planned with
+# The H200 rounds of the methods study (matrices/h200-methods.yaml), started by
+# benchmarks/h200_cross.sh with ROUND=methods (PART=1, in its own process session), or by hand
+# on the same warm machine with PART=2 into the same run directory (--resume adds the cells):
+#   PART=1  llama.cpp, alpha 0.9, n = 2, 4, 8 (DFlash also 15): draft model, EAGLE-3 head,
+#           DFlash drafter, n-gram and the baseline, c = 1 and 16 on shared starts, two fresh
+#           starts per server group;
+#   PART=2  the rest of llama.cpp's cells: alpha 0.7, and n = 1 at both alphas.
+# Planned with (PART=1; PART=2 is --only engine=llama less PART=1's cells)
 #   crossbench plan matrices/h200-methods.yaml --block 1 --only engine=llama \
 #     --skip arm=draft-a0.7 --skip arm=eagle3-a0.7 --skip arm=dflash-a0.7 --skip n=1
-# Later rounds (alpha 0.7, n = 1, vLLM) resume the same run directory with other filters.
+# vLLM's cells need its pack carried first (docs/vllm-offline.md).
 #
-# Usage: bash $0 DIR (resumes what a previous call left in DIR)
+# Usage: [PART=1|2] bash $0 DIR (resumes what a previous call left in DIR)
 . "$(dirname "$0")/run_steps.sh" "$@"   # dir, step
-step llama-methods matrices/h200-methods.yaml --only engine=llama \
-  --skip arm=draft-a0.7 --skip arm=eagle3-a0.7 --skip arm=dflash-a0.7 --skip n=1
+case "${PART:-1}" in
+  1) step llama-methods matrices/h200-methods.yaml --only engine=llama \
+       --skip arm=draft-a0.7 --skip arm=eagle3-a0.7 --skip arm=dflash-a0.7 --skip n=1 ;;
+  2) step llama-methods matrices/h200-methods.yaml --only engine=llama ;;
+esac

@@ -5,7 +5,9 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # constraints.txt: the versions these tests last passed with (docs/development.md)
-python3 -m pip install -q --disable-pip-version-check -c constraints.txt -e '.[dev]'
+# convert: torch (CPU build), transformers, sentencepiece for llama.cpp's convert_hf_to_gguf.py,
+# which makes the drafter fixtures (tests/test_drafters.py)
+python3 -m pip install -q --disable-pip-version-check -c constraints.txt -e '.[dev,convert]'
 # the report test opens the HTML report in Debian's headless Chromium (network blocked)
 if ! command -v chromium >/dev/null; then
   sudo_=""; [ "$(id -u)" = 0 ] || sudo_="sudo"
