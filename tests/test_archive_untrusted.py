@@ -18,7 +18,15 @@ import pytest
 from click.testing import CliRunner
 
 from crossbench.archive.build import parse_size
-from crossbench.archive.verify import MAX_BYTES, MAX_ENTRIES, Limits, zip_entries
+from crossbench.archive.verify import (
+    MAX_BYTES,
+    MAX_DEPTH,
+    MAX_ENTRIES,
+    MAX_MEMBER_BYTES,
+    MAX_NAME_BYTES,
+    Limits,
+    zip_entries,
+)
 from crossbench.cli.main import cli
 from crossbench.importers.synthetic import Arm, study
 
@@ -75,16 +83,20 @@ def test_a_genuine_archive_still_verifies(real_zip: Path, scratch: Path) -> None
 
 
 def test_the_limits_fit_the_projects_real_archives() -> None:
-    """Every archive under examples/ (the H200 studies: up to 274 entries and 7.2 MB) passes
-    the pre-checks with a margin of 300x on entries and 1000x on bytes, and the CLI's
-    defaults are the documented constants."""
+    """Every archive under examples/ (the H200 studies: up to 274 entries and 9.4 MB, paths 6
+    deep and 109 bytes long, no member over 1 MB) passes the pre-checks with a margin of 300x
+    on entries, 800x on bytes, 5x on depth and 9x on name length, and the CLI's defaults are
+    the documented constants."""
     zips = sorted((ROOT / "examples").rglob("*.zip"))
     assert len(zips) >= 5
     for z in zips:
         with zipfile.ZipFile(z) as zf:
             infos = zip_entries(zf, z.name, Limits())
             assert len(infos) * 300 < MAX_ENTRIES, z
-            assert sum(i.file_size for i in infos) * 1000 < MAX_BYTES, z
+            assert sum(i.file_size for i in infos) * 800 < MAX_BYTES, z
+            assert max(i.file_size for i in infos) * 1000 < MAX_MEMBER_BYTES, z
+            assert max(i.filename.count("/") + 1 for i in infos) * 5 < MAX_DEPTH, z
+            assert max(len(i.filename.encode()) for i in infos) * 9 < MAX_NAME_BYTES, z
     verify_cmd = cli.commands["archive"].commands["verify"]  # type: ignore[attr-defined]
     defaults = {p.name: p.default for p in verify_cmd.params}
     assert parse_size(defaults["max_size"]) == MAX_BYTES
@@ -111,24 +123,25 @@ def test_a_zip_bomb_is_refused_before_anything_is_written(tmp_path: Path, scratc
 
 def test_a_header_declaring_a_huge_size_is_refused_at_the_default_limit(
         tmp_path: Path, scratch: Path) -> None:
-    """Three entries whose central directory declares 4 GiB - 1 each (12 GiB in all): the
-    zip is tiny, the default limit (8 GiB) refuses it without reading a byte of data."""
+    """Nine entries whose central directory declares 1 GiB each (the most one member may
+    declare; 9 GiB in all): the zip is tiny, the default limit (8 GiB) refuses it without
+    reading a byte of data."""
     liar = tmp_path / "liar.zip"
     with zipfile.ZipFile(liar, "w", zipfile.ZIP_STORED) as zf:
-        for i in range(3):
+        for i in range(9):
             zf.writestr(f"liar/f{i}.bin", b"x")
     data = bytearray(liar.read_bytes())
     pos = 0
     while (pos := data.find(b"PK\x01\x02", pos)) >= 0:  # central directory headers
-        struct.pack_into("<I", data, pos + 24, 0xFFFFFFFE)  # uncompressed size
+        struct.pack_into("<I", data, pos + 24, MAX_MEMBER_BYTES)  # uncompressed size
         pos += 4
     liar.write_bytes(bytes(data))
     with zipfile.ZipFile(liar) as zf:
-        assert sum(i.file_size for i in zf.infolist()) == 3 * 0xFFFFFFFE
+        assert sum(i.file_size for i in zf.infolist()) == 9 * MAX_MEMBER_BYTES
     r = invoke("archive", "verify", str(liar))
     assert r.exit_code == 2
-    assert f"{liar} declares {3 * 0xFFFFFFFE} bytes uncompressed, more than the limit of " \
-        f"{MAX_BYTES} (a decompression bomb?)" in r.stderr
+    assert f"{liar} declares {9 * MAX_MEMBER_BYTES} bytes uncompressed, more than the limit " \
+        f"of {MAX_BYTES} (a decompression bomb?)" in r.stderr
     assert written(scratch) == []
 
 

@@ -19,15 +19,21 @@ A zip is someone else's deposit, so it is opened as untrusted input: before anyt
 written, its central directory must declare at most :data:`MAX_ENTRIES` entries and
 :data:`MAX_BYTES` uncompressed bytes in all (and fit the free space of the temporary folder),
 and hold only regular files and folders under safe relative names, each once; a symbolic link
-(by its external attributes), a device or pipe, an absolute name, a ``..`` part or a name given
-twice is refused with a one-line error naming the entry. Entries are then written one by one
-as plain files, never following a link, and never more bytes than declared. Side archives are
-read under the same rules (a violation is a problem of the side-archive check).
+(by its external attributes), a device or pipe, an absolute name, a ``..`` part, a name given
+twice (in any spelling: ``a//b`` and ``a/./b`` are ``a/b``), a path deeper than
+:data:`MAX_DEPTH` folders or longer than :data:`MAX_NAME_BYTES` (a part longer than
+:data:`MAX_PART_BYTES`), a member over :data:`MAX_MEMBER_BYTES`, an encrypted entry or a
+compression method other than those of :data:`METHODS` is refused with a one-line error
+naming the entry. Entries are then written one by one as plain files, never following a link,
+and never more bytes than declared; data that does not inflate or does not match its
+checksum is one line too. Side archives are read under the same rules (a violation is a
+problem of the side-archive check; their members are streamed, so only the total applies).
 """
 
 from __future__ import annotations
 
 import bisect
+import copy
 import hashlib
 import json
 import math
@@ -37,8 +43,9 @@ import shutil
 import stat
 import tempfile
 import zipfile
+import zlib
 from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from fnmatch import fnmatchcase
 from pathlib import Path
 from typing import Any
@@ -81,6 +88,22 @@ MAX_BYTES = 8 * 1024**3
 """Most uncompressed bytes a zip may declare in all (8 GiB). The archives of examples/
 declare 2.0 to 7.2 MB; server logs, the bulk of a large study, can go to a side archive
 (``--split-logs-over``), which is checked against the same limit on its own."""
+MAX_MEMBER_BYTES = 1024**3
+"""Most uncompressed bytes one member of a zip may declare (1 GiB, what the run reader reads of
+one file): the largest member of examples/ declares 0.96 MB."""
+MAX_DEPTH = 32
+"""Most parts a member's path may have (the archives of examples/ go 6 deep). A deeper path is
+no run directory; a 2 000-deep one also outran Python's recursion in removing the temporary
+folder, which was left behind."""
+MAX_NAME_BYTES = 1024
+"""Longest member name in UTF-8 bytes (examples/: 109), well under the 4 096 of a path on
+Linux with the temporary folder in front."""
+MAX_PART_BYTES = 255
+"""Longest part of a member name (a file or folder name; Linux's NAME_MAX; examples/: 52)."""
+METHODS = {zipfile.ZIP_STORED: "stored", zipfile.ZIP_DEFLATED: "deflate",
+           zipfile.ZIP_BZIP2: "bzip2", zipfile.ZIP_LZMA: "lzma"}
+"""Compression methods an entry may use: those Python's zipfile reads (``crossbench archive``
+writes deflate)."""
 _COPY_BLOCK = 1 << 20
 REL_TOL = 1e-9
 """Relative tolerance of a re-derived number (the analysis is deterministic; this only
@@ -381,7 +404,8 @@ def check_side_archives(root: Path, beside: Path, notes: list[str],
         wanted = {f["path"]: f["sha256"] for f in side.get("files", [])}
         try:
             zf = zipfile.ZipFile(path)
-            infos = zip_entries(zf, path.name, limits or Limits())
+            lim = limits or Limits()
+            infos = zip_entries(zf, path.name, replace(lim, member=lim.bytes))
         except (OSError, zipfile.BadZipFile, UserError) as e:
             why = e.message if isinstance(e, UserError) else f"not a readable zip: {e}"
             check.problems.append(Problem(path.name, None, why.removeprefix(path.name + " ")))
@@ -396,9 +420,15 @@ def check_side_archives(root: Path, beside: Path, notes: list[str],
                                                   f"not listed in {MANIFEST}"))
                     continue
                 h = hashlib.sha256()
-                with zf.open(info) as fh:
-                    for block in iter(lambda: fh.read(1 << 20), b""):
-                        h.update(block)
+                try:
+                    with zf.open(info) as fh:
+                        for block in iter(lambda: fh.read(1 << 20), b""):
+                            h.update(block)
+                except _DAMAGED as e:
+                    wanted.pop(rel)
+                    check.problems.append(Problem(f"{path.name}:{rel}", None,
+                                                  f"damaged data ({_why(e)})"))
+                    continue
                 if h.hexdigest() != wanted.pop(rel):
                     check.problems.append(Problem(f"{path.name}:{rel}", None,
                                                   f"sha256 differs from {MANIFEST}"))
@@ -575,6 +605,8 @@ class Limits:
 
     entries: int = MAX_ENTRIES
     bytes: int = MAX_BYTES
+    member: int = MAX_MEMBER_BYTES
+    """Most uncompressed bytes one member may declare."""
 
 
 def _entry_kind(info: zipfile.ZipInfo) -> str | None:
@@ -597,10 +629,21 @@ def _unsafe_name(name: str) -> bool:
             or all(p in ("", ".") for p in parts))
 
 
+def _shown(name: str) -> str:
+    """An entry's name for a message: quoted, its middle cut when it is long."""
+    return repr(name) if len(name) <= 80 else f"{name[:40]!r}...{name[-30:]!r}"
+
+
+def _key(name: str) -> str:
+    """The path a name unpacks to (``a//b``, ``a/./b`` and ``a/b/`` are all ``a/b``)."""
+    return "/".join(p for p in name.split("/") if p not in ("", "."))
+
+
 def zip_entries(zf: zipfile.ZipFile, label: str, limits: Limits) -> list[zipfile.ZipInfo]:
     """The entries of an untrusted zip, after every check that needs nothing written: count
     and declared size within ``limits``, only regular files and folders, safe relative
-    names, none twice. Raises UserError naming the entry (``label`` names the zip)."""
+    names of bounded depth and length, none twice in any spelling, no encryption, a known
+    compression method. Raises UserError naming the entry (``label`` names the zip)."""
     infos = zf.infolist()
     fix = "only verify archives made by `crossbench archive`"
     if len(infos) > limits.entries:
@@ -611,15 +654,36 @@ def zip_entries(zf: zipfile.ZipFile, label: str, limits: Limits) -> list[zipfile
     for info in infos:
         name = info.filename
         if _unsafe_name(name):
-            raise UserError(f"{label} holds an unsafe path {name!r}", fix)
+            raise UserError(f"{label} holds an unsafe path {_shown(name)}", fix)
+        key = _key(name)
+        parts = key.split("/")
+        if len(parts) > MAX_DEPTH:
+            raise UserError(f"{label} holds a path {len(parts)} parts deep ({_shown(name)}), "
+                            f"deeper than {MAX_DEPTH}", fix)
+        longest = max(len(p.encode()) for p in parts)
+        if len(name.encode()) > MAX_NAME_BYTES or longest > MAX_PART_BYTES:
+            raise UserError(f"{label} holds a name too long to unpack ({_shown(name)}: "
+                            f"{len(name.encode())} bytes, a part of {longest}; at most "
+                            f"{MAX_NAME_BYTES} and {MAX_PART_BYTES})", fix)
         kind = _entry_kind(info)
         if kind is not None:
-            raise UserError(f"{label} entry {name!r} is {kind}, not a regular file", fix)
-        key = name.rstrip("/")
+            raise UserError(f"{label} entry {_shown(name)} is {kind}, not a regular file", fix)
+        if info.flag_bits & 0x1:
+            raise UserError(f"{label} entry {_shown(name)} is encrypted (an archive holds "
+                            "plain files)", fix)
+        if info.compress_type not in METHODS:
+            raise UserError(f"{label} entry {_shown(name)} uses compression method "
+                            f"{info.compress_type}, not one of {', '.join(METHODS.values())}",
+                            fix)
         if key in seen:
-            raise UserError(f"{label} holds {key!r} twice (which copy counts depends on the "
+            twice = repr(key) if key == name.rstrip("/") else f"{_shown(name)} (as {key!r})"
+            raise UserError(f"{label} holds {twice} twice (which copy counts depends on the "
                             "tool that unpacks it)", fix)
         seen.add(key)
+        if info.file_size > limits.member:
+            raise UserError(f"{label} entry {_shown(name)} declares {info.file_size} bytes, "
+                            f"more than the limit of {limits.member} for one file",
+                            f"{fix} (no run file is that large)")
         total += info.file_size
     if total > limits.bytes:
         raise UserError(f"{label} declares {total} bytes uncompressed, more than the limit of "
@@ -646,14 +710,26 @@ def _extract(zpath: Path, into: Path, limits: Limits) -> Path:
             raise UserError(f"{zpath} unpacks to {need} bytes but {into} has {free} free",
                             "free space there, or point TMPDIR at a larger disk")
         for info in infos:
-            _write_entry(zf, info, into)
+            _write_entry(zf, info, into, str(zpath))
     return into / tops.pop()
 
 
-def _write_entry(zf: zipfile.ZipFile, info: zipfile.ZipInfo, into: Path) -> None:
+_DAMAGED = (zipfile.BadZipFile, zlib.error, EOFError, NotImplementedError, RuntimeError)
+"""What zipfile raises for data it cannot read back: a checksum or header that does not
+match, a stream that does not inflate, data cut short, a method or encryption it lacks."""
+
+
+def _why(e: BaseException) -> str:
+    return " ".join(str(e).split()) or type(e).__name__
+
+
+def _write_entry(zf: zipfile.ZipFile, info: zipfile.ZipInfo, into: Path,
+                 label: str = "the zip") -> None:
     """Write one checked entry as a plain file (or folder) under ``into``: no link is
     followed (an existing path that is not a plain folder is an error), and no more bytes
-    are written than the entry declares (zipfile stops there and checks the CRC)."""
+    are written than the entry declares. zipfile is let read one byte more and the checksum
+    is checked here, so data longer or shorter than declared is told from a wrong
+    checksum."""
     target = into
     parts = [p for p in info.filename.split("/") if p not in ("", ".")]
     for part in parts[:-1] if not info.is_dir() else parts:
@@ -666,16 +742,29 @@ def _write_entry(zf: zipfile.ZipFile, info: zipfile.ZipInfo, into: Path) -> None
         return
     path = target / parts[-1]
     flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0)
+    fix = "only verify archives made by `crossbench archive`"
     fd = os.open(path, flags, 0o644)
-    written = 0
-    with os.fdopen(fd, "wb") as out, zf.open(info) as src:
-        for block in iter(lambda: src.read(_COPY_BLOCK), b""):
-            written += len(block)
-            if written > info.file_size:  # zipfile already stops at the declared size
-                raise UserError(f"{info.filename!r} holds more than its declared "
-                                f"{info.file_size} bytes", "only verify archives made by "
-                                "`crossbench archive`")
-            out.write(block)
+    one_more = copy.copy(info)
+    one_more.file_size += 1
+    del one_more.CRC  # zipfile checks no checksum then: it is checked below
+    written, crc = 0, 0
+    entry = f"{label} entry {_shown(info.filename)}"
+    try:
+        with os.fdopen(fd, "wb") as out, zf.open(one_more) as src:
+            for block in iter(lambda: src.read(_COPY_BLOCK), b""):
+                written += len(block)
+                if written > info.file_size:
+                    raise UserError(f"{entry} holds more than its declared {info.file_size} "
+                                    "bytes", fix)
+                crc = zlib.crc32(block, crc)
+                out.write(block)
+    except _DAMAGED as e:
+        raise UserError(f"{entry} is damaged ({_why(e)})", fix) from None
+    if written < info.file_size:
+        raise UserError(f"{entry} holds {written} bytes, fewer than its declared "
+                        f"{info.file_size}", fix)
+    if crc != info.CRC:
+        raise UserError(f"{entry} does not match its CRC-32 checksum (damaged)", fix)
 
 
 def unpack(path: Path, into: Path, limits: Limits | None = None) -> Path:

@@ -40,7 +40,10 @@ __all__ = ["FRAMES", "RunFrames", "open_run"]
 def open_run(path: str | Path, opts: StatsOptions | None = None) -> RunFrames:
     """Open a run directory (``crossbench run``, ``matrix`` or ``import``) or an archive
     (``.zip`` or folder from ``crossbench archive``; a zip is unpacked, with every check of
-    an untrusted zip, into a temporary folder that lives as long as the object).
+    an untrusted zip, into a temporary folder that lives as long as the object and is
+    removed at once when the zip is refused). One member of a zip may declare at most
+    :data:`crossbench.archive.verify.MAX_MEMBER_BYTES` (1 GiB, what the run reader reads of
+    one file).
 
     ``opts`` are the statistics options of :attr:`RunFrames.analysis` (default: those of
     ``crossbench analyze``).
@@ -52,11 +55,16 @@ def open_run(path: str | Path, opts: StatsOptions | None = None) -> RunFrames:
     root = p
     if p.is_file() or (p / "SHA256SUMS").exists() or not (
             rundir.is_matrix(p) or rundir.is_run(p)):
-        from crossbench.archive.verify import unpack
+        from crossbench.archive.verify import MAX_MEMBER_BYTES, Limits, unpack
 
         if p.is_file():
             tmp = tempfile.TemporaryDirectory(prefix="crossbench-open-")
-        root = unpack(p, Path(tmp.name) if tmp else p)
+        try:
+            root = unpack(p, Path(tmp.name) if tmp else p, Limits(member=MAX_MEMBER_BYTES))
+        except BaseException:
+            if tmp is not None:
+                tmp.cleanup()
+            raise
     return RunFrames(load_run(root), opts or StatsOptions(), tmp)
 
 
