@@ -294,9 +294,12 @@ def test_a_matrix_with_a_zero_spread_is_refused_by_validate(tmp_path):
      "spreads[2] repeats llama-server draft-simple"),
     (lambda d: d["sources"].append(dict(d["sources"][0])), "sources lists one run twice"),
     (lambda d: d["spreads"][1].update(df=12), "spreads[1] has df 12 from 6 starts"),
-    (lambda d: d["spreads"][1].update(df=2.9), "spreads[1] lacks or mistypes 2.9"),
-    (lambda d: d["spreads"][1].update(sigma_log="0.05"), "spreads[1] lacks or mistypes '0.05'"),
-    (lambda d: d["spreads"][1].update(sigma_log=True), "spreads[1] lacks or mistypes True"),
+    (lambda d: d["spreads"][1].update(df=2.9),
+     "spreads[1] lacks or mistypes df: 2.9 (a whole number"),
+    (lambda d: d["spreads"][1].update(sigma_log="0.05"),
+     "spreads[1] lacks or mistypes sigma_log: '0.05' (a finite number)"),
+    (lambda d: d["spreads"][1].update(sigma_log=True),
+     "spreads[1] lacks or mistypes sigma_log: True (a finite number)"),
     (lambda d: d.update(sources="x"), "spreads and sources must be lists of objects"),
 ])
 def test_a_doubled_or_mistyped_spread_file_is_refused(tmp_path, sweep, edit, problem):

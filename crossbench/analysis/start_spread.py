@@ -141,15 +141,16 @@ class StartSpread:
             raise UserError(f"{where}: schema_version {doc.get('schema_version')!r} is not "
                             f"{SCHEMA}", fix)
         out = []
-        spreads, sources = doc.get("spreads") or [], doc.get("sources") or []
+        spreads, sources = doc.get("spreads"), doc.get("sources", [])
         if not isinstance(spreads, list) or not isinstance(sources, list) \
                 or not all(isinstance(x, dict) for x in [*spreads, *sources]):
             raise UserError(f"{where}: spreads and sources must be lists of objects", fix)
         seen: set[tuple[str, str]] = set()
         for i, s in enumerate(spreads):
             try:
-                sp = Spread(_text(s["engine"]), _text(s["role"]), _number(s["sigma_log"]),
-                            _whole(s["df"]), _whole(s["cells"]), _whole(s["starts"]))
+                sp = Spread(_field(s, "engine", _text), _field(s, "role", _text),
+                            _field(s, "sigma_log", _number), _field(s, "df", _whole),
+                            _field(s, "cells", _whole), _field(s, "starts", _whole))
             except (KeyError, TypeError, ValueError) as e:
                 raise UserError(f"{where}: spreads[{i}] lacks or mistypes {e}", fix) from None
             if not MIN_SIGMA_LOG <= sp.sigma_log <= MAX_SIGMA_LOG:
@@ -202,6 +203,17 @@ class StartSpread:
         return cls.from_record(doc, f"--start-spread {path}")
 
 
+def _field(doc: dict[str, Any], key: str, read: Any) -> Any:
+    """``doc[key]`` read by ``read``; a missing or mistyped value raises KeyError or TypeError
+    naming the key (``'df'``, ``df: inf (a whole number ...)``)."""
+    if key not in doc:
+        raise KeyError(key)
+    try:
+        return read(doc[key])
+    except TypeError as e:
+        raise TypeError(f"{key}: {e}") from None
+
+
 def _text(value: Any) -> str:
     if not isinstance(value, str) or not value:
         raise TypeError(f"{value!r} (a name)")
@@ -217,8 +229,8 @@ def _number(value: Any) -> float:
 
 def _whole(value: Any) -> int:
     if isinstance(value, bool) or not isinstance(value, int | float) \
-            or not float(value).is_integer():
-        raise TypeError(f"{value!r} (a whole number)")
+            or not float(value).is_integer() or abs(value) > MAX_DF * 1000:
+        raise TypeError(f"{value!r} (a whole number up to {MAX_DF * 1000})")
     return int(value)
 
 
