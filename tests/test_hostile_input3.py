@@ -266,3 +266,21 @@ def test_a_spread_file_with_a_wrong_type_or_range_is_one_line(
     line = refused(CliRunner().invoke(cli, ["analyze", str(run), "--start-spread", str(path)]))
     assert line.startswith(f"crossbench: error: --start-spread {path}: {problem}"), line
     assert not (run / "analysis.json").exists()
+
+
+def test_a_damaged_side_archive_is_a_problem_of_its_check(real_zip: Path, tmp_path: Path) -> None:
+    """A side archive is streamed, never unpacked: a corrupt member is a problem line of the
+    side-archive check (exit 1), not a traceback."""
+    with zipfile.ZipFile(real_zip) as zf:
+        zf.extractall(tmp_path)
+    folder = tmp_path / "small"
+    side = _corrupt(real_zip, tmp_path)
+    (tmp_path / "small-logs.zip").write_bytes(side.read_bytes())
+    manifest = json.loads((folder / "MANIFEST.json").read_text())
+    manifest["side_archives"] = [{"name": "small-logs.zip", "sha256": "0" * 64,
+                                  "files": [{"path": "data/extra.txt", "sha256": "0" * 64}]}]
+    (folder / "MANIFEST.json").write_text(json.dumps(manifest))
+    r = CliRunner().invoke(cli, ["archive", "verify", str(folder), "--no-reanalysis"])
+    assert r.exit_code == 1 and "Traceback" not in r.output
+    assert any(ln.startswith("small-logs.zip:data/extra.txt: damaged data (Error -3 while "
+                             "decompressing data: ") for ln in r.stdout.splitlines()), r.stdout
