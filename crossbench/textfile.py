@@ -19,6 +19,7 @@ from crossbench.errors import UserError
 MIB = 1024 * 1024
 _UTF8_BOM = b"\xef\xbb\xbf"
 _UTF16_BOMS = (b"\xff\xfe", b"\xfe\xff")
+_UTF32_BOMS = (b"\xff\xfe\x00\x00", b"\x00\x00\xfe\xff")  # the LE one starts as UTF-16's
 
 
 def _kind(mode: int) -> str:
@@ -34,6 +35,16 @@ def _kind(mode: int) -> str:
     if stat.S_ISSOCK(mode):
         return "a socket"
     return "not a regular file"
+
+
+def not_regular(path: Path) -> str | None:
+    """What ``path`` is in words when it is not a regular file after links are followed (a
+    directory, a FIFO, a device, a dangling link), or None for a regular file."""
+    try:
+        st = path.stat()
+    except OSError as e:
+        return f"unreadable ({e.strerror or e})"
+    return None if stat.S_ISREG(st.st_mode) else _kind(st.st_mode)
 
 
 def size_text(n: int) -> str:
@@ -111,7 +122,10 @@ def decode_text(data: bytes, path: Path, what: str) -> str:
         return data[start:].decode("utf-8")
     except UnicodeDecodeError as e:
         offset = start + e.start
-        why = (" (a UTF-16 byte-order mark: the file is UTF-16)"
-               if offset == 0 and data.startswith(_UTF16_BOMS) else "")
+        why = ""
+        if data.startswith(_UTF32_BOMS):
+            why = " (a UTF-32 byte-order mark: the file is UTF-32)"
+        elif data.startswith(_UTF16_BOMS):
+            why = " (a UTF-16 byte-order mark: the file is UTF-16)"
         raise UserError(f"{what} {path} is not UTF-8: byte 0x{data[offset]:02x} at offset "
                         f"{offset}{why}", "save it as UTF-8") from None

@@ -21,7 +21,8 @@ llama-bench runs no speculative decoding, so every cell is a baseline (method ``
 
 Every field read is checked (:func:`check_test`): ``n_prompt``, ``n_gen`` and ``n_depth``
 whole numbers (``records.MAX_TOKENS`` at most, not both 0), ``samples_ns`` a list of whole
-nanoseconds above 0 (``records.MAX_MS`` at most), the model file name and build fields strings
+nanoseconds above 0 (``records.MAX_MS`` at most; for a generation test no faster than
+``records.MIN_MS_PER_TOKEN`` a token), the model file name and build fields strings
 or numbers where llama-bench writes them, and no NaN or infinity anywhere. A test that fails is
 left out and listed in ``not_imported`` (``FILE test I``) with the reason.
 """
@@ -37,6 +38,7 @@ from crossbench.importers.records import (
     MAX_MS,
     ImportedCell,
     Invalid,
+    check_decode,
     count,
     finite_everywhere,
     read_json_objects,
@@ -85,6 +87,8 @@ def check_test(t: dict[str, Any]) -> None:
     for k, ns in enumerate(samples):
         if count(ns, f"samples_ns[{k}]", maximum=int(MAX_MS * 1e6)) == 0:
             raise Invalid(f"samples_ns[{k}] is 0: a repetition takes time")
+        if not n_prompt:  # a tg test's record decodes n_gen - 1 tokens in (n_gen - 1) / n_gen
+            check_decode(ns / 1e6 * (n_gen - 1) / n_gen, n_gen, f"samples_ns[{k}] (scaled)")
     for key in ("model_filename", "build_commit", "cpu_info", "gpu_info", "backends"):
         text_or_none(t.get(key), key)
     if t.get("build_number") is not None:

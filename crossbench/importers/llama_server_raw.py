@@ -2,11 +2,12 @@
 
 File names are matched against a pattern with placeholders ``{model}``, ``{arm}`` and
 ``{prompt}`` (required) and ``{trial}`` (digits) and ``{category}`` (optional), e.g.
-``{model}_{arm}_p{prompt}.json``. Files that do not match are listed, never skipped
-silently. One cell per (model, arm); the arm named by ``--baseline-arm`` is the baseline
-(method ``none``); ``--n-from-arm REGEX`` reads n from the arm's name (its first group) and
-the rest of the name labels the arm, so ``draft-n2`` and ``draft-n4`` form one n-sweep; an
-arm named only by n (``n4``) is labelled by its method, so ``n2`` and ``n4`` form one too.
+``{model}_{arm}_p{prompt}.json``. Files that do not match are listed, never skipped silently,
+and so are entries that are not regular files (a FIFO, a link to a device). One cell per
+(model, arm); the arm named by ``--baseline-arm`` is the baseline (method ``none``);
+``--n-from-arm REGEX`` reads n from the arm's name (its first group) and the rest of the name
+labels the arm, so ``draft-n2`` and ``draft-n4`` form one n-sweep; an arm named only by n
+(``n4``) is labelled by its method, so ``n2`` and ``n4`` form one too.
 
 Accepted bodies: the native ``/completion`` response (``content``, ``tokens``,
 ``timings``, ``generation_settings``), and the OpenAI-compatible completion and chat
@@ -21,7 +22,8 @@ nothing the data does not say is filled in.
 
 Every field read is checked (:func:`check_body`): objects where objects belong, strings where
 strings belong, finite non-negative numbers for times (``prompt_ms`` and, for two tokens or
-more, ``predicted_ms`` above 0; at most ``records.MAX_MS``) and whole numbers for token counts
+more, ``predicted_ms`` at least ``records.MIN_MS_PER_TOKEN`` for each token after the first;
+at most ``records.MAX_MS``) and whole numbers for token counts
 (at least 1 output token; at most ``records.MAX_TOKENS``). A body that fails is left out and
 listed in ``not_imported`` with the reason; a file that is not a JSON object at all stops the
 import (it is not a response body).
@@ -38,6 +40,7 @@ from crossbench.errors import UserError
 from crossbench.importers.records import (
     ImportedCell,
     Invalid,
+    check_decode,
     count,
     number,
     obj,
@@ -48,7 +51,7 @@ from crossbench.importers.records import (
     write_import,
 )
 from crossbench.load.workloads import load_workload
-from crossbench.textfile import MIB, read_text
+from crossbench.textfile import MIB, not_regular, read_text
 
 REQUIRED = ("model", "arm", "prompt")
 OPTIONAL = ("trial", "category")
@@ -167,8 +170,7 @@ def check_body(b: dict[str, Any]) -> None:
         raise Invalid("timings.prompt_ms is missing: the time to first token is unknown")
     if t["prompt_ms"] == 0 and t.get("prompt_n") != 0:
         raise Invalid("timings.prompt_ms is 0: evaluating a prompt takes time")
-    if t["predicted_ms"] == 0 and n >= 2:
-        raise Invalid(f"timings.predicted_ms is 0 for {n} tokens: decoding them takes time")
+    check_decode(float(t["predicted_ms"]), n, "timings.predicted_ms")
     if t.get("draft_n_accepted", 0) > t.get("draft_n", 0):
         raise Invalid(f"timings.draft_n_accepted ({t['draft_n_accepted']}) is above "
                       f"timings.draft_n ({t.get('draft_n', 0)})")
@@ -227,8 +229,12 @@ def import_llama_server_raw(raw_dir: Path, pattern: str, baseline_arm: str, out:
     matched: dict[tuple[str, str], list[tuple[dict[str, str], Path, dict[str, Any]]]] = {}
     unmatched: list[dict[str, str]] = []
     excluded: dict[str, list[dict[str, str]]] = {}  # arm -> bodies left out, with the reason
-    for path in sorted(p for p in raw_dir.rglob("*") if p.is_file()):
+    for path in sorted(p for p in raw_dir.rglob("*") if not p.is_dir()):
         rel = str(path.relative_to(raw_dir))
+        kind = not_regular(path)
+        if kind is not None:  # a FIFO would hang the read, /dev/zero fill memory: listed
+            unmatched.append({"file": rel, "reason": f"is {kind}, not a response body file"})
+            continue
         m = rx.match(rel) or rx.match(path.name)
         if m is None:
             unmatched.append({"file": rel, "reason": f"does not match --pattern {pattern!r}"})

@@ -46,6 +46,14 @@ MAX_MS = 1e9
 the records' integer clock once summed over a trial."""
 
 
+MIN_MS_PER_TOKEN = 0.05
+"""Least decode time a source may report per output token after the first, in milliseconds:
+20,000 tokens/s for one sequence. The fastest single-sequence decode reported anywhere is a few
+thousand tokens/s (wafer-scale and SRAM systems on small models; an H200 serves a 1B model
+at about 1,000), and speculation multiplies that by at most its n + 1; a faster time is a
+broken clock or a unit slip (``docs/input-guarantees.md`` gives the reasons)."""
+
+
 class Invalid(Exception):
     """A source value no measurement can have; the message is the reason ``not_imported``
     lists, naming the field as the source spells it."""
@@ -93,6 +101,15 @@ def number(value: Any, field: str, *, positive: bool = False, maximum: float | N
     if maximum is not None and x > maximum:
         raise Invalid(f"{field} is {shown(value)}, above {maximum:g} {unit}".rstrip())
     return x
+
+
+def check_decode(ms: float, tokens: int, field: str) -> None:
+    """Raise :class:`Invalid` when ``ms`` milliseconds for ``tokens`` output tokens decode the
+    tokens after the first faster than :data:`MIN_MS_PER_TOKEN` allows (0 included)."""
+    if tokens >= 2 and ms < MIN_MS_PER_TOKEN * (tokens - 1):
+        raise Invalid(f"{field} is {shown(ms)} ms for {tokens - 1} tokens after the first: "
+                      f"faster than {MIN_MS_PER_TOKEN:g} ms a token (20,000 tokens/s for one "
+                      "sequence), which no engine decodes")
 
 
 def count(value: Any, field: str, *, minimum: int = 0, maximum: int = MAX_TOKENS) -> int:

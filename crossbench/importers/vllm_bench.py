@@ -24,11 +24,13 @@ which names the same prompt only when the runs used the same dataset, seed and p
 Every scalar field of the result (metadata included) is kept in the manifest.
 
 Every field read is checked (:func:`check_result`): strings where strings belong, per-request
-lists as long as ``latencies``, finite non-negative seconds (``records.MAX_MS`` at most),
-whole token counts, acceptance counts with accepted <= drafted and rates within 0-1, and no
-NaN or infinity in any metric (``request_rate`` may be ``inf``, vLLM's default). A result that
-fails is left out, listed in ``not_imported`` with the reason (``FILE`` or ``FILE result K``);
-its file's other results are imported.
+lists as long as ``latencies``, finite non-negative seconds (``records.MAX_MS`` at most), no
+decode faster than ``records.MIN_MS_PER_TOKEN`` per token after the first (the sum of a
+request's ``itls``, or its latency without them), whole token counts, acceptance counts with
+accepted <= drafted and rates within 0-1, and no NaN or infinity in any metric
+(``request_rate`` may be ``inf``, vLLM's default). A result that fails is left out, listed in
+``not_imported`` with the reason (``FILE`` or ``FILE result K``); its file's other results are
+imported.
 """
 
 from __future__ import annotations
@@ -44,6 +46,7 @@ from crossbench.importers.records import (
     MAX_MS,
     ImportedCell,
     Invalid,
+    check_decode,
     count,
     finite_everywhere,
     number,
@@ -169,7 +172,10 @@ def check_result(res: dict[str, Any]) -> None:
         if starts is not None:
             number(starts[i], f"start_times[{i}]", maximum=_CLOCK_S, unit="s")
         tokens = {k: count(v[i], f"{k}[{i}]") for k, v in lens.items() if v is not None}
-        done = not error and latency > 0
+        done = not error and latency > 0  # 0: a failed request (zero_latency lists it)
+        out_len = tokens.get("output_lens")
+        if done and out_len is not None and (ttfts is None or itls is None):
+            check_decode(latency * 1000, out_len, f"latencies[{i}]")
         if ttfts is not None:
             ttft = number(ttfts[i], f"ttfts[{i}]", maximum=_MAX_S, unit="s")
             if done and ttft == 0:
@@ -179,10 +185,21 @@ def check_result(res: dict[str, Any]) -> None:
             gaps = itls[i]
             if not isinstance(gaps, list):
                 raise Invalid(f"itls[{i}] is {shown(gaps)}, not a list")
-            for j, gap in enumerate(gaps):
-                number(gap, f"itls[{i}][{j}]", maximum=_MAX_S, unit="s")
+            decode = sum(number(gap, f"itls[{i}][{j}]", maximum=_MAX_S, unit="s")
+                         for j, gap in enumerate(gaps))
+            if done and out_len is not None:
+                check_decode(decode * 1000, out_len, f"itls[{i}] (their sum)")
         if done and tokens.get("output_lens") == 0:
             raise Invalid(f"output_lens[{i}] is 0 for a completed request")
+
+
+def zero_latency(res: dict[str, Any]) -> list[int]:
+    """Indexes of a checked result's requests with latency 0 and no error: vLLM's record of a
+    failed request whose error text was empty. They are imported as failed requests, never
+    dropped, and listed in ``not_imported`` so that no sample changes status unsaid."""
+    latencies = res.get("latencies") or []
+    errors = res.get("errors") or [None] * len(latencies)
+    return [i for i, lat in enumerate(latencies) if lat == 0 and not errors[i]]
 
 
 def _check_spec(res: dict[str, Any]) -> None:
@@ -251,6 +268,11 @@ def import_vllm_bench(files: list[Path], out: Path) -> dict[str, Any]:
                 skipped.append({"file": where, "reason": str(e)})
                 continue
             groups.setdefault(_identity(res), []).append((path, res))
+            where = path.name if len(results) == 1 else f"{path.name} result {k}"
+            skipped += [{"file": f"{where} request {i}",
+                         "reason": f"latencies[{i}] is 0 with no error: imported as a failed "
+                                   "request (vLLM writes 0 only for one)"}
+                        for i in zero_latency(res)]
     if not groups:
         first = skipped[0]
         raise UserError(f"no result could be imported (first: {first['file']}: "
