@@ -8,6 +8,7 @@ timeout); the CLI prints it as one line and exits with code 1. Both carry the fi
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 
@@ -41,11 +42,34 @@ class RunError(CrossbenchError):
     exit_code = 1
 
 
-def first_validation_error(exc: Any, top: str = "config") -> tuple[str, str, str]:
-    """(dotted field, error type, message) of a pydantic ValidationError's first error.
+_UNION_TAG = re.compile(r"(int|str|float|bool|none|bytes|[a-z-]+\[.*\]|function-[a-z-]+"
+                        r"|constrained-[a-z-]+|(lax|strict)-[a-z-]+|tagged-union)\Z")
+"""A pydantic location part that names a member type of a union (``int`` of ``int | str``,
+``list[int]``, ``function-after[...]``), not a field."""
 
-    The message drops pydantic's "Value error, " prefix; ``top`` names an error at the root.
+
+def field_name(loc: Any) -> str:
+    """A pydantic error location as a user writes the field: list indexes in brackets and the
+    union member types pydantic inserts left out (``("arms", 1, "n", "int")`` ->
+    ``arms[1].n``). A part that follows another field and looks like a union tag is dropped."""
+    out = ""
+    for i, part in enumerate(loc):
+        if isinstance(part, int):
+            out += f"[{part}]"
+        elif i and _UNION_TAG.match(str(part)):
+            continue
+        else:
+            out += ("." if out else "") + str(part)
+    return out
+
+
+def first_validation_error(exc: Any, top: str = "config") -> tuple[str, str, str]:
+    """(field, error type, message) of a pydantic ValidationError's first error.
+
+    The field is spelled as a user writes it (:func:`field_name`: ``arms[1].n``, not pydantic's
+    ``arms.1.n.int``); the message drops pydantic's "Value error, " prefix; ``top`` names an
+    error at the root.
     """
     err = exc.errors()[0]
-    field = ".".join(str(x) for x in err["loc"]) or top
+    field = field_name(err["loc"]) or top
     return field, str(err["type"]), str(err["msg"]).removeprefix("Value error, ")

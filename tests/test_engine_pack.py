@@ -423,7 +423,8 @@ def test_launcher_text_quotes_and_defaults(packed: ep.PackResult) -> None:
     lines = text.splitlines()
     assert lines[0] == "#!/bin/sh"
     assert "PYTHONPATH='/opt/my prefix/site'${PYTHONPATH:+:$PYTHONPATH}" in lines
-    assert "VLLM_USE_FLASHINFER_SAMPLER=${VLLM_USE_FLASHINFER_SAMPLER:-0}" in lines
+    assert ('[ -n "${VLLM_USE_FLASHINFER_SAMPLER:-}" ] || VLLM_USE_FLASHINFER_SAMPLER=0'
+            in lines)
     assert lines[-1] == ("exec /usr/bin/python3 -c 'import sys; from vllm.entrypoints.cli.main "
                          "import main; sys.argv[0] = \"vllm\"; sys.exit(main())' \"$@\"")
 
@@ -648,7 +649,7 @@ def test_sglang_python_launcher_runs_with_the_site_and_env_defaults(sgl: SglWorl
         f"{sys.executable}\n")  # the interpreter the install was made with
     text = (sgl.root / "prefix" / "bin" / "python").read_text().splitlines()
     assert text[-1] == f'exec {shlex.quote(sys.executable)} "$@"'
-    assert "SGLANG_TEST_DEFAULT=${SGLANG_TEST_DEFAULT:-packed}" in text
+    assert '[ -n "${SGLANG_TEST_DEFAULT:-}" ] || SGLANG_TEST_DEFAULT=packed' in text
 
 
 def test_sglang_console_launcher_runs_the_entry_point(sgl: SglWorld) -> None:

@@ -438,7 +438,7 @@ def _write(path: Path, data: bytes) -> Path:
 
 @pytest.mark.parametrize(("over", "problem"), [
     ({"arms": [{"method": "none"}, {"method": "ngram-mod", "n": True}]},
-     "arms.1.n: true is a yes/no value, not a number"),
+     "arms[1].n: true is a yes/no value, not a number"),
     ({"axes": {**BASE["axes"], "concurrency": [1, True]}},
      "axes.concurrency: [1, true] is a yes/no value, not a number"),
     ({"arms": [{"method": "none"}, {"method": "ngram-mod", "n": "1,,2"}]},

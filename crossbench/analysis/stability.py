@@ -239,8 +239,9 @@ def _failed(cell: CellData) -> list[Finding]:
     return [Finding(WarningKind.FAILED_REQUESTS,
                     f"{s.error} failed and {s.incomplete} incomplete requests (counted, kept "
                     "out of the timing statistics)",
-                    "read the record errors and server.log; rerun the failed trials with "
-                    "`crossbench matrix --resume` after fixing the cause", cell.id)]
+                    "read the record errors and server.log; after fixing the cause, run the "
+                    "study again into a new --out (`matrix --resume` runs only trials its "
+                    "journal lacks, never a finished trial with failed requests)", cell.id)]
 
 
 def spec_n(cell: CellData) -> int | None:

@@ -122,7 +122,10 @@ def start_spread(runs: tuple[Path, ...], out: Path | None) -> None:
     cell cannot see this spread itself.
     """
     from crossbench.analysis.start_spread import measure
+    from crossbench.store.rundir import check_out_file
 
+    if out is not None:  # before the runs are read: a bad --out is one line, not a traceback
+        check_out_file(out)
     known = measure(list(runs))
     click.echo(f"{'engine':14s} {'role':14s} {'sigma (log)':>11s} {'cv':>7s} {'df':>4s} "
                f"{'cells':>5s} {'starts':>6s}")
@@ -130,7 +133,11 @@ def start_spread(runs: tuple[Path, ...], out: Path | None) -> None:
         click.echo(f"{s.engine:14s} {s.role:14s} {s.sigma_log:11.4f} "
                    f"{100 * s.to_dict()['cv']:6.2f}% {s.df:4d} {s.cells:5d} {s.starts:6d}")
     if out is not None:
-        known.save(out)
+        try:
+            known.save(out)
+        except OSError as e:  # a read-only file system, /proc, a full disk
+            raise UserError(f"--out {out} cannot be written ({e.strerror or e})",
+                            "give --out a file path in a folder you can write to") from None
         progress(f"wrote {out}")
 
 

@@ -131,7 +131,9 @@ def archive_build(run_dir: Path, out: Path, creators: tuple[str, ...], title: st
     from crossbench.archive import build
     from crossbench.archive.metadata import ArchiveMeta, Creator, Related, spdx
     from crossbench.report.study import load_study
+    from crossbench.store.rundir import make_out_dir
 
+    make_out_dir(out)  # before anything is read: a file's child or /proc is one line
     study = load_study(run_dir)
     when = date or build.study_date(study)
     if when is None:

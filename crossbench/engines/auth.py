@@ -65,6 +65,20 @@ class ApiKey:
         return f"ApiKey(source={self.source!r})"  # never the key
 
 
+def raw_flag_name(arg: str) -> str:
+    """The flag name of a raw server argument (``--name`` of ``--name`` or ``--name=value``);
+    a UserError when a space follows the name (``"--api-key KEY"`` given as one string), which
+    names the flag only: what follows the space may be a key, and is never shown."""
+    name = arg.split("=", 1)[0]
+    if any(c.isspace() for c in name):
+        head = (name.split() or [""])[0]
+        raise UserError(f"extra_args: `{head}` and what follows it were given as one argument "
+                        "(not shown: it may be a key)",
+                        f"give them as two: --server-arg {head} --server-arg VALUE, or "
+                        f"--server-arg={head}=VALUE")
+    return name
+
+
 def key_from_args(args: Sequence[str]) -> str | None:
     """The key given as ``--api-key KEY`` or ``--api-key=KEY`` in raw server flags (the first
     of a comma-separated list, as llama-server takes several), else None."""

@@ -1040,6 +1040,16 @@ def _check_names(data: dict[str, Any], path: Path) -> None:
                                 "engines pack` wrote, unedited")
     wheel = data.get("engine_wheel")
     _plain(wheel.get("name") if isinstance(wheel, dict) else None, "engine_wheel.name", path)
+    env = data.get("env", {})
+    if not isinstance(env, dict):
+        raise UserError(f"--from {path}: env is not a record of variables",
+                        "use the pack.json that `crossbench engines pack` wrote, unedited")
+    for name, spec in env.items():  # names become shell words of the launcher; values quoted
+        if not (_ENV_NAME.fullmatch(name) and isinstance(spec, dict)
+                and isinstance(spec.get("value"), str) and isinstance(spec.get("reason"), str)):
+            raise UserError(f"--from {path}: env {repr(name)[:60]} is not a variable name "
+                            "with a string value and reason", "use the pack.json that "
+                            "`crossbench engines pack` wrote, unedited")
 
 
 def default_prefix(manifest: dict[str, Any]) -> Path:
@@ -1140,8 +1150,9 @@ def _prelude(manifest: dict[str, Any], site: Path) -> list[str]:
              "what was carried, dropped and skipped.",
              f"PYTHONPATH={shlex.quote(str(site))}${{PYTHONPATH:+:$PYTHONPATH}}",
              "export PYTHONPATH"]
-    for name, spec in sorted(manifest["env"].items()):
-        lines += [f"# {spec['reason'][:200]}", f"{name}=${{{name}:-{spec['value']}}}",
+    for name, spec in sorted(manifest["env"].items()):  # names checked by _check_names
+        reason = "".join(c if c.isprintable() else " " for c in spec["reason"][:200])
+        lines += [f"# {reason}", f'[ -n "${{{name}:-}}" ] || {name}={shlex.quote(spec["value"])}',
                   f"export {name}"]
     return lines
 

@@ -11,6 +11,11 @@ from crossbench.load.settings import LoadSettings
 __all__ = ["LoadSettings", "RunConfig"]
 
 
+MAX_TRIALS = 1000
+"""Most trials per cell (a run is one cell): each is a fresh server; the schedule lists cells
+x trials."""
+
+
 class RunConfig(BaseModel):
     """A whole ``crossbench run``: engine, load, trials."""
 
@@ -20,7 +25,8 @@ class RunConfig(BaseModel):
     engine_config: dict[str, Any] = Field(description="The engine's own strict config.")
     load: LoadSettings = Field(default_factory=LoadSettings,
                                description="Workload and load shape.")
-    trials: int = Field(3, ge=1, description="Repeats, each on a fresh server by default.")
+    trials: int = Field(3, ge=1, le=MAX_TRIALS,
+                        description="Repeats, each on a fresh server by default.")
     fresh_server: bool = Field(True, description="Start a new server for every trial "
                                "(false: one server for all trials).")
     trials_per_start: int = Field(

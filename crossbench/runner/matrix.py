@@ -21,6 +21,7 @@ import json
 import math
 import random
 import re
+import unicodedata
 from collections import defaultdict
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -44,6 +45,7 @@ from crossbench.errors import UserError, first_validation_error
 from crossbench.load.settings import LoadSettings
 from crossbench.models import HFModelRef
 from crossbench.runner.axes import parse_int_axis
+from crossbench.runner.config import MAX_TRIALS as MAX_TRIALS
 from crossbench.runner.config import server_block, several_starts_block
 from crossbench.store.rundir import CELL_SEPARATOR, cell_folder
 from crossbench.textfile import MIB, decode_text, read_bytes
@@ -69,8 +71,6 @@ MAX_COMBINATIONS = 100 * MAX_CELLS
 """Most axis combinations expansion looks at, before exclusions and engine scoping drop
 some (keeps a matrix whose axes cross to millions of combinations from hanging)."""
 
-MAX_TRIALS = 1000
-"""Most trials per cell: each is a fresh server; the schedule lists cells x trials."""
 
 
 class _Strict(BaseModel):
@@ -82,6 +82,15 @@ class Study(_Strict):
 
     name: str = Field(description="Short name; used in run directories and reports.")
     notes: str = Field("", description="Free text: purpose, caveats, what was held fixed.")
+
+    @field_validator("name")
+    @classmethod
+    def _one_line(cls, v: str) -> str:
+        bad = next((c for c in v if unicodedata.category(c) in ("Cc", "Zl", "Zp")), None)
+        if bad is not None:  # a CR or LF would break, or overwrite, the lines it is printed in
+            raise ValueError(f"holds the control character {ascii(bad)[1:-1]}: a name is "
+                             "printed on one line; use letters, digits, spaces and punctuation")
+        return v
 
 
 class Hardware(_Strict):

@@ -52,6 +52,7 @@ from __future__ import annotations
 import contextlib
 import gc
 import json
+import os
 import re
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
@@ -661,6 +662,23 @@ def make_out_dir(out: Path, flag: str = "--out") -> None:
     except OSError as e:
         raise UserError(f"{flag} {out} cannot be written ({e.strerror or e})",
                         f"choose a {flag} directory you can write to") from None
+
+
+def check_out_file(out: Path, flag: str = "--out") -> None:
+    """Refuse a file ``out`` that cannot be written, before any work: a directory, a path
+    under a file, a folder that does not exist, or one that cannot be written (a read-only
+    place, ``/proc``...), each a :class:`UserError` naming ``flag``. Nothing is created."""
+    fix = f"give {flag} a file path in a folder you can write to"
+    if out.is_dir():
+        raise UserError(f"{flag} {out} is a directory, not a file", fix)
+    above = next((q for q in out.parents if q.exists()), Path("."))
+    if not above.is_dir():
+        raise UserError(f"{flag} {out} is under {above}, which is a file", fix)
+    if above != out.parent:
+        raise UserError(f"{flag} {out}: the folder {out.parent} does not exist", fix)
+    if not os.access(above, os.W_OK | os.X_OK) or (out.exists()
+                                                    and not os.access(out, os.W_OK)):
+        raise UserError(f"{flag} {out} cannot be written (permission denied)", fix)
 
 
 # -- the writer -----------------------------------------------------------------------------

@@ -17,6 +17,7 @@ from typing import Any
 
 import yaml
 
+from crossbench.engines.auth import raw_flag_name
 from crossbench.errors import RunError, UserError
 from crossbench.paths import engines_dir
 
@@ -72,7 +73,7 @@ class LlamaCppProfile:
 
     def check_raw_flag(self, flag: str) -> None:
         """Validate a user-given raw flag: removed flags name their replacement."""
-        name = flag.split("=", 1)[0]
+        name = raw_flag_name(flag)
         if name in self.removed:
             raise UserError(
                 f"llama-server {self.label} removed `{name}`",

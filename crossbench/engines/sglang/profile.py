@@ -11,6 +11,7 @@ from typing import Any
 
 import yaml
 
+from crossbench.engines.auth import raw_flag_name
 from crossbench.errors import UserError
 from crossbench.paths import engines_dir
 
@@ -69,7 +70,8 @@ class SglangProfile:
 
     def check_raw_flag(self, arg: str) -> None:
         """An ``extra_args`` flag (``--name`` or ``--name=value``) must exist."""
-        self.check_flag(arg.split("=", 1)[0], f"extra_args ({arg})")
+        name = raw_flag_name(arg)
+        self.check_flag(name, f"extra_args ({name})")  # never the value: it may be a key
 
 
 @functools.cache

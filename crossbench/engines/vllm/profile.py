@@ -19,6 +19,7 @@ from typing import Any
 
 import yaml
 
+from crossbench.engines.auth import raw_flag_name
 from crossbench.errors import UserError
 from crossbench.paths import engines_dir
 
@@ -121,7 +122,7 @@ class VllmProfile:
 
     def check_raw_flag(self, arg: str) -> None:
         """Validate a user-given raw flag (``--name`` or ``--name=value``)."""
-        name = arg.split("=", 1)[0]
+        name = raw_flag_name(arg)
         if name in self.flags or name.replace("_", "-") in self.flags:
             return
         have = [p.version for p in known_profiles() if name in p.flags]
