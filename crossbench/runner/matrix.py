@@ -72,7 +72,6 @@ MAX_COMBINATIONS = 100 * MAX_CELLS
 some (keeps a matrix whose axes cross to millions of combinations from hanging)."""
 
 
-
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
