@@ -48,10 +48,10 @@ the records' integer clock once summed over a trial."""
 
 MIN_MS_PER_TOKEN = 0.05
 """Least decode time a source may report per output token after the first, in milliseconds:
-20,000 tokens/s for one sequence. The fastest single-sequence decode reported anywhere is a few
-thousand tokens/s (wafer-scale and SRAM systems on small models; an H200 serves a 1B model
-at about 1,000), and speculation multiplies that by at most its n + 1; a faster time is a
-broken clock or a unit slip (``docs/input-guarantees.md`` gives the reasons)."""
+20,000 tokens/s for one sequence, 23 times the H200's memory-bandwidth roofline for an 8B Q4
+target (849 tokens/s a step, docs/h200-study.md). A faster time is a broken clock or a unit
+slip (a 1e-300 or a seconds-for-milliseconds value); ``docs/input-guarantees.md`` gives the
+reasons and the one case that could come near it. crossbench's own runs have no such floor."""
 
 
 class Invalid(Exception):
