@@ -17,7 +17,8 @@
 #      h200_shared_runs.sh, h200_gate_runs.sh, h200_naive_shared_runs.sh,
 #      h200_twostart_runs.sh, h200_hoststart_runs.sh, h200_spread_runs.sh, h200_known_runs.sh,
 #      h200_all_runs.sh, h200_methods_runs.sh; gate, spread, known, all and methods
-#      need no vLLM; methods also makes the EAGLE-3 and DFlash drafters), in the background
+#      need no vLLM, nor methods but its PART=3; methods also makes the EAGLE-3 and DFlash
+#      drafters, and with PART=3 (vLLM only) stops the llama.cpp build), in the background
 #      too, so that no trial is cut at a call's end; each call waits until BUDGET_S is nearly
 #      spent, then packs what finished. A later call on the same machine keeps waiting; on
 #      another machine the round resumes (`--resume`; see docs/cross-engine.md: the engines
@@ -71,8 +72,8 @@ if [ ! -f "$LOG/setup.started" ]; then
         [ -f "$m" ] && cp "$m" '"$LOG"'/"$(basename "$(dirname "$m")")".json
       done  # each tensor checked against its HF original, as written by fixtures make
     fi
-    case "'"${ROUND:-}"'" in
-      naive|twostart|hoststart)  # vLLM-only rounds need no llama-server: the build stops here rather
+    case "'"${ROUND:-}${PART:+-$PART}"'" in
+      naive|twostart|hoststart|methods-3)  # vLLM-only rounds need no llama-server: the build stops here rather
         # than cost minutes of GPU lease (its nvcc beside a vLLM start would slow the start)
         kill -TERM -- -$b 2>/dev/null; wait $b
         echo "build_exit=skipped build_s=$(( $(date +%s) - s ))" >>'"$LOG"'/timing.txt ;;
@@ -115,7 +116,8 @@ RUN=$CROSSBENCH_CACHE/h200-cross-round${ROUND:-1}
 #    benchmarks/h200_<ROUND>_runs.sh
 #    (naive: h200_naive_shared_runs.sh; GPU time per verdict) instead
 if [ -n "${ROUND:-}" ] && { [ -n "$vprefix" ] || [ "$ROUND" = gate ] || [ "$ROUND" = spread ] \
-    || [ "$ROUND" = known ] || [ "$ROUND" = all ] || [ "$ROUND" = methods ]; } \
+    || [ "$ROUND" = known ] || [ "$ROUND" = all ] \
+    || { [ "$ROUND" = methods ] && [ "${PART:-1}" != 3 ]; }; } \
     && wait_setup; then
   case "$ROUND" in
     1) sel=(--skip target=t8b-q4 --skip concurrency=4 --skip concurrency=16

@@ -88,8 +88,12 @@ Examples:
                    "--executor ray on several nodes it must be on a filesystem every node "
                    "sees: the workers write the cells there.")
 @click.option("--resume", is_flag=True, help="Continue a run directory: only what is missing.")
-@click.option("--only", multiple=True, help="Run only cells with KEY=VALUE (repeatable).")
-@click.option("--skip", multiple=True, help="Skip cells with KEY=VALUE (repeatable).")
+@click.option("--only", multiple=True,
+              help="Run only cells with KEY=VALUE (repeatable: a key given twice matches "
+                   "either value; K=V,K2=V2 matches both).")
+@click.option("--skip", multiple=True,
+              help="Skip cells with KEY=VALUE (repeatable; K=V,K2=V2 skips cells matching "
+                   "both).")
 @click.option("--dry-run", is_flag=True, help="Print each trial's server command; run nothing.")
 @click.option("--progress", "progress_mode", type=click.Choice(["auto", "live", "plain"]),
               default="auto", show_default=True,

@@ -69,7 +69,9 @@ Examples:
                    "(default: the matrix's share_servers).")
 @click.option("--only", multiple=True,
               help="Plan only cells with KEY=VALUE (repeatable), as `matrix --only`: a round.")
-@click.option("--skip", multiple=True, help="Leave out cells with KEY=VALUE (repeatable).")
+@click.option("--skip", multiple=True,
+              help="Leave out cells with KEY=VALUE (repeatable; K=V,K2=V2: cells matching "
+                   "both), as `matrix --skip`.")
 @click.option("--json", "as_json", is_flag=True, help="Print the plan as JSON.")
 @user_errors
 def plan(matrix_file: Path, runs: tuple[Path, ...], block: int | None, min_trials: int | None,

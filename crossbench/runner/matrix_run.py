@@ -171,24 +171,35 @@ def run_config(cell: Cell, trials: int, fresh_server: bool, resolve: bool = True
 
 
 def select(cells: list[Cell], only: tuple[str, ...], skip: tuple[str, ...]) -> list[Cell]:
-    """Cells whose coordinates match every ``--only k=v`` and no ``--skip k=v``."""
-    def parse(items: tuple[str, ...], flag: str) -> list[tuple[str, str]]:
+    """Cells chosen by ``--only`` and ``--skip``. Each flag's value is ``KEY=VALUE`` or several
+    joined by commas (``arm=draft-a0.9,n=2``), which match together. A cell is run when, for
+    every key named by ``--only``, it matches one of that key's values (``--only n=2 --only
+    n=4``: n is 2 or 4; ``--only engine=vllm --only n=2``: both), and it matches no ``--skip``
+    in full (``--skip arm=draft-a0.9,n=2`` leaves out only that arm's n=2 cells)."""
+    def parse(items: tuple[str, ...], flag: str) -> list[list[tuple[str, str]]]:
         out = []
         for it in items:
-            key, sep, val = it.partition("=")
-            if not sep or key not in cells[0].coords:
-                raise UserError(f"{flag} {it!r} is not KEY=VALUE with a known key",
-                                f"keys: {', '.join(cells[0].coords)}")
-            out.append((key, val))
+            conj = []
+            for part in it.split(","):
+                key, sep, val = part.strip().partition("=")
+                if not sep or key not in cells[0].coords:
+                    raise UserError(f"{flag} {it!r} is not KEY=VALUE[,KEY=VALUE...] with "
+                                    "known keys", f"keys: {', '.join(cells[0].coords)}")
+                conj.append((key, val))
+            out.append(conj)
         return out
 
     o, s = parse(only, "--only"), parse(skip, "--skip")
+    only_by_key: dict[str, list[list[tuple[str, str]]]] = {}
+    for conj in o:  # a multi-key --only is grouped under its first key
+        only_by_key.setdefault(conj[0][0], []).append(conj)
 
-    def hit(c: Cell, k: str, v: str) -> bool:
-        return str(c.coords[k]) == v
+    def hit(c: Cell, conj: list[tuple[str, str]]) -> bool:
+        return all(str(c.coords[k]) == v for k, v in conj)
 
-    return [c for c in cells if all(hit(c, k, v) for k, v in o)
-            and not any(hit(c, k, v) for k, v in s)]
+    return [c for c in cells
+            if all(any(hit(c, conj) for conj in group) for group in only_by_key.values())
+            and not any(hit(c, conj) for conj in s)]
 
 
 def read_journal(out: Path) -> dict[tuple[str, int], dict[str, Any]]:
