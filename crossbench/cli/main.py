@@ -12,6 +12,7 @@ from crossbench.cli import (
     engines_cmd,
     export_cmd,
     fixtures_cmd,
+    import_cmd,
     matrix_cmd,
     plan_cmd,
     report_cmd,
@@ -43,6 +44,7 @@ cli.add_command(analyze_cmd.analyze)
 cli.add_command(analyze_cmd.compare)
 cli.add_command(analyze_cmd.start_spread)
 cli.add_command(analyze_cmd.import_)
+analyze_cmd.import_.add_command(import_cmd.import_table)
 cli.add_command(report_cmd.report)
 cli.add_command(report_cmd.datapoint)
 cli.add_command(report_cmd.archive)
