@@ -410,7 +410,8 @@ def _pop(key: str) -> Any:
 ])
 def test_a_vllm_result_with_an_impossible_value_is_listed_and_left_out(tmp_path, edit, reason):
     bad = _vllm_with(tmp_path, edit)
-    r = CliRunner().invoke(cli, ["import", "vllm-bench", str(VLLM / "baseline.json"), str(bad),
+    r = CliRunner().invoke(cli, ["import", "vllm-bench", "--engine", "vllm",
+                                 str(VLLM / "baseline.json"), str(bad),
                                  "--out", str(tmp_path / "imp")])
     assert r.exit_code == 0, r.output
     assert r.stderr.splitlines()[0] == f"crossbench: not imported: eagle3-n3.json: {reason}"
@@ -420,13 +421,14 @@ def test_a_vllm_result_with_an_impossible_value_is_listed_and_left_out(tmp_path,
 
 def test_vllm_results_that_all_fail_and_a_latin1_file_are_one_line(tmp_path):
     bad = _vllm_with(tmp_path, lambda r: r.__setitem__("completed", -8))
-    r = CliRunner().invoke(cli, ["import", "vllm-bench", str(bad), "--out", str(tmp_path / "o")])
+    r = CliRunner().invoke(cli, ["import", "vllm-bench", "--engine", "vllm", str(bad), "--out",
+                                 str(tmp_path / "o")])
     assert refused(r) == ("crossbench: error: no result could be imported (first: "
                           "eagle3-n3.json: completed is -8, below 0) (fix: fix or leave out the "
                           "files listed)")
     latin = tmp_path / "latin.json"
     latin.write_bytes('{"model_id": "caf\u00e9", "completed": 1}'.encode("latin-1"))
-    r = CliRunner().invoke(cli, ["import", "vllm-bench", str(latin), "--out",
+    r = CliRunner().invoke(cli, ["import", "vllm-bench", "--engine", "vllm", str(latin), "--out",
                                  str(tmp_path / "o")])
     assert refused(r) == (f"crossbench: error: vllm bench JSON {latin} is not UTF-8: byte 0xe9 "
                           "at offset 17 (fix: save it as UTF-8)")

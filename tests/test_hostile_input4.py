@@ -94,7 +94,8 @@ def test_a_fifo_and_a_link_to_a_device_among_bodies_are_listed(tmp_path):
 
 
 def _import_vllm(tmp_path: Path, bad: Path) -> Result:
-    return CliRunner().invoke(cli, ["import", "vllm-bench", str(VLLM / "baseline.json"),
+    return CliRunner().invoke(cli, ["import", "vllm-bench", "--engine", "vllm",
+                                    str(VLLM / "baseline.json"),
                                     str(bad), "--out", str(tmp_path / "imp")])
 
 

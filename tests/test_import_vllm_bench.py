@@ -21,7 +21,7 @@ OPTS = StatsOptions(resamples=1000)
 
 def test_detailed_results_round_trip(tmp_path):
     out = tmp_path / "v"
-    import_vllm_bench([DATA / "baseline.json", DATA / "eagle3-n3.json"], out)
+    import_vllm_bench([DATA / "baseline.json", DATA / "eagle3-n3.json"], out, engine="vllm")
     run = load_run(out)
     cells = {c.coords["arm"]: c for c in run.cells}
     assert set(cells) == {"baseline", "eagle3"}
@@ -57,7 +57,7 @@ def test_detailed_results_round_trip(tmp_path):
 
 def test_metadata_and_spec_fields_are_kept(tmp_path):
     out = tmp_path / "v"
-    import_vllm_bench([DATA / "eagle3-n3.json"], out)
+    import_vllm_bench([DATA / "eagle3-n3.json"], out, engine="vllm")
     man = json.loads(next((out / "cells").glob("*/manifest.json")).read_text())
     kept = man["imported"]["results"][0]
     assert (kept["method"], kept["n"]) == ("eagle3", "3")
@@ -69,7 +69,8 @@ def test_metadata_and_spec_fields_are_kept(tmp_path):
 
 def test_aggregate_only_results(tmp_path):
     out = tmp_path / "v"
-    import_vllm_bench([DATA / "baseline-summary.json", DATA / "eagle3-n3-summary.json"], out)
+    import_vllm_bench([DATA / "baseline-summary.json", DATA / "eagle3-n3-summary.json"], out,
+                      engine="vllm")
     r = analyze(out, OPTS)
     (p,) = r["pairs"]
     assert p["speedup"]["n_samples"] == 0 and p["verdict"] == "too few samples"
@@ -94,4 +95,4 @@ def test_not_vllm_json_is_a_user_error(tmp_path):
     bad = tmp_path / "x.json"
     bad.write_text('{"hello": 1}')
     with pytest.raises(UserError, match="is not a vllm bench serve result"):
-        import_vllm_bench([bad], tmp_path / "o")
+        import_vllm_bench([bad], tmp_path / "o", engine="vllm")

@@ -95,6 +95,13 @@ def cell_figures(cell: CellData) -> dict[str, Any]:
             out[group][key] = dist([]) if isinstance(out[group][key], dict) else None
     if unknown:
         out["not_from_source"] = unknown
+    given = dict((cell.imported or {}).get("source_figures") or {})
+    for dotted, value in given.items():  # the source's own figure where records cannot say
+        group, _, key = dotted.partition(".")
+        if isinstance(out.get(group), dict):
+            out[group][key] = value
+    if given:
+        out["from_source_aggregates"] = sorted(given)
     return out
 
 

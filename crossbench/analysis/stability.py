@@ -255,8 +255,13 @@ def spec_n(cell: CellData) -> int | None:
 
 def _integrity(cell: CellData) -> list[Finding]:
     checks = acc_mod.integrity(cell.acceptance, cell.counters, spec_n(cell), cell.speculative)
+    # an import whose source kept no draft counts at all cannot show drafting either way:
+    # "nothing was drafted" would be a claim the data does not make
+    uncounted = bool(cell.imported) and not (cell.imported or {}).get("acceptance") \
+        and cell.acceptance.requests_with_drafts == 0
     bad = [c for c in checks if not c.passed
-           and not (cell.imported and c.name == "counters_present")]
+           and not (cell.imported and c.name == "counters_present")
+           and not (uncounted and c.name == "spec_configured_and_drafting")]
     return [Finding(WarningKind.INTEGRITY, f"acceptance integrity check {c.name} failed: "
                     f"{c.detail}", "do not trust this cell's acceptance figures; "
                     "`crossbench summarize` on the cell explains the check", cell.id)

@@ -183,16 +183,45 @@ def _report(state: dict[str, Any], out: Path) -> None:
     progress(f"next: crossbench analyze {out}")
 
 
+def arm_options(fn: Any) -> Any:
+    """What each arm ran with, for importers: settings, methods and server starts."""
+    for opt in reversed([
+        click.option("--arm-setting", "arm_setting", multiple=True, metavar="ARM:KEY=VALUE",
+                     help="What ARM ran with, for the confound rules (repeatable; ARM '*' is "
+                          "every arm): a serve flag (gpu_memory_utilization=0.9, "
+                          "max_num_seqs=8, enable_prefix_caching=false, cache_type_k=q8_0), "
+                          "engine.version=BUILD, load.KEY or spec.KEY."),
+        click.option("--settings", "settings_file",
+                     type=click.Path(exists=True, dir_okay=False, path_type=Path),
+                     default=None, metavar="FILE",
+                     help="The same as YAML {ARM: {KEY: VALUE}}, e.g. a file beside the data; "
+                          "--arm-setting wins where both set a key."),
+        click.option("--arm-method", "arm_method", multiple=True, metavar="ARM=METHOD",
+                     help="Method of ARM (repeatable): several methods in one import, or "
+                          "ARM=none for a baseline rerun, paired against the baseline."),
+        click.option("--trials-per-start", type=click.IntRange(min=1), default=None,
+                     help="Consecutive trials one server start served (all trials from one "
+                          "start: the number of trials), so verdicts carry the one-start "
+                          "caveat; default: a fresh start per trial."),
+    ]):
+        fn = opt(fn)
+    return fn
+
+
 @import_.command("llama-server", epilog="""\b
 Examples:
   crossbench import llama-server raw/ --pattern '{model}_{arm}_p{prompt}.json' \\
       --baseline-arm baseline --out runs/imported
   crossbench import llama-server raw/ --pattern '{model}_{arm}_t{trial}_p{prompt}.json' \\
       --baseline-arm base --n-from-arm 'n(\\d+)' --prompts prompts.jsonl --out runs/imp
+  crossbench import llama-server raw/ --pattern '{model}_{arm}_p{prompt}.json' \\
+      --baseline-arm base --arm-method rerun=none --arm-method dflash=draft-dflash \\
+      --arm-setting '*:cache_type_k=q8_0' --trials-per-start 3 --out runs/imp
 """)
 @click.argument("raw_dir", type=click.Path(path_type=Path))
 @click.option("--pattern", required=True,
-              help="File names with {model}, {arm}, {prompt} and optional {trial}, {category}.")
+              help="File names with {model}, {arm}, {prompt} and optional {trial}, {start} "
+                   "(the server start, digits), {category}.")
 @click.option("--baseline-arm", required=True, help="The arm that ran without speculation.")
 @click.option("--n-from-arm", default=None,
               help="Regex whose first group is n in an arm's name, e.g. 'n(\\d+)'.")
@@ -202,31 +231,59 @@ Examples:
 @click.option("--method", default=None,
               help="Method of the speculative arms when the bodies do not name it (e.g. "
                    "draft-dflash); without it such arms are recorded as method 'unknown'.")
+@arm_options
 @click.option("--out", type=click.Path(path_type=Path), required=True, help="New directory.")
 @user_errors
 def import_llama_server(raw_dir: Path, pattern: str, baseline_arm: str, n_from_arm: str | None,
-                        prompts: Path | None, method: str | None, out: Path) -> None:
+                        prompts: Path | None, method: str | None, arm_setting: tuple[str, ...],
+                        settings_file: Path | None, arm_method: tuple[str, ...],
+                        trials_per_start: int | None, out: Path) -> None:
     """Import a folder of llama-server response bodies (one JSON file per request)."""
     from crossbench.importers.llama_server_raw import import_llama_server_raw
+    from crossbench.importers.records import parse_arm_methods, parse_arm_settings
 
-    _report(import_llama_server_raw(raw_dir, pattern, baseline_arm, out, n_from_arm, prompts,
-                                    method), out)
+    _report(import_llama_server_raw(
+        raw_dir, pattern, baseline_arm, out, n_from_arm, prompts, method,
+        arm_settings=parse_arm_settings(arm_setting, settings_file),
+        arm_methods=parse_arm_methods(arm_method), trials_per_start=trials_per_start), out)
 
 
 @import_.command("vllm-bench", epilog="""\b
 Examples:
-  crossbench import vllm-bench base.json eagle3-n3.json --out runs/vllm
-  # label arms when running vllm bench serve: --metadata method=eagle3 n=3
+  crossbench import vllm-bench base.json eagle3-n3.json --engine vllm --out runs/vllm
+  # label arms when running vllm bench serve: --metadata method=eagle3 n=3 engine=vllm
+  crossbench import vllm-bench base.json mtp.json --engine vllm --prompts prompts.jsonl \\
+      --arm-setting '*:enable_prefix_caching=false' --arm-setting mtp:max_num_seqs=8 \\
+      --trials-per-start 3 --out runs/vllm
 """)
 @click.argument("files", nargs=-1, type=click.Path(exists=True, dir_okay=False,
                                                     path_type=Path))
+@click.option("--engine", default=None,
+              help="The server that ran the study (vllm, sglang, llama-server); required "
+                   "unless each result says --metadata engine=...: vLLM's `backend` field "
+                   "names the client's protocol, not the server.")
+@click.option("--prompts", type=click.Path(exists=True, dir_okay=False, path_type=Path),
+              default=None, help="Prompts in the order they were sent (JSONL or a JSON array "
+              "of {id, category, prompt}); request i is prompt i modulo their number, so "
+              "repeats of a prompt count as one. Default: every request its own prompt.")
+@click.option("--baseline-arm", default=None,
+              help="The baseline among several arms without speculation (the others are "
+                   "paired with it as reruns).")
+@arm_options
 @click.option("--out", type=click.Path(path_type=Path), required=True, help="New directory.")
 @user_errors
-def import_vllm_bench(files: tuple[Path, ...], out: Path) -> None:
+def import_vllm_bench(files: tuple[Path, ...], engine: str | None, prompts: Path | None,
+                      baseline_arm: str | None, arm_setting: tuple[str, ...],
+                      settings_file: Path | None, arm_method: tuple[str, ...],
+                      trials_per_start: int | None, out: Path) -> None:
     """Import `vllm bench serve --save-result` files (--save-detailed keeps per-request data)."""
+    from crossbench.importers.records import parse_arm_methods, parse_arm_settings
     from crossbench.importers.vllm_bench import import_vllm_bench as run_import
 
-    _report(run_import(list(files), out), out)
+    _report(run_import(list(files), out, engine=engine,
+                       arm_settings=parse_arm_settings(arm_setting, settings_file),
+                       arm_methods=parse_arm_methods(arm_method), baseline_arm=baseline_arm,
+                       prompts=prompts, trials_per_start=trials_per_start), out)
 
 
 @import_.command("llama-bench", epilog="""\b

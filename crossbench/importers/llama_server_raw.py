@@ -40,6 +40,10 @@ from crossbench.errors import UserError
 from crossbench.importers.records import (
     ImportedCell,
     Invalid,
+    Setting,
+    apply_settings,
+    assign_starts,
+    check_arms,
     check_decode,
     count,
     number,
@@ -54,7 +58,14 @@ from crossbench.load.workloads import load_workload
 from crossbench.textfile import MIB, not_regular, read_text
 
 REQUIRED = ("model", "arm", "prompt")
-OPTIONAL = ("trial", "category")
+OPTIONAL = ("trial", "category", "start")
+DIGITS = ("trial", "start")
+"""Placeholders that match digits only."""
+BODY_FIELDS = ("content", "choices", "timings", "error", "tokens_predicted",
+               "generation_settings")
+"""Fields of which a llama-server response body has at least one: a JSON object with none
+(a harness's own result file, a config) is not a body and is refused, never imported as a
+failed request."""
 NS_PER_MS = 1_000_000
 MAX_BODY_BYTES = 64 * MIB
 """Largest response body read (one request's body: text, token ids and timings)."""
@@ -75,12 +86,12 @@ def pattern_regex(pattern: str) -> re.Pattern[str]:
         problem = (f"unknown placeholder {{{unknown[0]}}}" if unknown else
                    f"missing {{{missing[0]}}}" if missing else "a placeholder used twice")
         raise UserError(f"--pattern {pattern!r}: {problem}",
-                        "use {model}, {arm} and {prompt} once each, optionally {trial} and "
-                        "{category}, e.g. '{model}_{arm}_p{prompt}.json'")
+                        "use {model}, {arm} and {prompt} once each, optionally {trial}, "
+                        "{start} and {category}, e.g. '{model}_{arm}_p{prompt}.json'")
     out, pos = "", 0
     for m in re.finditer(r"\{([^{}]*)\}", pattern):
         out += re.escape(pattern[pos:m.start()])
-        out += rf"(?P<{m[1]}>\d+)" if m[1] == "trial" else rf"(?P<{m[1]}>.+?)"
+        out += rf"(?P<{m[1]}>\d+)" if m[1] in DIGITS else rf"(?P<{m[1]}>.+?)"
         pos = m.end()
     return re.compile(out + re.escape(pattern[pos:]) + r"\Z")
 
@@ -119,7 +130,13 @@ def check_body(b: dict[str, Any]) -> None:
     """Raise :class:`~crossbench.importers.records.Invalid` for a body whose fields could not
     come from llama-server: the wrong type where a number, string or object belongs, a time
     that is NaN, infinite, negative, zero or beyond ``MAX_MS``, a token count that is not a
-    whole number in range. Fields are named as the body spells them."""
+    whole number in range, or an object with none of :data:`BODY_FIELDS` (not a response
+    body at all). Fields are named as the body spells them."""
+    if not any(k in b for k in BODY_FIELDS):
+        keys = ", ".join(sorted(str(k) for k in b)[:4]) or "none"
+        raise Invalid(f"not a llama-server response body (no content, choices, timings or "
+                      f"error; its keys: {keys}): another tool's file? Move it out of the "
+                      "folder or narrow --pattern")
     settings = obj(b.get("generation_settings"), "generation_settings")
     if settings.get("temperature") is not None:
         number(settings["temperature"], "generation_settings.temperature", maximum=None)
@@ -219,8 +236,16 @@ LAYOUT_FIGURES = ("latency_ms.chunk_gap", "latency_ms.token_itl",
 def import_llama_server_raw(raw_dir: Path, pattern: str, baseline_arm: str, out: Path,
                             n_from_arm: str | None = None,
                             prompts: Path | None = None,
-                            method: str | None = None) -> dict[str, Any]:
-    """Convert ``raw_dir`` into an import directory at ``out``; returns its state."""
+                            method: str | None = None, *,
+                            arm_settings: dict[str, dict[str, Setting]] | None = None,
+                            arm_methods: dict[str, str] | None = None,
+                            trials_per_start: int | None = None) -> dict[str, Any]:
+    """Convert ``raw_dir`` into an import directory at ``out``; returns its state.
+
+    ``arm_methods`` gives arms their method (``none``: a baseline rerun, paired against
+    ``baseline_arm``), ``arm_settings`` what each arm ran with, ``trials_per_start`` how many
+    consecutive trials one server start served (a ``{start}`` in the pattern names it per
+    file instead); see :mod:`crossbench.importers.records`."""
     if not raw_dir.is_dir():
         raise UserError(f"RAW_DIR {raw_dir} is not a directory", "give the folder of bodies")
     rx, n_rx = pattern_regex(pattern), _n_regex(n_from_arm)
@@ -272,12 +297,26 @@ def import_llama_server_raw(raw_dir: Path, pattern: str, baseline_arm: str, out:
                                       "reason": f"prompt id {g['prompt']!r} is not in "
                                                 f"{prompts.name}: imported with category "
                                                 "unknown"})
+    methods, settings = arm_methods or {}, arm_settings or {}
+    check_arms("--arm-method", list(methods), set(arms))
+    if methods.get(baseline_arm, "none") != "none":
+        raise UserError(f"--arm-method gives the baseline arm {baseline_arm!r} method "
+                        f"{methods[baseline_arm]!r}",
+                        "the --baseline-arm ran without speculation: drop its --arm-method")
     cells = [_cell(model, arm, files, arm == baseline_arm, n_rx, categories, order,
-                   workload, method)
+                   workload, methods.get(arm, method))
              for (model, arm), files in sorted(matched.items())]
+    check_arms("--arm-setting", list(settings),
+               {*arms, *(c.coords["arm"] for c in cells)})
+    for c in cells:
+        if c.imported["arm"] == baseline_arm:
+            c.imported["baseline"] = True
+        apply_settings(c, (c.imported["arm"], str(c.coords["arm"])), settings)
+        assign_starts(c, trials_per_start)
     source = {"tool": "llama-server", "format": "response bodies", "dir": str(raw_dir),
               "pattern": pattern, "baseline_arm": baseline_arm, "n_from_arm": n_from_arm,
-              "method": method, "prompts": str(prompts) if prompts else None}
+              "method": method, "prompts": str(prompts) if prompts else None,
+              "arm_methods": methods or None, "trials_per_start": trials_per_start}
     return write_import(out, cells, source, unmatched)
 
 
@@ -325,11 +364,13 @@ def _cell(model: str, arm: str, files: list[tuple[dict[str, str], Path, dict[str
                            source=path.name)
         if not ok:
             rec.update(status="error", error=str(body.get("error", "no timings in the body")))
+        if g.get("start") is not None:
+            rec["server_start"] = int(g["start"])
         records.append(rec)
         clock[trial] = rec["t_done_ns"] + NS_PER_MS  # next request 1 ms later
-    method = "none" if baseline else _method(types, given_method)
+    method = "none" if baseline or given_method == "none" else _method(types, given_method)
     n, label = None, arm
-    if n_rx is not None and not baseline:
+    if n_rx is not None and method != "none":
         hit = n_rx.search(arm)
         if hit:  # the arm of an n-sweep is one arm at several n, as in a matrix
             try:

@@ -24,6 +24,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import yaml
+
 from crossbench import __version__
 from crossbench.analysis.summary import summarize_run_dir
 from crossbench.errors import UserError
@@ -243,13 +245,193 @@ def run_config(*, engine: str, model: str, spec: dict[str, Any], load: dict[str,
             "load": load, "trials": trials, "model_refs": {}}
 
 
+# -- what each arm ran with, as the user declares it -----------------------------------------
+
+Setting = str | int | float | bool
+"""A declared setting's value: YAML's scalars (``0.9``, ``8``, ``false``, ``q8_0``)."""
+
+ENGINE_SETTINGS = ("version", "build_number", "commit")
+"""Engine identity keys an import may declare (``engine.version``; ``build`` is short for it):
+the build rule compares them."""
+
+SETTINGS_FIX = ("write ARM:KEY=VALUE, e.g. --arm-setting mtp:gpu_memory_utilization=0.8 "
+                "(KEY: a serve flag such as max_num_seqs or enable_prefix_caching, or "
+                "engine.version, load.temperature, spec.draft_model; ARM '*' is every arm)")
+
+_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$")
+
+
+def setting_key(key: str, where: str) -> str:
+    """The normalized field of a declared setting: ``server.KEY`` for a serve flag (dashes
+    and a leading ``--`` as a command line spells it are accepted), ``engine.version``,
+    ``engine.build_number`` or ``engine.commit`` for the build, ``load.KEY`` and ``spec.KEY``
+    as written; a UserError naming ``where`` for anything else."""
+    name = key.strip().removeprefix("--").replace("-", "_")
+    if name == "build":
+        name = "engine.version"
+    if not _KEY.match(name):
+        raise UserError(f"{where}: {key!r} is not a setting name", SETTINGS_FIX)
+    space, _, rest = name.partition(".")
+    if not rest:
+        return f"server.{name}"
+    if space == "engine" and rest not in ENGINE_SETTINGS:
+        raise UserError(f"{where}: {key!r} cannot be declared",
+                        f"declare the build as engine.{', engine.'.join(ENGINE_SETTINGS)}; "
+                        "the engine itself is --engine")
+    if space == "spec" and rest in ("type", "n"):
+        raise UserError(f"{where}: {key!r} is the arm's method or n",
+                        "give the method with --arm-method ARM=METHOD; n comes from the data "
+                        "(or --n-from-arm, or metadata n)")
+    if space not in ("server", "engine", "load", "spec") or "." in rest:
+        raise UserError(f"{where}: {key!r} is not a setting name", SETTINGS_FIX)
+    return name
+
+
+def setting_value(text: Any, where: str) -> Setting:
+    """A declared value as YAML reads a scalar (``0.9`` a number, ``false`` a bool, ``q8_0``
+    text); a UserError naming ``where`` for a list, a mapping, null or a non-finite number."""
+    value = text
+    if isinstance(text, str):
+        try:
+            value = yaml.safe_load(text) if text.strip() else None
+        except yaml.YAMLError:
+            value = None
+    if isinstance(value, float) and not math.isfinite(value):
+        value = None
+    if not isinstance(value, str | int | float | bool) or (
+            isinstance(value, int) and value.bit_length() > 64):
+        raise UserError(f"{where}: value {shown(text)} is not a single setting",
+                        "give a number, true/false or a word, e.g. gpu_memory_utilization=0.9")
+    return value
+
+
+def parse_arm_settings(items: list[str] | tuple[str, ...],
+                       file: Path | None = None) -> dict[str, dict[str, Setting]]:
+    """Declared settings by arm (``*``: every arm), from ``--arm-setting ARM:KEY=VALUE``
+    items and a YAML file ``{ARM: {KEY: VALUE}}`` (the items win); keys normalized by
+    :func:`setting_key`."""
+    out: dict[str, dict[str, Setting]] = {}
+    if file is not None:
+        text = read_text(file, "settings file", MIB, "keep the file to {ARM: {KEY: VALUE}}")
+        try:
+            data = yaml.safe_load(text)
+        except yaml.YAMLError as e:
+            raise UserError(f"--settings {file} is not YAML ({str(e).splitlines()[0]})",
+                            "write {ARM: {KEY: VALUE}}, e.g. 'mtp: {max_num_seqs: 8}'") from None
+        if not isinstance(data, dict) or not all(isinstance(v, dict) for v in data.values()):
+            raise UserError(f"--settings {file} is not a mapping of arms to settings",
+                            "write {ARM: {KEY: VALUE}}, e.g. 'mtp: {max_num_seqs: 8}'")
+        for arm, settings in data.items():
+            for key, value in settings.items():
+                where = f"--settings {file}: {arm}.{key}"
+                out.setdefault(str(arm), {})[setting_key(str(key), where)] = setting_value(
+                    value, where)
+    for item in items:
+        arm, colon, rest = item.partition(":")
+        key, eq, value = rest.partition("=")
+        where = f"--arm-setting {item!r}"
+        if not colon or not eq or not arm.strip() or not key.strip():
+            raise UserError(f"{where} is not ARM:KEY=VALUE", SETTINGS_FIX)
+        out.setdefault(arm.strip(), {})[setting_key(key, where)] = setting_value(value, where)
+    return out
+
+
+def parse_arm_methods(items: list[str] | tuple[str, ...]) -> dict[str, str]:
+    """``--arm-method ARM=METHOD`` items as {arm: method} (``none`` makes an arm a baseline
+    rerun); a UserError for a malformed one."""
+    out: dict[str, str] = {}
+    for item in items:
+        arm, eq, method = (x.strip() for x in item.partition("="))
+        if not eq or not arm or not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.,+-]*", method):
+            raise UserError(f"--arm-method {item!r} is not ARM=METHOD",
+                            "write e.g. --arm-method rerun=none or --arm-method mtp=mtp")
+        out[arm] = method
+    return out
+
+
+def check_arms(option: str, named: list[str] | set[str], arms: set[str]) -> None:
+    """A UserError when ``option`` names an arm no cell has (``*`` names them all)."""
+    unknown = sorted(a for a in named if a != "*" and a not in arms)
+    if unknown:
+        raise UserError(f"{option} names arm {unknown[0]!r}, which the import has not",
+                        f"use one of the arms found: {', '.join(sorted(arms))}")
+
+
+def apply_settings(cell: ImportedCell, names: tuple[str, ...],
+                   settings: dict[str, dict[str, Setting]]) -> None:
+    """Write the settings declared for any of ``names`` (the arm as the source names it and
+    its label) or for ``*`` into the cell's config and engine identity, where the confound
+    rules read them (``server.*`` is the engine config)."""
+    merged: dict[str, Setting] = {}
+    for arm in ("*", *names):
+        merged.update(settings.get(arm, {}))
+    ec = cell.config.setdefault("engine_config", {})
+    for key, value in merged.items():
+        space, _, name = key.partition(".")
+        if space == "server":
+            ec[name] = value
+        elif space == "engine":
+            cell.engine[name] = value
+        elif space == "load":
+            cell.config.setdefault("load", {})[name] = value
+        else:
+            ec.setdefault("spec", {})[name] = value
+    if merged:
+        cell.imported["declared"] = dict(sorted(merged.items()))
+
+
+def assign_starts(cell: ImportedCell, trials_per_start: int | None) -> None:
+    """Mark which server start served each record: ``trials_per_start`` consecutive trials
+    share one (trial // k * k), as ``crossbench run --trials-per-start`` records it; a record
+    whose source named its start keeps it. The config records ``trials_per_start`` so the
+    analysis and the confound view see the design."""
+    if trials_per_start is None:
+        if any(r.get("server_start") is not None for r in cell.records):
+            starts = {r.get("server_start") for r in cell.records}
+            cell.imported["server_starts"] = len(starts)
+        return
+    for r in cell.records:
+        if r.get("server_start") is None:
+            r["server_start"] = int(r["trial"]) // trials_per_start * trials_per_start
+    cell.config["trials_per_start"] = trials_per_start
+    cell.imported["server_starts"] = len({r["server_start"] for r in cell.records})
+
+
 def pair_baselines(cells: list[ImportedCell]) -> dict[str, str | None]:
-    """Baseline of each cell: same engine, target, workload and concurrency, method none."""
+    """Baseline of each cell: same engine, target, workload and concurrency, method none.
+
+    Where a group has several method-none cells, the one flagged ``imported["baseline"]``
+    (``--baseline-arm``) is the baseline and the others are reruns paired against it;
+    without a flag the last is the baseline and the others stay unpaired."""
     key = ("engine", "target", "workload", "concurrency")
-    base = {tuple(c.coords[k] for k in key): c.id for c in cells
-            if c.coords["method"] == "none"}
-    return {c.id: None if c.coords["method"] == "none"
-            else base.get(tuple(c.coords[k] for k in key)) for c in cells}
+    base: dict[tuple[Any, ...], ImportedCell] = {}
+    for c in cells:
+        k = tuple(c.coords[x] for x in key)
+        if c.coords["method"] == "none" and (
+                c.imported.get("baseline") or not base.get(k, c).imported.get("baseline")):
+            base[k] = c
+    out: dict[str, str | None] = {}
+    for c in cells:
+        b = base.get(tuple(c.coords[x] for x in key))
+        if b is None or b is c:
+            out[c.id] = None
+        elif c.coords["method"] == "none":
+            out[c.id] = b.id if b.imported.get("baseline") else None
+        else:
+            out[c.id] = b.id
+    return out
+
+
+def _fix_summary(summary: dict[str, Any], imported: dict[str, Any]) -> dict[str, Any]:
+    """The summary with the figures the importer's layout made (``unknown_figures``) left
+    empty and those the source gave itself (``source_figures``) in their place."""
+    given = dict(imported.get("source_figures") or {})
+    for dotted in [*imported.get("unknown_figures", []), *given]:
+        group, _, key = dotted.partition(".")
+        for part in [summary, *summary.get("per_trial", [])]:
+            if isinstance(part.get(group), dict) and key in part[group]:
+                part[group][key] = given.get(dotted) if part is summary else None
+    return summary
 
 
 def write_import(out: Path, cells: list[ImportedCell], source: dict[str, Any],
@@ -282,7 +464,7 @@ def write_import(out: Path, cells: list[ImportedCell], source: dict[str, Any],
         }
         writer.write_manifest(manifest)
         writer.write_records(c.records)
-        writer.write_summary(summarize_run_dir(writer.root))
+        writer.write_summary(_fix_summary(summarize_run_dir(writer.root), c.imported))
         state_cells.append(entry)
     state = {"schema_version": IMPORT_SCHEMA, "kind": rundir.IMPORT_KIND,
              "study": f"import:{source['tool']}", "source": source,

@@ -46,17 +46,24 @@ from crossbench.importers.records import (
     MAX_MS,
     ImportedCell,
     Invalid,
+    Setting,
+    apply_settings,
+    assign_starts,
+    check_arms,
     check_decode,
     count,
     finite_everywhere,
     number,
     read_json_objects,
     run_config,
+    setting_key,
+    setting_value,
     shown,
     text_or_none,
     timed_record,
     write_import,
 )
+from crossbench.load.workloads import load_workload
 
 NS = 1_000_000_000
 PER_REQUEST = ("input_lens", "output_lens", "ttfts", "itls", "latencies", "start_times",
@@ -75,7 +82,13 @@ NUMERIC = {"duration", "burstiness", "total_input_tokens", "total_output_tokens"
            "total_token_throughput", "max_output_tokens_per_s", "max_concurrent_requests"}
 """Fields vLLM writes as numbers (besides the ``*_ms`` and ``spec_decode_*`` metrics)."""
 _METRIC = re.compile(r"^(mean|median|std|p[\d.]+)_\w+_ms$|^(spec_decode|diffusion|probe)_")
-_ARM_KEYS = ("arm", "method", "n", "num_speculative_tokens", "trial")
+_ARM_KEYS = ("arm", "method", "n", "num_speculative_tokens", "trial", "server_start")
+NOT_SETTINGS = (*_ARM_KEYS, "dataset", "vllm_version", "max_tokens", "temperature", "engine",
+                "crossbench_cell", "crossbench_version")
+"""``--metadata`` keys that label a result rather than set the server; every other key is a
+serve setting (``gpu_memory_utilization=0.9``) and reaches the engine config."""
+ENGINE_FIX = ("pass --engine vllm (or sglang, llama-server: the server the study ran), or "
+              "run vllm bench serve with --metadata engine=vllm")
 
 
 def read_results(path: Path) -> list[dict[str, Any]]:
@@ -125,10 +138,10 @@ def check_result(res: dict[str, Any]) -> None:
     if rate is not None and not isinstance(rate, str) and rate != math.inf:
         number(rate, "request_rate", positive=True, maximum=None)
     meta = metadata(res)
-    for key in ("arm", "method", "trial", "dataset", "vllm_version"):
+    for key in ("arm", "method", "trial", "dataset", "vllm_version", "engine"):
         if meta.get(key) is not None and not isinstance(meta[key], str | int):
             raise Invalid(f"metadata {key} is {shown(meta[key])}, not a label")
-    for key in ("n", "num_speculative_tokens"):
+    for key in ("n", "num_speculative_tokens", "server_start"):
         value = meta.get(key)
         if isinstance(value, str):  # --metadata n=3 is written as the string "3"
             digits = value.strip()
@@ -252,23 +265,61 @@ def _identity(result: dict[str, Any]) -> tuple[Any, ...]:
             "ttfts" in result)
 
 
-def import_vllm_bench(files: list[Path], out: Path) -> dict[str, Any]:
-    """Convert vllm bench result files into an import directory at ``out``."""
+def engine_of(result: dict[str, Any], given: str | None) -> str | None:
+    """The server that ran a result: ``--engine``, else ``--metadata engine=...``, else the
+    ``backend`` of a file crossbench exported (it writes its engine there); never vLLM's own
+    ``backend``, which names the client's protocol (``openai-chat``), not the server."""
+    if given is not None:
+        return given
+    meta = metadata(result)
+    if meta.get("engine"):
+        return str(meta["engine"])
+    if meta.get("crossbench_cell") and result.get("backend"):
+        return str(result["backend"])
+    return None
+
+
+def import_vllm_bench(files: list[Path], out: Path, *, engine: str | None = None,
+                      arm_settings: dict[str, dict[str, Setting]] | None = None,
+                      arm_methods: dict[str, str] | None = None,
+                      baseline_arm: str | None = None, prompts: Path | None = None,
+                      trials_per_start: int | None = None) -> dict[str, Any]:
+    """Convert vllm bench result files into an import directory at ``out``.
+
+    ``engine`` names the server (else each result's ``--metadata engine``; the import is
+    refused when neither says); ``arm_settings`` and ``arm_methods`` declare what each arm ran
+    with and its method (:func:`~crossbench.importers.records.parse_arm_settings`);
+    ``baseline_arm`` picks the baseline among several method-none arms (the others are paired
+    with it as reruns); ``prompts`` gives the prompt of request i (i modulo the prompt count,
+    in the file's order); ``trials_per_start`` says how many consecutive trials one server
+    start served."""
     if not files:
         raise UserError("no FILE given", "pass one or more --save-result JSON files")
+    from crossbench.engines import registry
+
+    if engine is not None and engine not in registry.names():
+        raise UserError(f"--engine {engine!r} is not an engine crossbench knows",
+                        f"use one of: {', '.join(registry.names())}")
     groups: dict[tuple[Any, ...], list[tuple[Path, dict[str, Any]]]] = {}
     skipped: list[dict[str, str]] = []
     for path in files:
         results = read_results(path)
         for k, res in enumerate(results):
+            where = path.name if len(results) == 1 else f"{path.name} result {k}"
             try:
                 check_result(res)
             except Invalid as e:
-                where = path.name if len(results) == 1 else f"{path.name} result {k}"
                 skipped.append({"file": where, "reason": str(e)})
                 continue
-            groups.setdefault(_identity(res), []).append((path, res))
-            where = path.name if len(results) == 1 else f"{path.name} result {k}"
+            kind = engine_of(res, engine)
+            if kind is None:
+                raise UserError(f"{where} does not say which server ran it (backend "
+                                f"{shown(res.get('backend'))} is the client's protocol, not "
+                                "the engine)", ENGINE_FIX)
+            if kind not in registry.names():
+                raise UserError(f"{where}: metadata engine {kind!r} is not an engine crossbench "
+                                "knows", f"pass --engine, one of: {', '.join(registry.names())}")
+            groups.setdefault((kind, *_identity(res)), []).append((path, res))
             skipped += [{"file": f"{where} request {i}",
                          "reason": f"latencies[{i}] is 0 with no error: imported as a failed "
                                    "request (vLLM writes 0 only for one)"}
@@ -277,26 +328,96 @@ def import_vllm_bench(files: list[Path], out: Path) -> dict[str, Any]:
         first = skipped[0]
         raise UserError(f"no result could be imported (first: {first['file']}: "
                         f"{first['reason']})", "fix or leave out the files listed")
-    cells = [_cell(members) for members in groups.values()]
+    order, categories = _prompt_order(prompts)
+    methods = arm_methods or {}
+    cells = [_cell(key[0], members, methods, order, categories, skipped)
+             for key, members in groups.items()]
+    arms = {c.imported["arm"] for c in cells}
+    settings = arm_settings or {}
+    check_arms("--arm-setting", list(settings), arms)
+    check_arms("--arm-method", list(methods), arms)
+    if baseline_arm is not None:
+        check_arms("--baseline-arm", [baseline_arm], arms)
     ids = [c.id for c in cells]
     for c in cells:  # a detailed and an aggregate-only run of one configuration
         if ids.count(c.id) > 1 and not c.imported.get("detailed"):
             c.coords["arm"] = f"{c.coords['arm']}-aggregate"
+    for c in cells:
+        apply_settings(c, (c.imported["arm"],), settings)
+        assign_starts(c, trials_per_start)
+        if baseline_arm is not None and c.imported["arm"] == baseline_arm:
+            if c.coords["method"] != "none":
+                raise UserError(f"--baseline-arm {baseline_arm!r} ran method "
+                                f"{c.coords['method']!r}, not none",
+                                f"add --arm-method {baseline_arm}=none if it ran without "
+                                "speculation, or name the arm that did")
+            c.imported["baseline"] = True
     source = {"tool": "vllm-bench", "format": "vllm bench serve --save-result",
-              "files": [str(p) for p in files]}
+              "files": [str(p) for p in files], "engine": engine,
+              "prompts": str(prompts) if prompts else None,
+              "trials_per_start": trials_per_start}
     return write_import(out, cells, source, skipped)
 
 
-def _cell(members: list[tuple[Path, dict[str, Any]]]) -> ImportedCell:
+def _prompt_order(prompts: Path | None) -> tuple[list[str], dict[str, str]]:
+    """Prompt ids in send order and their categories, from ``--prompts`` (empty without)."""
+    if prompts is None:
+        return [], {}
+    wl = load_workload(f"file:{prompts}")
+    return [p.id for p in wl.prompts], {p.id: p.category for p in wl.prompts}
+
+
+def _wall_figure(members: list[tuple[Path, dict[str, Any]]], detailed: bool,
+                 concurrency: Any, skipped: list[dict[str, str]]) -> dict[str, Any]:
+    """The cell's wall throughput where records cannot measure it: results without
+    per-request start times (or token counts) take the file's own ``duration`` and
+    ``total_output_tokens`` (else its ``output_throughput``); none when the file has neither
+    and requests of a concurrent run would have to be laid end to end. Returns the
+    ``imported`` keys that say so; a note goes to ``skipped``."""
+    results = [res for _, res in members]
+    if detailed and all(r.get("start_times") is not None for r in results):
+        return {}  # the records hold when each request was sent: they measure it
+    key = "throughput.wall_output_tok_s"
+    names = ", ".join(sorted({p.name for p, _ in members}))
+    why = ("no per-request token counts (run without --save-detailed)" if not detailed else
+           f"no per-request start_times at concurrency {concurrency}")
+    tokens = [float(r["total_output_tokens"]) for r in results
+              if r.get("total_output_tokens") is not None]
+    spans = [float(r["duration"]) for r in results if r.get("duration")]
+    rates = [float(r["output_throughput"]) for r in results
+             if r.get("output_throughput") is not None]
+    value: float | None = None
+    if len(tokens) == len(spans) == len(results):
+        value = sum(tokens) / sum(spans)
+        how = "the file's own total_output_tokens / duration"
+    elif len(rates) == len(results):
+        value = sum(rates) / len(rates)
+        how = "the file's own output_throughput (mean over trials)"
+    if value is not None:
+        skipped.append({"file": names, "reason": f"{why}: wall throughput imported with "
+                                                 f"{how}, {value:.2f} tok/s"})
+        return {"source_figures": {key: value}, "figure_notes": {key: f"{why}; {how}"}}
+    if detailed and concurrency == 1:
+        return {}  # one request at a time: laid end to end, they hold the wall window
+    note = (f"{why} and no duration or output_throughput: imported with no wall throughput "
+            "(requests of a concurrent run cannot be laid end to end)")
+    skipped.append({"file": names, "reason": note})
+    return {"unknown_figures": [key], "figure_notes": {key: note}}
+
+
+def _cell(engine: str, members: list[tuple[Path, dict[str, Any]]], methods: dict[str, str],
+          order: list[str], categories: dict[str, str],
+          skipped: list[dict[str, str]]) -> ImportedCell:
     first = members[0][1]
     arm, method, n = arm_of(first)
+    method = methods.get(arm, method)
     records: list[dict[str, Any]] = []
     counts = [0.0, 0.0, 0.0]  # drafts, drafted tokens, accepted tokens over all trials
     per_pos = [0.0] * len(first.get("spec_decode_per_position_acceptance_rates") or [])
     spec = "spec_decode_num_drafts" in first
     kept, aggregates = [], []
     for trial, (path, res) in enumerate(members):
-        records += _records(res, trial, path.name)
+        records += _records(res, trial, path.name, order, categories)
         kept.append({"file": path.name, **{k: v for k, v in res.items()
                                            if k not in PER_REQUEST}})
         aggregates.append(_aggregate(res))
@@ -311,38 +432,62 @@ def _cell(members: list[tuple[Path, dict[str, Any]]]) -> ImportedCell:
     meta = metadata(first)
     concurrency = first.get("max_concurrency")
     workload = str(meta.get("dataset") or f"vllm-bench-{first.get('num_prompts')}-prompts")
+    detailed = "ttfts" in first
     imported: dict[str, Any] = {
-        "files": sorted({p.name for p, _ in members}), "results": kept,
-        "detailed": "ttfts" in first, "trials": list(range(len(members))),
+        "arm": arm, "files": sorted({p.name for p, _ in members}), "results": kept,
+        "detailed": detailed, "trials": list(range(len(members))),
         "timing": "vllm bench per-request seconds (start_times, ttfts, itls, latencies)"
-        if "ttfts" in first else "end-to-end latencies only (run without --save-detailed)",
+        if detailed else "end-to-end latencies only (run without --save-detailed)",
+        **_wall_figure(members, detailed, concurrency, skipped),
     }
     if spec:
         imported["acceptance"] = {"drafts": counts[0], "draft_tokens": counts[1],
                                   "accepted": counts[2], "per_position": per_pos}
-    if "ttfts" not in first:
+    if not detailed:
         imported["aggregate"] = _mean_aggregate(aggregates)
-    coords = {"engine": str(first.get("backend") or "vllm"), "target": first["model_id"],
+    coords = {"engine": engine, "target": first["model_id"],
               "arm": arm, "method": method, "n": n, "workload": workload,
               "concurrency": concurrency if concurrency is not None
               else f"rate-{first.get('request_rate')}"}
     spec_cfg: dict[str, Any] = {"type": method} | ({"n": n} if n is not None else {})
     load = {"workload": workload, "max_tokens": meta.get("max_tokens"),
             "temperature": meta.get("temperature"), "ignore_eos": None, "cache_prompt": None,
-            "concurrency": concurrency, "rate": first.get("request_rate")}
-    engine = {"kind": coords["engine"], "version": meta.get("vllm_version"),
-              "build_number": None, "commit": None, "binary": None, "sha256": None}
-    return ImportedCell(coords, run_config(engine=coords["engine"], model=first["model_id"],
-                                           spec=spec_cfg, load=load, trials=len(members)),
-                        engine, records, imported)
+            "concurrency": concurrency, "rate": first.get("request_rate"),
+            "requests": len(first.get("latencies") or []) or first.get("num_prompts")}
+    identity = {"kind": engine, "version": meta.get("vllm_version"),
+                "build_number": None, "commit": None, "binary": None, "sha256": None}
+    config = run_config(engine=engine, model=first["model_id"], spec=spec_cfg, load=load,
+                        trials=len(members))
+    config["engine_config"].update(serve_settings(meta))
+    return ImportedCell(coords, config, identity, records, imported)
+
+
+def serve_settings(meta: dict[str, Any]) -> dict[str, Setting]:
+    """The ``--metadata`` keys that set the server (every key but :data:`NOT_SETTINGS`), as
+    engine-config fields with their values read as YAML scalars (``"0.9"`` is 0.9); a key
+    that is not a setting name is left in the manifest's results only."""
+    out: dict[str, Setting] = {}
+    for key, value in meta.items():
+        if key in NOT_SETTINGS:
+            continue
+        try:
+            field = setting_key(str(key), f"metadata {key}")
+            parsed = setting_value(value, f"metadata {key}")
+        except UserError:
+            continue
+        if field.startswith("server."):
+            out[field.removeprefix("server.")] = parsed
+    return out
 
 
 def _ns(seconds: float) -> int:
     return round(seconds * NS)
 
 
-def _records(res: dict[str, Any], trial: int, source: str) -> list[dict[str, Any]]:
+def _records(res: dict[str, Any], trial: int, source: str, order: list[str],
+             categories: dict[str, str]) -> list[dict[str, Any]]:
     latencies: list[float] = res.get("latencies") or []
+    start = metadata(res).get("server_start")
     count = len(latencies)
     ttfts, itls = res.get("ttfts"), res.get("itls")
     starts = res.get("start_times")
@@ -361,7 +506,9 @@ def _records(res: dict[str, Any], trial: int, source: str) -> list[dict[str, Any
                 arrivals.append(arrivals[-1] + _ns(gap))
             extra = {"text": texts[i], "usage": {"completion_tokens": res["output_lens"][i],
                                                  "prompt_tokens": res["input_lens"][i]}}
-        rec = timed_record(trial=trial, index=i, prompt_id=f"p{i:05d}", category="unknown",
+        pid = order[i % len(order)] if order else f"p{i:05d}"
+        rec = timed_record(trial=trial, index=i, prompt_id=pid,
+                           category=categories.get(pid, "unknown"),
                            t_sent_ns=sent, ttft_ns=None, decode_ns=None, tokens=None,
                            source=source, max_tokens=None, **extra)
         rec.update(t_first_chunk_ns=arrivals[0] if ttfts is not None else None,
@@ -369,6 +516,8 @@ def _records(res: dict[str, Any], trial: int, source: str) -> list[dict[str, Any
                    n_chunks=len(arrivals))
         if errors[i] or lat <= 0:
             rec.update(status="error", error=errors[i] or "vllm bench recorded no latency")
+        if start is not None:
+            rec["server_start"] = int(start)
         out.append(rec)
         cursor = rec["t_done_ns"] + NS // 1000
     return out

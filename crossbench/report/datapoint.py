@@ -10,6 +10,7 @@ refused with the fix (pick cells with ``--cells``).
 from __future__ import annotations
 
 import fnmatch
+from pathlib import Path
 from typing import Any
 
 from crossbench.analysis.stability import WarningKind
@@ -97,11 +98,41 @@ def environment(study: Study, pairs: list[dict[str, Any]]) -> list[str]:
     trials = (f"{planned}" if not done or done == [planned] else
               f"{'-'.join(str(d) for d in sorted({done[0], done[-1]}))} of {planned} "
               "planned")
-    lines.append(f"- **Workload**: {wl.get('spec', load.get('workload'))} "
-                 f"({wl.get('prompts', '?')} prompts), {load.get('requests')} requests x "
-                 f"{trials} trials, max_tokens {load.get('max_tokens')}, temperature "
-                 f"{load.get('temperature')}, concurrency {load.get('concurrency')}")
+    lines.append(f"- **Workload**: {workload_text(wl, load, trials)}")
     return lines
+
+
+def workload_text(wl: dict[str, Any], load: dict[str, Any], trials: str) -> str:
+    """The workload in one line, with only what the record knows: an import leaves unknown
+    (None) what its source did not say, and that is left out rather than printed."""
+    spec = wl.get("spec") or load.get("workload") or "workload not recorded"
+    text = f"{spec} ({wl['prompts']} prompts)" if wl.get("prompts") is not None else str(spec)
+    runs = f"{trials} trials"
+    if load.get("requests") is not None:
+        runs = f"{load['requests']} requests x {runs}"
+    parts = [text, runs]
+    parts += [f"{k} {load[k]}" for k in ("max_tokens", "temperature", "concurrency")
+              if load.get(k) is not None]
+    return ", ".join(parts)
+
+
+def source_line(study: Study) -> str:
+    """Where the requests came from: crossbench's client (a matrix or a single run), or the
+    files an import read and the tool that wrote them."""
+    if study.kind == "matrix":
+        return "# client: crossbench's streaming client, driven by the study's matrix file"
+    if study.kind != "import":
+        return "# client: crossbench's streaming client (`crossbench run`)"
+    source = (study.state or {}).get("source") or {}
+    tool = str(source.get("tool") or "another tool")
+    if tool == "synthetic":
+        return "# source: synthetic records with known figures (no engine, no client)"
+    files = [Path(str(f)).name for f in source.get("files") or []]
+    where = (", ".join(files[:3]) + (f" and {len(files) - 3} more" if len(files) > 3 else "")
+             if files else str(source.get("dir") or source.get("file") or "its files"))
+    what = f" ({source['format']})" if source.get("format") else ""
+    return (f"# source: {tool} results{what} from {where}, measured by the study's own tools "
+            f"and read with `crossbench import {tool}`")
 
 
 def _table(study: Study, pairs: list[dict[str, Any]]) -> list[str]:
@@ -174,7 +205,7 @@ def datapoint(study: Study, patterns: list[str] | None = None) -> str:
         cmd = commands.server_command(_cell(study, p["cell"]))
         if cmd:
             lines += [f"# server, {pair_label(study, p)}", cmd]
-    lines += ["# client: crossbench's streaming client, driven by the study's matrix file",
+    lines += [source_line(study),
               *commands.client_commands(study, [p["cell"] for p in pairs]), "```", "",
               "</details>", ""]
     tail = ["", f"Raw records, analysis and report: {DOI_PLACEHOLDER} (replace with the "
