@@ -114,7 +114,7 @@ def test_bad_spec_names_valid_forms(spec: str, why: str) -> None:
     assert e.value.message == f"workload spec {spec!r}: {why}"
     assert e.value.hint == (
         "use one of: builtin:mixed; builtin:<category> with category one of code, math, "
-        "creative, factual, analysis, howto; random:<N> (N tokens per prompt, needs the "
+        "creative, factual, analysis, howto; builtin:repeat; random:<N> (N tokens per prompt, needs the "
         "model's vocab_size); file:<path.jsonl>"
     )
 

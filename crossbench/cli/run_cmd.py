@@ -120,7 +120,8 @@ def format_table(summary: dict[str, Any], engine: str | None = None) -> str:
               help="Synthetic per-position acceptance, e.g. 0.9,0.7,0.5,0.2 (fractions).")
 @click.option("--synth-len", type=float, default=None, help="Synthetic mean acceptance length.")
 @click.option("--prompts", "workload", default="builtin:mixed", show_default=True,
-              help="builtin:mixed | builtin:<category> | random:<N> | file:<jsonl>.")
+              help="builtin:mixed | builtin:<category> | builtin:repeat | random:<N> | "
+                   "file:<jsonl>.")
 @click.option("--requests", type=int, default=20, show_default=True, help="Per trial.")
 @click.option("--warmup", type=int, default=1, show_default=True, help="Warm-up requests.")
 @click.option("--max-tokens", type=int, default=256, show_default=True)

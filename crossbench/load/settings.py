@@ -14,7 +14,7 @@ class LoadSettings(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     workload: str = Field("builtin:mixed", description="builtin:mixed | builtin:<category> | "
-                          "random:<N tokens> | file:<path.jsonl>.")
+                          "builtin:repeat | random:<N tokens> | file:<path.jsonl>.")
     # the caps catch typos (10**15): a million requests is days of one trial, and no model
     # has a context of ten million tokens
     requests: int = Field(20, ge=1, le=1_000_000, description="Measured requests per trial.")

@@ -5,6 +5,9 @@ Specs (the only valid forms)::
     builtin:mixed        all 48 shipped prompts, round-robin by category (any prefix is balanced)
     builtin:<category>   the 8 shipped prompts of one category: code, math, creative, factual,
                          analysis, howto
+    builtin:repeat       3 other shipped prompts, cycled, so that from the fourth request on
+                         every prompt was asked before: what n-gram drafting, which drafts
+                         from text the server has already seen, needs to draft at all
     random:<N>           prompts of exactly N token ids from a seeded RNG (needs vocab_size)
     file:<path.jsonl>    your own prompts, one JSON object a line (or a JSON array of the
                          same objects), in the shipped format
@@ -13,11 +16,11 @@ The shipped format is one JSON object per line: ``{"id": "code-01", "category": 
 "prompt": "..."}``; a line may give ``"token_ids": [...]`` instead of ``"prompt"``.
 
 ``digest`` is the sha256 of the canonical bytes the prompts came from, so a record can say
-exactly what was sent: the file's bytes for ``builtin:mixed`` and ``file:``; the canonical
-JSON of the selected prompts for ``builtin:<category>``; the generator's parameters and every
-generated token id for ``random:``. ``count`` does not change the digest of ``builtin:`` and
-``file:`` (it only cycles them); for ``random:`` it is the number of distinct prompts
-generated, so it does.
+exactly what was sent: the file's bytes for ``builtin:mixed``, ``builtin:repeat`` and
+``file:``; the canonical JSON of the selected prompts for ``builtin:<category>``; the
+generator's parameters and every generated token id for ``random:``. ``count`` does not
+change the digest of ``builtin:`` and ``file:`` (it only cycles them); for ``random:`` it is
+the number of distinct prompts generated, so it does.
 """
 
 from __future__ import annotations
@@ -54,6 +57,7 @@ DEFAULT_RANDOM_PROMPTS = 64
 VALID_SPECS = (
     "builtin:mixed",
     "builtin:<category> with category one of " + ", ".join(CATEGORIES),
+    "builtin:repeat",
     "random:<N> (N tokens per prompt, needs the model's vocab_size)",
     "file:<path.jsonl>",
 )
@@ -184,9 +188,14 @@ def _interleave(prompts: list[Prompt], order: tuple[str, ...]) -> list[Prompt]:
     return out
 
 
-def builtin_bytes() -> bytes:
-    """The shipped prompt file, byte for byte."""
-    return resources.files("crossbench.load").joinpath("prompts/builtin.jsonl").read_bytes()
+REPEAT = "repeat"
+"""``builtin:repeat``: the shipped prompts of ``prompts/repeat.jsonl``, which a run cycles."""
+
+
+def builtin_bytes(name: str = "builtin") -> bytes:
+    """A shipped prompt file (``prompts/<name>.jsonl``: ``builtin``, or ``repeat``), byte for
+    byte."""
+    return resources.files("crossbench.load").joinpath(f"prompts/{name}.jsonl").read_bytes()
 
 
 def _cycle(prompts: list[Prompt], count: int | None) -> list[Prompt]:
@@ -240,6 +249,10 @@ def load_workload(
     kind, sep, arg = spec.partition(":")
     if not sep or not arg:
         raise _bad_spec(spec, "not of the form kind:argument")
+    if kind == "builtin" and arg == REPEAT:
+        data = builtin_bytes(REPEAT)
+        return Workload(spec, _cycle(_parse_jsonl(data, f"{REPEAT}.jsonl"), count),
+                        _sha256(data))
     if kind == "builtin":
         data = builtin_bytes()
         prompts = _parse_jsonl(data, "builtin.jsonl")
