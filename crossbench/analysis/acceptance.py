@@ -138,19 +138,45 @@ def per_request_sums(records: Iterable[Mapping[str, Any]]) -> tuple[float, float
     drafted = accepted = 0.0
     with_d = without = 0
     for r in records:
-        t = r.get("timings") or {}
-        sd = (r.get("metrics") or {}).get("speculative_decoding") or {}
-        if "draft_n" in t:  # llama-server
-            drafted += float(t["draft_n"])
-            accepted += float(t.get("draft_n_accepted", 0))
-            with_d += 1
-        elif "num_draft_tokens" in sd:  # vLLM --per-request-spec-decode-metrics
-            drafted += float(sd["num_draft_tokens"])
-            accepted += float(sd.get("num_accepted_draft_tokens", 0))
-            with_d += 1
-        else:
+        counts = draft_counts(r)
+        if counts is None:
             without += 1
+            continue
+        drafted += counts[0]
+        accepted += counts[1]
+        with_d += 1
     return drafted, accepted, with_d, without
+
+
+def draft_counts(r: Mapping[str, Any]) -> tuple[float, float] | None:
+    """(drafted, accepted) of one record from its per-request counts (``timings`` of
+    llama-server, ``metrics.speculative_decoding`` of vLLM), None without them."""
+    t = r.get("timings") or {}
+    sd = (r.get("metrics") or {}).get("speculative_decoding") or {}
+    if "draft_n" in t:
+        return float(t["draft_n"]), float(t.get("draft_n_accepted", 0))
+    if "num_draft_tokens" in sd:
+        return float(sd["num_draft_tokens"]), float(sd.get("num_accepted_draft_tokens", 0))
+    return None
+
+
+def all_accepted(records: Iterable[Mapping[str, Any]]) -> tuple[int, float] | None:
+    """(requests, drafted tokens) when every measured, completed request that drafted had
+    every draft accepted (accepted == drafted in each), None otherwise or when no such
+    request carries per-request counts. With a real drafter some drafts are rejected, so
+    this shape points at a misread counter (docs/analysis.md, ``acceptance_counter``)."""
+    requests, drafted = 0, 0.0
+    for r in records:
+        if r.get("warmup") or r.get("status", "ok") != "ok":
+            continue
+        counts = draft_counts(r)
+        if counts is None or counts[0] <= 0:
+            continue
+        if counts[1] != counts[0]:
+            return None
+        requests += 1
+        drafted += counts[0]
+    return (requests, drafted) if requests else None
 
 
 def steps_estimate(records: Iterable[Mapping[str, Any]]) -> tuple[float, float] | None:

@@ -143,15 +143,17 @@ def analyze_pair(spec: CellData, base: CellData, figs: dict[str, dict[str, Any]]
         "speedup": result["speedup"], "speedup_e2e": result["speedup_e2e"],
         "verdict": stats.verdict(tuple(sp["ci95"]) if sp["ci95"] else None,
                                  sp["n_samples"], sp["n_prompts"], opts.min_samples,
-                                 confounded=conf["confounded"]),
+                                 confounded=conf["confounded"], equivalence=opts.equivalence),
         "statistical_verdict": result["verdict"], "pairing": result["pairing"],
+        "lengths": result["lengths"],
         "confounds": {k: v for k, v in conf.items() if k != "text"},
         "acceptance": {"draft_acceptance_rate": acc.draft_acceptance_rate,
                        "mean_acceptance_length": acc.mean_acceptance_length,
                        "mean_acceptance_length_estimate": acc.mean_acceptance_length_estimate,
                        "mal_note": acc.mal_note,
                        "per_position": acc.per_position, "source": source,
-                       "synthetic": spec.synthetic},
+                       "synthetic": spec.synthetic,
+                       "counter_suspect": stability.counter_suspect(spec)},
         "per_category": result["per_category"],
         "parity": parity.parity(spec, base),
     }
@@ -174,7 +176,8 @@ def analyze_pair(spec: CellData, base: CellData, figs: dict[str, dict[str, Any]]
     elif opts.start_spread is not None and sp["start_prior"] is not None:
         known = sp["start_prior"]
         alone = stats.verdict(tuple(known["bootstrap_ci95"]), sp["n_samples"],
-                              sp["n_prompts"], opts.min_samples)
+                              sp["n_prompts"], opts.min_samples,
+                              equivalence=opts.equivalence)
         if alone != result["verdict"]:
             out["verdict_caveats"].append(
                 f"{KNOWN_SPREAD_NOTE} ({known['spec_starts']} speculative and "
@@ -285,6 +288,18 @@ def _pair_findings(pair: dict[str, Any], spec: CellData) -> list[Finding]:
             "run more server starts per cell (more trials, trials_per_start 1 or a smaller "
             "one, or rounds on separate occasions) until the two intervals agree; until then "
             "report the verdict as indistinguishable at this number of starts", spec.id))
+    ln = pair["lengths"]
+    if ln["mismatched"]:
+        found.append(Finding(
+            WarningKind.LENGTH_MISMATCH,
+            f"{ln['mismatched']} of {ln['compared']} pairs produced different numbers of output "
+            f"tokens (mean {ln['spec_mean_tokens']:.1f} speculative, "
+            f"{ln['baseline_mean_tokens']:.1f} baseline): their end-to-end speedup compares "
+            "latency per output token, not whole latencies; the decode speedup is a rate "
+            "either way, but the two sides did not do the same work",
+            "send both arms the same requests with ignore_eos and one max_tokens at "
+            "temperature 0, so each pair generates as many tokens; else read only per-token "
+            "figures (decode speedup, TPOT)", spec.id))
     conf = pair["confounds"]
     for f in conf.get("findings", []):
         kind = (WarningKind.CONFOUNDED if f["severity"] == "confounding"
@@ -410,20 +425,36 @@ def _ci(ci: list[float] | None) -> str:
     return "n/a" if not ci else f"[{ci[0]:.3f}, {ci[1]:.3f}]"
 
 
+def _lengths(ln: dict[str, Any] | None) -> str:
+    """Pairs whose output lengths differ, of those compared (their e2e is per token)."""
+    if not ln or not ln.get("compared"):
+        return "n/a"
+    return f"{ln['mismatched']}/{ln['compared']}"
+
+
+def _band_only(p: dict[str, Any]) -> bool:
+    """A pair that reads indistinguishable only through the equivalence band: its interval
+    lies within the band but excludes 1."""
+    ci = p["speedup"].get("ci95")
+    return bool(p["speedup"].get("within_band") and ci and not ci[0] <= 1.0 <= ci[1]
+                and p["verdict"] == "indistinguishable")
+
+
 def tables(result: dict[str, Any]) -> dict[str, tuple[list[str], list[list[str]]]]:
     """Every table of an analysis as (header, rows), by name."""
     out: dict[str, tuple[list[str], list[list[str]]]] = {}
     out["verdicts"] = (
         ["cell", "model", "method", "n", "baseline tok/s", "spec tok/s",
          "baseline tok/s (engine)", "spec tok/s (engine)", "speedup",
-         "ci", "verdict", "e2e speedup", "e2e ci", "net loss share", "samples",
-         "acceptance", "MAL", "parity", "warnings"],
+         "ci", "verdict", "e2e speedup", "e2e ci", "lengths differ", "net loss share",
+         "samples", "acceptance", "MAL", "parity", "warnings"],
         [[p["cell"], str(p["model"]), str(p["method"]), _num(p["n"], "d"),
           _num(p["baseline_tok_s"], ".2f"), _num(p["spec_tok_s"], ".2f"),
           _num(p.get("baseline_engine_tok_s"), ".2f"), _num(p.get("spec_engine_tok_s"), ".2f"),
           _num(p["speedup"]["geomean"]), _ci(p["speedup"]["ci95"]),
           p["verdict"] + ("*" if p.get("verdict_caveats") else ""),
           _num(p["speedup_e2e"]["geomean"]), _ci(p["speedup_e2e"]["ci95"]),
+          _lengths(p.get("lengths")),
           _num(p["speedup"]["net_loss_share"], ".2f"), str(p["speedup"]["n_samples"]),
           _num(p["acceptance"]["draft_acceptance_rate"], ".3f"),
           _mal(p["acceptance"]), p["parity"]["verdict"],
@@ -529,16 +560,19 @@ def verdict_table(result: dict[str, Any]) -> str:
     if result["pairs"]:
         keep = ["cell", "baseline tok/s", "baseline tok/s (engine)", "spec tok/s",
                 "spec tok/s (engine)", "speedup", "ci", "verdict", "e2e speedup", "e2e ci",
-                "samples", "acceptance", "MAL", "parity"]
+                "lengths differ", "samples", "acceptance", "MAL", "parity"]
         name = "verdicts"
     else:
         keep = ["cell", "method", "n", "ok", "pooled tok/s", "request-mean tok/s",
                 "TTFT p50 ms", "TPOT p50 ms", "trial CV", "acceptance", "MAL"]
         name = "cells"
     header, rows = t[name]
-    # the engine's own figure beside the suite's, where the engine reports one
-    keep = [k for k in keep if "(engine)" not in k
-            or any(r[header.index(k)] != "n/a" for r in rows)]
+    # the engine's own figure beside the suite's, where the engine reports one; the
+    # length column where some pair's lengths differ
+    mismatched = [p for p in result["pairs"] if (p.get("lengths") or {}).get("mismatched")]
+    keep = [k for k in keep if ("(engine)" not in k
+            or any(r[header.index(k)] != "n/a" for r in rows))
+            and (k != "lengths differ" or mismatched)]
     idx = [header.index(k) for k in keep]
     text = plain(keep, [[r[i] for i in idx] for r in rows])
     designs = sorted({p["speedup"].get("design") for p in result["pairs"]
@@ -547,6 +581,16 @@ def verdict_table(result: dict[str, Any]) -> str:
         level = result["options"].get("level", 0.95)
         text += (f"\nintervals: {level:.0%} percentile bootstrap over "
                  f"{'; '.join(designs)} (--strata {result['options'].get('strata')})")
+    band = result["options"].get("equivalence")
+    inside = [p["cell"] for p in result["pairs"] if _band_only(p)]
+    if inside and band:
+        text += (f"\nindistinguishable within the +-{band:.0%} equivalence band (the interval "
+                 f"excludes 1 but lies within [{1 / (1 + band):.3f}, {1 + band:.3f}]; "
+                 f"--equivalence): {', '.join(sorted(inside, key=natural_key))}")
+    if mismatched:
+        text += (f"\nlengths differ: in {len(mismatched)} pair(s) some requests produced "
+                 "different numbers of output tokens; their e2e speedup compares latency per "
+                 "output token (length_mismatch)")
     caveats = [c for p in result["pairs"] for c in p.get("verdict_caveats") or []]
     if any(RUNNER_WARNED in c for c in caveats):
         text += ("\n* the runner warned on some of the pair's trials (other inference "

@@ -49,6 +49,18 @@ class RequestFigures:
     #: the trial whose server start served this request: the trial itself, unless trials
     #: reused one server (``server_start`` in the record); trials of one start share its state
     start: int | None = None
+    #: reasoning the engine returned apart from ``text`` (a chat body's
+    #: ``message.reasoning_content``, kept by an import as ``reasoning_text``); crossbench's
+    #: own client already folds streamed ``reasoning_content`` into ``text``
+    reasoning: str | None = None
+
+    @property
+    def generated(self) -> str | None:
+        """Everything the model generated: reasoning, then content (None when neither is
+        recorded). Output parity compares this, as the client measures it."""
+        if self.reasoning is None:
+            return self.text
+        return self.reasoning + (self.text or "")
 
     @property
     def server_start(self) -> int:
@@ -107,8 +119,24 @@ def request_figures(records: Iterable[Mapping[str, Any]]
             e2e_ms=m["e2e_ms"], ttft_ms=m["ttft_ms"], max_tokens=r.get("max_tokens"),
             text=r.get("text"), token_ids=tuple(ids) if isinstance(ids, list) else None,
             chunk_ends=_chunk_ends(r),
-            start=int(r["server_start"]) if r.get("server_start") is not None else None))
+            start=int(r["server_start"]) if r.get("server_start") is not None else None,
+            reasoning=reasoning_text(r)))
     return out, counts
+
+
+REASONING_KEYS = ("reasoning_text", "reasoning_content")
+"""Record fields that may hold the reasoning an engine returned apart from the content,
+first found wins (``reasoning_text``: an importer's; ``reasoning_content``: the field as
+OpenAI-compatible chat bodies spell it)."""
+
+
+def reasoning_text(r: Mapping[str, Any]) -> str | None:
+    """The reasoning a record carries apart from ``text`` (:data:`REASONING_KEYS`), or None."""
+    for key in REASONING_KEYS:
+        v = r.get(key)
+        if isinstance(v, str) and v:
+            return v
+    return None
 
 
 def _chunk_ends(r: Mapping[str, Any]) -> tuple[tuple[int, int], ...] | None:

@@ -5,7 +5,9 @@ in the same trial, on both sides. Trial t of both cells ran in the same round of
 interleaved matrix, so a pair shares the machine's state of that round.
 
 For each pair, the *decode speedup* is spec decode rate / baseline decode rate and the
-*end-to-end speedup* is baseline end-to-end latency / spec end-to-end latency (> 1: faster).
+*end-to-end speedup* is baseline end-to-end latency / spec end-to-end latency (> 1: faster),
+per output token where the two produced different numbers of tokens (``lengths`` counts
+such pairs; the analysis warns ``length_mismatch``).
 Summaries: geometric mean, median, the share of prompts whose own geometric mean is below 1
 (net loss), and a bootstrap interval of the geometric mean that resamples prompts (stratified
 by category) and trials, crossed (``stats.py``). The verdict comes from ``stats.verdict``.
@@ -51,6 +53,10 @@ class StatsOptions:
     ``start_spread``: the known spread between server starts (``--start-spread FILE``), which
     widens each speedup's interval by the starts' share (module docstring); None: the
     bootstrap alone.
+
+    ``equivalence``: the practical-equivalence band of the verdicts (``--equivalence``,
+    ``stats.EQUIVALENCE`` = +-2 % by default; 0: none): an interval wholly inside it reads
+    ``indistinguishable`` (``stats.verdict``).
     """
 
     resamples: int = 10_000
@@ -59,6 +65,7 @@ class StatsOptions:
     min_samples: int = 10
     strata: str = "auto"
     start_spread: StartSpread | None = None
+    equivalence: float = stats.EQUIVALENCE
 
     def for_run(self, kind: str) -> StatsOptions:
         """``auto`` strata made concrete for a run of ``kind`` (``import``: the prompts'
@@ -71,19 +78,22 @@ class StatsOptions:
         """The ``options`` object of analysis.json."""
         return {"resamples": self.resamples, "seed": self.seed, "level": self.level,
                 "min_samples": self.min_samples, "strata": self.strata,
-                "start_spread": self.start_spread.to_record() if self.start_spread else None}
+                "start_spread": self.start_spread.to_record() if self.start_spread else None,
+                "equivalence": self.equivalence}
 
     @classmethod
     def from_record(cls, o: dict[str, Any] | None) -> StatsOptions:
         """Options as recorded in an analysis.json (older files, without ``strata``, were
-        made with the category design, and without a start spread)."""
+        made with the category design, and without a start spread; files before format 7,
+        without ``equivalence``, had no equivalence band, and are re-derived without one)."""
         o = o or {}
         spread = o.get("start_spread")
         return cls(resamples=int(o.get("resamples", 10_000)), seed=int(o.get("seed", 0)),
                    level=float(o.get("level", 0.95)), min_samples=int(o.get("min_samples", 10)),
                    strata=str(o.get("strata", "category")),
                    start_spread=StartSpread.from_record(spread, "options.start_spread")
-                   if spread else None)
+                   if spread else None,
+                   equivalence=float(o.get("equivalence", 0.0)))
 
 
 def design(opts: StatsOptions, categories: list[str], trials: Sequence[object] | None,
@@ -134,10 +144,34 @@ def decode_speedup(s: RequestFigures, b: RequestFigures) -> float | None:
 
 
 def e2e_speedup(s: RequestFigures, b: RequestFigures) -> float | None:
-    """Baseline end-to-end latency / spec end-to-end latency of one pair."""
-    if s.e2e_ms and b.e2e_ms:
-        return b.e2e_ms / s.e2e_ms
-    return None
+    """Baseline end-to-end latency per output token / spec end-to-end latency per output
+    token of one pair: where both sides produced as many tokens, the plain latency ratio;
+    where they did not (a long-output arm against a short-output baseline, sampling), the
+    ratio of latencies alone would credit the arm for generating less, so each side's
+    latency is divided by its own tokens. Without a token count on either side the plain
+    ratio (``lengths``: such pairs are counted as of unknown length)."""
+    if not (s.e2e_ms and b.e2e_ms):
+        return None
+    if s.tokens and b.tokens and s.tokens != b.tokens:
+        return (b.e2e_ms / b.tokens) / (s.e2e_ms / s.tokens)
+    return b.e2e_ms / s.e2e_ms
+
+
+def lengths(p: Paired) -> dict[str, Any]:
+    """Output lengths of the pairs: how many were compared, how many produced different
+    numbers of tokens (``mismatched``; their end-to-end ratio is per output token, see
+    :func:`e2e_speedup`), how many lack a count on a side (``unknown``), and each side's
+    mean tokens over the compared pairs."""
+    known = [(s.tokens, b.tokens) for s, b in zip(p.spec, p.base, strict=True)
+             if s.tokens is not None and b.tokens is not None]
+    mismatched = sum(1 for s, b in known if s != b)
+    return {"compared": len(known), "mismatched": mismatched,
+            "mismatched_share": mismatched / len(known) if known else None,
+            "unknown": len(p) - len(known),
+            "spec_mean_tokens": float(np.mean([s for s, _ in known])) if known else None,
+            "baseline_mean_tokens": float(np.mean([b for _, b in known])) if known else None,
+            "e2e": "per output token where lengths differ" if mismatched else
+                   "latency ratio (lengths equal)"}
 
 
 Ratio = Callable[[RequestFigures, RequestFigures], "float | None"]
@@ -214,7 +248,9 @@ def speedup_of(ratios: stats.FloatArray, prompts: list[str], categories: list[st
             ci = (min(ci[0], known["ci95"][0]), max(ci[1], known["ci95"][1]))
             out.update(ci95=list(ci), start_prior=known,
                        design=f"{out['design']}, joined with the known start spread")
-    out["verdict"] = stats.verdict(ci, n, n_prompts, opts.min_samples)
+    out["within_band"] = stats.within_band(ci, opts.equivalence)
+    out["verdict"] = stats.verdict(ci, n, n_prompts, opts.min_samples,
+                                   equivalence=opts.equivalence)
     return out
 
 
@@ -228,6 +264,7 @@ def compare(spec: list[RequestFigures], base: list[RequestFigures],
         "speedup_e2e": summarize_speedup(p, e2e_speedup, opts, spreads),
         "pairing": {"paired": len(p), "unmatched_spec": p.unmatched_spec,
                     "unmatched_baseline": p.unmatched_base},
+        "lengths": lengths(p),
     }
     out["verdict"] = out["speedup"]["verdict"]
     cats = sorted({s.category for s in p.spec})

@@ -7,6 +7,14 @@ where they diverge, in characters of ``text`` and in tokens: from ``token_ids`` 
 records carry them, else from the baseline's chunk boundaries (``chunk_chars`` with the tokens
 per chunk: the tokens streamed before the first differing character).
 
+What is compared is everything the model generated (``RequestFigures.generated``): the
+reasoning a thinking model returned apart from its answer (a chat body's
+``reasoning_content``, which an import keeps as ``reasoning_text``), then the content.
+Comparing the content alone would call two runs identical whose reasoning differs, and a
+thinking model's answer may be empty or short while its reasoning is long. crossbench's own
+client already folds streamed ``reasoning_content`` into ``text``, as it does when it counts
+what it measured.
+
 Not comparable, and said so:
 
 - synthetic acceptance (``spec.synth_rates``/``synth_len``): the engine accepts drafts by a
@@ -65,7 +73,7 @@ def parity(spec: CellData, base: CellData) -> dict[str, Any]:
                                 else None,
                                 "baseline": float(np.mean([b for _, b in lengths])) if lengths
                                 else None}}
-    texts = [(s, b) for s, b in pairs if s.text is not None and b.text is not None]
+    texts = [(s, b) for s, b in pairs if s.generated is not None and b.generated is not None]
     if not texts:
         return {"verdict": "not applicable (no output text)", "compared": 0,
                 "note": "the records carry no output text"}
@@ -73,23 +81,24 @@ def parity(spec: CellData, base: CellData) -> dict[str, Any]:
     toks: list[int] = []
     examples: list[dict[str, Any]] = []
     for s, b in texts:
-        assert s.text is not None and b.text is not None
-        if s.text == b.text:
+        st, bt = s.generated, b.generated
+        assert st is not None and bt is not None
+        if st == bt:
             continue
-        pos = first_divergence(s.text, b.text)
+        pos = first_divergence(st, bt)
         assert pos is not None  # the texts differ
         chars.append(pos)
         tpos = None
         if s.token_ids is not None and b.token_ids is not None:
             tpos = first_divergence(s.token_ids, b.token_ids)
-        else:  # the token holding the first differing character, from chunk boundaries
+        elif b.reasoning is None:  # the token holding the first differing character
             tpos = b.tokens_before(pos)
         if tpos is not None:
             toks.append(tpos)
         if len(examples) < MAX_EXAMPLES:
             examples.append({"prompt_id": s.prompt_id, "trial": s.trial, "char": pos,
-                             "token": tpos, "spec": s.text[max(0, pos - 10):pos + 20],
-                             "baseline": b.text[max(0, pos - 10):pos + 20]})
+                             "token": tpos, "spec": st[max(0, pos - 10):pos + 20],
+                             "baseline": bt[max(0, pos - 10):pos + 20]})
     with_ids = sum(1 for s, b in texts if s.token_ids is not None and b.token_ids is not None)
     with_chunks = sum(1 for s, b in texts if b.chunk_ends is not None)
     out: dict[str, Any] = {
@@ -101,6 +110,9 @@ def parity(spec: CellData, base: CellData) -> dict[str, Any]:
         "token_level": ("token ids" if with_ids else
                         "chunk boundaries" if with_chunks else None),
         "examples": examples,
+        "compares": ("reasoning and content" if any(s.reasoning is not None
+                                                    or b.reasoning is not None
+                                                    for s, b in texts) else "text"),
     }
     if not with_ids and with_chunks:
         out["note"] = ("token positions count the baseline's streamed tokens before the first "

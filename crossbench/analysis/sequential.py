@@ -72,6 +72,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 
+from crossbench.analysis.stats import band_log as band_log
 from crossbench.analysis.stats import t_quantile
 from crossbench.errors import UserError
 
@@ -188,11 +189,6 @@ class Decision:
                 "reason": self.reason, "rule": self.rule.to_record(),
                 **({"level": self.level, "start_prior": self.prior}
                    if self.level is not None else {})}
-
-
-def band_log(equivalence: float | None) -> float | None:
-    """Half-width of an equivalence band ``equivalence`` on the log scale, log(1 + e)."""
-    return None if equivalence is None else math.log1p(equivalence)
 
 
 def _speedup(log_ratio: float) -> str:

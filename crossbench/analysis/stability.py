@@ -15,13 +15,16 @@ Checks on every cell (thresholds are module constants, cited where they come fro
 - ``prompt_cache``: ``timings.cache_n > 0`` although ``cache_prompt`` was false;
 - ``thinking_text``: ``<think>`` in outputs although thinking was not asked for;
 - ``failed_requests`` and ``integrity`` (a failed acceptance integrity check);
+- ``acceptance_counter``: accepted equals drafted in every request of a speculative cell
+  (or in its counters), which no real drafter does: the counter may be misread. Not raised
+  where synthetic acceptance accepts every draft by design (``synth_rates`` all 1.0);
 - ``trial_warnings``: warnings the runner recorded on trials (other inference processes
   running beside the trial, a GPU not idle before it, VRAM not released after it): the
   trial's speed may be off, so a pair with such trials carries a verdict caveat.
 
 Pair-level findings (``net_loss_despite_high_acceptance``, ``unpaired_requests``,
 ``output_diverges``, ``too_few_samples``, ``single_trial``, ``single_start``,
-``starts_disagree``) are made by the analysis, with the same type.
+``starts_disagree``, ``length_mismatch``) are made by the analysis, with the same type.
 """
 
 from __future__ import annotations
@@ -66,6 +69,8 @@ class WarningKind(StrEnum):
     CONFOUND_CAVEAT = "confound_caveat"
     TRIAL_WARNINGS = "trial_warnings"
     FEW_CLUSTERS = "few_clusters"
+    LENGTH_MISMATCH = "length_mismatch"
+    ACCEPTANCE_COUNTER = "acceptance_counter"
 
 
 @dataclass(frozen=True)
@@ -268,6 +273,54 @@ def _integrity(cell: CellData) -> list[Finding]:
             for c in bad]
 
 
+def synthetic_all_accepted(cell: CellData) -> bool:
+    """Does the cell's synthetic acceptance accept every draft by design (``synth_rates``
+    all 1.0, or ``synth_len`` at n + 1)? llama-server then reports accepted == drafted
+    legitimately."""
+    rates = cell.spec.get("synth_rates")
+    if rates:
+        return all(float(r) == 1.0 for r in rates)
+    length, n = cell.spec.get("synth_len"), spec_n(cell)
+    return length is not None and n is not None and float(length) >= n + 1
+
+
+def counter_suspect(cell: CellData) -> str | None:
+    """What makes the cell's acceptance counters look misread, or None: accepted equals
+    drafted in every request that drafted (or, without per-request counts, in the cell's
+    counters), which no real drafter does over a whole cell. Not for a cell whose synthetic
+    acceptance accepts every draft by design (:func:`synthetic_all_accepted`)."""
+    if not cell.speculative or synthetic_all_accepted(cell):
+        return None
+    every = acc_mod.all_accepted(cell.records)
+    if every is not None:
+        return (f"accepted equals drafted in every one of the {every[0]} requests that drafted "
+                f"({every[1]:g} drafted tokens, all accepted)")
+    acc = cell.acceptance
+    if acc.requests_with_drafts == 0 and acc.source == "metrics" and acc.draft_tokens > 0 \
+            and acc.accepted_tokens == acc.draft_tokens:
+        return (f"the cell's counters say every drafted token was accepted "
+                f"({acc.draft_tokens:g} drafted, {acc.accepted_tokens:g} accepted)")
+    return None
+
+
+def _counter(cell: CellData) -> list[Finding]:
+    seen = counter_suspect(cell)
+    if seen is None:
+        return []
+    return [Finding(
+        WarningKind.ACCEPTANCE_COUNTER,
+        f"{seen}: a real drafter has some drafts rejected, so the acceptance counter may be "
+        "misread (the accepted count read from the drafted field, or both from one field of "
+        "the source); how to tell: in one raw response, llama-server's timings.draft_n "
+        "(drafted) and timings.draft_n_accepted (accepted), or vLLM's "
+        "spec_decode_num_draft_tokens_total and spec_decode_num_accepted_tokens_total, must "
+        "differ on some request; only synthetic acceptance at rate 1.0 (synth_rates all 1.0) "
+        "accepts every draft by design",
+        "check the drafted and accepted fields of one raw response or /metrics scrape against "
+        "what the analysis read; fix the mapping (re-import) before reading the acceptance "
+        "rate or a `net_loss_despite_high_acceptance` flag", cell.id)]
+
+
 def trial_warnings(cell: CellData) -> dict[int, list[str]]:
     """The runner's warnings by trial (other inference processes, a busy GPU...)."""
     out: dict[int, list[str]] = {}
@@ -305,4 +358,4 @@ def cell_checks(cell: CellData, cooldown_s: float | None) -> list[Finding]:
     if not cell.speculative:
         out += _drift(cell, rates)
     return (out + _length(cell) + _cache(cell) + _thinking(cell) + _integrity(cell)
-            + _trial_warnings(cell))
+            + _counter(cell) + _trial_warnings(cell))

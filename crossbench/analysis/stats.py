@@ -40,6 +40,31 @@ MAD_THRESHOLD = 3.5
 MIN_CLUSTERS = 2
 """Fewest prompts a bootstrap needs: with one, every resample is the same."""
 
+EQUIVALENCE = 0.02
+"""Default practical-equivalence band of a verdict, relative (0.02: +-2 %): an interval that
+lies wholly within ``[1/(1+e), 1+e]`` reads ``indistinguishable`` even where it excludes 1,
+so a baseline rerun against its baseline (a null control) does not read ``slower, 0.999
+[0.998, 0.999]``. 2 % is about the smallest start-to-start spread measured between fresh
+server starts of one cell on the H200 (a baseline's 1.5 % log SD, docs/analysis.md "Known
+start spread"): a difference below it is not one a rerun on another start would keep.
+``analyze --equivalence`` changes it; 0 turns the band off."""
+
+
+def band_log(equivalence: float | None) -> float | None:
+    """Half-width of an equivalence band ``equivalence`` on the log scale, log(1 + e); None
+    without a band (None or 0). The one definition of the band: verdicts and the sequential
+    rule's ``equivalent`` both use it."""
+    return math.log1p(equivalence) if equivalence else None
+
+
+def within_band(ci: tuple[float, float] | Sequence[float] | None,
+                equivalence: float | None) -> bool:
+    """Does a ratio interval lie wholly within the band ``[1/(1+e), 1+e]`` (edges count)?"""
+    band = band_log(equivalence)
+    if ci is None or band is None or ci[0] <= 0:
+        return False
+    return -band <= math.log(ci[0]) and math.log(ci[1]) <= band
+
 
 def geomean(values: Sequence[float] | FloatArray) -> float | None:
     """Geometric mean of positive values (None when empty)."""
@@ -284,19 +309,24 @@ def unit_interval(log_ratios: Sequence[float] | FloatArray, units: Sequence[obje
 
 
 def verdict(ci: tuple[float, float] | None, n_samples: int, n_clusters: int,
-            min_samples: int, confounded: bool = False) -> Verdict:
+            min_samples: int, confounded: bool = False,
+            equivalence: float | None = None) -> Verdict:
     """The one place a comparison's verdict is decided.
 
     ``confounded`` when something besides the compared variable differs (see
     ``crossbench.analysis.confounding``: the numbers stay, the label changes); else
     ``too few samples`` when there are fewer than ``min_samples`` paired samples or fewer
-    than two prompts; else ``faster`` when the whole interval is above 1, ``slower`` when it
+    than two prompts; else ``indistinguishable`` when the whole interval lies within the
+    equivalence band ``equivalence`` (:func:`within_band`; None or 0: no band), whether or
+    not it holds 1; else ``faster`` when the whole interval is above 1, ``slower`` when it
     is below 1, ``indistinguishable`` when it contains 1.
     """
     if confounded:
         return "confounded"
     if ci is None or n_samples < min_samples or n_clusters < MIN_CLUSTERS:
         return "too few samples"
+    if within_band(ci, equivalence):
+        return "indistinguishable"
     if ci[0] > 1.0:
         return "faster"
     if ci[1] < 1.0:

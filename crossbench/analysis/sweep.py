@@ -244,6 +244,16 @@ def net_loss_finding(pair: dict[str, Any]) -> Finding | None:
     rate = (pair.get("acceptance") or {}).get("draft_acceptance_rate")
     if rate is None or rate < HIGH_ACCEPTANCE or pair.get("verdict") != "slower":
         return None
+    suspect = (pair.get("acceptance") or {}).get("counter_suspect")
+    if suspect:  # accepted == drafted everywhere: the rate itself may be misread
+        return Finding(WarningKind.NET_LOSS_HIGH_ACCEPTANCE,
+                       f"slower than the baseline (speedup {pair['speedup']['geomean']:.3f}) "
+                       f"with {rate:.0%} of drafted tokens counted as accepted, but {suspect}: "
+                       "the acceptance counter may be misread (see acceptance_counter), so "
+                       "the acceptance rate is not evidence that drafting is right",
+                       "check the acceptance counter first (acceptance_counter); only then "
+                       "read the loss as drafting and verifying costing more than acceptance "
+                       "saves", pair["cell"])
     return Finding(WarningKind.NET_LOSS_HIGH_ACCEPTANCE,
                    f"slower than the baseline (speedup {pair['speedup']['geomean']:.3f}) "
                    f"although {rate:.0%} of drafted tokens are accepted",

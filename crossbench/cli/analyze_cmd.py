@@ -14,7 +14,7 @@ from crossbench.errors import UserError
 
 
 def _opts(resamples: int, seed: int, level: float, min_samples: int,
-          strata: str = "auto") -> Any:
+          strata: str = "auto", equivalence: float | None = None) -> Any:
     from crossbench.analysis.paired import StatsOptions
 
     if resamples < 100:
@@ -26,8 +26,13 @@ def _opts(resamples: int, seed: int, level: float, min_samples: int,
     if min_samples < 2:
         raise UserError(f"--min-samples {min_samples} is below 2",
                         "use at least 2 (10 is the default)")
+    if equivalence is None:
+        equivalence = StatsOptions().equivalence
+    if not 0.0 <= equivalence < 1.0:
+        raise UserError(f"--equivalence {equivalence} is not a relative band",
+                        "give a fraction from 0 (no band) to below 1, e.g. 0.02 for +-2 %")
     return StatsOptions(resamples=resamples, seed=seed, level=level, min_samples=min_samples,
-                        strata=strata)
+                        strata=strata, equivalence=equivalence)
 
 
 def stats_options(fn: Any) -> Any:
@@ -47,6 +52,11 @@ def stats_options(fn: Any) -> Any:
                           "with a fixed number of prompts per category) or across all (none); "
                           "auto: category for crossbench's runs, none for imports. Clusters "
                           "are prompts and trials either way (docs/analysis.md)."),
+        click.option("--equivalence", type=float, default=0.02, show_default=True,
+                     help="Practical-equivalence band, relative: an interval wholly within "
+                          "[1/(1+E), 1+E] reads indistinguishable even where it excludes 1 "
+                          "(a baseline rerun against its baseline); 0: no band "
+                          "(docs/analysis.md)."),
     ]):
         fn = opt(fn)
     return fn
@@ -70,7 +80,7 @@ Examples:
 @stats_options
 @user_errors
 def analyze(run_dir: Path, as_json: bool, spread_file: Path | None, resamples: int, seed: int,
-            level: float, min_samples: int, strata: str) -> None:
+            level: float, min_samples: int, strata: str, equivalence: float) -> None:
     """Paired speedups with intervals and verdicts, acceptance, n-sweeps, output parity and
     stability warnings, from a run directory's raw records alone.
 
@@ -82,7 +92,7 @@ def analyze(run_dir: Path, as_json: bool, spread_file: Path | None, resamples: i
     from crossbench.analysis.analyze import verdict_table, write_outputs
     from crossbench.store.rundir import START_SPREAD
 
-    opts = _opts(resamples, seed, level, min_samples, strata)
+    opts = _opts(resamples, seed, level, min_samples, strata, equivalence)
     if spread_file is not None:
         from dataclasses import replace
 
@@ -153,7 +163,7 @@ Examples:
 @stats_options
 @user_errors
 def compare(a: str, b: str, as_json: bool, resamples: int, seed: int, level: float,
-            min_samples: int, strata: str) -> None:
+            min_samples: int, strata: str, equivalence: float) -> None:
     """Compare B against A: which recorded settings differ, and the paired speedup of B.
 
     A and B are run directories, matrix cell folders, or MATRIX_DIR:CELL_ID. The comparison
@@ -163,7 +173,7 @@ def compare(a: str, b: str, as_json: bool, resamples: int, seed: int, level: flo
     from crossbench.analysis.compare import format_compare, resolve
 
     result = run_compare(resolve(a), resolve(b),
-                         _opts(resamples, seed, level, min_samples, strata))
+                         _opts(resamples, seed, level, min_samples, strata, equivalence))
     click.echo(json.dumps(result, indent=2) if as_json else format_compare(result))
 
 

@@ -299,7 +299,7 @@ FORMATS: dict[str, Format] = {
            "histograms); adds server_rate_source, client_vs_server, engine_reported_tok_s, "
            "engine_rate_definition and acceptance.mean_acceptance_length_estimate / mal_note"},
         {2: ("throughput.server_pooled_tok_s", "per_trial.*.throughput.server_pooled_tok_s")}),
-    "analysis": Format(ANALYSIS, ANALYSIS_KIND, 6, {
+    "analysis": Format(ANALYSIS, ANALYSIS_KIND, 7, {
         1: "first version (cells, pairs, sweeps, stability)",
         2: "options.strata and each interval's design; cost-model intervals (d_ci95, v_ci95) "
            "and tau estimated from per-request counts where no counter exists; server rates "
@@ -322,7 +322,14 @@ FORMATS: dict[str, Format] = {
            "sum n^2 over each start's pairs, so starts of unequal shares count as fewer and "
            "their intervals widen; pairing.ended_early, the baseline requests left unpaired "
            "because the speculative trial ended early by design (sequential.look_every), is "
-           "no longer counted by the unpaired_requests warning"},
+           "no longer counted by the unpaired_requests warning",
+        7: "options.equivalence (a practical-equivalence band, +-2 % by default: an interval "
+           "wholly inside it reads indistinguishable; older files had none and are "
+           "re-derived without one) and speedup.within_band; speedup_e2e compares latency per "
+           "output token where a pair's lengths differ, pairs.*.lengths counts such pairs and "
+           "the length_mismatch warning names them; the acceptance_counter warning and "
+           "acceptance.counter_suspect (accepted equals drafted in every request); output "
+           "parity compares reasoning and content"},
         {2: ("cells.*.throughput.server_pooled_tok_s", "cells.*.latency_ms.chunk_gap",
              "cells.*.latency_ms.token_itl", "cells.*.throughput.wall_output_tok_s",
              "pairs.*.warnings", "pairs.*.confounds", "pairs.*.verdict", "stability",
@@ -333,7 +340,10 @@ FORMATS: dict[str, Format] = {
          5: ("pairs.*.speedup.ci95", "pairs.*.verdict", "pairs.*.verdict_caveats"),
          6: ("pairs.*.speedup.ci95", "pairs.*.speedup.start_prior", "pairs.*.speedup_e2e.ci95",
              "pairs.*.speedup_e2e.start_prior", "pairs.*.verdict", "pairs.*.verdict_caveats",
-             "pairs.*.warnings", "sweeps.*.cost_model.predicted")}),
+             "pairs.*.warnings", "sweeps.*.cost_model.predicted"),
+         7: ("pairs.*.speedup_e2e", "pairs.*.per_category.*.speedup_e2e",
+             "sweeps.*.points.*.speedup_e2e", "pairs.*.parity", "pairs.*.warnings",
+             "stability")}),
 }
 """Every versioned file of a run directory, with its format history: the one place a format
 version changes (bump ``version``, add a line to ``history``, list redefined fields)."""
