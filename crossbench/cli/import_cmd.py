@@ -76,3 +76,48 @@ def import_table(files: tuple[Path, ...], maps: tuple[str, ...], pattern: str | 
     _report(run_import(list(files), list(maps), out, engine=engine,
                        baseline_arm=baseline_arm, model=model, pattern=pattern,
                        concurrency=concurrency, method=method, prompts=prompts), out)
+
+
+@click.command("llama-logs", epilog="""\b
+Examples:
+  # llama-server logs, one file per arm and trial (its print_timings lines)
+  crossbench import llama-logs logs/*.log --pattern '{arm}_t{trial}.log' \\
+      --baseline-arm base --method draft-simple --model Qwen3-8B --out runs/logs
+  # llama-completion / llama-cli output with llama_perf_context_print, prompts in order
+  crossbench import llama-logs cli/*.txt --pattern '{arm}_{trial}.txt' \\
+      --baseline-arm base --prompts prompts.jsonl --out runs/cli
+""")
+@click.argument("files", nargs=-1, type=click.Path(exists=True, dir_okay=False,
+                                                    path_type=Path))
+@click.option("--pattern", required=True,
+              help="File names with {arm} and optional {trial}, {prompt}, {category}, "
+                   "{concurrency}, {model}, {method}, {n}, e.g. '{arm}_t{trial}.log'.")
+@click.option("--baseline-arm", required=True, help="The arm that ran without speculation.")
+@click.option("--model", default=None,
+              help="Target model, when the log has no general.name line and the pattern "
+                   "no {model}.")
+@click.option("--concurrency", type=click.IntRange(min=1), default=None,
+              help="Client concurrency (default 1; required when a server log shows several "
+                   "slots).")
+@click.option("--method", default=None,
+              help="Method of the other arms (e.g. draft-simple); without it they are "
+                   "recorded as method 'unknown'.")
+@click.option("--prompts", type=click.Path(exists=True, dir_okay=False, path_type=Path),
+              default=None, help="Prompts in the order each log ran them (JSONL or a JSON "
+              "array of {id, category, prompt}); default: requests numbered in log order.")
+@click.option("--out", type=click.Path(path_type=Path), required=True, help="New directory.")
+@user_errors
+def import_llama_logs(files: tuple[Path, ...], pattern: str, baseline_arm: str,
+                      model: str | None, concurrency: int | None, method: str | None,
+                      prompts: Path | None, out: Path) -> None:
+    """Import llama.cpp timing logs: llama-server's per-request print_timings lines and
+    llama_perf_context_print blocks (llama-completion, llama-cli).
+
+    TTFT = prompt eval time, decode time = eval time (docs/analysis.md); a log has no clock,
+    so no wall throughput is printed.
+    """
+    from crossbench.importers.llama_logs import import_llama_logs as run_import
+
+    _report(run_import(list(files), out, baseline_arm=baseline_arm, pattern=pattern,
+                       model=model, concurrency=concurrency, method=method, prompts=prompts),
+            out)

@@ -1,0 +1,372 @@
+"""Import llama.cpp timing logs: llama-server's per-request timings and the
+``llama_perf_context_print`` block of llama-completion and the other single-run tools.
+
+Formats, as the pinned llama.cpp (b11312, vendored by llama-cpp-python 0.3.36) prints them:
+
+- llama-server, ``server_slot::print_timings`` (``tools/server/server-context.cpp``), one
+  block per request, each line prefixed ``slot print_timing: id S | task T |``::
+
+      prompt eval time =   23.45 ms /   17 tokens (  1.38 ms per token, 724.95 tokens per second)
+             eval time =  812.30 ms /  128 tokens (  6.35 ms per token, 157.58 tokens per second)
+            total time =  835.75 ms /  145 tokens
+      draft acceptance = 0.75000 (   60 accepted /    80 generated), mean len =  2.50
+
+  The times are the server's ``timings``: ``prompt eval`` is ``prompt_ms`` (prompt_n tokens)
+  and ``eval`` is ``predicted_ms`` (predicted_n tokens), so a request reads exactly as
+  ``import llama-server`` reads its response body: TTFT = prompt eval time, decode time =
+  eval time, output tokens = the eval line's tokens; the acceptance line gives ``draft_n``
+  and ``draft_n_accepted``. Older builds printed the prefix on a line of its own and the
+  three lines bare after it; both are read. Requests are told apart by slot and task.
+- ``llama_perf_context_print`` (``src/llama-context.cpp``) and ``common_perf_print``
+  (``common/sampling.cpp``, llama-completion), one block per run::
+
+      llama_perf_context_print: prompt eval time =   45.67 ms /   12 tokens ( ...)
+      llama_perf_context_print:        eval time = 1234.56 ms /  127 runs   ( ...)
+      llama_perf_context_print:       total time = 1300.00 ms /  139 tokens
+
+  ``eval`` counts the context's single-token decode calls (``n_eval``) and ``prompt eval``
+  every batch of more than one token. For one generated sequence the first token comes from
+  the prompt's logits and each run yields one more, so TTFT = prompt eval time, decode time
+  = eval time and output tokens = runs + 1: the decode rate (tokens - 1) / decode time is
+  then exactly the line's own tokens per second. In a speculative tool's log
+  (``llama-speculative``, ``llama-speculative-simple``: ``n_drafted =`` lines) the target's
+  verification batches count as prompt eval, so its eval line is not the decode: such blocks
+  are listed in ``not_imported``, never read as a decode time; so is a perf block in a
+  server log (it sums the whole context, not one request).
+
+Labels come from file names (``--pattern``, placeholders as ``import table``) or options: one
+cell per (model, arm, n, concurrency); each file is one trial of its cell (numbered in the
+order given) unless the pattern has ``{trial}``. Requests are numbered in log order within a
+file; ``--prompts FILE`` names them in that order (the k-th request is the file's k-th
+prompt, the list repeating). A log has no clock: requests are laid end to end, 1 ms apart,
+only to hold their durations, and no wall throughput is printed (``unknown_figures``).
+
+Every value is checked as ``import llama-server`` checks a body's timings (finite times at
+most ``records.MAX_MS``, the decode floor ``records.MIN_MS_PER_TOKEN``, at least one output
+token, accepted <= drafted); a request that fails is listed in ``not_imported``
+(``FILE request K``) with the reason.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from crossbench.errors import UserError
+from crossbench.importers.records import (
+    MAX_SOURCE_BYTES,
+    ImportedCell,
+    Invalid,
+    check_decode,
+    count,
+    number,
+    run_config,
+    timed_record,
+    write_import,
+)
+from crossbench.importers.table import pattern_regex
+from crossbench.textfile import not_regular, read_text
+
+NS_PER_MS = 1_000_000
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")
+_NUM = r"[-+]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][-+]?\d+)?|[-+]?(?:inf|nan)"
+_TIMING = re.compile(
+    r"(?P<what>prompt eval time|eval time|total time)\s*=\s*(?P<ms>" + _NUM + r")\s*ms\s*/"
+    r"\s*(?P<n>-?\d+)\s*(?P<unit>tokens|runs)"
+    r"(?:\s*\(\s*(?:" + _NUM + r")\s*ms per token,\s*(?P<tps>" + _NUM + r")\s*tokens per "
+    r"second\))?", re.IGNORECASE)
+_SLOT = re.compile(r"slot\s+print_timing\w*:\s*id\s+(?P<slot>\d+)\s*\|\s*task\s+(?P<task>-?\d+)"
+                   r"\s*\|")
+_PERF = re.compile(r"(?P<fn>llama_perf_context_print|common_perf_print):")
+_DRAFT = re.compile(r"draft acceptance\s*=\s*(?:" + _NUM + r")\s*\(\s*(?P<acc>\d+)\s*accepted"
+                    r"\s*/\s*(?P<drafted>\d+)\s*generated\)")
+_SPECULATIVE_TOOL = re.compile(r"^\s*(?:\S+\s+)?n_drafted\s*=\s*\d+", re.MULTILINE)
+_BUILD = re.compile(r"\(build (?P<num>\d+), commit (?P<commit>\w+)\)|^build: (?P<num2>\d+) "
+                    r"\((?P<commit2>\w+)\)", re.MULTILINE)
+_MODEL_NAME = re.compile(r"general\.name\s+(?:str\s+)?=\s*(?P<name>[^\n]+)")
+
+LAYOUT_FIGURES = ("latency_ms.chunk_gap", "latency_ms.token_itl",
+                  "throughput.wall_output_tok_s")
+"""Figures only the end-to-end layout would give: a log has no clock."""
+
+
+@dataclass
+class Block:
+    """One request's timing lines: the numbers as printed, and where they came from."""
+
+    kind: str  # "server" or "perf"
+    key: tuple[Any, ...]
+    values: dict[str, tuple[str, str, str | None]] = field(default_factory=dict)
+    draft: tuple[int, int] | None = None  # (drafted, accepted)
+
+
+@dataclass
+class Log:
+    """What one log file holds: its request blocks, build, model name and slots."""
+
+    blocks: list[Block]
+    speculative_tool: bool
+    build: tuple[int, str] | None
+    model: str | None
+    slots: set[int]
+
+
+def parse_log(text: str) -> Log:
+    """The timing blocks of a llama.cpp log, in order (module docstring)."""
+    blocks: list[Block] = []
+    open_blocks: dict[tuple[Any, ...], Block] = {}
+    header: tuple[Any, ...] | None = None
+    perf_seq = 0
+    slots: set[int] = set()
+    for raw in text.splitlines():
+        line = _ANSI.sub("", raw)
+        slot = _SLOT.search(line)
+        timing = _TIMING.search(line)
+        draft = _DRAFT.search(line)
+        if slot is not None:
+            header = ("server", int(slot["slot"]), int(slot["task"]))
+            slots.add(int(slot["slot"]))
+        if timing is None and draft is None:
+            continue
+        perf = _PERF.search(line)
+        key: tuple[Any, ...] | None
+        if perf is not None:
+            kind, key = "perf", ("perf", perf_seq)
+        elif slot is not None or (header is not None and timing is not None
+                                  and timing["unit"].lower() == "tokens"):
+            kind, key = "server", header
+        elif timing is not None:
+            kind, key = "perf", ("perf", perf_seq)  # a bare block, as the perf print has it
+        else:
+            continue
+        assert key is not None
+        what = timing["what"].lower() if timing is not None else "draft"
+        block = open_blocks.get(key)
+        if block is None or (what == "prompt eval time" and "prompt eval time" in block.values):
+            block = Block(kind, key)
+            open_blocks[key] = block
+            blocks.append(block)
+        if timing is not None:
+            block.values[what] = (timing["ms"], timing["n"], timing["tps"])
+            if kind == "perf" and what == "total time":
+                perf_seq += 1
+                open_blocks.pop(key, None)
+        else:
+            assert draft is not None
+            block.draft = (int(draft["drafted"]), int(draft["acc"]))
+    build = _BUILD.search(text)
+    name = _MODEL_NAME.search(text)
+    return Log(blocks, bool(_SPECULATIVE_TOOL.search(text)),
+               (int(build["num"] or build["num2"]), str(build["commit"] or build["commit2"]))
+               if build else None,
+               name["name"].strip() if name else None, slots)
+
+
+def _float(text: str, where: str) -> float:
+    try:
+        return float(text)
+    except ValueError:
+        raise Invalid(f"{where} is {text!r}, not a number") from None
+
+
+def check_block(block: Block) -> dict[str, Any]:
+    """The request of one block as (ttft_ms, decode_ms, tokens, timings); :class:`Invalid`
+    naming the line when a value could not come from llama.cpp."""
+    for what in ("prompt eval time", "eval time"):
+        if what not in block.values:
+            raise Invalid(f"no '{what}' line in the block")
+    p_ms, p_n, _ = block.values["prompt eval time"]
+    e_ms, e_n, tps = block.values["eval time"]
+    prompt_ms = number(_float(p_ms, "prompt eval time"), "prompt eval time")
+    prompt_n = count(int(p_n), "prompt eval tokens")
+    eval_ms = number(_float(e_ms, "eval time"), "eval time")
+    runs = count(int(e_n), "eval tokens" if block.kind == "server" else "eval runs")
+    tokens = runs if block.kind == "server" else runs + 1
+    if tokens == 0:
+        raise Invalid("eval time counts 0 tokens: a response without output cannot be timed")
+    if prompt_ms == 0 and prompt_n != 0:
+        raise Invalid(f"prompt eval time is 0 ms for {prompt_n} tokens: evaluating a prompt "
+                      "takes time")
+    check_decode(eval_ms, tokens, "eval time")
+    timings: dict[str, Any] = {}
+    if block.kind == "server":
+        timings = {"prompt_ms": prompt_ms, "prompt_n": prompt_n, "predicted_ms": eval_ms,
+                   "predicted_n": runs}
+        if tps is not None:
+            timings["predicted_per_second"] = number(_float(tps, "eval tokens per second"),
+                                                     "eval tokens per second", maximum=None)
+        if block.draft is not None:
+            drafted, accepted = block.draft
+            if accepted > drafted:
+                raise Invalid(f"draft acceptance: {accepted} accepted is above {drafted} "
+                              "generated")
+            timings.update(draft_n=drafted, draft_n_accepted=accepted)
+    return {"ttft_ms": prompt_ms, "decode_ms": eval_ms, "tokens": tokens,
+            "prompt_tokens": prompt_n, "timings": timings}
+
+
+_FIX_LOG = "pass llama-server logs (its print_timings lines) or llama-completion/llama-cli output"
+
+
+def import_llama_logs(files: list[Path], out: Path, *, baseline_arm: str,
+                      pattern: str | None = None, model: str | None = None,
+                      concurrency: int | None = None, method: str | None = None,
+                      prompts: Path | None = None) -> dict[str, Any]:
+    """Convert llama.cpp timing logs into an import directory at ``out`` (module
+    docstring); returns its state."""
+    if not files:
+        raise UserError("no FILE given", _FIX_LOG)
+    rx = pattern_regex(pattern) if pattern else None
+    names = set(rx.groupindex) if rx else set()
+    if "arm" not in names:
+        raise UserError("no arm: the logs do not say which arm ran",
+                        "name it in --pattern, e.g. --pattern '{arm}_t{trial}.log'")
+    for name, value, option in (("concurrency", concurrency, "--concurrency"),
+                                ("model", model, "--model")):
+        if value is not None and name in names:
+            raise UserError(f"{option} and {{{name}}} in --pattern both given",
+                            f"take {name} from one place")
+    order = _prompt_order(prompts)
+    skipped: list[dict[str, str]] = []
+    found: list[tuple[dict[str, str], Path, Log]] = []
+    for path in files:
+        kind = not_regular(path)
+        if kind is not None:
+            skipped.append({"file": path.name, "reason": f"is {kind}, not a log file"})
+            continue
+        m = rx.match(path.name) if rx else None
+        if m is None:
+            skipped.append({"file": path.name, "reason": f"does not match --pattern {pattern!r}"})
+            continue
+        log = parse_log(read_text(path, "llama.cpp log", MAX_SOURCE_BYTES,
+                                  "split the log into one file per run"))
+        if not log.blocks:
+            raise UserError(f"{path} holds no llama.cpp timing lines ('prompt eval time = "
+                            "... ms / N tokens')", _FIX_LOG)
+        labels = m.groupdict()
+        if "concurrency" not in labels and concurrency is None and len(log.slots) > 1:
+            raise UserError(f"{path.name}: requests on {len(log.slots)} server slots, and the "
+                            "log does not say how many the client sent at once",
+                            "give --concurrency N (1 if it sent one request at a time) or "
+                            "{concurrency} in --pattern")
+        if "model" not in labels and model is None and log.model is None:
+            raise UserError(f"{path.name}: the log does not name its model (no general.name "
+                            "line)", "give --model NAME or {model} in --pattern")
+        found.append((labels, path, log))
+    if not found:
+        first = skipped[0]
+        raise UserError(f"no log could be imported (first: {first['file']}: "
+                        f"{first['reason']})", "fix --pattern or the files")
+    groups: dict[tuple[Any, ...], list[tuple[int | None, Path, Log, dict[str, str]]]] = {}
+    for labels, path, log in found:
+        key = (labels.get("model") or model or log.model, labels["arm"],
+               labels.get("method"), int(labels["n"]) if labels.get("n") else None,
+               int(labels.get("concurrency") or concurrency or 1))
+        trial = int(labels["trial"]) if labels.get("trial") else None
+        groups.setdefault(key, []).append((trial, path, log, labels))
+    arms = sorted({k[1] for k in groups})
+    if baseline_arm not in arms:
+        raise UserError(f"--baseline-arm {baseline_arm!r} is not an arm of the logs",
+                        f"use one of the arms found: {', '.join(arms)}")
+    notes: list[str] = []
+    cells = [_cell(key, members, baseline_arm, method, order, prompts, skipped, notes)
+             for key, members in groups.items()]
+    cells = [c for c in cells if c.records]  # every block listed in not_imported
+    if not cells:
+        first = skipped[0]
+        raise UserError(f"no request could be imported (first: {first['file']}: "
+                        f"{first['reason']})", "fix or leave out the logs listed")
+    notes.append("the logs carry no clock: no wall throughput (requests are laid end to end "
+                 "only to hold their durations)")
+    source = {"tool": "llama-logs", "format": "llama.cpp timing logs (llama-server "
+              "print_timings, llama_perf_context_print)", "files": [str(p) for p in files],
+              "pattern": pattern, "baseline_arm": baseline_arm, "method": method,
+              "prompts": str(prompts) if prompts else None, "notes": notes}
+    return write_import(out, cells, source, skipped)
+
+
+def _prompt_order(prompts: Path | None) -> list[tuple[str, str]]:
+    if prompts is None:
+        return []
+    from crossbench.load.workloads import load_workload
+
+    return [(p.id, p.category) for p in load_workload(f"file:{prompts}").prompts]
+
+
+def _cell(key: tuple[Any, ...], members: list[tuple[int | None, Path, Log, dict[str, str]]],
+          baseline_arm: str, given_method: str | None, order: list[tuple[str, str]],
+          prompts: Path | None, skipped: list[dict[str, str]], notes: list[str]
+          ) -> ImportedCell:
+    model, arm, method_label, n, conc = key
+    records: list[dict[str, Any]] = []
+    kinds: set[str] = set()
+    build: tuple[int, str] | None = None
+    trials: list[int] = []
+    for rank, (trial_label, path, log, labels) in enumerate(members):
+        trial = trial_label if trial_label is not None else rank
+        trials.append(trial)
+        build = build or log.build
+        clock, pos = 0, 0
+        for k, block in enumerate(log.blocks):
+            where = f"{path.name} request {k}"
+            if block.kind == "perf" and log.speculative_tool:
+                skipped.append({"file": where, "reason": "a speculative tool's perf print "
+                                "counts verification batches as prompt eval: its eval line is "
+                                "not the decode time"})
+                continue
+            if block.kind == "perf" and any(b.kind == "server" for b in log.blocks):
+                skipped.append({"file": where, "reason": "a perf print in a server log sums "
+                                "the whole context, not one request"})
+                continue
+            try:
+                req = check_block(block)
+            except Invalid as e:
+                skipped.append({"file": where, "reason": str(e)})
+                continue
+            kinds.add(block.kind)
+            if labels.get("prompt"):
+                prompt, category = labels["prompt"], labels.get("category") or "unknown"
+            elif order:
+                prompt, category = order[pos % len(order)]
+            else:
+                prompt, category = f"r{pos:05d}", labels.get("category") or "unknown"
+            rec = timed_record(
+                trial=trial, index=pos, prompt_id=prompt, category=category, t_sent_ns=clock,
+                ttft_ns=round(req["ttft_ms"] * NS_PER_MS),
+                decode_ns=round(req["decode_ms"] * NS_PER_MS), tokens=req["tokens"],
+                usage={"completion_tokens": req["tokens"],
+                       "prompt_tokens": req["prompt_tokens"]},
+                max_tokens=None, text=None, source=path.name)
+            if req["timings"]:
+                rec["timings"] = req["timings"]
+            records.append(rec)
+            clock = rec["t_done_ns"] + NS_PER_MS
+            pos += 1
+        if order and not labels.get("prompt") and pos % len(order):
+            notes.append(f"{path.name}: {pos} requests for the {len(order)} prompts of "
+                         f"{prompts.name if prompts else 'the prompt file'}: the last round "
+                         "is partial")
+    engine = "llama-server" if kinds != {"perf"} else "llama-cli"
+    method = "none" if arm == baseline_arm else (method_label or given_method or "unknown")
+    workload = f"import:{prompts.stem}" if prompts else "import:llama-logs"
+    spec: dict[str, Any] = {"type": method} | ({"n": n} if n is not None else {})
+    load = {"workload": workload, "max_tokens": None, "temperature": None,
+            "ignore_eos": None, "cache_prompt": None, "concurrency": conc}
+    coords = {"engine": engine, "target": model, "arm": arm, "method": method, "n": n,
+              "workload": workload, "concurrency": conc}
+    identity = {"kind": engine, "version": f"b{build[0]}-{build[1]}" if build else None,
+                "build_number": build[0] if build else None,
+                "commit": build[1] if build else None, "binary": None, "sha256": None}
+    timing = ("llama-server print_timings: prompt eval time as TTFT, eval time as decode time "
+              "(the server's prompt_ms and predicted_ms)" if engine == "llama-server" else
+              "llama_perf_context_print: prompt eval time as TTFT, eval time as decode time, "
+              "runs + 1 output tokens (rate = the line's tokens per second)")
+    return ImportedCell(coords, run_config(engine=engine, model=str(model), spec=spec,
+                                           load=load, trials=len(set(trials))),
+                        identity, records,
+                        {"arm": arm, "files": [p.name for _, p, _, _ in members],
+                         "trials": sorted(set(trials)),
+                         "timing": timing + "; requests laid end to end, 1 ms apart (no clock)",
+                         "unknown_figures": list(LAYOUT_FIGURES)})
