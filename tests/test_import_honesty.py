@@ -362,6 +362,22 @@ def test_several_baselines_and_methods_in_one_import(tmp_path: Path) -> None:
     assert sorted(p["arm"] for p in pairs) == ["draft-n2", "draft-n4"]
 
 
+def test_a_vllm_baseline_rerun_is_named_and_paired(tmp_path: Path) -> None:
+    base, mtp = study(tmp_path)
+    rerun = write(tmp_path / "rerun.json", [vllm_result("rerun", 0.010, 1, 0)])
+    r = run_import("vllm-bench", base, rerun, mtp, "--engine", "vllm", "--out", tmp_path / "a")
+    assert r.exit_code == 2
+    assert r.stderr.splitlines() == [
+        "crossbench: error: arms baseline, rerun all ran without speculation (fix: name the "
+        "baseline with --baseline-arm baseline (the others are paired with it as reruns))"]
+    r = run_import("vllm-bench", base, rerun, mtp, "--engine", "vllm", "--baseline-arm",
+                   "baseline", "--out", tmp_path / "b")
+    assert r.exit_code == 0, r.output
+    pairs = {p["arm"]: p for p in analyze(tmp_path / "b", OPTS)["pairs"]}
+    assert set(pairs) == {"rerun", "mtp"}
+    assert pairs["rerun"]["baseline_cell"] == pairs["mtp"]["baseline_cell"]
+
+
 def test_declared_settings_and_starts_reach_a_llama_server_import(tmp_path: Path) -> None:
     r = run_import("llama-server", RAW, "--pattern", PATTERN, "--baseline-arm", "baseline",
                    "--n-from-arm", r"n(\d+)", "--arm-setting", "draft:cache_type_k=q8_0",

@@ -338,6 +338,17 @@ def import_vllm_bench(files: list[Path], out: Path, *, engine: str | None = None
     check_arms("--arm-method", list(methods), arms)
     if baseline_arm is not None:
         check_arms("--baseline-arm", [baseline_arm], arms)
+    if baseline_arm is None:  # two arms without speculation: which is the baseline?
+        plain: dict[tuple[Any, ...], set[str]] = {}
+        for c in cells:
+            if c.coords["method"] == "none":
+                key = tuple(c.coords[k] for k in ("target", "workload", "concurrency"))
+                plain.setdefault(key, set()).add(c.imported["arm"])
+        several = next((sorted(a) for a in plain.values() if len(a) > 1), None)
+        if several:
+            raise UserError(f"arms {', '.join(several)} all ran without speculation",
+                            f"name the baseline with --baseline-arm {several[0]} (the others "
+                            "are paired with it as reruns)")
     ids = [c.id for c in cells]
     for c in cells:  # a detailed and an aggregate-only run of one configuration
         if ids.count(c.id) > 1 and not c.imported.get("detailed"):
