@@ -343,6 +343,19 @@ def test_a_harness_result_file_among_bodies_is_refused_and_listed(tmp_path: Path
     assert WarningKind.FAILED_REQUESTS not in [w["kind"] for w in result["stability"]]
 
 
+def test_failed_requests_of_an_import_are_not_sent_to_matrix_resume(tmp_path: Path) -> None:
+    base, mtp = study(tmp_path)
+    res = json.loads(mtp.read_text())
+    res["errors"][3] = "HTTP 500: engine overloaded"
+    write(mtp, [res])
+    r = run_import("vllm-bench", base, mtp, "--engine", "vllm", "--out", tmp_path / "o")
+    assert r.exit_code == 0, r.output
+    (failed,) = [w for w in analyze(tmp_path / "o", OPTS)["stability"]
+                 if w["kind"] == WarningKind.FAILED_REQUESTS]
+    assert "matrix --resume" not in failed["action"]
+    assert failed["action"].startswith("read the record errors (as vllm-bench recorded them)")
+
+
 def test_several_baselines_and_methods_in_one_import(tmp_path: Path) -> None:
     r = run_import("llama-server", RAW, "--pattern", PATTERN, "--baseline-arm", "baseline",
                    "--arm-method", "draft-n2=none", "--arm-method", "draft-n4=draft-dflash",

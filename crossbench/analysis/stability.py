@@ -241,12 +241,17 @@ def _failed(cell: CellData) -> list[Finding]:
     s = cell.status
     if not (s.error or s.incomplete):
         return []
+    if cell.imported:  # nothing of crossbench's ran: no server.log, no journal to resume
+        action = (f"read the record errors (as {cell.imported.get('source')} recorded them); "
+                  "a file listed as not imported is not among them; to replace the failures, "
+                  "rerun the study with its own tool and import again into a new --out")
+    else:
+        action = ("read the record errors and server.log; after fixing the cause, run the "
+                  "study again into a new --out (`matrix --resume` runs only trials its "
+                  "journal lacks, never a finished trial with failed requests)")
     return [Finding(WarningKind.FAILED_REQUESTS,
                     f"{s.error} failed and {s.incomplete} incomplete requests (counted, kept "
-                    "out of the timing statistics)",
-                    "read the record errors and server.log; after fixing the cause, run the "
-                    "study again into a new --out (`matrix --resume` runs only trials its "
-                    "journal lacks, never a finished trial with failed requests)", cell.id)]
+                    "out of the timing statistics)", action, cell.id)]
 
 
 def spec_n(cell: CellData) -> int | None:
