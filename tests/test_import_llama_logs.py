@@ -245,3 +245,20 @@ def test_parse_log_keeps_slot_and_task_apart():
     assert block.key == ("server", 0, 7)
     assert block.draft == (40, 30)
     assert block.values["eval time"][:2] == ("    800.00".strip(), "100")
+
+
+def test_arm_settings_and_starts_reach_the_cells(tmp_path):
+    from crossbench.analysis.analyze import analyze
+    from crossbench.analysis.paired import StatsOptions
+
+    write_server_logs(tmp_path / "logs")
+    res = invoke(*sorted(str(p) for p in (tmp_path / "logs").glob("*.log")),
+                 "--pattern", "{arm}_t{trial}.log", "--baseline-arm", "base",
+                 "--arm-method", "draft=draft-simple", "--arm-setting", "draft:cache_type_k=q8_0",
+                 "--trials-per-start", "2", "--out", str(tmp_path / "imp"))
+    assert res.exit_code == 0, res.output
+    cells = {c.coords["arm"]: c for c in load_run(tmp_path / "imp").cells}
+    assert cells["draft"].coords["method"] == "draft-simple"
+    assert {r["server_start"] for r in cells["base"].records} == {0}
+    (pair,) = analyze(tmp_path / "imp", StatsOptions(resamples=200))["pairs"]
+    assert pair["confounds"]["confounded"] is True  # the KV-cache type differs

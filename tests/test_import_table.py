@@ -243,7 +243,8 @@ def test_jsonl_rows_and_columnar_json(tmp_path):
      "crossbench: error: --map 'latency:s=requests[].latency_s': unknown field 'latency' "
      "(fix: write --map FIELD[:UNIT]=PATH, e.g. --map ttft:ms=ttft_ms (fields: "
      "output_tokens, ttft, decode, tpot, elapsed, start, input_tokens, drafted, accepted, "
-     "error, wall, throughput, arm, trial, prompt, category, concurrency, model, method, n))"),
+     "error, wall, throughput, arm, trial, prompt, category, concurrency, model, method, n, "
+     "server_start))"),
 ])
 def test_bad_maps_are_one_line_naming_field_and_fix(tmp_path, maps, message):
     write_study(tmp_path / "study")
@@ -297,3 +298,50 @@ def test_bad_values_are_listed_not_imported(tmp_path):
             "a whole number") in res.output
     cell = _cells(tmp_path / "imp")[("mtp", 4)]
     assert cell_figures(cell)["requests"]["ok"] == TRIALS * PROMPTS - 3
+
+
+def _pairs(out: Path) -> dict[int, dict[str, Any]]:
+    from crossbench.analysis.analyze import analyze
+    from crossbench.analysis.paired import StatsOptions
+
+    return {p["concurrency"]: p for p in analyze(out, StatsOptions(resamples=200))["pairs"]}
+
+
+def test_serve_flags_per_arm_reach_the_confound_rules(tmp_path):
+    write_study(tmp_path / "study")
+    common = ("--arm-setting", "*:enable_prefix_caching=false",
+              "--arm-setting", "*:gpu_memory_utilization=0.9", *AGGREGATE_MAPS)
+    res = _study_cmd(tmp_path / "study", tmp_path / "differ", *common,
+                     "--arm-setting", "baseline:max_num_seqs=256",
+                     "--arm-setting", "mtp:max_num_seqs=64")
+    assert res.exit_code == 0, res.output
+    differ = _pairs(tmp_path / "differ")
+    assert sorted(differ) == list(CONCURRENCY)
+    for p in differ.values():
+        assert p["confounds"]["confounded"] is True, p["confounds"]
+        assert p["verdict"] == "confounded"
+    res = _study_cmd(tmp_path / "study", tmp_path / "aligned", *common,
+                     "--arm-setting", "*:max_num_seqs=256")
+    assert res.exit_code == 0, res.output
+    for p in _pairs(tmp_path / "aligned").values():
+        assert p["confounds"]["confounded"] is False, p["confounds"]
+
+
+def test_trials_of_one_server_start(tmp_path):
+    write_study(tmp_path / "study")
+    res = _study_cmd(tmp_path / "study", tmp_path / "imp", "--trials-per-start", "3",
+                     "--arm-method", "mtp=mtp")
+    assert res.exit_code == 0, res.output
+    for cell in _cells(tmp_path / "imp").values():
+        assert {r["server_start"] for r in cell.records} == {0}
+        assert cell.config["trials_per_start"] == 3
+    # a start label in the file names says it per file instead
+    src = tmp_path / "study"
+    for p in src.glob("*.json"):
+        p.rename(p.with_name(p.stem + "_s" + p.stem[-1] + ".json"))
+    res = invoke(*sorted(str(p) for p in src.glob("*.json")), "--engine", "vllm",
+                 "--model", "m", "--pattern", "{arm}_c{concurrency}_t{trial}_s{server_start}.json",
+                 "--baseline-arm", "baseline", *STUDY_MAPS, "--out", str(tmp_path / "lab"))
+    assert res.exit_code == 0, res.output
+    cell = _cells(tmp_path / "lab")[("mtp", 4)]
+    assert {(r["trial"], r["server_start"]) for r in cell.records} == {(0, 0), (1, 1), (2, 2)}

@@ -8,6 +8,7 @@ from typing import Any
 
 import click
 
+from crossbench.cli.analyze_cmd import arm_options
 from crossbench.cli.common import progress, user_errors
 
 
@@ -41,12 +42,13 @@ Examples:
                    "ttft (required), decode | tpot | elapsed (one required), start, "
                    "input_tokens, drafted, accepted, error; per trial: wall, throughput "
                    "(tok/s); labels: arm, trial, prompt, category, concurrency, model, "
-                   "method, n. Times need a unit: s, ms, us or ns (ttft:ms=ttft_ms). PATH: "
-                   "keys joined by dots, [] for each element of a list "
+                   "method, n, server_start. Times need a unit: s, ms, us or ns "
+                   "(ttft:ms=ttft_ms). PATH: keys joined by dots, [] for each element of a list "
                    "(requests[].ttft_ms); a CSV column as written.")
 @click.option("--pattern", default=None,
               help="File names with {label} placeholders (arm, trial, prompt, category, "
-                   "concurrency, model, method, n), e.g. '{arm}_c{concurrency}_t{trial}.json'.")
+                   "concurrency, model, method, n, server_start), e.g. "
+                   "'{arm}_c{concurrency}_t{trial}.json'.")
 @click.option("--engine", required=True,
               help="The server the study ran (llama-server, vllm, sglang): its confound "
                    "rules apply; never guessed.")
@@ -60,22 +62,29 @@ Examples:
 @click.option("--prompts", type=click.Path(exists=True, dir_okay=False, path_type=Path),
               default=None, help="Prompts with ids and categories: JSONL or a JSON array of "
               "{id, category, prompt} objects.")
+@arm_options
 @click.option("--out", type=click.Path(path_type=Path), required=True, help="New directory.")
 @user_errors
 def import_table(files: tuple[Path, ...], maps: tuple[str, ...], pattern: str | None,
                  engine: str, model: str | None, concurrency: int | None, baseline_arm: str,
-                 method: str | None, prompts: Path | None, out: Path) -> None:
+                 method: str | None, prompts: Path | None, arm_setting: tuple[str, ...],
+                 settings_file: Path | None, arm_method: tuple[str, ...],
+                 trials_per_start: int | None, out: Path) -> None:
     """Import per-request tables a study wrote itself (JSON, JSON Lines or CSV).
 
     Per-trial wall time and throughput, where the files give them, are the wall throughput
     printed; without them (or request start times) none is printed, and the import says why.
     Fields, paths and units: docs/analysis.md "Importing other tools' results".
     """
+    from crossbench.importers.records import parse_arm_methods, parse_arm_settings
     from crossbench.importers.table import import_table as run_import
 
     _report(run_import(list(files), list(maps), out, engine=engine,
                        baseline_arm=baseline_arm, model=model, pattern=pattern,
-                       concurrency=concurrency, method=method, prompts=prompts), out)
+                       concurrency=concurrency, method=method, prompts=prompts,
+                       arm_settings=parse_arm_settings(arm_setting, settings_file),
+                       arm_methods=parse_arm_methods(arm_method),
+                       trials_per_start=trials_per_start), out)
 
 
 @click.command("llama-logs", epilog="""\b
@@ -91,7 +100,8 @@ Examples:
                                                     path_type=Path))
 @click.option("--pattern", required=True,
               help="File names with {arm} and optional {trial}, {prompt}, {category}, "
-                   "{concurrency}, {model}, {method}, {n}, e.g. '{arm}_t{trial}.log'.")
+                   "{concurrency}, {model}, {method}, {n}, {server_start}, e.g. "
+                   "'{arm}_t{trial}.log'.")
 @click.option("--baseline-arm", required=True, help="The arm that ran without speculation.")
 @click.option("--model", default=None,
               help="Target model, when the log has no general.name line and the pattern "
@@ -105,11 +115,14 @@ Examples:
 @click.option("--prompts", type=click.Path(exists=True, dir_okay=False, path_type=Path),
               default=None, help="Prompts in the order each log ran them (JSONL or a JSON "
               "array of {id, category, prompt}); default: requests numbered in log order.")
+@arm_options
 @click.option("--out", type=click.Path(path_type=Path), required=True, help="New directory.")
 @user_errors
 def import_llama_logs(files: tuple[Path, ...], pattern: str, baseline_arm: str,
                       model: str | None, concurrency: int | None, method: str | None,
-                      prompts: Path | None, out: Path) -> None:
+                      prompts: Path | None, arm_setting: tuple[str, ...],
+                      settings_file: Path | None, arm_method: tuple[str, ...],
+                      trials_per_start: int | None, out: Path) -> None:
     """Import llama.cpp timing logs: llama-server's per-request print_timings lines and
     llama_perf_context_print blocks (llama-completion, llama-cli).
 
@@ -117,7 +130,10 @@ def import_llama_logs(files: tuple[Path, ...], pattern: str, baseline_arm: str,
     so no wall throughput is printed.
     """
     from crossbench.importers.llama_logs import import_llama_logs as run_import
+    from crossbench.importers.records import parse_arm_methods, parse_arm_settings
 
     _report(run_import(list(files), out, baseline_arm=baseline_arm, pattern=pattern,
-                       model=model, concurrency=concurrency, method=method, prompts=prompts),
-            out)
+                       model=model, concurrency=concurrency, method=method, prompts=prompts,
+                       arm_settings=parse_arm_settings(arm_setting, settings_file),
+                       arm_methods=parse_arm_methods(arm_method),
+                       trials_per_start=trials_per_start), out)

@@ -59,6 +59,10 @@ from crossbench.importers.records import (
     MAX_SOURCE_BYTES,
     ImportedCell,
     Invalid,
+    Setting,
+    apply_settings,
+    assign_starts,
+    check_arms,
     check_decode,
     count,
     number,
@@ -213,9 +217,14 @@ _FIX_LOG = "pass llama-server logs (its print_timings lines) or llama-completion
 def import_llama_logs(files: list[Path], out: Path, *, baseline_arm: str,
                       pattern: str | None = None, model: str | None = None,
                       concurrency: int | None = None, method: str | None = None,
-                      prompts: Path | None = None) -> dict[str, Any]:
+                      prompts: Path | None = None,
+                      arm_settings: dict[str, dict[str, Setting]] | None = None,
+                      arm_methods: dict[str, str] | None = None,
+                      trials_per_start: int | None = None) -> dict[str, Any]:
     """Convert llama.cpp timing logs into an import directory at ``out`` (module
-    docstring); returns its state."""
+    docstring); returns its state. ``arm_settings``, ``arm_methods`` and
+    ``trials_per_start`` as for ``import table``
+    (:func:`crossbench.importers.table.import_table`)."""
     if not files:
         raise UserError("no FILE given", _FIX_LOG)
     rx = pattern_regex(pattern) if pattern else None
@@ -270,20 +279,34 @@ def import_llama_logs(files: list[Path], out: Path, *, baseline_arm: str,
     if baseline_arm not in arms:
         raise UserError(f"--baseline-arm {baseline_arm!r} is not an arm of the logs",
                         f"use one of the arms found: {', '.join(arms)}")
+    methods, settings = arm_methods or {}, arm_settings or {}
+    check_arms("--arm-method", list(methods), set(arms))
+    check_arms("--arm-setting", list(settings), set(arms))
+    if methods.get(baseline_arm, "none") != "none":
+        raise UserError(f"--arm-method gives the baseline arm {baseline_arm!r} method "
+                        f"{methods[baseline_arm]!r}",
+                        "the --baseline-arm ran without speculation: drop its --arm-method")
     notes: list[str] = []
-    cells = [_cell(key, members, baseline_arm, method, order, prompts, skipped, notes)
+    cells = [_cell(key, members, baseline_arm, methods.get(key[1]) or key[2] or method,
+                   order, prompts, skipped, notes)
              for key, members in groups.items()]
     cells = [c for c in cells if c.records]  # every block listed in not_imported
     if not cells:
         first = skipped[0]
         raise UserError(f"no request could be imported (first: {first['file']}: "
                         f"{first['reason']})", "fix or leave out the logs listed")
+    for c in cells:
+        if c.imported["arm"] == baseline_arm:
+            c.imported["baseline"] = True
+        apply_settings(c, (c.imported["arm"],), settings)
+        assign_starts(c, trials_per_start)
     notes.append("the logs carry no clock: no wall throughput (requests are laid end to end "
                  "only to hold their durations)")
     source = {"tool": "llama-logs", "format": "llama.cpp timing logs (llama-server "
               "print_timings, llama_perf_context_print)", "files": [str(p) for p in files],
               "pattern": pattern, "baseline_arm": baseline_arm, "method": method,
-              "prompts": str(prompts) if prompts else None, "notes": notes}
+              "prompts": str(prompts) if prompts else None, "arm_methods": methods or None,
+              "trials_per_start": trials_per_start, "notes": notes}
     return write_import(out, cells, source, skipped)
 
 
@@ -299,7 +322,7 @@ def _cell(key: tuple[Any, ...], members: list[tuple[int | None, Path, Log, dict[
           baseline_arm: str, given_method: str | None, order: list[tuple[str, str]],
           prompts: Path | None, skipped: list[dict[str, str]], notes: list[str]
           ) -> ImportedCell:
-    model, arm, method_label, n, conc = key
+    model, arm, _, n, conc = key
     records: list[dict[str, Any]] = []
     kinds: set[str] = set()
     build: tuple[int, str] | None = None
@@ -341,6 +364,8 @@ def _cell(key: tuple[Any, ...], members: list[tuple[int | None, Path, Log, dict[
                 max_tokens=None, text=None, source=path.name)
             if req["timings"]:
                 rec["timings"] = req["timings"]
+            if labels.get("server_start"):
+                rec["server_start"] = int(labels["server_start"])
             records.append(rec)
             clock = rec["t_done_ns"] + NS_PER_MS
             pos += 1
@@ -349,7 +374,7 @@ def _cell(key: tuple[Any, ...], members: list[tuple[int | None, Path, Log, dict[
                          f"{prompts.name if prompts else 'the prompt file'}: the last round "
                          "is partial")
     engine = "llama-server" if kinds != {"perf"} else "llama-cli"
-    method = "none" if arm == baseline_arm else (method_label or given_method or "unknown")
+    method = "none" if arm == baseline_arm else (given_method or "unknown")
     workload = f"import:{prompts.stem}" if prompts else "import:llama-logs"
     spec: dict[str, Any] = {"type": method} | ({"n": n} if n is not None else {})
     load = {"workload": workload, "max_tokens": None, "temperature": None,

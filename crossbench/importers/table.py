@@ -11,9 +11,10 @@ fields (:data:`FIELDS`):
   non-empty text or ``true`` marks a failed request);
 - per trial: ``wall`` (the trial's wall time) and ``throughput`` (its aggregate output
   tokens per second);
-- labels: ``arm``, ``trial``, ``prompt``, ``concurrency``, ``model``, ``method``, ``n`` and
-  ``category``; each may instead come from the file name (``--pattern
-  '{arm}_c{concurrency}_t{trial}.json'``) or, for ``concurrency`` and ``model``, an option.
+- labels: ``arm``, ``trial``, ``prompt``, ``concurrency``, ``model``, ``method``, ``n``,
+  ``category`` and ``server_start`` (which server start served the request); each may
+  instead come from the file name (``--pattern '{arm}_c{concurrency}_t{trial}.json'``) or,
+  for ``concurrency`` and ``model``, an option.
 
 Units are part of the map and never guessed: a time field needs one of ``s``, ``ms``, ``us``,
 ``ns`` (``--map ttft:ms=ttft_ms``); ``throughput`` is in ``tok/s`` (the default, the only
@@ -67,6 +68,10 @@ from crossbench.importers.records import (
     MAX_SOURCE_BYTES,
     ImportedCell,
     Invalid,
+    Setting,
+    apply_settings,
+    assign_starts,
+    check_arms,
     check_decode,
     count,
     number,
@@ -111,6 +116,8 @@ FIELDS: dict[str, Field] = {
     "model": Field("label", "label", "target model"),
     "method": Field("label", "label", "speculative method of the arm"),
     "n": Field("whole", "label", "draft length"),
+    "server_start": Field("whole", "label", "which server start served the request (trials "
+                                            "of one start share it)"),
 }
 """Fields of ``--map`` (module docstring)."""
 
@@ -361,6 +368,7 @@ class Request:
     drafted: int | None = None
     accepted: int | None = None
     error: str | None = None
+    server_start: int | None = None
     wall_s: float | None = None
     throughput: float | None = None
     values: dict[str, str] = field(default_factory=dict)
@@ -485,7 +493,7 @@ def _request(row: _Row, maps: dict[str, FieldMap], fixed: dict[str, Any], fi: in
                                labels.get("method"), labels.get("n"),
                                int(labels["concurrency"])), (),
                   labels.get("prompt"), labels.get("category"), ttft, decode, tokens,
-                  error=err)
+                  error=err, server_start=labels.get("server_start"))
     if "trial" in labels:
         req.trial_key = ("label", labels["trial"])
     else:
@@ -508,9 +516,17 @@ def _request(row: _Row, maps: dict[str, FieldMap], fixed: dict[str, Any], fi: in
 def import_table(files: list[Path], map_items: list[str], out: Path, *, engine: str,
                  baseline_arm: str, model: str | None = None, pattern: str | None = None,
                  concurrency: int | None = None, method: str | None = None,
-                 prompts: Path | None = None) -> dict[str, Any]:
+                 prompts: Path | None = None,
+                 arm_settings: dict[str, dict[str, Setting]] | None = None,
+                 arm_methods: dict[str, str] | None = None,
+                 trials_per_start: int | None = None) -> dict[str, Any]:
     """Convert per-request tables into an import directory at ``out`` (module docstring);
-    returns its state, whose ``source.notes`` say which figures the files could not give."""
+    returns its state, whose ``source.notes`` say which figures the files could not give.
+
+    ``arm_settings`` and ``arm_methods`` declare what each arm ran with and its method
+    (:func:`~crossbench.importers.records.parse_arm_settings`; ``none`` makes an arm a
+    baseline rerun, paired against ``baseline_arm``); ``trials_per_start`` says how many
+    consecutive trials one server start served, where no ``server_start`` label says it."""
     from crossbench.engines import registry
 
     if not files:
@@ -627,13 +643,27 @@ def import_table(files: list[Path], map_items: list[str], out: Path, *, engine: 
     if baseline_arm not in arms:
         raise UserError(f"--baseline-arm {baseline_arm!r} is not an arm of the files",
                         f"use one of the arms found: {', '.join(arms)}")
+    methods, settings = arm_methods or {}, arm_settings or {}
+    check_arms("--arm-method", list(methods), set(arms))
+    check_arms("--arm-setting", list(settings), set(arms))
+    if methods.get(baseline_arm, "none") != "none":
+        raise UserError(f"--arm-method gives the baseline arm {baseline_arm!r} method "
+                        f"{methods[baseline_arm]!r}",
+                        "the --baseline-arm ran without speculation: drop its --arm-method")
     categories = _categories(prompts)
     notes: list[str] = []
-    cells = _cells(requests, maps, engine, baseline_arm, method, categories, prompts, notes)
+    cells = _cells(requests, maps, engine, baseline_arm, method, categories, prompts, notes,
+                   methods)
+    for c in cells:
+        if c.imported["arm"] == baseline_arm:
+            c.imported["baseline"] = True
+        apply_settings(c, (c.imported["arm"],), settings)
+        assign_starts(c, trials_per_start)
     source = {"tool": "table", "format": "per-request table (JSON, JSON Lines or CSV)",
               "files": [str(p) for p in files], "map": [fm.raw for fm in maps.values()],
               "pattern": pattern, "engine": engine, "baseline_arm": baseline_arm,
               "method": method, "prompts": str(prompts) if prompts else None,
+              "arm_methods": methods or None, "trials_per_start": trials_per_start,
               "notes": notes}
     return write_import(out, cells, source, skipped)
 
@@ -675,7 +705,8 @@ def _one(values: set[float], what: str, arm: str, c: int, trial: int,
 
 def _cells(requests: list[Request], maps: dict[str, FieldMap], engine: str,
            baseline_arm: str, given_method: str | None, categories: dict[str, str],
-           prompts: Path | None, notes: list[str]) -> list[ImportedCell]:
+           prompts: Path | None, notes: list[str], methods: dict[str, str]
+           ) -> list[ImportedCell]:
     trial_no = _trial_numbers(requests)
     by_cell: dict[tuple[Any, ...], list[Request]] = {}
     for r in requests:
@@ -709,6 +740,8 @@ def _cells(requests: list[Request], maps: dict[str, FieldMap], engine: str,
                 if r.drafted is not None:
                     rec["timings"] = {"draft_n": r.drafted,
                                       "draft_n_accepted": r.accepted or 0}
+                if r.server_start is not None:
+                    rec["server_start"] = r.server_start
                 if r.error is not None:
                     rec.update(status="error", error=r.error)
                 records.append(rec)
@@ -723,7 +756,8 @@ def _cells(requests: list[Request], maps: dict[str, FieldMap], engine: str,
                               "start_times": origin is not None})
         cell_id = f"{arm} at concurrency {conc}"
         aggregate, wall_known = _aggregate(per_trial, notes, cell_id)
-        method = "none" if arm == baseline_arm else (method_label or given_method or "unknown")
+        method = "none" if arm == baseline_arm else (
+            methods.get(arm) or method_label or given_method or "unknown")
         unknown = list(LAYOUT_FIGURES)
         if not wall_known:
             unknown.append(WALL_FIGURE)
