@@ -210,6 +210,8 @@ def test_older_server_format_and_bad_values(tmp_path):
         lines.append(c_fmt("prompt eval time = %10.2f ms / %5d tokens", p_ms, 12))
         lines.append(c_fmt("       eval time = %10.2f ms / %5d tokens", e_ms, n))
         lines.append(c_fmt("      total time = %10.2f ms / %5d tokens", p_ms + e_ms, 12 + n))
+        if task == 3:
+            lines.append("draft acceptance = 0.75000 (   15 accepted /    20 generated)")
     (tmp_path / "base_0.log").write_text("\n".join(lines) + "\n")
     res = invoke(str(tmp_path / "base_0.log"), "--pattern", "{arm}_{trial}.log",
                  "--baseline-arm", "base", "--out", str(tmp_path / "imp"))
@@ -220,6 +222,8 @@ def test_older_server_format_and_bad_values(tmp_path):
            "first" in res.output
     (cell,) = load_run(tmp_path / "imp").cells
     assert [(f.ttft_ms, f.tokens) for f in cell.figures] == [(18.46, 38), (19.0, 30)]
+    assert cell.records[-1]["timings"]["draft_n"] == 20  # a bare acceptance line too
+    assert cell.records[-1]["timings"]["draft_n_accepted"] == 15
 
 
 def test_not_a_log_and_no_arm(tmp_path):

@@ -138,8 +138,8 @@ def parse_log(text: str) -> Log:
         key: tuple[Any, ...] | None
         if perf is not None:
             kind, key = "perf", ("perf", perf_seq)
-        elif slot is not None or (header is not None and timing is not None
-                                  and timing["unit"].lower() == "tokens"):
+        elif slot is not None or (header is not None and (
+                timing is None or timing["unit"].lower() == "tokens")):
             kind, key = "server", header
         elif timing is not None:
             kind, key = "perf", ("perf", perf_seq)  # a bare block, as the perf print has it
