@@ -5,7 +5,14 @@ source gives durations rather than arrival times, :func:`timed_record` lays them
 synthetic clock: the request is sent at ``t_sent_ns``, its first token arrives ``ttft_ns``
 later and its last token ``decode_ns`` after the first, so ``summary.request_metrics`` gives
 back exactly the source's TTFT and decode rate ((tokens - 1) / decode time). Requests of a
-trial are laid end to end (concurrency 1); each record names its ``source`` file.
+trial are laid end to end (concurrency 1); each record names its ``source`` file. A figure
+that layout would make up is listed in the cell's ``unknown_figures`` and left empty, or
+replaced by the source's own (``source_figures``), in the summary and the analysis.
+
+What the data cannot say, the user declares and these helpers write where the confound rules
+read it: settings per arm (:func:`parse_arm_settings`, :func:`apply_settings`), methods per
+arm (:func:`parse_arm_methods`; ``none`` is a baseline rerun, paired by
+:func:`pair_baselines`) and server starts (:func:`assign_starts`).
 
 Sources are untrusted: files are read with a size limit (:data:`MAX_SOURCE_BYTES`), and every
 value an importer uses passes :func:`number` or :func:`count` (Python's json module accepts

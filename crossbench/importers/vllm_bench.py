@@ -23,6 +23,16 @@ the aggregates are kept in the manifest. Requests are paired across files by the
 which names the same prompt only when the runs used the same dataset, seed and prompt count.
 Every scalar field of the result (metadata included) is kept in the manifest.
 
+What the file cannot say is given or left unknown, never guessed: the engine comes from
+``--engine`` or ``--metadata engine=...`` (``backend`` names the client's protocol, e.g.
+``openai-chat``); other ``--metadata`` keys than the labels (:data:`NOT_SETTINGS`) are serve
+settings and reach the engine config, as ``--arm-setting`` does; ``--prompts`` names the
+prompt of request i (i modulo the prompt count); ``server_start`` metadata or
+``--trials-per-start`` the server start of each trial. Without per-request ``start_times`` (or
+token counts) the records cannot measure a wall window, so the cell's wall throughput is the
+file's own ``total_output_tokens / duration`` (else ``output_throughput``), or none when the
+requests ran concurrently and the file has neither (:func:`_wall_figure`).
+
 Every field read is checked (:func:`check_result`): strings where strings belong, per-request
 lists as long as ``latencies``, finite non-negative seconds (``records.MAX_MS`` at most), no
 decode faster than ``records.MIN_MS_PER_TOKEN`` per token after the first (the sum of a
