@@ -165,6 +165,10 @@ class FieldMap:
         return value * TIME_UNITS[str(self.unit)]
 
 
+Found = dict[str, tuple[FieldMap, tuple[Seg, ...], dict[tuple[int, ...], Any]]]
+"""Per mapped field found in a file: its map (depth as in the file), path and values."""
+
+
 def parse_path(path: str, raw: str) -> tuple[Seg, ...]:
     """The segments of a path (module docstring); UserError naming ``raw`` when malformed."""
     segs: list[Seg] = []
@@ -395,9 +399,7 @@ def _whole(value: Any, name: str, minimum: int = 0) -> int:
 class _Row:
     """The values one request sees, by field: its own and those of the objects above it."""
 
-    def __init__(self, found: dict[str, tuple[FieldMap, tuple[Seg, ...], dict[tuple[int, ...],
-                                                                            Any]]],
-                 idx: tuple[int, ...], labels: dict[str, str]) -> None:
+    def __init__(self, found: Found, idx: tuple[int, ...], labels: dict[str, str]) -> None:
         self.found, self.idx, self.labels = found, idx, labels
 
     def has(self, name: str) -> bool:
@@ -513,6 +515,27 @@ def _request(row: _Row, maps: dict[str, FieldMap], fixed: dict[str, Any], fi: in
     return req
 
 
+_FILE_NEEDS = ("output_tokens", "ttft", "arm", "trial", "prompt", "concurrency", "model")
+"""Mapped fields without which a file's requests cannot be placed: a file that lacks one
+is listed whole (once), not request by request."""
+
+def _find(src: Source, maps: dict[str, FieldMap],
+          why_missing: dict[str, tuple[Source, str]]) -> Found:
+    """The values of every mapped field in one file; a field found nowhere in it is noted
+    in ``why_missing`` (the first such file, and where its path stops)."""
+    found: Found = {}
+    for name, fm in maps.items():
+        segs = src.segs(fm)
+        values = dict(resolve(src.doc, segs))
+        if values:
+            depth = sum(1 for k, _ in segs if k == "each")
+            found[name] = (FieldMap(name, fm.unit, fm.path, segs, fm.raw)
+                           if depth != fm.depth else fm, segs, values)
+        else:
+            why_missing.setdefault(name, (src, explain(src.doc, segs)))
+    return found
+
+
 def import_table(files: list[Path], map_items: list[str], out: Path, *, engine: str,
                  baseline_arm: str, model: str | None = None, pattern: str | None = None,
                  concurrency: int | None = None, method: str | None = None,
@@ -574,7 +597,7 @@ def import_table(files: list[Path], map_items: list[str], out: Path, *, engine: 
     skipped: list[dict[str, str]] = []
     requests: list[Request] = []
     found_anywhere: set[str] = set()
-    first_doc: dict[str, tuple[Source, str]] = {}
+    why_missing: dict[str, tuple[Source, str]] = {}  # field -> first file without it, why
     read_files = 0
     for fi, path in enumerate(files):
         kind = not_regular(path)
@@ -594,25 +617,13 @@ def import_table(files: list[Path], map_items: list[str], out: Path, *, engine: 
             skipped.append({"file": path.name, "reason": "holds no rows"})
             continue
         read_files += 1
-        found: dict[str, tuple[FieldMap, tuple[Seg, ...], dict[tuple[int, ...], Any]]] = {}
-        missing: list[str] = []
-        for name, fm in maps.items():
-            segs = src.segs(fm)
-            depth = sum(1 for k, _ in segs if k == "each")
-            values = dict(resolve(src.doc, segs))
-            if values:
-                found_anywhere.add(name)
-                found[name] = (FieldMap(name, fm.unit, fm.path, segs, fm.raw)
-                               if depth != fm.depth else fm, segs, values)
-            else:
-                first_doc.setdefault(name, (src, explain(src.doc, segs)))
-                missing.append(name)
-        need = [n for n in missing if n in ("output_tokens", "ttft", "arm", "trial", "prompt",
-                                            "concurrency", "model")]
-        if need or all(n in missing for n in DECODE_SOURCES if n in maps):
+        found = _find(src, maps, why_missing)
+        found_anywhere |= set(found)
+        need = [n for n in maps if n not in found and n in _FILE_NEEDS]
+        if need or not any(n in found for n in DECODE_SOURCES):
             name = need[0] if need else next(n for n in DECODE_SOURCES if n in maps)
             skipped.append({"file": path.name, "reason": f"--map {maps[name].raw!r}: "
-                            f"{first_doc[name][1]}"})
+                            f"{why_missing[name][1]}"})
             continue
         depth = max((found[n][0].depth for n in found if FIELDS[n].level == "request"),
                     default=0)
@@ -622,16 +633,15 @@ def import_table(files: list[Path], map_items: list[str], out: Path, *, engine: 
         # requests' own level (a row per request) the file is
         held = 0 if trial_depth is None else trial_depth + (depth - request_depth)
         for idx in idxs:
-            row = _Row(found, idx, labels)
             try:
-                requests.append(_request(row, maps, fixed, fi, path.name,
+                requests.append(_request(_Row(found, idx, labels), maps, fixed, fi, path.name,
                                          held if held < depth else 0))
             except Invalid as e:
                 where = ".".join(map(str, idx)) or "0"
                 skipped.append({"file": f"{path.name} request {where}", "reason": str(e)})
     for name, fm in maps.items():
         if name not in found_anywhere and read_files:
-            src, why = first_doc[name]
+            src, why = why_missing[name]
             raise UserError(f"--map {fm.raw!r}: {fm.path} is in none of the {read_files} "
                             f"files ({src.path.name}: {why})",
                             f"write the path to {name} as the files spell it")
