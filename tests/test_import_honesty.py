@@ -316,6 +316,19 @@ def test_prompts_repeated_count_once(tmp_path: Path) -> None:
     assert sp["n_prompts"] == PROMPTS and sp["n_samples"] == PROMPTS * REPEATS
 
 
+def test_a_start_in_llama_server_file_names_names_the_start(tmp_path: Path) -> None:
+    raw = tmp_path / "raw"
+    raw.mkdir()
+    for f in RAW.glob("*.json"):  # tiny_ARM_tT_pP.json -> tiny_ARM_tT_s0_pP.json
+        (raw / f.name.replace("_p", "_s0_p")).write_bytes(f.read_bytes())
+    r = run_import("llama-server", raw, "--pattern", "{model}_{arm}_t{trial}_s{start}_p{prompt}"
+                   ".json", "--baseline-arm", "baseline", "--out", tmp_path / "o")
+    assert r.exit_code == 0, r.output
+    pairs = analyze(tmp_path / "o", OPTS)["pairs"]
+    assert [p["speedup"]["n_server_starts"] for p in pairs] == [1, 1]
+    assert all(WarningKind.SINGLE_START in [w["kind"] for w in p["warnings"]] for p in pairs)
+
+
 # -- item 7: wrong files, several baselines and methods ----------------------------------------
 
 
