@@ -266,3 +266,56 @@ def test_arm_settings_and_starts_reach_the_cells(tmp_path):
     assert {r["server_start"] for r in cells["base"].records} == {0}
     (pair,) = analyze(tmp_path / "imp", StatsOptions(resamples=200))["pairs"]
     assert pair["confounds"]["confounded"] is True  # the KV-cache type differs
+
+
+@pytest.mark.server
+def test_real_llama_server_log_matches_its_response_bodies(tmp_path, llama_server,
+                                                          fixture_models):
+    """The pinned llama-server's own log, read by import llama-logs, gives each request the
+    TTFT, decode time and tokens its response body's timings give (to the log's 0.01 ms)."""
+    import json
+    import subprocess
+    import time
+    import urllib.request
+
+    from crossbench.engines.process import free_port
+
+    target, _ = fixture_models
+    port = free_port()
+    log = tmp_path / "base_0.log"
+    with log.open("wb") as out:
+        proc = subprocess.Popen([str(llama_server), "-m", str(target), "--port", str(port),
+                                 "-t", "1", "-c", "512", "-np", "1"],
+                                stdout=out, stderr=subprocess.STDOUT)
+    bodies = []
+    try:
+        for _ in range(120):
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=2) as r:
+                    if r.status == 200:
+                        break
+            except OSError:
+                time.sleep(0.5)
+        for prompt in ("hello there", "count to ten", "the sky is"):
+            req = urllib.request.Request(
+                f"http://127.0.0.1:{port}/completion",
+                data=json.dumps({"prompt": prompt, "n_predict": 24, "cache_prompt": False,
+                                 "temperature": 0}).encode(),
+                headers={"Content-Type": "application/json"})
+            with urllib.request.urlopen(req, timeout=60) as r:
+                bodies.append(json.load(r))
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+    res = invoke(str(log), "--pattern", "{arm}_{trial}.log", "--baseline-arm", "base",
+                 "--out", str(tmp_path / "imp"))
+    assert res.exit_code == 0, res.output
+    (cell,) = load_run(tmp_path / "imp").cells
+    assert cell.coords["target"] == target.stem  # from the 'loading model' line
+    figs = cell.figures
+    assert len(figs) == len(bodies) == 3
+    for f, body in zip(figs, bodies, strict=True):
+        t = body["timings"]
+        assert f.tokens == t["predicted_n"]
+        assert f.ttft_ms == pytest.approx(t["prompt_ms"], abs=0.005)
+        assert f.decode_ms == pytest.approx(t["predicted_ms"], abs=0.005)

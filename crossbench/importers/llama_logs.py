@@ -34,7 +34,10 @@ Formats, as the pinned llama.cpp (b11312, vendored by llama-cpp-python 0.3.36) p
   are listed in ``not_imported``, never read as a decode time; so is a perf block in a
   server log (it sums the whole context, not one request).
 
-Labels come from file names (``--pattern``, placeholders as ``import table``) or options: one
+The model is ``--model``, ``{model}``, else the log's ``general.name`` line, else the stem of
+the GGUF its ``load_model: loading model '...'`` line names; the build is its ``version: ...
+(build N, commit C)`` line. Labels come from file names (``--pattern``, placeholders as
+``import table``) or options: one
 cell per (model, arm, n, concurrency); each file is one trial of its cell (numbered in the
 order given) unless the pattern has ``{trial}``. Requests are numbered in log order within a
 file; ``--prompts FILE`` names them in that order (the k-th request is the file's k-th
@@ -90,6 +93,7 @@ _SPECULATIVE_TOOL = re.compile(r"^\s*(?:\S+\s+)?n_drafted\s*=\s*\d+", re.MULTILI
 _BUILD = re.compile(r"\(build (?P<num>\d+), commit (?P<commit>\w+)\)|^build: (?P<num2>\d+) "
                     r"\((?P<commit2>\w+)\)", re.MULTILINE)
 _MODEL_NAME = re.compile(r"general\.name\s+(?:str\s+)?=\s*(?P<name>[^\n]+)")
+_MODEL_FILE = re.compile(r"load_model: loading model '(?P<path>[^'\n]+)'")
 
 LAYOUT_FIGURES = ("latency_ms.chunk_gap", "latency_ms.token_itl",
                   "throughput.wall_output_tok_s")
@@ -161,11 +165,11 @@ def parse_log(text: str) -> Log:
             assert draft is not None
             block.draft = (int(draft["drafted"]), int(draft["acc"]))
     build = _BUILD.search(text)
-    name = _MODEL_NAME.search(text)
+    name, file = _MODEL_NAME.search(text), _MODEL_FILE.search(text)
+    model = name["name"].strip() if name else Path(file["path"]).stem if file else None
     return Log(blocks, bool(_SPECULATIVE_TOOL.search(text)),
                (int(build["num"] or build["num2"]), str(build["commit"] or build["commit2"]))
-               if build else None,
-               name["name"].strip() if name else None, slots)
+               if build else None, model or None, slots)
 
 
 def _float(text: str, where: str) -> float:
@@ -262,7 +266,8 @@ def import_llama_logs(files: list[Path], out: Path, *, baseline_arm: str,
                             "{concurrency} in --pattern")
         if "model" not in labels and model is None and log.model is None:
             raise UserError(f"{path.name}: the log does not name its model (no general.name "
-                            "line)", "give --model NAME or {model} in --pattern")
+                            "or 'loading model' line)", "give --model NAME or {model} in "
+                            "--pattern")
         found.append((labels, path, log))
     if not found:
         first = skipped[0]
