@@ -180,6 +180,22 @@ def test_speculative_tool_perf_block_is_listed_not_read_as_decode(tmp_path):
     assert [c.coords["arm"] for c in load_run(tmp_path / "imp").cells] == ["base"]
 
 
+def test_prompt_cache_run_is_listed(tmp_path):
+    # common_prompt_batch_decode with --prompt-cache: the last prompt token alone is a "run"
+    lines = ["common_prompt_batch_decode: saved session before last token to cache.bin, "
+             "n_new = 13", *perf_block("common_perf_print", 30.0, 12, 900.0, 100)]
+    (tmp_path / "base_0.log").write_text("\n".join(lines) + "\n")
+    res = CliRunner().invoke(cli, ["import", "llama-logs", str(tmp_path / "base_0.log"),
+                                   "--pattern", "{arm}_{trial}.log", "--baseline-arm", "base",
+                                   "--model", "m", "--out", str(tmp_path / "imp")])
+    assert res.exit_code == 2
+    assert res.output.strip() == (
+        "crossbench: error: no request could be imported (first: base_0.log request 0: a "
+        "--prompt-cache run decodes the prompt's last token alone, which the perf print "
+        "counts as an eval run: its eval line is not the decode alone) (fix: fix or leave "
+        "out the logs listed)")
+
+
 def test_interleaved_slots_need_concurrency(tmp_path):
     a = server_request(0, 1, 20.0, 30, 800.0, 100, None)
     b = server_request(1, 2, 25.0, 35, 900.0, 120, None)

@@ -32,7 +32,9 @@ Formats, as the pinned llama.cpp (b11312, vendored by llama-cpp-python 0.3.36) p
   (``llama-speculative``, ``llama-speculative-simple``: ``n_drafted =`` lines) the target's
   verification batches count as prompt eval, so its eval line is not the decode: such blocks
   are listed in ``not_imported``, never read as a decode time; so is a perf block in a
-  server log (it sums the whole context, not one request).
+  server log (it sums the whole context, not one request) and one of a ``--prompt-cache``
+  run (``saved session before last token``: the prompt's last token is decoded alone and
+  counted as a run).
 
 The model is ``--model``, ``{model}``, else the log's ``general.name`` line, else the stem of
 the GGUF its ``load_model: loading model '...'`` line names; the build is its ``version: ...
@@ -89,6 +91,9 @@ _SLOT = re.compile(r"slot\s+print_timing\w*:\s*id\s+(?P<slot>\d+)\s*\|\s*task\s+
 _PERF = re.compile(r"(?P<fn>llama_perf_context_print|common_perf_print):")
 _DRAFT = re.compile(r"draft acceptance\s*=\s*(?:" + _NUM + r")\s*\(\s*(?P<acc>\d+)\s*accepted"
                     r"\s*/\s*(?P<drafted>\d+)\s*generated\)")
+_SESSION_SPLIT = "saved session before last token"
+"""common_prompt_batch_decode's line when ``--prompt-cache`` decodes the prompt's last token
+alone: the perf print then counts that prefill step as an eval run."""
 _SPECULATIVE_TOOL = re.compile(r"^\s*(?:\S+\s+)?n_drafted\s*=\s*\d+", re.MULTILINE)
 _BUILD = re.compile(r"\(build (?P<num>\d+), commit (?P<commit>\w+)\)|^build: (?P<num2>\d+) "
                     r"\((?P<commit2>\w+)\)", re.MULTILINE)
@@ -116,6 +121,7 @@ class Log:
 
     blocks: list[Block]
     speculative_tool: bool
+    session_split: bool
     build: tuple[int, str] | None
     model: str | None
     slots: set[int]
@@ -167,7 +173,7 @@ def parse_log(text: str) -> Log:
     build = _BUILD.search(text)
     name, file = _MODEL_NAME.search(text), _MODEL_FILE.search(text)
     model = name["name"].strip() if name else Path(file["path"]).stem if file else None
-    return Log(blocks, bool(_SPECULATIVE_TOOL.search(text)),
+    return Log(blocks, bool(_SPECULATIVE_TOOL.search(text)), _SESSION_SPLIT in text,
                (int(build["num"] or build["num2"]), str(build["commit"] or build["commit2"]))
                if build else None, model or None, slots)
 
@@ -343,6 +349,11 @@ def _cell(key: tuple[Any, ...], members: list[tuple[int | None, Path, Log, dict[
                 skipped.append({"file": where, "reason": "a speculative tool's perf print "
                                 "counts verification batches as prompt eval: its eval line is "
                                 "not the decode time"})
+                continue
+            if block.kind == "perf" and log.session_split:
+                skipped.append({"file": where, "reason": "a --prompt-cache run decodes the "
+                                "prompt's last token alone, which the perf print counts as an "
+                                "eval run: its eval line is not the decode alone"})
                 continue
             if block.kind == "perf" and any(b.kind == "server" for b in log.blocks):
                 skipped.append({"file": where, "reason": "a perf print in a server log sums "
