@@ -239,6 +239,9 @@ def test_jsonl_rows_and_columnar_json(tmp_path):
     ([],
      "crossbench: error: no ttft: the files' ttft is not mapped (fix: give --map "
      "ttft:ms=PATH)"),
+    (["--map", "ttft:ms=" + ".".join(["a"] * 40)],
+     "crossbench: error: --map 'ttft:ms=" + ".".join(["a"] * 40) + "': the path has 40 "
+     "parts (fix: a table's path has at most 32 keys and [])"),
     (["--map", "ttft:ms=requests[].ttft_ms", "--map", "latency:s=requests[].latency_s"],
      "crossbench: error: --map 'latency:s=requests[].latency_s': unknown field 'latency' "
      "(fix: write --map FIELD[:UNIT]=PATH, e.g. --map ttft:ms=ttft_ms (fields: "

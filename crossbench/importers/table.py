@@ -142,6 +142,9 @@ WALL_FIGURE = "throughput.wall_output_tok_s"
 _FIX_MAP = ("write --map FIELD[:UNIT]=PATH, e.g. --map ttft:ms=ttft_ms "
             "(fields: " + ", ".join(FIELDS) + ")")
 
+MAX_PATH_PARTS = 32
+"""Most keys and ``[]`` one ``--map`` path may hold (each is a level the lookup recurses)."""
+
 Seg = tuple[str, Any]  # ("key", name) | ("each", None) | ("index", k)
 
 
@@ -183,7 +186,10 @@ def parse_path(path: str, raw: str) -> tuple[Seg, ...]:
         if m[1]:
             segs.append(("key", m[1]))
         for idx in re.findall(r"\[(\d*)\]", m[2]):
-            segs.append(("each", None) if idx == "" else ("index", int(idx)))
+            segs.append(("each", None) if idx == "" else ("index", int(idx[:18])))
+    if len(segs) > MAX_PATH_PARTS:
+        raise UserError(f"--map {raw!r}: the path has {len(segs)} parts",
+                        f"a table's path has at most {MAX_PATH_PARTS} keys and []")
     return tuple(segs)
 
 
