@@ -224,3 +224,19 @@ def test_a_failed_trial_makes_the_demo_exit_1_as_run_does(
     assert result.exit_code == 1
     assert (f"crossbench: failed: 1 trial(s) failed (fix: see the cells' server.log and "
             f"`crossbench status {tmp_path / 'run'}`)") in result.stderr.splitlines()
+
+
+def test_confounded_pairs_are_named_once_with_what_differed(
+        standin_run: tuple[Result, Path]) -> None:
+    _, out = standin_run
+    analysis = copy.deepcopy(analyze(out))
+    for pair in analysis["pairs"]:  # a commit landed between the trials, as on a shared tree
+        pair["verdict"] = "confounded"
+        pair["confounds"]["confounding_fields"] = ["crossbench.commit"]
+    lines = closing_summary(analysis, {})
+    ranked = sorted(analysis["pairs"], key=lambda p: -p["speedup"]["geomean"])
+    labels = "; ".join(f"{p['arm']} n={p['n']} on {p['workload']}" for p in ranked)
+    assert [ln for ln in lines if ln.startswith("  confounded (")] == [
+        f"  confounded ({labels}): besides the method, crossbench.commit differed from the "
+        "baseline's trials (`crossbench analyze` lists them)"]
+    assert lines[1].startswith("  no arm was shown faster than its baseline; the best: ")

@@ -184,11 +184,6 @@ def closing_summary(result: Mapping[str, Any],
                       "baseline; the best: ") + f"{_label(first, workloads)}: {_speedup(first)}")
     lines += [f"  {_label(p, workloads)}: {_speedup(p)}" for p in ranked if p is not first]
     for p in ranked:
-        if p["verdict"] == "confounded":
-            fields = (p.get("confounds") or {}).get("confounding_fields") or []
-            lines.append(f"  {_label(p, workloads)} is confounded: besides the method, "
-                         f"{', '.join(fields) or 'other settings'} differed from its "
-                         "baseline's trials (`crossbench analyze` lists them)")
         rates = configured.get(str(p["cell"]))
         acc = (cells.get(str(p["cell"])) or {}).get("acceptance") or {}
         if rates:
@@ -198,5 +193,14 @@ def closing_summary(result: Mapping[str, Any],
             lines.append(f"  {_label(p, workloads)} {_drafted(acc)}: n-gram drafting copies "
                          "text the server has seen before, so only a prompt asked again "
                          "gives it something to draft")
+    confounded: dict[str, list[str]] = {}
+    for p in ranked:
+        if p["verdict"] == "confounded":
+            fields = (p.get("confounds") or {}).get("confounding_fields") or []
+            confounded.setdefault(", ".join(fields) or "other settings",
+                                  []).append(_label(p, workloads))
+    lines += [f"  confounded ({'; '.join(labels)}): besides the method, {fields} differed from "
+              "the baseline's trials (`crossbench analyze` lists them)"
+              for fields, labels in confounded.items()]
     lines.append("  " + _host(result))
     return lines
