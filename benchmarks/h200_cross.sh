@@ -62,7 +62,8 @@ if [ ! -f "$LOG/setup.started" ]; then
     until ls "$CROSSBENCH_CACHE"/sources/*/.unpacked >/dev/null 2>&1; do sleep 2; done
     python3 -m crossbench fixtures make --shape qwen3-8b --hf >'"$LOG"'/fixtures.log 2>&1
     echo "fixtures_f16_hf_s=$(( $(date +%s) - s ))" >>'"$LOG"'/timing.txt
-    python3 -m crossbench fixtures verify-hf --shape qwen3-8b >'"$LOG"'/verify-hf.txt 2>&1
+    [ "'"${PART:-}"'" -ge 3 ] 2>/dev/null || python3 -m crossbench fixtures verify-hf \
+      --shape qwen3-8b >'"$LOG"'/verify-hf.txt 2>&1  # vLLM rounds: checked by round 1
     echo "verify_hf_exit=$? verify_hf_s=$(( $(date +%s) - s ))" >>'"$LOG"'/timing.txt
     if [ "'"${ROUND:-}"'" = methods ]; then  # the EAGLE-3 and DFlash drafters: HF, then GGUF
       python3 -m crossbench fixtures make --shape qwen3-8b --drafter eagle3 \
@@ -73,7 +74,7 @@ if [ ! -f "$LOG/setup.started" ]; then
       done  # each tensor checked against its HF original, as written by fixtures make
     fi
     case "'"${ROUND:-}${PART:+-$PART}"'" in
-      naive|twostart|hoststart|methods-3)  # vLLM-only rounds need no llama-server: the build stops here rather
+      naive|twostart|hoststart|methods-3|methods-4)  # vLLM-only rounds need no llama-server: the build stops here rather
         # than cost minutes of GPU lease (its nvcc beside a vLLM start would slow the start)
         kill -TERM -- -$b 2>/dev/null; wait $b
         echo "build_exit=skipped build_s=$(( $(date +%s) - s ))" >>'"$LOG"'/timing.txt ;;
@@ -117,7 +118,7 @@ RUN=$CROSSBENCH_CACHE/h200-cross-round${ROUND:-1}
 #    (naive: h200_naive_shared_runs.sh; GPU time per verdict) instead
 if [ -n "${ROUND:-}" ] && { [ -n "$vprefix" ] || [ "$ROUND" = gate ] || [ "$ROUND" = spread ] \
     || [ "$ROUND" = known ] || [ "$ROUND" = all ] \
-    || { [ "$ROUND" = methods ] && [ "${PART:-1}" != 3 ]; }; } \
+    || { [ "$ROUND" = methods ] && [ "${PART:-1}" -le 2 ]; }; } \
     && wait_setup; then
   case "$ROUND" in
     1) sel=(--skip target=t8b-q4 --skip concurrency=4 --skip concurrency=16
