@@ -242,3 +242,32 @@ def test_tables_sort_n_as_numbers_and_leave_out_what_an_import_cannot_know(tmp_p
                                         "throughput.wall_output_tok_s"]
     header, rows = tables(r)["verdicts"]
     assert all(row[header.index("MAL")].startswith("~") for row in rows)  # an estimate
+
+
+def test_a_thinking_models_reasoning_reaches_parity(tmp_path: Path) -> None:
+    """Chat bodies whose answer lives in reasoning_content: the import keeps the reasoning, so
+    parity sees two arms that thought differently (content alone, "" against "", read
+    identical)."""
+    raw = tmp_path / "raw"
+    raw.mkdir()
+    for src in RAW.glob("tiny_*.json"):  # creative-01's bodies are the OpenAI-format ones
+        body = json.loads(src.read_text())
+        if "choices" not in body:
+            (raw / src.name).write_text(src.read_text())
+            continue
+        prompt = src.stem.rsplit("_p", 1)[1]
+        draft = "_draft-" in src.name
+        thought = f"think about {prompt} " + ("later" if draft else "first")
+        body["choices"] = [{"index": 0, "finish_reason": "length",
+                            "message": {"role": "assistant", "content": "",
+                                        "reasoning_content": thought}}]
+        (raw / src.name).write_text(json.dumps(body))
+    out = tmp_path / "imp"
+    import_llama_server_raw(raw, PATTERN, "baseline", out, r"n(\d+)", PROMPTS)
+    recs = [r for c in load_run(out).cells for r in c.records if "creative" in r["prompt_id"]]
+    assert len(recs) == 6 and all(r["reasoning_text"].startswith("think about") for r in recs)
+    r = analyze(out, StatsOptions(resamples=200, min_samples=1))
+    pairs = [p for p in r["pairs"] if p["parity"].get("compared")]
+    assert pairs
+    assert all(p["parity"]["verdict"] == "diverges" for p in pairs)
+    assert all(p["parity"]["compares"] == "reasoning and content" for p in pairs)

@@ -197,12 +197,15 @@ _FINISH = {"limit": "length", "eos": "stop", "word": "stop"}
 
 
 def body_fields(b: dict[str, Any]) -> dict[str, Any]:
-    """Text, token ids, usage, finish reason and settings of one response body."""
+    """Text, a thinking model's reasoning, token ids, usage, finish reason and settings of one
+    response body."""
     settings = b.get("generation_settings") or {}
+    reasoning = None
     if "choices" in b:
         ch = (b.get("choices") or [{}])[0]
         msg = ch.get("message") or {}
         text = ch.get("text") if "text" in ch else msg.get("content")
+        reasoning = msg.get("reasoning_content") if isinstance(msg, dict) else None
         usage = b.get("usage")
         finish = ch.get("finish_reason")
         ids = None
@@ -214,6 +217,7 @@ def body_fields(b: dict[str, Any]) -> dict[str, Any]:
     if not (isinstance(ids, list) and all(isinstance(i, int) for i in ids)) or not ids:
         ids = None
     return {"text": text, "token_ids": ids, "usage": usage, "finish_reason": finish,
+            "reasoning_text": reasoning if isinstance(reasoning, str) and reasoning else None,
             "settings": settings, "model": b.get("model"),
             "fingerprint": b.get("system_fingerprint")}
 
@@ -362,6 +366,8 @@ def _cell(model: str, arm: str, files: list[tuple[dict[str, str], Path, dict[str
                            text=f["text"], token_ids=f["token_ids"],
                            finish_reason=f["finish_reason"], usage=f["usage"], timings=t,
                            source=path.name)
+        if f["reasoning_text"] is not None:  # parity compares reasoning and content
+            rec["reasoning_text"] = f["reasoning_text"]
         if not ok:
             rec.update(status="error", error=str(body.get("error", "no timings in the body")))
         if g.get("start") is not None:
