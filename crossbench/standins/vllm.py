@@ -64,6 +64,7 @@ from crossbench.engines.vllm.profile import (
     known_profiles,
     profile_for,
 )
+from crossbench.engines.vllm.startup_cut import default_capture_sizes
 from crossbench.errors import UserError
 from crossbench.paths import repo_root
 from crossbench.standins.cli import spawn_orphan, standin_main
@@ -116,6 +117,10 @@ class Settings:
     prefill_s: float = 0.002
     alpha: float = 0.7
     startup_s: float = 0.0
+    max_num_seqs: int = 256
+    capture_sizes: list[int] | None = None
+    compile_s: float = 0.0
+    capture_ms: float = 0.0
     spawn_orphan: Path | None = None
     ignore_sigterm: bool = False
     rates: list[float] = field(default_factory=list)
@@ -143,6 +148,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--enable-prefix-caching", action=argparse.BooleanOptionalAction,
                    default=True)
     p.add_argument("--speculative-config", type=json.loads, default=None)
+    p.add_argument("--max-num-seqs", type=int, default=256)
+    p.add_argument("--compilation-config", type=json.loads, default=None)
     p.add_argument("--api-key", nargs="+", default=None)
     p.add_argument("--per-request-spec-decode-metrics", default="none",
                    choices=["none", "summary", "detailed"])
@@ -154,6 +161,11 @@ def _parser() -> argparse.ArgumentParser:
                    help="alpha of the default acceptance alpha^(k+1) (without synthetic rates)")
     s.add_argument("--standin-startup-s", type=float, default=0.0,
                    help="seconds before the port opens (vLLM loads and compiles meanwhile)")
+    s.add_argument("--standin-compile-s", type=float, default=0.0,
+                   help="seconds a cold torch.compile takes (a warm cache: a tenth of it); "
+                   "the compile cache lives in VLLM_CACHE_ROOT as vLLM's does")
+    s.add_argument("--standin-capture-ms", type=float, default=0.0,
+                   help="milliseconds to capture one CUDA graph size")
     s.add_argument("--standin-spawn-orphan", type=Path, default=None, metavar="PIDFILE",
                    help="spawn a child that leaves the process group, ignores SIGTERM and "
                    "outlives the server; its pid goes to PIDFILE")
@@ -219,6 +231,9 @@ def parse_settings(argv: Sequence[str]) -> Settings:
         version=args.standin_version + STANDIN_SUFFIX, profile=prof,
         step_s=args.standin_step_ms / 1e3, prefill_s=args.standin_prefill_ms / 1e3,
         alpha=args.standin_accept, startup_s=args.standin_startup_s,
+        max_num_seqs=args.max_num_seqs,
+        capture_sizes=(args.compilation_config or {}).get("cudagraph_capture_sizes"),
+        compile_s=args.standin_compile_s, capture_ms=args.standin_capture_ms,
         spawn_orphan=args.standin_spawn_orphan, ignore_sigterm=args.standin_ignore_sigterm,
         rates=rates,
         # vLLM: --api-key takes precedence over VLLM_API_KEY; neither leaves the server open
@@ -475,6 +490,44 @@ def _error(status: int, kind: str, message: str, param: str | None = None) -> we
                              headers={"X-Crossbench-Standin": "1"})
 
 
+def _capture_sizes(s: Settings) -> list[int]:
+    """The sizes vLLM would capture: ``--compilation-config``'s, else the default."""
+    if s.capture_sizes:
+        return sorted({int(x) for x in s.capture_sizes if int(x) <= s.max_num_batched_tokens})
+    return default_capture_sizes(s.max_num_seqs, s.n, s.max_num_batched_tokens)
+
+
+def _compile(s: Settings) -> float:
+    """torch.compile as vLLM's cache sees it: an entry keyed by a hash of the engine's
+    config under ``VLLM_CACHE_ROOT/torch_compile_cache/`` is loaded (a tenth of
+    ``--standin-compile-s``), else compiled and stored (unless VLLM_DISABLE_COMPILE_CACHE=1);
+    logs vLLM 0.26's lines and returns the seconds spent."""
+    pid = os.getpid()
+    key = json.dumps([s.version, s.model, s.spec, _capture_sizes(s), s.max_num_seqs,
+                      s.max_num_batched_tokens, s.max_model_len], sort_keys=True)
+    digest = hashlib.sha256(key.encode()).hexdigest()[:10]
+    root = Path(os.path.expanduser(os.environ.get("VLLM_CACHE_ROOT", "~/.cache/vllm")))
+    folder = root / "torch_compile_cache" / digest / "rank_0_0" / "backbone"
+    disabled = os.environ.get("VLLM_DISABLE_COMPILE_CACHE") == "1"
+    hit = not disabled and (folder / "artifact").is_file()
+    lines = [f"Using cache directory: {folder} for vLLM's torch.compile"]
+    spent = s.compile_s * (0.1 if hit else 1.0)
+    time.sleep(spent)
+    rng = f"(1, {s.max_num_batched_tokens})"
+    if hit:
+        lines.append(f"Directly load the compiled graph(s) for compile range {rng} from the "
+                     f"cache, took {spent:.3f} s")
+    else:
+        lines.append(f"Compiling a graph for compile range {rng} takes {spent:.2f} s")
+        if not disabled:
+            folder.mkdir(parents=True, exist_ok=True)
+            (folder / "artifact").write_text(key)
+    lines.append(f"torch.compile took {spent:.2f} s in total")
+    for line in lines:
+        print(startup_log.log_line(line, "compile", pid)[0], flush=True)
+    return spent
+
+
 def _startup_lines(s: Settings) -> list[str]:
     spec = s.spec
     spec_repr = "None" if spec is None else (
@@ -483,9 +536,9 @@ def _startup_lines(s: Settings) -> list[str]:
     sched = s.max_num_batched_tokens if spec is not None else None  # vLLM 0.33's default
     return startup_log.render_startup(
         s.profile.log_formats, os.getpid(), version=s.version, model=s.model,
-        spec_repr=spec_repr, capture_sizes=[1, 2, 4, 8, 16, 24, 32], kv_tokens=81920,
+        spec_repr=spec_repr, capture_sizes=_capture_sizes(s), kv_tokens=81920,
         kv_gib=1.25, max_model_len=s.max_model_len, attention="FLASH_ATTN",
-        max_scheduled=sched)
+        max_scheduled=sched, capture_s=None)
 
 
 async def _serve(s: Settings) -> None:
@@ -498,7 +551,16 @@ async def _serve(s: Settings) -> None:
         print(line, flush=True)
     if s.spawn_orphan is not None:
         spawn_orphan(s.spawn_orphan)
-    await asyncio.sleep(s.startup_s)
+    t0 = time.monotonic()
+    compile_s = _compile(s)
+    capture_s = len(_capture_sizes(s)) * s.capture_ms / 1e3
+    await asyncio.sleep(s.startup_s + capture_s)
+    pid = os.getpid()
+    print(startup_log.log_line(f"Graph capturing finished in {capture_s:.0f} secs, took "
+                               "0.12 GiB", "graph_capture", pid)[0], flush=True)
+    print(startup_log.log_line("init engine (profile, create kv cache, warmup model) took "
+                               f"{time.monotonic() - t0:.2f} s (compilation: {compile_s:.2f} "
+                               "s)", "engine_init", pid)[0], flush=True)
     server = StandinVllm(s)
     runner = web.AppRunner(server.app, access_log=None, handle_signals=False)
     await runner.setup()

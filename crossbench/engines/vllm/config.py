@@ -282,6 +282,18 @@ class VllmServerConfig(_Strict, ApiKeySettings, CpuSettings):
                                   "SIGKILL of the process tree.")
     gpu_release_timeout_s: float = Field(60.0, ge=0, description="Seconds stop() waits for "
                                          "the server's GPU memory to be released (NVML).")
+    cudagraph_sizes: Literal["default", "decode"] = Field(
+        "default", description="CUDA graphs to capture: `default` (vLLM's list, up to twice "
+        "max_num_seqs x (n+1) tokens) or `decode` (the default list up to the first size at "
+        "or above max_num_seqs x (n+1), the largest decode step; every decode step pads to "
+        "the same graph, start-up captures fewer). `decode` needs max_num_seqs and passes "
+        "--compilation-config; see docs/vllm.md 'Start-up'.")
+    compile_cache: Literal["crossbench", "vllm", "off"] = Field(
+        "crossbench", description="torch.compile cache: `crossbench` (VLLM_CACHE_ROOT under "
+        "~/.cache/crossbench/vllm-compile/<engine build>/, carried between machines by "
+        "`crossbench engines compile-cache pack|unpack`), `vllm` (vLLM's own "
+        "~/.cache/vllm) or `off` (VLLM_DISABLE_COMPILE_CACHE=1: every start compiles). An "
+        "env VLLM_CACHE_ROOT wins over `crossbench`.")
     spec: VllmSpecConfig = Field(default_factory=VllmSpecConfig,
                                  description="Speculative decoding settings.")
 
@@ -297,7 +309,23 @@ class VllmServerConfig(_Strict, ApiKeySettings, CpuSettings):
         if ref.revision and self.revision and ref.revision != self.revision:
             raise ValueError(f"model pins revision {ref.revision!r} but revision is "
                              f"{self.revision!r}; keep one")
+        if self.cudagraph_sizes == "decode" and self.max_num_seqs is None:
+            raise ValueError("cudagraph_sizes decode needs max_num_seqs (the most sequences "
+                             "a decode step holds); set max_num_seqs to the cell's "
+                             "concurrency or more")
+        if self.cudagraph_sizes == "decode" and self.enforce_eager:
+            raise ValueError("cudagraph_sizes decode with enforce_eager captures nothing; "
+                             "drop one of them")
         return self
+
+    def capture_sizes(self) -> list[int] | None:
+        """The ``cudagraph_capture_sizes`` crossbench passes (None: vLLM's default)."""
+        if self.cudagraph_sizes != "decode" or self.max_num_seqs is None:
+            return None
+        from crossbench.engines.vllm.startup_cut import decode_capture_sizes
+
+        n = (self.spec.effective_n or 0) if self.spec.enabled else 0
+        return decode_capture_sizes(self.max_num_seqs, n, self.max_num_batched_tokens)
 
     def warnings(self) -> list[str]:
         """A ``host`` that is not a loopback address (the server is then reachable from the

@@ -12,11 +12,13 @@ survive SIGKILL are a :class:`~crossbench.errors.RunError`.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
 import re
 import subprocess
+import time
 from pathlib import Path
 from typing import Any
 
@@ -28,7 +30,7 @@ from crossbench.engines.process import (
     http_post,
     on_path,
 )
-from crossbench.engines.vllm import startup_log
+from crossbench.engines.vllm import startup_cut, startup_log
 from crossbench.engines.vllm.config import VllmServerConfig
 from crossbench.engines.vllm.metrics import IN_FLIGHT
 from crossbench.engines.vllm.profile import (
@@ -45,6 +47,9 @@ _FLAG_RE = re.compile(r"--?[A-Za-z]")
 #: flags the adapter sets from typed fields; extra_args may not repeat them
 _MANAGED = ("--model", "--revision", "--host", "--port", "--speculative-config",
             "--per-request-spec-decode-metrics", "--served-model-name")
+
+#: flags that set the compilation config (and with it the capture sizes)
+_COMPILATION_FLAGS = ("--compilation-config", "-cc", "-O")
 
 
 _VERSION_TEXTS: dict[tuple[object, ...], str] = {}
@@ -96,6 +101,9 @@ class VllmServer(LocalServer):
         self._log_offset = 0
         self._startup: startup_log.StartupFacts | None = None
         self._served: list[str] = []
+        self._build_key: str | None = None
+        self._cut: dict[str, Any] = {}
+        self._t_spawn = 0.0
         #: outcome of the last :meth:`stop`: signals needed, leftovers, GPU release
         self.stop_report: dict[str, Any] = {}
 
@@ -296,6 +304,10 @@ class VllmServer(LocalServer):
         switch("enable-chunked-prefill", cfg.enable_chunked_prefill, "enable_chunked_prefill")
         switch("enforce-eager", cfg.enforce_eager, "enforce_eager")
         switch("async-scheduling", cfg.async_scheduling, "async_scheduling")
+        sizes = cfg.capture_sizes()
+        if sizes is not None:
+            add("--compilation-config", json.dumps({"cudagraph_capture_sizes": sizes},
+                                                   separators=(",", ":")), "cudagraph_sizes")
         if spec.enabled:
             add("--speculative-config", json.dumps(spec.vllm_fields(), separators=(",", ":")),
                 "spec")
@@ -311,6 +323,9 @@ class VllmServer(LocalServer):
                 raise UserError(f"extra_args: {name} is set by crossbench",
                                 "use the typed setting (model, revision, host, port, spec, "
                                 "served_model_name, per_request_spec_decode_metrics) instead")
+            if sizes is not None and name.replace("_", "-").startswith(_COMPILATION_FLAGS):
+                raise UserError(f"extra_args: {name} would override cudagraph_sizes decode",
+                                "drop it, or set cudagraph_sizes: default")
             if name.replace("_", "-") == "--disable-log-stats":
                 raise UserError("extra_args: --disable-log-stats turns off the counters "
                                 "crossbench reads", "drop it")
@@ -331,11 +346,34 @@ class VllmServer(LocalServer):
             raise RuntimeError("server already started")
         self._log_offset = self._log_path.stat().st_size if self._log_path.exists() else 0
         self._startup = None
+        root = startup_cut.effective_root(self.base_environment())
+        self._cut = {"cudagraph_sizes": self.config.cudagraph_sizes,
+                     "capture_sizes": self.config.capture_sizes(),
+                     "compile_cache": self.config.compile_cache,
+                     "cache_root": str(root), "build_key": self.build_key(),
+                     "entries_before": (len(startup_cut.cache_entries(root))
+                                        if self.config.compile_cache != "off" else 0)}
+        self._t_spawn = time.monotonic()
         self._spawn()
 
+    def build_key(self) -> str:
+        """The engine build's compile-cache key (:func:`startup_cut.build_key`)."""
+        if self._build_key is None:
+            binary = self.binary.resolve()
+            digest = hashlib.sha256(binary.read_bytes()).hexdigest()
+            self._build_key = startup_cut.build_key(self.version_text(), digest,
+                                                    install_record(binary))
+        return self._build_key
+
     def base_environment(self) -> dict[str, str]:
-        """crossbench's environment with the config's ``env`` over it."""
-        return {**os.environ, **self.config.env}
+        """crossbench's environment with the config's ``env`` over it, and the compile
+        cache's variables (``compile_cache``: VLLM_CACHE_ROOT of the engine build)."""
+        env = {**os.environ, **self.config.env}
+        mode = self.config.compile_cache
+        if mode == "vllm" or (mode == "crossbench" and "VLLM_CACHE_ROOT" in env):
+            return env
+        key = self.build_key() if mode == "crossbench" else ""
+        return {**env, **startup_cut.environment(mode, key, env)}
 
     def _this_log(self) -> str:
         try:
@@ -356,6 +394,40 @@ class VllmServer(LocalServer):
                            "the server's model list and served_model_name disagree; read "
                            f"{self._log_path}")
         self._startup = startup_log.parse(self._this_log())
+        self._record_start()
+
+    def _record_start(self) -> None:
+        """Start-up phases of this start (``startup_cut`` of the manifest): seconds from
+        spawn to ready, cold or warm, vLLM's own phase lines; noted in the cache root's
+        index so a pack names the models and configs behind its entries."""
+        facts = self._startup
+        cut = dict(self._cut)
+        cut["ready_s"] = round(time.monotonic() - self._t_spawn, 3)
+        if facts is not None:
+            cut.update({"engine_init_s": facts.engine_init_s, "compile_s": facts.compile_s,
+                        "torch_compile_s": facts.torch_compile_s,
+                        "graph_capture_s": facts.graph_capture_s,
+                        "compile_cache_hit": facts.compile_cache,
+                        "logged_capture_sizes": facts.cudagraph_capture_sizes})
+        cut["start"] = _start_kind(self.config.compile_cache,
+                                   facts.compile_cache if facts is not None else None,
+                                   cut["entries_before"])
+        self._cut = cut
+        if self.config.compile_cache == "crossbench" and facts is not None:
+            root = Path(cut["cache_root"])
+            config_hash = hashlib.sha256(json.dumps(
+                self.config.model_dump(mode="json", exclude={"port", "binary"}),
+                sort_keys=True).encode()).hexdigest()[:16]
+            # the index is a convenience for packs; a read-only root still serves
+            with contextlib.suppress(OSError):
+                startup_cut.note_start(root, {
+                    "model": self.config.model_ref().name, "config_hash": config_hash,
+                    "cache_dir": facts.lines.get("compile_cache_dir"), "start": cut["start"],
+                    "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())})
+
+    def startup_cut_record(self) -> dict[str, Any]:
+        """The last start's cut settings and phases (empty before :meth:`start`)."""
+        return dict(self._cut)
 
     def _startup_hint(self, tail: str) -> str:
         """What the log's last lines say to fix (:func:`_startup_hint`)."""
@@ -376,6 +448,8 @@ class VllmServer(LocalServer):
                                "standin": is_standin(self.version_text())}
         if self._startup is not None:
             out["startup"] = self._startup.to_dict()
+        if self._cut:
+            out["startup_cut"] = dict(self._cut)
         return out
 
     def version_text(self) -> str:
@@ -415,6 +489,8 @@ class VllmServer(LocalServer):
                                  "served_model_name": self.served_model_name}
         if self._startup is not None:
             extra["startup"] = self._startup.to_dict()
+        if self._cut:
+            extra["startup_cut"] = dict(self._cut)
         install = install_record(binary)  # a launcher of `crossbench engines install vllm`
         if install is not None:
             extra["install"] = install
@@ -428,6 +504,20 @@ class VllmServer(LocalServer):
         # vLLM shuts its engine cores down on SIGTERM
         self._stop_session("vllm", self.config.stop_timeout_s,
                            self.config.gpu_release_timeout_s)
+
+
+def _start_kind(mode: str, logged: str | None, entries_before: int) -> str:
+    """``cold``, ``warm`` or ``partial``: what vLLM's cache lines say (all hit: warm; a
+    miss among hits: partial), else whether the cache root held entries before the start."""
+    if mode == "off":
+        return "cold"
+    if logged == "hit":
+        return "warm"
+    if logged == "partial":
+        return "partial"
+    if logged == "miss":
+        return "cold"
+    return "warm" if entries_before else "cold"
 
 
 def _startup_hint(tail: str) -> str:

@@ -36,7 +36,9 @@ sources (``log_formats`` in ``engines/vllm/X.Y.Z.yaml``; formats of 0.33.0 in br
   start whose modules all hit skips torch.compile (seen on the H200: 5 s instead of 65 s);
   the cache lives in ``VLLM_CACHE_ROOT`` (default ``~/.cache/vllm``), so it stays warm across
   starts on one machine, and an ``env: {VLLM_CACHE_ROOT: ...}`` on a kept volume keeps it
-  across machines.
+  across machines;
+- ``torch_compile_s``: ``torch.compile took %.2f s in total`` (vllm/compilation/monitor.py):
+  the compilation alone, a few seconds on a warm cache.
 
 Every line of vLLM's log starts ``(PROCESS pid=N) LEVEL MM-DD HH:MM:SS [file.py:line]``; the
 regular expressions below search whole lines, so the prefix does not matter.
@@ -73,6 +75,7 @@ _ASYNC_OFF = re.compile(r"Async scheduling (?:is disabled|not supported|will be 
 _CACHE_DIR = re.compile(r"Using cache directory: (\S+) for vLLM's torch\.compile")
 _CACHE_HIT = re.compile(r"Directly load the compiled graph\(s\) for .* from the cache")
 _CACHE_MISS = re.compile(r"Compiling a graph for .* takes [\d.]+ s")
+_TORCH_COMPILE = re.compile(r"torch\.compile took ([\d.]+) s in total")
 _INIT = re.compile(r"init engine \(profile, create kv cache, warmup model\) took ([\d.]+) s"
                    r"(?: \(compilation: ([\d.]+) s)?")
 
@@ -98,6 +101,7 @@ class StartupFacts:
     async_scheduling: str | None = None
     engine_init_s: float | None = None
     compile_s: float | None = None
+    torch_compile_s: float | None = None
     compile_cache: str | None = None
     compile_cache_modules: dict[str, str] = field(default_factory=dict)
     lines: dict[str, str] = field(default_factory=dict)
@@ -168,6 +172,8 @@ def _parse_line(f: StartupFacts, line: str, module: list[str]) -> None:
         f.async_scheduling, f.lines["async_scheduling"] = m.group(1), line
     elif _ASYNC_OFF.search(line):  # the reason; 0.33 logs only this, never "enabled"
         f.async_scheduling, f.lines["async_scheduling_reason"] = "disabled", line
+    elif m := _TORCH_COMPILE.search(line):
+        f.torch_compile_s, f.lines["torch_compile"] = float(m.group(1)), line
     elif m := _INIT.search(line):
         f.engine_init_s = float(m.group(1))
         f.compile_s = float(m.group(2)) if m.group(2) else None
@@ -189,6 +195,8 @@ _ORIGIN: dict[str, tuple[str, str, str]] = {
     "graph_capture": ("EngineCore", "INFO", "gpu_model_runner.py:6517"),
     "max_num_scheduled_tokens": ("EngineCore", "WARNING", "vllm.py:2361"),
     "serve": ("APIServer", "INFO", "entry.py:139"),
+    "compile": ("EngineCore", "INFO", "backends.py:1095"),  # 0.26.0's place
+    "engine_init": ("EngineCore", "INFO", "core.py:331"),  # 0.26.0's place
 }
 
 
@@ -220,12 +228,14 @@ def render_message(fmt: str, *args: Any) -> str:
 def render_startup(formats: dict[str, tuple[str, ...]], pid: int, *, version: str, model: str,
                    spec_repr: str, capture_sizes: list[int], kv_tokens: int, kv_gib: float,
                    max_model_len: int, attention: str, max_scheduled: int | None,
-                   logo: bool = True, t: float | None = None) -> list[str]:
+                   logo: bool = True, t: float | None = None,
+                   capture_s: float | None = 3) -> list[str]:
     """Startup lines of one server, each from its release's own format string (facts the
     release does not log are left out); ``t`` fixes the time stamp (default: now). The
     version comes as vLLM 0.33 prints it through its own log handler, in the logo
     (``logo=False``: the plain message of ``VLLM_DISABLE_LOG_LOGO=1``). The ``[file:line]``
-    of the prefix is where vLLM 0.33.0 logs each message."""
+    of the prefix is where vLLM 0.33.0 logs each message; ``capture_s`` None leaves out the
+    graph-capture line."""
     out: list[str] = []
 
     def add(fact: str, must: str, *args: Any, origin: str | None = None) -> None:
@@ -257,7 +267,8 @@ def render_startup(formats: dict[str, tuple[str, ...]], pid: int, *, version: st
             kv_tokens / max_model_len)
     else:
         add("kv_cache_tokens", "", f"{kv_tokens:,}")
-    add("graph_capture", "", 3, 0.12)
+    if capture_s is not None:  # None: the caller logs the capture itself
+        add("graph_capture", "", capture_s, 0.12)
     if max_scheduled is not None and max_scheduled < 8192:
         add("max_num_scheduled_tokens", "This may lead", max_scheduled)
     return out

@@ -1,0 +1,247 @@
+"""Shorter vLLM start-ups that leave the measured decode unchanged (issue 33, item 5).
+
+Two cuts, each a server setting recorded in the manifest:
+
+- **CUDA graphs for the decode sizes only** (``cudagraph_sizes: decode``). vLLM captures a
+  graph per entry of ``compilation_config.cudagraph_capture_sizes`` (sizes in *tokens*), by
+  default ``[1, 2, 4] + range(8, 256, 8) + range(256, M + 1, 16)`` up to
+  ``M = min(max_num_seqs * (1 + n) * 2, 512, max_num_batched_tokens)`` (vLLM 0.26.0
+  ``VllmConfig._set_cudagraph_sizes``; ``n`` the speculative tokens). A decode step of ``k``
+  sequences under speculation verifies ``k * (n + 1)`` tokens (``uniform_decode_query_len =
+  n + 1``) and runs the smallest captured graph at or above it, so no decode step of a server
+  holding at most ``max_num_seqs`` sequences uses a size above the first default size at or
+  above ``max_num_seqs * (n + 1)``. :func:`decode_capture_sizes` keeps the default list up to
+  that size, so every decode step pads to the very graph the default gives it; under the V1
+  runner's full decode graphs vLLM then rounds every size up to a multiple of ``n + 1``
+  (``adjust_cudagraph_sizes_for_spec_decode``, which drops rounded sizes above the list's
+  maximum), so the round-up of that last size is kept as well when it is a default size.
+  What changes: mixed (prefill plus decode) steps of more tokens than the kept maximum run
+  without a piecewise graph, as steps above the default maximum always do.
+- **A crossbench-managed compile cache** (``compile_cache: crossbench``): ``VLLM_CACHE_ROOT``
+  is ``~/.cache/crossbench/vllm-compile/<engine build key>/``, so starts of one configuration
+  on one machine reuse vLLM's torch.compile artifacts (vLLM keys them itself, in
+  ``torch_compile_cache/<hash>/``, by a hash of the release, model, cache, parallel,
+  scheduler and compilation configs, capture sizes included), and
+  ``crossbench engines compile-cache pack|unpack`` carries the folder to the next machine.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import os
+import tarfile
+import time
+from pathlib import Path
+from typing import Any
+
+from crossbench.errors import UserError
+
+#: vLLM's default ``max_num_batched_tokens`` where crossbench leaves it unset (0.26.0 on a
+#: GPU for the OpenAI server: 8192 at most; the cut only needs an upper bound)
+DEFAULT_MAX_BATCHED = 8192
+
+COMPILE_CACHE_DIR = "vllm-compile"
+"""Folder under crossbench's cache holding one ``VLLM_CACHE_ROOT`` per engine build."""
+
+PACK_FORMAT = 1
+"""Version of the compile-cache pack's ``crossbench-compile-cache.json`` (1: first)."""
+
+_PACK_MANIFEST = "crossbench-compile-cache.json"
+_INDEX = "crossbench-starts.jsonl"
+#: what of VLLM_CACHE_ROOT a pack carries (torch.compile artifacts, not downloads or assets)
+_PACKED = ("torch_compile_cache", "torch_aot_compile")
+
+
+def default_capture_sizes(max_num_seqs: int, n: int,
+                          max_num_batched_tokens: int | None = None) -> list[int]:
+    """vLLM 0.26.0's default ``cudagraph_capture_sizes`` (performance mode "balanced")."""
+    if max_num_seqs < 1 or n < 0:
+        raise ValueError("max_num_seqs must be >= 1 and n >= 0")
+    max_tokens = max_num_batched_tokens or DEFAULT_MAX_BATCHED
+    cap = min(max_num_seqs * (1 + n) * 2, 512, max_tokens)
+    sizes = [i for i in (1, 2, 4) if i <= cap]
+    if cap >= 8:
+        sizes += list(range(8, min(cap + 1, 256), 8))
+    if cap >= 256:
+        sizes += list(range(256, cap + 1, 16))
+    if max_tokens <= cap and max_tokens not in sizes:
+        sizes.append(max_tokens)
+    return sorted(set(sizes))
+
+
+def _round_up(x: int, m: int) -> int:
+    return (x + m - 1) // m * m
+
+
+def decode_capture_sizes(max_num_seqs: int, n: int,
+                         max_num_batched_tokens: int | None = None) -> list[int]:
+    """The default sizes up to the first one at or above ``max_num_seqs * (n + 1)`` (plus
+    its round-up to a multiple of ``n + 1`` when that is a default size too): every decode
+    step of up to ``max_num_seqs`` sequences pads to the same graph as under the default.
+
+    >>> decode_capture_sizes(16, 2)     # default: [1, 2, 4, 8, 16, 24, ..., 96]
+    [1, 2, 4, 8, 16, 24, 32, 40, 48]
+    >>> decode_capture_sizes(1, 0)      # default: [1, 2]
+    [1]
+    """
+    full = default_capture_sizes(max_num_seqs, n, max_num_batched_tokens)
+    need = max_num_seqs * (n + 1)
+    top = next((s for s in full if s >= need), None)
+    if top is None:  # the default graphs no full decode batch either: nothing to cut
+        return full
+    kept = [s for s in full if s <= top]
+    up = _round_up(top, n + 1)
+    if up != top and up in full:
+        kept.append(up)
+    return kept
+
+
+def build_key(version_text: str, binary_sha256: str,
+              install: dict[str, Any] | None = None) -> str:
+    """Name of one engine build's cache folder: the release and 12 hex digits of a hash of
+    ``vllm --version``, the installed payload's sha256 (a ``crossbench engines install``
+    launcher) or else the executable's sha256."""
+    release = (version_text.split("+", 1)[0].strip() or "unknown").replace("/", "_")
+    payload = None
+    if install is not None:
+        pay = install.get("payload")
+        payload = pay.get("sha256") if isinstance(pay, dict) else None
+    ident = json.dumps([version_text, payload or binary_sha256])
+    return f"{release}-{hashlib.sha256(ident.encode()).hexdigest()[:12]}"
+
+
+def cache_root(key: str, base: Path | None = None) -> Path:
+    """``VLLM_CACHE_ROOT`` of an engine build (``~/.cache/crossbench/vllm-compile/KEY``)."""
+    from crossbench.paths import cache_dir
+
+    return (base or cache_dir()) / COMPILE_CACHE_DIR / key
+
+
+def cache_entries(root: Path) -> list[str]:
+    """vLLM's compile-cache entries under ``root`` (``torch_compile_cache/<hash>`` and
+    ``torch_aot_compile/<hash>``), sorted; empty for a cold root."""
+    out = []
+    for part in _PACKED:
+        d = root / part
+        if d.is_dir():
+            out += [f"{part}/{p.name}" for p in sorted(d.iterdir()) if p.is_dir()]
+    return out
+
+
+def note_start(root: Path, facts: dict[str, Any]) -> None:
+    """Append one start's facts (model, config hash, cache dir it used, warm or cold) to the
+    root's ``crossbench-starts.jsonl``, which a pack carries as its index."""
+    root.mkdir(parents=True, exist_ok=True)
+    with (root / _INDEX).open("a") as f:
+        f.write(json.dumps(facts, sort_keys=True) + "\n")
+
+
+def read_index(root: Path) -> list[dict[str, Any]]:
+    """The starts noted under ``root`` (malformed lines skipped)."""
+    path = root / _INDEX
+    if not path.is_file():
+        return []
+    out = []
+    for line in path.read_text().splitlines():
+        try:
+            item = json.loads(line)
+        except json.JSONDecodeError:
+            continue
+        if isinstance(item, dict):
+            out.append(item)
+    return out
+
+
+def pack(root: Path, out: Path, key: str) -> dict[str, Any]:
+    """Write ``out`` (a .tar.gz) holding ``root``'s compile artifacts and index, with a
+    manifest naming the build key, the entries and the models and configs that filled them.
+    UserError when ``root`` holds no entry."""
+    entries = cache_entries(root)
+    if not entries:
+        raise UserError(f"compile-cache: {root} holds no compile-cache entry",
+                        "start the configuration once on this machine (or check --build)")
+    starts = read_index(root)
+    manifest = {"format": PACK_FORMAT, "build_key": key, "entries": entries,
+                "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+                "models": sorted({str(s.get("model")) for s in starts if s.get("model")}),
+                "config_hashes": sorted({str(s.get("config_hash")) for s in starts
+                                         if s.get("config_hash")})}
+    out.parent.mkdir(parents=True, exist_ok=True)
+    with tarfile.open(out, "w:gz") as tar:
+        data = json.dumps(manifest, indent=2, sort_keys=True).encode()
+        info = tarfile.TarInfo(_PACK_MANIFEST)
+        info.size, info.mtime = len(data), int(time.time())
+        tar.addfile(info, io.BytesIO(data))
+        if (root / _INDEX).is_file():
+            tar.add(root / _INDEX, arcname=_INDEX)
+        for entry in entries:
+            tar.add(root / entry, arcname=entry)
+    return manifest
+
+
+def read_pack_manifest(path: Path) -> dict[str, Any]:
+    """The manifest of a pack; UserError for anything that is not one."""
+    try:
+        with tarfile.open(path, "r:gz") as tar:
+            member = tar.extractfile(_PACK_MANIFEST)
+            data = json.loads(member.read()) if member is not None else None
+    except (OSError, tarfile.TarError, KeyError, json.JSONDecodeError) as e:
+        raise UserError(f"compile-cache: {path} is not a compile-cache pack ({e})",
+                        "pass a file made by `crossbench engines compile-cache pack`") from e
+    if not isinstance(data, dict) or data.get("format") != PACK_FORMAT \
+            or not isinstance(data.get("build_key"), str):
+        raise UserError(f"compile-cache: {path} has no format-{PACK_FORMAT} manifest",
+                        "make it again with this crossbench's `engines compile-cache pack`")
+    key = data["build_key"]
+    if "/" in key or key.startswith(".") or not key:
+        raise UserError(f"compile-cache: {path} names build key {key!r}",
+                        "make the pack again with `crossbench engines compile-cache pack`")
+    return data
+
+
+def unpack(path: Path, base: Path | None = None) -> tuple[dict[str, Any], Path, list[str]]:
+    """Extract a pack into its build's cache root, keeping entries already there (vLLM's
+    entries are content-keyed: one already present is the same compilation). Returns the
+    manifest, the root and the entries added. Only regular files and folders under the
+    packed folders are extracted (tarfile's ``data`` filter refuses links out and absolute
+    paths)."""
+    manifest = read_pack_manifest(path)
+    root = cache_root(manifest["build_key"], base)
+    root.mkdir(parents=True, exist_ok=True)
+    before = set(cache_entries(root))
+    with tarfile.open(path, "r:gz") as tar:
+        members = []
+        for m in tar.getmembers():
+            top = m.name.split("/", 1)[0]
+            if m.name == _PACK_MANIFEST or not (m.isfile() or m.isdir()):
+                continue
+            if m.name == _INDEX:
+                continue
+            if top not in _PACKED or "/".join(m.name.split("/")[:2]) in before:
+                continue
+            members.append(m)
+        tar.extractall(root, members=members, filter="data")
+        index = tar.extractfile(_INDEX) if _INDEX in tar.getnames() else None
+        if index is not None:
+            with (root / _INDEX).open("ab") as f:
+                f.write(index.read())
+    added = sorted(set(cache_entries(root)) - before)
+    return manifest, root, added
+
+
+def environment(mode: str, key: str, env: dict[str, str]) -> dict[str, str]:
+    """The variables a start needs for a ``compile_cache`` mode (``crossbench``: its build's
+    root; ``off``: ``VLLM_DISABLE_COMPILE_CACHE=1``; ``vllm``: nothing). A
+    ``VLLM_CACHE_ROOT`` already in ``env`` wins (the config chose a place)."""
+    if mode == "off":
+        return {"VLLM_DISABLE_COMPILE_CACHE": "1"}
+    if mode == "crossbench" and "VLLM_CACHE_ROOT" not in env:
+        return {"VLLM_CACHE_ROOT": str(cache_root(key))}
+    return {}
+
+
+def effective_root(env: dict[str, str]) -> Path:
+    """The ``VLLM_CACHE_ROOT`` a server with environment ``env`` uses."""
+    return Path(os.path.expanduser(env.get("VLLM_CACHE_ROOT", "~/.cache/vllm")))
