@@ -83,6 +83,16 @@ def test_the_rule_measures_only_what_is_unclear(ci: list[Any], best: Any, action
         assert verdict == ("faster" if ci[0] > 1 else "slower")
 
 
+@pytest.mark.parametrize("ci", [[0.99, 0.999], [1.001, 1.015], [0.985, 1.01]])
+def test_a_prediction_within_the_equivalence_band_is_indistinguishable(ci: list[float]) -> None:
+    """As the analysis decides (stats.verdict): an interval wholly within +-2 % reads
+    indistinguishable, so a holdout measured there agrees with its prediction."""
+    got, reason, verdict = ProbeController._rule(
+        {"speedup": (ci[0] + ci[1]) / 2, "ci95": ci}, (1.5, [1.3, 1.7]))
+    assert (got, verdict) == ("predict", "indistinguishable"), reason
+    assert "equivalence band" in reason
+
+
 def _matrix(tmp_path: Path, **over: Any) -> Path:
     binary = write_launcher(tmp_path / "vllm", "--standin-step-ms", "4",
                             "--standin-prefill-ms", "1", "--standin-accept", "0.8")

@@ -16,8 +16,9 @@ the sweep is then:
   that far, a probe that failed);
 - ``holdout``: predicted clearly, but measured anyway to check the predictions
   (``holdout`` cells per sweep, picked with ``seed``);
-- ``predict``: not run; its predicted verdict is ``faster`` (interval above 1) or
-  ``slower`` (below 1).
+- ``predict``: not run; its predicted verdict is ``indistinguishable`` (interval wholly
+  within the analysis's equivalence band, ``stats.EQUIVALENCE``), ``faster`` (interval above
+  1) or ``slower`` (below 1).
 
 The intervals carry the sampling error of the probes' speeds only: not that of tau(n)
 (per-position acceptance from the largest probe's drafts: few on a small run), nor the error
@@ -58,6 +59,7 @@ from pathlib import Path
 from typing import Any
 
 from crossbench.analysis.start_spread import run_start_spread
+from crossbench.analysis.stats import EQUIVALENCE, within_band
 from crossbench.runner.matrix import Cell, ProbePredict, probe_split, sweeps
 from crossbench.store.atomic import JsonlAppender
 from crossbench.store.rundir import PREDICTIONS, read_predictions
@@ -211,6 +213,9 @@ class ProbeController:
         lo, hi = q["ci95"][0], q["ci95"][1]
         top = math.inf if hi is None else float(hi)
         shown = _shown(lo, hi)
+        if within_band((lo, top), EQUIVALENCE):  # as the analysis decides a verdict
+            return ("predict", f"predicted indistinguishable: the interval {shown} lies within "
+                    f"the +-{EQUIVALENCE:.0%} equivalence band", "indistinguishable")
         if lo <= 1.0 <= top:
             return "measure", f"the predicted interval {shown} straddles 1", None
         verdict = "faster" if lo > 1.0 else "slower"
