@@ -247,3 +247,92 @@ def pack_source(pin: str, out: Path) -> None:
     """
     llbuild.pack_source(get_pin(pin), out, progress)
     click.echo(str(out))
+
+
+@engines.group("compile-cache", epilog="""\b
+Examples:
+  crossbench engines compile-cache list
+  crossbench engines compile-cache pack --binary .carry/vllm/bin/vllm --out cc.tar.gz
+  crossbench engines compile-cache unpack cc.tar.gz
+""")
+def compile_cache() -> None:
+    """vLLM's torch.compile cache, one folder per engine build
+    (~/.cache/crossbench/vllm-compile/KEY), carried between machines so that the next
+    machine's first start is warm (docs/vllm.md 'Start-up')."""
+
+
+def _build_key(binary: Path | None, build: str | None) -> str:
+    from crossbench.engines.vllm import startup_cut
+
+    if binary is not None and build is not None:
+        raise UserError("--binary and --build name the build twice", "give one of them")
+    if build is not None:
+        return build
+    if binary is not None:
+        import hashlib
+        import subprocess
+
+        if not binary.is_file():
+            raise UserError(f"--binary {binary} does not exist", "give the vllm executable")
+        out = subprocess.run([str(binary), "--version"], capture_output=True, text=True,
+                             timeout=300, check=False)
+        lines = [ln for ln in (out.stdout + out.stderr).splitlines() if ln.strip()]
+        digest = hashlib.sha256(binary.resolve().read_bytes()).hexdigest()
+        return startup_cut.build_key(lines[-1].strip() if lines else "", digest,
+                                     epack.install_record(binary.resolve()))
+    base = startup_cut.cache_root("x").parent
+    keys = sorted(p.name for p in base.iterdir()) if base.is_dir() else []
+    if len(keys) != 1:
+        raise UserError(f"--build: {len(keys)} engine builds have a compile cache "
+                        f"({', '.join(keys) or 'none'})", "name one with --build KEY or "
+                        "--binary PATH")
+    return keys[0]
+
+
+@compile_cache.command("list")
+@user_errors
+def compile_cache_list() -> None:
+    """One JSON object per engine build: key, folder, vLLM's entries and the models whose
+    starts filled them."""
+    from crossbench.engines.vllm import startup_cut
+
+    base = startup_cut.cache_root("x").parent
+    for d in sorted(base.iterdir()) if base.is_dir() else []:
+        starts = startup_cut.read_index(d)
+        click.echo(json.dumps({"build_key": d.name, "path": str(d),
+                               "entries": startup_cut.cache_entries(d),
+                               "models": sorted({str(s["model"]) for s in starts
+                                                 if s.get("model")})}))
+
+
+@compile_cache.command("pack")
+@click.option("--binary", type=click.Path(path_type=Path), default=None,
+              help="The vllm executable whose build's cache to pack.")
+@click.option("--build", default=None, help="The build key (see `compile-cache list`).")
+@click.option("--out", type=click.Path(path_type=Path), required=True,
+              help="Archive to write (.tar.gz).")
+@user_errors
+def compile_cache_pack(binary: Path | None, build: str | None, out: Path) -> None:
+    """Tar one engine build's compile cache with a manifest (build key, entries, models and
+    config hashes of the starts that filled it). vLLM keys each entry by a hash of its
+    release, model and configuration, so one pack serves every configuration started."""
+    from crossbench.engines.vllm import startup_cut
+
+    key = _build_key(binary, build)
+    man = startup_cut.pack(startup_cut.cache_root(key), out, key)
+    progress(f"{key}: {len(man['entries'])} entries, models {', '.join(man['models']) or '-'}")
+    click.echo(str(out))
+
+
+@compile_cache.command("unpack")
+@click.argument("archive", type=click.Path(path_type=Path))
+@user_errors
+def compile_cache_unpack(archive: Path) -> None:
+    """Put a pack's entries into its build's folder (entries already there are kept). A start
+    of the same build, model path and configuration then loads instead of compiling."""
+    from crossbench.engines.vllm import startup_cut
+
+    man, root, added = startup_cut.unpack(archive)
+    progress(f"{man['build_key']}: {len(added)} entries added, "
+             f"{len(man['entries']) - len(added)} already there")
+    click.echo(str(root))

@@ -88,6 +88,11 @@ BENIGN: tuple[tuple[str, str], ...] = (
      "changes the start-up time, not the compiled code"),
     ("engine.startup.compile_cache_modules.*", "the compile cache per module: changes the "
      "start-up time, not the compiled code"),
+    ("engine.startup.torch_compile_s", "a start-up duration, not a setting"),
+    ("server.compile_cache", "where torch.compile's artifacts come from (vLLM keys them by "
+     "the whole configuration): changes the start-up time, not the compiled code"),
+    ("server_props.startup_cut.*", "a start-up record (durations, cold or warm, cache folder); "
+     "its settings are compared as server.cudagraph_sizes, server.max_num_seqs and spec.n"),
     ("crossbench.argv", _DERIVED),
     ("*timeout_s", "a time limit, not a speed setting"),
     ("run.trials", "number of trials: changes precision, not speed"),
@@ -122,6 +127,8 @@ CONFOUNDING: tuple[tuple[str, str], ...] = (
     ("server.enforce_eager", "CUDA graphs (enforce_eager)"),
     ("server.async_scheduling", "scheduler (async scheduling)"),
     ("server.*cuda_graph*", "CUDA graphs"),
+    ("server.cudagraph_sizes", "CUDA graphs captured (cudagraph_sizes: mixed prefill steps "
+     "above the decode sizes run without a graph under decode)"),
     ("server.compilation_config*", "compilation and CUDA graphs"),
     ("server.kv_cache_dtype", "KV cache type"),
     ("server.cache_type_*", "KV cache type"),

@@ -66,6 +66,23 @@ def _runner_fallback(rule: Rule, a: View, b: View, ctx: PairContext) -> list[Fin
     return []
 
 
+def _cudagraph_sizes(rule: Rule, a: View, b: View, ctx: PairContext) -> list[Finding]:
+    if not (_is_vllm(a) and _is_vllm(b)) or ctx.single:
+        return []
+    key = "server.cudagraph_sizes"
+    va, vb = str(a.get(key) or "default"), str(b.get(key) or "default")
+    if va == vb:
+        return []
+    la, lb = ctx.labels
+    return [rule.finding(
+        "confounding",
+        f"{la} captured CUDA graphs {va!r}, {lb} {vb!r}: decode steps pad to the same graphs "
+        "under both, but mixed prefill steps above the decode sizes run with a graph under "
+        "one and without under the other",
+        "give both arms the same cudagraph_sizes (decode on both is comparable: each arm "
+        "keeps vLLM's default sizes up to its own largest decode step)")]
+
+
 RULES: tuple[Rule, ...] = (
     Rule("vllm-prefix-caching-mtp", "Prefix caching with MTP on vLLM",
          "MTP speculative decoding lowers vLLM's prefix-cache hit rate, so with prefix caching "
@@ -76,4 +93,10 @@ RULES: tuple[Rule, ...] = (
          "vLLM falls back from the V2 to the V1 model runner when a feature is unsupported and "
          "logs it at start-up; arms on different runners run different code.",
          "https://github.com/vllm-project/vllm/issues/41286", _runner_fallback, per_arm=True),
+    Rule("vllm-cudagraph-sizes", "CUDA graph sizes differ between arms",
+         "crossbench's cudagraph_sizes decode keeps vLLM's default capture sizes up to the "
+         "largest decode step; an arm on the full default list also has graphs for larger "
+         "mixed prefill steps, so the pair differs in more than its variable.",
+         "https://github.com/vllm-project/vllm/blob/v0.26.0/vllm/config/vllm.py",
+         _cudagraph_sizes),
 )

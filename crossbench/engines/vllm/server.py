@@ -489,8 +489,6 @@ class VllmServer(LocalServer):
                                  "served_model_name": self.served_model_name}
         if self._startup is not None:
             extra["startup"] = self._startup.to_dict()
-        if self._cut:
-            extra["startup_cut"] = dict(self._cut)
         install = install_record(binary)  # a launcher of `crossbench engines install vllm`
         if install is not None:
             extra["install"] = install

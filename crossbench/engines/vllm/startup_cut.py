@@ -10,13 +10,13 @@ Two cuts, each a server setting recorded in the manifest:
   sequences under speculation verifies ``k * (n + 1)`` tokens (``uniform_decode_query_len =
   n + 1``) and runs the smallest captured graph at or above it, so no decode step of a server
   holding at most ``max_num_seqs`` sequences uses a size above the first default size at or
-  above ``max_num_seqs * (n + 1)``. :func:`decode_capture_sizes` keeps the default list up to
-  that size, so every decode step pads to the very graph the default gives it; under the V1
-  runner's full decode graphs vLLM then rounds every size up to a multiple of ``n + 1``
-  (``adjust_cudagraph_sizes_for_spec_decode``, which drops rounded sizes above the list's
-  maximum), so the round-up of that last size is kept as well when it is a default size.
-  What changes: mixed (prefill plus decode) steps of more tokens than the kept maximum run
-  without a piecewise graph, as steps above the default maximum always do.
+  above ``max_num_seqs * (n + 1)``. :func:`decode_capture_sizes` keeps a prefix of the
+  default list long enough that every decode step pads to the very graph the default gives
+  it, also under the V1 runner's full decode graphs, for which vLLM rounds every size up to
+  a multiple of ``n + 1`` (``adjust_cudagraph_sizes_for_spec_decode``) and drops rounded
+  sizes above the list's maximum. What changes: mixed (prefill plus decode) steps of more
+  tokens than the kept maximum run without a piecewise graph, as steps above the default
+  maximum always do.
 - **A crossbench-managed compile cache** (``compile_cache: crossbench``): ``VLLM_CACHE_ROOT``
   is ``~/.cache/crossbench/vllm-compile/<engine build key>/``, so starts of one configuration
   on one machine reuse vLLM's torch.compile artifacts (vLLM keys them itself, in
@@ -77,25 +77,31 @@ def _round_up(x: int, m: int) -> int:
 
 def decode_capture_sizes(max_num_seqs: int, n: int,
                          max_num_batched_tokens: int | None = None) -> list[int]:
-    """The default sizes up to the first one at or above ``max_num_seqs * (n + 1)`` (plus
-    its round-up to a multiple of ``n + 1`` when that is a default size too): every decode
-    step of up to ``max_num_seqs`` sequences pads to the same graph as under the default.
+    """vLLM's default sizes up to ``top``, the first default size at or above both graphs
+    the largest decode step (``max_num_seqs * (n + 1)`` tokens) can pad to: ``s*``, the first
+    default size at or above it (a runner that pads to the listed sizes), and ``T``, the first
+    default size rounded up to a multiple of ``n + 1`` at or above it (the V1 runner with full
+    decode graphs under speculation, which rounds every size so and drops those above the
+    list's maximum). Every decode step of up to ``max_num_seqs`` sequences then pads to the
+    graph the default list gives it, under either runner; where no such ``top`` exists the
+    default list is returned whole (nothing to cut).
 
     >>> decode_capture_sizes(16, 2)     # default: [1, 2, 4, 8, 16, 24, ..., 96]
     [1, 2, 4, 8, 16, 24, 32, 40, 48]
-    >>> decode_capture_sizes(1, 0)      # default: [1, 2]
-    [1]
+    >>> decode_capture_sizes(16, 0)     # default: [1, 2, 4, 8, 16, 24, 32]
+    [1, 2, 4, 8, 16]
     """
     full = default_capture_sizes(max_num_seqs, n, max_num_batched_tokens)
-    need = max_num_seqs * (n + 1)
-    top = next((s for s in full if s >= need), None)
-    if top is None:  # the default graphs no full decode batch either: nothing to cut
+    q = n + 1
+    need = max_num_seqs * q
+    cap = full[-1]
+    s_star = next((s for s in full if s >= need), None)
+    t_round = min((r for r in (_round_up(s, q) for s in full) if need <= r <= cap),
+                  default=None)
+    if s_star is None or t_round is None:
         return full
-    kept = [s for s in full if s <= top]
-    up = _round_up(top, n + 1)
-    if up != top and up in full:
-        kept.append(up)
-    return kept
+    top = next((s for s in full if s >= max(s_star, t_round)), None)
+    return full if top is None else [s for s in full if s <= top]
 
 
 def build_key(version_text: str, binary_sha256: str,
