@@ -1,5 +1,5 @@
-# The prelude of one device call, sourced by the GPU scripts that run in chained calls of at
-# most 10 minutes (h200_cross.sh, h200_sglang_check.sh). The caller sets LOG (a folder under
+# The prelude of one device call, sourced by h200_sglang_check.sh, which runs in chained calls
+# of at most 10 minutes (benchmarks/study/run.sh carries the same prelude inline). The caller sets LOG (a folder under
 # /tmp, which lasts while the machine stays warm) before sourcing it; it gives them:
 #   left   seconds of BUDGET_S (default 560) this call has left;
 #   cb     crossbench from the checkout;

@@ -1,0 +1,279 @@
+"""The rounds of the H200 device studies as data: reads benchmarks/study/rounds.yaml and runs a
+round's steps (what the one-script-per-round run lists did), prints them (``dry``), or tells
+the device driver (benchmarks/study/run.sh) what a round needs (``env``).
+
+Usage (from the repository root)::
+
+    python3 benchmarks/study/study.py list
+    python3 benchmarks/study/study.py env ROUND [--part N]
+    python3 benchmarks/study/study.py dry ROUND [--part N] [--dir DIR]
+    python3 benchmarks/study/study.py run ROUND DIR [--part N]
+
+``run`` makes the round's variants, starts its sampler, then runs each step as
+``python3 -m crossbench matrix MATRIX --out DIR/NAME [--resume] --progress plain
+[--only ...] [--skip ...]`` with its output appended to DIR/NAME.log, printing a timestamped
+``NAME: start`` and ``NAME: exit RC`` line around each; a step resumes its run directory when
+a previous call left one. A round with ``into_run`` runs its one matrix straight into DIR.
+PART defaults to the environment's PART, else 1. Needs only the standard library and PyYAML.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shlex
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+ROUNDS = Path(__file__).with_name("rounds.yaml")
+"""The rounds file the driver reads."""
+
+ROUND_KEYS = {"purpose", "vllm", "build", "q4", "drafters", "verify_hf", "into_run",
+              "variants", "sampler", "steps", "parts"}
+STEP_KEYS = {"name", "matrix", "only", "skip"}
+VARIANT_KEYS = {"from", "to", "options"}
+FLAGS = ("vllm", "build", "q4", "drafters", "verify_hf", "into_run")
+DEFAULTS = {"vllm": False, "build": True, "q4": False, "drafters": False, "verify_hf": True,
+            "into_run": False}
+"""A round's needs when its entry does not name them."""
+
+
+class RoundsError(ValueError):
+    """A rounds file entry that does not fit the schema (one line naming the field)."""
+
+
+@dataclass(frozen=True)
+class Step:
+    """One ``crossbench matrix`` run of a round."""
+
+    name: str | None
+    matrix: str
+    only: tuple[str, ...] = ()
+    skip: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Round:
+    """A round (one part of it, for rounds run in parts) with its needs resolved."""
+
+    name: str
+    part: int | None
+    purpose: str
+    vllm: bool
+    build: bool
+    q4: bool
+    drafters: bool
+    verify_hf: bool
+    into_run: bool
+    variants: tuple[tuple[str, str, tuple[str, ...]], ...] = ()
+    sampler: str | None = None
+    steps: tuple[Step, ...] = field(default_factory=tuple)
+
+
+def _strs(value: Any, where: str) -> tuple[str, ...]:
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        raise RoundsError(f"{where}: expected a list of strings, got {value!r}")
+    return tuple(value)
+
+
+def _check_keys(doc: Any, allowed: set[str], where: str) -> dict[str, Any]:
+    if not isinstance(doc, dict):
+        raise RoundsError(f"{where}: expected a mapping, got {doc!r}")
+    extra = sorted(set(map(str, doc)) - allowed)
+    if extra:
+        raise RoundsError(f"{where}: unknown key {extra[0]!r}; known: {', '.join(sorted(allowed))}")
+    return doc
+
+
+def _steps(raw: Any, where: str, into_run: bool) -> tuple[Step, ...]:
+    if not isinstance(raw, list) or not raw:
+        raise RoundsError(f"{where}.steps: expected a non-empty list of steps")
+    out = []
+    for i, s in enumerate(raw):
+        w = f"{where}.steps[{i}]"
+        s = _check_keys(s, STEP_KEYS, w)
+        if "matrix" not in s:
+            raise RoundsError(f"{w}.matrix: missing; name the matrix file the step runs")
+        if not into_run and not s.get("name"):
+            raise RoundsError(f"{w}.name: missing; name the step's run directory")
+        out.append(Step(s.get("name"), str(s["matrix"]), _strs(s.get("only", []), f"{w}.only"),
+                        _strs(s.get("skip", []), f"{w}.skip")))
+    if into_run and len(out) != 1:
+        raise RoundsError(f"{where}.steps: a round with into_run runs exactly one step")
+    return tuple(out)
+
+
+def _resolve(name: str, entry: dict[str, Any], part: int | None) -> Round:
+    where = f"rounds.{name}" + (f".parts.{part}" if part is not None else "")
+    for k in FLAGS:
+        if k in entry and not isinstance(entry[k], bool):
+            raise RoundsError(f"{where}.{k}: expected true or false, got {entry[k]!r}")
+    if not isinstance(entry.get("purpose"), str) or not entry["purpose"].strip():
+        raise RoundsError(f"{where}.purpose: missing; say in one line what the round measures")
+    variants = []
+    for i, v in enumerate(entry.get("variants", [])):
+        v = _check_keys(v, VARIANT_KEYS, f"{where}.variants[{i}]")
+        variants.append((str(v["from"]), str(v["to"]),
+                         _strs(v.get("options", []), f"{where}.variants[{i}].options")))
+    flags = {k: bool(entry.get(k, DEFAULTS[k])) for k in FLAGS}
+    return Round(name=name, part=part, purpose=entry["purpose"].strip(), **flags,
+                 variants=tuple(variants), sampler=entry.get("sampler"),
+                 steps=_steps(entry.get("steps"), where, flags["into_run"]))
+
+
+def load_rounds(path: Path = ROUNDS) -> dict[str, dict[str, Any]]:
+    """The raw round entries of ``path`` by name, each checked (every part resolved once)."""
+    doc = yaml.safe_load(path.read_text())
+    rounds = _check_keys(doc, {"rounds"}, str(path)).get("rounds")
+    if not isinstance(rounds, dict) or not rounds:
+        raise RoundsError(f"{path}: rounds: expected a mapping of round names")
+    out = {str(k): _check_keys(v, ROUND_KEYS, f"rounds.{k}") for k, v in rounds.items()}
+    for name in out:
+        for part in parts(out, name) or [None]:
+            get_round(out, name, part)
+    return out
+
+
+def parts(rounds: dict[str, dict[str, Any]], name: str) -> list[int | None]:
+    """The part numbers of round ``name`` (empty for a round run whole)."""
+    raw = rounds[name].get("parts") or {}
+    try:
+        return [*sorted(int(p) for p in raw)]
+    except ValueError as e:
+        raise RoundsError(f"rounds.{name}.parts: part names are numbers 1..N ({e})") from None
+
+
+def get_round(rounds: dict[str, dict[str, Any]], name: str, part: int | None = None) -> Round:
+    """Round ``name`` resolved for ``part`` (a part's keys override the round's; a round run
+    in parts defaults to part 1)."""
+    if name not in rounds:
+        raise RoundsError(f"unknown ROUND {name}; rounds: {', '.join(rounds)}")
+    entry = {k: v for k, v in rounds[name].items() if k != "parts"}
+    nums = parts(rounds, name)
+    if not nums:
+        return _resolve(name, entry, None)
+    part = part or 1
+    if part not in nums:
+        raise RoundsError(f"rounds.{name}: no PART={part}; parts: "
+                          f"{', '.join(map(str, nums))}")
+    raw = {int(k): v for k, v in rounds[name]["parts"].items()}
+    sub = _check_keys(raw[part], ROUND_KEYS - {"parts"}, f"rounds.{name}.parts.{part}")
+    return _resolve(name, {**entry, **sub}, part)
+
+
+def step_argv(step: Step, out: str, resume: bool, into_run: bool) -> list[str]:
+    """The ``crossbench matrix`` command line of ``step`` writing to ``out``. The option order
+    is the one the former run lists used (round 1's: its selection before --progress)."""
+    sel = [a for s in step.only for a in ("--only", s)] + \
+          [a for s in step.skip for a in ("--skip", s)]
+    head = ["python3", "-m", "crossbench", "matrix", step.matrix, "--out", out]
+    res = ["--resume"] if resume else []
+    if into_run:
+        return head + res + sel + ["--progress", "plain"]
+    return head + res + ["--progress", "plain"] + sel
+
+
+def _sub(text: str, run_dir: str) -> str:
+    return text.replace("$dir", run_dir)
+
+
+def commands(r: Round, run_dir: str) -> list[list[str]]:
+    """Every command ``run`` starts for round ``r`` in ``run_dir``, in order (the sampler's
+    ends in ``&``: it runs beside the steps)."""
+    out: list[list[str]] = []
+    for src, dst, opts in r.variants:
+        out.append(["python3", "benchmarks/gpu_time_per_verdict.py", "variant", src,
+                    f"{run_dir}/{dst}", *opts])
+    if r.sampler:
+        out.append(["python3", "benchmarks/host_sampler.py", f"{run_dir}/{r.sampler}", "&"])
+    for s in r.steps:
+        step = Step(s.name, _sub(s.matrix, run_dir), s.only, s.skip)
+        dest = run_dir if r.into_run else f"{run_dir}/{s.name}"
+        out.append(step_argv(step, dest, Path(dest, "state.json").is_file(), r.into_run))
+    return out
+
+
+def _say(text: str) -> None:
+    print(f"[{time.strftime('%H:%M:%S', time.gmtime())}] {text}", flush=True)
+
+
+def run(r: Round, run_dir: str) -> int:
+    """Run round ``r`` into ``run_dir``: variants, sampler, then each step (module docstring).
+    Returns round 1's matrix exit status, else 0 (the steps' statuses are in the log)."""
+    Path(run_dir).mkdir(parents=True, exist_ok=True)
+    sampler = None
+    try:
+        for argv in commands(r, run_dir):
+            if argv[-1] == "&":
+                sampler = subprocess.Popen(argv[:-1])
+                continue
+            if argv[1] != "-m":  # a variant
+                subprocess.run(argv, check=False)
+                continue
+            if r.into_run:
+                return subprocess.run(argv, check=False).returncode
+            name = Path(argv[argv.index("--out") + 1]).name
+            _say(f"{name}: start {'--resume' if '--resume' in argv else ''}")
+            with open(f"{run_dir}/{name}.log", "ab") as log:
+                rc = subprocess.run(argv, stdout=log, stderr=subprocess.STDOUT,
+                                    check=False).returncode
+            _say(f"{name}: exit {rc}")
+        return 0
+    finally:
+        if sampler is not None:
+            sampler.terminate()
+
+
+def env_lines(r: Round) -> list[str]:
+    """Shell assignments of round ``r``'s needs, for the driver to ``eval``."""
+    return [f"need_{k}={1 if getattr(r, k) else 0}" for k in FLAGS]
+
+
+def main(argv: list[str] | None = None) -> int:
+    """The command line (module docstring); a bad round or part is a one-line error, exit 2."""
+    p = argparse.ArgumentParser(prog="study.py", description=__doc__.split("\n\n")[0])
+    sub = p.add_subparsers(dest="cmd", required=True)
+    sub.add_parser("list", help="each round (and part) with its purpose")
+    for cmd in ("env", "dry", "run"):
+        sp = sub.add_parser(cmd)
+        sp.add_argument("round")
+        if cmd == "run":
+            sp.add_argument("dir")
+        if cmd == "dry":
+            sp.add_argument("--dir", default="DIR")
+        sp.add_argument("--part", type=int, default=None)
+        sp.add_argument("--rounds", type=Path, default=ROUNDS)
+    a = p.parse_args(argv)
+    try:
+        rounds = load_rounds(getattr(a, "rounds", ROUNDS))
+        if a.cmd == "list":
+            for name in rounds:
+                for part in parts(rounds, name) or [None]:
+                    r = get_round(rounds, name, part)
+                    label = name + (f" PART={part}" if part else "")
+                    print(f"{label:<16} {r.purpose}")
+            return 0
+        env_part = os.environ.get("PART") or None
+        chosen = a.part if a.part is not None else int(env_part) if env_part else None
+        r = get_round(rounds, a.round, chosen)
+    except (RoundsError, ValueError) as e:
+        print(f"study.py: {e}", file=sys.stderr)
+        return 2
+    if a.cmd == "env":
+        print("\n".join(env_lines(r)))
+        return 0
+    if a.cmd == "dry":
+        for c in commands(r, a.dir):
+            print(shlex.join(c[:-1]) + " &" if c[-1] == "&" else shlex.join(c))
+        return 0
+    return run(r, a.dir)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

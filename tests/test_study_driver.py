@@ -1,0 +1,206 @@
+"""The H200 study rounds as data (benchmarks/study/rounds.yaml, read by benchmarks/study/study.py
+for the driver benchmarks/study/run.sh): every round's matrices exist and validate, every
+--only/--skip selection parses against its matrix's cell keys and picks cells, and the dry
+mode prints the exact `crossbench matrix` command lines the former one-script-per-round run
+lists (benchmarks/h200_*_runs.sh, removed with this driver) ran."""
+
+from __future__ import annotations
+
+import importlib.util
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import pytest
+
+from crossbench.runner.matrix import expand, load_matrix, validate_cells
+from crossbench.runner.matrix_run import select
+
+ROOT = Path(__file__).resolve().parents[1]
+STUDY = ROOT / "benchmarks" / "study" / "study.py"
+
+
+def _load(name: str, path: Path) -> ModuleType:
+    spec = importlib.util.spec_from_file_location(name, path)
+    assert spec is not None and spec.loader is not None
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[name] = mod
+    spec.loader.exec_module(mod)
+    return mod
+
+
+@pytest.fixture(scope="module")
+def study() -> ModuleType:
+    return _load("study_driver", STUDY)
+
+
+@pytest.fixture(scope="module")
+def gptv() -> ModuleType:
+    return _load("gpu_time_per_verdict_for_study", ROOT / "benchmarks" / "gpu_time_per_verdict.py")
+
+
+def _every_round(study: ModuleType) -> list[Any]:
+    rounds = study.load_rounds()
+    return [study.get_round(rounds, n, p) for n in rounds for p in study.parts(rounds, n) or [None]]
+
+
+def test_the_rounds_file_lists_every_round_of_the_former_scripts(study: ModuleType) -> None:
+    rounds = study.load_rounds()
+    assert list(rounds) == ["1", "verdict", "shared", "gate", "naive", "twostart", "hoststart",
+                            "spread", "known", "all", "methods"]
+    assert study.parts(rounds, "methods") == [1, 2, 3, 4]
+    # the needs the former driver encoded in its case statements
+    by = {(r.name, r.part): r for r in _every_round(study)}
+    assert {k for k, r in by.items() if not r.vllm} == {
+        ("gate", None), ("spread", None), ("known", None), ("all", None), ("methods", 1),
+        ("methods", 2)}
+    assert {k for k, r in by.items() if not r.build} == {
+        ("naive", None), ("twostart", None), ("hoststart", None), ("methods", 3), ("methods", 4)}
+    assert {k for k, r in by.items() if r.drafters} == {("methods", p) for p in (1, 2, 3, 4)}
+    assert {k for k, r in by.items() if not r.verify_hf} == {("methods", 3), ("methods", 4)}
+    assert not any(r.q4 for r in by.values())
+    assert all(r.purpose and "\n" not in r.purpose for r in by.values())
+
+
+def test_every_round_matrix_validates_and_every_selection_picks_cells(
+        study: ModuleType, gptv: ModuleType, tmp_path: Path) -> None:
+    checked = 0
+    for r in _every_round(study):
+        run_dir = tmp_path / f"{r.name}-{r.part}"
+        run_dir.mkdir()
+        for src, dst, opts in r.variants:  # the matrices the steps of $dir read
+            assert (ROOT / src).is_file(), f"round {r.name}: variant source {src} is missing"
+            assert gptv.main(["variant", str(ROOT / src), str(run_dir / dst), *opts]) in (0, None)
+        for step in r.steps:
+            path = Path(step.matrix.replace("$dir", str(run_dir)))
+            path = path if path.is_absolute() else ROOT / path
+            assert path.is_file(), f"round {r.name}: matrix {step.matrix} is missing"
+            m = load_matrix(path)
+            cells = expand(m, path)
+            validate_cells(m, cells, path)
+            for sel in step.only:
+                assert select(cells, (sel,), ()), f"round {r.name}: --only {sel} picks nothing"
+            for sel in step.skip:  # each --skip leaves some cell out
+                assert len(select(cells, (), (sel,))) < len(cells), (r.name, sel)
+            chosen = select(cells, step.only, step.skip)
+            assert chosen, f"round {r.name} step {step.name}: the selection picks no cell"
+            checked += 1
+    assert checked == 19
+
+
+def test_a_selector_with_an_unknown_key_is_refused(study: ModuleType) -> None:
+    path = ROOT / "matrices" / "h200-methods.yaml"
+    cells = expand(load_matrix(path), path)
+    with pytest.raises(Exception, match="--skip 'arms=eagle3-a0.9'"):
+        select(cells, (), ("arms=eagle3-a0.9",))
+    # a conjunction and a repeated key: 'engine=vllm' and n in {2, 4}, less DFlash's n=2
+    got = select(cells, ("engine=vllm", "n=2", "n=4"), ("arm=dflash-a0.9,n=2",))
+    assert got and all(c.coords["engine"] == "vllm" and str(c.coords["n"]) in ("2", "4")
+                       and not (c.coords["arm"] == "dflash-a0.9" and str(c.coords["n"]) == "2")
+                       for c in got)
+
+
+# The command lines of the former scripts, copied from them before they were removed
+# (benchmarks/h200_methods_runs.sh PART=3, h200_verdict_runs.sh, h200_hoststart_runs.sh and
+# round 1 of h200_cross.sh), with their run directory parent as DIR.
+VLLM_R2 = ("--only engine=vllm --skip arm=draft-a0.7 --skip arm=eagle3-a0.7 --skip arm=dflash-a0.7"
+           " --skip n=1 --skip arm=dflash-a0.9,n=2 --skip arm=draft-a0.9,n=2"
+           " --skip arm=draft-a0.9,n=8")
+OLD = {
+    ("methods", 3): [
+        "python3 -m crossbench matrix matrices/h200-methods.yaml --out DIR/vllm-methods "
+        f"--progress plain {VLLM_R2}"],
+    ("verdict", None): [
+        "python3 benchmarks/gpu_time_per_verdict.py variant matrices/h200-verdict.yaml "
+        "DIR/h200-verdict-crossbench.yaml --trials-per-start 3 --probes 3 --holdout 1",
+        "python3 benchmarks/gpu_time_per_verdict.py variant matrices/h200-cross.yaml "
+        "DIR/h200-cross-reuse.yaml --trials-per-start 3",
+        "python3 -m crossbench matrix matrices/h200-verdict.yaml --out DIR/llama-naive "
+        "--progress plain",
+        "python3 -m crossbench matrix DIR/h200-verdict-crossbench.yaml --out "
+        "DIR/llama-crossbench --progress plain",
+        "python3 -m crossbench matrix DIR/h200-cross-reuse.yaml --out DIR/vllm-crossbench "
+        "--progress plain --skip engine=llama --skip target=t8b-q4 --skip concurrency=4 "
+        "--skip concurrency=16 --skip arm=synth-a0.6 --skip arm=synth-a0.8 --skip "
+        "arm=synth-a1.0 --skip arm=ngram --skip n=1 --skip n=3 --skip n=6 --skip n=8"],
+    ("hoststart", None): [
+        "python3 benchmarks/host_sampler.py DIR/host-cpu.csv &",
+        "python3 -m crossbench matrix matrices/h200-shared-naive.yaml --out DIR/vllm-naive-c1 "
+        "--progress plain --skip concurrency=8"],
+    ("1", None): [
+        "python3 -m crossbench matrix matrices/h200-cross.yaml --out DIR --skip target=t8b-q4 "
+        "--skip concurrency=4 --skip concurrency=16 --skip arm=synth-a0.6 --skip arm=synth-a0.8"
+        " --skip arm=synth-a1.0 --skip arm=ngram --skip n=1 --skip n=3 --skip n=6 --skip n=8 "
+        "--progress plain"],
+}
+
+
+@pytest.mark.parametrize("key", list(OLD), ids=lambda k: f"{k[0]}-{k[1]}")
+def test_dry_mode_prints_the_former_scripts_command_lines(key: tuple[str, int | None]) -> None:
+    name, part = key
+    argv = [sys.executable, str(STUDY), "dry", name] + (["--part", str(part)] if part else [])
+    out = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, check=True).stdout
+    assert out.splitlines() == OLD[key]
+
+
+def test_dry_mode_adds_resume_when_a_previous_call_left_the_step(tmp_path: Path) -> None:
+    (tmp_path / "llama-known").mkdir()
+    (tmp_path / "llama-known" / "state.json").write_text("{}")
+    out = subprocess.run([sys.executable, str(STUDY), "dry", "known", "--dir", str(tmp_path)],
+                         cwd=ROOT, capture_output=True, text=True, check=True).stdout
+    assert shlex.split(out) == ["python3", "-m", "crossbench", "matrix",
+                                "matrices/h200-verdict-known.yaml", "--out",
+                                f"{tmp_path}/llama-known", "--resume", "--progress", "plain"]
+
+
+def test_env_gives_the_driver_the_round_needs_and_refuses_unknown_rounds() -> None:
+    def env(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, str(STUDY), "env", *args], cwd=ROOT,
+                              capture_output=True, text=True)
+    r = env("methods", "--part", "3")
+    assert r.returncode == 0
+    assert r.stdout.split() == ["need_vllm=1", "need_build=0", "need_q4=0", "need_drafters=1",
+                                "need_verify_hf=0", "need_into_run=0"]
+    bad = env("sharde")
+    assert bad.returncode == 2 and bad.stderr.strip().startswith("study.py: unknown ROUND sharde")
+    assert env("methods", "--part", "7").stderr.strip() == (
+        "study.py: rounds.methods: no PART=7; parts: 1, 2, 3, 4")
+
+
+def test_run_executes_steps_with_resume_and_logs(study: ModuleType, tmp_path: Path,
+                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    calls: list[list[str]] = []
+
+    class Done:
+        returncode = 3
+
+    def fake_run(argv: list[str], **kw: Any) -> Done:
+        calls.append(argv)
+        return Done()
+
+    monkeypatch.setattr(study.subprocess, "run", fake_run)
+    (tmp_path / "llama-all-naive").mkdir()
+    (tmp_path / "llama-all-naive" / "state.json").write_text("{}")
+    r = study.get_round(study.load_rounds(), "all")
+    assert study.run(r, str(tmp_path)) == 0  # a step round's statuses are in its log
+    assert [c[4] for c in calls] == ["matrices/h200-verdict-all-known.yaml",
+                                     "matrices/h200-verdict-all.yaml"]
+    assert "--resume" not in calls[0] and "--resume" in calls[1]
+    assert (tmp_path / "llama-all-known.log").exists()
+    calls.clear()  # round 1 runs into the run directory itself and returns the matrix's status
+    assert study.run(study.get_round(study.load_rounds(), "1"), str(tmp_path)) == 3
+    assert calls[0][6] == str(tmp_path)
+
+
+def test_a_bad_rounds_file_is_one_line_naming_the_field(study: ModuleType,
+                                                          tmp_path: Path) -> None:
+    p = tmp_path / "rounds.yaml"
+    p.write_text("rounds:\n  x:\n    purpose: p\n    vlm: true\n    steps: [{name: a, matrix: m}]\n")
+    with pytest.raises(study.RoundsError, match=r"rounds.x: unknown key 'vlm'"):
+        study.load_rounds(p)
+    p.write_text("rounds:\n  x:\n    purpose: p\n    steps: [{matrix: m}]\n")
+    with pytest.raises(study.RoundsError, match=r"rounds.x.steps\[0\].name: missing"):
+        study.load_rounds(p)
