@@ -422,7 +422,8 @@ class VllmServer(LocalServer):
             with contextlib.suppress(OSError):
                 startup_cut.note_start(root, {
                     "model": self.config.model_ref().name, "config_hash": config_hash,
-                    "cache_dir": facts.lines.get("compile_cache_dir"), "start": cut["start"],
+                    "cache_dir": startup_log.cache_dir_of(facts.lines.get("compile_cache_dir")),
+                    "start": cut["start"],
                     "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())})
 
     def startup_cut_record(self) -> dict[str, Any]:

@@ -111,6 +111,12 @@ class StartupFacts:
         return asdict(self)
 
 
+def cache_dir_of(line: str | None) -> str | None:
+    """The folder a ``Using cache directory: %s for vLLM's torch.compile`` line names."""
+    m = _CACHE_DIR.search(line or "")
+    return m.group(1) if m else None
+
+
 def parse(text: str) -> StartupFacts:
     """Facts of one start-up (pass the log from the start of this server's output)."""
     f = StartupFacts()
