@@ -126,14 +126,27 @@ def cache_root(key: str, base: Path | None = None) -> Path:
 
 
 def cache_entries(root: Path) -> list[str]:
-    """vLLM's compile-cache entries under ``root`` (``torch_compile_cache/<hash>`` and
-    ``torch_aot_compile/<hash>``), sorted; empty for a cold root."""
+    """vLLM's compile-cache entries under ``root``, sorted: ``torch_compile_cache/<hash>``,
+    and the AOT artifacts vLLM 0.26.0 keeps in ``torch_compile_cache/torch_aot_compile/<hash>``
+    (or ``torch_aot_compile/<hash>``); empty for a cold root."""
     out = []
     for part in _PACKED:
         d = root / part
-        if d.is_dir():
-            out += [f"{part}/{p.name}" for p in sorted(d.iterdir()) if p.is_dir()]
-    return out
+        if not d.is_dir():
+            continue
+        for p in sorted(d.iterdir()):
+            if p.is_dir() and p.name == "torch_aot_compile":
+                out += [f"{part}/{p.name}/{q.name}" for q in sorted(p.iterdir()) if q.is_dir()]
+            elif p.is_dir():
+                out.append(f"{part}/{p.name}")
+    return sorted(out)
+
+
+def _entry_of(name: str) -> str:
+    """The entry a pack member belongs to (its first two parts, three under an AOT folder)."""
+    parts = name.split("/")
+    return "/".join(parts[:3] if len(parts) > 1 and parts[1] == "torch_aot_compile"
+                    else parts[:2])
 
 
 def note_start(root: Path, facts: dict[str, Any]) -> None:
@@ -225,7 +238,7 @@ def unpack(path: Path, base: Path | None = None) -> tuple[dict[str, Any], Path, 
                 continue
             if m.name == _INDEX:
                 continue
-            if top not in _PACKED or "/".join(m.name.split("/")[:2]) in before:
+            if top not in _PACKED or _entry_of(m.name) in before:
                 continue
             members.append(m)
         tar.extractall(root, members=members, filter="data")

@@ -37,8 +37,9 @@ sources (``log_formats`` in ``engines/vllm/X.Y.Z.yaml``; formats of 0.33.0 in br
   the cache lives in ``VLLM_CACHE_ROOT`` (default ``~/.cache/vllm``), so it stays warm across
   starts on one machine, and an ``env: {VLLM_CACHE_ROOT: ...}`` on a kept volume keeps it
   across machines;
-- ``torch_compile_s``: ``torch.compile took %.2f s in total`` (vllm/compilation/monitor.py):
-  the compilation alone, a few seconds on a warm cache.
+- ``torch_compile_s``: ``torch.compile took %.2f s in total`` (vllm/compilation/monitor.py),
+  summed over the compiled modules (one line each: backbone, draft_model): the compilation
+  alone, a few seconds on a warm cache.
 
 Every line of vLLM's log starts ``(PROCESS pid=N) LEVEL MM-DD HH:MM:SS [file.py:line]``; the
 regular expressions below search whole lines, so the prefix does not matter.
@@ -179,7 +180,9 @@ def _parse_line(f: StartupFacts, line: str, module: list[str]) -> None:
     elif _ASYNC_OFF.search(line):  # the reason; 0.33 logs only this, never "enabled"
         f.async_scheduling, f.lines["async_scheduling_reason"] = "disabled", line
     elif m := _TORCH_COMPILE.search(line):
-        f.torch_compile_s, f.lines["torch_compile"] = float(m.group(1)), line
+        # one line per compiled module (backbone, draft_model): the sum is the compilation
+        f.torch_compile_s = round((f.torch_compile_s or 0.0) + float(m.group(1)), 3)
+        f.lines["torch_compile"] = line
     elif m := _INIT.search(line):
         f.engine_init_s = float(m.group(1))
         f.compile_s = float(m.group(2)) if m.group(2) else None
