@@ -7,6 +7,7 @@ lists (benchmarks/h200_*_runs.sh, removed with this driver) ran."""
 from __future__ import annotations
 
 import importlib.util
+import os
 import shlex
 import subprocess
 import sys
@@ -50,10 +51,11 @@ def _every_round(study: ModuleType) -> list[Any]:
 def test_the_rounds_file_lists_every_round_of_the_former_scripts(study: ModuleType) -> None:
     rounds = study.load_rounds()
     assert list(rounds) == ["1", "verdict", "shared", "gate", "naive", "twostart", "hoststart",
-                            "spread", "known", "all", "methods"]
+                            "spread", "known", "all", "methods", "synthetic", "sglang-check",
+                            "smoke"]
     assert study.parts(rounds, "methods") == [1, 2, 3, 4]
     # the needs the former driver encoded in its case statements
-    by = {(r.name, r.part): r for r in _every_round(study)}
+    by = {(r.name, r.part): r for r in _every_round(study) if r.kind == "cross"}
     assert {k for k, r in by.items() if not r.vllm} == {
         ("gate", None), ("spread", None), ("known", None), ("all", None), ("methods", 1),
         ("methods", 2)}
@@ -69,6 +71,15 @@ def test_every_round_matrix_validates_and_every_selection_picks_cells(
         study: ModuleType, gptv: ModuleType, tmp_path: Path) -> None:
     checked = 0
     for r in _every_round(study):
+        if r.kind == "lanes":  # each GPU lane and the occasion check pick cells of one matrix
+            path = ROOT / str(r.matrix)
+            cells = expand(load_matrix(path), path)
+            lanes = {k: {c.id for c in select(cells, (), v)} for k, v in r.lanes}
+            assert lanes["gpu0"] and lanes["gpu1"] and select(cells, (), r.solo)
+            baseline = [c.id for c in cells if c.baseline is None]
+            assert lanes["gpu0"] & lanes["gpu1"] == set(baseline)  # each lane has the baseline
+            assert lanes["gpu0"] | lanes["gpu1"] == {c.id for c in cells}
+            continue
         run_dir = tmp_path / f"{r.name}-{r.part}"
         run_dir.mkdir()
         for src, dst, opts in r.variants:  # the matrices the steps of $dir read
@@ -163,7 +174,7 @@ def test_env_gives_the_driver_the_round_needs_and_refuses_unknown_rounds() -> No
     r = env("methods", "--part", "3")
     assert r.returncode == 0
     assert r.stdout.split() == ["need_vllm=1", "need_build=0", "need_q4=0", "need_drafters=1",
-                                "need_verify_hf=0", "need_into_run=0"]
+                                "need_verify_hf=0", "need_into_run=0", "kind=cross"]
     bad = env("sharde")
     assert bad.returncode == 2 and bad.stderr.strip().startswith("study.py: unknown ROUND sharde")
     assert env("methods", "--part", "7").stderr.strip() == (
@@ -204,3 +215,26 @@ def test_a_bad_rounds_file_is_one_line_naming_the_field(study: ModuleType,
     p.write_text("rounds:\n  x:\n    purpose: p\n    steps: [{matrix: m}]\n")
     with pytest.raises(study.RoundsError, match=r"rounds.x.steps\[0\].name: missing"):
         study.load_rounds(p)
+
+
+def test_rounds_of_other_kinds_give_the_driver_their_data_and_refuse_dry(
+        study: ModuleType) -> None:
+    def call(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, str(STUDY), *args], cwd=ROOT,
+                              capture_output=True, text=True)
+    env = call("env", "synthetic").stdout.splitlines()
+    assert "kind=lanes" in env and "study_matrix=matrices/h200.yaml" in env
+    assert ("skips_gpu1=(--skip arm=synth-a0.6 --skip arm=synth-a0.8)") in env
+    assert "kind=sglang-check" in call("env", "sglang-check").stdout.splitlines()
+    dry = call("dry", "smoke")
+    assert dry.returncode == 2 and "kind smoke" in dry.stderr
+
+
+def test_the_driver_refuses_an_unknown_round_before_any_setup(tmp_path: Path) -> None:
+    r = subprocess.run(["bash", "benchmarks/study/run.sh"], cwd=ROOT, capture_output=True,
+                       text=True, env={"PATH": os.environ["PATH"], "OUT": str(tmp_path),
+                                       "ROUND": "verdcit", "HOME": str(tmp_path)})
+    assert r.returncode == 2
+    assert r.stdout.strip() == "unknown ROUND verdcit (or PART )"
+    assert "unknown ROUND verdcit; rounds: 1, verdict" in r.stderr
+    assert list(tmp_path.iterdir()) == []

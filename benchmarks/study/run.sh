@@ -26,12 +26,32 @@
 # and logs.tgz (/tmp/cross-logs); analysis, parity, archives and reports are made from run.tgz
 # (docs/cross-engine.md has the commands).
 #
+# Rounds of another kind (rounds.yaml `kind`) have their own flow, each a function below:
+# ROUND=synthetic (issue 8's study, one lane per GPU: lanes_round), ROUND=sglang-check
+# (SGLang's live adapter check: sglang_check_round), ROUND=smoke (the first CUDA smoke run of
+# the pipeline: smoke_round).
+#
 # Usage: OUT=/some/dir BUDGET_S=560 [ROUND=name [PART=n]] [FINISH=1] bash benchmarks/study/run.sh
 #        python3 benchmarks/study/study.py list          # the rounds
 #        python3 benchmarks/study/study.py dry ROUND     # the commands a round runs
 set -uo pipefail
 : "${OUT:?set OUT to a directory for the results}"
-LOG=/tmp/cross-logs   # /tmp lasts while the machine stays warm
+study() { python3 benchmarks/study/study.py "$@"; }
+# the round's kind and needs (rounds.yaml); without ROUND: the setup alone, build and
+# checksums kept
+kind=cross need_vllm=0 need_build=1 need_q4=0 need_drafters=0 need_verify_hf=1
+if [ -n "${ROUND:-}" ]; then
+  needs=$(study env "$ROUND") || { echo "unknown ROUND $ROUND (or PART ${PART:-})"; exit 2; }
+  eval "$needs"
+fi
+
+# The prelude of a chained device call (cross and sglang-check rounds), with LOG set to a
+# folder under /tmp (it lasts while the machine stays warm): left (seconds of BUDGET_S, default
+# 560, this call has left), cb (crossbench from the checkout), say (a timestamped line on
+# stdout and in $LOG/calls.txt), pack_complete DIR (whether every part DIR/pack.json lists has
+# arrived), and 1. crossbench's own dependencies (pydantic, gguf, orjson...), which the image
+# lacks, from the carried .whl/ into /tmp/site, once per machine.
+device_prelude() {
 export CROSSBENCH_CACHE=$PWD/.cbcache PYTHONUNBUFFERED=1
 export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}
 budget=${BUDGET_S:-560}; t0=$(date +%s)
@@ -54,14 +74,13 @@ parts = json.load(open(os.path.join(sys.argv[1], "pack.json")))["parts"]
 sys.exit(0 if all(os.path.exists(os.path.join(sys.argv[1], p["name"])) for p in parts) else 1)
 EOF
 }
+}
 
-# the round's needs (rounds.yaml); without ROUND: the setup alone, build and checksums kept
-need_vllm=0 need_build=1 need_q4=0 need_drafters=0 need_verify_hf=1
-if [ -n "${ROUND:-}" ]; then
-  needs=$(study env "$ROUND") || { say "unknown ROUND $ROUND (or PART ${PART:-})"; exit 2; }
-  eval "$needs"
-fi
-
+# ---- cross rounds: the llama.cpp-versus-vLLM setup, then the round's steps (study.py run) ----
+cross_round() {
+LOG=/tmp/cross-logs
+device_prelude
+mkdir -p /tmp/cb-pack
 # 2. parts of the vLLM pack carried by this call. A call carries at most 64 MiB with the
 #    working tree (about 15 MB now), so a 52 MB part travels as halves split here with
 #    `split -b 26000000 -d -a 1 PART PART.h` into .carry/sK/ (one folder per call): they are
@@ -171,3 +190,240 @@ fi
 tar -C /tmp -czf "$OUT/logs.tgz" cross-logs 2>/dev/null
 [ -d "$RUN" ] && tar -C "$CROSSBENCH_CACHE" -czf "$OUT/run.tgz" "$(basename "$RUN")" 2>/dev/null
 ls -la "$OUT"; cat "$LOG/calls.txt" 2>/dev/null | tail -20; cat "$LOG/timing.txt" 2>/dev/null
+}
+
+# ---- ROUND=sglang-check: SGLang's live adapter check on one H200 (issue 16) ----
+# Every call does each step whose inputs have arrived:
+#   2. the parts of the SGLang pack carried by this call (.carry/sglang-*/: `crossbench
+#      engines pack sglang==0.5.17 ... --part-mb 45`, 4 parts) kept in /tmp/sg-pack;
+#   3. the llama.cpp source (.carry/llama-cpp-python-*.src.tgz) unpacked for the real Qwen
+#      tokenizer, then the tiny fixture pair with its Hugging Face folders;
+#   4. once every part is there: `crossbench engines install sglang --from /tmp/sg-pack`, the
+#      versions of what the launcher imports, and `crossbench engines check sglang` on the
+#      tiny HF target drafting for itself (attention_backend triton: the pack drops
+#      FlashAttention-3, engines/sglang/pack.yaml), in the background so that a call's end
+#      cuts nothing; each call waits until the check ends or BUDGET_S is nearly spent.
+# What comes back: $OUT/sglang-check.tgz with the check's folder (server log, scrapes,
+# records), check.txt, the install log and record, imports.txt and calls.txt.
+sglang_check_round() {
+LOG=/tmp/sg-logs
+device_prelude
+mkdir -p /tmp/sg-pack
+
+# 2. this call's parts of the pack
+for f in .carry/sglang-*/pack.json .carry/sglang-*/payload.tar.part*; do
+  [ -f "$f" ] || continue
+  cp -n "$f" /tmp/sg-pack/ && say "kept $(basename "$f") ($(stat -c %s "$f") bytes)"
+done
+
+# 3. the real Qwen tokenizer from the llama.cpp source, then the tiny pair with HF folders
+src=$(ls .carry/llama-cpp-python-*.src.tgz 2>/dev/null | head -1)
+if [ -n "$src" ] && [ ! -s "$LOG/fixtures.txt" ]; then
+  python3 - "$src" <<'EOF' >>"$LOG/calls.txt" 2>&1
+import sys
+from pathlib import Path
+from crossbench.engines.llamacpp.build import unpack_source
+from crossbench.engines.llamacpp.pins import DEFAULT_PIN, get_pin
+unpack_source(get_pin(DEFAULT_PIN), Path(sys.argv[1]))
+EOF
+  cb fixtures make --shape tiny --hf >"$LOG/fixtures.txt" 2>"$LOG/fixtures.err" \
+    && say "fixtures: $(tr '\n' ' ' <"$LOG/fixtures.txt")" \
+    || { say "fixtures failed: $(tail -2 "$LOG/fixtures.err")"; rm -f "$LOG/fixtures.txt"; }
+fi
+
+# 4. install once every part is there, then the check in the background
+prefix=$(ls -d "$CROSSBENCH_CACHE"/engines/sglang-*/ 2>/dev/null | head -1)
+if [ -z "$prefix" ] && pack_complete /tmp/sg-pack; then
+  s=$(date +%s)
+  cb engines install sglang --from /tmp/sg-pack >"$LOG/install.log" 2>&1 \
+    && say "sglang installed in $(( $(date +%s) - s )) s: $(tail -1 "$LOG/install.log")" \
+    || say "install failed: $(tail -3 "$LOG/install.log")"
+  prefix=$(ls -d "$CROSSBENCH_CACHE"/engines/sglang-*/ 2>/dev/null | head -1)
+fi
+PY=${prefix%/}/bin/python
+hf=$(sed -n 3p "$LOG/fixtures.txt" 2>/dev/null)
+if [ -n "$prefix" ] && [ -x "$PY" ] && [ -n "$hf" ] && [ ! -f "$LOG/check.started" ]; then
+  touch "$LOG/check.started"
+  nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader >"$LOG/gpu.txt"
+  "$PY" - >"$LOG/imports.txt" 2>&1 <<'EOF'
+import importlib, importlib.metadata as md
+for dist in ("sglang", "sglang-kernel", "flashinfer-python", "xgrammar", "transformers",
+             "tokenizers", "torch", "triton", "numpy"):
+    try:
+        print(f"{dist}=={md.version(dist)}")
+    except md.PackageNotFoundError:
+        print(f"{dist}: not installed")
+for mod in ("sgl_kernel", "flashinfer.sampling", "sglang.srt.entrypoints.http_server",
+            "sglang.srt.managers.scheduler", "sglang.srt.model_executor.model_runner",
+            "sglang.srt.models.qwen3", "sglang.srt.layers.attention.triton_backend",
+            "sglang.srt.speculative.standalone_worker_v2", "sglang.srt.layers.sampler"):
+    try:
+        importlib.import_module(mod)
+        print(f"import ok   {mod}")
+    except BaseException as e:  # noqa: BLE001 - every failure is the finding
+        print(f"import FAIL {mod}: {type(e).__name__}: {e}")
+EOF
+  say "imports: $(grep -c 'import ok' "$LOG/imports.txt") ok, $(grep -c FAIL "$LOG/imports.txt") failed"
+  setsid bash -c 'python3 -m crossbench engines check sglang --binary "$0" --model "$1" \
+      --out "$2" --set attention_backend=triton >"$3/check.txt" 2>&1
+    echo "check_exit=$?" >"$3/check.exit"' "$PY" "$hf" "$LOG/sglang-check" "$LOG" \
+    </dev/null >/dev/null 2>&1 &
+  say "check started: $PY on $hf"
+fi
+if [ -f "$LOG/check.started" ]; then
+  until [ -f "$LOG/check.exit" ] || [ "$(left)" -le 20 ]; do sleep 5; done
+  say "check: $(cat "$LOG/check.exit" 2>/dev/null || echo running)"
+fi
+[ -n "$prefix" ] && cp "${prefix%/}/install.json" "$LOG/" 2>/dev/null
+say "left $(left) s"
+# one file back (a device call returns only a few files): the logs, the check's folder and
+# the install record
+tar czf "$OUT/sglang-check.tgz" -C "$(dirname "$LOG")" "$(basename "$LOG")"
+}
+
+# ---- ROUND=synthetic: issue 8's study on H200s (examples/h200-synthetic) ----
+# Each call builds what is missing (CUDA llama-server, then the qwen3-8b fixtures: their
+# vocabulary comes from the llama.cpp source the build unpacks), runs `crossbench matrix
+# MATRIX` (rounds.yaml's, or MATRIX=...) with --resume until BUDGET_S is nearly spent, and
+# copies the run directories to $OUT (h200-<lane>.tgz) with every log of every call (logs.tgz:
+# three files back per call); the call that finds the study complete also runs the analysis,
+# llama-bench tg128 and the roofline. The cache lives in the working tree (.cbcache/,
+# ignored), so it survives between calls while the machine stays warm.
+# One GPU: the whole matrix in one run directory (h200-run). Two GPUs or more, Ray importable
+# and a matrix of two lanes or more (a lane: a baseline and its speculative cells): one run,
+# `crossbench matrix --executor ray --lane-gpus 1` (h200-ray), Ray giving each lane one GPU
+# (docs/matrix.md, "Running on several GPUs or hosts (Ray)"). Fallback for the round's matrix
+# (no Ray, or one lane: matrices/h200.yaml has a single baseline, which Ray would keep on one
+# card): two hand-made lanes at once, each pinned to one GPU by UUID (CUDA_VISIBLE_DEVICES,
+# which crossbench's telemetry and checks follow), each with its own baseline cell, so every
+# speedup is paired on one GPU: gpu0 runs the alpha 0.6 and 0.8 sweeps, gpu1 the alpha 0.9
+# and 1.0 sweeps, the real draft and ngram-mod (rounds.yaml's lanes). Another MATRIX of one
+# lane, or without Ray, runs whole on the visible GPUs (h200-run).
+lanes_round() {
+export CROSSBENCH_CACHE=$PWD/.cbcache PYTHONUNBUFFERED=1
+export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}
+if ls .whl/*.whl >/dev/null 2>&1 && [ ! -d /tmp/site ]; then
+  python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/*.whl
+fi
+[ -d /tmp/site ] && export PYTHONPATH=/tmp/site:$PYTHONPATH
+budget=${BUDGET_S:-560}; t0=$(date +%s)
+LOG=/tmp/h200-logs/call-$t0; mkdir -p "$LOG"  # /tmp lasts while the machine stays warm
+left() { echo $(( budget - ($(date +%s) - t0) )); }
+cb() { python3 -m crossbench "$@"; }
+nvidia-smi --query-gpu=index,name,uuid,driver_version,memory.total,power.limit,clocks.max.sm \
+  --format=csv,noheader | tee -a "$LOG/gpu.txt"
+mapfile -t uuids < <(nvidia-smi --query-gpu=uuid --format=csv,noheader)
+MATRIX=${MATRIX:-$study_matrix}
+n_lanes=$(python3 -c "import sys; from pathlib import Path
+from crossbench.runner.matrix import expand, load_matrix
+from crossbench.runner.ray_exec import plan_lanes
+p = Path(sys.argv[1]); print(len(plan_lanes(expand(load_matrix(p), p), [])))" \
+  "$MATRIX" 2>/dev/null || echo 0)
+if [ "${#uuids[@]}" -ge 2 ] && [ "$n_lanes" -ge 2 ] && python3 -c "import ray" 2>/dev/null; then
+  lanes=(ray)  # Ray spreads the lanes over the GPUs; the hand-made lanes below are the fallback
+elif [ "${#uuids[@]}" -ge 2 ] && [ "$MATRIX" = "$study_matrix" ]; then
+  lanes=(gpu0 gpu1)  # rounds.yaml's --skip lists (skips_gpu0, skips_gpu1) split its arms
+else
+  lanes=(run)
+fi
+bin=("$CROSSBENCH_CACHE"/engines/*-cuda-sm90/build/bin)
+if [ ! -x "${bin[0]}/llama-server" ]; then
+  s=$(date +%s)
+  cb engines install llama.cpp --cuda --cuda-arch 90 \
+    --source-archive .carry/llama-cpp-python-0.3.36.src.tgz >"$LOG/build.log" 2>&1 || exit 1
+  echo "build_seconds=$(( $(date +%s) - s ))" | tee -a "$LOG/gpu.txt"
+  bin=("$CROSSBENCH_CACHE"/engines/*-cuda-sm90/build/bin)
+fi
+s=$(date +%s)
+cb fixtures make --shape qwen3-8b --quant Q4_K_M --draft-quant Q8_0 2>&1 | tail -3
+echo "fixtures_seconds=$(( $(date +%s) - s ))" | tee -a "$LOG/gpu.txt"
+run_s=$(( $(left) - 45 ))
+pids=()
+for i in "${!lanes[@]}"; do
+  lane=${lanes[$i]}; run=$CROSSBENCH_CACHE/h200-$lane
+  resume=(); [ -f "$run/state.json" ] && resume=(--resume)
+  skips=(); [ "$lane" = gpu0 ] && skips=("${skips_gpu0[@]}")
+  [ "$lane" = gpu1 ] && skips=("${skips_gpu1[@]}")
+  visible=(); [ "$lane" = gpu0 ] || [ "$lane" = gpu1 ] && \
+    visible=(env "CUDA_VISIBLE_DEVICES=${uuids[$i]}")
+  executor=(); [ "$lane" = ray ] && executor=(--executor ray --lane-gpus 1)
+  if [ "$run_s" -gt 30 ]; then
+    "${visible[@]}" timeout -s INT "$run_s" python3 -m crossbench matrix "$MATRIX" \
+      --out "$run" "${resume[@]}" "${skips[@]}" "${executor[@]}" --progress plain \
+      >"$LOG/matrix-$lane.log" 2>&1 &
+    pids+=($!)
+  fi
+done
+for p in "${pids[@]}"; do wait "$p"; echo "lane exit $?"; done
+missing=0
+for lane in "${lanes[@]}"; do
+  run=$CROSSBENCH_CACHE/h200-$lane
+  cb status "$run" --json >"$LOG/status-$lane.json" 2>/dev/null
+  m=$(python3 -c "import json;print(json.load(open('$LOG/status-$lane.json'))['totals']['missing'])" \
+      2>/dev/null || echo unknown)
+  echo "$lane: trials missing: $m"
+  [ "$m" = 0 ] || missing=1
+done
+if [ "$missing" = 0 ]; then
+  for lane in "${lanes[@]}"; do  # 3 trials x 3 prompts: 9 pairs a cell
+    cb analyze "$CROSSBENCH_CACHE/h200-$lane" --min-samples 9 >"$LOG/verdicts-$lane.txt" 2>&1
+  done
+  target=$(ls "$CROSSBENCH_CACHE"/fixtures/qwen3-8b*/target-Q4_K_M.gguf | head -1)
+  for i in "${!uuids[@]}"; do  # the engine's own reference, on every GPU of the study
+    CUDA_VISIBLE_DEVICES=${uuids[$i]} "${bin[0]}/llama-bench" -m "$target" -ngl 99 -p 0 \
+      -n 128 -r 3 -o json >"$LOG/llama-bench-tg128-gpu$i.json" 2>"$LOG/llama-bench-gpu$i.log"
+  done
+  CUDA_VISIBLE_DEVICES=${uuids[0]} python3 benchmarks/roofline.py "$target" --out "$LOG/roofline.json"
+fi
+# Occasion check (two GPUs): the baseline and the alpha 1.0 sweep again on gpu1, alone on the
+# host, after the lanes: does a repeat on another occasion land inside the lanes' intervals?
+solo=$CROSSBENCH_CACHE/h200-solo-gpu1
+if [ "$missing" = 0 ] && [ "${#lanes[@]}" = 2 ] && [ "$(left)" -gt 320 ]; then
+  resume=(); [ -f "$solo/state.json" ] && resume=(--resume)
+  CUDA_VISIBLE_DEVICES=${uuids[1]} timeout -s INT $(( $(left) - 30 )) python3 -m crossbench \
+    matrix "$study_matrix" --out "$solo" "${resume[@]}" "${skips_solo[@]}" \
+    --progress plain >"$LOG/matrix-solo-gpu1.log" 2>&1
+  echo "solo exit $?"
+fi
+for lane in "${lanes[@]}" solo-gpu1; do
+  [ -d "$CROSSBENCH_CACHE/h200-$lane" ] || continue
+  tar -C "$CROSSBENCH_CACHE" -czf "$OUT/h200-$lane.tgz" "h200-$lane" 2>/dev/null
+done
+tar -C /tmp -czf "$OUT/logs.tgz" h200-logs
+ls -la "$OUT"
+}
+
+# ---- ROUND=smoke: the first CUDA smoke run of the whole pipeline (docs/gpu.md) ----
+# Needs: the pruned source from `crossbench engines pack-source --out .carry/<pin>.src.tgz`,
+# wheels of the Python dependencies the host lacks in .whl/ (docs/gpu.md), nvcc, cmake, ninja.
+smoke_round() (
+set -euo pipefail
+export CROSSBENCH_CACHE=${CROSSBENCH_CACHE:-/tmp/crossbench-cache}
+export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}
+if ls .whl/*.whl >/dev/null 2>&1; then
+  python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/*.whl
+  export PYTHONPATH=/tmp/site:$PYTHONPATH
+fi
+cb() { python3 -m crossbench "$@"; }
+nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee "$OUT/gpu.txt"
+t0=$(date +%s)
+cb engines install llama.cpp --cuda --cuda-arch 90 \
+  --source-archive .carry/llama-cpp-python-0.3.36.src.tgz 2>&1 | grep -v "build: step" | tail -4
+echo "build_seconds=$(( $(date +%s) - t0 ))" | tee -a "$OUT/gpu.txt"
+target=$(cb fixtures path target 2>/dev/null); draft=$(cb fixtures path draft 2>/dev/null)
+common=(--variant cuda-sm90 --ngl 99 --model "$target" --requests 16 --max-tokens 256 --trials 3)
+cb run "${common[@]}" --spec none --out "$OUT/runs/base" | tee "$OUT/base.txt"
+cb run "${common[@]}" --spec draft-simple --n 4 --draft "$draft" --out "$OUT/runs/draft" \
+  | tee "$OUT/draft.txt"
+cb run "${common[@]}" --spec draft-simple --n 4 --draft "$draft" \
+  --synth-rates 0.9,0.7,0.5,0.2 --out "$OUT/runs/synth" | tee "$OUT/synth.txt"
+cb run "${common[@]}" --spec ngram-mod --out "$OUT/runs/ngram" | tee "$OUT/ngram.txt"
+tar -C "$OUT" -czf "$OUT/runs.tar.gz" runs && rm -rf "$OUT/runs"
+)
+
+case "$kind" in
+  cross) cross_round ;;
+  sglang-check) sglang_check_round ;;
+  lanes) lanes_round ;;
+  smoke) smoke_round ;;
+esac

@@ -34,8 +34,13 @@ import yaml
 ROUNDS = Path(__file__).with_name("rounds.yaml")
 """The rounds file the driver reads."""
 
-ROUND_KEYS = {"purpose", "vllm", "build", "q4", "drafters", "verify_hf", "into_run",
-              "variants", "sampler", "steps", "parts"}
+ROUND_KEYS = {"purpose", "kind", "vllm", "build", "q4", "drafters", "verify_hf", "into_run",
+              "variants", "sampler", "steps", "parts", "matrix", "lanes", "solo"}
+KINDS = ("cross", "lanes", "sglang-check", "smoke")
+"""What the driver does with a round: ``cross`` its steps after the shared setup (the default);
+``lanes`` issue 8's study of one matrix split over GPUs (``matrix``, ``lanes``: the --skip
+list of each GPU's lane, ``solo``: the --skip list of the occasion check); ``sglang-check``
+SGLang's live adapter check; ``smoke`` the first CUDA smoke run of the pipeline."""
 STEP_KEYS = {"name", "matrix", "only", "skip"}
 VARIANT_KEYS = {"from", "to", "options"}
 FLAGS = ("vllm", "build", "q4", "drafters", "verify_hf", "into_run")
@@ -65,6 +70,7 @@ class Round:
     name: str
     part: int | None
     purpose: str
+    kind: str
     vllm: bool
     build: bool
     q4: bool
@@ -74,6 +80,9 @@ class Round:
     variants: tuple[tuple[str, str, tuple[str, ...]], ...] = ()
     sampler: str | None = None
     steps: tuple[Step, ...] = field(default_factory=tuple)
+    matrix: str | None = None
+    lanes: tuple[tuple[str, tuple[str, ...]], ...] = ()
+    solo: tuple[str, ...] = ()
 
 
 def _strs(value: Any, where: str) -> tuple[str, ...]:
@@ -122,7 +131,18 @@ def _resolve(name: str, entry: dict[str, Any], part: int | None) -> Round:
         variants.append((str(v["from"]), str(v["to"]),
                          _strs(v.get("options", []), f"{where}.variants[{i}].options")))
     flags = {k: bool(entry.get(k, DEFAULTS[k])) for k in FLAGS}
-    return Round(name=name, part=part, purpose=entry["purpose"].strip(), **flags,
+    kind = entry.get("kind", "cross")
+    if kind not in KINDS:
+        raise RoundsError(f"{where}.kind: {kind!r} is not one of {', '.join(KINDS)}")
+    if kind != "cross":  # the other kinds' commands live in the driver; their data is here
+        lanes = _check_keys(entry.get("lanes", {}), {"gpu0", "gpu1"}, f"{where}.lanes")
+        if kind == "lanes" and not isinstance(entry.get("matrix"), str):
+            raise RoundsError(f"{where}.matrix: missing; name the matrix the lanes split")
+        return Round(name=name, part=part, purpose=entry["purpose"].strip(), kind=kind,
+                     **flags, matrix=entry.get("matrix"),
+                     lanes=tuple((k, _strs(v, f"{where}.lanes.{k}")) for k, v in lanes.items()),
+                     solo=_strs(entry.get("solo", []), f"{where}.solo"))
+    return Round(name=name, part=part, purpose=entry["purpose"].strip(), kind=kind, **flags,
                  variants=tuple(variants), sampler=entry.get("sampler"),
                  steps=_steps(entry.get("steps"), where, flags["into_run"]))
 
@@ -231,8 +251,15 @@ def run(r: Round, run_dir: str) -> int:
 
 
 def env_lines(r: Round) -> list[str]:
-    """Shell assignments of round ``r``'s needs, for the driver to ``eval``."""
-    return [f"need_{k}={1 if getattr(r, k) else 0}" for k in FLAGS]
+    """Shell assignments of round ``r``'s kind and needs (a ``lanes`` round's also its matrix
+    and --skip arrays), for the driver to ``eval``."""
+    out = [f"need_{k}={1 if getattr(r, k) else 0}" for k in FLAGS] + [f"kind={r.kind}"]
+    if r.kind == "lanes":
+        out.append(f"study_matrix={shlex.quote(r.matrix or '')}")
+        for lane, skips in (*r.lanes, ("solo", r.solo)):
+            args = " ".join(shlex.quote(a) for s in skips for a in ("--skip", s))
+            out.append(f"skips_{lane}=({args})")
+    return out
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -265,10 +292,18 @@ def main(argv: list[str] | None = None) -> int:
     except (RoundsError, ValueError) as e:
         print(f"study.py: {e}", file=sys.stderr)
         return 2
+    if a.cmd == "run" and r.kind != "cross":
+        print(f"study.py: round {r.name} is of kind {r.kind}: run it with "
+              f"ROUND={r.name} bash benchmarks/study/run.sh", file=sys.stderr)
+        return 2
     if a.cmd == "env":
         print("\n".join(env_lines(r)))
         return 0
     if a.cmd == "dry":
+        if r.kind != "cross":
+            print(f"study.py: round {r.name} is of kind {r.kind}: benchmarks/study/run.sh "
+                  "runs its commands", file=sys.stderr)
+            return 2
         for c in commands(r, a.dir):
             print(shlex.join(c[:-1]) + " &" if c[-1] == "&" else shlex.join(c))
         return 0
