@@ -27,7 +27,7 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import yaml
 
@@ -47,6 +47,17 @@ FLAGS = ("vllm", "build", "q4", "drafters", "verify_hf", "into_run")
 DEFAULTS = {"vllm": False, "build": True, "q4": False, "drafters": False, "verify_hf": True,
             "into_run": False}
 """A round's needs when its entry does not name them."""
+
+
+class Needs(NamedTuple):
+    """What a round needs from the device setup (rounds.yaml's header)."""
+
+    vllm: bool
+    build: bool
+    q4: bool
+    drafters: bool
+    verify_hf: bool
+    into_run: bool
 
 
 class RoundsError(ValueError):
@@ -130,7 +141,9 @@ def _resolve(name: str, entry: dict[str, Any], part: int | None) -> Round:
         v = _check_keys(v, VARIANT_KEYS, f"{where}.variants[{i}]")
         variants.append((str(v["from"]), str(v["to"]),
                          _strs(v.get("options", []), f"{where}.variants[{i}].options")))
-    flags = {k: bool(entry.get(k, DEFAULTS[k])) for k in FLAGS}
+    flag = {k: bool(entry.get(k, DEFAULTS[k])) for k in FLAGS}
+    needs = Needs(flag["vllm"], flag["build"], flag["q4"], flag["drafters"], flag["verify_hf"],
+                  flag["into_run"])
     kind = entry.get("kind", "cross")
     if kind not in KINDS:
         raise RoundsError(f"{where}.kind: {kind!r} is not one of {', '.join(KINDS)}")
@@ -138,13 +151,13 @@ def _resolve(name: str, entry: dict[str, Any], part: int | None) -> Round:
         lanes = _check_keys(entry.get("lanes", {}), {"gpu0", "gpu1"}, f"{where}.lanes")
         if kind == "lanes" and not isinstance(entry.get("matrix"), str):
             raise RoundsError(f"{where}.matrix: missing; name the matrix the lanes split")
-        return Round(name=name, part=part, purpose=entry["purpose"].strip(), kind=kind,
-                     **flags, matrix=entry.get("matrix"),
+        return Round(name, part, entry["purpose"].strip(), kind, *needs,
+                     matrix=entry.get("matrix"),
                      lanes=tuple((k, _strs(v, f"{where}.lanes.{k}")) for k, v in lanes.items()),
                      solo=_strs(entry.get("solo", []), f"{where}.solo"))
-    return Round(name=name, part=part, purpose=entry["purpose"].strip(), kind=kind, **flags,
+    return Round(name, part, entry["purpose"].strip(), kind, *needs,
                  variants=tuple(variants), sampler=entry.get("sampler"),
-                 steps=_steps(entry.get("steps"), where, flags["into_run"]))
+                 steps=_steps(entry.get("steps"), where, needs.into_run))
 
 
 def load_rounds(path: Path = ROUNDS) -> dict[str, dict[str, Any]]:
