@@ -7,6 +7,7 @@ import click
 from crossbench import __version__
 from crossbench.cli import (
     analyze_cmd,
+    decompose_cmd,
     demo_cmd,
     doctor_cmd,
     engines_cmd,
@@ -43,6 +44,7 @@ cli.add_command(doctor_cmd.doctor)
 cli.add_command(analyze_cmd.analyze)
 cli.add_command(analyze_cmd.compare)
 cli.add_command(analyze_cmd.start_spread)
+cli.add_command(decompose_cmd.decompose)
 cli.add_command(analyze_cmd.import_)
 analyze_cmd.import_.add_command(import_cmd.import_table)
 analyze_cmd.import_.add_command(import_cmd.import_llama_logs)

@@ -1,0 +1,108 @@
+"""``crossbench decompose``: a speculative step's parts (verification forward, drafting), each
+timed by llama-bench, against the cost model d + v n a study fitted."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import click
+
+from crossbench.cli.common import progress, user_errors
+from crossbench.errors import UserError
+
+
+@click.command(epilog="""\b
+Examples:
+  crossbench decompose --target $(crossbench fixtures path target) \\
+      --draft $(crossbench fixtures path draft) --n 1,2,4,8
+  crossbench decompose --target t8b.gguf --draft d06b.gguf --n 2,4,8 --depth 300 \\
+      --from examples/h200-methods/round1/h200-methods-round1.zip --arm draft-a0.9 \\
+      --bench-arg=-ngl --bench-arg=99 --out decompose.json
+""")
+@click.option("--target", required=True, type=click.Path(path_type=Path),
+              help="The target's GGUF (the file the study's server loaded).")
+@click.option("--draft", type=click.Path(path_type=Path),
+              help="A separate draft model's GGUF (its decode step per token is timed); "
+                   "heads that read the target's states (EAGLE-3, DFlash, MTP) cannot be "
+                   "timed alone.")
+@click.option("--n", "n_spec", default="1,2,4,8", show_default=True,
+              help="Draft lengths n (verification batches of n + 1 tokens), e.g. 1,2,4,8.")
+@click.option("--depth", type=click.IntRange(0, 131072), default=256, show_default=True,
+              help="Context tokens before each timed pass (about the study's prompt plus "
+                   "half its output).")
+@click.option("--gen", type=click.IntRange(4, 4096), default=32, show_default=True,
+              help="Tokens of the plain-step (generation) test.")
+@click.option("--reps", type=click.IntRange(1, 100), default=3, show_default=True,
+              help="llama-bench repetitions per test.")
+@click.option("--from", "source", type=click.Path(path_type=Path),
+              help="A run directory or archive whose n-sweep of --arm gives the fitted d and v.")
+@click.option("--arm", help="With --from: the speculative arm whose cost model to compare.")
+@click.option("--concurrency", type=click.IntRange(1), default=1, show_default=True,
+              help="With --from: the sweep's concurrency.")
+@click.option("--method", default="draft-simple", show_default=True,
+              help="The method (without --from): heads (draft-eagle3, draft-dflash, "
+                   "draft-mtp) leave drafting in the rest.")
+@click.option("--bench", "bench", type=click.Path(path_type=Path),
+              help="llama-bench binary (default: the one `crossbench engines install "
+                   "llama.cpp` built).")
+@click.option("--bench-arg", "bench_args", multiple=True,
+              help="An argument passed on to llama-bench (repeatable; e.g. --bench-arg=-ngl "
+                   "--bench-arg=99 on a GPU, as the server ran).")
+@click.option("--out", type=click.Path(path_type=Path),
+              help="Write the raw llama-bench tests and the rows as JSON to this file.")
+@user_errors
+def decompose(target: Path, draft: Path | None, n_spec: str, depth: int, gen: int, reps: int,
+              source: Path | None, arm: str | None, concurrency: int, method: str,
+              bench: Path | None, bench_args: tuple[str, ...], out: Path | None) -> None:
+    """Split a speculative step into its target verification forward (n + 1 tokens) and its
+    drafting, each timed by llama-bench in plain decode steps, and compare their sum with the
+    cost model C(n) = d + v n a study fitted (--from, --arm): the rest is sampling, host work
+    and what was not timed (docs/analysis.md "Where a step's cost goes")."""
+    from crossbench.analysis import decompose as dec
+    from crossbench.runner.axes import parse_int_axis
+
+    n_values = parse_int_axis(n_spec, "--n")
+    for flag, path in (("--target", target), ("--draft", draft)):
+        if path is not None and not path.is_file():
+            raise UserError(f"{flag} {path} is not a file", f"give {flag} a GGUF file")
+    if (source is None) != (arm is None):
+        raise UserError("--from and --arm go together",
+                        "give both (the run and its speculative arm) or neither")
+    if out is not None:
+        from crossbench.store.rundir import check_out_file
+
+        check_out_file(out)
+    d = v = None
+    if source is not None and arm is not None:
+        from crossbench.frames import open_run
+
+        d, v, method = dec.sweep_cost_model(open_run(source).analysis, arm, concurrency)
+    if bench is None:
+        from crossbench.engines.llamacpp.build import load_install
+
+        inst = load_install()
+        if inst is None:
+            raise UserError("no llama-bench: llama.cpp is not installed",
+                            "run `crossbench engines install llama.cpp` or give --bench")
+        bench = inst.binary().parent / "llama-bench"
+    if not bench.is_file():
+        raise UserError(f"--bench {bench} is not a file", "give the llama-bench binary")
+    progress(f"timing {target.name}: plain step and verification of {n_values} + 1 tokens")
+    tt = dec.run_llama_bench(bench, target, [n + 1 for n in n_values], gen, depth, reps,
+                             list(bench_args))
+    dt = None
+    if draft is not None and method not in dec.HEADS:
+        progress(f"timing {draft.name}: its decode step")
+        dt = dec.run_llama_bench(bench, draft, [], gen, depth, reps, list(bench_args))
+    m = dec.from_bench(tt, dt)
+    rows = dec.decompose(m, n_values, d, v, method)
+    click.echo(f"plain step {m.plain_ms:.3f} ms at depth {m.depth}"
+               + (f"; draft step {m.draft_ms_per_token:.3f} ms" if m.draft_ms_per_token else "")
+               + (f"; fitted d {d:.2f}, v {v:.3f} ({method})" if d is not None
+                  and v is not None else ""))
+    click.echo(dec.format_rows(rows))
+    if out is not None:
+        out.write_text(json.dumps({"method": method, "d": d, "v": v, "depth": m.depth,
+                                   "rows": rows, "raw": m.raw}, indent=1) + "\n")
+        progress(f"wrote {out}")
