@@ -206,7 +206,11 @@ def read_pack_manifest(path: Path) -> dict[str, Any]:
         with tarfile.open(path, "r:gz") as tar:
             member = tar.extractfile(_PACK_MANIFEST)
             data = json.loads(member.read()) if member is not None else None
-    except (OSError, tarfile.TarError, KeyError, json.JSONDecodeError) as e:
+    except KeyError as e:
+        raise UserError(f"compile-cache: {path} is not a compile-cache pack (no "
+                        f"{_PACK_MANIFEST})",
+                        "pass a file made by `crossbench engines compile-cache pack`") from e
+    except (OSError, tarfile.TarError, json.JSONDecodeError) as e:
         raise UserError(f"compile-cache: {path} is not a compile-cache pack ({e})",
                         "pass a file made by `crossbench engines compile-cache pack`") from e
     if not isinstance(data, dict) or data.get("format") != PACK_FORMAT \
@@ -241,7 +245,12 @@ def unpack(path: Path, base: Path | None = None) -> tuple[dict[str, Any], Path, 
             if top not in _PACKED or _entry_of(m.name) in before:
                 continue
             members.append(m)
-        tar.extractall(root, members=members, filter="data")
+        try:
+            tar.extractall(root, members=members, filter="data")
+        except tarfile.FilterError as e:
+            raise UserError(f"compile-cache: {path} holds a member that would land outside "
+                            f"{root} ({e})", "use a pack made by `crossbench engines "
+                            "compile-cache pack`; this one was altered") from e
         index = tar.extractfile(_INDEX) if _INDEX in tar.getnames() else None
         if index is not None:
             with (root / _INDEX).open("ab") as f:
