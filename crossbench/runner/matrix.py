@@ -479,15 +479,17 @@ def parse_matrix(text: str, path: Path) -> Matrix:
         raise UserError(f"{path}: {loc}: {msg}", f"fix `{loc}`") from None
 
 
-_FIXTURE = re.compile(r"^fixture:(?:(?P<shape>[\w.-]+)/)?(?P<role>target|draft|eagle3|dflash)"
+_FIXTURE = re.compile(r"^fixture:(?:(?P<shape>[\w.-]+)/)?"
+                      r"(?P<role>target|draft|eagle3|dflash|mtp-target)"
                       r"(?:@(?P<quant>[A-Za-z0-9_]+))?$")
 
 
 def parse_fixture_ref(ref: str, field: str) -> tuple[str, str, str | None]:
     """``fixture:[SHAPE/]ROLE[@QUANT]`` -> (shape, role, quant); shape tiny default.
 
-    ROLE is target, draft, or a drafter made by llama.cpp's converter (eagle3, dflash:
-    ``crossbench.fixtures.drafters``). ``@hf`` names the fixture's Hugging Face folder (for
+    ROLE is target, draft, a drafter made by llama.cpp's converter (eagle3, dflash:
+    ``crossbench.fixtures.drafters``) or the Qwen3.5 target with an MTP layer (mtp-target:
+    ``crossbench.fixtures.mtp``). ``@hf`` names the fixture's Hugging Face folder (for
     vLLM and SGLang) instead of a quantized GGUF.
     """
     from crossbench.fixtures import SHAPES
@@ -497,8 +499,8 @@ def parse_fixture_ref(ref: str, field: str) -> tuple[str, str, str | None]:
         raise UserError(f"{field}: unknown fixture {ref!r}",
                         "write fixture:target, fixture:draft or fixture:SHAPE/ROLE@QUANT with "
                         f"SHAPE one of {', '.join(SHAPES)} and ROLE one of target, draft, "
-                        "eagle3, dflash (e.g. fixture:qwen3-8b/target@Q4_K_M, or @hf for its "
-                        "Hugging Face folder)")
+                        "eagle3, dflash, mtp-target (e.g. fixture:qwen3-8b/target@Q4_K_M, or "
+                        "@hf for its Hugging Face folder)")
     return m["shape"] or "tiny", m["role"], m["quant"]
 
 

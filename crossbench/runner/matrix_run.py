@@ -128,16 +128,19 @@ def _resolve(ref: str) -> str:
     if ref.startswith("fixture:"):
         from crossbench.fixtures.resolve import (
             DRAFTER_ROLES,
+            MTP_ROLES,
             ensure_drafter,
             ensure_fixtures,
             ensure_hf_fixture,
+            ensure_mtp_target,
             quantize,
         )
         from crossbench.runner.matrix import parse_fixture_ref
 
         shape, role, quant = parse_fixture_ref(ref, "model")
-        if role in DRAFTER_ROLES:  # converted from its HF folder by llama.cpp's converter
-            hf_dir, gguf = ensure_drafter(shape, role)
+        if role in DRAFTER_ROLES or role in MTP_ROLES:  # converted by llama.cpp's converter
+            hf_dir, gguf = (ensure_mtp_target(shape) if role in MTP_ROLES
+                            else ensure_drafter(shape, role))
             return str(hf_dir if quant == "hf" else quantize(gguf, quant) if quant else gguf)
         if quant == "hf":  # the Hugging Face folder of the same tensors (vLLM)
             return str(ensure_hf_fixture(shape, role))
