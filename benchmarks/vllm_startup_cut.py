@@ -11,7 +11,9 @@ Both variants use crossbench's compile cache, so cold-vs-warm shows what the cac
 default-vs-cut what the capture sizes save. Variants alternate their order per round so drift
 hits both alike. After each start it runs the cell's load (``--requests`` requests of
 ``--max-tokens`` tokens at ``--concurrency``) and records every request's decode rate
-(tokens after the first chunk over the time from the first to the last chunk).
+(tokens after the first chunk over the time from the first to the last chunk), and vLLM's
+KV cache size (fewer graphs leave vLLM's memory profiler a smaller graph estimate to subtract,
+so the cut's KV cache can be slightly larger; it matters only where a cell would preempt).
 
 Report (stdout, and ``OUT/startup_cut.json`` with every start's record): per variant and
 start kind, the seconds to ready and vLLM's phases (init engine, torch.compile, graph
@@ -96,6 +98,8 @@ def one_start(config: dict[str, Any], variant: str, root: Path, log: Path,
     try:
         srv.wait_ready()
         cut = srv.startup_cut_record()
+        facts = srv.startup_facts()
+        kv_tokens = facts.kv_cache_tokens if facts is not None else None
         client = ClientConfig(base_url=srv.base_url, model=srv.served_model_name,
                               max_tokens=max_tokens, ignore_eos=True, seed=1,
                               extra_body=srv.request_extras(False))
@@ -109,6 +113,7 @@ def one_start(config: dict[str, Any], variant: str, root: Path, log: Path,
     return {"variant": variant, "start": cut.get("start"), "cache_root": str(root),
             **{k: cut.get(k) for k in PHASES}, "capture_sizes": cut.get("capture_sizes"),
             "logged_capture_sizes": cut.get("logged_capture_sizes"),
+            "kv_cache_tokens": kv_tokens,
             "n_ok": stats.n_ok, "n_error": stats.n_error,
             "decode_tok_s": statistics.mean(rates) if rates else None,
             "decode_tok_s_requests": rates}
