@@ -201,6 +201,12 @@ def test_compile_cache_off_and_vllm(tmp_path: Path, cache: Path) -> None:
     assert chosen.base_environment()["VLLM_CACHE_ROOT"] == "/x/y"  # the config's wins
 
 
+def test_no_executable_no_cache_root(tmp_path: Path, cache: Path) -> None:
+    """Reading the environment (the API key's lookup) needs no vLLM on this machine."""
+    srv = _server(tmp_path, binary=str(tmp_path / "missing" / "vllm"))
+    assert "VLLM_CACHE_ROOT" not in srv.base_environment()
+
+
 def test_pack_unpack_makes_the_next_machine_warm(tmp_path: Path, cache: Path,
                                                  monkeypatch: pytest.MonkeyPatch) -> None:
     binary = write_launcher(tmp_path / "vllm", *FAST)

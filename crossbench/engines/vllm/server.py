@@ -372,7 +372,12 @@ class VllmServer(LocalServer):
         mode = self.config.compile_cache
         if mode == "vllm" or (mode == "crossbench" and "VLLM_CACHE_ROOT" in env):
             return env
-        key = self.build_key() if mode == "crossbench" else ""
+        key = ""
+        if mode == "crossbench":
+            try:
+                key = self.build_key()
+            except (UserError, OSError):
+                return env  # no executable here: nothing starts, so no cache is needed
         return {**env, **startup_cut.environment(mode, key, env)}
 
     def _this_log(self) -> str:
