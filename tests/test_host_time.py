@@ -13,7 +13,12 @@ from pathlib import Path
 import pytest
 
 from crossbench.analysis.analyze import analyze, tables
-from crossbench.analysis.host_time import HOST_BOUND_SHARE, cell_host_time, trial_times
+from crossbench.analysis.host_time import (
+    HOST_ADDED_SHARE,
+    HOST_BOUND_SHARE,
+    cell_host_time,
+    trial_times,
+)
 from crossbench.analysis.paired import StatsOptions
 from crossbench.analysis.rundir import load_run
 from crossbench.frames import open_run
@@ -42,10 +47,10 @@ def _set_telemetry(root: Path, method: str, per_trial: list[tuple[float, float]]
     man_path.write_text(json.dumps(man))
 
 
-def _study(root: Path, spec_util: tuple[float, float]) -> Path:
+def _study(root: Path, spec_util: tuple[float, float], base_util: float = 80.0) -> Path:
     study(root, PROMPTS, [Arm("none"), Arm("d", "draft-simple", 2, acceptance=ACC)],
           lambda a, p, t, o: 100.0 if a.method == "none" else 90.0, trials=2, tokens=TOKENS)
-    _set_telemetry(root, "none", [(80.0, 4.0), (80.0, 4.0)])
+    _set_telemetry(root, "none", [(base_util, 4.0), (base_util, 4.0)])
     _set_telemetry(root, "draft-simple", [(spec_util[0], 6.4), (spec_util[1], 6.4)])
     return root
 
@@ -83,8 +88,21 @@ def test_an_arm_busy_less_than_half_its_time_is_host_bound(tmp_path: Path) -> No
 
 def test_an_arm_busy_half_its_time_or_more_is_not(tmp_path: Path) -> None:
     assert HOST_BOUND_SHARE == 0.5
-    r = analyze(_study(tmp_path / "s", (50.0, 50.0)), OPTS)
+    # spec: 0.5 x 6.4 s / 640 = 5.0 ms host per token; baseline at 40 %: 3.75 of 6.25 ms,
+    # so the arm adds 1.25 ms, 20 % of a baseline token: under both triggers
+    r = analyze(_study(tmp_path / "s", (50.0, 50.0), base_util=40.0), OPTS)
     assert not [w for w in r["pairs"][0]["warnings"] if w["kind"] == "host_bound"]
+
+
+def test_an_arm_busy_half_its_time_that_adds_host_time_is_host_bound(tmp_path: Path) -> None:
+    assert HOST_ADDED_SHARE == 0.25
+    # spec 5.0 ms host per token against the baseline's 1.25 of 6.25 ms: 60 % more
+    r = analyze(_study(tmp_path / "s", (50.0, 50.0)), OPTS)
+    (w,) = [w for w in r["pairs"][0]["warnings"] if w["kind"] == "host_bound"]
+    assert w["message"].startswith(
+        "the speculative arm waited on the host 5.00 ms per output token against its "
+        "baseline's 1.25 ms, 60% of the baseline's time per token more (GPU work 5.00 "
+        "against 5.00 ms; GPU busy 50% (its baseline 80%))")
 
 
 def test_without_telemetry_there_are_no_figures_and_no_warning(tmp_path: Path) -> None:
@@ -147,7 +165,7 @@ def test_on_five_h200s_the_draft_arm_s_gpu_time_agreed_and_its_host_time_did_not
     assert all(t.gpu_busy_share > 0.65 for t in base)  # the baseline kept its GPU busy
 
 
-def test_the_analysis_calls_those_arms_host_bound_and_llama_cpp_s_not(
+def test_the_analysis_calls_those_arms_host_bound_and_llama_cpp_s_by_added_host_time(
         h200_vllm_runs: list[Path], tmp_path: Path) -> None:
     r = analyze(h200_vllm_runs[3], OPTS)  # the two-start run: busy 21-30 %
     assert {p["cell"] for p in r["pairs"]
@@ -158,4 +176,12 @@ def test_the_analysis_calls_those_arms_host_bound_and_llama_cpp_s_not(
     llama = analyze(tmp_path / "h200-cross-roundgate" / "llama-crossbench", OPTS)
     shares = [c["host_time"]["gpu_busy_share"] for c in llama["cells"]]
     assert min(shares) > HOST_BOUND_SHARE  # llama-server's speculative arms: 0.56-0.67
-    assert not [w for w in llama["stability"] if w["kind"] == "host_bound"]
+    # none is busy under half its time, but at alpha 0.6 every n, and at 1.0 n = 1, waits on
+    # the host 1.6-3.6 ms per token longer than the baseline's 1.13 of 6.6 ms: flagged by the
+    # added host time alone; at alpha 1.0 n = 3, 4, 8 (fewer steps per token) not
+    flagged = {p["cell"].split("/")[2] + "/" + p["cell"].split("/")[3] for p in llama["pairs"]
+               if any(w["kind"] == "host_bound" for w in p["warnings"])}
+    assert flagged == {"synth-a0.6/n1", "synth-a0.6/n3", "synth-a0.6/n4", "synth-a0.6/n8",
+                       "synth-a1.0/n1"}
+    assert all("waited on the host" in w["message"] for p in llama["pairs"]
+               for w in p["warnings"] if w["kind"] == "host_bound")

@@ -49,6 +49,10 @@ def confounds(a: CellData, b: CellData, axis: str = "spec",
     split = split_occasions(a.manifest, b.manifest)
     if split:
         findings.append(_split_finding(split, labels))
+    differ = cpu_sets(a.manifest), cpu_sets(b.manifest)
+    if differ[0] and differ[1] and differ[0] != differ[1] and not (
+            {"host.cpu", "host.cpus"} & {x.field for x in d.confounding}):
+        findings.append(_cpu_finding(differ, labels))
     bad = [f for f in findings if f["severity"] == "confounding"]
     return {
         "checked": True,
@@ -114,6 +118,45 @@ def split_occasions(a: Mapping[str, Any], b: Mapping[str, Any]) -> list[int]:
     """
     oa, ob = occasions(a), occasions(b)
     return [t for t in sorted(set(oa) & set(ob)) if not same_occasion(oa[t], ob[t])]
+
+
+CpuKey = tuple[str | None, int | None]
+"""A host's CPU as the confound check compares it: (model, logical CPUs)."""
+
+
+def cpu_sets(manifest: Mapping[str, Any]) -> frozenset[CpuKey]:
+    """The CPUs (model, logical count) that a run directory's trials ran on, from each trial's
+    ``host`` record, else its provenance's ``host`` (trials with neither are left out)."""
+    out: set[CpuKey] = set()
+    for entry in manifest.get("trials") or []:
+        if not isinstance(entry, Mapping):
+            continue
+        rec = _mapping(entry.get("host"))
+        host = _mapping(_mapping(entry.get("provenance")).get("host"))
+        cpu, cpus = rec.get("cpu") or host.get("cpu"), rec.get("cpus") or host.get("cpus")
+        if cpu is not None or cpus is not None:
+            out.add((cpu, int(cpus) if isinstance(cpus, int) else None))
+    return frozenset(out)
+
+
+def _mapping(value: Any) -> Mapping[str, Any]:
+    return value if isinstance(value, Mapping) else {}
+
+
+def _cpu_text(cpus: frozenset[CpuKey]) -> str:
+    return "; ".join(f"{m or 'unknown CPU'} ({n if n is not None else '?'} CPUs)"
+                     for m, n in sorted(cpus, key=str))
+
+
+def _cpu_finding(cpus: tuple[frozenset[CpuKey], frozenset[CpuKey]],
+                 labels: tuple[str, str]) -> dict[str, Any]:
+    return {"rule": "different_cpus", "severity": "confounding",
+            "message": f"the {labels[0]} cell's trials ran on {_cpu_text(cpus[0])} and the "
+                       f"{labels[1]} cell's on {_cpu_text(cpus[1])}: the host's CPU is a "
+                       "second variable (a speculative arm's host work per step follows it)",
+            "action": "run both cells on one machine (a new --out with --only on the host "
+                      "that ran the other), or compare only trials that share a CPU",
+            "source": "crossbench.analysis.confounding.cpu_sets"}
 
 
 def _split_finding(trials: list[int], labels: tuple[str, str]) -> dict[str, Any]:

@@ -34,6 +34,11 @@ HOST_BOUND_SHARE = 0.5
 """A speculative arm whose GPU was busy less than this share of its measured time is
 host-bound (``host_bound`` warning)."""
 
+HOST_ADDED_SHARE = 0.25
+"""A speculative arm that waits on the host longer per output token than its baseline by at
+least this share of the baseline's time per token is flagged ``host_bound`` too: a host with
+a slower CPU moves its speed by a large part of that (:func:`host_bound`)."""
+
 
 @dataclass(frozen=True)
 class TrialTime:
@@ -80,6 +85,37 @@ def trial_times(cell: CellData) -> list[TrialTime]:
     return out
 
 
+def trial_host(entry: dict[str, Any]) -> dict[str, Any]:
+    """The host side of one trial from its manifest entry, the same keys for every engine:
+    ``cpu`` and ``cpus`` (the trial's ``host`` record, else its provenance's, so runs
+    recorded before the record have them too), ``cpus_usable``, ``governor``,
+    ``loadavg_before`` and ``loadavg_after`` (1-minute), ``runnable_before`` and
+    ``runnable_after``, ``cpu_busy_share``, ``steal_share``, ``server_cores``,
+    ``client_cores`` and ``busy_others`` ("name (pid) cores", joined); None where not
+    recorded."""
+    rec = entry.get("host") or {}
+    prov = (entry.get("provenance") or {}).get("host") or {}
+    before, after = rec.get("before") or {}, rec.get("after") or {}
+    others = rec.get("busy_others")
+    return {
+        "cpu": rec.get("cpu") or prov.get("cpu"),
+        "cpus": rec.get("cpus") or prov.get("cpus"),
+        "cpus_usable": rec.get("cpus_usable"), "governor": rec.get("governor"),
+        "loadavg_before": (before.get("loadavg") or [None])[0],
+        "loadavg_after": (after.get("loadavg") or [None])[0],
+        "runnable_before": before.get("runnable"), "runnable_after": after.get("runnable"),
+        "cpu_busy_share": rec.get("cpu_busy_share"), "steal_share": rec.get("steal_share"),
+        "server_cores": rec.get("server_cores"), "client_cores": rec.get("client_cores"),
+        "busy_others": ("; ".join(f"{o.get('name')} ({o.get('pid')}) {o.get('cores')}"
+                                  for o in others) if others is not None else None),
+    }
+
+
+def trial_hosts(cell: CellData) -> dict[int, dict[str, Any]]:
+    """:func:`trial_host` of every trial of ``cell`` by trial number."""
+    return {int(e.get("trial", 0)): trial_host(e) for e in cell.manifest.get("trials") or []}
+
+
 def _spread(values: list[float]) -> dict[str, Any]:
     return {"mean": sum(values) / len(values), "min": min(values), "max": max(values),
             "cv": cv(values)}
@@ -90,11 +126,13 @@ def cell_host_time(cell: CellData) -> dict[str, Any] | None:
 
     ``gpu_busy_share`` is the mean over trials; ``busy_ms_per_token`` and
     ``host_ms_per_token`` give mean, min, max and CV over trials; ``per_trial`` keeps each
-    trial's figures so every statistic can be recomputed.
+    trial's figures so every statistic can be recomputed, with the host it ran on and that
+    host's load (``host``: :func:`trial_host`).
     """
     times = trial_times(cell)
     if not times:
         return None
+    hosts = trial_hosts(cell)
     return {
         "trials": len(times),
         "gpu_busy_share": sum(t.gpu_busy_share for t in times) / len(times),
@@ -103,28 +141,72 @@ def cell_host_time(cell: CellData) -> dict[str, Any] | None:
         "per_trial": {str(t.trial): {"wall_s": t.wall_s, "tokens": t.tokens,
                                      "gpu_busy_share": t.gpu_busy_share,
                                      "busy_ms_per_token": t.busy_ms_per_token,
-                                     "host_ms_per_token": t.host_ms_per_token}
+                                     "host_ms_per_token": t.host_ms_per_token,
+                                     "host": hosts.get(t.trial)}
                       for t in times},
         "source": "NVML utilization.gpu, mean over the measured window, x measured wall "
                   "time / output tokens of the trial's completed requests",
     }
 
 
+def added_host_share(spec: dict[str, Any] | None, base: dict[str, Any] | None) -> float | None:
+    """The host time per output token the speculative arm adds to its baseline's, as a share
+    of the baseline's whole time per token (None without both arms' ``host_time``)."""
+    if not spec or not base:
+        return None
+    per_token = base["host_ms_per_token"]["mean"] + base["busy_ms_per_token"]["mean"]
+    if per_token <= 0:
+        return None
+    return float((spec["host_ms_per_token"]["mean"] - base["host_ms_per_token"]["mean"])
+                 / per_token)
+
+
 def host_bound(spec: dict[str, Any] | None, base: dict[str, Any] | None) -> str | None:
-    """Why a speculative arm is host-bound (its ``host_time`` against the baseline's), or
-    None when it is not, or there is no telemetry."""
-    if not spec or spec["gpu_busy_share"] >= HOST_BOUND_SHARE:
+    """Why a speculative arm's speed depends on the host (its ``host_time`` against the
+    baseline's), or None when it does not, or there is no telemetry.
+
+    Two triggers, for every engine and method alike: the arm's GPU was busy less than
+    :data:`HOST_BOUND_SHARE` of its measured time, or the arm waits on the host at least
+    :data:`HOST_ADDED_SHARE` of a baseline token's time longer per token than its baseline
+    (on an H200: vLLM's n-gram arm at c=1, 2.98 against 1.24 ms, and llama.cpp's draft-model
+    arms at c=1, where the GPU stayed busy 60 % of the time).
+    """
+    if not spec:
         return None
     host, busy = spec["host_ms_per_token"], spec["busy_ms_per_token"]
-    text = (f"the speculative arm's GPU was busy {spec['gpu_busy_share']:.0%} of its measured "
-            f"time{_against(base)}: per output token {host['mean']:.2f} ms waiting on the "
-            f"host against {busy['mean']:.2f} ms of GPU work")
+    added = added_host_share(spec, base)
+    if spec["gpu_busy_share"] < HOST_BOUND_SHARE:
+        text = (f"the speculative arm's GPU was busy {spec['gpu_busy_share']:.0%} of its "
+                f"measured time{_against(base)}: per output token {host['mean']:.2f} ms "
+                f"waiting on the host against {busy['mean']:.2f} ms of GPU work")
+    elif added is not None and base is not None and added >= HOST_ADDED_SHARE:
+        bh = base["host_ms_per_token"]["mean"]
+        text = (f"the speculative arm waited on the host {host['mean']:.2f} ms per output "
+                f"token against its baseline's {bh:.2f} ms, {added:.0%} of the baseline's "
+                f"time per token more (GPU work {busy['mean']:.2f} against "
+                f"{base['busy_ms_per_token']['mean']:.2f} ms; GPU busy "
+                f"{spec['gpu_busy_share']:.0%}{_against(base)})")
+    else:
+        return None
     if spec["trials"] >= 2:
         text += (f"; over {spec['trials']} trials the host time ran {host['min']:.2f}-"
                  f"{host['max']:.2f} ms (CV {host['cv']:.0%}), the GPU time "
                  f"{busy['min']:.2f}-{busy['max']:.2f} ms (CV {busy['cv']:.0%})")
+    text += _cpus(spec)
     return text + (": the speed, and so the verdict, follow this host's CPU (the engine's "
                    "own host work per step, other load), which differs between machines")
+
+
+def _cpus(fig: dict[str, Any]) -> str:
+    """Where the arm's trials ran and the host's load then (``per_trial``'s ``host``)."""
+    hosts = [t.get("host") or {} for t in (fig.get("per_trial") or {}).values()]
+    cpus = sorted({f"{h['cpu']} ({h['cpus']} CPUs)" for h in hosts if h.get("cpu")})
+    if not cpus:
+        return ""
+    loads = [x for h in hosts for x in (h.get("loadavg_before"), h.get("loadavg_after"))
+             if x is not None]
+    load = f", 1-min load {min(loads):.2f}-{max(loads):.2f}" if loads else ""
+    return f"; on {', '.join(cpus)}{load}"
 
 
 def _against(base: dict[str, Any] | None) -> str:

@@ -23,7 +23,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
-from crossbench.analysis.host_time import trial_times
+from crossbench.analysis.host_time import trial_host, trial_times
 from crossbench.analysis.paired import StatsOptions
 from crossbench.analysis.rundir import CellData, RunData, load_run
 from crossbench.analysis.summary import request_metrics, summarize_run_dir
@@ -151,7 +151,8 @@ class RunFrames:
                     "busy_ms_per_token": times[t].busy_ms_per_token if t in times else None,
                     "host_ms_per_token": times[t].host_ms_per_token if t in times else None,
                     "boot_id": (prov.get("host") or {}).get("boot_id"),
-                    "gpus": ",".join(str(g.get("uuid")) for g in gpus) or None})
+                    "gpus": ",".join(str(g.get("uuid")) for g in gpus) or None,
+                    **_host_columns(trial_host(e))})
         return _frame("trials", rows)
 
     @cached_property
@@ -260,8 +261,16 @@ def _request_rows(cell: CellData) -> list[dict[str, Any]]:
             "draft_tokens": t.get("draft_n", sd.get("num_draft_tokens")),
             "accepted_tokens": t.get("draft_n_accepted",
                                      sd.get("num_accepted_draft_tokens")),
-            "finish_reason": r.get("finish_reason")})
+            "finish_reason": r.get("finish_reason"), "retries": r.get("retries"),
+            "failed_attempts": (len(r["failed_attempts"])
+                                if isinstance(r.get("failed_attempts"), list) else None)})
     return rows
+
+
+def _host_columns(host: dict[str, Any]) -> dict[str, Any]:
+    """The trials frame's host columns from :func:`~crossbench.analysis.host_time.trial_host`."""
+    renamed = {"governor": "cpu_governor", "cpu_busy_share": "host_cpu_busy_share"}
+    return {renamed.get(k, k): v for k, v in host.items()}
 
 
 def _coords(cell: CellData) -> dict[str, Any]:
@@ -275,7 +284,9 @@ def _coords(cell: CellData) -> dict[str, Any]:
 _INT_COLUMNS = {"n", "trial", "request_index", "t_sent_ns", "t_first_chunk_ns",
                 "t_done_ns", "output_tokens", "prompt_tokens", "chunks", "draft_tokens",
                 "accepted_tokens", "requests_ok", "requests_failed", "n_samples", "n_prompts",
-                "n_trials", "warnings", "predicted_best_n"}
+                "n_trials", "warnings", "predicted_best_n", "retries",
+                "failed_attempts", "cpus", "cpus_usable", "runnable_before",
+                "runnable_after"}
 
 
 def _frame(name: str, rows: list[dict[str, Any]]) -> pd.DataFrame:

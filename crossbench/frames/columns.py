@@ -55,6 +55,12 @@ FRAMES: dict[str, list[Column]] = {
         Column("draft_tokens", "tokens", "tokens drafted for this request (per-request counts)"),
         Column("accepted_tokens", "tokens", "drafted tokens accepted for this request"),
         Column("finish_reason", "", "why the request ended (length, stop...)"),
+        Column("retries", "",
+               "times the request was sent again on a fresh connection (0 or 1: the server "
+               "closed a reused connection before any response byte; NA where not recorded)"),
+        Column("failed_attempts", "",
+               "sends of this request that failed and were retried (their errors are in the "
+               "record's failed_attempts; NA where not recorded)"),
     ],
     "trials": [
         *_COORDS,
@@ -83,6 +89,26 @@ FRAMES: dict[str, list[Column]] = {
                "time per output token with no kernel running (the GPU waiting on the host)"),
         Column("boot_id", "", "boot id of the host (two trials on one machine share it)"),
         Column("gpus", "", "UUIDs of the visible GPUs, comma-separated"),
+        Column("cpu", "", "CPU model of the trial's host (per trial: a resumed run can end "
+               "on another machine)"),
+        Column("cpus", "CPUs", "logical CPUs of the host"),
+        Column("cpus_usable", "CPUs", "CPUs crossbench could run on (its affinity mask)"),
+        Column("cpu_governor", "", "cpufreq governor (NA where the host does not expose it)"),
+        Column("loadavg_before", "processes", "1-minute load average before the measured "
+               "requests"),
+        Column("loadavg_after", "processes", "1-minute load average after them"),
+        Column("runnable_before", "processes",
+               "processes running or ready to run before the measured requests"),
+        Column("runnable_after", "processes", "the same after them"),
+        Column("host_cpu_busy_share", "fraction",
+               "share of all CPUs' time busy over the measured window (0-1)"),
+        Column("steal_share", "fraction",
+               "share of all CPUs' time stolen by a hypervisor over the window (0-1)"),
+        Column("server_cores", "cores", "CPU the engine's server processes used over the "
+               "window, in cores (NA for a server crossbench did not start)"),
+        Column("client_cores", "cores", "CPU crossbench itself used over the window"),
+        Column("busy_others", "", "other processes using at least 0.25 cores over the "
+               "window: name (pid) cores, joined by ';' (empty: none)"),
     ],
     "cells": [
         *_COORDS,

@@ -44,7 +44,7 @@ from crossbench.engines.auth import UNAUTHORIZED, unauthorized
 from crossbench.engines.base import EngineServer, MetricsSnapshot
 from crossbench.engines.prometheus import total
 from crossbench.errors import RunError, UserError
-from crossbench.host import cpu_model
+from crossbench.host import HostWindow, cpu_model
 from crossbench.load.client import ClientConfig, ConcurrencyMode, LoadStats, RateMode, run_load
 from crossbench.load.workloads import RequestSpec, load_workload
 from crossbench.runner.config import RunConfig
@@ -602,11 +602,15 @@ class Trial:
         phases["scrape_write"] = clock() - t1
         self.progress(f"trial {t + 1}/{cfg.trials}: {len(measured)} requests, "
                       f"concurrency {cfg.load.concurrency}")
+        window = HostWindow()  # the host side of the measured window, for every engine
+        window.start()
         t1 = clock()
         self.marks["measured_start"] = time.time_ns()
         stats = self.measure(client_cfg, measured, mode, write)
         self.marks["measured_end"] = time.time_ns()
         phases["measured"] = clock() - t1
+        entry["host"] = window.stop(process_tree([server.pid])
+                                    if isinstance(server.pid, int) else None)
         t1 = clock()
         after = settled_scrape(server)
         self.writer.write_snapshot(t, "after", after.text)

@@ -423,6 +423,10 @@ class TrialEntry(TypedDict, total=False):
     ``of`` and ``reason``."""
     warnings: list[str]
     other_engines: list[dict[str, Any]]
+    host: dict[str, Any]
+    """The host side of the measured window (:class:`crossbench.host.HostWindow`): CPU model
+    and count, governor, load before and after, CPU busy and steal shares, the cores the
+    server, crossbench and other busy processes used."""
     stop_report: dict[str, Any]
     vram_release: dict[str, Any]
     telemetry: dict[str, Any]
