@@ -54,14 +54,16 @@ def test_every_converted_tensor_equals_its_hf_tensor(mtp_target):
     assert by_hf["mtp.pre_fc_norm_embedding.weight"].gguf_name == "blk.4.nextn.enorm.weight"
     assert by_hf["mtp.layers.0.self_attn.q_proj.weight"].gguf_name == "blk.4.attn_q.weight"
     assert "+1" in by_hf["mtp.norm.weight"].change
-    assert "-exp" in by_hf["model.layers.0.linear_attn.A_log"].change
-    assert "tiled" in by_hf["model.layers.0.linear_attn.in_proj_qkv.weight"].change
-    assert "+1" not in by_hf["model.layers.0.linear_attn.norm.weight"].change
+    assert "-exp" in by_hf["model.language_model.layers.0.linear_attn.A_log"].change
+    assert "tiled" in by_hf["model.language_model.layers.0.linear_attn.in_proj_qkv.weight"].change
+    assert "+1" not in by_hf["model.language_model.layers.0.linear_attn.norm.weight"].change
     assert len(checks) == 71  # 3 linear layers x 14 + 2 full layers x 12 + 5 global/nextn
     config = json.loads((hf_dir / "config.json").read_text())
-    assert config["architectures"] == ["Qwen3_5ForCausalLM"]
-    assert config["mtp_num_hidden_layers"] == 1
-    assert config["layer_types"] == ["linear_attention"] * 3 + ["full_attention"]
+    assert config["architectures"] == ["Qwen3_5ForConditionalGeneration"]
+    assert config["model_type"] == "qwen3_5"  # what vLLM's qwen3_5_mtp override looks for
+    text = config["text_config"]
+    assert text["mtp_num_hidden_layers"] == 1
+    assert text["layer_types"] == ["linear_attention"] * 3 + ["full_attention"]
     from gguf import GGUFReader
 
     fields = GGUFReader(str(gguf)).fields
