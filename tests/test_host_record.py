@@ -248,3 +248,20 @@ def test_the_frames_carry_each_trial_s_host(tmp_path: Path) -> None:
     assert t["runnable_after"].tolist() == [3] * 4
     assert t["busy_others"].tolist() == [""] * 4
     assert t["cpu_governor"].isna().all()  # not recorded here
+
+
+def test_host_bound_names_the_cpu_the_load_and_other_busy_processes(tmp_path: Path) -> None:
+    root = _two_arms(tmp_path / "s", {})
+    for man_path in root.glob("cells/*/manifest.json"):
+        man = json.loads(man_path.read_text())
+        spec = man["config"]["engine_config"]["spec"]["type"] != "none"
+        for e in man["trials"]:
+            e["telemetry"] = {"available": True,
+                              "gpus": [{"gpu": 0, "mean_util_gpu_pct": 30.0 if spec else 80.0}]}
+            e["phase_s"] = {"measured": 4.0}
+            if spec and e["trial"] == 1:
+                e["host"]["busy_others"] = [{"pid": 7, "name": "stress", "cores": 1.5}]
+        man_path.write_text(json.dumps(man))
+    (w,) = [w for w in _pair(root)["warnings"] if w["kind"] == "host_bound"]
+    assert ("; on Intel Xeon 8480+ (16 CPUs), 1-min load 1.00-1.50; other processes busy in "
+            "1 of 2 trial(s): stress (7) 1.5: the speed") in w["message"]

@@ -206,7 +206,10 @@ def _cpus(fig: dict[str, Any]) -> str:
     loads = [x for h in hosts for x in (h.get("loadavg_before"), h.get("loadavg_after"))
              if x is not None]
     load = f", 1-min load {min(loads):.2f}-{max(loads):.2f}" if loads else ""
-    return f"; on {', '.join(cpus)}{load}"
+    busy = [h["busy_others"] for h in hosts if h.get("busy_others")]
+    others = (f"; other processes busy in {len(busy)} of {len(hosts)} trial(s): {busy[0]}"
+              if busy else "")
+    return f"; on {', '.join(cpus)}{load}{others}"
 
 
 def _against(base: dict[str, Any] | None) -> str:
