@@ -299,7 +299,7 @@ FORMATS: dict[str, Format] = {
            "histograms); adds server_rate_source, client_vs_server, engine_reported_tok_s, "
            "engine_rate_definition and acceptance.mean_acceptance_length_estimate / mal_note"},
         {2: ("throughput.server_pooled_tok_s", "per_trial.*.throughput.server_pooled_tok_s")}),
-    "analysis": Format(ANALYSIS, ANALYSIS_KIND, 7, {
+    "analysis": Format(ANALYSIS, ANALYSIS_KIND, 8, {
         1: "first version (cells, pairs, sweeps, stability)",
         2: "options.strata and each interval's design; cost-model intervals (d_ci95, v_ci95) "
            "and tau estimated from per-request counts where no counter exists; server rates "
@@ -329,7 +329,12 @@ FORMATS: dict[str, Format] = {
            "output token where a pair's lengths differ, pairs.*.lengths counts such pairs and "
            "the length_mismatch warning names them; the acceptance_counter warning and "
            "acceptance.counter_suspect (accepted equals drafted in every request); output "
-           "parity compares reasoning and content"},
+           "parity compares reasoning and content",
+        8: "cells.*.host_time.per_trial.*.host (the trial's CPU and load); the host_bound "
+           "warning also fires where a speculative arm waits on the host at least a quarter "
+           "of a baseline token's time longer per token than its baseline, and names the "
+           "CPUs, the load and other busy processes; the different_cpus confound finding (a "
+           "pair whose arms ran on different CPUs reads confounded)"},
         {2: ("cells.*.throughput.server_pooled_tok_s", "cells.*.latency_ms.chunk_gap",
              "cells.*.latency_ms.token_itl", "cells.*.throughput.wall_output_tok_s",
              "pairs.*.warnings", "pairs.*.confounds", "pairs.*.verdict", "stability",
@@ -343,7 +348,9 @@ FORMATS: dict[str, Format] = {
              "pairs.*.warnings", "sweeps.*.cost_model.predicted"),
          7: ("pairs.*.speedup_e2e", "pairs.*.per_category.*.speedup_e2e",
              "sweeps.*.points.*.speedup_e2e", "pairs.*.parity", "pairs.*.warnings",
-             "stability")}),
+             "stability"),
+         8: ("pairs.*.warnings", "pairs.*.confounds", "pairs.*.verdict",
+             "pairs.*.verdict_caveats", "stability")}),
 }
 """Every versioned file of a run directory, with its format history: the one place a format
 version changes (bump ``version``, add a line to ``history``, list redefined fields)."""
