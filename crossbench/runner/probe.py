@@ -1,51 +1,11 @@
 """Probe-and-predict n-sweeps in a running matrix (``probe_predict:`` in the matrix file).
 
-An n-sweep is the speculative cells of one engine, target, arm, method, workload and
-concurrency that differ only in n. Of a sweep with more n than ``probes``, the matrix first
-runs only the probes (the smallest n, the largest and evenly spaced ones between), with every
-baseline and every cell outside such a sweep. Then, once, the driver analyses what ran
-(:func:`crossbench.analysis.analyze.analyze_run`) and fits each sweep's cost model
-C(n) = d + v * n (:mod:`crossbench.analysis.sweep`): tau(n) comes from the per-position
-acceptance measured at the largest probe, so every n up to it gets a predicted speedup with a
-bootstrap interval (:func:`crossbench.analysis.sweep.predict_speedups`). Each other cell of
-the sweep is then:
-
-- ``measure``: its prediction's interval straddles 1, or reaches the lower end of the best
-  n's interval while the best n may beat the baseline (its interval reaches 1: which n is
-  best is then the open question), or there is no prediction (no fit, no acceptance curve
-  that far, a probe that failed);
-- ``holdout``: predicted clearly, but measured anyway to check the predictions
-  (``holdout`` cells per sweep, picked with ``seed``);
-- ``predict``: not run; its predicted verdict is ``indistinguishable`` (interval wholly
-  within the analysis's equivalence band, ``stats.EQUIVALENCE``), ``faster`` (interval above
-  1) or ``slower`` (below 1).
-
-The intervals carry the sampling error of the probes' speeds only: not that of tau(n)
-(per-position acceptance from the largest probe's drafts: few on a small run), nor the error
-of the straight line itself (on llama.cpp on the H200 the cost at n = 2 and 3 lay above the
-line through n = 1, 4 and 8). So the holdouts are a gate, not only a report: once the
-follow-ups and holdouts have run, the cells still ``predict`` of a sweep whose holdout was
-measured outside its predicted interval are decided again (:meth:`ProbeController.
-check_holdouts`; a later line of ``predictions.jsonl`` replaces the earlier decision of its
-cell). A holdout with the wrong verdict rejects the model: they are all measured, in a third
-phase. A holdout with the right verdict calibrates the model's error: each predicted interval
-is widened by :data:`MODEL_ERROR_MARGIN` times the holdouts' largest relative miss, and only
-the cells whose widened interval straddles 1 are measured; the others keep their verdict,
-reported with the widened interval.
-
-Decisions go to ``predictions.jsonl`` in the run directory (one line per decided cell,
-written once by the driver before the second phase, with ``decide_s``: the seconds the
-decisions took, while the GPU stays held), so ``--resume`` runs the same cells,
-``crossbench status`` counts a predicted cell's trials as ``predicted``, not missing, and
-``crossbench analyze`` compares every measured follow-up and holdout with its prediction
-(:func:`crossbench.analysis.sweep.prediction_checks`). The verdicts of measured cells stay
-the analysis's bootstrap over their own trials.
-
-With a known start spread (the matrix's ``start_spread``) the decisions are made with it: the
-probes' pair intervals join the spread's (as ``crossbench analyze --start-spread`` does), and
-the cost line's draws carry each probe's and the baseline's start shifts
-(:func:`crossbench.analysis.sweep.joint_log_speedups`), so a sweep probed on one start per
-cell predicts with intervals as wide as its starts allow and measures what they leave open.
+Of each n-sweep longer than ``probes`` the matrix first runs the probes (smallest, largest
+and evenly spaced n) with every other cell; then, once, :class:`ProbeController` fits the
+sweep's cost model on what ran and decides each remaining cell ``measure``, ``holdout`` or
+``predict`` (written to ``predictions.jsonl``), and after the follow-ups re-decides the
+sweeps whose holdouts missed (the holdout gate). The rules, the records and what was tested:
+docs/matrix.md, "Probe-and-predict sweeps".
 """
 
 from __future__ import annotations
@@ -63,9 +23,6 @@ from crossbench.analysis.stats import EQUIVALENCE, within_band
 from crossbench.runner.matrix import Cell, ProbePredict, probe_split, sweeps
 from crossbench.store.atomic import JsonlAppender
 from crossbench.store.rundir import PREDICTIONS, read_predictions
-
-ACTIONS = ("measure", "holdout", "predict")
-"""What a decision does with a cell the probes did not measure (module docstring)."""
 
 
 class ProbeController:
@@ -94,15 +51,8 @@ class ProbeController:
                 if any(c.id not in self.decided for c in rest)]
         if not todo:
             return
-        from crossbench.analysis.analyze import analyze_run
-        from crossbench.analysis.paired import StatsOptions
-        from crossbench.analysis.rundir import load_run
-
         t0 = time.monotonic()
-        opts = StatsOptions(start_spread=run_start_spread(self.out))
-        run = load_run(self.out)
-        result = analyze_run(run, opts)
-        by_id = {c.id: c for c in run.cells}
+        result, by_id, opts = self._analyze()
         decided = [rec for probes, rest in todo
                    for rec in self._decide_sweep(probes, rest, result, by_id, opts)]
         took = round(time.monotonic() - t0, 3)  # the GPU is held meanwhile: count it
@@ -117,6 +67,17 @@ class ProbeController:
                          if p.get("speedup") is not None and ci else "none")
                 progress(f"{rec['cell']}: {rec['action']} (predicted speedup {shown}): "
                          f"{rec['reason']}")
+
+    def _analyze(self) -> tuple[dict[str, Any], dict[str, Any], Any]:
+        """The analysis of what ran so far (with the run's start spread), its cells by id and
+        the options it ran with."""
+        from crossbench.analysis.analyze import analyze_run
+        from crossbench.analysis.paired import StatsOptions
+        from crossbench.analysis.rundir import load_run
+
+        opts = StatsOptions(start_spread=run_start_spread(self.out))
+        run = load_run(self.out)
+        return analyze_run(run, opts), {c.id: c for c in run.cells}, opts
 
     def _decide_sweep(self, probes: list[Cell], rest: list[Cell], result: dict[str, Any],
                       by_id: dict[str, Any], opts: Any) -> list[dict[str, Any]]:
@@ -143,10 +104,8 @@ class ProbeController:
                  **{k: v for k, v in sw.cost_model(points, curve or None, draws, opts.level)
                     .items() if k in ("fitted", "d", "v", "d_ci95", "v_ci95", "reason")}}
         # the best n so far: measured probes and predictions alike, by point estimate
-        scored = [(float(p["speedup"]), p["ci95"]) for p in points
+        scored = [(float(p["speedup"]), p["ci95"]) for p in [*points, *preds.values()]
                   if p["speedup"] is not None and p["ci95"]]
-        scored += [(float(q["speedup"]), q["ci95"]) for q in preds.values()
-                   if q["speedup"] is not None and q["ci95"]]
         best = max(scored, key=lambda s: s[0]) if scored else None
         records: list[dict[str, Any]] = []
         for c in rest:
@@ -165,24 +124,16 @@ class ProbeController:
         return records
 
     def check_holdouts(self, progress: Callable[[str], None]) -> set[str]:
-        """After the follow-ups, the holdout gate (module docstring): of a sweep whose holdout
-        was measured outside its predicted interval, every cell still ``predict`` gets a new
-        decision (a new line in ``predictions.jsonl``, ``replaces: predict``). A holdout whose
-        measured verdict is not the predicted one rejects the model: the cells are measured.
-        Otherwise the holdouts' miss calibrates the model's error: each predicted interval is
-        widened by :data:`MODEL_ERROR_MARGIN` times the largest relative miss, and a cell
-        whose widened interval still excludes 1 keeps its predicted verdict with that
-        interval; the others are measured. Returns the cells to measure."""
+        """After the follow-ups, the holdout gate: every cell still ``predict`` of a sweep whose
+        holdout was measured outside its predicted interval gets a new decision (a new line in
+        ``predictions.jsonl``, ``replaces: predict``; :func:`_gate`). Returns the cells to
+        measure."""
         held = [r for r in self.decided.values() if r.get("action") == "holdout"]
         if not held:
             return set()
         from crossbench.analysis import sweep as sw
-        from crossbench.analysis.analyze import analyze_run
-        from crossbench.analysis.paired import StatsOptions
-        from crossbench.analysis.rundir import load_run
 
-        result = analyze_run(load_run(self.out),
-                             StatsOptions(start_spread=run_start_spread(self.out)))
+        result = self._analyze()[0]
         checks = {r["cell"]: r for r in sw.prediction_checks(self.decided, result["pairs"])
                   ["cells"]}
         missed: dict[tuple[str, ...], list[dict[str, Any]]] = defaultdict(list)
@@ -230,11 +181,8 @@ class ProbeController:
 
 MODEL_ERROR_MARGIN = 2.0
 """How many times the holdouts' largest relative miss a predicted interval is widened by
-when the holdouts missed their intervals with the right verdict. A holdout measures the cost
-line's error at one n; twice it allows for a larger error at the n it did not test. On the
-H200 (llama.cpp, 2026-12-01) holdouts at n = 3 missed by 5 % and the line's error at n = 2
-and 6 reached 11 %: the widened intervals held every measured value but one, whose widened
-interval straddled 1, so it would have been measured."""
+when the holdouts missed their intervals with the right verdict: a holdout measures the cost
+line's error at one n, twice that allows for a larger error at the n it did not test."""
 
 
 def _shown(lo: float, hi: float | None) -> str:
@@ -243,7 +191,10 @@ def _shown(lo: float, hi: float | None) -> str:
 
 def _gate(rec: dict[str, Any], misses: list[dict[str, Any]]) -> dict[str, Any]:
     """The new action, reason and prediction of a ``predict`` cell of a sweep whose holdouts
-    ``misses`` (prediction checks) were measured outside their intervals."""
+    ``misses`` (prediction checks) were measured outside their intervals: a holdout with the
+    wrong verdict rejects the model (measure); else the interval is widened by
+    :data:`MODEL_ERROR_MARGIN` times the largest relative miss and measured if it then
+    straddles 1."""
     wrong = [m for m in misses if m.get("verdict_agrees") is False]
     if wrong:
         m = wrong[0]
@@ -270,7 +221,3 @@ def _gate(rec: dict[str, Any], misses: list[dict[str, Any]]) -> dict[str, Any]:
             f"verdict stands", "predicted": {**p, "ci95": [lo, hi],
                                               "widened_by": widen}}
 
-
-def decision_summary(decided: dict[str, dict[str, Any]]) -> dict[str, int]:
-    """Cells by action of a run's decisions."""
-    return {a: sum(1 for r in decided.values() if r.get("action") == a) for a in ACTIONS}
