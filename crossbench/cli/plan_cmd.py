@@ -108,19 +108,17 @@ def plan(matrix_file: Path, runs: tuple[Path, ...], block: int | None, min_trial
             raise UserError("--only/--skip leave no cells", "loosen the filters")
     if block is None and m.block > 1:
         block = m.block  # the matrix's own reuse
-    if min_trials is None:
-        min_trials = m.sequential.min_trials if m.sequential is not None else MIN_TRIALS
-    opts = PlanOptions(block=block, min_trials=min_trials,
+    seq = m.sequential
+    opts = PlanOptions(block=block,
+                       min_trials=min_trials or (seq.min_trials if seq else MIN_TRIALS),
                        expected_trials_fraction=expected_trials_fraction, probes=probes,
                        follow_ups=follow_ups,
                        statistic="median" if statistic == "median" else "mean",
                        startup_s=_startup_pairs(startup),
                        share=m.share_servers if share is None else share,
                        known_spread=m.start_spread is not None,
-                       min_samples=m.sequential.min_samples if m.sequential is not None
-                       else 10,
-                       look_every=m.sequential.look_every if m.sequential is not None
-                       else None)
+                       min_samples=seq.min_samples if seq else PlanOptions.min_samples,
+                       look_every=seq.look_every if seq else None)
     if runs:
         progress(f"reading timings from {', '.join(map(str, runs))}")
     result = make_plan(m, cells, read_recorded(runs) if runs else None, opts)

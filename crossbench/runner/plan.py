@@ -1,58 +1,20 @@
 """Expected GPU time of a matrix under four designs, before it runs (``crossbench plan``).
 
-A design is a way of spending the GPU on the same cells; each adds one saving to the one
-above it:
-
-- **naive**: what ``crossbench matrix`` does with ``fresh_server: true``: every trial of
-  every cell starts its own server. Time = sum over trials of (start-up + stop + the rest of
-  a server's share + warm-up + metrics scrapes + measured decode).
-- **reuse**: one server start per block of ``block`` trials of a cell (default: all of a
-  cell's trials on one start), the cache reset and warm-up before every trial.
-- **sequential**: a cell stops once its verdict is settled. The runner's unit is the server
-  start (crossbench.runner.stopping): with blocks of ``block`` trials that give at least
-  ``min_trials`` starts, the rule looks once per start and a cell runs whole blocks; with
-  fewer (the default block is all of a cell's trials: one start), every trial keeps its own
-  start, as naive. How many units that takes depends on the effect sizes, unknown before the
-  run: the plan uses an expected number per cell, by default the best case (every cell
-  settles at ``min_trials``); naive or reuse is its worst case. With the matrix's
-  ``start_spread`` the rule looks after every trial and its best case is the first look
-  that has ``min_trials`` trials and ``min_samples`` pairs, on the first start
-  (:func:`spread_first_look`).
-- **probe-and-predict**: reuse or sequential, whichever costs less for the matrix (both run
-  with ``probe_predict:``), on fewer cells: of each n-sweep (the cells of one arm
-  differing only in n) only ``probes`` n are measured (the smallest, the largest and evenly
-  spaced ones between), the others predicted by the sweep's cost model; baselines and cells
-  outside sweeps are all measured. An allowance of ``follow_ups`` cells per sweep is added
-  for predictions whose interval straddles 1 (see :data:`FOLLOW_UPS`). The runner
-  (crossbench.runner.probe) also measures its holdouts and, when a holdout misses its
-  prediction, the sweep's predicted cells: count the holdouts in ``follow_ups``; a rejected
-  model makes the sweep cost what reuse does.
-
-Timings, per engine kind, come from recorded runs (``--from``): each finished trial's
-``phase_s`` in its cell's manifest, read with the project's run reader
-(:func:`crossbench.open_run`). Start-up, stop and the trial's time outside every named phase
-(``other``) are paid per server start; warm-up and the metrics scrapes (``scrape_write``)
-per trial; the measured phase becomes a rate, requested output tokens per second at the
-cell's concurrency, so a matrix of other request counts or lengths scales. ``other`` is per
-start because what filled it on the H200 (about 20 s of vLLM's trials in round 1, all but a
-cell's first) happens once per server object: by the code path, not timed on its own, the
-``props()`` of each new vLLM server object runs ``vllm --version`` (cached per object only).
-Without a recorded run for an engine, the plan falls back to assumptions and says so: the
-engine's registered start-up (:func:`crossbench.engines.registry.planning_startup_s`, or
-``--startup``) and the matrix's ``estimate_tok_s`` (the same estimate as ``crossbench
-validate``).
-
-Means, not medians, by default: a plan adds time up, and the expected sum of N trials is N
-times the mean; the median under-counts a right-skewed start-up (vLLM on the H200 in round
-1: median 71 s, mean 88 s).
+naive (a server start per trial), reuse (one start per block of trials), sequential (a cell
+stops once its verdict is settled: best case by default) and probe-and-predict (of each
+n-sweep only the probes and follow-ups are measured, on the cheaper of reuse and
+sequential). Timings per engine kind come from recorded runs' ``phase_s`` (``--from``), or
+are assumed (registered start-up, ``estimate_tok_s``) and marked so. What each design counts
+and why (means, ``other`` per start, the follow-up allowance): docs/matrix.md, "Planning GPU
+time".
 """
 
 from __future__ import annotations
 
 import math
 import statistics
-from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal
 
@@ -102,10 +64,6 @@ class Figure:
     measured: bool
     source: str
 
-    def to_dict(self) -> dict[str, Any]:
-        """JSON form."""
-        return {"value": self.value, "measured": self.measured, "source": self.source}
-
 
 ASSUMED_STOP = Figure(0.0, False, "assumed: stop 0 s (not measured)")
 """The stop of an engine nothing measured."""
@@ -118,7 +76,6 @@ ASSUMED_OTHER = Figure(0.0, False, "assumed: other time per start 0 s (not measu
 class RecordedTrial:
     """The phases of one finished trial of a recorded run."""
 
-    kind: str
     concurrency: int
     output_tokens: int
     startup_s: float | None  # None: the trial reused a running server
@@ -236,12 +193,6 @@ class DesignRow:
     trials: float
     cells: int
 
-    def to_dict(self) -> dict[str, Any]:
-        """JSON form."""
-        return {"design": self.design, "engine": self.engine, "gpu_s": self.gpu_s,
-                "ratio_to_naive": self.ratio_to_naive, "server_starts": self.server_starts,
-                "trials": self.trials, "cells": self.cells}
-
 
 @dataclass(frozen=True)
 class Plan:
@@ -259,12 +210,12 @@ class Plan:
         """JSON form (``crossbench plan --json``)."""
         return {
             "study": self.study, "cells": self.cells, "trials_per_cell": self.trials_per_cell,
-            "designs": [r.to_dict() for r in self.rows],
-            "timings": {k: {"startup_s": t.startup.to_dict(), "stop_s": t.stop.to_dict(),
-                            "other_s": t.other.to_dict(), "warmup_s": t.warmup.to_dict(),
-                            "scrapes_s": t.scrapes.to_dict(), "decode_tok_s": {str(c): f.to_dict()
-                                             for c, f in sorted(t.rates.items())},
-                            "estimate_tok_s": t.estimate.to_dict() if t.estimate else None}
+            "designs": [asdict(r) for r in self.rows],
+            "timings": {k: {"startup_s": asdict(t.startup), "stop_s": asdict(t.stop),
+                            "other_s": asdict(t.other), "warmup_s": asdict(t.warmup),
+                            "scrapes_s": asdict(t.scrapes),
+                            "decode_tok_s": {str(c): asdict(f) for c, f in sorted(t.rates.items())},
+                            "estimate_tok_s": asdict(t.estimate) if t.estimate else None}
                         for k, t in sorted(self.timings.items())},
             "assumptions": self.assumptions, "notes": self.notes}
 
@@ -279,7 +230,7 @@ def _seconds(value: Any) -> float | None:
     return v if math.isfinite(v) and v >= 0 else None
 
 
-def _trial(kind: str, work: TrialWork, entry: Any) -> RecordedTrial | None:
+def _trial(work: TrialWork, entry: Any) -> RecordedTrial | None:
     """A trial's phases, or None when it has none usable."""
     phases = entry.get("phase_s") if isinstance(entry, dict) else None
     if not isinstance(phases, dict):
@@ -287,7 +238,7 @@ def _trial(kind: str, work: TrialWork, entry: Any) -> RecordedTrial | None:
     got = {k: _seconds(phases.get(k)) for k in PHASES}
     if any(got[k] is None for k in ("warmup", "measured", "total")) or not got["measured"]:
         return None
-    return RecordedTrial(kind, work.concurrency, work.output_tokens, got["startup"],
+    return RecordedTrial(work.concurrency, work.output_tokens, got["startup"],
                          got["stop"] or 0.0, got["warmup"] or 0.0, got["scrape_write"] or 0.0,
                          got["measured"] or 0.0, got["total"] or 0.0)
 
@@ -317,7 +268,7 @@ def read_recorded(paths: Sequence[Path]) -> Recorded:
                     if not isinstance(entry, dict) or entry.get("status") != "ok":
                         out.failed += 1
                         continue
-                    t = _trial(kind, work, entry)
+                    t = _trial(work, entry)
                     if t is None:
                         out.without_phases += 1
                         continue
@@ -339,18 +290,14 @@ def read_recorded(paths: Sequence[Path]) -> Recorded:
     return out
 
 
-def _stat(values: Iterable[float], statistic: Statistic) -> float:
-    vals = list(values)
-    return statistics.fmean(vals) if statistic == "mean" else statistics.median(vals)
-
-
 def _measured(kind: str, trials: list[RecordedTrial], rec: Recorded,
               statistic: Statistic) -> EngineTimings:
     """An engine kind's timings from its recorded trials."""
     where = ", ".join(rec.sources)
 
     def fig(values: list[float]) -> Figure:
-        return Figure(_stat(values, statistic), True,
+        return Figure(statistics.fmean(values) if statistic == "mean"
+                      else statistics.median(values), True,
                       f"measured: {statistic} of {len(values)} trials in {where}")
 
     started = [t for t in trials if t.startup_s is not None]
@@ -413,8 +360,7 @@ def engine_timings(m: Matrix, cells: list[Cell], rec: Recorded | None,
             assert rec is not None
             t = _measured(kind, trials, rec, opts.statistic)
             if kind in opts.startup_s:  # given on the command line: it replaces the measured
-                t = EngineTimings(kind, _assumed_startup(kind, opts.startup_s), t.stop,
-                                  t.other, t.warmup, t.scrapes, t.rates)
+                t = replace(t, startup=_assumed_startup(kind, opts.startup_s))
             out[kind] = t
             continue
         mine = [c for c in cells if c.engine_kind == kind]
@@ -475,20 +421,13 @@ def within_share(opts: PlanOptions, requests: int) -> float:
     return min(1.0, needed / max(1, requests))
 
 
-def _design_cells(cells: list[Cell], design: str, opts: PlanOptions) -> list[Cell]:
-    if design != "probe-and-predict":
-        return cells
-    measured, _, _ = probe_selection(cells, opts.probes, opts.follow_ups)
-    return [c for c in cells if c.id in measured]
-
-
 def make_plan(m: Matrix, cells: list[Cell], rec: Recorded | None,
               opts: PlanOptions | None = None) -> Plan:
     """Expected GPU time of each design, per engine id of the matrix and in total."""
     opts = opts or PlanOptions()
     work = {c.id: trial_work(c.load) for c in cells}  # a bad load is named before anything
     timings, notes = engine_timings(m, cells, rec, opts)
-    trials = m.trials
+    trials, requests = m.trials, min(w.requests for w in work.values())
     block = min(opts.block or trials, trials)
     n_blocks = math.ceil(trials / block)
     seq_block = block if block > 1 and n_blocks >= opts.min_trials else 1
@@ -497,10 +436,10 @@ def make_plan(m: Matrix, cells: list[Cell], rec: Recorded | None,
     seq = min(float(trials), seq_starts * seq_block)
     if opts.known_spread:  # a look per trial, on the starts of blocks of `block` trials
         seq_block = block
-        seq = expected_trials(trials, replace(opts, min_trials=spread_first_look(
-            opts, min(w.requests for w in work.values()))))
+        first = spread_first_look(opts, requests)
+        seq = expected_trials(trials, replace(opts, min_trials=first))
         seq_starts = float(math.ceil(seq / block))
-    share = within_share(opts, min(w.requests for w in work.values())) if seq <= 1 else 1.0
+    share = within_share(opts, requests) if seq <= 1 else 1.0
     rate_notes: dict[str, None] = {}
     # cell id -> (per start, per trial outside decode, decode per trial) seconds
     costs: dict[str, tuple[float, float, float]] = {}
@@ -539,9 +478,10 @@ def make_plan(m: Matrix, cells: list[Cell], rec: Recorded | None,
     engines = list(dict.fromkeys(c.coords["engine"] for c in cells))
     rows: list[DesignRow] = []
     naive: dict[str, float] = {}
+    probed = probe_selection(cells, opts.probes, opts.follow_ups)[0]
     for design in DESIGNS:
         n_trials = shape[design][0]
-        chosen = _design_cells(cells, design, opts)
+        chosen = [c for c in cells if design != "probe-and-predict" or c.id in probed]
         for eid in [*engines, "total"]:
             mine = [c for c in chosen if eid in ("total", c.coords["engine"])]
             gpu, n_starts = cost(design, mine)
@@ -549,7 +489,7 @@ def make_plan(m: Matrix, cells: list[Cell], rec: Recorded | None,
                 naive[eid] = gpu
             rows.append(DesignRow(design, eid, gpu, gpu / naive[eid] if naive[eid] else 0.0,
                                   n_starts, n_trials * len(mine), len(mine)))
-    assumptions = _assumptions(m, cells, timings, rec, opts, block, seq, probe_base, seq_block)
+    assumptions = _assumptions(m, cells, timings, opts, block, seq, probe_base, seq_block)
     if share < 1.0:
         assumptions.append(f"looks inside a trial (look_every {opts.look_every}): a settled "
                            f"speculative cell sends {share:.0%} of its first trial's requests "
@@ -572,7 +512,7 @@ def make_plan(m: Matrix, cells: list[Cell], rec: Recorded | None,
 
 
 def _assumptions(m: Matrix, cells: list[Cell], timings: dict[str, EngineTimings],
-                 rec: Recorded | None, opts: PlanOptions, block: int, seq: float,
+                 opts: PlanOptions, block: int, seq: float,
                  probe_base: str, seq_block: int) -> list[str]:
     out = []
     for kind, t in sorted(timings.items()):
