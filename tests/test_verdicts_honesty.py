@@ -162,11 +162,12 @@ def test_equal_lengths_keep_the_plain_latency_ratio(tmp_path: Path) -> None:
 
 # -- item 10: counters that cannot be right --------------------------------------------------
 
-def _counter_study(out: Path, accepted: int, synth: list[float] | None = None) -> dict[str, Any]:
+def _counter_study(out: Path, accepted: int, synth: list[float] | None = None,
+                   method: str = "draft-simple") -> dict[str, Any]:
     """A speculative arm slower than its baseline whose every request reports ``accepted``
     of its drafted tokens (480 drafted over 24 x 2 requests)."""
     spec = {"synth_rates": synth} if synth else {}
-    arm = Arm("draft", "draft-simple", 4, spec=spec,
+    arm = Arm("draft", method, 4, spec=spec,
               acceptance={"drafts": 120, "draft_tokens": 480, "accepted": accepted})
 
     def rate(a: Arm, pid: str, trial: int, occ: int) -> float:
@@ -196,6 +197,14 @@ def test_synthetic_acceptance_at_rate_one_is_not_flagged(tmp_path: Path) -> None
     # below 1.0, all accepted is as suspect as without synthetic acceptance
     low = _counter_study(tmp_path / "synth-low", accepted=480, synth=[0.9, 0.8, 0.7, 0.6])
     assert "acceptance_counter" in _kinds(low, "/draft/")
+
+
+def test_a_lookup_drafter_copying_seen_text_is_not_flagged(tmp_path: Path) -> None:
+    """ngram-mod on a prompt asked again copies the answer it has seen: every draft right
+    (the demo's n-gram cell on builtin:repeat drafted in 18 of 24 requests, all accepted)."""
+    for method in ("ngram-mod", "ngram"):
+        result = _counter_study(tmp_path / method, accepted=480, method=method)
+        assert "acceptance_counter" not in _kinds(result, "/draft/")
 
 
 def test_real_acceptance_is_not_flagged(tmp_path: Path) -> None:

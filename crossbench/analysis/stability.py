@@ -289,12 +289,25 @@ def synthetic_all_accepted(cell: CellData) -> bool:
     return length is not None and n is not None and float(length) >= n + 1
 
 
+LOOKUP_METHODS = ("ngram", "suffix", "prompt_lookup")
+"""Method name prefixes of drafters that copy text already seen (llama.cpp's ngram-*, vLLM's
+ngram and suffix, SGLang's NGRAM): on a prompt asked again every copied draft can be right,
+so accepted == drafted is no sign of a misread counter there."""
+
+
+def copies_seen_text(cell: CellData) -> bool:
+    """Is the cell's method a lookup drafter (:data:`LOOKUP_METHODS`)?"""
+    method = str(cell.coords.get("method") or "").lower()
+    return method.startswith(LOOKUP_METHODS)
+
+
 def counter_suspect(cell: CellData) -> str | None:
     """What makes the cell's acceptance counters look misread, or None: accepted equals
     drafted in every request that drafted (or, without per-request counts, in the cell's
     counters), which no real drafter does over a whole cell. Not for a cell whose synthetic
-    acceptance accepts every draft by design (:func:`synthetic_all_accepted`)."""
-    if not cell.speculative or synthetic_all_accepted(cell):
+    acceptance accepts every draft by design (:func:`synthetic_all_accepted`), nor for a
+    lookup drafter copying text it has seen (:func:`copies_seen_text`)."""
+    if not cell.speculative or synthetic_all_accepted(cell) or copies_seen_text(cell):
         return None
     every = acc_mod.all_accepted(cell.records)
     if every is not None:
