@@ -130,7 +130,7 @@ def test_same_seed_same_bytes_other_seed_other_bytes(mtp_target, tmp_path):
 
 
 def test_the_8b_class_shape_fits_the_h200_disk():
-    """Qwen3.5-9B's text shape with the fixtures' vocabulary: 8.39 G parameters, 16.8 GB in
+    """Qwen3.5-9B's text shape with the fixtures' vocabulary: 8.41 G parameters, 16.8 GB in
     each format, so HF + GGUF (33.6 GB) fit the H200 host's 64 GB disk."""
     spec = MTP_SHAPES["qwen3-8b"]
     assert (spec.n_layer, spec.n_embd, spec.n_ff) == (32, 4096, 12288)
