@@ -27,9 +27,27 @@ On a GPU host::
     python benchmarks/vllm_startup_cut.py --config cell.yaml --concurrency 16 --out OUT
 
 ``cell.yaml`` is one vLLM server config (the ``server:`` of a matrix arm, with ``binary`` and
-``model``; ``max_num_seqs`` defaults to the concurrency). Without a GPU it refuses with one
-line, unless ``--standin`` runs it against crossbench's vLLM stand-in (not vLLM: for testing
-this script only; its numbers measure nothing about vLLM).
+``model``; ``max_num_seqs`` defaults to the concurrency), e.g. the study's n=4 draft arm::
+
+    binary: .carry/vllm-0.26.0/bin/vllm
+    version: 0.26.0
+    model: /root/.cache/crossbench/fixtures/qwen3-8b-seed0-v1/hf-target
+    dtype: float16
+    max_model_len: 2048
+    gpu_memory_utilization: 0.85
+    enable_prefix_caching: false
+    async_scheduling: false
+    max_num_seqs: 16
+    spec: {type: draft_model, n: 4,
+           draft_model: /root/.cache/crossbench/fixtures/qwen3-8b-seed0-v1/hf-draft}
+
+A start takes 1-3 minutes on the H200, so a whole run (12 starts) outlasts a 10-minute device
+command: ``--round R`` runs one round (4 starts) and every start's record lands in
+``OUT/starts/`` as it finishes; the report covers every record there, and ``--report`` only
+reports. Keep ``OUT`` on the machine between commands (the cold/warm pairs share
+``OUT/cache``). Without a GPU it refuses with one line, unless ``--standin`` runs it against
+crossbench's vLLM stand-in (not vLLM: for testing this script only; its numbers measure
+nothing about vLLM).
 """
 
 from __future__ import annotations
@@ -105,8 +123,9 @@ def one_start(config: dict[str, Any], variant: str, root: Path, log: Path,
                               extra_body=srv.request_extras(False))
         reqs = [RequestSpec(Prompt(f"p{i}", "startup-cut", f"Write about topic {i}.", None), i)
                 for i in range(requests)]
+        warm = [RequestSpec(Prompt("w", "startup-cut", "Warm up.", None), 0)]
         stats = run_load_sync(client, reqs, ConcurrencyMode(concurrency=concurrency),
-                              records.append)
+                              records.append, warmup=warm)
     finally:
         srv.stop()
     rates = decode_rates(records)
@@ -191,9 +210,18 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--requests", type=int, default=0, help="default: 3 x concurrency")
     p.add_argument("--max-tokens", type=int, default=512)
     p.add_argument("--out", type=Path, default=None)
+    p.add_argument("--round", type=int, default=None,
+                   help="run only this round (0-based; starts of earlier rounds stay)")
+    p.add_argument("--report", action="store_true",
+                   help="start nothing: report the records already in OUT/starts")
     p.add_argument("--standin", action="store_true",
                    help="run against crossbench's vLLM stand-in (not vLLM), to test the script")
     args = p.parse_args(argv)
+    if args.report:
+        if args.out is None:
+            print("vllm_startup_cut: --report needs --out OUT", file=sys.stderr)
+            return 2
+        return _report(args.out, args.standin)
     if not args.standin and not gpu_present():
         print("vllm_startup_cut: no GPU on this host (nvidia-smi lists none); run it on a GPU "
               "host, or pass --standin to test the script against the stand-in",
@@ -206,8 +234,9 @@ def main(argv: list[str] | None = None) -> int:
     out.mkdir(parents=True, exist_ok=True)
     try:
         config = _load_config(args, out)
-        starts = []
-        for rnd in range(args.rounds):
+        (out / "starts").mkdir(exist_ok=True)
+        rounds = range(args.rounds) if args.round is None else [args.round]
+        for rnd in rounds:
             order = list(VARIANTS) if rnd % 2 == 0 else list(reversed(VARIANTS))
             for variant in order:
                 root = out / "cache" / variant / f"round{rnd}"
@@ -217,18 +246,30 @@ def main(argv: list[str] | None = None) -> int:
                                     args.concurrency, args.requests or 3 * args.concurrency,
                                     args.max_tokens)
                     rec["round"], rec["intended"] = rnd, kind
-                    starts.append(rec)
+                    rec["standin"], rec["concurrency"] = args.standin, args.concurrency
+                    (out / "starts" / f"{variant}-r{rnd}-{kind}.json").write_text(
+                        json.dumps(rec, indent=2, default=str))
                     print(f"round {rnd} {variant} {kind}: ready {rec['ready_s']:.1f} s "
                           f"({rec['start']}), decode {rec['decode_tok_s'] or 0:.2f} tok/s",
                           file=sys.stderr)
     except CrossbenchError as e:
         print(f"vllm_startup_cut: {e.one_line()}", file=sys.stderr)
         return 2 if isinstance(e, UserError) else 1
+    (out / "config.json").write_text(json.dumps(config, indent=2, default=str))
+    return _report(out, args.standin)
+
+
+def _report(out: Path, standin: bool) -> int:
+    """Summarize every start record under ``OUT/starts`` into ``OUT/startup_cut.json``."""
+    starts = [json.loads(p.read_text()) for p in sorted((out / "starts").glob("*.json"))]
+    if not starts:
+        print(f"vllm_startup_cut: no start records in {out / 'starts'}", file=sys.stderr)
+        return 2
+    standin = standin or any(s.get("standin") for s in starts)
     summary = summarize(starts)
     (out / "startup_cut.json").write_text(json.dumps(
-        {"standin": args.standin, "concurrency": args.concurrency, "config": config,
-         "starts": starts, "summary": summary}, indent=2, default=str))
-    print(render(summary, args.standin))
+        {"standin": standin, "starts": starts, "summary": summary}, indent=2, default=str))
+    print(render(summary, standin))
     print(f"records: {out / 'startup_cut.json'}")
     return 0
 

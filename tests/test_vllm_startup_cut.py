@@ -325,17 +325,28 @@ def test_benchmark_verdict_against_the_spread() -> None:
     assert bench.summarize(starts)["decode_verdict"]["verdict"] == "changed"
 
 
-def test_benchmark_runs_on_the_standin(tmp_path: Path, cache: Path,
-                                       capsys: pytest.CaptureFixture[str]) -> None:
+def test_benchmark_runs_on_the_standin_round_by_round(
+        tmp_path: Path, cache: Path, capsys: pytest.CaptureFixture[str]) -> None:
     bench = _bench()
-    assert bench.main(["--standin", "--concurrency", "2", "--rounds", "1", "--requests", "2",
-                       "--max-tokens", "8", "--out", str(tmp_path / "out")]) == 0
+    out = tmp_path / "out"
+    common = ["--standin", "--concurrency", "2", "--rounds", "2", "--requests", "2",
+              "--max-tokens", "8", "--out", str(out)]
+    assert bench.main([*common, "--round", "0"]) == 0
     text = capsys.readouterr().out
     assert text.startswith("STAND-IN (crossbench's vLLM stand-in, not vLLM)")
-    rec = json.loads((tmp_path / "out" / "startup_cut.json").read_text())
+    rec = json.loads((out / "startup_cut.json").read_text())
     assert rec["standin"] is True
-    assert [(s["variant"], s["intended"], s["start"]) for s in rec["starts"]] == [
-        ("default", "cold", "cold"), ("default", "warm", "warm"),
-        ("cut", "cold", "cold"), ("cut", "warm", "warm")]
-    assert [s["logged_capture_sizes"] for s in rec["starts"]][1:3] == [[1, 2, 4], [1, 2]]
-    assert all(s["n_ok"] == 2 for s in rec["starts"])
+    got = {(s["variant"], s["intended"]): s for s in rec["starts"]}
+    assert {k: s["start"] for k, s in got.items()} == {
+        ("default", "cold"): "cold", ("default", "warm"): "warm",
+        ("cut", "cold"): "cold", ("cut", "warm"): "warm"}
+    assert got["default", "warm"]["logged_capture_sizes"] == [1, 2, 4]
+    assert got["cut", "warm"]["logged_capture_sizes"] == [1, 2]
+    assert all(s["n_ok"] == 2 and s["kv_cache_tokens"] == 81_920 for s in rec["starts"])
+    assert bench.main([*common, "--round", "1"]) == 0  # a later device command
+    capsys.readouterr()
+    assert bench.main(["--report", "--out", str(out)]) == 0
+    summary = json.loads((out / "startup_cut.json").read_text())["summary"]
+    assert summary["decode"]["cut"]["n"] == summary["decode"]["default"]["n"] == 4
+    assert summary["phases"]["cut/warm"]["ready_s"]["n"] == 2
+    assert summary["decode_verdict"]["verdict"] in ("unchanged", "changed")
