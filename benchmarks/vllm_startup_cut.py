@@ -31,7 +31,7 @@ On a GPU host::
 
     binary: .carry/vllm-0.26.0/bin/vllm
     version: 0.26.0
-    model: /root/.cache/crossbench/fixtures/qwen3-8b-seed0-v1/hf-target
+    model: /work/main/.cbcache/fixtures/qwen3-8b-seed0-v1/hf-target
     dtype: float16
     max_model_len: 2048
     gpu_memory_utilization: 0.85
@@ -39,7 +39,7 @@ On a GPU host::
     async_scheduling: false
     max_num_seqs: 16
     spec: {type: draft_model, n: 4,
-           draft_model: /root/.cache/crossbench/fixtures/qwen3-8b-seed0-v1/hf-draft}
+           draft_model: /work/main/.cbcache/fixtures/qwen3-8b-seed0-v1/hf-draft}
 
 A start takes 1-3 minutes on the H200, so a whole run (12 starts) outlasts a 10-minute device
 command: ``--round R`` runs one round (4 starts) and every start's record lands in
