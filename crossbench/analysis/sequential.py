@@ -1,64 +1,15 @@
 """Sequential stopping: settle a cell's paired speedup with as few trials as its data allow.
 
-After each completed trial (a *look*) the rule asks whether the verdict is already settled.
-The unit is the trial: each trial's mean of per-prompt log ratios (spec over baseline, both
-from the same round). Server starts move every request of a trial together, by more than
-prompts vary within one, so the trial means are the independent observations; the prompts
-only make each mean more precise.
-
-The rule is a group-sequential t test with a Lan-DeMets alpha-spending function (Lan and
-DeMets 1983, Biometrika 70(3)): a planned ``max_trials`` K, looks at every trial from
-``min_trials`` on, and at look k the information fraction k / K. The spending function
-says how much of the error rate ``alpha`` may be used up by look k: O'Brien-Fleming-like
-``2 - 2 Phi(z_{1-alpha/2} / sqrt(k/K))`` (the default; almost nothing early, a last look near the
-fixed design) or Pocock-like ``alpha ln(1 + (e - 1) k/K)`` (more early, a stricter last
-look). The boundary c_k of look k is set so that, for trial means that are
-normal with any mean and any variance, the chance that ``|mean - truth| / (s / sqrt(k))``
-first exceeds a boundary at look k is exactly what the spending function allots to look k.
-The t statistic of the truth is pivotal (its joint law over the looks does not depend on
-the mean or the variance), so the boundaries are computed once, by simulating
-``BOUNDARY_SIMULATIONS`` null studies with a fixed seed; the error rate they achieve is
-``alpha`` up to Monte Carlo error (standard error about 0.0003 at alpha 0.05).
-
-At look k the *repeated confidence interval* (Jennison and Turnbull 1989, JRSS B 51(3)) is
-``mean +- c_k s / sqrt(k)`` on the log scale. It holds the true speedup at every look at
-once with probability at least ``1 - alpha``, so every decision taken from it, at whatever
-look and for whatever reason the cell stopped, is wrong with probability at most
-``alpha``:
-
-- ``faster``: the interval lies above 0 (the ratio above 1); ``slower``: below 0;
-- ``equivalent`` (only with an ``equivalence`` band e): the interval lies within
-  ``[-log(1 + e), log(1 + e)]``, so the speedup is within +-e of 1 (an interval that
-  excludes 0 says ``faster`` or ``slower`` first, even when it also lies in the band);
-- ``continue``: none of these yet, or fewer than ``min_trials`` trials;
-- ``undecided``: none of these at ``max_trials``; the decision then also carries the
-  ordinary fixed-design t interval of all trials (``fixed_ci_log``), for the record.
-
-A naive rule that checks an ordinary 95 % interval after every trial and stops at the first
-that excludes 1 does not hold its level: on simulated studies with no true difference it
-says ``faster`` or ``slower`` in 12 to 17 % of them over looks 3 to 10
-(``tests/test_sequential.py``, docs/analysis.md "Sequential stopping"). Looking less often
-than at every trial (skipping looks) only makes the rule more conservative.
-
-With a known start spread (:class:`SpreadRule`; a matrix's ``start_spread``, measured once by
-``crossbench start-spread``) the spread between server starts is not estimated from the
-cell's own few starts but taken from the file, so one start can settle a clear cell. The
-rule looks after every trial (reused trials too: they add prompts, not starts), and the
-interval of look k is the analysis's interval with the known spread
-(:meth:`crossbench.analysis.start_spread.Prior.interval_se`: the within-start standard error
-of the pairs so far plus sigma_spec^2 / starts_spec + sigma_base^2 / starts_base) at level
-``1 - a_k``. The ``a_k`` are the spending function's increments, ``a_k = spent(k/K) -
-spent((k-1)/K)``; the first look that has ``min_trials`` trials and ``min_samples`` pairs
-gets everything spent up to it. The looks' intervals are correlated (reused trials share a
-start), so instead of simulating boundaries the rule takes the union bound: the chance that
-any look's interval misses the truth is at most ``sum a_k = alpha``, whatever the
-correlation. It errs conservative, the more the more looks, and holds only as far as the
-spread holds (measured on this engine and machine type; ``tests/test_sequential.py``
-checks the error rate on simulated studies whose starts move by the known spread). A cell
-near 1 cannot settle on one start, since the spread's share shrinks only with more starts:
-plan ``trials_per_start`` below ``trials`` so such a cell goes on to fresh starts.
-
-This module is the decision rule only; stopping cells of a running matrix is the runner's.
+After each completed trial (a *look*) a rule says whether the verdict is settled:
+:class:`SequentialRule`, a group-sequential t test on the trial means with Lan-DeMets alpha
+spending and repeated confidence intervals (boundaries simulated once per rule), and
+:class:`SpreadRule`, the same spending split over the looks by a union bound, with the
+known start spread's interval (:class:`crossbench.analysis.start_spread.Prior`) in place of
+the trials' own spread. Both decide ``faster``, ``slower``, ``equivalent`` (inside the
+band), ``continue`` or ``undecided`` (at the last look), each wrong with probability at
+most ``alpha`` over all looks. The method, its simulated error rates and what it saves:
+docs/analysis.md, "Sequential stopping". This module is the decision rule only; stopping
+cells of a running matrix is :mod:`crossbench.runner.stopping`'s.
 """
 
 from __future__ import annotations
@@ -72,8 +23,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 
-from crossbench.analysis.stats import band_log as band_log
-from crossbench.analysis.stats import t_quantile
+from crossbench.analysis.stats import band_log, t_quantile
 from crossbench.errors import UserError
 
 if TYPE_CHECKING:
@@ -436,16 +386,12 @@ class SpreadRule:
                             f"{self.min_trials} or min_samples={self.min_samples}", self)
         level = 1.0 - self.share(k, first)
         known = prior.interval_se(mean_log, se_w, level)
-        ci = (math.log(known["ci95"][0]), math.log(known["ci95"][1]))
-        fixed = None
-        if k == self.max_trials:
-            f = prior.interval_se(mean_log, se_w, 1.0 - self.alpha)["ci95"]
-            fixed = (math.log(f[0]), math.log(f[1]))
+        fixed = (_log_ci(prior.interval_se(mean_log, se_w, 1.0 - self.alpha))
+                 if k == self.max_trials else None)
         terms = {key: known[key] for key in ("df", "within_se_log", "sigma_spec_log",
                                              "sigma_baseline_log", "spec_role", "role_matched",
                                              "spec_starts", "baseline_starts")}
-        return _classify(self, k, mean_log, ci, None, fixed, level, terms)
-
+        return _classify(self, k, mean_log, _log_ci(known), None, fixed, level, terms)
 
     def can_settle(self, prior: Prior, mean_log: float, pairs: Sequence[int], at: int) -> bool:
         """Whether look ``at`` (1-based, at most ``max_trials``) could still stop the cell on
@@ -457,11 +403,13 @@ class SpreadRule:
         first = self.first_look(list(pairs) + [0] * max(0, at - len(pairs)))
         if first is None:
             return True  # min_samples not reached yet: more requests are what it needs
-        level = 1.0 - self.share(at, first)
-        ci = prior.interval_se(mean_log, 0.0, level)["ci95"]
-        lo, hi = math.log(ci[0]), math.log(ci[1])
-        band = band_log(self.equivalence)
-        return lo > 0.0 or hi < 0.0 or (band is not None and -band <= lo and hi <= band)
+        ci = _log_ci(prior.interval_se(mean_log, 0.0, 1.0 - self.share(at, first)))
+        return _classify(self, at, mean_log, ci, None, None).stopped
+
+
+def _log_ci(known: dict[str, Any]) -> tuple[float, float]:
+    """The interval of :meth:`Prior.interval_se`'s record on the log scale."""
+    return math.log(known["ci95"][0]), math.log(known["ci95"][1])
 
 
 def trial_log_ratios(log_ratios: Sequence[float], prompts: Sequence[str],
