@@ -1,37 +1,13 @@
 """The known start spread: how far a fresh server start moves a cell's decode rate, measured on
 runs with several starts per cell, and the verdict interval it gives a design with few starts.
 
-A design that reuses one server across a cell's trials (``trials_per_start``) measures one
-start per side: its bootstrap can only see the variation within that start, and on the H200
-one vLLM draft_model cell ran at 113-233 tok/s over six fresh starts. The spread between
-starts is a property of the engine, method and machine type, not of the one cell, so it can
-be measured once, on a calibration run with several fresh starts per cell, and carried to
-every later run of that engine.
-
-:func:`measure` reads it off one or more runs: for each cell with at least two server starts,
-the mean log decode rate of each start over the requests every start of the cell served (the
-same prompts, so prompt difficulty cancels), and the standard deviation of those means. Cells
-of one role (the engine's kind, and ``baseline`` or the speculative method's type) are pooled
-by their degrees of freedom (starts - 1): ``sigma_log`` = sqrt(sum (k_i - 1) s_i^2 / sum
-(k_i - 1)). Each start's mean also carries its requests' own noise (divided by their number),
-so sigma_log is, if anything, a little too large: the interval it gives errs wide.
-
-:class:`Prior` turns it into the interval of one pair. The mean log speedup over ``k_s``
-speculative and ``k_b`` baseline starts has variance ``se_w^2 + sigma_s^2 / k_s + sigma_b^2
-/ k_b``: ``se_w`` is the within-start standard error (from the prompt-only bootstrap interval
-of the pair, half its log width over z), the other two are the starts' own share. The
-``k_s`` and ``k_b`` are effective counts (:func:`effective_starts`): the mean is over pairs, so
-a start that served more of them weighs more, and starts of unequal shares count as fewer
-(a start cut short by ``sequential.look_every`` is one). The
-interval is Student's t with Welch-Satterthwaite degrees of freedom (``se_w`` taken as
-exact; the spreads' df from their calibration). The analysis (``crossbench analyze
---start-spread FILE``) reports the union of this interval and the bootstrap's, so a verdict
-stands only where both exclude 1: the prior can only make a verdict more conservative.
-
-A speculative method the file has no spread for takes the largest speculative spread of its
-engine (recorded as ``role_matched: false``); an engine the file does not hold gets no prior
-(recorded with the reason). The spread of one machine type need not hold on another: the
-file records where it was measured (``sources``), and the analysis quotes it.
+:func:`measure` pools, per engine kind and role, the standard deviation of each start's
+mean log decode rate over the requests every start of a cell served (``crossbench
+start-spread``); :class:`StartSpread` is its checked file; :class:`Prior` gives one pair the
+interval with the starts' share, se_w^2 + sigma_s^2 / k_s + sigma_b^2 / k_b (Student's t,
+Welch-Satterthwaite df), which the analysis joins to the bootstrap's so the spread can only
+make a verdict more conservative. Method, checks and tests: docs/analysis.md, "Known start
+spread".
 """
 
 from __future__ import annotations
@@ -61,12 +37,8 @@ NO_SPREAD = "the start-spread file has no spread"
 """The words of the verdict caveat of a pair the file has no spread for."""
 MIN_SIGMA_LOG = 0.005
 """Smallest start spread (log SD) a file may carry or a measurement may give: half a
-percent, a quarter of the smallest spread measured between fresh starts of any engine and
-role so far (1.3-7.1 % for llama.cpp b11312, 1.4-5.7 % for vLLM 0.26.0 baselines on the
-H200: ``benchmarks/README.md``, "Start-to-start spread"). Each start's mean also carries its
-requests' own noise, so a real measurement cannot give 0; a spread below this comes from
-runs without fresh starts (an import, one start counted twice) or an edited file, and it
-would narrow every interval to the one start's bootstrap while dropping its caveat."""
+percent, a quarter of the smallest measured between fresh starts (docs/analysis.md); below
+it the runs had no fresh starts, or the file was edited."""
 MAX_SIGMA_LOG = 2.0
 """Largest start spread a file may carry (a start moving the rate by a factor e^2 = 7.4; the
 largest measured is 0.33): beyond it the number is a typo or a unit error."""
