@@ -211,9 +211,8 @@ class Plan:
         return {
             "study": self.study, "cells": self.cells, "trials_per_cell": self.trials_per_cell,
             "designs": [asdict(r) for r in self.rows],
-            "timings": {k: {"startup_s": asdict(t.startup), "stop_s": asdict(t.stop),
-                            "other_s": asdict(t.other), "warmup_s": asdict(t.warmup),
-                            "scrapes_s": asdict(t.scrapes),
+            "timings": {k: {**{f"{name}_s": asdict(getattr(t, name))
+                               for name in ("startup", "stop", "other", "warmup", "scrapes")},
                             "decode_tok_s": {str(c): asdict(f) for c, f in sorted(t.rates.items())},
                             "estimate_tok_s": asdict(t.estimate) if t.estimate else None}
                         for k, t in sorted(self.timings.items())},
@@ -608,28 +607,23 @@ def format_plan(plan: Plan, source: str) -> str:
                      f"{_trials_text(r.trials):>7} {r.cells:>6}")
     lines.append("timings per engine kind (M measured, A assumed; other: a trial's time "
                  "outside its named phases, counted per server start):")
+
+    def mark(x: Figure) -> str:
+        return "M" if x.measured else "A"
+
+    def part(figs: dict[str, Figure], *keys: str) -> str:
+        return " + ".join(f"{k} {figs[k].value:.1f} s {mark(figs[k])}" for k in keys)
+
     for kind, t in sorted(plan.timings.items()):
-
-        def mark(f: Figure) -> str:
-            return "M" if f.measured else "A"
-
-        rates = ", ".join(f"{f.value:.1f} tok/s at c{c} {mark(f)}"
-                          for c, f in sorted(t.rates.items()))
+        shown = [*t.figures.values(), *t.rates.values()]
+        rates = ", ".join(f"{r.value:.1f} tok/s at c{c} {mark(r)}"
+                          for c, r in sorted(t.rates.items()))
         if not t.rates and t.estimate is not None:
             rates = f"{t.estimate.value:g} tok/s {mark(t.estimate)} (estimate_tok_s)"
-        f = t.figures
-        per_start = " + ".join(f"{k} {f[k].value:.1f} s {mark(f[k])}"
-                               for k in ("start-up", "stop", "other"))
-        per_trial = " + ".join(f"{k} {f[k].value:.1f} s {mark(f[k])}"
-                               for k in ("warm-up", "scrapes"))
-        lines.append(f"  {kind}: per server start: {per_start}; per trial: {per_trial} + "
-                     f"decode ({rates})")
-        shown = [*f.values(), *t.rates.values()]
-        if not t.rates and t.estimate is not None:
             shown.append(t.estimate)
-        sources = dict.fromkeys(x.source for x in shown)
-        for s in sources:
-            lines.append(f"    {s}")
+        lines.append(f"  {kind}: per server start: {part(t.figures, 'start-up', 'stop', 'other')}"
+                     f"; per trial: {part(t.figures, 'warm-up', 'scrapes')} + decode ({rates})")
+        lines += [f"    {src}" for src in dict.fromkeys(x.source for x in shown)]
     lines.append("assumptions:")
     lines += [f"  - {a}" for a in plan.assumptions]
     if plan.notes:
