@@ -25,12 +25,12 @@ def _exact(n: int, top: int, k: int) -> Fraction:
 
 @pytest.mark.parametrize(("n", "top", "k"), [(4, 2, 1), (4, 2, 2), (4, 2, 3), (5, 2, 3),
                                              (6, 3, 2), (3, 1, 4)])
-def test_formula_equals_exhaustive_enumeration(n, top, k):
+def test_formula_equals_exhaustive_enumeration(n: int, top: int, k: int) -> None:
     assert expected_distinct_experts(n, top, k) == pytest.approx(float(_exact(n, top, k)),
                                                                  rel=1e-12)
 
 
-def test_hand_cases():
+def test_hand_cases() -> None:
     assert expected_distinct_experts(8, 2, 1) == 2  # one token: exactly its top_k
     assert expected_distinct_experts(4, 2, 2) == 3  # 4 * (1 - 1/4)
     assert expected_distinct_experts(8, 8, 5) == 8  # every expert every token
@@ -39,14 +39,14 @@ def test_hand_cases():
 
 
 @pytest.mark.parametrize(("n", "top"), [(256, 8), (128, 8), (8, 2)])
-def test_formula_matches_monte_carlo(n, top):
+def test_formula_matches_monte_carlo(n: int, top: int) -> None:
     for k in (2, 5, 16):
         sim = simulate_distinct_experts(n, top, k, trials=4000, seed=k)
         want = expected_distinct_experts(n, top, k)
         assert abs(sim - want) < 0.03 * want, (n, top, k, sim, want)
 
 
-def test_qwen35_moe_routing_grows_sublinearly():
+def test_qwen35_moe_routing_grows_sublinearly() -> None:
     """256 experts, top-8 (the published Qwen3.5/3.6 MoE routing): 16 tokens load about 100
     distinct experts, 12.6x one token's 8, well short of 16x."""
     r = expert_union_ratio(256, 8, 16)
@@ -55,7 +55,7 @@ def test_qwen35_moe_routing_grows_sublinearly():
     assert all(b > a for a, b in pairwise(curve))
 
 
-def test_bad_input_names_the_field():
+def test_bad_input_names_the_field() -> None:
     with pytest.raises(UserError, match="top_k"):
         expected_distinct_experts(8, 9, 2)
     with pytest.raises(UserError, match="n_experts"):
