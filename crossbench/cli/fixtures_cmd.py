@@ -33,6 +33,7 @@ Examples:
   crossbench fixtures make --shape qwen3-8b --hf   # also hf-target/, hf-draft/ for vLLM
   crossbench fixtures make --drafter eagle3 --drafter dflash   # HF folder, then GGUF
   crossbench fixtures make --mtp            # Qwen3.5 target with an MTP layer (HF, GGUF)
+  crossbench fixtures make --moe --dense-twin   # Qwen3.5-MoE target and its dense twin
 """)
 @click.option("--shape", default="tiny", show_default=True, help="tiny or qwen3-8b.")
 @click.option("--seed", default=0, show_default=True, help="RNG seed (same seed, same bytes).")
@@ -47,9 +48,15 @@ Examples:
 @click.option("--mtp", "mtp", is_flag=True,
               help="Also make the Qwen3.5 target that carries an MTP layer (a target, not a "
                    "drafter): its HF folder, then its GGUF by convert_hf_to_gguf.py.")
+@click.option("--moe", "moe", is_flag=True,
+              help="Also make the Qwen3.5-MoE target (routed experts, a shared expert, an MTP "
+                   "layer with its own experts): HF folder, then GGUF.")
+@click.option("--dense-twin", "dense_twin", is_flag=True,
+              help="Also make the MoE target's dense twin (same attention, a dense MLP as wide "
+                   "as the MoE's active MLP, an MTP layer): HF folder, then GGUF.")
 @user_errors
 def make(shape: str, seed: int, quant: str | None, draft_quant: str | None, hf: bool,
-         drafters: tuple[str, ...], mtp: bool) -> None:
+         drafters: tuple[str, ...], mtp: bool, moe: bool, dense_twin: bool) -> None:
     """Write the target/draft GGUF pair (cached) and print their two paths.
 
     With --quant / --draft-quant, the printed paths are the quantized files (made with the
@@ -58,7 +65,8 @@ def make(shape: str, seed: int, quant: str | None, draft_quant: str | None, hf: 
     Each --drafter (eagle3: an EAGLE-3 head; dflash: a DFlash block drafter) prints its HF
     folder and its converted GGUF, whose every tensor was checked against the HF folder.
     --mtp prints the same two paths for the MTP target (serve it alone with draft-mtp in
-    llama.cpp, method qwen3_5_mtp in vLLM).
+    llama.cpp, method qwen3_5_mtp in vLLM); --moe and --dense-twin likewise for the MoE
+    target and its dense twin (docs/moe-vs-dense.md).
     """
     target, draft = ensure_fixtures(shape, seed)
     if quant:
@@ -73,9 +81,10 @@ def make(shape: str, seed: int, quant: str | None, draft_quant: str | None, hf: 
     for kind in drafters:
         for made in ensure_drafter(shape, kind, seed):
             click.echo(str(made))
-    if mtp:
-        for made in ensure_mtp_target(shape, seed):
-            click.echo(str(made))
+    for role, wanted in (("mtp-target", mtp), ("moe-target", moe), ("dense-twin", dense_twin)):
+        if wanted:
+            for made in ensure_mtp_target(shape, seed, role):
+                click.echo(str(made))
 
 
 @fixtures.command("path", epilog="""\b
@@ -92,7 +101,7 @@ Examples:
 def path(which: str, shape: str, seed: int, fmt: str) -> None:
     """Print the path of one fixture model (making it first if needed)."""
     if which in DRAFTER_ROLES or which in MTP_ROLES:
-        hf_dir, gguf = (ensure_mtp_target(shape, seed) if which in MTP_ROLES
+        hf_dir, gguf = (ensure_mtp_target(shape, seed, which) if which in MTP_ROLES
                         else ensure_drafter(shape, which, seed))
         click.echo(str(hf_dir if fmt == "hf" else gguf))
         return
@@ -121,7 +130,7 @@ Examples:
   crossbench fixtures verify-hf
   crossbench fixtures verify-hf --shape qwen3-8b
   crossbench fixtures verify-hf --drafter eagle3 --drafter dflash
-  crossbench fixtures verify-hf --mtp
+  crossbench fixtures verify-hf --mtp --moe --dense-twin
 """)
 @click.option("--shape", default="tiny", show_default=True, help="tiny or qwen3-8b.")
 @click.option("--seed", default=0, show_default=True)
@@ -129,15 +138,21 @@ Examples:
               help="Also check this drafter's GGUF against its HF folder (repeatable).")
 @click.option("--mtp", "mtp", is_flag=True,
               help="Also check the MTP target's GGUF against its HF folder.")
+@click.option("--moe", "moe", is_flag=True,
+              help="Also check the MoE target's GGUF against its HF folder.")
+@click.option("--dense-twin", "dense_twin", is_flag=True,
+              help="Also check the dense twin's GGUF against its HF folder.")
 @user_errors
-def verify_hf(shape: str, seed: int, drafters: tuple[str, ...], mtp: bool) -> None:
+def verify_hf(shape: str, seed: int, drafters: tuple[str, ...], mtp: bool, moe: bool,
+              dense_twin: bool) -> None:
     """Check that the Hugging Face folders hold the GGUFs' tensors, byte for byte.
 
     Re-reads both files of each model (making the folders first if needed) and compares the
     sha256 of every tensor; prints one line per model. A drafter's GGUF is compared after the
     converter's documented changes (renames, EAGLE-3's Q/K row order, d2t re-based, norms to
     F32, t2d dropped); the MTP target's likewise (renames, nextn layer, norms +1, -exp(A_log),
-    V heads reordered, conv squeezed). Exit code 1 on any difference.
+    V heads reordered, conv squeezed; the MoE's experts stacked). Exit code 1 on any
+    difference.
     """
     from crossbench.fixtures.drafters import compare, drafter_spec
 
@@ -158,19 +173,21 @@ def verify_hf(shape: str, seed: int, drafters: tuple[str, ...], mtp: bool) -> No
                    + "".join(f"; {c.hf_name or c.gguf_name}: {c.detail}" for c in bad[:5]))
         if bad:
             failed.append(kind)
-    if mtp:
+    for role, wanted in (("mtp-target", mtp), ("moe-target", moe), ("dense-twin", dense_twin)):
+        if not wanted:
+            continue
         from crossbench.fixtures.mtp import compare as compare_mtp
         from crossbench.fixtures.mtp import mtp_spec
 
-        hf_dir, gguf = ensure_mtp_target(shape, seed)
-        checks_mtp = compare_mtp(mtp_spec(shape), hf_dir, gguf)
+        hf_dir, gguf = ensure_mtp_target(shape, seed, role)
+        checks_mtp = compare_mtp(mtp_spec(shape, role), hf_dir, gguf)
         bad_mtp = [c for c in checks_mtp if not c.equal]
         changed = sum(c.change != "bytes unchanged" for c in checks_mtp)
-        click.echo(f"mtp-target: {len(checks_mtp)} tensors, {len(checks_mtp) - len(bad_mtp)} "
+        click.echo(f"{role}: {len(checks_mtp)} tensors, {len(checks_mtp) - len(bad_mtp)} "
                    f"equal ({changed} through a documented converter change)"
                    + "".join(f"; {c.hf_name or c.gguf_name}: {c.detail}" for c in bad_mtp[:5]))
         if bad_mtp:
-            failed.append("mtp-target")
+            failed.append(role)
     if failed:
         raise RunError(f"the Hugging Face copy of {' and '.join(failed)} differs from its GGUF",
                        f"delete {target.parent}/hf-* and run `crossbench fixtures make --hf "

@@ -139,7 +139,7 @@ def _resolve(ref: str) -> str:
 
         shape, role, quant = parse_fixture_ref(ref, "model")
         if role in DRAFTER_ROLES or role in MTP_ROLES:  # converted by llama.cpp's converter
-            hf_dir, gguf = (ensure_mtp_target(shape) if role in MTP_ROLES
+            hf_dir, gguf = (ensure_mtp_target(shape, role=role) if role in MTP_ROLES
                             else ensure_drafter(shape, role))
             return str(hf_dir if quant == "hf" else quantize(gguf, quant) if quant else gguf)
         if quant == "hf":  # the Hugging Face folder of the same tensors (vLLM)
