@@ -6,11 +6,9 @@ telemetry, summary) is laid out and written by :mod:`crossbench.store.rundir`
 completes, so a crash or kill loses only requests in flight; the summary is always
 recomputed from the raw files (``crossbench summarize DIR``).
 
-No secret is recorded: every command line (crossbench's own, each trial's server argv, the
-server.log headers, provenance) goes through
-:func:`~crossbench.confounds.provenance.redact_argv`, and the server's API key and every value
-of a secret flag are scrubbed from the manifest and, once the server has stopped, from
-server.log (a server may echo its arguments).
+No secret is recorded: command lines go through
+:func:`~crossbench.confounds.provenance.redact_argv`, and the API key and secret values are
+scrubbed from the manifest and, once the server has stopped, from server.log (docs/confounds.md).
 """
 
 from __future__ import annotations
@@ -125,11 +123,6 @@ def other_engine_processes(own: set[int], within: int | None = None) -> list[tup
     return found
 
 
-def _same_counters(a: MetricsSnapshot, b: MetricsSnapshot) -> bool:
-    keys = [k for k in b.samples if k.endswith("_total") or "_total{" in k]
-    return all(a.samples.get(k) == b.samples.get(k) for k in keys)
-
-
 def settled_scrape(server: EngineServer, timeout_s: float = 10.0) -> MetricsSnapshot:
     """Scrape until no request is processing and two scrapes agree on every counter."""
     deadline = time.monotonic() + timeout_s
@@ -139,7 +132,9 @@ def settled_scrape(server: EngineServer, timeout_s: float = 10.0) -> MetricsSnap
         cur = server.scrape()
         metric = server.in_flight_metric
         busy = (total(cur.samples, metric) or 0.0) if metric else 0.0
-        if (busy == 0 and _same_counters(prev, cur)) or time.monotonic() > deadline:
+        same = all(prev.samples.get(k) == v for k, v in cur.samples.items()
+                   if k.endswith("_total") or "_total{" in k)
+        if (busy == 0 and same) or time.monotonic() > deadline:
             return cur
         prev = cur
 
@@ -152,7 +147,7 @@ class RunSession:
     ``resume=True`` an existing directory is continued: records of trials that never finished
     (a kill in the middle) are dropped, and a changed engine build, or a manifest that cannot
     be read or is of a newer format, is refused. A new session refuses an ``out`` that is a
-    file, under a file, unwritable, or a non-empty directory (``store.formats.check_new_out``)
+    file, under a file, unwritable, or a non-empty directory (``store.rundir.check_new_out``)
     before it writes anything. ``placement`` (where a scheduler runs the trials: the Ray node
     and GPUs of ``crossbench matrix --executor ray``) goes into each trial's provenance.
     """
@@ -233,16 +228,9 @@ class RunSession:
         self.writer.create(self.manifest)
 
     def _check_same_engine(self, engine: dict[str, Any]) -> None:
-        """On resume: the same build, or the same source rebuilt (recorded as a new epoch).
-
-        A resume on another machine finds another binary: a CUDA build made there again from
-        the same pin, or an engine installed there again. Its hashes differ while its source
-        identity (:data:`SOURCE_IDENTITY`) does not; the run goes on, the new hashes are
-        recorded in ``engine_epochs`` with the first trial they served, and every trial's
-        provenance carries its own binary's hashes and its machine (boot id, GPU UUIDs), so
-        the analysis can tell a trial pair that straddles two machines
-        (``crossbench.analysis.confounding.split_occasions``). A changed source is refused.
-        """
+        """On resume: the same build, or the same source (:data:`SOURCE_IDENTITY`) rebuilt,
+        recorded in ``engine_epochs``; a changed source is refused (docs/cross-engine.md
+        "Resume across machines")."""
         old = self.manifest["engine"]
         epochs = self.manifest.setdefault("engine_epochs", [])
         current = epochs[-1]["sha256"] if epochs else old["sha256"]
@@ -307,10 +295,9 @@ class RunSession:
         scrub_log = shared.scrub_log if shared is not None else self.scrub_log
         with self.writer.append_records() as sink:
             try:
-                entry = _trial(cfg, t, server, self.engine, self.warm,
-                               self.measured, sink, self.writer,
-                               self.progress, keep_running=keep_running,
-                               placement=self.placement, reuse=reuse, look=look)
+                entry = Trial(cfg, t, server, self.writer, self.progress, keep_running,
+                              reuse, look).run(self.engine, self.warm, self.measured, sink,
+                                               self.placement)
             except BaseException as e:
                 server.stop()
                 scrub_log()
@@ -421,17 +408,6 @@ def run(cfg: RunConfig, out: Path, progress: Progress = _quiet,
         raise RunError(f"{len(failures)} of {cfg.trials} trials failed: {'; '.join(failures)}",
                        f"records so far are kept in {out}; see server.log for the cause")
     return summary
-
-
-def _trial(cfg: RunConfig, t: int, server: EngineServer, engine: dict[str, Any],
-           warm: list[RequestSpec],
-           measured: list[RequestSpec], sink: JsonlAppender, writer: RunWriter,
-           progress: Progress,
-           keep_running: bool, placement: Mapping[str, Any] | None = None,
-           reuse: dict[str, Any] | None = None, look: Look | None = None) -> dict[str, Any]:
-    """Run one trial on ``server`` and return its manifest entry (:class:`Trial`)."""
-    return Trial(cfg, t, server, writer, progress, keep_running, reuse, look).run(
-        engine, warm, measured, sink, placement)
 
 
 class Trial:
