@@ -24,7 +24,7 @@ import re
 import unicodedata
 from collections import defaultdict
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -52,8 +52,6 @@ from crossbench.textfile import MIB, decode_text, read_bytes
 
 if TYPE_CHECKING:
     from crossbench.analysis.start_spread import StartSpread
-
-MATRIX_SCHEMA = 1
 
 MAX_MATRIX_BYTES = MIB
 """Largest matrix file read (1 MiB): the largest example matrix is a few KiB; a bigger file
@@ -508,11 +506,6 @@ def _slug(text: str) -> str:
     return re.sub(r"[^A-Za-z0-9._-]+", "-", text).strip("-")
 
 
-def _model_path(entry: ModelEntry) -> str:
-    """The path an engine config carries before resolution (hf:// and fixture: kept as is)."""
-    return entry.reference()
-
-
 def expand(m: Matrix, source: Path | None = None) -> list[Cell]:
     """All cells of a matrix, in declaration order, each speculative cell with its baseline."""
     where = f"{source}: " if source else ""
@@ -654,8 +647,7 @@ def _cell(m: Matrix, eng: EngineEntry, coords: dict[str, Any], arm: Arm) -> Cell
     if coords["n"] is not None:
         spec["n"] = coords["n"]
     if arm.draft is not None:
-        spec["draft_model"] = _model_path(m.models[arm.draft])
-        refs["draft"] = m.models[arm.draft].reference()
+        spec["draft_model"] = refs["draft"] = m.models[arm.draft].reference()
     if arm.synth_rates is not None:
         spec["synth_rates"] = arm.synth_rates
     if arm.synth_len is not None:
@@ -666,14 +658,10 @@ def _cell(m: Matrix, eng: EngineEntry, coords: dict[str, Any], arm: Arm) -> Cell
                             "give the arm an n (the rates have one value per position)")
         spec["synth_rates"] = [round(arm.synth_alpha ** (k + 1), 6)
                                for k in range(coords["n"])]
-    engine_config: dict[str, Any] = {**m.server, **eng.server, "model": _model_path(target),
+    engine_config: dict[str, Any] = {**m.server, **eng.server, "model": refs["model"],
                                      "spec": spec}
-    if eng.variant is not None:
-        engine_config["variant"] = eng.variant
-    if eng.pin is not None:
-        engine_config["pin"] = eng.pin
-    if eng.binary is not None:
-        engine_config["binary"] = eng.binary
+    engine_config.update({k: v for k in ("variant", "pin", "binary")
+                          if (v := getattr(eng, k)) is not None})
     load = {**m.load, "workload": coords["workload"], "concurrency": coords["concurrency"]}
     parts = [coords["engine"], coords["target"], coords["arm"]]
     if coords["n"] is not None:
@@ -697,8 +685,7 @@ def _pair(cells: list[Cell], where: str) -> list[Cell]:
             raise UserError(f"{where}cell {c.id} has no baseline (same engine, target, "
                             "workload and concurrency with method none)",
                             "add `- method: none` to arms, or do not exclude its baseline")
-        out.append(Cell(c.id, c.coords, c.engine_kind, c.engine_config, c.load, b.id,
-                        c.model_refs))
+        out.append(replace(c, baseline=b.id))
     return out
 
 
