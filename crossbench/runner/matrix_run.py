@@ -1,33 +1,13 @@
 """Run a matrix: every (cell, trial) of the schedule, resumable after any interruption.
 
-Output directory::
-
-    matrix.yaml        the matrix file as run (its sha256 is in state.json)
-    state.json         matrix digest, cells, pairs and the schedule
-    journal.jsonl      one line per finished trial (appended + fsynced): the resume point
-    cells/<cell>/      a `crossbench run` directory per cell (records, logs, metrics, summary)
-    summary.json       per cell: trials done / failed, the cell's headline figures
-
-A kill at any moment loses at most the trial in flight; its server dies with crossbench
-(parent-death signal). ``--resume`` runs only what the journal lacks and refuses a changed
-matrix file or engine build.
-
-A kill during a journal append can leave the journal's last line torn (no newline). Readers
-skip it (``crossbench status`` says it is there); ``--resume`` cuts it before appending,
-records the cut in state.json ``journal_repairs`` (when, the offset, the bytes, the text) and
-says so on stderr; the trial it was for runs again. A damaged line before the last one is
-never skipped: it is an error naming the file and line. A state.json that cannot be read
-(truncated, not an object, keys missing) or is of a newer format is refused with what to do,
-as is an ``--out`` that is a file, unwritable, or a non-empty directory holding no matrix run.
-
-Who runs the trials is an :class:`Executor`: :class:`LocalExecutor` (the default) runs the
-schedule in this process, one trial at a time; ``crossbench.runner.ray_exec.RayExecutor`` runs
-lanes (a baseline and its speculative cells) on GPUs of a Ray cluster. Both run each trial
-through :class:`TrialRunner` and leave the journal to one writer, the process that called
-:func:`run_matrix`. A trial whose worker process was lost is journaled as failed with
-``worker_lost: true`` and its ``attempt``; a later line for the same (cell, trial) replaces it
-(:func:`read_journal`), and ``--resume`` runs it again while it has attempts left
-(:data:`LOST_RETRIES`).
+The run directory (matrix.yaml, state.json, journal.jsonl, cells/<cell>/, summary.json), what
+a kill or a torn journal line costs and how ``--resume`` repairs it: docs/matrix.md "Run
+directory". Who runs the trials is an :class:`Executor`: :class:`LocalExecutor` (the default,
+one trial at a time in this process) or ``crossbench.runner.ray_exec.RayExecutor`` (lanes on
+the GPUs of a Ray cluster; a lost worker's trial runs again up to :data:`LOST_RETRIES` times:
+docs/matrix.md "Running on several GPUs or hosts (Ray)"). Both run each trial through
+:class:`TrialRunner` and leave the journal to one writer, the process that called
+:func:`run_matrix`.
 """
 
 from __future__ import annotations
@@ -35,7 +15,7 @@ from __future__ import annotations
 import copy
 import time
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from itertools import islice
 from pathlib import Path
 from typing import Any, Protocol
@@ -506,15 +486,9 @@ def run_matrix(path: Path | MatrixSource, out: Path, resume: bool = False,
     order = run_order(m, cells)
     by_id = {c.id: c for c in cells}
     if dry_run:
-        from crossbench.engines import registry
-
-        plan = []
-        for cid, t in order:
-            rc = run_config(by_id[cid], m.trials, m.fresh_server, resolve=False,
-                            trials_per_start=m.trials_per_start)
-            srv = registry.create(rc.engine, rc.engine_config, Path("/dev/null"))
-            plan.append({"cell": cid, "trial": t, "argv": srv.command()})
-        return {"dry_run": plan}
+        return {"dry_run": [{"cell": cid, "trial": t,
+                             "argv": _unstarted(m, by_id[cid]).command()}
+                            for cid, t in order]}
     _check_versions(m, cells)
     executor = executor or LocalExecutor()
     if m.share_servers and not isinstance(executor, LocalExecutor):
@@ -589,13 +563,12 @@ def _run(m: Matrix, source: MatrixSource, out: Path, resume: bool, cells: list[C
     again = retry_attempts(done)  # lost workers: their trials run again
     todo = [(cid, t) for cid, t in order if (cid, t) not in done or (cid, t) in again]
     failures = sum(1 for k, r in done.items() if r["status"] != "ok" and k not in again)
-    by_id = {c.id: c for c in cells}
+    job = Job(m, out, {c.id: c for c in cells}, todo, len(done) - len(again), failures,
+              progress, on_tick, again, order)
     with JsonlAppender(out / rundir.JOURNAL) as journal:
         if m.probe_predict is None:
-            return executor.execute(Job(m, out, by_id, todo, len(done) - len(again), failures,
-                                        progress, on_tick, again, order), journal)
-        return _run_probed(m, out, by_id, todo, done, again, failures, order, executor,
-                           journal, progress, on_tick)
+            return executor.execute(job, journal)
+        return _run_probed(job, executor, journal)
 
 
 def _copy_start_spread(m: Matrix, path: Path, out: Path) -> None:
@@ -605,63 +578,66 @@ def _copy_start_spread(m: Matrix, path: Path, out: Path) -> None:
     write_json_atomic(out / rundir.START_SPREAD, known.to_record())
 
 
-def _run_probed(m: Matrix, out: Path, by_id: dict[str, Cell], todo: list[tuple[str, int]],
-                done: dict[tuple[str, int], dict[str, Any]],
-                again: dict[tuple[str, int], int], failures: int,
-                order: list[tuple[str, int]], executor: Executor, journal: JsonlAppender,
-                progress: Progress, on_tick: Callable[[Tick], None]
+def _run_probed(job: Job, executor: Executor, journal: JsonlAppender
                 ) -> dict[str, dict[str, Any]]:
     """Probe-and-predict (crossbench.runner.probe): the probe phase, the decisions once, the
     cells decided ``measure`` or ``holdout``, then the predicted cells of any sweep whose
-    holdout missed; one executor, up to three jobs."""
+    holdout missed; one executor, up to three jobs (``job``: every trial the journal lacks)."""
     from crossbench.runner.probe import ProbeController
 
+    m, progress = job.matrix, job.progress
     assert m.probe_predict is not None
-    probe = ProbeController(m.probe_predict, out, by_id)
-    first = [x for x in todo if probe.first_phase(x[0])]
-    before = len(done) - len(again)
+    probe = ProbeController(m.probe_predict, job.out, job.cells)
     summaries: dict[str, dict[str, Any]] = {}
+
+    def later(trials: list[tuple[str, int]], done: dict[tuple[str, int], dict[str, Any]],
+              attempts: dict[tuple[str, int], int]) -> None:
+        failures = sum(1 for r in done.values() if r["status"] != "ok")
+        summaries.update(executor.execute(replace(job, todo=trials, done_before=len(done),
+                                                  failures=failures, attempts=attempts),
+                                          journal))
+
+    first = [x for x in job.todo if probe.first_phase(x[0])]
     if first or not probe.decided:
         progress(f"probe-and-predict: phase 1, {len(first)} trials (probes, baselines and "
                  "cells outside long sweeps)")
-        summaries = executor.execute(Job(m, out, by_id, first, before, failures, progress,
-                                         on_tick, again, order), journal)
+        summaries.update(executor.execute(replace(job, todo=first), journal))
     probe.decide(progress)
-    second = [x for x in todo if not probe.first_phase(x[0]) and probe.runs(x[0])]
-    done = read_journal(out)
-    failures = sum(1 for r in done.values() if r["status"] != "ok")
+    second = [x for x in job.todo if not probe.first_phase(x[0]) and probe.runs(x[0])]
     progress(f"probe-and-predict: phase 2, {len(second)} trials of "
              f"{len({c for c, _ in second})} cells decided measure or holdout")
-    summaries.update(executor.execute(Job(m, out, by_id, second, len(done), failures, progress,
-                                          on_tick, again, order), journal))
+    later(second, read_journal(job.out), job.attempts)
     rejected = probe.check_holdouts(progress)  # a holdout missed: measure the sweep's rest
-    done = read_journal(out)
-    third = [x for x in order if x[0] in rejected and x not in done]
+    done = read_journal(job.out)
+    third = [x for x in job.order if x[0] in rejected and x not in done]
     if third:
-        failures = sum(1 for r in done.values() if r["status"] != "ok")
         progress(f"probe-and-predict: phase 3, {len(third)} trials of {len(rejected)} "
                  "predicted cells whose sweep's holdout missed its prediction")
-        summaries.update(executor.execute(Job(m, out, by_id, third, len(done), failures,
-                                              progress, on_tick, {}, order), journal))
+        later(third, done, {})
     return summaries
 
 
 def _check_versions(m: Matrix, cells: list[Cell]) -> None:
     """Refuse to start when an engine build misses its ``requires`` constraint."""
-    from crossbench.engines import registry
     from crossbench.runner.versions import unmet
 
     for eid, entry in m.engines.items():
         cell = next((c for c in cells if c.coords["engine"] == eid), None)
         if entry.requires is None or cell is None:
             continue
-        rc = run_config(cell, m.trials, m.fresh_server, resolve=False,
-                        trials_per_start=m.trials_per_start)
-        server = registry.create(rc.engine, rc.engine_config, Path("/dev/null"))
-        why = unmet(entry.requires, server.identity())
+        why = unmet(entry.requires, _unstarted(m, cell).identity())
         if why:
             raise UserError(f"engines.{eid}.requires: {why}",
                             "install a build that satisfies it, or change `requires`")
+
+
+def _unstarted(m: Matrix, cell: Cell) -> EngineServer:
+    """A server of ``cell`` as it would run, never started (model references unresolved)."""
+    from crossbench.engines import registry
+
+    rc = run_config(cell, m.trials, m.fresh_server, resolve=False,
+                    trials_per_start=m.trials_per_start)
+    return registry.create(rc.engine, rc.engine_config, Path("/dev/null"))
 
 
 def _gate(gate: ThermalGate | None, progress: Progress) -> dict[str, Any] | None:
