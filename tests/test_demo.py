@@ -169,8 +169,8 @@ def test_a_quiet_host_and_a_busy_host_read_differently(
     quiet = copy.deepcopy(analysis)
     quiet["stability"] = [f for f in quiet["stability"]
                           if f["kind"] not in ("trial_warnings", "trial_spread")]
-    for cell in quiet["cells"]:
-        cell["trial_cv"] = min(cell["trial_cv"] or 0.0, 0.04)
+    for cell in quiet["cells"]:  # the worst cell sets the figure: 4 % whatever the run gave
+        cell["trial_cv"] = 0.04
     assert closing_summary(quiet, {})[-1] == (
         "  host: quiet enough: no other inference process beside any trial, and each cell's "
         "trials agree within 4% (CV; the limit is 10 %)")
