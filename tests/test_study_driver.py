@@ -51,7 +51,7 @@ def _every_round(study: ModuleType) -> list[Any]:
 def test_the_rounds_file_lists_every_round_of_the_former_scripts(study: ModuleType) -> None:
     rounds = study.load_rounds()
     assert list(rounds) == ["1", "verdict", "shared", "gate", "naive", "twostart", "hoststart",
-                            "spread", "known", "all", "methods", "synthetic", "sglang-check",
+                            "spread", "known", "all", "methods", "mtp", "synthetic", "sglang-check",
                             "smoke"]
     assert study.parts(rounds, "methods") == [1, 2, 3, 4]
     # the needs the former driver encoded in its case statements
@@ -62,7 +62,12 @@ def test_the_rounds_file_lists_every_round_of_the_former_scripts(study: ModuleTy
     assert {k for k, r in by.items() if not r.build} == {
         ("naive", None), ("twostart", None), ("hoststart", None), ("methods", 3), ("methods", 4)}
     assert {k for k, r in by.items() if r.drafters} == {("methods", p) for p in (1, 2, 3, 4)}
-    assert {k for k, r in by.items() if not r.verify_hf} == {("methods", 3), ("methods", 4)}
+    assert {k for k, r in by.items() if not r.verify_hf} == {("methods", 3), ("methods", 4),
+                                                             ("mtp", None)}
+    # the MTP round makes the Qwen3.5 target first, then the qwen3-8b pair only where it fits
+    assert by[("mtp", None)].fixtures == (("path mtp-target --shape qwen3-8b", 0),
+                                          ("make --shape qwen3-8b", 26))
+    assert by[("methods", 3)].fixtures == study.DEFAULT_FIXTURES
     assert not any(r.q4 for r in by.values())
     assert all(r.purpose and "\n" not in r.purpose for r in by.values())
 
@@ -86,6 +91,9 @@ def test_every_round_matrix_validates_and_every_selection_picks_cells(
             assert (ROOT / src).is_file(), f"round {r.name}: variant source {src} is missing"
             assert gptv.main(["variant", str(ROOT / src), str(run_dir / dst), *opts]) in (0, None)
         for step in r.steps:
+            if step.command is not None:  # the MTP round's llama-bench splits and guarded runs
+                assert "$dir" in step.command and step.name
+                continue
             path = Path(step.matrix.replace("$dir", str(run_dir)))
             path = path if path.is_absolute() else ROOT / path
             assert path.is_file(), f"round {r.name}: matrix {step.matrix} is missing"
@@ -99,7 +107,7 @@ def test_every_round_matrix_validates_and_every_selection_picks_cells(
             chosen = select(cells, step.only, step.skip)
             assert chosen, f"round {r.name} step {step.name}: the selection picks no cell"
             checked += 1
-    assert checked == 19
+    assert checked == 23
 
 
 def test_a_selector_with_an_unknown_key_is_refused(study: ModuleType) -> None:
@@ -173,8 +181,13 @@ def test_env_gives_the_driver_the_round_needs_and_refuses_unknown_rounds() -> No
                               capture_output=True, text=True)
     r = env("methods", "--part", "3")
     assert r.returncode == 0
-    assert r.stdout.split() == ["need_vllm=1", "need_build=0", "need_q4=0", "need_drafters=1",
-                                "need_verify_hf=0", "need_into_run=0", "kind=cross"]
+    assert r.stdout.splitlines() == [
+        "need_vllm=1", "need_build=0", "need_q4=0", "need_drafters=1", "need_verify_hf=0",
+        "need_into_run=0", "kind=cross", "fixtures_args=('make --shape qwen3-8b --hf')",
+        "fixtures_min_gb=(0)"]
+    mtp = env("mtp").stdout.splitlines()
+    assert mtp[-2:] == ["fixtures_args=('path mtp-target --shape qwen3-8b' "
+                        "'make --shape qwen3-8b')", "fixtures_min_gb=(0 26)"]
     bad = env("sharde")
     assert bad.returncode == 2 and bad.stderr.strip().startswith("study.py: unknown ROUND sharde")
     assert env("methods", "--part", "7").stderr.strip() == (
@@ -206,6 +219,21 @@ def test_run_executes_steps_with_resume_and_logs(study: ModuleType, tmp_path: Pa
     assert calls[0][6] == str(tmp_path)
 
 
+def test_a_command_step_runs_until_it_exits_0_once(study: ModuleType, tmp_path: Path) -> None:
+    p = tmp_path / "rounds.yaml"
+    p.write_text("rounds:\n  x:\n    purpose: p\n    steps:\n"
+                 "      - {name: a, command: 'echo run >>$dir/a.out; test -f $dir/go'}\n")
+    r = study.get_round(study.load_rounds(p), "x")
+    run_dir = tmp_path / "run"
+    assert study.run(r, str(run_dir)) == 0
+    assert not (run_dir / "a.done").exists()  # exit 1: the next call runs it again
+    (run_dir / "go").touch()
+    study.run(r, str(run_dir))
+    study.run(r, str(run_dir))  # done: not run a third time
+    assert (run_dir / "a.out").read_text() == "run\nrun\n"
+    assert (run_dir / "a.done").exists() and "a: exit" not in (run_dir / "a.log").read_text()
+
+
 def test_a_bad_rounds_file_is_one_line_naming_the_field(study: ModuleType,
                                                           tmp_path: Path) -> None:
     p = tmp_path / "rounds.yaml"
@@ -214,6 +242,13 @@ def test_a_bad_rounds_file_is_one_line_naming_the_field(study: ModuleType,
         study.load_rounds(p)
     p.write_text("rounds:\n  x:\n    purpose: p\n    steps: [{matrix: m}]\n")
     with pytest.raises(study.RoundsError, match=r"rounds.x.steps\[0\].name: missing"):
+        study.load_rounds(p)
+    p.write_text("rounds:\n  x:\n    purpose: p\n    steps: [{name: a, matrix: m, command: c}]\n")
+    with pytest.raises(study.RoundsError, match=r"rounds.x.steps\[0\].matrix: .*\(one of the two\)"):
+        study.load_rounds(p)
+    p.write_text("rounds:\n  x:\n    purpose: p\n    fixtures: [{args: make, min_free: 3}]\n"
+                 "    steps: [{name: a, matrix: m}]\n")
+    with pytest.raises(study.RoundsError, match=r"rounds.x.fixtures\[0\]: unknown key 'min_free'"):
         study.load_rounds(p)
 
 

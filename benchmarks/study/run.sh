@@ -10,7 +10,8 @@
 #   2. the vLLM pack's parts carried so far (.carry/vllm-*/: `crossbench engines pack`) kept
 #      in /tmp/cb-pack (a call carries at most 64 MiB, so the pack comes over several calls);
 #   3. in the background (setsid: it outlives the call): the CUDA llama.cpp build from the
-#      carried source, the qwen3-8b fixtures in F16 with their HF folders and their tensor
+#      carried source, the round's fixtures (rounds.yaml `fixtures`, each made only where the
+#      disk has room; default: the qwen3-8b pair in F16 with their HF folders) and their tensor
 #      checksums (`fixtures verify-hf`, unless the round says verify_hf: false) while nvcc
 #      builds, the EAGLE-3 and DFlash drafters (drafters: true), then the build is waited for
 #      (or stopped: build: false, vLLM-only rounds) and the Q4_K_M target made (q4: true);
@@ -40,6 +41,7 @@ study() { python3 benchmarks/study/study.py "$@"; }
 # the round's kind and needs (rounds.yaml); without ROUND: the setup alone, build and
 # checksums kept
 kind=cross need_vllm=0 need_build=1 need_q4=0 need_drafters=0 need_verify_hf=1
+fixtures_args=("make --shape qwen3-8b --hf") fixtures_min_gb=(0)
 if [ -n "${ROUND:-}" ]; then
   needs=$(study env "$ROUND") || { echo "unknown ROUND $ROUND (or PART ${PART:-})"; exit 2; }
   eval "$needs"
@@ -102,14 +104,30 @@ if [ ! -f "$LOG/setup.started" ]; then
   nvidia-smi --query-gpu=index,name,uuid,driver_version,memory.total --format=csv,noheader \
     >"$LOG/gpu.txt" 2>&1
   python3 -m pip list --format=freeze >"$LOG/host-pip-freeze.txt" 2>/dev/null
+  mkdir -p "$CROSSBENCH_CACHE"; df -h "$CROSSBENCH_CACHE" >"$LOG/disk.txt" 2>&1
+  : >"$LOG/fixtures.sh"  # one `fixture_step MIN_FREE_GB ARGS` line per entry, in order
+  for i in "${!fixtures_args[@]}"; do
+    printf 'fixture_step %d %q\n' "${fixtures_min_gb[$i]}" "${fixtures_args[$i]}" \
+      >>"$LOG/fixtures.sh"
+  done
   setsid bash -c '
     s=$(date +%s)
     setsid python3 -m crossbench engines install llama.cpp --cuda --cuda-arch 90 \
       --source-archive .carry/llama-cpp-python-0.3.36.src.tgz >'"$LOG"'/build.log 2>&1 &
     b=$!
     until ls "$CROSSBENCH_CACHE"/sources/*/.unpacked >/dev/null 2>&1; do sleep 2; done
-    python3 -m crossbench fixtures make --shape qwen3-8b --hf >'"$LOG"'/fixtures.log 2>&1
+    fixture_step() {  # MIN_FREE_GB ARGS: `crossbench fixtures ARGS`, if the disk has room
+      local free; free=$(df -BG --output=avail "$CROSSBENCH_CACHE" | tail -1 | tr -dc 0-9)
+      if [ "$free" -lt "$1" ]; then
+        echo "fixtures_skipped=\"$2\" free_gb=$free min_free_gb=$1" >>'"$LOG"'/timing.txt
+        return 0
+      fi
+      python3 -m crossbench fixtures $2 >>'"$LOG"'/fixtures.log 2>&1
+      echo "fixtures_exit=$? fixtures=\"$2\" s=$(( $(date +%s) - s ))" >>'"$LOG"'/timing.txt
+    }
+    . '"$LOG"'/fixtures.sh  # the fixtures the round entry names (default: make --shape qwen3-8b --hf)
     echo "fixtures_f16_hf_s=$(( $(date +%s) - s ))" >>'"$LOG"'/timing.txt
+    df -h "$CROSSBENCH_CACHE" >>'"$LOG"'/disk.txt 2>&1
     [ '"$need_verify_hf"' = 0 ] || python3 -m crossbench fixtures verify-hf \
       --shape qwen3-8b >'"$LOG"'/verify-hf.txt 2>&1  # vLLM rounds: checked by round 1
     echo "verify_hf_exit=$? verify_hf_s=$(( $(date +%s) - s ))" >>'"$LOG"'/timing.txt

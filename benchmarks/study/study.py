@@ -11,9 +11,12 @@ Usage (from the repository root)::
 
 ``run`` makes the round's variants, starts its sampler, then runs each step as
 ``python3 -m crossbench matrix MATRIX --out DIR/NAME [--resume] --progress plain
-[--only ...] [--skip ...]`` with its output appended to DIR/NAME.log, printing a timestamped
-``NAME: start`` and ``NAME: exit RC`` line around each; a step resumes its run directory when
-a previous call left one. A round with ``into_run`` runs its one matrix straight into DIR.
+[--only ...] [--skip ...]`` (or, for a ``command`` step, its shell command with ``$dir`` the
+run directory) with its output appended to DIR/NAME.log, printing a timestamped
+``NAME: start`` and ``NAME: exit RC`` line around each; a matrix step resumes its run
+directory when a previous call left one, a command step whose ``DIR/NAME.done`` exists (it
+exited 0 on an earlier call) is not run again. A round with ``into_run`` runs its one matrix
+straight into DIR.
 PART defaults to the environment's PART, else 1. Needs only the standard library and PyYAML.
 """
 
@@ -35,13 +38,18 @@ ROUNDS = Path(__file__).with_name("rounds.yaml")
 """The rounds file the driver reads."""
 
 ROUND_KEYS = {"purpose", "kind", "vllm", "build", "q4", "drafters", "verify_hf", "into_run",
-              "variants", "sampler", "steps", "parts", "matrix", "lanes", "solo"}
+              "variants", "sampler", "steps", "parts", "matrix", "lanes", "solo", "fixtures"}
 KINDS = ("cross", "lanes", "sglang-check", "smoke")
 """What the driver does with a round: ``cross`` its steps after the shared setup (the default);
 ``lanes`` issue 8's study of one matrix split over GPUs (``matrix``, ``lanes``: the --skip
 list of each GPU's lane, ``solo``: the --skip list of the occasion check); ``sglang-check``
 SGLang's live adapter check; ``smoke`` the first CUDA smoke run of the pipeline."""
-STEP_KEYS = {"name", "matrix", "only", "skip"}
+STEP_KEYS = {"name", "matrix", "only", "skip", "command"}
+FIXTURE_KEYS = {"args", "min_free_gb"}
+DEFAULT_FIXTURES = (("make --shape qwen3-8b --hf", 0),)
+"""What the setup makes when a round names no ``fixtures``: the qwen3-8b pair in F16 with its
+HF folders (each entry: ``crossbench fixtures ARGS``, made only with at least ``min_free_gb``
+GB free on the cache's disk)."""
 VARIANT_KEYS = {"from", "to", "options"}
 FLAGS = ("vllm", "build", "q4", "drafters", "verify_hf", "into_run")
 DEFAULTS = {"vllm": False, "build": True, "q4": False, "drafters": False, "verify_hf": True,
@@ -66,12 +74,13 @@ class RoundsError(ValueError):
 
 @dataclass(frozen=True)
 class Step:
-    """One ``crossbench matrix`` run of a round."""
+    """One ``crossbench matrix`` run of a round, or (``command``) one shell command."""
 
     name: str | None
-    matrix: str
+    matrix: str | None
     only: tuple[str, ...] = ()
     skip: tuple[str, ...] = ()
+    command: str | None = None
 
 
 @dataclass(frozen=True)
@@ -89,6 +98,7 @@ class Round:
     verify_hf: bool
     into_run: bool
     variants: tuple[tuple[str, str, tuple[str, ...]], ...] = ()
+    fixtures: tuple[tuple[str, int], ...] = DEFAULT_FIXTURES
     sampler: str | None = None
     steps: tuple[Step, ...] = field(default_factory=tuple)
     matrix: str | None = None
@@ -118,10 +128,17 @@ def _steps(raw: Any, where: str, into_run: bool) -> tuple[Step, ...]:
     for i, s in enumerate(raw):
         w = f"{where}.steps[{i}]"
         s = _check_keys(s, STEP_KEYS, w)
-        if "matrix" not in s:
-            raise RoundsError(f"{w}.matrix: missing; name the matrix file the step runs")
+        if ("matrix" in s) == ("command" in s):
+            raise RoundsError(f"{w}.matrix: name the matrix file the step runs, or give a "
+                              "command instead (one of the two)")
+        if "command" in s and (into_run or {"only", "skip"} & set(s)):
+            raise RoundsError(f"{w}.command: a command step takes no only/skip and cannot run "
+                              "into_run; give it a name")
         if not into_run and not s.get("name"):
             raise RoundsError(f"{w}.name: missing; name the step's run directory")
+        if "command" in s:
+            out.append(Step(s.get("name"), None, command=str(s["command"])))
+            continue
         out.append(Step(s.get("name"), str(s["matrix"]), _strs(s.get("only", []), f"{w}.only"),
                         _strs(s.get("skip", []), f"{w}.skip")))
     if into_run and len(out) != 1:
@@ -141,6 +158,14 @@ def _resolve(name: str, entry: dict[str, Any], part: int | None) -> Round:
         v = _check_keys(v, VARIANT_KEYS, f"{where}.variants[{i}]")
         variants.append((str(v["from"]), str(v["to"]),
                          _strs(v.get("options", []), f"{where}.variants[{i}].options")))
+    fixtures = []
+    for i, f in enumerate(entry.get("fixtures", [])):
+        f = _check_keys({"args": f} if isinstance(f, str) else f, FIXTURE_KEYS,
+                        f"{where}.fixtures[{i}]")
+        if not isinstance(f.get("args"), str) or not isinstance(f.get("min_free_gb", 0), int):
+            raise RoundsError(f"{where}.fixtures[{i}]: expected `crossbench fixtures` arguments "
+                              "(a string) and an optional min_free_gb (whole GB)")
+        fixtures.append((f["args"], int(f.get("min_free_gb", 0))))
     flag = {k: bool(entry.get(k, DEFAULTS[k])) for k in FLAGS}
     needs = Needs(flag["vllm"], flag["build"], flag["q4"], flag["drafters"], flag["verify_hf"],
                   flag["into_run"])
@@ -156,7 +181,8 @@ def _resolve(name: str, entry: dict[str, Any], part: int | None) -> Round:
                      lanes=tuple((k, _strs(v, f"{where}.lanes.{k}")) for k, v in lanes.items()),
                      solo=_strs(entry.get("solo", []), f"{where}.solo"))
     return Round(name, part, entry["purpose"].strip(), kind, *needs,
-                 variants=tuple(variants), sampler=entry.get("sampler"),
+                 variants=tuple(variants), fixtures=tuple(fixtures) or DEFAULT_FIXTURES,
+                 sampler=entry.get("sampler"),
                  steps=_steps(entry.get("steps"), where, needs.into_run))
 
 
@@ -226,7 +252,10 @@ def commands(r: Round, run_dir: str) -> list[list[str]]:
     if r.sampler:
         out.append(["python3", "benchmarks/host_sampler.py", f"{run_dir}/{r.sampler}", "&"])
     for s in r.steps:
-        step = Step(s.name, _sub(s.matrix, run_dir), s.only, s.skip)
+        if s.command is not None:
+            out.append(["bash", "-c", _sub(s.command, run_dir), str(s.name)])
+            continue
+        step = Step(s.name, _sub(s.matrix or "", run_dir), s.only, s.skip)
         dest = run_dir if r.into_run else f"{run_dir}/{s.name}"
         out.append(step_argv(step, dest, Path(dest, "state.json").is_file(), r.into_run))
     return out
@@ -245,6 +274,18 @@ def run(r: Round, run_dir: str) -> int:
         for argv in commands(r, run_dir):
             if argv[-1] == "&":
                 sampler = subprocess.Popen(argv[:-1])
+                continue
+            if argv[0] == "bash":  # a command step, named by its last argument
+                name = argv[-1]
+                if Path(run_dir, f"{name}.done").is_file():
+                    continue
+                _say(f"{name}: start")
+                with open(f"{run_dir}/{name}.log", "ab") as log:
+                    rc = subprocess.run(argv[:-1], stdout=log, stderr=subprocess.STDOUT,
+                                        check=False).returncode
+                if rc == 0:
+                    Path(run_dir, f"{name}.done").touch()
+                _say(f"{name}: exit {rc}")
                 continue
             if argv[1] != "-m":  # a variant
                 subprocess.run(argv, check=False)
@@ -267,6 +308,8 @@ def env_lines(r: Round) -> list[str]:
     """Shell assignments of round ``r``'s kind and needs (a ``lanes`` round's also its matrix
     and --skip arrays), for the driver to ``eval``."""
     out = [f"need_{k}={1 if getattr(r, k) else 0}" for k in FLAGS] + [f"kind={r.kind}"]
+    out.append("fixtures_args=(" + " ".join(shlex.quote(a) for a, _ in r.fixtures) + ")")
+    out.append("fixtures_min_gb=(" + " ".join(str(g) for _, g in r.fixtures) + ")")
     if r.kind == "lanes":
         out.append(f"study_matrix={shlex.quote(r.matrix or '')}")
         for lane, skips in (*r.lanes, ("solo", r.solo)):
@@ -318,7 +361,8 @@ def main(argv: list[str] | None = None) -> int:
                   "runs its commands", file=sys.stderr)
             return 2
         for c in commands(r, a.dir):
-            print(shlex.join(c[:-1]) + " &" if c[-1] == "&" else shlex.join(c))
+            print(shlex.join(c[:-1]) + " &" if c[-1] == "&" else
+                  f"{c[-1]}: {c[2]}" if c[0] == "bash" else shlex.join(c))
         return 0
     return run(r, a.dir)
 
