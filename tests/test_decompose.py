@@ -91,6 +91,20 @@ def test_cli_refuses_before_running(tmp_path: Path) -> None:
     assert r.exit_code != 0 and "--target" in r.output and "is not a file" in r.output
 
 
+def test_the_parts_are_timed_by_the_build_the_study_ran(tmp_path: Path) -> None:
+    # round 1 ran llama.cpp's CUDA sm90 build: without it here, decompose refuses rather than
+    # time a GPU study's parts with the CPU build (on the H200 it found no build at all)
+    gguf = tmp_path / "t.gguf"
+    gguf.write_bytes(b"GGUF")
+    r = CliRunner().invoke(cli, ["decompose", "--target", str(gguf), "--from", str(ROUND1),
+                                 "--arm", "draft-a0.9"])
+    assert r.exit_code != 0
+    assert "llama.cpp build (cuda-sm90) is not installed" in r.output
+    assert "crossbench engines install llama.cpp --cuda --cuda-arch 90" in r.output
+    r = CliRunner().invoke(cli, ["decompose", "--target", str(gguf), "--variant", "gpu"])
+    assert r.exit_code != 0 and "variant 'gpu' is not cpu or cuda-smNN" in r.output
+
+
 @pytest.mark.server
 def test_the_real_llama_bench_times_every_part(llama_server: Path,
                                                fixture_models: tuple[Path, Path],

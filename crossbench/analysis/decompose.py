@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import json
 import subprocess
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -186,3 +187,13 @@ def format_rows(rows: list[dict[str, Any]]) -> str:
         lines.append("  ".join(f"{f(c):>11}" for c in cells))
     notes = {r["draft_note"] for r in rows if r["draft_note"]}
     return "\n".join(lines + [f"draft: {n}" for n in sorted(notes)])
+
+
+def recorded_variant(cells: Iterable[Any]) -> str | None:
+    """The llama.cpp build variant (``cpu``, ``cuda-smNN``) a run's llama.cpp cells recorded in
+    their manifests (``engine.build.variant``), or None where none did."""
+    for cell in cells:
+        build = ((getattr(cell, "manifest", None) or {}).get("engine") or {}).get("build") or {}
+        if isinstance(build.get("variant"), str):
+            return str(build["variant"])
+    return None

@@ -45,7 +45,10 @@ Examples:
                    "draft-mtp) leave drafting in the rest.")
 @click.option("--bench", "bench", type=click.Path(path_type=Path),
               help="llama-bench binary (default: the one `crossbench engines install "
-                   "llama.cpp` built).")
+                   "llama.cpp` built, of --variant).")
+@click.option("--variant", help="Which of crossbench's llama.cpp builds times the parts: cpu "
+              "or cuda-smNN (default: with --from, the build the run's cells recorded, so the "
+              "parts are timed by the build the study ran; else cpu).")
 @click.option("--bench-arg", "bench_args", multiple=True,
               help="An argument passed on to llama-bench (repeatable; e.g. --bench-arg=-ngl "
                    "--bench-arg=99 on a GPU, as the server ran).")
@@ -54,7 +57,8 @@ Examples:
 @user_errors
 def decompose(target: Path, draft: Path | None, n_spec: str, depth: int, gen: int, reps: int,
               source: Path | None, arm: str | None, concurrency: int, method: str,
-              bench: Path | None, bench_args: tuple[str, ...], out: Path | None) -> None:
+              bench: Path | None, variant: str | None, bench_args: tuple[str, ...],
+              out: Path | None) -> None:
     """Split a speculative step into its target verification forward (n + 1 tokens) and its
     drafting, each timed by llama-bench in plain decode steps, and compare their sum with the
     cost model C(n) = d + v n a study fitted (--from, --arm): the rest is sampling, host work
@@ -77,14 +81,20 @@ def decompose(target: Path, draft: Path | None, n_spec: str, depth: int, gen: in
     if source is not None and arm is not None:
         from crossbench.frames import open_run
 
-        d, v, method = dec.sweep_cost_model(open_run(source).analysis, arm, concurrency)
+        frames = open_run(source)
+        d, v, method = dec.sweep_cost_model(frames.analysis, arm, concurrency)
+        variant = variant or dec.recorded_variant(frames.run.cells)
     if bench is None:
-        from crossbench.engines.llamacpp.build import load_install
+        from crossbench.engines.llamacpp.build import load_install, parse_variant
 
-        inst = load_install()
+        variant = variant or "cpu"
+        cuda, arch = parse_variant(variant)
+        inst = load_install(cuda=cuda, cuda_arch=arch)
         if inst is None:
-            raise UserError("no llama-bench: llama.cpp is not installed",
-                            "run `crossbench engines install llama.cpp` or give --bench")
+            flag = f" --cuda --cuda-arch {arch}" if cuda else ""
+            raise UserError(f"no llama-bench: crossbench's llama.cpp build ({variant}) is not "
+                            "installed", f"run `crossbench engines install llama.cpp{flag}`, "
+                            "give --variant, or give --bench")
         bench = inst.binary().parent / "llama-bench"
     if not bench.is_file():
         raise UserError(f"--bench {bench} is not a file", "give the llama-bench binary")

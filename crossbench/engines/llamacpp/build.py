@@ -65,6 +65,17 @@ def variant_name(cuda: bool, cuda_arch: str | None) -> str:
     return f"cuda-sm{arch}"
 
 
+def parse_variant(variant: str) -> tuple[bool, str | None]:
+    """``cpu`` -> (False, None); ``cuda-smNN`` -> (True, "NN"): :func:`load_install`'s
+    arguments for a variant name."""
+    if variant == "cpu":
+        return False, None
+    if variant.startswith("cuda-sm") and variant.removeprefix("cuda-sm").isdigit():
+        return True, variant.removeprefix("cuda-sm")
+    raise UserError(f"llama.cpp build variant {variant!r} is not cpu or cuda-smNN",
+                    "write cpu, or cuda-sm followed by the compute capability (cuda-sm90)")
+
+
 def install_dir(pin: SourcePin, variant: str) -> Path:
     """``<cache>/engines/<pin>-<variant>/``."""
     return cache_dir() / "engines" / f"{pin.slug}-{variant}"

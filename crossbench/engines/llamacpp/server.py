@@ -12,7 +12,12 @@ from pathlib import Path
 from typing import Any
 
 from crossbench.engines.base import EngineIdentity, MetricsSnapshot
-from crossbench.engines.llamacpp.build import MANIFEST_NAME, hash_binaries, load_install
+from crossbench.engines.llamacpp.build import (
+    MANIFEST_NAME,
+    hash_binaries,
+    load_install,
+    parse_variant,
+)
 from crossbench.engines.llamacpp.config import LlamaServerConfig, n_limit
 from crossbench.engines.llamacpp.pins import get_pin
 from crossbench.engines.llamacpp.profile import (
@@ -81,8 +86,7 @@ class LlamaServer(LocalServer):
             if own is not None:
                 self._binary = own
             else:
-                cuda = self.config.variant.startswith("cuda-sm")
-                arch = self.config.variant.removeprefix("cuda-sm") if cuda else None
+                cuda, arch = parse_variant(self.config.variant)
                 inst = load_install(self.config.pin, cuda, arch)
                 if inst is None:
                     flag = f" --cuda --cuda-arch {arch}" if cuda else ""
