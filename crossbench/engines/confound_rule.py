@@ -106,6 +106,14 @@ def mtp(v: View) -> bool:
     return any("mtp" in str(v.get(k, "")).lower() for k in ("spec.type", "spec.method"))
 
 
+def synthetic(v: View) -> bool:
+    """Whether the view's acceptance is scripted (llama-server's ``synth_rates``/``synth_len``,
+    vLLM's ``rejection_sample_method: synthetic``), not the draft's."""
+    return any(k.startswith("spec.") and "synth" in k and x not in ("", "[]", 0, False)
+               for k, x in v.items()) or \
+        str(v.get("spec.rejection_sample_method", "")).lower() == "synthetic"
+
+
 def num(v: Scalar | None) -> float | None:
     """A view value as a number (None when unset, a bool or not numeric)."""
     if v is None or isinstance(v, bool):
