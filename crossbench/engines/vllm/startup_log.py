@@ -39,7 +39,13 @@ sources (``log_formats`` in ``engines/vllm/X.Y.Z.yaml``; formats of 0.33.0 in br
   across machines;
 - ``torch_compile_s``: ``torch.compile took %.2f s in total`` (vllm/compilation/monitor.py),
   summed over the compiled modules (one line each: backbone, draft_model): the compilation
-  alone, a few seconds on a warm cache.
+  alone, a few seconds on a warm cache;
+- ``profile_run_s``: ``Initial profiling/warmup run took %.2f s`` (the same file), summed
+  likewise: the first forward passes, which JIT-compile every Triton kernel the compile
+  cache's ``triton_cache`` lacks (vLLM points ``TRITON_CACHE_DIR`` into the folder of each
+  configuration's hash). Seen on the H200: 80-100 s on every start of the Qwen3.5 MTP target
+  (its gated delta-net kernels, each configuration's first start), under a second for the
+  dense Qwen3-8B.
 
 Every line of vLLM's log starts ``(PROCESS pid=N) LEVEL MM-DD HH:MM:SS [file.py:line]``; the
 regular expressions below search whole lines, so the prefix does not matter.
@@ -77,6 +83,7 @@ _CACHE_DIR = re.compile(r"Using cache directory: (\S+) for vLLM's torch\.compile
 _CACHE_HIT = re.compile(r"Directly load the compiled graph\(s\) for .* from the cache")
 _CACHE_MISS = re.compile(r"Compiling a graph for .* takes [\d.]+ s")
 _TORCH_COMPILE = re.compile(r"torch\.compile took ([\d.]+) s in total")
+_PROFILE_RUN = re.compile(r"Initial profiling/warmup run took ([\d.]+) s")
 _INIT = re.compile(r"init engine \(profile, create kv cache, warmup model\) took ([\d.]+) s"
                    r"(?: \(compilation: ([\d.]+) s)?")
 
@@ -103,6 +110,7 @@ class StartupFacts:
     engine_init_s: float | None = None
     compile_s: float | None = None
     torch_compile_s: float | None = None
+    profile_run_s: float | None = None
     compile_cache: str | None = None
     compile_cache_modules: dict[str, str] = field(default_factory=dict)
     lines: dict[str, str] = field(default_factory=dict)
@@ -183,6 +191,9 @@ def _parse_line(f: StartupFacts, line: str, module: list[str]) -> None:
         # one line per compiled module (backbone, draft_model): the sum is the compilation
         f.torch_compile_s = round((f.torch_compile_s or 0.0) + float(m.group(1)), 3)
         f.lines["torch_compile"] = line
+    elif m := _PROFILE_RUN.search(line):  # one line per module, like torch.compile's
+        f.profile_run_s = round((f.profile_run_s or 0.0) + float(m.group(1)), 3)
+        f.lines["profile_run"] = line
     elif m := _INIT.search(line):
         f.engine_init_s = float(m.group(1))
         f.compile_s = float(m.group(2)) if m.group(2) else None
