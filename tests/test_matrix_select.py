@@ -51,3 +51,16 @@ def test_a_bad_selector_names_the_known_keys(cells, bad: str) -> None:  # type: 
     with pytest.raises(UserError) as e:
         select(cells, (), (bad,))
     assert "--skip" in str(e.value) and bad in str(e.value)
+
+
+def test_requests_scale_with_concurrency_where_the_load_says_so() -> None:
+    from crossbench.load.settings import LoadSettings
+    from crossbench.runner.matrix import trial_work
+
+    path = Path(__file__).resolve().parents[1] / "matrices" / "h200-methods.yaml"
+    cells = expand(load_matrix(path), path)
+    by_c = {c.coords["concurrency"]: trial_work(c.load).requests for c in cells}
+    assert by_c == {1: 32, 16: 128}  # requests 32, requests_per_concurrency 8
+    # requests stays the floor; unset, every concurrency measures `requests`
+    assert LoadSettings(requests=40, requests_per_concurrency=2, concurrency=4).requests == 40
+    assert LoadSettings(requests=40, concurrency=16).requests == 40

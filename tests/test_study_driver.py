@@ -51,8 +51,8 @@ def _every_round(study: ModuleType) -> list[Any]:
 def test_the_rounds_file_lists_every_round_of_the_former_scripts(study: ModuleType) -> None:
     rounds = study.load_rounds()
     assert list(rounds) == ["1", "verdict", "shared", "gate", "naive", "twostart", "hoststart",
-                            "spread", "known", "all", "methods", "mtp", "synthetic", "sglang-check",
-                            "smoke"]
+                            "spread", "known", "all", "methods", "mtp", "fits", "synthetic",
+                            "sglang-check", "smoke"]
     assert study.parts(rounds, "methods") == [1, 2, 3, 4]
     # the needs the former driver encoded in its case statements
     by = {(r.name, r.part): r for r in _every_round(study) if r.kind == "cross"}
@@ -61,9 +61,10 @@ def test_the_rounds_file_lists_every_round_of_the_former_scripts(study: ModuleTy
         ("methods", 2)}
     assert {k for k, r in by.items() if not r.build} == {
         ("naive", None), ("twostart", None), ("hoststart", None), ("methods", 3), ("methods", 4)}
-    assert {k for k, r in by.items() if r.drafters} == {("methods", p) for p in (1, 2, 3, 4)}
+    assert {k for k, r in by.items() if r.drafters} == {("methods", p) for p in (1, 2, 3, 4)} | {
+        ("fits", None)}
     assert {k for k, r in by.items() if not r.verify_hf} == {("methods", 3), ("methods", 4),
-                                                             ("mtp", None)}
+                                                             ("mtp", None), ("fits", None)}
     # the MTP round makes the Qwen3.5 target first, then the qwen3-8b pair only where it fits
     assert by[("mtp", None)].fixtures == (("path mtp-target --shape qwen3-8b", 0),
                                           ("make --shape qwen3-8b", 26))
@@ -107,7 +108,7 @@ def test_every_round_matrix_validates_and_every_selection_picks_cells(
             chosen = select(cells, step.only, step.skip)
             assert chosen, f"round {r.name} step {step.name}: the selection picks no cell"
             checked += 1
-    assert checked == 23
+    assert checked == 27
 
 
 def test_a_selector_with_an_unknown_key_is_refused(study: ModuleType) -> None:
