@@ -240,3 +240,29 @@ def test_parity_compares_the_reasoning_of_a_thinking_model(tmp_path: Path) -> No
     same = _pair(_thinking_study(tmp_path / "same", lambda pid: f"think about {pid} first"),
                  "draft")["parity"]
     assert same["verdict"] == "identical" and same["exact_match_rate"] == 1.0
+
+
+def test_requests_read_in_one_go_are_counted_not_silently_dropped(tmp_path: Path) -> None:
+    # a loaded host can read a short request's whole stream at once: every chunk then has
+    # one timestamp and no decode rate; the cell says how many, and the pair's samples drop
+    def rate(a: Arm, pid: str, trial: int, occ: int) -> float:
+        return 90.0 + int(pid[1:]) if a.method != "none" else 100.0 + int(pid[1:])
+
+    out = tmp_path / "run"
+    study(out, PROMPTS, [Arm("base"), Arm("draft", "draft-simple", 4)], rate, trials=1)
+    (spec_dir,) = [d for d in (out / "cells").iterdir() if "draft" in d.name]
+    path = spec_dir / "requests.jsonl"
+    records = [json.loads(line) for line in path.read_text().splitlines()]
+    collapsed = 0
+    for r in records:
+        if not r.get("warmup") and collapsed < 5:
+            t = r["chunks"][-1][0]
+            r["chunks"] = [[t, k] for _, k in r["chunks"]]
+            r["t_first_chunk_ns"] = t
+            collapsed += 1
+    path.write_text("".join(json.dumps(r) + "\n" for r in records))
+    result = analyze(out, OPTS)
+    (w,) = [w for w in result["stability"] if w["kind"] == "unrated_requests"]
+    assert "draft" in w["cell"] and w["message"].startswith("5 of 24 completed requests")
+    assert _pair(result, "draft")["speedup"]["n_samples"] == 24 - 5
+    assert "unrated_requests" not in _kinds(result, "/none/")  # the baseline read normally

@@ -18,6 +18,11 @@ Checks on every cell (thresholds are module constants, cited where they come fro
 - ``acceptance_counter``: accepted equals drafted in every request of a speculative cell
   (or in its counters), which no real drafter does: the counter may be misread. Not raised
   where synthetic acceptance accepts every draft by design (``synth_rates`` all 1.0);
+- ``unrated_requests``: completed requests of two or more tokens with no client decode rate,
+  because every chunk arrived in one read of the stream (one timestamp; the client stamps
+  an event with the arrival of the read that completed it): a host too busy to read the
+  stream as it came, or responses shorter than one read. They drop out of the paired
+  speedups, so their count is said;
 - ``trial_warnings``: warnings the runner recorded on trials (other inference processes
   running beside the trial, a GPU not idle before it, VRAM not released after it): the
   trial's speed may be off, so a pair with such trials carries a verdict caveat.
@@ -71,6 +76,7 @@ class WarningKind(StrEnum):
     FEW_CLUSTERS = "few_clusters"
     LENGTH_MISMATCH = "length_mismatch"
     ACCEPTANCE_COUNTER = "acceptance_counter"
+    UNRATED_REQUESTS = "unrated_requests"
 
 
 @dataclass(frozen=True)
@@ -369,6 +375,20 @@ def _trial_warnings(cell: CellData) -> list[Finding]:
         "lanes on separate cards knowingly) and rerun the affected trials", cell.id)]
 
 
+def _unrated(cell: CellData) -> list[Finding]:
+    unrated = [f for f in cell.figures
+               if f.rate_tok_s is None and f.tokens is not None and f.tokens >= 2]
+    if not unrated:
+        return []
+    return [Finding(
+        WarningKind.UNRATED_REQUESTS,
+        f"{len(unrated)} of {len(cell.figures)} completed requests have no decode rate: each "
+        "one's chunks arrived in one read of the stream, so the client saw no time pass "
+        "between its tokens; they are left out of the paired speedups",
+        "run on a quieter host (the client could not read the stream as it came), or give "
+        "longer outputs (max_tokens) so a stream spans several reads", cell.id)]
+
+
 def cell_checks(cell: CellData, cooldown_s: float | None) -> list[Finding]:
     """Every per-cell check; ``cooldown_s`` is the matrix's (None when unknown)."""
     rates = cell.trial_rates
@@ -376,4 +396,4 @@ def cell_checks(cell: CellData, cooldown_s: float | None) -> list[Finding]:
     if not cell.speculative:
         out += _drift(cell, rates)
     return (out + _length(cell) + _cache(cell) + _thinking(cell) + _integrity(cell)
-            + _counter(cell) + _trial_warnings(cell))
+            + _counter(cell) + _unrated(cell) + _trial_warnings(cell))
