@@ -60,16 +60,11 @@ HOST_FIELDS = {"build_commit", "build_number", "cpu_info", "gpu_info", "backends
 
 def read_tests(path: Path) -> list[dict[str, Any]]:
     """Test objects of a ``-o json`` array or ``-o jsonl`` file."""
-    tests = read_json_objects(path, "llama-bench JSON",
-                              "write it with `llama-bench -o json` or `-o jsonl`")
-    if not tests:
-        raise UserError(f"{path} holds no llama-bench test",
-                        "write it with `llama-bench -o json` or `-o jsonl`")
-    for t in tests:
-        if not isinstance(t, dict) or "samples_ns" not in t or "n_gen" not in t:
-            raise UserError(f"{path} is not llama-bench output (no samples_ns/n_gen)",
-                            "write it with `llama-bench -o json` (a recent build)")
-    return tests
+    return read_json_objects(path, "llama-bench JSON",
+                             "write it with `llama-bench -o json` or `-o jsonl`",
+                             item="llama-bench test", keys=("samples_ns", "n_gen"),
+                             wrong="llama-bench output",
+                             wrong_fix="write it with `llama-bench -o json` (a recent build)")
 
 
 def check_test(t: dict[str, Any]) -> None:

@@ -65,12 +65,13 @@ from crossbench.importers.records import (
     ImportedCell,
     Invalid,
     Setting,
-    apply_settings,
-    assign_starts,
-    check_arms,
+    check_declared,
     check_decode,
     count,
+    finish_cells,
+    nothing_imported,
     number,
+    read_prompts,
     run_config,
     timed_record,
     write_import,
@@ -247,7 +248,7 @@ def import_llama_logs(files: list[Path], out: Path, *, baseline_arm: str,
         if value is not None and name in names:
             raise UserError(f"{option} and {{{name}}} in --pattern both given",
                             f"take {name} from one place")
-    order = _prompt_order(prompts)
+    order, categories = read_prompts(prompts)
     skipped: list[dict[str, str]] = []
     found: list[tuple[dict[str, str], Path, Log]] = []
     for path in files:
@@ -276,9 +277,7 @@ def import_llama_logs(files: list[Path], out: Path, *, baseline_arm: str,
                             "--pattern")
         found.append((labels, path, log))
     if not found:
-        first = skipped[0]
-        raise UserError(f"no log could be imported (first: {first['file']}: "
-                        f"{first['reason']})", "fix --pattern or the files")
+        raise nothing_imported("log", skipped, "fix --pattern or the files")
     groups: dict[tuple[Any, ...], list[tuple[int | None, Path, Log, dict[str, str]]]] = {}
     for labels, path, log in found:
         key = (labels.get("model") or model or log.model, labels["arm"],
@@ -286,31 +285,16 @@ def import_llama_logs(files: list[Path], out: Path, *, baseline_arm: str,
                int(labels.get("concurrency") or concurrency or 1))
         trial = int(labels["trial"]) if labels.get("trial") else None
         groups.setdefault(key, []).append((trial, path, log, labels))
-    arms = sorted({k[1] for k in groups})
-    if baseline_arm not in arms:
-        raise UserError(f"--baseline-arm {baseline_arm!r} is not an arm of the logs",
-                        f"use one of the arms found: {', '.join(arms)}")
     methods, settings = arm_methods or {}, arm_settings or {}
-    check_arms("--arm-method", list(methods), set(arms))
-    check_arms("--arm-setting", list(settings), set(arms))
-    if methods.get(baseline_arm, "none") != "none":
-        raise UserError(f"--arm-method gives the baseline arm {baseline_arm!r} method "
-                        f"{methods[baseline_arm]!r}",
-                        "the --baseline-arm ran without speculation: drop its --arm-method")
+    check_declared(baseline_arm, methods, settings, sorted({k[1] for k in groups}), "the logs")
     notes: list[str] = []
     cells = [_cell(key, members, baseline_arm, methods.get(key[1]) or key[2] or method,
-                   order, prompts, skipped, notes)
+                   order, categories, prompts, skipped, notes)
              for key, members in groups.items()]
     cells = [c for c in cells if c.records]  # every block listed in not_imported
     if not cells:
-        first = skipped[0]
-        raise UserError(f"no request could be imported (first: {first['file']}: "
-                        f"{first['reason']})", "fix or leave out the logs listed")
-    for c in cells:
-        if c.imported["arm"] == baseline_arm:
-            c.imported["baseline"] = True
-        apply_settings(c, (c.imported["arm"],), settings)
-        assign_starts(c, trials_per_start)
+        raise nothing_imported("request", skipped, "fix or leave out the logs listed")
+    finish_cells(cells, baseline_arm, settings, trials_per_start)
     notes.append("the logs carry no clock: no wall throughput (requests are laid end to end "
                  "only to hold their durations)")
     source = {"tool": "llama-logs", "format": "llama.cpp timing logs (llama-server "
@@ -321,18 +305,10 @@ def import_llama_logs(files: list[Path], out: Path, *, baseline_arm: str,
     return write_import(out, cells, source, skipped)
 
 
-def _prompt_order(prompts: Path | None) -> list[tuple[str, str]]:
-    if prompts is None:
-        return []
-    from crossbench.load.workloads import load_workload
-
-    return [(p.id, p.category) for p in load_workload(f"file:{prompts}").prompts]
-
-
 def _cell(key: tuple[Any, ...], members: list[tuple[int | None, Path, Log, dict[str, str]]],
-          baseline_arm: str, given_method: str | None, order: list[tuple[str, str]],
-          prompts: Path | None, skipped: list[dict[str, str]], notes: list[str]
-          ) -> ImportedCell:
+          baseline_arm: str, given_method: str | None, order: list[str],
+          categories: dict[str, str], prompts: Path | None, skipped: list[dict[str, str]],
+          notes: list[str]) -> ImportedCell:
     model, arm, _, n, conc = key
     records: list[dict[str, Any]] = []
     kinds: set[str] = set()
@@ -368,7 +344,8 @@ def _cell(key: tuple[Any, ...], members: list[tuple[int | None, Path, Log, dict[
             if labels.get("prompt"):
                 prompt, category = labels["prompt"], labels.get("category") or "unknown"
             elif order:
-                prompt, category = order[pos % len(order)]
+                prompt = order[pos % len(order)]
+                category = categories[prompt]
             else:
                 prompt, category = f"r{pos:05d}", labels.get("category") or "unknown"
             rec = timed_record(

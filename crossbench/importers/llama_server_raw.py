@@ -41,20 +41,21 @@ from crossbench.importers.records import (
     ImportedCell,
     Invalid,
     Setting,
-    apply_settings,
-    assign_starts,
     check_arms,
+    check_declared,
     check_decode,
     count,
+    finish_cells,
     number,
     obj,
+    placeholder_regex,
+    read_prompts,
     run_config,
     shown,
     text_or_none,
     timed_record,
     write_import,
 )
-from crossbench.load.workloads import load_workload
 from crossbench.textfile import MIB, not_regular, read_text
 
 REQUIRED = ("model", "arm", "prompt")
@@ -88,12 +89,7 @@ def pattern_regex(pattern: str) -> re.Pattern[str]:
         raise UserError(f"--pattern {pattern!r}: {problem}",
                         "use {model}, {arm} and {prompt} once each, optionally {trial}, "
                         "{start} and {category}, e.g. '{model}_{arm}_p{prompt}.json'")
-    out, pos = "", 0
-    for m in re.finditer(r"\{([^{}]*)\}", pattern):
-        out += re.escape(pattern[pos:m.start()])
-        out += rf"(?P<{m[1]}>\d+)" if m[1] in DIGITS else rf"(?P<{m[1]}>.+?)"
-        pos = m.end()
-    return re.compile(out + re.escape(pattern[pos:]) + r"\Z")
+    return placeholder_regex(pattern, lambda name: name in DIGITS)
 
 
 def _n_regex(expr: str | None) -> re.Pattern[str] | None:
@@ -222,13 +218,6 @@ def body_fields(b: dict[str, Any]) -> dict[str, Any]:
             "fingerprint": b.get("system_fingerprint")}
 
 
-def _prompt_info(prompts: Path | None) -> tuple[dict[str, str], list[str]]:
-    if prompts is None:
-        return {}, []
-    wl = load_workload(f"file:{prompts}")
-    return {p.id: p.category for p in wl.prompts}, [p.id for p in wl.prompts]
-
-
 #: the method of a speculative arm whose bodies do not name one and no --method was given
 UNKNOWN_METHOD = "unknown"
 #: figures that would come from the importer's own timing layout (even chunks, requests end
@@ -253,7 +242,7 @@ def import_llama_server_raw(raw_dir: Path, pattern: str, baseline_arm: str, out:
     if not raw_dir.is_dir():
         raise UserError(f"RAW_DIR {raw_dir} is not a directory", "give the folder of bodies")
     rx, n_rx = pattern_regex(pattern), _n_regex(n_from_arm)
-    categories, order = _prompt_info(prompts)
+    order, categories = read_prompts(prompts)
     workload = f"import:{(prompts or raw_dir).stem}"
     matched: dict[tuple[str, str], list[tuple[dict[str, str], Path, dict[str, Any]]]] = {}
     unmatched: list[dict[str, str]] = []
@@ -302,21 +291,13 @@ def import_llama_server_raw(raw_dir: Path, pattern: str, baseline_arm: str, out:
                                                 f"{prompts.name}: imported with category "
                                                 "unknown"})
     methods, settings = arm_methods or {}, arm_settings or {}
-    check_arms("--arm-method", list(methods), set(arms))
-    if methods.get(baseline_arm, "none") != "none":
-        raise UserError(f"--arm-method gives the baseline arm {baseline_arm!r} method "
-                        f"{methods[baseline_arm]!r}",
-                        "the --baseline-arm ran without speculation: drop its --arm-method")
+    check_declared(baseline_arm, methods, None, arms)
     cells = [_cell(model, arm, files, arm == baseline_arm, n_rx, categories, order,
                    workload, methods.get(arm, method))
              for (model, arm), files in sorted(matched.items())]
     check_arms("--arm-setting", list(settings),
                {*arms, *(c.coords["arm"] for c in cells)})
-    for c in cells:
-        if c.imported["arm"] == baseline_arm:
-            c.imported["baseline"] = True
-        apply_settings(c, (c.imported["arm"], str(c.coords["arm"])), settings)
-        assign_starts(c, trials_per_start)
+    finish_cells(cells, baseline_arm, settings, trials_per_start, by_label=True)
     source = {"tool": "llama-server", "format": "response bodies", "dir": str(raw_dir),
               "pattern": pattern, "baseline_arm": baseline_arm, "n_from_arm": n_from_arm,
               "method": method, "prompts": str(prompts) if prompts else None,

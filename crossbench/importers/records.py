@@ -27,6 +27,7 @@ import json
 import math
 import re
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -36,6 +37,7 @@ import yaml
 from crossbench import __version__
 from crossbench.analysis.summary import summarize_run_dir
 from crossbench.errors import UserError
+from crossbench.load.workloads import load_workload
 from crossbench.store import rundir
 from crossbench.store.rundir import IMPORT_SCHEMA as IMPORT_SCHEMA
 from crossbench.store.rundir import MANIFEST_SCHEMA as MANIFEST_SCHEMA
@@ -221,23 +223,58 @@ class ImportedCell:
         return sorted(found | set(self.imported.get("trials", [])))
 
 
-def read_json_objects(path: Path, tool: str, fix: str) -> list[Any]:
-    """The JSON values of a file that holds one value, an array of them, or one per line
-    (JSON Lines); a UserError naming ``tool``'s format and ``fix`` when it is neither."""
+def read_json_objects(path: Path, tool: str, fix: str, *, item: str, keys: tuple[str, ...],
+                      wrong: str, wrong_fix: str | None = None) -> list[dict[str, Any]]:
+    """The JSON objects of a file that holds one, an array of them, or one per line (JSON
+    Lines); a UserError naming ``tool``'s format and ``fix`` when it is neither, when it holds
+    no ``item``, or when a value lacks one of ``keys`` (it is not ``wrong``: ``wrong_fix``)."""
     text = read_text(path, tool, MAX_SOURCE_BYTES,
                      "pass the tool's own result file; split a larger one")
     try:
         data = json.loads(text)
-        return data if isinstance(data, list) else [data]
+        items = data if isinstance(data, list) else [data]
     except RecursionError:
         raise UserError(f"{path} is not {tool} (nested too deeply)", fix) from None
     except ValueError:
         try:
-            return [json.loads(line) for line in text.splitlines() if line.strip()]
+            items = [json.loads(line) for line in text.splitlines() if line.strip()]
         except RecursionError:
             raise UserError(f"{path} is not {tool} (nested too deeply)", fix) from None
         except ValueError as e:
             raise UserError(f"{path} is not {tool} ({e})", fix) from None
+    if not items:
+        raise UserError(f"{path} holds no {item}", fix)
+    for it in items:
+        if not isinstance(it, dict) or any(k not in it for k in keys):
+            raise UserError(f"{path} is not {wrong} (no {'/'.join(keys)})", wrong_fix or fix)
+    return items
+
+
+def placeholder_regex(pattern: str, digits: Callable[[str], bool]) -> re.Pattern[str]:
+    """The regex of a checked file-name pattern: each ``{name}`` a named group, of digits
+    where ``digits(name)``, else of any text (shortest match)."""
+    out, pos = "", 0
+    for m in re.finditer(r"\{([^{}]*)\}", pattern):
+        out += re.escape(pattern[pos:m.start()])
+        out += rf"(?P<{m[1]}>\d+)" if digits(m[1]) else rf"(?P<{m[1]}>.+?)"
+        pos = m.end()
+    return re.compile(out + re.escape(pattern[pos:]) + r"\Z")
+
+
+def read_prompts(prompts: Path | None) -> tuple[list[str], dict[str, str]]:
+    """The prompt ids of a ``--prompts`` file in its order and their categories (both empty
+    without one)."""
+    if prompts is None:
+        return [], {}
+    listed = load_workload(f"file:{prompts}").prompts
+    return [p.id for p in listed], {p.id: p.category for p in listed}
+
+
+def nothing_imported(what: str, skipped: list[dict[str, str]], fix: str) -> UserError:
+    """The error when no ``what`` could be imported, naming the first one left out."""
+    first = skipped[0] if skipped else {"file": "-", "reason": "no requests"}
+    return UserError(f"no {what} could be imported (first: {first['file']}: "
+                     f"{first['reason']})", fix)
 
 
 def slug(text: str) -> str:
@@ -402,6 +439,39 @@ def assign_starts(cell: ImportedCell, trials_per_start: int | None) -> None:
             r["server_start"] = int(r["trial"]) // trials_per_start * trials_per_start
     cell.config["trials_per_start"] = trials_per_start
     cell.imported["server_starts"] = len({r["server_start"] for r in cell.records})
+
+
+def check_declared(baseline_arm: str, methods: dict[str, str],
+                   settings: dict[str, dict[str, Setting]] | None, arms: list[str],
+                   of: str | None = None) -> None:
+    """UserErrors for what the user declared about ``arms`` (sorted): a ``--baseline-arm``
+    that is no arm of ``of`` (checked where ``of`` is given), an ``--arm-method`` or
+    ``--arm-setting`` (checked where ``settings`` is given) naming an unknown arm, and a
+    method other than ``none`` for the baseline arm."""
+    if of is not None and baseline_arm not in arms:
+        raise UserError(f"--baseline-arm {baseline_arm!r} is not an arm of {of}",
+                        f"use one of the arms found: {', '.join(arms)}")
+    check_arms("--arm-method", list(methods), set(arms))
+    if settings is not None:
+        check_arms("--arm-setting", list(settings), set(arms))
+    if methods.get(baseline_arm, "none") != "none":
+        raise UserError(f"--arm-method gives the baseline arm {baseline_arm!r} method "
+                        f"{methods[baseline_arm]!r}",
+                        "the --baseline-arm ran without speculation: drop its --arm-method")
+
+
+def finish_cells(cells: list[ImportedCell], baseline_arm: str | None,
+                 settings: dict[str, dict[str, Setting]], trials_per_start: int | None,
+                 by_label: bool = False) -> None:
+    """Flag the cells of ``baseline_arm`` as the baseline and write each cell's declared
+    settings (:func:`apply_settings`: for its source arm, and its label with ``by_label``)
+    and server starts (:func:`assign_starts`)."""
+    for c in cells:
+        if c.imported["arm"] == baseline_arm:
+            c.imported["baseline"] = True
+        names = (c.imported["arm"], str(c.coords["arm"])) if by_label else (c.imported["arm"],)
+        apply_settings(c, names, settings)
+        assign_starts(c, trials_per_start)
 
 
 def pair_baselines(cells: list[ImportedCell]) -> dict[str, str | None]:

@@ -69,12 +69,14 @@ from crossbench.importers.records import (
     ImportedCell,
     Invalid,
     Setting,
-    apply_settings,
-    assign_starts,
-    check_arms,
+    check_declared,
     check_decode,
     count,
+    finish_cells,
+    nothing_imported,
     number,
+    placeholder_regex,
+    read_prompts,
     run_config,
     shown,
     timed_record,
@@ -240,13 +242,7 @@ def pattern_regex(pattern: str) -> re.Pattern[str]:
         raise UserError(f"--pattern {pattern!r}: {problem}",
                         "use each of {" + "}, {".join(LABELS) + "} at most once, e.g. "
                         "'{arm}_c{concurrency}_t{trial}.json'")
-    out, pos = "", 0
-    for m in re.finditer(r"\{([^{}]*)\}", pattern):
-        out += re.escape(pattern[pos:m.start()])
-        whole = FIELDS[m[1]].kind == "whole"
-        out += rf"(?P<{m[1]}>\d+)" if whole else rf"(?P<{m[1]}>.+?)"
-        pos = m.end()
-    return re.compile(out + re.escape(pattern[pos:]) + r"\Z")
+    return placeholder_regex(pattern, lambda name: FIELDS[name].kind == "whole")
 
 
 def resolve(doc: Any, segs: tuple[Seg, ...], idx: tuple[int, ...] = ()
@@ -652,29 +648,15 @@ def import_table(files: list[Path], map_items: list[str], out: Path, *, engine: 
                             f"files ({src.path.name}: {why})",
                             f"write the path to {name} as the files spell it")
     if not requests:
-        first = skipped[0] if skipped else {"file": "-", "reason": "no requests"}
-        raise UserError(f"no request could be imported (first: {first['file']}: "
-                        f"{first['reason']})", "fix the --map paths or the files listed")
-    arms = sorted({r.cell[1] for r in requests})
-    if baseline_arm not in arms:
-        raise UserError(f"--baseline-arm {baseline_arm!r} is not an arm of the files",
-                        f"use one of the arms found: {', '.join(arms)}")
+        raise nothing_imported("request", skipped, "fix the --map paths or the files listed")
     methods, settings = arm_methods or {}, arm_settings or {}
-    check_arms("--arm-method", list(methods), set(arms))
-    check_arms("--arm-setting", list(settings), set(arms))
-    if methods.get(baseline_arm, "none") != "none":
-        raise UserError(f"--arm-method gives the baseline arm {baseline_arm!r} method "
-                        f"{methods[baseline_arm]!r}",
-                        "the --baseline-arm ran without speculation: drop its --arm-method")
-    categories = _categories(prompts)
+    check_declared(baseline_arm, methods, settings, sorted({r.cell[1] for r in requests}),
+                   "the files")
+    categories = read_prompts(prompts)[1]
     notes: list[str] = []
     cells = _cells(requests, maps, engine, baseline_arm, method, categories, prompts, notes,
                    methods)
-    for c in cells:
-        if c.imported["arm"] == baseline_arm:
-            c.imported["baseline"] = True
-        apply_settings(c, (c.imported["arm"],), settings)
-        assign_starts(c, trials_per_start)
+    finish_cells(cells, baseline_arm, settings, trials_per_start)
     source = {"tool": "table", "format": "per-request table (JSON, JSON Lines or CSV)",
               "files": [str(p) for p in files], "map": [fm.raw for fm in maps.values()],
               "pattern": pattern, "engine": engine, "baseline_arm": baseline_arm,
@@ -682,14 +664,6 @@ def import_table(files: list[Path], map_items: list[str], out: Path, *, engine: 
               "arm_methods": methods or None, "trials_per_start": trials_per_start,
               "notes": notes}
     return write_import(out, cells, source, skipped)
-
-
-def _categories(prompts: Path | None) -> dict[str, str]:
-    if prompts is None:
-        return {}
-    from crossbench.load.workloads import load_workload
-
-    return {p.id: p.category for p in load_workload(f"file:{prompts}").prompts}
 
 
 def _trial_numbers(requests: list[Request]) -> dict[tuple[Any, ...], int]:

@@ -57,14 +57,15 @@ from crossbench.importers.records import (
     ImportedCell,
     Invalid,
     Setting,
-    apply_settings,
-    assign_starts,
     check_arms,
     check_decode,
     count,
+    finish_cells,
     finite_everywhere,
+    nothing_imported,
     number,
     read_json_objects,
+    read_prompts,
     run_config,
     setting_key,
     setting_value,
@@ -73,7 +74,6 @@ from crossbench.importers.records import (
     timed_record,
     write_import,
 )
-from crossbench.load.workloads import load_workload
 
 NS = 1_000_000_000
 PER_REQUEST = ("input_lens", "output_lens", "ttfts", "itls", "latencies", "start_times",
@@ -103,16 +103,10 @@ ENGINE_FIX = ("pass --engine vllm (or sglang, llama-server: the server the study
 
 def read_results(path: Path) -> list[dict[str, Any]]:
     """The result objects of one file (one object, or one per line)."""
-    items = read_json_objects(path, "vllm bench JSON",
-                              "pass files written by `vllm bench serve --save-result`")
-    if not items:
-        raise UserError(f"{path} holds no vllm bench serve result",
-                        "pass files written by `vllm bench serve --save-result`")
-    for it in items:
-        if not isinstance(it, dict) or "model_id" not in it or "completed" not in it:
-            raise UserError(f"{path} is not a vllm bench serve result (no model_id/completed)",
-                            "pass files written by `vllm bench serve --save-result`")
-    return items
+    return read_json_objects(path, "vllm bench JSON",
+                             "pass files written by `vllm bench serve --save-result`",
+                             item="vllm bench serve result", keys=("model_id", "completed"),
+                             wrong="a vllm bench serve result")
 
 
 _MAX_S = MAX_MS / 1000
@@ -335,10 +329,8 @@ def import_vllm_bench(files: list[Path], out: Path, *, engine: str | None = None
                                    "request (vLLM writes 0 only for one)"}
                         for i in zero_latency(res)]
     if not groups:
-        first = skipped[0]
-        raise UserError(f"no result could be imported (first: {first['file']}: "
-                        f"{first['reason']})", "fix or leave out the files listed")
-    order, categories = _prompt_order(prompts)
+        raise nothing_imported("result", skipped, "fix or leave out the files listed")
+    order, categories = read_prompts(prompts)
     methods = arm_methods or {}
     cells = [_cell(key[0], members, methods, order, categories, skipped)
              for key, members in groups.items()]
@@ -364,28 +356,17 @@ def import_vllm_bench(files: list[Path], out: Path, *, engine: str | None = None
         if ids.count(c.id) > 1 and not c.imported.get("detailed"):
             c.coords["arm"] = f"{c.coords['arm']}-aggregate"
     for c in cells:
-        apply_settings(c, (c.imported["arm"],), settings)
-        assign_starts(c, trials_per_start)
-        if baseline_arm is not None and c.imported["arm"] == baseline_arm:
-            if c.coords["method"] != "none":
-                raise UserError(f"--baseline-arm {baseline_arm!r} ran method "
-                                f"{c.coords['method']!r}, not none",
-                                f"add --arm-method {baseline_arm}=none if it ran without "
-                                "speculation, or name the arm that did")
-            c.imported["baseline"] = True
+        if c.imported["arm"] == baseline_arm and c.coords["method"] != "none":
+            raise UserError(f"--baseline-arm {baseline_arm!r} ran method "
+                            f"{c.coords['method']!r}, not none",
+                            f"add --arm-method {baseline_arm}=none if it ran without "
+                            "speculation, or name the arm that did")
+    finish_cells(cells, baseline_arm, settings, trials_per_start)
     source = {"tool": "vllm-bench", "format": "vllm bench serve --save-result",
               "files": [str(p) for p in files], "engine": engine,
               "prompts": str(prompts) if prompts else None,
               "trials_per_start": trials_per_start}
     return write_import(out, cells, source, skipped)
-
-
-def _prompt_order(prompts: Path | None) -> tuple[list[str], dict[str, str]]:
-    """Prompt ids in send order and their categories, from ``--prompts`` (empty without)."""
-    if prompts is None:
-        return [], {}
-    wl = load_workload(f"file:{prompts}")
-    return [p.id for p in wl.prompts], {p.id: p.category for p in wl.prompts}
 
 
 def _wall_figure(members: list[tuple[Path, dict[str, Any]]], detailed: bool,
