@@ -1,55 +1,22 @@
 """Import llama.cpp timing logs: llama-server's per-request timings and the
 ``llama_perf_context_print`` block of llama-completion and the other single-run tools.
 
-Formats, as the pinned llama.cpp (b11312, vendored by llama-cpp-python 0.3.36) prints them:
-
-- llama-server, ``server_slot::print_timings`` (``tools/server/server-context.cpp``), one
-  block per request, each line prefixed ``slot print_timing: id S | task T |``::
+Formats, as the pinned llama.cpp (b11312) prints them: ``server_slot::print_timings``
+(``tools/server/server-context.cpp``), one block per request, each line prefixed
+``slot print_timing: id S | task T |``::
 
       prompt eval time =   23.45 ms /   17 tokens (  1.38 ms per token, 724.95 tokens per second)
              eval time =  812.30 ms /  128 tokens (  6.35 ms per token, 157.58 tokens per second)
             total time =  835.75 ms /  145 tokens
       draft acceptance = 0.75000 (   60 accepted /    80 generated), mean len =  2.50
 
-  The times are the server's ``timings``: ``prompt eval`` is ``prompt_ms`` (prompt_n tokens)
-  and ``eval`` is ``predicted_ms`` (predicted_n tokens), so a request reads exactly as
-  ``import llama-server`` reads its response body: TTFT = prompt eval time, decode time =
-  eval time, output tokens = the eval line's tokens; the acceptance line gives ``draft_n``
-  and ``draft_n_accepted``. Older builds printed the prefix on a line of its own and the
-  three lines bare after it; both are read. Requests are told apart by slot and task.
-- ``llama_perf_context_print`` (``src/llama-context.cpp``) and ``common_perf_print``
-  (``common/sampling.cpp``, llama-completion), one block per run::
-
-      llama_perf_context_print: prompt eval time =   45.67 ms /   12 tokens ( ...)
-      llama_perf_context_print:        eval time = 1234.56 ms /  127 runs   ( ...)
-      llama_perf_context_print:       total time = 1300.00 ms /  139 tokens
-
-  ``eval`` counts the context's single-token decode calls (``n_eval``) and ``prompt eval``
-  every batch of more than one token. For one generated sequence the first token comes from
-  the prompt's logits and each run yields one more, so TTFT = prompt eval time, decode time
-  = eval time and output tokens = runs + 1: the decode rate (tokens - 1) / decode time is
-  then exactly the line's own tokens per second. In a speculative tool's log
-  (``llama-speculative``, ``llama-speculative-simple``: ``n_drafted =`` lines) the target's
-  verification batches count as prompt eval, so its eval line is not the decode: such blocks
-  are listed in ``not_imported``, never read as a decode time; so is a perf block in a
-  server log (it sums the whole context, not one request) and one of a ``--prompt-cache``
-  run (``saved session before last token``: the prompt's last token is decoded alone and
-  counted as a run).
-
-The model is ``--model``, ``{model}``, else the log's ``general.name`` line, else the stem of
-the GGUF its ``load_model: loading model '...'`` line names; the build is its ``version: ...
-(build N, commit C)`` line. Labels come from file names (``--pattern``, placeholders as
-``import table``) or options: one
-cell per (model, arm, n, concurrency); each file is one trial of its cell (numbered in the
-order given) unless the pattern has ``{trial}``. Requests are numbered in log order within a
-file; ``--prompts FILE`` names them in that order (the k-th request is the file's k-th
-prompt, the list repeating). A log has no clock: requests are laid end to end, 1 ms apart,
-only to hold their durations, and no wall throughput is printed (``unknown_figures``).
-
-Every value is checked as ``import llama-server`` checks a body's timings (finite times at
-most ``records.MAX_MS``, the decode floor ``records.MIN_MS_PER_TOKEN``, at least one output
-token, accepted <= drafted); a request that fails is listed in ``not_imported``
-(``FILE request K``) with the reason.
+and ``llama_perf_context_print`` (``src/llama-context.cpp``) or ``common_perf_print``
+(``common/sampling.cpp``), one block per run, whose ``eval`` line counts ``runs``. How each is
+read (TTFT = prompt eval time, decode = eval time, runs + 1 tokens for a perf block), the perf
+blocks listed rather than read, and the labels: docs/analysis.md, "``import llama-logs``".
+A log has no clock: requests are laid end to end, 1 ms apart, only to hold their durations
+(no wall throughput). Values are checked as ``import llama-server`` checks a body's timings;
+a request that fails is listed in ``not_imported`` (``FILE request K``) with the reason.
 """
 
 from __future__ import annotations

@@ -1,53 +1,12 @@
 """Import per-request tables that studies write themselves: JSON, JSON Lines or CSV.
 
-``crossbench import table FILE... --map FIELD[:UNIT]=PATH`` says where each figure is. The
-fields (:data:`FIELDS`):
-
-- per request: ``output_tokens`` and ``ttft`` (required), the decode time as one of
-  ``decode`` (first token to last), ``tpot`` (time per output token after the first:
-  decode = tpot x (tokens - 1)) or ``elapsed`` (end to end: decode = elapsed - ttft), in that
-  order of preference; optional ``start`` (send time on any clock), ``input_tokens``,
-  ``drafted`` and ``accepted`` (draft tokens proposed and accepted) and ``error`` (a
-  non-empty text or ``true`` marks a failed request);
-- per trial: ``wall`` (the trial's wall time) and ``throughput`` (its aggregate output
-  tokens per second);
-- labels: ``arm``, ``trial``, ``prompt``, ``concurrency``, ``model``, ``method``, ``n``,
-  ``category`` and ``server_start`` (which server start served the request); each may
-  instead come from the file name (``--pattern '{arm}_c{concurrency}_t{trial}.json'``) or,
-  for ``concurrency`` and ``model``, an option.
-
-Units are part of the map and never guessed: a time field needs one of ``s``, ``ms``, ``us``,
-``ns`` (``--map ttft:ms=ttft_ms``); ``throughput`` is in ``tok/s`` (the default, the only
-one); counts and labels take none.
-
-Paths: keys joined by dots, ``[]`` for each element of a list, ``[K]`` for element K
-(``results[].requests[].ttft_ms``). A JSON array, a JSON Lines file and a CSV file are lists
-of rows, so their paths start at a row (``ttft_ms``); a CSV path is a column name as written.
-The requests are the elements the request fields' ``[]`` run over; a field with fewer ``[]``
-belongs to every request under it, matching ``[]`` by position (``duration`` at the top of a
-file is every request's trial wall time; ``ttfts[]`` and ``tpots[]`` are zipped, as in
-vLLM's own column lists).
-
-Trials: the ``trial`` label where given; else each object that holds ``wall`` or
-``throughput`` (each file when neither is mapped) is one trial of each cell in it, numbered
-in the order given. A trial's ``wall`` and ``throughput`` must be one value for all its
-requests. Prompts: the ``prompt`` label, else the request's position in its trial (paired by
-position across arms).
-
-Throughput is never invented: a trial's own ``throughput`` (pooled over the trials by their
-``wall`` where both are given, else their mean), else imported output tokens over the trial's
-``wall``, else, when request ``start`` times are mapped, the records' own wall window; with
-none of these no wall throughput is printed and the import says why. Requests without start
-times are laid end to end, 1 ms apart, only to hold their durations: such a layout is no
-clock, and figures made by it (``throughput.wall_output_tok_s``, chunk gaps, token ITL) are
-marked unknown (``unknown_figures``); the file's own wall throughput is kept as a
-``source_figures`` entry, which the analysis prints in their place.
-
-Every value is checked as the other importers check theirs (``records.number``/``count``,
-the decode floor ``records.MIN_MS_PER_TOKEN``); a request that fails is listed in
-``not_imported`` (``FILE request K``) and left out. A mapped path found in none of the files,
-an unknown field or unit, or a required field not mapped is a one-line error naming the
-field and the fix.
+``crossbench import table FILE... --map FIELD[:UNIT]=PATH`` says where each figure is
+(:data:`FIELDS`; a time's unit is declared, never guessed; paths as ``a.b[].c``). Requests
+without ``start`` times are laid end to end only to hold their durations: the figures that
+layout would make up are ``unknown_figures``, and the file's own wall throughput is kept as a
+``source_figures`` entry. Values are checked as the other importers check theirs
+(:mod:`crossbench.importers.records`); a request that fails is listed in ``not_imported``.
+Fields, units, paths, trials, throughput and errors: docs/analysis.md, "``import table``".
 """
 
 from __future__ import annotations
@@ -121,7 +80,7 @@ FIELDS: dict[str, Field] = {
     "server_start": Field("whole", "label", "which server start served the request (trials "
                                             "of one start share it)"),
 }
-"""Fields of ``--map`` (module docstring)."""
+"""Fields of ``--map`` (docs/analysis.md, "``import table``")."""
 
 TIME_UNITS: dict[str, float] = {"s": 1e3, "ms": 1.0, "us": 1e-3, "ns": 1e-6}
 """Time units ``--map FIELD:UNIT=PATH`` takes, as milliseconds per unit."""
@@ -175,7 +134,8 @@ Found = dict[str, tuple[FieldMap, tuple[Seg, ...], dict[tuple[int, ...], Any]]]
 
 
 def parse_path(path: str, raw: str) -> tuple[Seg, ...]:
-    """The segments of a path (module docstring); UserError naming ``raw`` when malformed."""
+    """The segments of a path (docs/analysis.md, "Paths"); UserError naming ``raw`` when
+    malformed."""
     segs: list[Seg] = []
     if path.startswith("["):
         path = "." + path
@@ -360,7 +320,6 @@ def read_source(path: Path) -> Source:
 class Request:
     """One checked request: its cell, trial and prompt labels and its figures (ms)."""
 
-    file_index: int
     source: str
     cell: tuple[str, str, str | None, int | None, int]  # model, arm, method, n, concurrency
     trial_key: tuple[Any, ...]
@@ -493,9 +452,9 @@ def _request(row: _Row, maps: dict[str, FieldMap], fixed: dict[str, Any], fi: in
                 maps[n].path for n in DECODE_SOURCES if n in maps) + ")")
     elif err is None:
         decode = 0.0
-    req = Request(fi, source, (str(labels.get("model")), str(labels["arm"]),
-                               labels.get("method"), labels.get("n"),
-                               int(labels["concurrency"])), (),
+    req = Request(source, (str(labels.get("model")), str(labels["arm"]),
+                           labels.get("method"), labels.get("n"),
+                           int(labels["concurrency"])), (),
                   labels.get("prompt"), labels.get("category"), ttft, decode, tokens,
                   error=err, server_start=labels.get("server_start"))
     if "trial" in labels:
@@ -782,7 +741,7 @@ def _cells(requests: list[Request], maps: dict[str, FieldMap], engine: str,
 
 def _aggregate(per_trial: list[dict[str, Any]], notes: list[str], cell: str
                ) -> tuple[dict[str, Any] | None, bool]:
-    """The cell's wall throughput from the trials' own figures (module docstring) and
+    """The cell's wall throughput from the trials' own figures (docs/analysis.md, "Throughput") and
     whether the cell has a wall figure at all; a note says why when it has none."""
     walls = [p["wall_s"] for p in per_trial]
     thrs = [p["output_tok_s"] for p in per_trial]
