@@ -51,24 +51,36 @@ def _every_round(study: ModuleType) -> list[Any]:
 def test_the_rounds_file_lists_every_round_of_the_former_scripts(study: ModuleType) -> None:
     rounds = study.load_rounds()
     assert list(rounds) == ["1", "verdict", "shared", "gate", "naive", "twostart", "hoststart",
-                            "spread", "known", "all", "methods", "mtp", "fits", "synthetic",
-                            "sglang-check", "smoke"]
+                            "spread", "known", "all", "methods", "mtp", "fits", "moe",
+                            "synthetic", "sglang-check", "smoke"]
     assert study.parts(rounds, "methods") == [1, 2, 3, 4]
+    assert study.parts(rounds, "moe") == [1, 2, 3, 4, 5]
     # the needs the former driver encoded in its case statements
     by = {(r.name, r.part): r for r in _every_round(study) if r.kind == "cross"}
     assert {k for k, r in by.items() if not r.vllm} == {
         ("gate", None), ("spread", None), ("known", None), ("all", None), ("methods", 1),
-        ("methods", 2)}
+        ("methods", 2), ("moe", 1), ("moe", 4)}
     assert {k for k, r in by.items() if not r.build} == {
-        ("naive", None), ("twostart", None), ("hoststart", None), ("methods", 3), ("methods", 4)}
+        ("naive", None), ("twostart", None), ("hoststart", None), ("methods", 3), ("methods", 4),
+        ("moe", 2), ("moe", 3), ("moe", 5)}
     assert {k for k, r in by.items() if r.drafters} == {("methods", p) for p in (1, 2, 3, 4)} | {
         ("fits", None)}
-    assert {k for k, r in by.items() if not r.verify_hf} == {("methods", 3), ("methods", 4),
-                                                             ("mtp", None), ("fits", None)}
+    assert {k for k, r in by.items() if not r.verify_hf} == {
+        ("methods", 3), ("methods", 4), ("mtp", None), ("fits", None)} | {
+        ("moe", p) for p in (1, 2, 3, 4, 5)}
     # the MTP round makes the Qwen3.5 target first, then the qwen3-8b pair only where it fits
     assert by[("mtp", None)].fixtures == (("path mtp-target --shape qwen3-8b", 0),
                                           ("make --shape qwen3-8b", 26))
     assert by[("methods", 3)].fixtures == study.DEFAULT_FIXTURES
+    # the MoE round: its targets (the dense twin where 8 GB are free), the 0.6B draft (GGUF
+    # pair, then its HF folder) where 24 GB are free; vLLM parts make one target, the
+    # quantized parts no draft (their GGUFs take its room)
+    moe, twin = "path moe-target --shape qwen3-8b", "path dense-twin --shape qwen3-8b"
+    draft = ("path draft --shape qwen3-8b --format hf", 24)
+    assert by[("moe", 1)].fixtures == ((moe, 0), (twin, 8), draft)
+    assert by[("moe", 2)].fixtures == ((moe, 0), draft)
+    assert by[("moe", 3)].fixtures == ((twin, 0), draft)
+    assert by[("moe", 4)].fixtures == by[("moe", 5)].fixtures == ((moe, 0), (twin, 8))
     assert not any(r.q4 for r in by.values())
     assert all(r.purpose and "\n" not in r.purpose for r in by.values())
 
@@ -108,7 +120,7 @@ def test_every_round_matrix_validates_and_every_selection_picks_cells(
             chosen = select(cells, step.only, step.skip)
             assert chosen, f"round {r.name} step {step.name}: the selection picks no cell"
             checked += 1
-    assert checked == 27
+    assert checked == 32
 
 
 def test_a_selector_with_an_unknown_key_is_refused(study: ModuleType) -> None:
