@@ -18,6 +18,7 @@ from crossbench.cli import (
     plan_cmd,
     report_cmd,
     run_cmd,
+    verify_curve_cmd,
 )
 
 
@@ -45,6 +46,7 @@ cli.add_command(analyze_cmd.analyze)
 cli.add_command(analyze_cmd.compare)
 cli.add_command(analyze_cmd.start_spread)
 cli.add_command(decompose_cmd.decompose)
+cli.add_command(verify_curve_cmd.verify_curve)
 cli.add_command(analyze_cmd.import_)
 analyze_cmd.import_.add_command(import_cmd.import_table)
 analyze_cmd.import_.add_command(import_cmd.import_llama_logs)

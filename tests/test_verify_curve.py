@@ -1,0 +1,202 @@
+"""`crossbench verify-curve`: the forward time of k tokens from llama-bench tests, the MoE byte
+split read from a GGUF header and the expert-union prediction against hand-computed values,
+refusals before llama-bench runs, and the real llama-bench on the tiny MoE target and its
+dense twin."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+
+from crossbench.analysis import decompose as dec
+from crossbench.analysis import verify_curve as vc
+from crossbench.cli.main import cli
+from crossbench.errors import UserError
+
+
+def bench_test(n_prompt: int, n_gen: int, ms: list[float], depth: int = 64) -> dict[str, Any]:
+    """One test object as `llama-bench -o json` writes it (the fields read here)."""
+    return {"n_prompt": n_prompt, "n_gen": n_gen, "n_depth": depth,
+            "samples_ns": [round(x * 1e6) for x in ms]}
+
+
+# E = 8 experts, top-2; 1000 bytes read whatever k is, 100 bytes per expert
+SPLIT = vc.WeightSplit(n_experts=8, top_k=2, dense_bytes=1000, bytes_per_expert=100,
+                       moe_layers=1, skipped_mtp_bytes=0)
+
+
+def test_the_prediction_by_hand() -> None:
+    # k = 1: D = 2, (1000 + 200) / 1200; k = 2: D = 8 (1 - 0.75^2) = 3.5;
+    # k = 4: D = 8 (1 - 0.75^4) = 5.46875
+    assert vc.predicted_ratio(SPLIT, 1) == pytest.approx(1.0)
+    assert vc.predicted_ratio(SPLIT, 2) == pytest.approx(1350 / 1200)
+    assert vc.predicted_ratio(SPLIT, 4) == pytest.approx(1546.875 / 1200)
+    # all bytes in the experts: the ratio is the expert union's, D(k) / top_k
+    experts_only = vc.WeightSplit(8, 2, 0, 100, 1, 0)
+    assert vc.predicted_ratio(experts_only, 16) == pytest.approx(8 * (1 - 0.75**16) / 2)
+    # no expert bytes: the pass costs the same for every k
+    assert vc.predicted_ratio(vc.WeightSplit(8, 2, 1000, 0, 1, 0), 16) == pytest.approx(1.0)
+
+
+def test_rows_from_the_bench_tests() -> None:
+    tests = [bench_test(0, 8, [8 * 2.0]), bench_test(1, 0, [2.5, 2.7]),
+             bench_test(2, 0, [3.0]), bench_test(4, 0, [5.2])]
+    m = dec.from_bench(tests)
+    rows = {r["k"]: r for r in vc.curve(m, [2, 4], SPLIT)}
+    assert sorted(rows) == [2, 4]
+    assert rows[4]["verify_ms"] == pytest.approx(5.2)
+    assert rows[4]["plain_steps"] == pytest.approx(5.2 / 2.0)
+    assert rows[4]["x_k1"] == pytest.approx(5.2 / 2.6)
+    assert rows[4]["distinct_experts"] == pytest.approx(5.46875)
+    assert rows[4]["predicted_x_k1"] == pytest.approx(1546.875 / 1200)
+    dense = vc.curve(m, [1, 2], None)
+    assert [r["predicted_x_k1"] for r in dense] == [None, None]
+    assert [r["distinct_experts"] for r in dense] == [None, None]
+    table = vc.format_rows("t.gguf", dense)
+    assert "predicted x k=1" in table and table.count("\n") == 2
+    with pytest.raises(UserError, match="no forward pass of 8 tokens"):
+        vc.curve(m, [8], None)
+
+
+def _write_gguf(path: Path, moe: bool, tied: bool = False) -> None:
+    """A small GGUF with known tensor bytes: 10 x 4 embedding (F32), one layer with a 4 x 4
+    attention, an MoE block of 4 experts (router 4 x 4, up and down 4 x 8 x 4 each), and an MTP
+    layer (blk.1) the forward pass does not run."""
+    from gguf import GGUFWriter
+
+    w = GGUFWriter(str(path), "qwen35moe")
+    w.add_block_count(2)
+    w.add_uint32("qwen35moe.nextn_predict_layers", 1)
+    if moe:
+        w.add_expert_count(4)
+        w.add_expert_used_count(2)
+
+    def t(name: str, *shape: int) -> None:
+        w.add_tensor(name, np.ones(shape, dtype=np.float32))
+
+    t("token_embd.weight", 10, 4)  # 160 bytes, a row 16
+    if not tied:
+        t("output.weight", 10, 4)  # 160
+    t("blk.0.attn_q.weight", 4, 4)  # 64
+    if moe:
+        t("blk.0.ffn_gate_inp.weight", 4, 4)  # 64, the router
+        t("blk.0.ffn_up_exps.weight", 4, 8, 4)  # 512, experts outermost
+        t("blk.0.ffn_down_exps.weight", 4, 4, 8)  # 512
+    else:
+        t("blk.0.ffn_up.weight", 8, 4)  # 128
+    t("blk.1.nextn.eh_proj.weight", 4, 8)  # 128, the MTP layer
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+
+
+def test_the_byte_split_from_the_gguf_header(tmp_path: Path) -> None:
+    moe = tmp_path / "moe.gguf"
+    _write_gguf(moe, moe=True)
+    split = vc.weight_split(moe)
+    assert split == vc.WeightSplit(n_experts=4, top_k=2, dense_bytes=16 + 160 + 64 + 64,
+                                   bytes_per_expert=1024 // 4, moe_layers=1,
+                                   skipped_mtp_bytes=128)
+    tied = tmp_path / "tied.gguf"
+    _write_gguf(tied, moe=True, tied=True)
+    split_tied = vc.weight_split(tied)
+    assert split_tied is not None and split_tied.dense_bytes == 160 + 64 + 64  # head = embd
+    dense = tmp_path / "dense.gguf"
+    _write_gguf(dense, moe=False)
+    assert vc.weight_split(dense) is None
+
+
+def test_refusals_come_before_llama_bench_runs(tmp_path: Path) -> None:
+    marker = tmp_path / "ran"
+    bench = tmp_path / "llama-bench"
+    bench.write_text(f"#!/bin/sh\ntouch {marker}\nexit 1\n")
+    bench.chmod(0o755)
+    gguf = tmp_path / "t.gguf"
+    _write_gguf(gguf, moe=True)
+    base = ["verify-curve", "--bench", str(bench)]
+    cases = [
+        (["--target", str(tmp_path / "missing.gguf")], "--target", "is not a file"),
+        (["--target", str(gguf), "--k", ""], "--k", "no values"),
+        (["--target", str(gguf), "--k", "0,1"], "--k", "0 is outside 1..512"),
+        (["--target", str(gguf), "--k", "1-600"], "--k", "513 is outside 1..512"),
+        (["--target", str(gguf), "--target", str(tmp_path / "b.gguf")], "--target",
+         "b.gguf is not a file"),
+    ]
+    stub = tmp_path / "stub.gguf"
+    stub.write_bytes(b"GGUF")
+    cases.append((["--target", str(stub)], "cannot read GGUF", "stub.gguf"))
+    cases.append((["--target", str(gguf), "--out", str(tmp_path / "no" / "o.json")], "--out",
+                  "does not exist"))
+    for args, field, what in cases:
+        r = CliRunner().invoke(cli, [*base, *args])
+        assert r.exit_code == 2, (args, r.output)
+        lines = r.output.strip().splitlines()
+        assert len(lines) == 1 and field in lines[0] and what in lines[0], (args, r.output)
+        assert "fix:" in lines[0]
+    assert not marker.exists()
+    with pytest.raises(UserError, match="--k: no block sizes"):
+        vc.check_k([])
+
+
+def test_the_help_says_cpu_figures_say_nothing_of_a_gpu() -> None:
+    r = CliRunner().invoke(cli, ["verify-curve", "--help"])
+    assert r.exit_code == 0
+    assert "measure nothing" in r.output and "about a GPU" in r.output
+
+
+@pytest.fixture(scope="module")
+def moe_and_dense() -> tuple[Path, Path]:
+    """The tiny MoE target's and its dense twin's GGUFs, made (or reused) in the cache."""
+    from crossbench.fixtures.resolve import ensure_mtp_target
+
+    return (ensure_mtp_target("tiny", 0, "moe-target")[1],
+            ensure_mtp_target("tiny", 0, "dense-twin")[1])
+
+
+@pytest.mark.server
+def test_the_real_llama_bench_times_both_targets(llama_server: Path,
+                                                 moe_and_dense: tuple[Path, Path],
+                                                 tmp_path: Path) -> None:
+    moe, dense = moe_and_dense
+    out = tmp_path / "vc.json"
+    r = CliRunner().invoke(cli, ["verify-curve", "--target", str(moe), "--target", str(dense),
+                                 "--k", "1,2,4,8", "--depth", "16", "--gen", "4", "--reps", "1",
+                                 "--bench", str(llama_server.parent / "llama-bench"),
+                                 "--out", str(out)])
+    assert r.exit_code == 0, r.output
+    assert "memory-bound" in r.output
+    got = json.loads(out.read_text())
+    assert got["assumption"] == vc.ASSUMPTION and got["k"] == [1, 2, 4, 8]
+    by_name = {t["name"]: t for t in got["targets"]}
+    assert sorted(by_name) == ["dense-twin.gguf", "moe-target.gguf"]
+    # tiny: 8 experts top-2 in 4 MoE layers, 3 x 64 x 64 F16 = 24576 bytes per expert a layer
+    split = by_name["moe-target.gguf"]["split"]
+    assert (split["n_experts"], split["top_k"], split["moe_layers"]) == (8, 2, 4)
+    assert split["bytes_per_expert"] == 4 * 24576 and split["skipped_mtp_bytes"] > 0
+    assert by_name["dense-twin.gguf"]["split"] is None
+    for name, t in by_name.items():
+        tests = t["raw"]
+        assert sorted(x["n_prompt"] for x in tests if x["n_gen"] == 0) == [1, 2, 4, 8]
+        assert {x["n_depth"] for x in tests} == {16}
+        (gen,) = [x for x in tests if x["n_prompt"] == 0]
+        plain = sum(gen["samples_ns"]) / len(gen["samples_ns"]) / 1e6 / gen["n_gen"]
+        assert t["plain_ms"] == pytest.approx(plain)
+        assert [row["k"] for row in t["rows"]] == [1, 2, 4, 8]
+        (one,) = [x for x in tests if x["n_prompt"] == 1 and x["n_gen"] == 0]
+        for row in t["rows"]:  # every row re-derives from the raw tests
+            (pp,) = [x for x in tests if x["n_prompt"] == row["k"] and x["n_gen"] == 0]
+            ms = sum(pp["samples_ns"]) / len(pp["samples_ns"]) / 1e6
+            assert row["verify_ms"] == pytest.approx(ms)
+            assert row["plain_steps"] == pytest.approx(ms / plain)
+            assert row["x_k1"] == pytest.approx(ms / (sum(one["samples_ns"]) / 1e6))
+            if name == "moe-target.gguf":
+                assert row["distinct_experts"] == pytest.approx(8 * (1 - 0.75 ** row["k"]))
+                assert row["predicted_x_k1"] >= 1.0
+            else:
+                assert row["distinct_experts"] is None and row["predicted_x_k1"] is None
