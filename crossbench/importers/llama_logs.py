@@ -28,7 +28,10 @@ from typing import Any
 
 from crossbench.errors import UserError
 from crossbench.importers.records import (
+    LAYOUT_FIGURES,
     MAX_SOURCE_BYTES,
+    NS_PER_MS,
+    WALL_FIGURE,
     ImportedCell,
     Invalid,
     Setting,
@@ -46,7 +49,6 @@ from crossbench.importers.records import (
 from crossbench.importers.table import pattern_regex
 from crossbench.textfile import not_regular, read_text
 
-NS_PER_MS = 1_000_000
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
 _NUM = r"[-+]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][-+]?\d+)?|[-+]?(?:inf|nan)"
 _TIMING = re.compile(
@@ -67,10 +69,6 @@ _BUILD = re.compile(r"\(build (?P<num>\d+), commit (?P<commit>\w+)\)|^build: (?P
                     r"\((?P<commit2>\w+)\)", re.MULTILINE)
 _MODEL_NAME = re.compile(r"general\.name\s+(?:str\s+)?=\s*(?P<name>[^\n]+)")
 _MODEL_FILE = re.compile(r"load_model: loading model '(?P<path>[^'\n]+)'")
-
-LAYOUT_FIGURES = ("latency_ms.chunk_gap", "latency_ms.token_itl",
-                  "throughput.wall_output_tok_s")
-"""Figures only the end-to-end layout would give: a log has no clock."""
 
 
 @dataclass
@@ -354,4 +352,4 @@ def _cell(key: tuple[Any, ...], members: list[tuple[int | None, Path, Log, dict[
                         {"arm": arm, "files": [p.name for _, p, _, _ in members],
                          "trials": sorted(set(trials)),
                          "timing": timing + "; requests laid end to end, 1 ms apart (no clock)",
-                         "unknown_figures": list(LAYOUT_FIGURES)})
+                         "unknown_figures": [*LAYOUT_FIGURES, WALL_FIGURE]})

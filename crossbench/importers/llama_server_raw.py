@@ -38,6 +38,9 @@ from typing import Any
 
 from crossbench.errors import UserError
 from crossbench.importers.records import (
+    LAYOUT_FIGURES,
+    NS_PER_MS,
+    WALL_FIGURE,
     ImportedCell,
     Invalid,
     Setting,
@@ -67,7 +70,6 @@ BODY_FIELDS = ("content", "choices", "timings", "error", "tokens_predicted",
 """Fields of which a llama-server response body has at least one: a JSON object with none
 (a harness's own result file, a config) is not a body and is refused, never imported as a
 failed request."""
-NS_PER_MS = 1_000_000
 MAX_BODY_BYTES = 64 * MIB
 """Largest response body read (one request's body: text, token ids and timings)."""
 TIMING_COUNTS = ("cache_n", "prompt_n", "predicted_n", "draft_n", "draft_n_accepted")
@@ -220,10 +222,6 @@ def body_fields(b: dict[str, Any]) -> dict[str, Any]:
 
 #: the method of a speculative arm whose bodies do not name one and no --method was given
 UNKNOWN_METHOD = "unknown"
-#: figures that would come from the importer's own timing layout (even chunks, requests end
-#: to end), not from the bodies: the analysis leaves them out
-LAYOUT_FIGURES = ("latency_ms.chunk_gap", "latency_ms.token_itl",
-                  "throughput.wall_output_tok_s")
 
 
 def import_llama_server_raw(raw_dir: Path, pattern: str, baseline_arm: str, out: Path,
@@ -387,7 +385,7 @@ def _cell(model: str, arm: str, files: list[tuple[dict[str, str], Path, dict[str
                         {"arm": arm, "files": [p.name for _, p, _ in files],
                          "timing": "server timings (prompt_ms as TTFT, predicted_ms as decode "
                                    "time); requests laid end to end, 1 ms apart",
-                         "unknown_figures": list(LAYOUT_FIGURES)})
+                         "unknown_figures": [*LAYOUT_FIGURES, WALL_FIGURE]})
 
 
 def _method(types: set[str], given: str | None) -> str:

@@ -65,6 +65,18 @@ slip (a 1e-300 or a seconds-for-milliseconds value); ``docs/input-guarantees.md`
 reasons and the one case that could come near it. crossbench's own runs have no such floor."""
 
 
+NS_PER_MS = 1_000_000
+"""Nanoseconds per millisecond: sources give milliseconds, records hold nanoseconds."""
+
+LAYOUT_FIGURES = ("latency_ms.chunk_gap", "latency_ms.token_itl")
+"""Figures a two-chunk record makes up (one first token, then the rest at once): an importer
+lists them in ``unknown_figures``."""
+
+WALL_FIGURE = "throughput.wall_output_tok_s"
+"""The wall throughput the analysis computes from the records' windows: unknown too when the
+requests were laid end to end (no clock)."""
+
+
 class Invalid(Exception):
     """A source value no measurement can have; the message is the reason ``not_imported``
     lists, naming the field as the source spells it."""

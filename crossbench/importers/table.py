@@ -23,8 +23,11 @@ from typing import Any
 
 from crossbench.errors import UserError
 from crossbench.importers.records import (
+    LAYOUT_FIGURES,
     MAX_MS,
     MAX_SOURCE_BYTES,
+    NS_PER_MS,
+    WALL_FIGURE,
     ImportedCell,
     Invalid,
     Setting,
@@ -42,8 +45,6 @@ from crossbench.importers.records import (
     write_import,
 )
 from crossbench.textfile import not_regular, read_text
-
-NS_PER_MS = 1_000_000
 
 
 @dataclass(frozen=True)
@@ -93,12 +94,6 @@ DECODE_SOURCES = ("decode", "tpot", "elapsed")
 
 LABELS = tuple(k for k, f in FIELDS.items() if f.level == "label")
 """Fields a file-name ``--pattern`` may hold as ``{placeholder}``."""
-
-LAYOUT_FIGURES = ("latency_ms.chunk_gap", "latency_ms.token_itl")
-"""Figures a two-chunk record makes up (one first token, then the rest at once)."""
-
-WALL_FIGURE = "throughput.wall_output_tok_s"
-"""The wall throughput the analysis computes from the records' windows."""
 
 _FIX_MAP = ("write --map FIELD[:UNIT]=PATH, e.g. --map ttft:ms=ttft_ms "
             "(fields: " + ", ".join(FIELDS) + ")")
