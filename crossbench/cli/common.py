@@ -6,6 +6,7 @@ from __future__ import annotations
 import functools
 import sys
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any, TypeVar
 
 import click
@@ -44,3 +45,23 @@ def field_settings(items: tuple[str, ...], example: str) -> dict[str, Any]:
             raise UserError(f"--set {item!r} is not FIELD=VALUE", f"write e.g. --set {example}")
         out[name.strip()] = yaml.safe_load(text)
     return out
+
+
+def llama_bench_binary(bench: Path | None, variant: str | None) -> Path:
+    """``--bench`` as given, else the llama-bench beside crossbench's llama.cpp build of
+    ``variant`` (cpu by default); UserError when it is not there."""
+    if bench is None:
+        from crossbench.engines.llamacpp.build import load_install, parse_variant
+
+        variant = variant or "cpu"
+        cuda, arch = parse_variant(variant)
+        inst = load_install(cuda=cuda, cuda_arch=arch)
+        if inst is None:
+            flag = f" --cuda --cuda-arch {arch}" if cuda else ""
+            raise UserError(f"no llama-bench: crossbench's llama.cpp build ({variant}) is not "
+                            "installed", f"run `crossbench engines install llama.cpp{flag}`, "
+                            "give --variant, or give --bench")
+        bench = inst.binary().parent / "llama-bench"
+    if not bench.is_file():
+        raise UserError(f"--bench {bench} is not a file", "give the llama-bench binary")
+    return bench

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import click
 
-from crossbench.cli.common import progress, user_errors
+from crossbench.cli.common import llama_bench_binary, progress, user_errors
 from crossbench.errors import UserError
 
 
@@ -84,20 +84,7 @@ def decompose(target: Path, draft: Path | None, n_spec: str, depth: int, gen: in
         frames = open_run(source)
         d, v, method = dec.sweep_cost_model(frames.analysis, arm, concurrency)
         variant = variant or dec.recorded_variant(frames.run.cells)
-    if bench is None:
-        from crossbench.engines.llamacpp.build import load_install, parse_variant
-
-        variant = variant or "cpu"
-        cuda, arch = parse_variant(variant)
-        inst = load_install(cuda=cuda, cuda_arch=arch)
-        if inst is None:
-            flag = f" --cuda --cuda-arch {arch}" if cuda else ""
-            raise UserError(f"no llama-bench: crossbench's llama.cpp build ({variant}) is not "
-                            "installed", f"run `crossbench engines install llama.cpp{flag}`, "
-                            "give --variant, or give --bench")
-        bench = inst.binary().parent / "llama-bench"
-    if not bench.is_file():
-        raise UserError(f"--bench {bench} is not a file", "give the llama-bench binary")
+    bench = llama_bench_binary(bench, variant)
     progress(f"timing {target.name}: plain step and verification of {n_values} + 1 tokens")
     tt = dec.run_llama_bench(bench, target, [n + 1 for n in n_values], gen, depth, reps,
                              list(bench_args))

@@ -8,28 +8,8 @@ from pathlib import Path
 
 import click
 
-from crossbench.cli.common import progress, user_errors
+from crossbench.cli.common import llama_bench_binary, progress, user_errors
 from crossbench.errors import UserError
-
-
-def _bench_binary(bench: Path | None, variant: str | None) -> Path:
-    """``--bench`` as given, else the llama-bench beside crossbench's llama.cpp build of
-    ``variant`` (cpu by default); UserError when it is not there."""
-    if bench is None:
-        from crossbench.engines.llamacpp.build import load_install, parse_variant
-
-        variant = variant or "cpu"
-        cuda, arch = parse_variant(variant)
-        inst = load_install(cuda=cuda, cuda_arch=arch)
-        if inst is None:
-            flag = f" --cuda --cuda-arch {arch}" if cuda else ""
-            raise UserError(f"no llama-bench: crossbench's llama.cpp build ({variant}) is not "
-                            "installed", f"run `crossbench engines install llama.cpp{flag}`, "
-                            "give --variant, or give --bench")
-        bench = inst.binary().parent / "llama-bench"
-    if not bench.is_file():
-        raise UserError(f"--bench {bench} is not a file", "give the llama-bench binary")
-    return bench
 
 
 @click.command("verify-curve", epilog="""\b
@@ -89,7 +69,7 @@ def verify_curve(targets: tuple[Path, ...], k_spec: str, depth: int, gen: int, r
 
         check_out_file(out)
     splits = {path: vc.weight_split(path) for path in targets}
-    binary = _bench_binary(bench, variant)
+    binary = llama_bench_binary(bench, variant)
     prompts = sorted({1, *ks})  # k = 1 always, the reference of `x k=1`
     click.echo(f"prediction: {vc.ASSUMPTION}")
     results = []
