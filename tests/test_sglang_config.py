@@ -3,6 +3,7 @@ profile); no server starts."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -43,6 +44,19 @@ def test_baseline_argv_is_the_server_settings_only() -> None:
       "--speculative-eagle-topk", "1", "--speculative-num-draft-tokens", "2"]),
     ({"type": "NGRAM", "n": 8},
      ["--speculative-algorithm", "NGRAM", "--speculative-num-draft-tokens", "9"]),
+    ({"type": "STANDALONE", "n": 4, "draft_model": "/fx/hf-draft"},
+     ["--speculative-algorithm", "STANDALONE", "--speculative-draft-model-path", "/fx/hf-draft",
+      "--speculative-num-steps", "4", "--speculative-eagle-topk", "1",
+      "--speculative-num-draft-tokens", "5"]),
+    # DFLASH: one block of the current token + n drafts; SGLang sets steps and topk to 1
+    ({"type": "DFLASH", "n": 15, "draft_model": "/fx/drafter-dflash/hf"},
+     ["--speculative-algorithm", "DFLASH", "--speculative-draft-model-path",
+      "/fx/drafter-dflash/hf", "--speculative-dflash-block-size", "16",
+      "--speculative-num-draft-tokens", "16"]),
+    ({"type": "DFLASH", "n": 2, "draft_model": "hf://z-lab/Qwen3-8B-DFlash-b16@abc123"},
+     ["--speculative-algorithm", "DFLASH", "--speculative-draft-model-path",
+      "z-lab/Qwen3-8B-DFlash-b16", "--speculative-draft-model-revision", "abc123",
+      "--speculative-dflash-block-size", "3", "--speculative-num-draft-tokens", "3"]),
 ])
 def test_argv_per_algorithm(spec: dict[str, Any], expected: list[str]) -> None:
     srv = _server(spec=spec)
@@ -55,9 +69,18 @@ def test_argv_per_algorithm(spec: dict[str, Any], expected: list[str]) -> None:
     ({"spec": {"type": "NGRAM", "n": 3, "draft_model": "a/b"}},
      "spec: NGRAM takes no draft model; drop draft_model", "fix `spec`"),
     ({"spec": {"type": "NEXTN"}}, "spec: NEXTN needs n", "fix `spec`"),
+    ({"spec": {"type": "DFLASH", "n": 4}},
+     "spec: DFLASH needs a DFlash block drafter (config.json architectures DFlashDraftModel); "
+     "set draft_model", "fix `spec`"),
+    ({"spec": {"type": "DFLASH", "draft_model": "/fx/df"}}, "spec: DFLASH needs n",
+     "fix `spec`"),
+    ({"spec": {"type": "DFLASH", "n": 4, "draft_model": "/fx/df", "synth_len": 3.0}},
+     "spec: SGLang has no synthetic acceptance", "fix `spec`"),
+    ({"spec": {"type": "DFLASH", "n": 0, "draft_model": "/fx/df"}},
+     "spec.n: Input should be greater than or equal to 1", "fix `spec.n`"),
     ({"spec": {"type": "NGRAM", "n": 3, "synth_rates": [0.9, 0.8, 0.7]}},
      "spec: SGLang has no synthetic acceptance", "fix `spec`"),
-    ({"spec": {"type": "MEDUSA", "n": 3}}, "spec.type: Input should be 'none', 'EAGLE'",
+    ({"spec": {"type": "MEDUSA", "n": 3}}, "spec.type: Input should be 'none', 'DFLASH', 'EAGLE'",
      "fix `spec.type`"),
     ({"mem_fraction_static": 1.5}, "mem_fraction_static: Input should be less than 1",
      "fix `mem_fraction_static`"),
@@ -87,9 +110,54 @@ def test_profile_refusals_name_the_setting() -> None:
     assert srv.argv(srv.profile, "python3")[-2:] == ["--cuda-graph-max-bs-decode", "8"]
 
 
+def test_dflash_flags_are_managed_and_in_the_profile() -> None:
+    srv = _server(spec={"type": "DFLASH", "n": 4, "draft_model": "/fx/df"})
+    assert "DFLASH" in srv.profile.algorithms
+    for flag in ("--speculative-dflash-block-size", "--speculative-draft-model-revision"):
+        with pytest.raises(UserError) as e:
+            _server(extra_args=[flag, "5"]).validate_static()
+        assert e.value.message == f"extra_args: {flag} is set by crossbench"
+
+
+def _dflash_folder(tmp_path: Path, **config: Any) -> Path:
+    folder = tmp_path / "hf"
+    folder.mkdir()
+    (folder / "config.json").write_text(json.dumps(config))
+    return folder
+
+
+def test_dflash_block_checked_against_a_local_drafter(tmp_path: Path) -> None:
+    # the fixture's drafter (crossbench/fixtures/drafters.py): top-level block_size 16
+    folder = _dflash_folder(tmp_path, architectures=["DFlashDraftModel"], block_size=16,
+                            dflash_config={"target_layer_ids": [1, 9], "mask_token_id": 7})
+    _server(spec={"type": "DFLASH", "n": 15, "draft_model": str(folder)}).check_block_drafter()
+    with pytest.raises(UserError) as e:
+        _server(spec={"type": "DFLASH", "n": 16,
+                      "draft_model": str(folder)}).check_block_drafter()
+    assert e.value.message == (f"spec.n: DFLASH drafts at most 15 tokens per step with "
+                               f"{folder} (block_size 16); n=16 needs a block of 17")
+    assert e.value.hint == "set n <= 15"
+
+
+def test_dflash_refuses_a_folder_that_is_not_a_dflash_drafter(tmp_path: Path) -> None:
+    folder = _dflash_folder(tmp_path, architectures=["LlamaForCausalLMEagle3"])
+    with pytest.raises(UserError) as e:
+        _server(spec={"type": "DFLASH", "n": 4, "draft_model": str(folder)}
+                ).check_block_drafter()
+    assert e.value.message.startswith(f"spec.draft_model: {folder} is not a DFlash drafter")
+    with pytest.raises(UserError) as e:
+        _server(spec={"type": "DFLASH", "n": 4, "draft_model": str(tmp_path)}
+                ).check_block_drafter()
+    assert e.value.message == f"spec.draft_model: {tmp_path} has no config.json"
+    # a hub id is read by SGLang at start-up; other methods are not checked here
+    _server(spec={"type": "DFLASH", "n": 40, "draft_model": "org/df"}).check_block_drafter()
+    _server(spec={"type": "EAGLE3", "n": 40, "draft_model": str(folder)}
+            ).check_block_drafter()
+
+
 def test_run_options_come_from_the_config_model() -> None:
-    assert registry.spec_methods("sglang") == ("none", "EAGLE", "EAGLE3", "NEXTN", "NGRAM",
-                                               "STANDALONE")
+    assert registry.spec_methods("sglang") == ("none", "DFLASH", "EAGLE", "EAGLE3", "NEXTN",
+                                               "NGRAM", "STANDALONE")
     opts = registry.run_options("sglang")
     assert opts["binary"] == "binary" and opts["server_args"] == "extra_args"
     assert "ctx_size" not in opts and "pin" not in opts

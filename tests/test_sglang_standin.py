@@ -54,7 +54,8 @@ def test_run_refuses_options_and_methods_sglang_lacks(tmp_path: Path) -> None:
     r = CliRunner().invoke(cli, [*base, "--spec", "draft-simple"])
     assert r.exit_code == 2
     assert r.stderr == ("crossbench: error: --spec 'draft-simple' is not a sglang method "
-                        "(fix: use one of: none, EAGLE, EAGLE3, NEXTN, NGRAM, STANDALONE)\n")
+                        "(fix: use one of: none, DFLASH, EAGLE, EAGLE3, NEXTN, NGRAM, "
+                        "STANDALONE)\n")
     r = CliRunner().invoke(cli, [*base, "--ctx-size", "2048"])
     assert r.exit_code == 2
     assert r.stderr == ("crossbench: error: --ctx-size: sglang has no ctx_size setting (fix: "
@@ -65,6 +66,33 @@ def test_run_refuses_options_and_methods_sglang_lacks(tmp_path: Path) -> None:
     assert r.stderr.startswith("crossbench: error: spec: EAGLE3 needs a draft model")
     assert r.stderr.endswith("(fix: fix --spec)\n")
     assert not (tmp_path / "o").exists()
+
+
+def test_run_dflash_on_the_standin_with_a_local_drafter(tmp_path: Path) -> None:
+    """DFLASH's argv (a block of n+1) goes through the CLI and the stand-in's parser, and the
+    drafter's block size bounds n before anything starts."""
+    py = write_launcher(tmp_path / "python", "--standin-step-ms", "0")
+    drafter = tmp_path / "dflash"
+    drafter.mkdir()
+    (drafter / "config.json").write_text(json.dumps(
+        {"architectures": ["DFlashDraftModel"], "block_size": 16,
+         "dflash_config": {"target_layer_ids": [1, 9, 17, 25, 33], "mask_token_id": 7}}))
+    base = ["run", "--engine", "sglang", "--binary", str(py), "--model", "Qwen/Qwen3-8B",
+            "--spec", "DFLASH", "--draft", str(drafter), "--requests", "3",
+            "--max-tokens", "32", "--json"]
+    r = CliRunner().invoke(cli, [*base, "--n", "4", "--out", str(tmp_path / "run")])
+    assert r.exit_code == 0, r.output
+    trial = json.loads((tmp_path / "run" / "manifest.json").read_text())["trials"][0]
+    argv = trial["argv"]
+    assert argv[argv.index("--speculative-algorithm") + 1] == "DFLASH"
+    assert argv[argv.index("--speculative-dflash-block-size") + 1] == "5"
+    assert argv[argv.index("--speculative-num-draft-tokens") + 1] == "5"
+    assert "--speculative-num-steps" not in argv and "--speculative-eagle-topk" not in argv
+    assert trial["server_props"]["startup"]["speculative_num_draft_tokens"] == 5
+    r = CliRunner().invoke(cli, [*base, "--n", "16", "--out", str(tmp_path / "o")])
+    assert r.exit_code != 0
+    assert "spec.n: DFLASH drafts at most 15 tokens per step" in r.output
+    assert "set n <= 15" in r.output
 
 
 def test_matrix_with_kind_sglang_on_the_standin(tmp_path: Path) -> None:

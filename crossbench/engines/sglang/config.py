@@ -4,7 +4,11 @@ crossbench's ``n`` (tokens drafted per step) maps onto SGLang's three knobs one 
 algorithm: ``--speculative-num-draft-tokens n+1`` (SGLang counts the verified root), and
 for the draft-model algorithms (EAGLE, EAGLE3, NEXTN, STANDALONE) a chain of
 ``--speculative-num-steps n`` with ``--speculative-eagle-topk 1``, so that each
-verification step checks exactly n drafted tokens.
+verification step checks exactly n drafted tokens. DFLASH drafts a whole block in one
+forward pass: its block (``--speculative-dflash-block-size``, SGLang's alias of
+``--speculative-num-draft-tokens`` for DFLASH) is the current token plus n drafts, so n+1;
+SGLang fixes its steps and topk at 1 itself (``arg_groups/speculative_hook.py``
+``_handle_dflash`` of 0.5.17).
 """
 
 from __future__ import annotations
@@ -19,15 +23,17 @@ from crossbench.engines.affinity import CpuSettings
 from crossbench.engines.auth import ApiKeySettings
 from crossbench.engines.sglang.profile import DEFAULT_VERSION
 
-SglangMethod = Literal["none", "EAGLE", "EAGLE3", "NEXTN", "NGRAM", "STANDALONE"]
+SglangMethod = Literal["none", "DFLASH", "EAGLE", "EAGLE3", "NEXTN", "NGRAM", "STANDALONE"]
 
 #: what each algorithm needs from ``draft_model``
 DRAFT_RULES: dict[str, Literal["required", "optional", "forbidden"]] = {
-    "EAGLE": "required", "EAGLE3": "required", "STANDALONE": "required",
+    "DFLASH": "required", "EAGLE": "required", "EAGLE3": "required", "STANDALONE": "required",
     "NEXTN": "optional", "NGRAM": "forbidden",
 }
 #: algorithms that draft through a draft model's chain of steps
 CHAIN = ("EAGLE", "EAGLE3", "NEXTN", "STANDALONE")
+#: algorithms that draft a block of n tokens in one pass (block size n+1)
+BLOCK = ("DFLASH",)
 
 _REPO_RE = re.compile(r"[A-Za-z0-9][\w.-]*/[\w.-]+")
 
@@ -51,14 +57,16 @@ class _Strict(BaseModel):
 class SglangSpecConfig(_Strict):
     """Speculative decoding settings of ``launch_server``."""
 
-    type: SglangMethod = Field("none", description="`--speculative-algorithm`: EAGLE, EAGLE3 "
-                               "(a trained head as draft_model), NEXTN (the target's own "
-                               "MTP layers), NGRAM (drafts from earlier text), STANDALONE (a "
+    type: SglangMethod = Field("none", description="`--speculative-algorithm`: DFLASH (a "
+                               "DFlash block drafter as draft_model), EAGLE, EAGLE3 (a "
+                               "trained head as draft_model), NEXTN (the target's own MTP "
+                               "layers), NGRAM (drafts from earlier text), STANDALONE (a "
                                "small draft model), or none.")
     n: int | None = Field(None, ge=1, le=64, description="Tokens drafted per step: "
                           "--speculative-num-draft-tokens n+1 and, for the draft-model "
                           "algorithms, --speculative-num-steps n with --speculative-eagle-"
-                          "topk 1.")
+                          "topk 1; for DFLASH --speculative-dflash-block-size n+1 (at most "
+                          "the drafter's block size, checked on a local folder).")
     draft_model: str | None = Field(None, description="`--speculative-draft-model-path`: a "
                                     "folder, OWNER/REPO or hf://OWNER/REPO@REVISION.")
     synth_rates: list[float] | None = Field(None, description="Not available: SGLang has no "
@@ -82,11 +90,14 @@ class SglangSpecConfig(_Strict):
         if self.type == "none":
             if self.n is not None or self.draft_model is not None:
                 raise ValueError("n and draft_model need a speculative method; set type "
-                                 "(EAGLE, EAGLE3, NEXTN, NGRAM or STANDALONE) or drop them")
+                                 "(DFLASH, EAGLE, EAGLE3, NEXTN, NGRAM or STANDALONE) or drop "
+                                 "them")
             return self
         rule = DRAFT_RULES[self.type]
         if rule == "required" and self.draft_model is None:
-            raise ValueError(f"{self.type} needs a draft model; set draft_model (a folder, "
+            what = "a DFlash block drafter (config.json architectures DFlashDraftModel)" \
+                if self.type == "DFLASH" else "a draft model"
+            raise ValueError(f"{self.type} needs {what}; set draft_model (a folder, "
                              "OWNER/REPO or hf://OWNER/REPO@REVISION)")
         if rule == "forbidden" and self.draft_model is not None:
             raise ValueError(f"{self.type} takes no draft model; drop draft_model")

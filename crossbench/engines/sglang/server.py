@@ -28,7 +28,7 @@ from crossbench.engines.process import (
     http_get,
     on_path,
 )
-from crossbench.engines.sglang.config import CHAIN, SglangServerConfig
+from crossbench.engines.sglang.config import BLOCK, CHAIN, SglangServerConfig
 from crossbench.engines.sglang.metrics import RUNNING
 from crossbench.engines.sglang.profile import SglangProfile, is_standin, profile_for
 from crossbench.errors import UserError
@@ -38,7 +38,8 @@ _FLAG_RE = re.compile(r"--?[A-Za-z]")
 _MANAGED = ("--model-path", "--model", "--revision", "--host", "--port", "--enable-metrics",
             "--served-model-name", "--speculative-algorithm", "--speculative-num-steps",
             "--speculative-eagle-topk", "--speculative-num-draft-tokens",
-            "--speculative-draft-model-path", "--speculative-draft-model")
+            "--speculative-dflash-block-size", "--speculative-draft-model-path",
+            "--speculative-draft-model", "--speculative-draft-model-revision")
 _VERSION_CODE = "import sglang; print(sglang.__version__)"
 
 
@@ -120,8 +121,45 @@ class SglangServer(LocalServer):
         if path.startswith(("/", "./", "../", "~")) and not Path(path).expanduser().exists():
             raise UserError(f"model: {path} does not exist",
                             "fix the path, or give OWNER/REPO or hf://OWNER/REPO@REVISION")
+        self.check_block_drafter()
         _ = self.api_key
         self._check_port_free()
+
+    def check_block_drafter(self) -> None:
+        """For DFLASH with a local draft folder: the folder is a DFlash drafter and its
+        block holds the n+1 tokens of a step (n at most its ``block_size`` - 1). SGLang
+        itself only warns when the two differ and runs the drafter on blocks it was not
+        made for (``dflash_worker_v2.py`` of 0.5.17)."""
+        spec = self.config.spec
+        if spec.type not in BLOCK or spec.draft_model is None or spec.n is None:
+            return
+        if not spec.draft_model.startswith(("/", "./", "../", "~")):
+            return  # OWNER/REPO: SGLang reads its config at start-up
+        folder = Path(spec.draft_model).expanduser()
+        config = folder / "config.json"
+        if not config.is_file():
+            raise UserError(f"spec.draft_model: {folder} has no config.json",
+                            "give the DFlash drafter's Hugging Face folder (config.json "
+                            "with architectures DFlashDraftModel and block_size)")
+        try:
+            data = json.loads(config.read_text())
+            if not isinstance(data, dict):
+                raise ValueError("not a JSON object")
+        except (OSError, ValueError) as e:
+            raise UserError(f"spec.draft_model: cannot read {config}: {e}",
+                            "give the DFlash drafter's Hugging Face folder") from None
+        arch = list(data.get("architectures") or [])
+        if not any("DFlash" in str(a) for a in arch):
+            raise UserError(f"spec.draft_model: {folder} is not a DFlash drafter "
+                            f"(architectures {arch})", "give a folder whose config.json "
+                            "names DFlashDraftModel, or use another spec.type")
+        nested = data.get("dflash_config")  # SGLang reads block_size there first
+        block = (nested if isinstance(nested, dict) else {}).get("block_size",
+                                                                  data.get("block_size"))
+        if isinstance(block, int) and spec.n + 1 > block:
+            raise UserError(f"spec.n: DFLASH drafts at most {block - 1} tokens per step "
+                            f"with {folder} (block_size {block}); n={spec.n} needs a block "
+                            f"of {spec.n + 1}", f"set n <= {block - 1}")
 
     def command(self) -> list[str]:
         """Exact argv of the server (the port is 0 until :meth:`start` picks one)."""
@@ -183,6 +221,8 @@ class SglangServer(LocalServer):
             if spec.type in CHAIN:
                 add("--speculative-num-steps", spec.n, "spec.n")
                 add("--speculative-eagle-topk", 1, "spec.n")
+            if spec.type in BLOCK:  # SGLang sets its steps and topk to 1 itself
+                add("--speculative-dflash-block-size", spec.n + 1, "spec.n")
             add("--speculative-num-draft-tokens", spec.n + 1, "spec.n")
         for arg in cfg.extra_args:
             if not _FLAG_RE.match(arg):
@@ -233,7 +273,8 @@ class SglangServer(LocalServer):
     def props(self) -> dict[str, Any]:
         """The server info (a few of its keys), the served models, stand-in or not."""
         keep = ("version", "speculative_algorithm", "speculative_num_steps",
-                "speculative_eagle_topk", "speculative_num_draft_tokens", "tp_size",
+                "speculative_eagle_topk", "speculative_num_draft_tokens",
+                "speculative_dflash_block_size", "tp_size",
                 "max_total_num_tokens", "disable_radix_cache", "served_model_name")
         out: dict[str, Any] = {"served_models": list(self._served),
                                "standin": is_standin(self.version_text())}
