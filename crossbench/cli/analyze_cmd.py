@@ -142,6 +142,9 @@ def start_spread(runs: tuple[Path, ...], out: Path | None) -> None:
     for s in known.spreads:
         click.echo(f"{s.engine:14s} {s.role:14s} {s.sigma_log:11.4f} "
                    f"{100 * s.to_dict()['cv']:6.2f}% {s.df:4d} {s.cells:5d} {s.starts:6d}")
+        if s.measured_sigma_log is not None:
+            click.echo(f"  measured {s.measured_sigma_log:.4f}, below the floor of "
+                       f"{s.sigma_log}: the file carries the floor (intervals err wide)")
     if out is not None:
         try:
             known.save(out)
