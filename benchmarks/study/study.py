@@ -275,13 +275,13 @@ def run(r: Round, run_dir: str) -> int:
             if argv[-1] == "&":
                 sampler = subprocess.Popen(argv[:-1])
                 continue
-            if argv[0] == "bash":  # a command step, named by its last argument
+            if argv[0] == "bash":  # a command step: bash -c CMD NAME (NAME is its $0)
                 name = argv[-1]
                 if Path(run_dir, f"{name}.done").is_file():
                     continue
                 _say(f"{name}: start")
                 with open(f"{run_dir}/{name}.log", "ab") as log:
-                    rc = subprocess.run(argv[:-1], stdout=log, stderr=subprocess.STDOUT,
+                    rc = subprocess.run(argv, stdout=log, stderr=subprocess.STDOUT,
                                         check=False).returncode
                 if rc == 0:
                     Path(run_dir, f"{name}.done").touch()

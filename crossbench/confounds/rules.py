@@ -31,6 +31,7 @@ from crossbench.engines.confound_rule import (
     arms,
     kind,
     num,
+    synthetic_settings,
 )
 
 
@@ -79,10 +80,7 @@ def _memory_or_seqs(rule: Rule, a: View, b: View, ctx: PairContext) -> list[Find
 def _synthetic(rule: Rule, a: View, b: View, ctx: PairContext) -> list[Finding]:
     out = []
     for label, v in arms(a, b, ctx):
-        synth = {k: x for k, x in v.items() if k.startswith("spec.") and "synth" in k
-                 and x not in ("", "[]", 0, False)}
-        if str(v.get("spec.rejection_sample_method", "")).lower() == "synthetic":
-            synth["spec.rejection_sample_method"] = "synthetic"
+        synth = synthetic_settings(v)
         if synth:
             listed = ", ".join(f"{k.removeprefix('spec.')}={x}" for k, x in sorted(synth.items()))
             out.append(rule.finding(

@@ -106,12 +106,20 @@ def mtp(v: View) -> bool:
     return any("mtp" in str(v.get(k, "")).lower() for k in ("spec.type", "spec.method"))
 
 
+def synthetic_settings(v: View) -> dict[str, Scalar]:
+    """The settings that script the view's acceptance (llama-server's ``spec.synth_rates`` /
+    ``spec.synth_len``, vLLM's ``spec.rejection_sample_method: synthetic``); empty when the
+    acceptance is the draft's own."""
+    out = {k: x for k, x in v.items() if k.startswith("spec.") and "synth" in k
+           and x not in ("", "[]", 0, False)}
+    if str(v.get("spec.rejection_sample_method", "")).lower() == "synthetic":
+        out["spec.rejection_sample_method"] = "synthetic"
+    return out
+
+
 def synthetic(v: View) -> bool:
-    """Whether the view's acceptance is scripted (llama-server's ``synth_rates``/``synth_len``,
-    vLLM's ``rejection_sample_method: synthetic``), not the draft's."""
-    return any(k.startswith("spec.") and "synth" in k and x not in ("", "[]", 0, False)
-               for k, x in v.items()) or \
-        str(v.get("spec.rejection_sample_method", "")).lower() == "synthetic"
+    """Whether the view's acceptance is scripted, not the draft's."""
+    return bool(synthetic_settings(v))
 
 
 def num(v: Scalar | None) -> float | None:
