@@ -63,7 +63,7 @@ def test_vllm_startup_facts_and_server_env() -> None:
             "served_models": ["qwen"], "standin": False,
             "startup": {"model_runner": "V1" if fallback else "V2",
                         "model_runner_fallback": fallback, "kv_cache_tokens": 1000 + pid,
-                        "graph_capture_s": pid / 10,
+                        "graph_capture_s": pid / 10, "profile_run_s": pid * 4.0,
                         "lines": {"model_runner": f"(EngineCore pid={pid}) INFO ..."}}}
     a, b = normalize_trial(m), normalize_trial(two)
     assert a["server.env.HF_TOKEN"] == "<redacted>"
@@ -77,6 +77,7 @@ def test_vllm_startup_facts_and_server_env() -> None:
         "engine.startup.model_runner_fallback": "confounding",
         "engine.startup.kv_cache_tokens": "intended",  # the draft's memory: the spec's cost
         "engine.startup.graph_capture_s": "benign",
+        "engine.startup.profile_run_s": "benign",  # a duration (round 4 read it confounding)
         "engine.startup.lines.model_runner": "benign",
     }
 

@@ -49,8 +49,12 @@ def test_matrix_with_engine_vllm_on_the_standin(tmp_path: Path) -> None:
     assert abs(pos[0] - 0.8) < 0.1 and abs(pos[1] - 0.64) < 0.1  # alpha^(k+1)
     assert len(read_journal(out)) == 6
     for man in (out / "cells").glob("*/manifest.json"):
-        engine = json.loads(man.read_text())["engine"]
+        m = json.loads(man.read_text())
+        engine = m["engine"]
         assert engine["standin"] is True and "standin" in engine["version"]
+        for trial in m["trials"]:  # the start's record reaches the manifest (round 4 lost it)
+            cut = trial["server_props"]["startup_cut"]
+            assert cut["ready_s"] > 0 and cut["start"] in ("cold", "warm", "partial")
 
 
 def test_no_secret_reaches_any_file_of_a_run(tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]

@@ -80,15 +80,14 @@ BENIGN: tuple[tuple[str, str], ...] = (
     ("engine.argv", _DERIVED),
     ("engine.startup.lines.*", "the log line a start-up fact came from (time, pid); the fact "
      "itself is compared"),
-    ("engine.startup.graph_capture_s", "a start-up duration, not a setting"),
-    ("engine.startup.engine_init_s", "a start-up duration, not a setting"),
     ("engine.startup.compile_s", "a start-up duration (short when the compile cache hits), "
      "not a setting"),
+    # every start-up fact in seconds (graph_capture_s, engine_init_s, profile_run_s, ...)
+    ("engine.startup.*_s", "a start-up duration, not a setting"),
     ("engine.startup.compile_cache", "whether torch.compile's cache held the configuration: "
      "changes the start-up time, not the compiled code"),
     ("engine.startup.compile_cache_modules.*", "the compile cache per module: changes the "
      "start-up time, not the compiled code"),
-    ("engine.startup.torch_compile_s", "a start-up duration, not a setting"),
     ("server.compile_cache", "where torch.compile's artifacts come from (vLLM keys them by "
      "the whole configuration): changes the start-up time, not the compiled code"),
     ("server_props.startup_cut.*", "a start-up record (durations, cold or warm, cache folder); "

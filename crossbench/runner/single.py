@@ -711,7 +711,8 @@ def _client_config(cfg: RunConfig, server: EngineServer) -> ClientConfig:
 
 def _props_subset(props: dict[str, Any]) -> dict[str, Any]:
     keep = ("build_info", "default_generation_settings", "total_slots", "model_path",
-            "chat_template_caps", "n_ctx", "startup", "served_models", "standin")
+            "chat_template_caps", "n_ctx", "startup", "startup_cut", "served_models",
+            "standin")
     return {k: props[k] for k in keep if k in props}
 
 
