@@ -250,12 +250,6 @@ class Target:
                             "give MAJOR.MINOR of the host's python3, e.g. --python 3.12")
         return cls(python)
 
-    @property
-    def version_tuple(self) -> tuple[int, int]:
-        """(3, 12) for ``3.12``."""
-        major, minor = self.python.split(".")
-        return int(major), int(minor)
-
     def markers(self) -> dict[str, str]:
         """PEP 508 marker values of the target (``extra`` is set per evaluation)."""
         return {"python_version": self.python, "python_full_version": f"{self.python}.0",
@@ -272,10 +266,9 @@ class Target:
 
     def tags(self) -> frozenset[Tag]:
         """Every wheel tag the target accepts."""
-        plats = self.platforms()
-        interp = f"cp{self.python.replace('.', '')}"
-        return frozenset([*cpython_tags(self.version_tuple, platforms=plats),
-                          *compatible_tags(self.version_tuple, interp, plats)])
+        plats, version = self.platforms(), tuple(map(int, self.python.split(".")))
+        return frozenset([*cpython_tags(version, platforms=plats),
+                          *compatible_tags(version, f"cp{self.python.replace('.', '')}", plats)])
 
     def pip_args(self) -> list[str]:
         """``pip download`` options that select wheels for the target."""
@@ -659,28 +652,26 @@ def _entry_order(name: str) -> tuple[int, str]:
     return (2 if name == f"{top}/RECORD" else 1), name
 
 
+def _drops(name: str, path: str) -> bool:
+    """Whether drop path ``path`` (a folder ends in ``/``) covers the wheel file ``name``."""
+    return name == path or (path.endswith("/") and name.startswith(path))
+
+
 def slim_wheel(src: Path, dest: Path, drop: dict[str, str]) -> list[DroppedFile]:
     """Copy wheel ``src`` to ``dest`` without the paths of ``drop`` (a folder ends in ``/``)
     and with its RECORD trimmed to match; deterministic (sorted entries, fixed timestamps,
     compressed data copied as it is). Every ``drop`` path must match something."""
     dropped: list[DroppedFile] = []
     used: set[str] = set()
-
-    def dropping(name: str) -> str | None:
-        for path in drop:
-            if name == path or (path.endswith("/") and name.startswith(path)):
-                used.add(path)
-                return path
-        return None
-
     with zipfile.ZipFile(src) as zf, src.open("rb") as raw:
         record_name = _dist_info_file(zf, src, "RECORD")
         infos = sorted((i for i in zf.infolist() if not i.is_dir()),
                        key=lambda i: _entry_order(i.filename))
         gone = set()
         for info in infos:
-            key = dropping(info.filename)
+            key = next((path for path in drop if _drops(info.filename, path)), None)
             if key is not None:
+                used.add(key)
                 gone.add(info.filename)
                 dropped.append(DroppedFile(info.filename, drop[key], info.compress_size,
                                            info.file_size))
@@ -736,13 +727,14 @@ class _PartWriter:
         self._n = 0
 
     def _roll(self) -> None:
-        self._finish()
+        self.close()
         name = f"{PART_PREFIX}{len(self.parts):03d}"
         self._path = self.folder / name
         self._f = temp_name(self._path).open("wb")
         self._h, self._n = hashlib.sha256(), 0
 
-    def _finish(self) -> None:
+    def close(self) -> None:
+        """Finish the current part (the last one, when called from outside)."""
         if self._f is not None:
             self._f.flush()
             os.fsync(self._f.fileno())
@@ -766,10 +758,6 @@ class _PartWriter:
             self._n += len(take)
             view = view[len(take):]
         return len(data)
-
-    def close(self) -> None:
-        """Finish the last part."""
-        self._finish()
 
 
 def write_payload(wheels: list[Path], folder: Path, part_bytes: int) -> tuple[list[dict[str, Any]],
@@ -811,9 +799,7 @@ def _drops_by_wheel(drop_files: dict[str, str], wheels: dict[NormalizedName, Res
             names[name] = zf.namelist()
     out: dict[NormalizedName, dict[str, str]] = {}
     for path, reason in drop_files.items():
-        owners = [n for n, files in names.items()
-                  if any(f == path or (path.endswith("/") and f.startswith(path))
-                         for f in files)]
+        owners = [n for n, files in names.items() if any(_drops(f, path) for f in files)]
         if len(owners) != 1:
             where = f"is in {', '.join(sorted(owners))}" if owners else "is in no carried wheel"
             raise UserError(f"{source}: drop_files {path} {where}",
@@ -1005,6 +991,7 @@ def read_pack_manifest(src: Path) -> dict[str, Any]:
     return data
 
 
+_UNEDITED = "use the pack.json that `crossbench engines pack` wrote, unedited"
 _PLAIN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]*")
 """A name pack.json may give a file or a folder: no path separator, no ``..``, not hidden."""
 
@@ -1017,8 +1004,7 @@ def _plain(value: Any, field: str, path: Path) -> None:
         shown = repr(value)[:60]
         raise UserError(f"--from {path}: {field} {shown} is not a plain name (a path "
                         "separator, '..' or an empty or hidden name would reach outside the "
-                        "pack or the install folder)", "use the pack.json that `crossbench "
-                        "engines pack` wrote, unedited")
+                        "pack or the install folder)", _UNEDITED)
 
 
 def _check_names(data: dict[str, Any], path: Path) -> None:
@@ -1030,26 +1016,22 @@ def _check_names(data: dict[str, Any], path: Path) -> None:
         entries = data.get(key)
         if not isinstance(entries, list) or not all(isinstance(e, dict) for e in entries):
             raise UserError(f"--from {path}: {key} is missing or not a list of records",
-                            "use the pack.json that `crossbench engines pack` wrote, unedited")
+                            _UNEDITED)
         for i, entry in enumerate(entries):
             _plain(entry.get("name"), f"{key}[{i}].name", path)
-            if key == "parts" and (not isinstance(entry.get("size"), int)
-                                   or isinstance(entry.get("size"), bool)):
+            if key == "parts" and type(entry.get("size")) is not int:
                 raise UserError(f"--from {path}: parts[{i}].size {entry.get('size')!r} is not "
-                                "a number of bytes", "use the pack.json that `crossbench "
-                                "engines pack` wrote, unedited")
+                                "a number of bytes", _UNEDITED)
     wheel = data.get("engine_wheel")
     _plain(wheel.get("name") if isinstance(wheel, dict) else None, "engine_wheel.name", path)
     env = data.get("env", {})
     if not isinstance(env, dict):
-        raise UserError(f"--from {path}: env is not a record of variables",
-                        "use the pack.json that `crossbench engines pack` wrote, unedited")
+        raise UserError(f"--from {path}: env is not a record of variables", _UNEDITED)
     for name, spec in env.items():  # names become shell words of the launcher; values quoted
         if not (_ENV_NAME.fullmatch(name) and isinstance(spec, dict)
                 and isinstance(spec.get("value"), str) and isinstance(spec.get("reason"), str)):
             raise UserError(f"--from {path}: env {repr(name)[:60]} is not a variable name "
-                            "with a string value and reason", "use the pack.json that "
-                            "`crossbench engines pack` wrote, unedited")
+                            "with a string value and reason", _UNEDITED)
 
 
 def default_prefix(manifest: dict[str, Any]) -> Path:
@@ -1140,9 +1122,9 @@ def _installed(record_path: Path, manifest: dict[str, Any],
     return old
 
 
-def _prelude(manifest: dict[str, Any], site: Path) -> list[str]:
-    """The launchers' common lines: what installed them, PYTHONPATH with ``site`` first, then
-    the pack's env defaults, each set only when the user has not set it."""
+def _launcher(manifest: dict[str, Any], site: Path, *tail: str) -> str:
+    """A POSIX sh launcher: what installed it, PYTHONPATH with ``site`` first, the pack's env
+    defaults (each set only when the user has not set it), then the lines ``tail``."""
     engine, release = manifest["engine"], manifest["release"]
     lines = ["#!/bin/sh",
              f"# {engine} {release} installed by `crossbench engines install {engine} --from`",
@@ -1154,28 +1136,27 @@ def _prelude(manifest: dict[str, Any], site: Path) -> list[str]:
         reason = "".join(c if c.isprintable() else " " for c in spec["reason"][:200])
         lines += [f"# {reason}", f'[ -n "${{{name}:-}}" ] || {name}={shlex.quote(spec["value"])}',
                   f"export {name}"]
-    return lines
+    return "\n".join([*lines, *tail, ""])
 
 
 def launcher_text(manifest: dict[str, Any], site: Path, python: str, module: str,
                   attr: str) -> str:
-    """The POSIX sh console-script launcher (``PREFIX/bin/<engine>``): the prelude (PYTHONPATH
-    with the site first, env defaults a user's value overrides), then the engine's
-    console-script entry point run by ``python``."""
+    """The console-script launcher ``PREFIX/bin/<engine>``: the engine's entry point run by
+    ``python`` (:func:`_launcher`)."""
     engine = manifest["engine"]
     code = (f"import sys; from {module} import {attr}; sys.argv[0] = {json.dumps(engine)}; "
             f"sys.exit({attr}())")
-    return "\n".join([*_prelude(manifest, site),
-                      f"# the console script `{engine} = {module}:{attr}` of the wheel",
-                      f'exec {shlex.quote(python)} -c {shlex.quote(code)} "$@"', ""])
+    return _launcher(manifest, site,
+                     f"# the console script `{engine} = {module}:{attr}` of the wheel",
+                     f'exec {shlex.quote(python)} -c {shlex.quote(code)} "$@"')
 
 
 def python_launcher_text(manifest: dict[str, Any], site: Path, python: str) -> str:
-    """The POSIX sh interpreter launcher (``PREFIX/bin/python``): the same prelude, then
-    ``python`` with the caller's arguments (``bin/python -m sglang.launch_server ...``)."""
-    return "\n".join([*_prelude(manifest, site),
-                      "# the interpreter the install was made with, the install's site first",
-                      f'exec {shlex.quote(python)} "$@"', ""])
+    """The interpreter launcher ``PREFIX/bin/python``: ``python`` with the caller's arguments
+    (``bin/python -m sglang.launch_server ...``; :func:`_launcher`)."""
+    return _launcher(manifest, site,
+                     "# the interpreter the install was made with, the install's site first",
+                     f'exec {shlex.quote(python)} "$@"')
 
 
 def check_prefix(prefix: Path, engine: str) -> None:

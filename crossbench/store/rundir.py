@@ -241,10 +241,6 @@ class MatrixLayout:
         """The run directory of a cell, by id."""
         return RunLayout(self.root / cell_folder(cell_id))
 
-    def cell_at(self, folder: str) -> RunLayout:
-        """The run directory of a cell, by its recorded folder (state.json ``dir``)."""
-        return RunLayout(self.root / folder)
-
 
 # -- kinds and format versions --------------------------------------------------------------
 
@@ -540,10 +536,9 @@ def check_state(path: Path, data: dict[str, Any], kinds: tuple[str, ...], need: 
     lacks (or has malformed) any key of ``need`` (see :data:`STATE_KEYS`); ``cells`` is
     checked entry by entry, ``order`` pair by pair."""
     kind = data.get("kind")
-    newest = IMPORT_SCHEMA if kind == IMPORT_KIND else STATE_SCHEMA
-    if "schema_version" in data:  # a newer file may lack what this version needs: say so first
-        check_version(path, data, newest, "import state" if kind == IMPORT_KIND else
-                      "matrix state", fix)
+    # a newer file may lack what this version needs: say so first
+    check_version(path, data, IMPORT_SCHEMA if kind == IMPORT_KIND else STATE_SCHEMA,
+                  kind_words(data), fix)
     if isinstance(kind, str) and kind not in kinds:
         raise UserError(f"{path} is the state of a {kind}, not of a "
                         f"{' or '.join(kinds)}", fix)
@@ -795,11 +790,6 @@ def write_analysis(root: Path, result: Mapping[str, Any],
 DirKind = Literal["matrix", "import", "run"]
 """What a directory holds: a matrix run, an import, or a single run."""
 
-NOT_A_RUN_FIX = ("point RUN_DIR at the --out of `crossbench matrix`, `crossbench run` or "
-                 "`crossbench import`")
-"""The fix of a directory that holds no run."""
-
-
 def is_run(root: Path) -> bool:
     """Whether ``root`` holds a single run (``manifest.json``), a cell of a matrix included."""
     return (root / MANIFEST).exists()
@@ -812,7 +802,9 @@ def is_matrix(root: Path) -> bool:
 
 def not_a_run(root: Path) -> UserError:
     """The error for a directory that holds no run (no state.json or manifest.json)."""
-    return UserError(f"{root} is not a run directory (no {STATE} or {MANIFEST})", NOT_A_RUN_FIX)
+    return UserError(f"{root} is not a run directory (no {STATE} or {MANIFEST})",
+                     "point RUN_DIR at the --out of `crossbench matrix`, `crossbench run` or "
+                     "`crossbench import`")
 
 
 def read_json(path: Path) -> dict[str, Any]:
@@ -904,11 +896,10 @@ def read_records(root: Path, manifest: Mapping[str, Any] | None = None) -> list[
     with paused_gc():  # the duplicate check allocates too: a collection would scan every chunk
         scan = scan_jsonl(path)
         check_unique_requests(path, scan)
-    records = scan.records
     done = finished_trials(manifest) if manifest is not None else None
     if done is None:
-        return records
-    return [r for r in records if int(r.get("trial", 0)) in done]
+        return scan.records
+    return [r for r in scan.records if int(r.get("trial", 0)) in done]
 
 
 def check_unique_requests(path: Path, scan: JsonlScan) -> None:
@@ -943,12 +934,8 @@ def read_snapshots(root: Path, trial: int) -> tuple[str, str] | None:
 
 def telemetry_traces(root: Path) -> list[tuple[int, Path]]:
     """(trial, path) of a run's telemetry traces (``telemetry/tK.csv``), in name order."""
-    out = []
-    for path in sorted((root / TELEMETRY_DIR).glob("t*.csv")):
-        stem = path.stem[1:]
-        if stem.isdigit():
-            out.append((int(stem), path))
-    return out
+    return [(int(p.stem[1:]), p) for p in sorted((root / TELEMETRY_DIR).glob("t*.csv"))
+            if p.stem[1:].isdigit()]
 
 
 STATE_FIX = ("restore state.json from a copy; each folder under cells/ is a run directory "
@@ -973,12 +960,8 @@ def state_kind(state: Mapping[str, Any]) -> DirKind:
 def ran_cells(root: Path, state: Mapping[str, Any]) -> list[tuple[CellEntry, Path]]:
     """The cells of a state that ran (their folder holds a manifest), with their folders; a
     cell that never ran is left out (``crossbench status`` lists it as missing)."""
-    out = []
-    for c in state.get("cells", []):
-        d = root / c["dir"]
-        if (d / MANIFEST).exists():
-            out.append((c, d))
-    return out
+    return [(c, root / c["dir"]) for c in state.get("cells", [])
+            if (root / c["dir"] / MANIFEST).exists()]
 
 
 def read_matrix_file(root: Path) -> tuple[str | None, dict[str, Any] | None]:
@@ -1017,19 +1000,19 @@ def read_analysis(root: Path) -> dict[str, Any] | None:
     return result
 
 
-def read_predictions(root: Path) -> dict[str, dict[str, Any]]:
-    """Probe-and-predict decisions of the matrix run in ``root`` by cell id, the last line of
-    each cell winning (empty without the file)."""
-    path = root / PREDICTIONS
+def _by_cell(path: Path) -> dict[str, dict[str, Any]]:
+    """The lines of a JSONL file by their ``cell``, a later line of a cell winning (empty
+    without the file)."""
     if not path.exists():
         return {}
     return {str(r["cell"]): r for r in read_jsonl(path) if isinstance(r, dict) and "cell" in r}
+
+
+def read_predictions(root: Path) -> dict[str, dict[str, Any]]:
+    """Probe-and-predict decisions of the matrix run in ``root`` by cell id."""
+    return _by_cell(root / PREDICTIONS)
 
 
 def read_stops(root: Path) -> dict[str, dict[str, Any]]:
-    """Stopped cells of the matrix run in ``root`` by id, as ``stops.jsonl`` records them
-    (empty without the file)."""
-    path = root / STOPS
-    if not path.exists():
-        return {}
-    return {str(r["cell"]): r for r in read_jsonl(path) if isinstance(r, dict) and "cell" in r}
+    """Stopped cells of the matrix run in ``root`` by id, as ``stops.jsonl`` records them."""
+    return _by_cell(root / STOPS)
