@@ -15,19 +15,14 @@ the line:
    of the recorded analysis, and every cell's ``summary.json``, must come out the same;
 5. secrets: no secret-looking value anywhere (``crossbench.archive.secrets``).
 
-A zip is someone else's deposit, so it is opened as untrusted input: before anything is
-written, its central directory must declare at most :data:`MAX_ENTRIES` entries and
-:data:`MAX_BYTES` uncompressed bytes in all (and fit the free space of the temporary folder),
-and hold only regular files and folders under safe relative names, each once; a symbolic link
-(by its external attributes), a device or pipe, an absolute name, a ``..`` part, a name given
-twice (in any spelling: ``a//b`` and ``a/./b`` are ``a/b``), a path deeper than
-:data:`MAX_DEPTH` folders or longer than :data:`MAX_NAME_BYTES` (a part longer than
-:data:`MAX_PART_BYTES`), a member over :data:`MAX_MEMBER_BYTES`, an encrypted entry or a
-compression method other than those of :data:`METHODS` is refused with a one-line error
-naming the entry. Entries are then written one by one as plain files, never following a link,
-and never more bytes than declared; data that does not inflate or does not match its
-checksum is one line too. Side archives are read under the same rules (a violation is a
-problem of the side-archive check; their members are streamed, so only the total applies).
+A zip is someone else's deposit, so it is opened as untrusted input: :func:`zip_entries`
+refuses, before anything is written, one over its :class:`Limits` (:data:`MAX_ENTRIES`,
+:data:`MAX_BYTES`, :data:`MAX_MEMBER_BYTES`; the free space of the temporary folder too) or
+holding a link, device or pipe, an unsafe, repeated (``a//b`` is ``a/b``), too deep or too
+long name, an encrypted entry or a method not in :data:`METHODS`, in one line naming the
+entry. Entries are then written one by one as plain files, never following a link nor
+writing more bytes than declared; damaged data is one line too. Side archives are read under
+the same rules (a problem of their check; members are streamed, so only the total applies).
 """
 
 from __future__ import annotations
@@ -115,10 +110,6 @@ IGNORED = {("run", "dir"), ("crossbench_version",)}
 FIRST = ("pairs", "sweeps", "cells", "verdict", "statistical_verdict", "speedup",
          "speedup_e2e", "acceptance", "geomean", "ci95")
 """Keys whose differences are listed first (the headline numbers)."""
-
-
-def _order(key: Any) -> tuple[int, str]:
-    return (FIRST.index(key) if key in FIRST else len(FIRST), str(key))
 
 
 @dataclass(frozen=True)
@@ -223,6 +214,14 @@ def value_lines(text: str) -> dict[Path_, int]:
     return out
 
 
+def _lines(text: str) -> dict[Path_, int]:
+    """:func:`value_lines`, or no lines where the text does not parse."""
+    try:
+        return value_lines(text)
+    except (ValueError, IndexError):
+        return {}
+
+
 def line_of(lines: Mapping[Path_, int], path: Path_) -> int | None:
     """The line of ``path``, else of its nearest recorded ancestor."""
     while path:
@@ -233,12 +232,6 @@ def line_of(lines: Mapping[Path_, int], path: Path_) -> int | None:
 
 
 # -- comparing a recorded object with its re-derivation -------------------------------------
-
-def _same_number(a: float, b: float) -> bool:
-    if math.isnan(a) or math.isnan(b):
-        return math.isnan(a) and math.isnan(b)
-    return math.isclose(a, b, rel_tol=REL_TOL, abs_tol=1e-12)
-
 
 def not_compared(version: Any, current: int, redefined: Mapping[int, tuple[str, ...]]
                  ) -> Callable[[Path_, Any], bool]:
@@ -265,7 +258,8 @@ def differences(recorded: Any, derived: Any, path: Path_ = (),
     if path in IGNORED or (skip is not None and path and skip(path, recorded)):
         return
     if isinstance(recorded, dict) and isinstance(derived, dict):
-        for k in sorted(set(recorded) | set(derived), key=_order):
+        for k in sorted(set(recorded) | set(derived),
+                        key=lambda k: (FIRST.index(k) if k in FIRST else len(FIRST), str(k))):
             yield from differences(recorded.get(k, "<missing>"), derived.get(k, "<missing>"),
                                    (*path, k), skip)
     elif isinstance(recorded, list) and isinstance(derived, list):
@@ -276,7 +270,9 @@ def differences(recorded: Any, derived: Any, path: Path_ = (),
             yield from differences(a, b, (*path, i), skip)
     elif isinstance(recorded, int | float) and isinstance(derived, int | float) and \
             not isinstance(recorded, bool) and not isinstance(derived, bool):
-        if not _same_number(float(recorded), float(derived)):
+        a, b = float(recorded), float(derived)
+        if not (math.isclose(a, b, rel_tol=REL_TOL, abs_tol=1e-12)
+                or (math.isnan(a) and math.isnan(b))):
             yield path, recorded, derived
     elif recorded != derived:
         yield path, recorded, derived
@@ -311,21 +307,15 @@ def _short(v: Any) -> str:
     return s if len(s) <= 60 else s[:57] + "..."
 
 
-def compare_json(rel: str, text: str, derived: Any, current: int | None = None,
-                 redefined: Mapping[int, tuple[str, ...]] | None = None) -> list[Problem]:
+def compare_json(rel: str, text: str, derived: Any, current: int,
+                 redefined: Mapping[int, tuple[str, ...]]) -> list[Problem]:
     """Problems for every value of a JSON file (its text) that its re-derivation changes; a
     file of an older format version than ``current`` is compared on what it defines alike."""
     recorded = json.loads(text)
-    skip = None
-    if current is not None and isinstance(recorded, dict):
-        skip = not_compared(recorded.get("schema_version"), current, redefined or {})
+    skip = not_compared(recorded.get("schema_version"), current, redefined) \
+        if isinstance(recorded, dict) else None
     diffs = list(differences(recorded, derived, skip=skip))
-    if not diffs:
-        return []
-    try:
-        lines = value_lines(text)
-    except (ValueError, IndexError):
-        lines = {}
+    lines = _lines(text) if diffs else {}
     out = [Problem(rel, line_of(lines, p), f"{dotted(recorded, p)} is {_short(a)} but the raw "
                    f"records give {_short(b)}") for p, a, b in diffs[:MAX_LISTED]]
     if len(diffs) > MAX_LISTED:
@@ -335,26 +325,19 @@ def compare_json(rel: str, text: str, derived: Any, current: int | None = None,
 
 # -- the checks -----------------------------------------------------------------------------
 
-def _read_sums(root: Path, check: Check) -> dict[str, tuple[str, int]]:
-    """``SHA256SUMS`` as path -> (sha256, line)."""
-    listed: dict[str, tuple[str, int]] = {}
-    path = root / SUMS
-    if not path.exists():
-        check.problems.append(Problem(SUMS, None, "missing: the archive has no checksums"))
-        return listed
-    for i, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
-        m = re.fullmatch(r"([0-9a-f]{64}) [ *](.+)", line)
-        if not m:
-            check.problems.append(Problem(SUMS, i, "not a '<sha256>  <path>' line"))
-            continue
-        listed[m.group(2)] = (m.group(1), i)
-    return listed
-
-
-def check_checksums(root: Path) -> tuple[Check, dict[str, str]]:
-    """Check 1; also returns the actual sha256 of every file."""
+def check_checksums(root: Path) -> Check:
+    """Check 1: every file matches ``SHA256SUMS`` and ``MANIFEST.json``."""
     check = Check("checksums")
-    listed = _read_sums(root, check)
+    listed: dict[str, tuple[str, int]] = {}  # path -> (sha256, line)
+    if not (root / SUMS).exists():
+        check.problems.append(Problem(SUMS, None, "missing: the archive has no checksums"))
+    else:
+        for i, line in enumerate((root / SUMS).read_text(encoding="utf-8").splitlines(), 1):
+            m = re.fullmatch(r"([0-9a-f]{64}) [ *](.+)", line)
+            if m:
+                listed[m.group(2)] = (m.group(1), i)
+            else:
+                check.problems.append(Problem(SUMS, i, "not a '<sha256>  <path>' line"))
     found = sorted(root.rglob("*"))
     for link in (p for p in found if p.is_symlink()):  # a folder given to verify
         check.problems.append(Problem(link.relative_to(root).as_posix(), None,
@@ -377,11 +360,10 @@ def check_checksums(root: Path) -> tuple[Check, dict[str, str]]:
         if f.get("path") in actual and f.get("sha256") != actual[f["path"]]:
             check.problems.append(Problem(f["path"], None, f"sha256 differs from {MANIFEST}"))
     check.detail = f"{len(actual)} files match {SUMS}"
-    return check, actual
+    return check
 
 
-def check_side_archives(root: Path, beside: Path, notes: list[str],
-                        limits: Limits | None = None) -> Check:
+def check_side_archives(root: Path, beside: Path, notes: list[str], limits: Limits) -> Check:
     """Check 2: side archives found beside the archive (read, never unpacked, under the same
     ``limits`` and entry rules as the archive itself)."""
     check = Check("side archives")
@@ -404,8 +386,7 @@ def check_side_archives(root: Path, beside: Path, notes: list[str],
         wanted = {f["path"]: f["sha256"] for f in side.get("files", [])}
         try:
             zf = zipfile.ZipFile(path)
-            lim = limits or Limits()
-            infos = zip_entries(zf, path.name, replace(lim, member=lim.bytes))
+            infos = zip_entries(zf, path.name, replace(limits, member=limits.bytes))
         except (OSError, zipfile.BadZipFile, UserError) as e:
             why = e.message if isinstance(e, UserError) else f"not a readable zip: {e}"
             check.problems.append(Problem(path.name, None, why.removeprefix(path.name + " ")))
@@ -419,17 +400,15 @@ def check_side_archives(root: Path, beside: Path, notes: list[str],
                     check.problems.append(Problem(f"{path.name}:{info.filename}", None,
                                                   f"not listed in {MANIFEST}"))
                     continue
-                h = hashlib.sha256()
+                expected = wanted.pop(rel)
                 try:
                     with zf.open(info) as fh:
-                        for block in iter(lambda: fh.read(1 << 20), b""):
-                            h.update(block)
+                        sha = hashlib.file_digest(fh, "sha256").hexdigest()
                 except _DAMAGED as e:
-                    wanted.pop(rel)
                     check.problems.append(Problem(f"{path.name}:{rel}", None,
                                                   f"damaged data ({_why(e)})"))
                     continue
-                if h.hexdigest() != wanted.pop(rel):
+                if sha != expected:
                     check.problems.append(Problem(f"{path.name}:{rel}", None,
                                                   f"sha256 differs from {MANIFEST}"))
                 with zf.open(info) as fh:
@@ -468,10 +447,7 @@ def _schema(check: Check, rel: str, text: str, path: Path_, readable: int,
         version = _child(version, key)
     if isinstance(version, int) and not isinstance(version, bool) and 1 <= version <= readable:
         return  # older versions are read, compared on what they define alike
-    try:
-        line = line_of(value_lines(text), path)
-    except (ValueError, IndexError):
-        line = None
+    line = line_of(_lines(text), path)
     newer = isinstance(version, int) and version > readable
     check.problems.append(Problem(rel, line, f"{what} schema_version {version!r}; this "
                                   f"crossbench reads {readable}"
@@ -481,33 +457,26 @@ def _schema(check: Check, rel: str, text: str, path: Path_, readable: int,
 def check_schemas(root: Path) -> Check:
     """Check 3: every versioned file is a version this crossbench reads."""
     check = Check("schema versions")
-    counted = 0
-    loaded = _read_json(root, MANIFEST, check)
-    if loaded is not None:
-        _schema(check, MANIFEST, loaded[0], ("schema_version",), ARCHIVE_SCHEMA, "archive")
-        if _child(loaded[1], "kind") != ARCHIVE_KIND:
-            check.problems.append(Problem(MANIFEST, None, f"kind is not {ARCHIVE_KIND}"))
-        counted += 1
     data = root / DATA
-    targets = [(f"{DATA}/{rundir.ANALYSIS}", ANALYSIS_SCHEMA, "analysis")]
+    targets = [(MANIFEST, ARCHIVE_SCHEMA, "archive"),
+               (f"{DATA}/{rundir.ANALYSIS}", ANALYSIS_SCHEMA, "analysis")]
     state = _json_or_none(data / rundir.STATE)
     if state is not None:
         readable = IMPORT_SCHEMA if state.get("kind") == rundir.IMPORT_KIND else STATE_SCHEMA
         targets.append((f"{DATA}/{rundir.STATE}", readable, "state"))
+    targets += [(p.relative_to(root).as_posix(), MANIFEST_SCHEMA, "run manifest")
+                for p in sorted(data.rglob(rundir.MANIFEST))]
+    counted = 0
     for rel, readable, what in targets:
-        loaded = _read_json(root, rel, check)
-        if loaded is not None:
-            _schema(check, rel, loaded[0], ("schema_version",), readable, what)
-            counted += 1
-    for path in sorted(data.rglob(rundir.MANIFEST)):
-        rel = path.relative_to(root).as_posix()
         loaded = _read_json(root, rel, check)
         if loaded is None:
             continue
         text, obj = loaded
-        _schema(check, rel, text, ("schema_version",), MANIFEST_SCHEMA, "run manifest")
+        _schema(check, rel, text, ("schema_version",), readable, what)
         counted += 1
-        trials = _child(obj, "trials")
+        if what == "archive" and _child(obj, "kind") != ARCHIVE_KIND:
+            check.problems.append(Problem(MANIFEST, None, f"kind is not {ARCHIVE_KIND}"))
+        trials = _child(obj, "trials") if what == "run manifest" else None
         for i, entry in enumerate(trials if isinstance(trials, list) else []):
             if isinstance(_child(entry, "provenance"), dict):
                 _schema(check, rel, text, ("trials", i, "provenance", "schema_version"),
@@ -541,8 +510,8 @@ def check_rederivation(root: Path) -> Check:
     try:
         opts = StatsOptions.from_record(o)
     except (AttributeError, TypeError, ValueError):
-        line = line_of(value_lines(text), ("options",))
-        check.problems.append(Problem(rel, line, "options are not the analysis options"))
+        check.problems.append(Problem(rel, line_of(_lines(text), ("options",)),
+                                      "options are not the analysis options"))
         return check
     with tempfile.TemporaryDirectory(prefix="crossbench-verify-") as tmp:
         work = Path(tmp) / "data"
@@ -587,17 +556,6 @@ def check_secrets(root: Path) -> Check:
 
 # -- opening an archive ---------------------------------------------------------------------
 
-def _archive_folder(path: Path) -> Path:
-    if (path / SUMS).exists() or (path / MANIFEST).exists():
-        return path
-    inner = [p for p in path.iterdir() if p.is_dir() and (p / MANIFEST).exists()] \
-        if path.is_dir() else []
-    if len(inner) == 1:
-        return inner[0]
-    raise UserError(f"{path} is not an archive folder (no {SUMS} or {MANIFEST})",
-                    "give the folder or the .zip that `crossbench archive` wrote")
-
-
 @dataclass(frozen=True)
 class Limits:
     """What a zip may declare before anything of it is written: entries and uncompressed
@@ -634,6 +592,9 @@ def _shown(name: str) -> str:
     return repr(name) if len(name) <= 80 else f"{name[:40]!r}...{name[-30:]!r}"
 
 
+_FIX = "only verify archives made by `crossbench archive`"
+
+
 def _key(name: str) -> str:
     """The path a name unpacks to (``a//b``, ``a/./b`` and ``a/b/`` are all ``a/b``)."""
     return "/".join(p for p in name.split("/") if p not in ("", "."))
@@ -645,54 +606,64 @@ def zip_entries(zf: zipfile.ZipFile, label: str, limits: Limits) -> list[zipfile
     names of bounded depth and length, none twice in any spelling, no encryption, a known
     compression method. Raises UserError naming the entry (``label`` names the zip)."""
     infos = zf.infolist()
-    fix = "only verify archives made by `crossbench archive`"
     if len(infos) > limits.entries:
         raise UserError(f"{label} holds {len(infos)} entries, more than the limit of "
-                        f"{limits.entries}", f"{fix}, or raise --max-entries if it is one")
+                        f"{limits.entries}", f"{_FIX}, or raise --max-entries if it is one")
     seen: set[str] = set()
     total = 0
     for info in infos:
         name = info.filename
         if _unsafe_name(name):
-            raise UserError(f"{label} holds an unsafe path {_shown(name)}", fix)
+            raise UserError(f"{label} holds an unsafe path {_shown(name)}", _FIX)
         key = _key(name)
         parts = key.split("/")
         if len(parts) > MAX_DEPTH:
             raise UserError(f"{label} holds a path {len(parts)} parts deep ({_shown(name)}), "
-                            f"deeper than {MAX_DEPTH}", fix)
+                            f"deeper than {MAX_DEPTH}", _FIX)
         longest = max(len(p.encode()) for p in parts)
         if len(name.encode()) > MAX_NAME_BYTES or longest > MAX_PART_BYTES:
             raise UserError(f"{label} holds a name too long to unpack ({_shown(name)}: "
                             f"{len(name.encode())} bytes, a part of {longest}; at most "
-                            f"{MAX_NAME_BYTES} and {MAX_PART_BYTES})", fix)
+                            f"{MAX_NAME_BYTES} and {MAX_PART_BYTES})", _FIX)
         kind = _entry_kind(info)
         if kind is not None:
-            raise UserError(f"{label} entry {_shown(name)} is {kind}, not a regular file", fix)
+            raise UserError(f"{label} entry {_shown(name)} is {kind}, not a regular file", _FIX)
         if info.flag_bits & 0x1:
             raise UserError(f"{label} entry {_shown(name)} is encrypted (an archive holds "
-                            "plain files)", fix)
+                            "plain files)", _FIX)
         if info.compress_type not in METHODS:
             raise UserError(f"{label} entry {_shown(name)} uses compression method "
                             f"{info.compress_type}, not one of {', '.join(METHODS.values())}",
-                            fix)
+                            _FIX)
         if key in seen:
             twice = repr(key) if key == name.rstrip("/") else f"{_shown(name)} (as {key!r})"
             raise UserError(f"{label} holds {twice} twice (which copy counts depends on the "
-                            "tool that unpacks it)", fix)
+                            "tool that unpacks it)", _FIX)
         seen.add(key)
         if info.file_size > limits.member:
             raise UserError(f"{label} entry {_shown(name)} declares {info.file_size} bytes, "
                             f"more than the limit of {limits.member} for one file",
-                            f"{fix} (no run file is that large)")
+                            f"{_FIX} (no run file is that large)")
         total += info.file_size
     if total > limits.bytes:
         raise UserError(f"{label} declares {total} bytes uncompressed, more than the limit of "
                         f"{limits.bytes} (a decompression bomb?)",
-                        f"{fix}, or raise --max-size if it is one")
+                        f"{_FIX}, or raise --max-size if it is one")
     return infos
 
 
-def _extract(zpath: Path, into: Path, limits: Limits) -> Path:
+def _archive_root(zpath: Path, into: Path, limits: Limits) -> Path:
+    """The archive's folder: a zip unpacked into ``into`` with every check of an untrusted
+    zip, else the folder given (or the one archive folder inside it)."""
+    if not zpath.is_file():
+        if (zpath / SUMS).exists() or (zpath / MANIFEST).exists():
+            return zpath
+        inner = [p for p in zpath.iterdir() if p.is_dir() and (p / MANIFEST).exists()] \
+            if zpath.is_dir() else []
+        if len(inner) == 1:
+            return inner[0]
+        raise UserError(f"{zpath} is not an archive folder (no {SUMS} or {MANIFEST})",
+                        "give the folder or the .zip that `crossbench archive` wrote")
     try:
         zf = zipfile.ZipFile(zpath)
     except (OSError, zipfile.BadZipFile) as e:
@@ -723,26 +694,24 @@ def _why(e: BaseException) -> str:
     return " ".join(str(e).split()) or type(e).__name__
 
 
-def _write_entry(zf: zipfile.ZipFile, info: zipfile.ZipInfo, into: Path,
-                 label: str = "the zip") -> None:
+def _write_entry(zf: zipfile.ZipFile, info: zipfile.ZipInfo, into: Path, label: str) -> None:
     """Write one checked entry as a plain file (or folder) under ``into``: no link is
     followed (an existing path that is not a plain folder is an error), and no more bytes
     are written than the entry declares. zipfile is let read one byte more and the checksum
     is checked here, so data longer or shorter than declared is told from a wrong
     checksum."""
     target = into
-    parts = [p for p in info.filename.split("/") if p not in ("", ".")]
+    parts = _key(info.filename).split("/")
     for part in parts[:-1] if not info.is_dir() else parts:
         target = target / part
         if target.is_symlink() or (target.exists() and not target.is_dir()):
             raise UserError(f"{info.filename!r} passes through {part!r}, which is not a folder",
-                            "only verify archives made by `crossbench archive`")
+                            _FIX)
         target.mkdir(exist_ok=True)
     if info.is_dir():
         return
     path = target / parts[-1]
     flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0)
-    fix = "only verify archives made by `crossbench archive`"
     fd = os.open(path, flags, 0o644)
     one_more = copy.copy(info)
     one_more.file_size += 1
@@ -755,23 +724,22 @@ def _write_entry(zf: zipfile.ZipFile, info: zipfile.ZipInfo, into: Path,
                 written += len(block)
                 if written > info.file_size:
                     raise UserError(f"{entry} holds more than its declared {info.file_size} "
-                                    "bytes", fix)
+                                    "bytes", _FIX)
                 crc = zlib.crc32(block, crc)
                 out.write(block)
     except _DAMAGED as e:
-        raise UserError(f"{entry} is damaged ({_why(e)})", fix) from None
+        raise UserError(f"{entry} is damaged ({_why(e)})", _FIX) from None
     if written < info.file_size:
         raise UserError(f"{entry} holds {written} bytes, fewer than its declared "
-                        f"{info.file_size}", fix)
+                        f"{info.file_size}", _FIX)
     if crc != info.CRC:
-        raise UserError(f"{entry} does not match its CRC-32 checksum (damaged)", fix)
+        raise UserError(f"{entry} does not match its CRC-32 checksum (damaged)", _FIX)
 
 
 def unpack(path: Path, into: Path, limits: Limits | None = None) -> Path:
     """The run directory inside an archive: a zip is unpacked into ``into`` with every check
     of an untrusted zip; a folder is used as it is. Returns its ``data/`` folder."""
-    root = _extract(path, into, limits or Limits()) if path.is_file() else _archive_folder(path)
-    data = root / DATA
+    data = _archive_root(path, into, limits or Limits()) / DATA
     if not data.is_dir():
         raise UserError(f"{path} holds no {DATA}/ folder",
                         "give an archive written by `crossbench archive`")
@@ -785,10 +753,10 @@ def verify(path: Path, rederive: bool = True, limits: Limits | None = None) -> V
     if not path.exists():
         raise UserError(f"{path} does not exist", "give the .zip or the folder to verify")
     with tempfile.TemporaryDirectory(prefix="crossbench-archive-") as tmp:
-        root = _extract(path, Path(tmp), lim) if path.is_file() else _archive_folder(path)
+        root = _archive_root(path, Path(tmp), lim)
         beside = path.parent if path.is_file() else root.parent
         notes: list[str] = []
-        checks = [check_checksums(root)[0], check_side_archives(root, beside, notes, lim),
+        checks = [check_checksums(root), check_side_archives(root, beside, notes, lim),
                   check_schemas(root)]
         if rederive:
             checks.append(check_rederivation(root))
