@@ -32,6 +32,7 @@ import csv
 import datetime as dt
 import email.parser
 import hashlib
+import itertools
 import json
 import os
 import re
@@ -95,11 +96,10 @@ _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _ENV_VALUE = re.compile(r"[A-Za-z0-9_.,:/=+@-]*")
 _FIXED_DOS_DATE = (0 << 9) | (1 << 5) | 1  # 1980-01-01, the zip epoch
 _Progress = Callable[[str], None]
-#: file name in ``PREFIX/bin`` of the interpreter launcher
-PYTHON_LAUNCHER = "python"
-#: the two kinds of launcher :data:`MATRIX_BINARY` chooses from
-CONSOLE, INTERPRETER = "console", "python"
-MATRIX_BINARY: dict[str, str] = {"vllm": CONSOLE, "sglang": INTERPRETER}
+#: file name in ``PREFIX/bin`` of the interpreter launcher, and that launcher's kind in
+#: :data:`MATRIX_BINARY` (the other kind: ``CONSOLE``)
+PYTHON_LAUNCHER, CONSOLE = "python", "console"
+MATRIX_BINARY: dict[str, str] = {"vllm": CONSOLE, "sglang": PYTHON_LAUNCHER}
 """Which launcher a matrix's ``binary:`` names, per engine that installs from a pack (and
 ``engines install`` prints): ``console``, the wheel's console script ``PREFIX/bin/<engine>``
 (the vLLM adapter runs ``vllm serve``), or ``python``, the interpreter ``PREFIX/bin/python``
@@ -219,8 +219,7 @@ def load_facts(engine: str, release: str, path: Path | None = None) -> PackFacts
     lists = {key: {canonicalize_name(k): v for k, v in
                    _str_map(entry.get(key), key, path).items()}
              for key in ("skip_packages", "keep_host", "carry_over_host")}
-    for a, b in (("skip_packages", "keep_host"), ("skip_packages", "carry_over_host"),
-                 ("keep_host", "carry_over_host")):
+    for a, b in itertools.combinations(lists, 2):
         both = sorted(set(lists[a]) & set(lists[b]))
         if both:
             raise UserError(f"{path}: releases.{release} names {', '.join(both)} in both {a} "
@@ -266,7 +265,8 @@ class Target:
 
     def tags(self) -> frozenset[Tag]:
         """Every wheel tag the target accepts."""
-        plats, version = self.platforms(), tuple(map(int, self.python.split(".")))
+        plats = self.platforms()
+        version = tuple(map(int, self.python.split(".")))
         return frozenset([*cpython_tags(version, platforms=plats),
                           *compatible_tags(version, f"cp{self.python.replace('.', '')}", plats)])
 
@@ -506,17 +506,12 @@ def resolve(roots: Iterable[tuple[Requirement, str]], target: Target, host: Host
     res = Resolution({}, {}, {})
     queue = deque((r, who) for r, who in roots if r.marker is None or r.marker.evaluate(env))
 
-    def wanted(meta: WheelMeta, extras: set[str]) -> list[Requirement]:
-        out = []
-        for r in meta.requires:
-            if r.marker is None or any(r.marker.evaluate({**env, "extra": e})
-                                       for e in ("", *sorted(extras))):
-                out.append(r)
-        return out
-
     def enqueue(w: ResolvedWheel) -> None:
+        """Queue the requirements of ``w`` that its extras make true for the target."""
         who = f"{w.meta.name} {w.meta.version}"
-        queue.extend((r, who) for r in wanted(w.meta, w.extras))
+        extras = ("", *sorted(w.extras))
+        queue.extend((r, who) for r in w.meta.requires if r.marker is None
+                     or any(r.marker.evaluate({**env, "extra": e}) for e in extras))
 
     while queue:
         req, parent = queue.popleft()  # markers are true: checked when it was queued
@@ -956,7 +951,7 @@ class InstallResult:
 def binary_launcher(engine: str) -> str:
     """File name in ``PREFIX/bin`` of the launcher a matrix's ``binary:`` names for
     ``engine``: ``vllm`` for vLLM, ``python`` for SGLang (:data:`MATRIX_BINARY`)."""
-    return PYTHON_LAUNCHER if MATRIX_BINARY.get(engine, CONSOLE) == INTERPRETER else engine
+    return PYTHON_LAUNCHER if MATRIX_BINARY.get(engine) == PYTHON_LAUNCHER else engine
 
 
 def record_launchers(record: dict[str, Any]) -> dict[str, Path]:
