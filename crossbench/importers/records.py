@@ -93,8 +93,7 @@ def shown(value: Any) -> str:
             return "NaN"
         return f"{value:g}" if math.isfinite(value) else ("-" * (value < 0) + "Infinity")
     if isinstance(value, int):
-        text = str(value) if value.bit_length() < 200 else f"a {len(str(abs(value)))}-digit number"
-        return text
+        return str(value) if value.bit_length() < 200 else f"a {len(str(abs(value)))}-digit number"
     if isinstance(value, list):
         return f"a list of {len(value)}"
     if isinstance(value, dict):
@@ -102,16 +101,16 @@ def shown(value: Any) -> str:
     return type(value).__name__
 
 
-def _is_number(value: Any) -> bool:
-    return isinstance(value, int | float) and not isinstance(value, bool)
+def _numeric(value: Any, field: str, what: str) -> None:
+    if not isinstance(value, int | float) or isinstance(value, bool):
+        kind = " (a string)" if isinstance(value, str) else ""
+        raise Invalid(f"{field} is {shown(value)}{kind}, not {what}")
 
 
 def number(value: Any, field: str, *, positive: bool = False, maximum: float | None = MAX_MS,
            unit: str = "ms") -> float:
     """A finite number >= 0 (> 0 with ``positive``, <= ``maximum``), or :class:`Invalid`."""
-    if not _is_number(value):
-        kind = " (a string)" if isinstance(value, str) else ""
-        raise Invalid(f"{field} is {shown(value)}{kind}, not a number")
+    _numeric(value, field, "a number")
     if isinstance(value, int) and value.bit_length() > 1000:
         raise Invalid(f"{field} is {shown(value)}, out of range")
     x = float(value)
@@ -138,9 +137,7 @@ def check_decode(ms: float, tokens: int, field: str) -> None:
 def count(value: Any, field: str, *, minimum: int = 0, maximum: int = MAX_TOKENS) -> int:
     """A whole number in [minimum, maximum] (an integral float such as ``16.0`` counts), or
     :class:`Invalid`."""
-    if not _is_number(value):
-        kind = " (a string)" if isinstance(value, str) else ""
-        raise Invalid(f"{field} is {shown(value)}{kind}, not a whole number")
+    _numeric(value, field, "a whole number")
     if isinstance(value, float) and not math.isfinite(value):
         raise Invalid(f"{field} is {shown(value)}, not a finite number")
     if value < minimum:
@@ -235,6 +232,20 @@ class ImportedCell:
         return sorted(found | set(self.imported.get("trials", [])))
 
 
+def json_or_lines(path: Path, text: str, what: str, fix: str) -> Any:
+    """The JSON document of ``text``, else the list of its lines' documents (JSON Lines); a
+    UserError that ``path`` is not ``what`` when it is neither."""
+    try:
+        try:
+            return json.loads(text)
+        except ValueError:
+            return [json.loads(line) for line in text.splitlines() if line.strip()]
+    except RecursionError:
+        raise UserError(f"{path} is not {what} (nested too deeply)", fix) from None
+    except ValueError as e:
+        raise UserError(f"{path} is not {what} ({e})", fix) from None
+
+
 def read_json_objects(path: Path, tool: str, fix: str, *, item: str, keys: tuple[str, ...],
                       wrong: str, wrong_fix: str | None = None) -> list[dict[str, Any]]:
     """The JSON objects of a file that holds one, an array of them, or one per line (JSON
@@ -242,18 +253,8 @@ def read_json_objects(path: Path, tool: str, fix: str, *, item: str, keys: tuple
     no ``item``, or when a value lacks one of ``keys`` (it is not ``wrong``: ``wrong_fix``)."""
     text = read_text(path, tool, MAX_SOURCE_BYTES,
                      "pass the tool's own result file; split a larger one")
-    try:
-        data = json.loads(text)
-        items = data if isinstance(data, list) else [data]
-    except RecursionError:
-        raise UserError(f"{path} is not {tool} (nested too deeply)", fix) from None
-    except ValueError:
-        try:
-            items = [json.loads(line) for line in text.splitlines() if line.strip()]
-        except RecursionError:
-            raise UserError(f"{path} is not {tool} (nested too deeply)", fix) from None
-        except ValueError as e:
-            raise UserError(f"{path} is not {tool} ({e})", fix) from None
+    data = json_or_lines(path, text, tool, fix)
+    items = data if isinstance(data, list) else [data]
     if not items:
         raise UserError(f"{path} holds no {item}", fix)
     for it in items:
@@ -441,16 +442,14 @@ def assign_starts(cell: ImportedCell, trials_per_start: int | None) -> None:
     share one (trial // k * k), as ``crossbench run --trials-per-start`` records it; a record
     whose source named its start keeps it. The config records ``trials_per_start`` so the
     analysis and the confound view see the design."""
-    if trials_per_start is None:
-        if any(r.get("server_start") is not None for r in cell.records):
-            starts = {r.get("server_start") for r in cell.records}
-            cell.imported["server_starts"] = len(starts)
-        return
-    for r in cell.records:
-        if r.get("server_start") is None:
-            r["server_start"] = int(r["trial"]) // trials_per_start * trials_per_start
-    cell.config["trials_per_start"] = trials_per_start
-    cell.imported["server_starts"] = len({r["server_start"] for r in cell.records})
+    if trials_per_start is not None:
+        for r in cell.records:
+            if r.get("server_start") is None:
+                r["server_start"] = int(r["trial"]) // trials_per_start * trials_per_start
+        cell.config["trials_per_start"] = trials_per_start
+    if trials_per_start is not None or any(r.get("server_start") is not None
+                                           for r in cell.records):
+        cell.imported["server_starts"] = len({r.get("server_start") for r in cell.records})
 
 
 def check_declared(baseline_arm: str, methods: dict[str, str],

@@ -13,11 +13,10 @@ from __future__ import annotations
 
 import csv
 import io
-import json
 import math
 import re
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -35,6 +34,7 @@ from crossbench.importers.records import (
     check_decode,
     count,
     finish_cells,
+    json_or_lines,
     nothing_imported,
     number,
     placeholder_regex,
@@ -295,20 +295,8 @@ def read_source(path: Path) -> Source:
         except csv.Error as e:
             raise UserError(f"{path} is not CSV ({e})", _FIX_FILE) from None
         return Source(path, rows, True, True)
-    try:
-        data = json.loads(text)
-        return Source(path, data, isinstance(data, list))
-    except RecursionError:
-        raise UserError(f"{path} is not a table (nested too deeply)", _FIX_FILE) from None
-    except ValueError:
-        pass
-    try:
-        return Source(path, [json.loads(line) for line in text.splitlines() if line.strip()],
-                      True)
-    except RecursionError:
-        raise UserError(f"{path} is not a table (nested too deeply)", _FIX_FILE) from None
-    except ValueError as e:
-        raise UserError(f"{path} is neither JSON nor JSON Lines ({e})", _FIX_FILE) from None
+    data = json_or_lines(path, text, "JSON or JSON Lines", _FIX_FILE)
+    return Source(path, data, isinstance(data, list))
 
 
 @dataclass
@@ -331,7 +319,6 @@ class Request:
     server_start: int | None = None
     wall_s: float | None = None
     throughput: float | None = None
-    values: dict[str, str] = field(default_factory=dict)
 
 
 def _label(value: Any, name: str) -> str:
@@ -367,21 +354,22 @@ class _Row:
         return self.idx[:fm.depth] in values
 
     def get(self, name: str) -> tuple[Any, str]:
-        """(value, its name as the file spells it)."""
+        """(value, its name as the file spells it); (None, "") where the request has none."""
         if name in self.labels:
             return self.labels[name], f"{{{name}}} of the file name"
+        if not self.has(name):
+            return None, ""
         fm, segs, values = self.found[name]
         key = self.idx[:fm.depth]
         return values[key], spelled(segs, key)
 
 
-def _time(row: _Row, name: str, fm: FieldMap | None, positive: bool = False,
+def _time(row: _Row, name: str, positive: bool = False,
           maximum: float | None = MAX_MS) -> float | None:
-    if fm is None or not row.has(name):
-        return None
     value, where = row.get(name)
     if value is None:
         return None
+    fm = row.found[name][0]
     ms = fm.ms(number(value, where, maximum=None, unit=""))
     if positive and ms == 0:
         raise Invalid(f"{where} is 0: it must be above 0")
@@ -406,31 +394,29 @@ def _request(row: _Row, maps: dict[str, FieldMap], fixed: dict[str, Any], fi: in
     if "arm" not in labels:
         raise Invalid(f"no arm ({maps['arm'].path})" if "arm" in maps else "no arm")
     err: str | None = None
-    if row.has("error"):
-        value, where = row.get("error")
-        if isinstance(value, str):
-            err = value.strip() or None
-        elif isinstance(value, bool):
-            err = "failed (the file's error field is true)" if value else None
-        elif value is not None:
-            raise Invalid(f"{where} is {shown(value)}, not a text or true/false")
-    tokens = ttft = decode = None
+    value, where = row.get("error")
+    if isinstance(value, str):
+        err = value.strip() or None
+    elif isinstance(value, bool):
+        err = "failed (the file's error field is true)" if value else None
+    elif value is not None:
+        raise Invalid(f"{where} is {shown(value)}, not a text or true/false")
+    tokens: int | None = None
+    decode: float | None = None
     if row.has("output_tokens"):
         value, where = row.get("output_tokens")
         if value is not None or err is None:
             tokens = count(value, where, minimum=0 if err else 1)
     elif err is None:
         raise Invalid(f"no output_tokens ({maps['output_tokens'].path})")
-    ttft = _time(row, "ttft", maps.get("ttft"), positive=err is None)
+    ttft = _time(row, "ttft", positive=err is None)
     if ttft is None and err is None:
         raise Invalid(f"no ttft ({maps['ttft'].path})")
-    if err is None and tokens is not None and tokens >= 2:
+    if err is None and ttft is not None and tokens is not None and tokens >= 2:
         for name in DECODE_SOURCES:
-            fm = maps.get(name)
-            if fm is None or not row.has(name) or row.get(name)[0] is None:
+            value = _time(row, name)
+            if value is None:
                 continue
-            value = _time(row, name, fm)
-            assert value is not None and ttft is not None
             where = row.get(name)[1]
             if name == "decode":
                 decode = value
@@ -447,27 +433,26 @@ def _request(row: _Row, maps: dict[str, FieldMap], fixed: dict[str, Any], fi: in
                 maps[n].path for n in DECODE_SOURCES if n in maps) + ")")
     elif err is None:
         decode = 0.0
+    trial_key = ("label", labels["trial"]) if "trial" in labels else \
+        ("file", fi, row.idx[:trial_depth])
     req = Request(source, (str(labels.get("model")), str(labels["arm"]),
                            labels.get("method"), labels.get("n"),
-                           int(labels["concurrency"])), (),
+                           int(labels["concurrency"])), trial_key,
                   labels.get("prompt"), labels.get("category"), ttft, decode, tokens,
                   error=err, server_start=labels.get("server_start"))
-    if "trial" in labels:
-        req.trial_key = ("label", labels["trial"])
-    else:
-        req.trial_key = ("file", fi, row.idx[:trial_depth])
     for name in ("input_tokens", "drafted", "accepted"):
-        if row.has(name) and row.get(name)[0] is not None:
-            setattr(req, name, count(*row.get(name)))
-    if (req.accepted or 0) > (req.drafted or 0) and req.accepted:
+        value, where = row.get(name)
+        if value is not None:
+            setattr(req, name, count(value, where))
+    if (req.accepted or 0) > (req.drafted or 0):
         raise Invalid(f"{row.get('accepted')[1]} ({req.accepted}) is above the drafted "
                       f"tokens ({req.drafted or 0})")
-    req.start_ms = _time(row, "start", maps.get("start"), maximum=1e15)
-    wall = _time(row, "wall", maps.get("wall"), positive=True, maximum=None)
+    req.start_ms = _time(row, "start", maximum=1e15)
+    wall = _time(row, "wall", positive=True, maximum=None)
     req.wall_s = wall / 1e3 if wall is not None else None
-    if row.has("throughput") and row.get("throughput")[0] is not None:
-        req.throughput = number(row.get("throughput")[0], row.get("throughput")[1],
-                                positive=True, maximum=1e9, unit="tok/s")
+    value, where = row.get("throughput")
+    if value is not None:
+        req.throughput = number(value, where, positive=True, maximum=1e9, unit="tok/s")
     return req
 
 
