@@ -51,23 +51,24 @@ def _every_round(study: ModuleType) -> list[Any]:
 def test_the_rounds_file_lists_every_round_of_the_former_scripts(study: ModuleType) -> None:
     rounds = study.load_rounds()
     assert list(rounds) == ["1", "verdict", "shared", "gate", "naive", "twostart", "hoststart",
-                            "spread", "known", "all", "methods", "mtp", "fits", "moe",
-                            "synthetic", "sglang-check", "smoke"]
+                            "spread", "known", "all", "methods", "mtp", "fits", "fits2",
+                            "sglang-methods", "moe", "synthetic", "sglang-check", "smoke"]
     assert study.parts(rounds, "methods") == [1, 2, 3, 4]
     assert study.parts(rounds, "moe") == [1, 2, 3, 4, 5]
     # the needs the former driver encoded in its case statements
     by = {(r.name, r.part): r for r in _every_round(study) if r.kind == "cross"}
     assert {k for k, r in by.items() if not r.vllm} == {
         ("gate", None), ("spread", None), ("known", None), ("all", None), ("methods", 1),
-        ("methods", 2), ("moe", 1), ("moe", 4)}
+        ("methods", 2), ("moe", 1), ("moe", 4), ("sglang-methods", None)}
+    assert {k for k, r in by.items() if r.sglang} == {("sglang-methods", None)}
     assert {k for k, r in by.items() if not r.build} == {
         ("naive", None), ("twostart", None), ("hoststart", None), ("methods", 3), ("methods", 4),
-        ("moe", 2), ("moe", 3), ("moe", 5)}
+        ("moe", 2), ("moe", 3), ("moe", 5), ("fits2", None), ("sglang-methods", None)}
     assert {k for k, r in by.items() if r.drafters} == {("methods", p) for p in (1, 2, 3, 4)} | {
-        ("fits", None)}
+        ("fits", None), ("fits2", None), ("sglang-methods", None)}
     assert {k for k, r in by.items() if not r.verify_hf} == {
-        ("methods", 3), ("methods", 4), ("mtp", None), ("fits", None)} | {
-        ("moe", p) for p in (1, 2, 3, 4, 5)}
+        ("methods", 3), ("methods", 4), ("mtp", None), ("fits", None), ("fits2", None),
+        ("sglang-methods", None)} | {("moe", p) for p in (1, 2, 3, 4, 5)}
     # the MTP round makes the Qwen3.5 target first, then the qwen3-8b pair only where it fits
     assert by[("mtp", None)].fixtures == (("path mtp-target --shape qwen3-8b", 0),
                                           ("make --shape qwen3-8b", 26))
@@ -120,7 +121,7 @@ def test_every_round_matrix_validates_and_every_selection_picks_cells(
             chosen = select(cells, step.only, step.skip)
             assert chosen, f"round {r.name} step {step.name}: the selection picks no cell"
             checked += 1
-    assert checked == 32
+    assert checked == 34
 
 
 def test_a_selector_with_an_unknown_key_is_refused(study: ModuleType) -> None:
@@ -195,7 +196,8 @@ def test_env_gives_the_driver_the_round_needs_and_refuses_unknown_rounds() -> No
     r = env("methods", "--part", "3")
     assert r.returncode == 0
     assert r.stdout.splitlines() == [
-        "need_vllm=1", "need_build=0", "need_q4=0", "need_drafters=1", "need_verify_hf=0",
+        "need_vllm=1", "need_sglang=0", "need_build=0", "need_q4=0", "need_drafters=1",
+        "need_verify_hf=0",
         "need_into_run=0", "kind=cross", "fixtures_args=('make --shape qwen3-8b --hf')",
         "fixtures_min_gb=(0)"]
     mtp = env("mtp").stdout.splitlines()

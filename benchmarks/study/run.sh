@@ -15,7 +15,8 @@
 #      checksums (`fixtures verify-hf`, unless the round says verify_hf: false) while nvcc
 #      builds, the EAGLE-3 and DFlash drafters (drafters: true), then the build is waited for
 #      (or stopped: build: false, vLLM-only rounds) and the Q4_K_M target made (q4: true);
-#   4. once every part is there: `crossbench engines install vllm --from /tmp/cb-pack`;
+#   4. once every part is there: `crossbench engines install vllm --from /tmp/cb-pack` (rounds
+#      with sglang: true likewise SGLang's pack, .carry/sglang-*/, via /tmp/sg-pack);
 #   5. with ROUND set, the build done and vLLM installed (rounds with vllm: true): the round
 #      (`study.py run ROUND DIR`) in its own process session, so that no trial is cut at a
 #      call's end; each call waits until BUDGET_S is nearly spent, then packs what finished.
@@ -40,7 +41,7 @@ set -uo pipefail
 study() { python3 benchmarks/study/study.py "$@"; }
 # the round's kind and needs (rounds.yaml); without ROUND: the setup alone, build and
 # checksums kept
-kind=cross need_vllm=0 need_build=1 need_q4=0 need_drafters=0 need_verify_hf=1
+kind=cross need_vllm=0 need_sglang=0 need_build=1 need_q4=0 need_drafters=0 need_verify_hf=1
 fixtures_args=("make --shape qwen3-8b --hf") fixtures_min_gb=(0)
 if [ -n "${ROUND:-}" ]; then
   needs=$(study env "$ROUND") || { echo "unknown ROUND $ROUND (or PART ${PART:-})"; exit 2; }
@@ -168,6 +169,25 @@ if [ -z "$vprefix" ] && [ -f /tmp/cb-pack/pack.json ]; then
 fi
 [ -n "$vprefix" ] && export PATH=${vprefix%/}/bin:$PATH
 
+# 4b. SGLang from its pack (rounds with sglang: true): the parts carried so far, then the
+#     install once all are there. The matrix's sglang engine finds the installed interpreter
+#     itself (crossbench/engines/sglang: `binary` defaults to the installed release)
+sprefix=""
+if [ "$need_sglang" = 1 ]; then
+  mkdir -p /tmp/sg-pack
+  for f in .carry/sglang-*/pack.json .carry/sglang-*/payload.tar.part*; do
+    [ -f "$f" ] || continue
+    cp -n "$f" /tmp/sg-pack/ && say "kept $(basename "$f") ($(stat -c %s "$f") bytes)"
+  done
+  sprefix=$(ls -d "$CROSSBENCH_CACHE"/engines/sglang-*/ 2>/dev/null | head -1)
+  if [ -z "$sprefix" ] && pack_complete /tmp/sg-pack; then
+    s=$(date +%s)
+    cb engines install sglang --from /tmp/sg-pack >"$LOG/sglang-install.log" 2>&1 \
+      && say "sglang installed in $(( $(date +%s) - s )) s: $(tail -1 "$LOG/sglang-install.log")"
+    sprefix=$(ls -d "$CROSSBENCH_CACHE"/engines/sglang-*/ 2>/dev/null | head -1)
+  fi
+fi
+
 wait_setup() {  # until the build and the F16/HF fixtures are done, or the budget nearly spent
   # (the Q4_K_M target, made last, is waited for only by rounds that use it). vLLM-only rounds
   # (build: false) wait until the build is stopped: a vLLM start timed beside nvcc or the
@@ -181,7 +201,8 @@ RUN=$CROSSBENCH_CACHE/h200-cross-round${ROUND:-1}
 # 5. a round: `study.py run` in its own process session. It outlives this call, so no trial
 #    is cut at a call's end (a vLLM start alone takes minutes). Each call waits while it runs
 #    and then packs what has finished; the last call packs what finished before the lease ended.
-if [ -n "${ROUND:-}" ] && { [ -n "$vprefix" ] || [ "$need_vllm" = 0 ]; } && wait_setup; then
+if [ -n "${ROUND:-}" ] && { [ -n "$vprefix" ] || [ "$need_vllm" = 0 ]; } \
+    && { [ -n "$sprefix" ] || [ "$need_sglang" = 0 ]; } && wait_setup; then
   if ! pgrep -f "crossbench matrix" >/dev/null \
       && ! pgrep -f "benchmarks/study/study.py run" >/dev/null \
       && [ ! -f "$LOG/matrix-round$ROUND.exit" ]; then

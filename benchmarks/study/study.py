@@ -37,8 +37,9 @@ import yaml
 ROUNDS = Path(__file__).with_name("rounds.yaml")
 """The rounds file the driver reads."""
 
-ROUND_KEYS = {"purpose", "kind", "vllm", "build", "q4", "drafters", "verify_hf", "into_run",
-              "variants", "sampler", "steps", "parts", "matrix", "lanes", "solo", "fixtures"}
+ROUND_KEYS = {"purpose", "kind", "vllm", "sglang", "build", "q4", "drafters", "verify_hf",
+              "into_run", "variants", "sampler", "steps", "parts", "matrix", "lanes", "solo",
+              "fixtures"}
 KINDS = ("cross", "lanes", "sglang-check", "smoke")
 """What the driver does with a round: ``cross`` its steps after the shared setup (the default);
 ``lanes`` issue 8's study of one matrix split over GPUs (``matrix``, ``lanes``: the --skip
@@ -51,9 +52,9 @@ DEFAULT_FIXTURES = (("make --shape qwen3-8b --hf", 0),)
 HF folders (each entry: ``crossbench fixtures ARGS``, made only with at least ``min_free_gb``
 GB free on the cache's disk)."""
 VARIANT_KEYS = {"from", "to", "options"}
-FLAGS = ("vllm", "build", "q4", "drafters", "verify_hf", "into_run")
-DEFAULTS = {"vllm": False, "build": True, "q4": False, "drafters": False, "verify_hf": True,
-            "into_run": False}
+FLAGS = ("vllm", "sglang", "build", "q4", "drafters", "verify_hf", "into_run")
+DEFAULTS = {"vllm": False, "sglang": False, "build": True, "q4": False, "drafters": False,
+            "verify_hf": True, "into_run": False}
 """A round's needs when its entry does not name them."""
 
 
@@ -61,6 +62,7 @@ class Needs(NamedTuple):
     """What a round needs from the device setup (rounds.yaml's header)."""
 
     vllm: bool
+    sglang: bool
     build: bool
     q4: bool
     drafters: bool
@@ -92,6 +94,7 @@ class Round:
     purpose: str
     kind: str
     vllm: bool
+    sglang: bool
     build: bool
     q4: bool
     drafters: bool
@@ -167,8 +170,7 @@ def _resolve(name: str, entry: dict[str, Any], part: int | None) -> Round:
                               "(a string) and an optional min_free_gb (whole GB)")
         fixtures.append((f["args"], int(f.get("min_free_gb", 0))))
     flag = {k: bool(entry.get(k, DEFAULTS[k])) for k in FLAGS}
-    needs = Needs(flag["vllm"], flag["build"], flag["q4"], flag["drafters"], flag["verify_hf"],
-                  flag["into_run"])
+    needs = Needs(*(flag[k] for k in FLAGS))
     kind = entry.get("kind", "cross")
     if kind not in KINDS:
         raise RoundsError(f"{where}.kind: {kind!r} is not one of {', '.join(KINDS)}")
