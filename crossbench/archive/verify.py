@@ -508,9 +508,8 @@ def check_rederivation(root: Path) -> Check:
             check.problems.append(Problem(rel, 1, "not a JSON object"))
         return check
     text, recorded = loaded
-    o = recorded.get("options") or {}
     try:
-        opts = StatsOptions.from_record(o)
+        opts = StatsOptions.from_record(recorded.get("options") or {})
     except (AttributeError, TypeError, ValueError):
         check.problems.append(Problem(rel, line_of(_lines(text), ("options",)),
                                       "options are not the analysis options"))

@@ -452,7 +452,7 @@ def assign_starts(cell: ImportedCell, trials_per_start: int | None) -> None:
         cell.imported["server_starts"] = len({r.get("server_start") for r in cell.records})
 
 
-def check_declared(baseline_arm: str, methods: dict[str, str],
+def check_declared(baseline_arm: str | None, methods: dict[str, str],
                    settings: dict[str, dict[str, Setting]] | None, arms: list[str],
                    of: str | None = None) -> None:
     """UserErrors for what the user declared about ``arms`` (sorted): a ``--baseline-arm``
@@ -465,7 +465,7 @@ def check_declared(baseline_arm: str, methods: dict[str, str],
     check_arms("--arm-method", list(methods), set(arms))
     if settings is not None:
         check_arms("--arm-setting", list(settings), set(arms))
-    if methods.get(baseline_arm, "none") != "none":
+    if baseline_arm is not None and methods.get(baseline_arm, "none") != "none":
         raise UserError(f"--arm-method gives the baseline arm {baseline_arm!r} method "
                         f"{methods[baseline_arm]!r}",
                         "the --baseline-arm ran without speculation: drop its --arm-method")

@@ -16,7 +16,7 @@ import io
 import math
 import re
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -124,8 +124,8 @@ class FieldMap:
         return value * TIME_UNITS[str(self.unit)]
 
 
-Found = dict[str, tuple[FieldMap, tuple[Seg, ...], dict[tuple[int, ...], Any]]]
-"""Per mapped field found in a file: its map (depth as in the file), path and values."""
+Found = dict[str, tuple[FieldMap, dict[tuple[int, ...], Any]]]
+"""Per mapped field found in a file: its map (with the file's path) and values by index."""
 
 
 def parse_path(path: str, raw: str) -> tuple[Seg, ...]:
@@ -350,7 +350,7 @@ class _Row:
             return True
         if name not in self.found:
             return False
-        fm, _, values = self.found[name]
+        fm, values = self.found[name]
         return self.idx[:fm.depth] in values
 
     def get(self, name: str) -> tuple[Any, str]:
@@ -359,9 +359,9 @@ class _Row:
             return self.labels[name], f"{{{name}}} of the file name"
         if not self.has(name):
             return None, ""
-        fm, segs, values = self.found[name]
+        fm, values = self.found[name]
         key = self.idx[:fm.depth]
-        return values[key], spelled(segs, key)
+        return values[key], spelled(fm.segs, key)
 
 
 def _time(row: _Row, name: str, positive: bool = False,
@@ -460,6 +460,7 @@ _FILE_NEEDS = ("output_tokens", "ttft", "arm", "trial", "prompt", "concurrency",
 """Mapped fields without which a file's requests cannot be placed: a file that lacks one
 is listed whole (once), not request by request."""
 
+
 def _find(src: Source, maps: dict[str, FieldMap],
           why_missing: dict[str, tuple[Source, str]]) -> Found:
     """The values of every mapped field in one file; a field found nowhere in it is noted
@@ -469,9 +470,7 @@ def _find(src: Source, maps: dict[str, FieldMap],
         segs = src.segs(fm)
         values = dict(resolve(src.doc, segs))
         if values:
-            depth = sum(1 for k, _ in segs if k == "each")
-            found[name] = (FieldMap(name, fm.unit, fm.path, segs, fm.raw)
-                           if depth != fm.depth else fm, segs, values)
+            found[name] = (replace(fm, segs=segs), values)
         else:
             why_missing.setdefault(name, (src, explain(src.doc, segs)))
     return found
@@ -532,8 +531,7 @@ def import_table(files: list[Path], map_items: list[str], out: Path, *, engine: 
                             "requests' paths",
                             f"map {fm.field} where one value serves each request or a group "
                             "of them")
-    trial_fields = [maps[n] for n in ("wall", "throughput") if n in maps]
-    trial_depth = min((fm.depth for fm in trial_fields), default=None)
+    trial_depth = min((maps[n].depth for n in ("wall", "throughput") if n in maps), default=None)
 
     skipped: list[dict[str, str]] = []
     requests: list[Request] = []
@@ -569,7 +567,7 @@ def import_table(files: list[Path], map_items: list[str], out: Path, *, engine: 
         depth = max((found[n][0].depth for n in found if FIELDS[n].level == "request"),
                     default=0)
         idxs = sorted({k for n in found if FIELDS[n].level == "request"
-                       for k in found[n][2] if len(k) == depth})
+                       for k in found[n][1] if len(k) == depth})
         # the objects that hold wall/throughput above the requests are the trials; at the
         # requests' own level (a row per request) the file is
         held = 0 if trial_depth is None else trial_depth + (depth - request_depth)
@@ -683,8 +681,7 @@ def _cells(requests: list[Request], maps: dict[str, FieldMap], engine: str,
             per_trial.append({"trial": t, "wall_s": wall, "output_tok_s": thr,
                               "output_tokens": tokens,
                               "start_times": origin is not None})
-        cell_id = f"{arm} at concurrency {conc}"
-        aggregate, wall_known = _aggregate(per_trial, notes, cell_id)
+        aggregate, wall_known = _aggregate(per_trial, notes, f"{arm} at concurrency {conc}")
         method = "none" if arm == baseline_arm else (
             methods.get(arm) or method_label or given_method or "unknown")
         unknown = list(LAYOUT_FIGURES)

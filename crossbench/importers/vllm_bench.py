@@ -23,15 +23,11 @@ the aggregates are kept in the manifest. Requests are paired across files by the
 which names the same prompt only when the runs used the same dataset, seed and prompt count.
 Every scalar field of the result (metadata included) is kept in the manifest.
 
-What the file cannot say is given or left unknown, never guessed: the engine comes from
-``--engine`` or ``--metadata engine=...`` (``backend`` names the client's protocol, e.g.
-``openai-chat``); other ``--metadata`` keys than the labels (:data:`NOT_SETTINGS`) are serve
-settings and reach the engine config, as ``--arm-setting`` does; ``--prompts`` names the
-prompt of request i (i modulo the prompt count); ``server_start`` metadata or
-``--trials-per-start`` the server start of each trial. Without per-request ``start_times`` (or
-token counts) the records cannot measure a wall window, so the cell's wall throughput is the
-file's own ``total_output_tokens / duration`` (else ``output_throughput``), or none when the
-requests ran concurrently and the file has neither (:func:`_wall_figure`).
+What the file cannot say is given or left unknown, never guessed (docs/analysis.md,
+"Importing other tools' results"): the engine (``backend`` names the client's protocol),
+serve settings (``--metadata`` keys other than the labels of :data:`NOT_SETTINGS` are some),
+the prompts, the server starts, and the wall throughput of concurrent requests without start
+times (:func:`_wall_figure`).
 
 Every field read is checked (:func:`check_result`): strings where strings belong, per-request
 lists as long as ``latencies``, finite non-negative seconds (``records.MAX_MS`` at most), no
@@ -54,10 +50,13 @@ from typing import Any
 from crossbench.errors import UserError
 from crossbench.importers.records import (
     MAX_MS,
+    NS_PER_MS,
+    WALL_FIGURE,
     ImportedCell,
     Invalid,
     Setting,
     check_arms,
+    check_declared,
     check_decode,
     count,
     finish_cells,
@@ -206,7 +205,7 @@ def check_result(res: dict[str, Any]) -> None:
                          for j, gap in enumerate(gaps))
             if done and out_len is not None:
                 check_decode(decode * 1000, out_len, f"itls[{i}] (their sum)")
-        if done and tokens.get("output_lens") == 0:
+        if done and out_len == 0:
             raise Invalid(f"output_lens[{i}] is 0 for a completed request")
 
 
@@ -336,11 +335,10 @@ def import_vllm_bench(files: list[Path], out: Path, *, engine: str | None = None
              for key, members in groups.items()]
     arms = {c.imported["arm"] for c in cells}
     settings = arm_settings or {}
-    check_arms("--arm-setting", list(settings), arms)
-    check_arms("--arm-method", list(methods), arms)
+    check_declared(baseline_arm, methods, settings, sorted(arms))
     if baseline_arm is not None:
         check_arms("--baseline-arm", [baseline_arm], arms)
-    if baseline_arm is None:  # two arms without speculation: which is the baseline?
+    else:  # two arms without speculation: which is the baseline?
         plain: dict[tuple[Any, ...], set[str]] = {}
         for c in cells:
             if c.coords["method"] == "none":
@@ -352,15 +350,14 @@ def import_vllm_bench(files: list[Path], out: Path, *, engine: str | None = None
                             f"name the baseline with --baseline-arm {several[0]} (the others "
                             "are paired with it as reruns)")
     ids = [c.id for c in cells]
-    for c in cells:  # a detailed and an aggregate-only run of one configuration
-        if ids.count(c.id) > 1 and not c.imported.get("detailed"):
-            c.coords["arm"] = f"{c.coords['arm']}-aggregate"
     for c in cells:
         if c.imported["arm"] == baseline_arm and c.coords["method"] != "none":
             raise UserError(f"--baseline-arm {baseline_arm!r} ran method "
                             f"{c.coords['method']!r}, not none",
                             f"add --arm-method {baseline_arm}=none if it ran without "
                             "speculation, or name the arm that did")
+        if ids.count(c.id) > 1 and not c.imported.get("detailed"):  # beside a detailed run
+            c.coords["arm"] = f"{c.coords['arm']}-aggregate"
     finish_cells(cells, baseline_arm, settings, trials_per_start)
     source = {"tool": "vllm-bench", "format": "vllm bench serve --save-result",
               "files": [str(p) for p in files], "engine": engine,
@@ -379,7 +376,7 @@ def _wall_figure(members: list[tuple[Path, dict[str, Any]]], detailed: bool,
     results = [res for _, res in members]
     if detailed and all(r.get("start_times") is not None for r in results):
         return {}  # the records hold when each request was sent: they measure it
-    key = "throughput.wall_output_tok_s"
+    key = WALL_FIGURE
     names = ", ".join(sorted({p.name for p, _ in members}))
     why = ("no per-request token counts (run without --save-detailed)" if not detailed else
            f"no per-request start_times at concurrency {concurrency}")
@@ -407,6 +404,11 @@ def _wall_figure(members: list[tuple[Path, dict[str, Any]]], detailed: bool,
     return {"unknown_figures": [key], "figure_notes": {key: note}}
 
 
+_AGGREGATE = ("output_throughput", "mean_ttft_ms", "median_ttft_ms", "mean_tpot_ms",
+              "median_tpot_ms", "mean_itl_ms", "mean_e2el_ms", "completed", "failed")
+"""The figures of an aggregate-only result kept per trial in the manifest."""
+
+
 def _cell(engine: str, members: list[tuple[Path, dict[str, Any]]], methods: dict[str, str],
           order: list[str], categories: dict[str, str],
           skipped: list[dict[str, str]]) -> ImportedCell:
@@ -422,7 +424,7 @@ def _cell(engine: str, members: list[tuple[Path, dict[str, Any]]], methods: dict
         records += _records(res, trial, path.name, order, categories)
         kept.append({"file": path.name, **{k: v for k, v in res.items()
                                            if k not in PER_REQUEST}})
-        aggregates.append(_aggregate(res))
+        aggregates.append({k: res.get(k) for k in _AGGREGATE})
         if spec:
             drafts = float(res.get("spec_decode_num_drafts", 0))
             counts[0] += drafts
@@ -490,11 +492,10 @@ def _records(res: dict[str, Any], trial: int, source: str, order: list[str],
              categories: dict[str, str]) -> list[dict[str, Any]]:
     latencies: list[float] = res.get("latencies") or []
     start = metadata(res).get("server_start")
-    count = len(latencies)
     ttfts, itls = res.get("ttfts"), res.get("itls")
     starts = res.get("start_times")
-    errors = res.get("errors") or [""] * count
-    texts = res.get("generated_texts") or [None] * count
+    errors = res.get("errors") or [""] * len(latencies)
+    texts = res.get("generated_texts") or [None] * len(latencies)
     out = []
     cursor = 0
     for i, lat in enumerate(latencies):
@@ -521,20 +522,13 @@ def _records(res: dict[str, Any], trial: int, source: str, order: list[str],
         if start is not None:
             rec["server_start"] = int(start)
         out.append(rec)
-        cursor = rec["t_done_ns"] + NS // 1000
+        cursor = rec["t_done_ns"] + NS_PER_MS
     return out
-
-
-def _aggregate(res: dict[str, Any]) -> dict[str, Any]:
-    keys = ("output_throughput", "mean_ttft_ms", "median_ttft_ms", "mean_tpot_ms",
-            "median_tpot_ms", "mean_itl_ms", "mean_e2el_ms", "completed", "failed")
-    return {k: res.get(k) for k in keys}
 
 
 def _mean_aggregate(items: list[dict[str, Any]]) -> dict[str, Any]:
-    out: dict[str, Any] = {"per_trial": items}
     tpots = [float(a["mean_tpot_ms"]) for a in items if a.get("mean_tpot_ms")]
-    out["decode_tok_s"] = 1000.0 / (sum(tpots) / len(tpots)) if tpots else None
-    out["note"] = ("decode_tok_s = 1000 / mean_tpot_ms (vLLM's TPOT excludes the first token, "
-                   "as crossbench's does; a mean over requests, not pooled)")
-    return out
+    return {"per_trial": items,
+            "decode_tok_s": 1000.0 / (sum(tpots) / len(tpots)) if tpots else None,
+            "note": "decode_tok_s = 1000 / mean_tpot_ms (vLLM's TPOT excludes the first "
+                    "token, as crossbench's does; a mean over requests, not pooled)"}
