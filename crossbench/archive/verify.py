@@ -162,8 +162,8 @@ class Verification:
 # -- JSON with line numbers -----------------------------------------------------------------
 
 _STRING = re.compile(r'"(?:[^"\\]|\\.)*"', re.DOTALL)
-_NUMBER = re.compile(r"-?(?:0|[1-9]\d*)(?:\.\d+)?(?:[eE][-+]?\d+)?")
-_LITERALS = ("true", "false", "null", "NaN", "Infinity", "-Infinity")
+_SCALAR = re.compile(_STRING.pattern + r"|true|false|null|NaN|-?Infinity"
+                     r"|-?(?:0|[1-9]\d*)(?:\.\d+)?(?:[eE][-+]?\d+)?", re.DOTALL)
 Path_ = tuple[str | int, ...]
 
 
@@ -197,15 +197,7 @@ def value_lines(text: str) -> dict[Path_, int]:
                 if text[pos] == close:
                     return pos + 1
                 pos += 1  # the comma
-        if ch == '"':
-            s = _STRING.match(text, pos)
-            if not s:
-                raise ValueError(f"unterminated string at line {out[path]}")
-            return s.end()
-        for lit in _LITERALS:
-            if text.startswith(lit, pos):
-                return pos + len(lit)
-        m = _NUMBER.match(text, pos)
+        m = _SCALAR.match(text, pos)
         if not m:
             raise ValueError(f"unexpected {text[pos]!r} at line {out[path]}")
         return m.end()

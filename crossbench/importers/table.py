@@ -136,7 +136,7 @@ def parse_path(path: str, raw: str) -> tuple[Seg, ...]:
         path = "." + path
     for part in path.split(".")[1 if path.startswith(".") else 0:]:
         m = re.fullmatch(r"([^\[\]]*)((?:\[\d*\])*)", part)
-        if m is None or (not m[1] and not m[2]) or (not m[1] and segs and not path):
+        if m is None or (not m[1] and not m[2]):
             raise UserError(f"--map {raw!r}: {path!r} is not a path",
                             "join keys with dots, [] for each element of a list, e.g. "
                             "results[].ttft_ms")
