@@ -19,7 +19,18 @@ Every part is in units of the plain step measured in the same way (``llama-bench
 parts explain C(n) to within :data:`EXPLAINED` the decomposition says so; otherwise it names
 the rest as the unexplained share.
 
-The raw llama-bench output of every part is kept beside the figures (``raw``), so each
+**Batch shape** (:func:`batch_shape`), the verification source for any engine: a decode step
+of the baseline at concurrency k runs the target's weight matrices over k token rows, the
+GEMM shapes of verifying k tokens of one sequence. The baseline's per-step time at
+concurrency k (1 / its pooled per-request decode rate, the baseline rate of the analysis,
+``metrics.pooled_rate``) over that at concurrency 1 is the verification of k tokens in plain
+steps; between measured concurrencies it is interpolated linearly, beyond the largest it is
+refused. The k sequences read k KV caches where a verification reads one: the extra
+(k - 1) x KV bytes over the weight bytes bounds the overstatement (:func:`kv_bound`, per row
+``kv_extra_share``), from the target's recorded fixture shape where there is one.
+
+The raw llama-bench output of every part is kept beside the figures (``raw``; the batch
+shape's cells with their decode tokens, seconds and rates in ``BatchShape.cells``), so each
 figure re-derives from it. What this does not measure: the draft model re-reading the tokens
 accepted in the previous step (a small batch), and anything that differs between llama-bench
 and the server (its slots, its sampling chain, its HTTP loop): that is what the rest holds.
@@ -32,15 +43,19 @@ import subprocess
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from crossbench.errors import UserError
+
+if TYPE_CHECKING:
+    from crossbench.analysis.rundir import CellData
+    from crossbench.fixtures.make import ModelSpec
 
 EXPLAINED = 0.10
 """Relative gap between the measured parts and the fitted C(n) within which the parts are
 said to explain the step (the issue's 10 %)."""
 
-HEADS = ("draft-eagle3", "draft-dflash", "draft-mtp", "eagle3", "dflash", "mtp")
+HEADS = ("draft-eagle3", "draft-dflash", "draft-mtp", "eagle3", "dflash", "mtp", "qwen3_5_mtp")
 """Methods whose drafter reads the target's hidden states: not timeable alone."""
 
 
@@ -53,6 +68,11 @@ class Measured:
     draft_ms_per_token: float | None = None
     depth: int = 0
     raw: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
+    draft_plain_ms: float | None = None
+    """The plain step the draft is counted in, where it differs from ``plain_ms`` (the
+    verification from a batch shape, the draft from llama-bench)."""
+    verify_extra: dict[int, dict[str, Any]] = field(default_factory=dict)
+    """Fields added to the row of each verification size (the batch shape's sources)."""
 
 
 def _mean_ms(test: dict[str, Any]) -> float:
@@ -65,15 +85,21 @@ def _mean_ms(test: dict[str, Any]) -> float:
     return sum(values) / len(values) / 1e6
 
 
+def bench_step_ms(tests: list[dict[str, Any]], who: str) -> float:
+    """One decode step in ms: the single generation test (``n_prompt`` 0) of ``tests``."""
+    plain = [t for t in tests if t.get("n_prompt") == 0 and t.get("n_gen")]
+    if len(plain) != 1:
+        raise UserError(f"the {who}'s llama-bench output holds {len(plain)} generation tests "
+                        "(n_prompt 0), not 1", "run it with `-p 0 -n N` once")
+    return _mean_ms(plain[0]) / int(plain[0]["n_gen"])
+
+
 def from_bench(target_tests: list[dict[str, Any]],
                draft_tests: list[dict[str, Any]] | None = None) -> Measured:
     """The parts' times from ``llama-bench -o json`` tests: the target's generation test
     (``n_prompt`` 0) gives the plain step per token, its prompt tests (``n_gen`` 0) the
     verification forward of ``n_prompt`` tokens; a draft model's generation test its step."""
-    plain = [t for t in target_tests if t.get("n_prompt") == 0 and t.get("n_gen")]
-    if len(plain) != 1:
-        raise UserError(f"the target's llama-bench output holds {len(plain)} generation tests "
-                        "(n_prompt 0), not 1", "run it with `-p 0 -n N` once")
+    plain_ms = bench_step_ms(target_tests, "target")
     verify = {int(t["n_prompt"]): _mean_ms(t) for t in target_tests
               if t.get("n_gen") == 0 and t.get("n_prompt")}
     if not verify:
@@ -83,14 +109,8 @@ def from_bench(target_tests: list[dict[str, Any]],
     if len(depths) != 1:
         raise UserError(f"the target's tests ran at several depths {sorted(depths)}",
                         "run every test at one `-d DEPTH`")
-    draft_ms = None
-    if draft_tests:
-        dplain = [t for t in draft_tests if t.get("n_prompt") == 0 and t.get("n_gen")]
-        if len(dplain) != 1:
-            raise UserError("the draft's llama-bench output needs exactly one generation test",
-                            "run it with `-p 0 -n N`")
-        draft_ms = _mean_ms(dplain[0]) / int(dplain[0]["n_gen"])
-    return Measured(plain_ms=_mean_ms(plain[0]) / int(plain[0]["n_gen"]), verify_ms=verify,
+    draft_ms = bench_step_ms(draft_tests, "draft") if draft_tests else None
+    return Measured(plain_ms=plain_ms, verify_ms=verify,
                     draft_ms_per_token=draft_ms, depth=depths.pop(),
                     raw={"target": target_tests, "draft": draft_tests or []})
 
@@ -110,11 +130,12 @@ def decompose(m: Measured, n_values: list[int], d: float | None = None,
         if head or m.draft_ms_per_token is None:
             draft = None
         else:
-            draft = n * m.draft_ms_per_token / m.plain_ms
+            draft = n * m.draft_ms_per_token / (m.draft_plain_ms or m.plain_ms)
         parts = verify + (draft or 0.0)
         row: dict[str, Any] = {"n": n, "verify_tokens": k, "verify_ms": m.verify_ms[k],
                                "verify_steps": verify, "draft_steps": draft,
-                               "parts_steps": parts, "plain_ms": m.plain_ms}
+                               "parts_steps": parts, "plain_ms": m.plain_ms,
+                               **m.verify_extra.get(k, {})}
         if d is not None and v is not None:
             fitted = d + v * n
             rest = fitted - parts
@@ -124,14 +145,13 @@ def decompose(m: Measured, n_values: list[int], d: float | None = None,
         row["draft_note"] = ("not measured: a head reads the target's hidden states, so "
                              "llama-bench cannot time it alone; its cost is in the rest"
                              if head else None if draft is not None else
-                             "not measured: no draft model given")
+                             "not measured: no draft model given; its cost is in the rest")
         rows.append(row)
     return rows
 
 
-def sweep_cost_model(analysis: dict[str, Any], arm: str, concurrency: int = 1
-                     ) -> tuple[float, float, str]:
-    """(d, v, method) of the n-sweep of ``arm`` at ``concurrency`` in an analysis."""
+def find_sweep(analysis: dict[str, Any], arm: str, concurrency: int = 1) -> dict[str, Any]:
+    """The n-sweep of ``arm`` at ``concurrency`` in an analysis (its first, where several)."""
     found = [s for s in analysis.get("sweeps", []) if s.get("arm") == arm
              and s.get("concurrency") == concurrency]
     if not found:
@@ -139,11 +159,18 @@ def sweep_cost_model(analysis: dict[str, Any], arm: str, concurrency: int = 1
                        for s in analysis.get("sweeps", [])})
         raise UserError(f"no n-sweep of arm {arm!r} at concurrency {concurrency}",
                         f"sweeps: {', '.join(arms) or 'none'}")
-    cm = found[0]["cost_model"]
+    return dict(found[0])
+
+
+def sweep_cost_model(analysis: dict[str, Any], arm: str, concurrency: int = 1
+                     ) -> tuple[float, float, str]:
+    """(d, v, method) of the n-sweep of ``arm`` at ``concurrency`` in an analysis."""
+    sweep = find_sweep(analysis, arm, concurrency)
+    cm = sweep["cost_model"]
     if not cm.get("fitted"):
         raise UserError(f"the sweep of {arm!r} has no fitted cost model",
                         "it needs three or more n with acceptance counts")
-    return float(cm["d"]), float(cm["v"]), str(found[0].get("method"))
+    return float(cm["d"]), float(cm["v"]), str(sweep.get("method"))
 
 
 def run_llama_bench(binary: Path, model: Path, prompts: list[int], n_gen: int, depth: int,
@@ -186,7 +213,11 @@ def format_rows(rows: list[dict[str, Any]]) -> str:
                  r.get("fitted_steps"), r.get("rest_steps"), expl]
         lines.append("  ".join(f"{f(c):>11}" for c in cells))
     notes = {r["draft_note"] for r in rows if r["draft_note"]}
-    return "\n".join(lines + [f"draft: {n}" for n in sorted(notes)])
+    shares = [r["kv_extra_share"] for r in rows if "kv_extra_share" in r]
+    verify = ([f"verify: the baseline's step at concurrency c (n + 1) over that at c (batch "
+               "shape); its k sequences' extra KV reads are at most "
+               f"{max(shares):.1%} of the weights' bytes"] if shares else [])
+    return "\n".join(lines + verify + [f"draft: {n}" for n in sorted(notes)])
 
 
 def recorded_variant(cells: Iterable[Any]) -> str | None:
@@ -197,3 +228,135 @@ def recorded_variant(cells: Iterable[Any]) -> str | None:
         if isinstance(build.get("variant"), str):
             return str(build["variant"])
     return None
+
+
+# -- the batch-shape source of the verification part -------------------------------------------
+
+ASSUMED_SHAPE = {"n_layer": 36, "n_head_kv": 8, "head_dim": 128, "weight_bytes": 16_388_039_712}
+"""Where a run records no shape: the Qwen3-8B-shaped fixture target (its F16 GGUF's bytes)."""
+
+KV_ELEMENT_BYTES = 2
+"""One cached K or V element: F16, llama-server's and vLLM's cache type for an F16 target."""
+
+VOCAB = 151936
+"""The fixtures' vocabulary (Qwen3's tokenizer), for a fixture shape's weight count."""
+
+
+@dataclass
+class BatchShape:
+    """The baseline of one engine and target at several concurrencies: per cell its pooled
+    decode rate and per-step time (``cells``, ascending concurrency), and the KV bound."""
+
+    engine: str
+    target: str
+    workload: str
+    cells: list[dict[str, Any]]
+    kv: dict[str, Any]
+
+    def step_ms(self, k: int) -> tuple[float, list[int]]:
+        """The per-step time at concurrency ``k`` and the concurrencies it came from: the
+        measured one, or the two around ``k`` interpolated linearly; never extrapolated."""
+        by_c = {int(c["concurrency"]): float(c["step_ms"]) for c in self.cells}
+        if k in by_c:
+            return by_c[k], [k]
+        if k > max(by_c) or k < min(by_c):
+            raise UserError(
+                f"the baseline of {self.engine}/{self.target} ran at concurrency "
+                f"{', '.join(map(str, sorted(by_c)))}: a step of {k} sequences is outside them "
+                "(no extrapolation)", f"run the baseline at concurrency {k}"
+                + (" or more" if k > max(by_c) else "") + " (matrices/h200-shapes.yaml runs "
+                "1, 2, 3, 5, 9, 16), or give smaller --n")
+        lo, hi = max(c for c in by_c if c < k), min(c for c in by_c if c > k)
+        return by_c[lo] + (k - lo) / (hi - lo) * (by_c[hi] - by_c[lo]), [lo, hi]
+
+
+def _fixture_shape(ref: str) -> ModelSpec | None:
+    """The fixture :class:`ModelSpec` a ``fixture:SHAPE/target[@hf]`` reference names, or None."""
+    if not ref.startswith("fixture:"):
+        return None
+    shape, _, role = ref.removeprefix("fixture:").partition("/")
+    from crossbench.fixtures.make import SHAPES
+
+    return SHAPES[shape].target if shape in SHAPES and role.split("@")[0] == "target" else None
+
+
+def kv_bound(cell: CellData, context: int | None, depth: int) -> dict[str, Any]:
+    """What one sequence's KV cache weighs against the target's weights, from ``cell``'s
+    recorded target (fixture shape, file size) or the assumed Qwen3-8B shape, at ``context``
+    tokens (the largest recorded; ``depth`` where none is)."""
+    ref = str((cell.config.get("model_refs") or {}).get("model") or "")
+    spec = _fixture_shape(ref)
+    dims = ((spec.n_layer, spec.n_head_kv, spec.head_dim) if spec else
+            (ASSUMED_SHAPE["n_layer"], ASSUMED_SHAPE["n_head_kv"], ASSUMED_SHAPE["head_dim"]))
+    shape = (f"{ref}: " if spec else "assumed (no recorded fixture shape): Qwen3-8B, ") + \
+        f"{dims[0]} layers, {dims[1]} KV heads of {dims[2]}, F16 cache"
+    recorded = ((cell.manifest.get("models") or {}).get("model") or {}).get("bytes")
+    if isinstance(recorded, int) and recorded > 0:
+        weights, weights_from = recorded, "the target file's recorded size"
+    elif spec:
+        weights, weights_from = 2 * spec.n_params(VOCAB), "its fixture shape at F16"
+    else:
+        weights, weights_from = ASSUMED_SHAPE["weight_bytes"], "assumed: the Qwen3-8B F16 GGUF"
+    per_token = 2 * dims[0] * dims[1] * dims[2] * KV_ELEMENT_BYTES
+    tokens = context if context else depth
+    return {"shape": shape, "shape_assumed": spec is None, "kv_bytes_per_token": per_token,
+            "context_tokens": tokens, "context_from": "the largest prompt + output recorded"
+            if context else "assumed (--depth): no token counts recorded",
+            "kv_bytes_per_sequence": per_token * tokens, "weight_bytes": weights,
+            "weights_from": weights_from}
+
+
+def batch_shape(cells: Iterable[CellData], engine: str | None = None, target: str | None = None,
+                depth: int = 256) -> BatchShape:
+    """The baseline cells (no speculation) of one engine and target of a run, by
+    concurrency; ``engine``/``target`` pick them where the run holds several."""
+    from crossbench.analysis.metrics import pooled_rate
+
+    base = [c for c in cells if not c.speculative
+            and engine in (None, c.coords.get("engine"))
+            and target in (None, c.coords.get("target"))]
+    groups = sorted({tuple(str(c.coords.get(k)) for k in ("engine", "target", "workload"))
+                     for c in base})
+    if len(groups) != 1:
+        raise UserError(f"{len(groups)} baselines (engine/target/workload) match: "
+                        + (", ".join("/".join(g) for g in groups) or "none"),
+                        "name one with --engine and --model (the run's names)")
+    rows, context = [], None
+    for c in sorted(base, key=lambda c: int(c.coords.get("concurrency") or 1)):
+        figs = [f for f in c.figures if f.rate_tok_s is not None and f.decode_ms
+                and f.tokens is not None]
+        rate = pooled_rate(figs)
+        if rate is None:
+            raise UserError(f"baseline cell {c.id} has no decode rate",
+                            "its requests need two or more streamed chunks each")
+        rows.append({"cell": c.id, "concurrency": int(c.coords.get("concurrency") or 1),
+                     "requests": len(figs), "pooled_tok_s": rate, "step_ms": 1e3 / rate,
+                     "decode_tokens": sum(f.tokens - 1 for f in figs if f.tokens),
+                     "decode_s": sum(f.decode_ms for f in figs if f.decode_ms) / 1e3})
+        for r in c.records:
+            u = r.get("usage") or {}
+            if not r.get("warmup") and isinstance(u.get("prompt_tokens"), int):
+                context = max(context or 0, u["prompt_tokens"] + int(u.get("completion_tokens")
+                                                                     or 0))
+    cs = [r["concurrency"] for r in rows]
+    if len(set(cs)) != len(cs):
+        raise UserError(f"the baseline of {'/'.join(groups[0])} has two cells at one "
+                        f"concurrency ({cs})", "give a run with one cell per concurrency")
+    (eng, tgt, workload), = groups
+    return BatchShape(eng, tgt, workload, rows, kv_bound(base[0], context, depth))
+
+
+def from_batch_shape(shape: BatchShape, n_values: list[int], concurrency: int = 1) -> Measured:
+    """The verification of n + 1 tokens per sequence at the sweep's ``concurrency`` c as the
+    baseline's step of c (n + 1) sequences, in steps of c sequences."""
+    plain, _ = shape.step_ms(concurrency)
+    verify, extra = {}, {}
+    per_seq, weights = shape.kv["kv_bytes_per_sequence"], shape.kv["weight_bytes"]
+    for n in n_values:
+        k = concurrency * (n + 1)
+        verify[n + 1], used = shape.step_ms(k)
+        extra[n + 1] = {"verify_from": "batch shape", "batch_sequences": k,
+                        "verify_concurrencies": used,
+                        "kv_extra_share": (k - concurrency) * per_seq / weights}
+    return Measured(plain_ms=plain, verify_ms=verify, depth=shape.kv["context_tokens"],
+                    verify_extra=extra)

@@ -1,9 +1,11 @@
 """``crossbench decompose``: a speculative step's parts (verification forward, drafting), each
-timed by llama-bench, against the cost model d + v n a study fitted."""
+timed by llama-bench or, for the verification of any engine, read from the baseline's steps at
+several concurrencies (``--verify-from``), against the cost model d + v n a study fitted."""
 
 from __future__ import annotations
 
 import json
+from dataclasses import asdict
 from pathlib import Path
 
 import click
@@ -19,9 +21,21 @@ Examples:
   crossbench decompose --target t8b.gguf --draft d06b.gguf --n 2,4,8 --depth 300 \\
       --from examples/h200-methods/round1/h200-methods-round1.zip --arm draft-a0.9 \\
       --bench-arg=-ngl --bench-arg=99 --out decompose.json
+  crossbench decompose --verify-from runs/h200-shapes --n 1,2,4,8,15 \
+      --from examples/h200-methods/round4/h200-methods-round4-vllm.zip --arm dflash-a0.9
 """)
-@click.option("--target", required=True, type=click.Path(path_type=Path),
-              help="The target's GGUF (the file the study's server loaded).")
+@click.option("--target", type=click.Path(path_type=Path),
+              help="The target's GGUF (the file the study's server loaded); with "
+                   "--verify-from only beside --draft, for the step the draft is counted in.")
+@click.option("--verify-from", "verify_from", type=click.Path(path_type=Path),
+              help="A run directory or archive with the baseline of one engine and target at "
+                   "several concurrencies (matrices/h200-shapes.yaml): the verification of "
+                   "n + 1 tokens is its step at concurrency n + 1 over its step at 1 (any "
+                   "engine; interpolated between measured concurrencies, never beyond).")
+@click.option("--engine", "engine_name", help="With --verify-from: the run's engine name "
+              "(default: the --arm sweep's, else the run's only baseline).")
+@click.option("--model", "model_name", help="With --verify-from: the run's target name "
+              "(default: the --arm sweep's, else the run's only baseline).")
 @click.option("--draft", type=click.Path(path_type=Path),
               help="A separate draft model's GGUF (its decode step per token is timed); "
                    "heads that read the target's states (EAGLE-3, DFlash, MTP) cannot be "
@@ -55,14 +69,17 @@ Examples:
 @click.option("--out", type=click.Path(path_type=Path),
               help="Write the raw llama-bench tests and the rows as JSON to this file.")
 @user_errors
-def decompose(target: Path, draft: Path | None, n_spec: str, depth: int, gen: int, reps: int,
-              source: Path | None, arm: str | None, concurrency: int, method: str,
+def decompose(target: Path | None, verify_from: Path | None, engine_name: str | None,
+              model_name: str | None, draft: Path | None, n_spec: str, depth: int, gen: int,
+              reps: int, source: Path | None, arm: str | None, concurrency: int, method: str,
               bench: Path | None, variant: str | None, bench_args: tuple[str, ...],
               out: Path | None) -> None:
     """Split a speculative step into its target verification forward (n + 1 tokens) and its
-    drafting, each timed by llama-bench in plain decode steps, and compare their sum with the
-    cost model C(n) = d + v n a study fitted (--from, --arm): the rest is sampling, host work
-    and what was not timed (docs/analysis.md "Where a step's cost goes")."""
+    drafting, each timed by llama-bench in plain decode steps (or the verification read from
+    the baseline's steps at concurrency n + 1, --verify-from, for any engine), and compare
+    their sum with the cost model C(n) = d + v n a study fitted (--from, --arm): the rest is
+    sampling, host work and what was not timed (docs/analysis.md "Where a step's cost
+    goes")."""
     from crossbench.analysis import decompose as dec
     from crossbench.runner.axes import parse_int_axis
 
@@ -70,6 +87,14 @@ def decompose(target: Path, draft: Path | None, n_spec: str, depth: int, gen: in
     for flag, path in (("--target", target), ("--draft", draft)):
         if path is not None and not path.is_file():
             raise UserError(f"{flag} {path} is not a file", f"give {flag} a GGUF file")
+    if verify_from is None and target is None:
+        raise UserError("--target is required without --verify-from",
+                        "give the target's GGUF, or --verify-from a run with its baseline at "
+                        "several concurrencies")
+    if verify_from is not None and (target is None) != (draft is None):
+        raise UserError("with --verify-from, --target and --draft go together (the draft's "
+                        "step is counted in the target's llama-bench step)",
+                        "give both, or neither (the drafting then stays in the rest)")
     if (source is None) != (arm is None):
         raise UserError("--from and --arm go together",
                         "give both (the run and its speculative arm) or neither")
@@ -77,29 +102,70 @@ def decompose(target: Path, draft: Path | None, n_spec: str, depth: int, gen: in
         from crossbench.store.rundir import check_out_file
 
         check_out_file(out)
-    d = v = None
-    if source is not None and arm is not None:
-        from crossbench.frames import open_run
+    from crossbench.frames import open_run
 
+    d = v = None
+    sweep: dict[str, object] = {}
+    frames = None
+    if source is not None and arm is not None:
         frames = open_run(source)
         d, v, method = dec.sweep_cost_model(frames.analysis, arm, concurrency)
+        sweep = dec.find_sweep(frames.analysis, arm, concurrency)
         variant = variant or dec.recorded_variant(frames.run.cells)
-    bench = llama_bench_binary(bench, variant)
-    progress(f"timing {target.name}: plain step and verification of {n_values} + 1 tokens")
-    tt = dec.run_llama_bench(bench, target, [n + 1 for n in n_values], gen, depth, reps,
-                             list(bench_args))
-    dt = None
-    if draft is not None and method not in dec.HEADS:
-        progress(f"timing {draft.name}: its decode step")
-        dt = dec.run_llama_bench(bench, draft, [], gen, depth, reps, list(bench_args))
-    m = dec.from_bench(tt, dt)
+    shape = None
+    if verify_from is not None:
+        vframes = frames if frames is not None and verify_from == source else \
+            open_run(verify_from)  # held while its (unpacked) cells are read
+        shape = dec.batch_shape(vframes.run.cells,
+                                engine_name or _name(sweep.get("engine")),
+                                model_name or _name(sweep.get("model")), depth)
+        m = dec.from_batch_shape(shape, n_values, concurrency)
+        if target is not None and draft is not None and method not in dec.HEADS:
+            binary = llama_bench_binary(bench, variant)
+            progress(f"timing {target.name} and {draft.name}: their decode steps")
+            tt, dt = (dec.run_llama_bench(binary, p, [], gen, depth, reps, list(bench_args))
+                      for p in (target, draft))
+            m.draft_plain_ms, m.draft_ms_per_token = (dec.bench_step_ms(tt, "target"),
+                                                      dec.bench_step_ms(dt, "draft"))
+            m.raw = {"target": tt, "draft": dt}
+    else:
+        assert target is not None  # checked above
+        binary = llama_bench_binary(bench, variant)
+        progress(f"timing {target.name}: plain step and verification of {n_values} + 1 tokens")
+        tt = dec.run_llama_bench(binary, target, [n + 1 for n in n_values], gen, depth, reps,
+                                 list(bench_args))
+        dt = None
+        if draft is not None and method not in dec.HEADS:
+            progress(f"timing {draft.name}: its decode step")
+            dt = dec.run_llama_bench(binary, draft, [], gen, depth, reps, list(bench_args))
+        m = dec.from_bench(tt, dt)
     rows = dec.decompose(m, n_values, d, v, method)
-    click.echo(f"plain step {m.plain_ms:.3f} ms at depth {m.depth}"
-               + (f"; draft step {m.draft_ms_per_token:.3f} ms" if m.draft_ms_per_token else "")
-               + (f"; fitted d {d:.2f}, v {v:.3f} ({method})" if d is not None
-                  and v is not None else ""))
+    if shape is not None:
+        kv = shape.kv
+        click.echo(f"plain step {m.plain_ms:.3f} ms: {shape.engine}/{shape.target} baseline "
+                   f"at concurrency {concurrency} ({shape.workload}); KV bound: one sequence's "
+                   f"cache at {kv['context_tokens']} tokens is "
+                   f"{kv['kv_bytes_per_sequence'] / 1e6:.1f} MB against "
+                   f"{kv['weight_bytes'] / 1e9:.2f} GB of weights ({kv['shape']}; weights: "
+                   f"{kv['weights_from']})")
+    said = [f"plain step {m.plain_ms:.3f} ms at depth {m.depth}" if shape is None else
+            f"target's llama-bench step {m.draft_plain_ms:.3f} ms" if m.draft_plain_ms else "",
+            f"draft step {m.draft_ms_per_token:.3f} ms" if m.draft_ms_per_token else "",
+            f"fitted d {d:.2f}, v {v:.3f} ({method})" if d is not None and v is not None
+            else ""]
+    if any(said):
+        click.echo("; ".join(x for x in said if x))
     click.echo(dec.format_rows(rows))
     if out is not None:
-        out.write_text(json.dumps({"method": method, "d": d, "v": v, "depth": m.depth,
-                                   "rows": rows, "raw": m.raw}, indent=1) + "\n")
+        result = {"method": method, "d": d, "v": v, "depth": m.depth,
+                  "verify_source": "batch shape" if shape else "llama-bench", "rows": rows,
+                  "raw": m.raw}
+        if shape is not None:
+            result["batch_shape"] = asdict(shape)
+        out.write_text(json.dumps(result, indent=1) + "\n")
         progress(f"wrote {out}")
+
+
+def _name(value: object) -> str | None:
+    """A sweep's engine or model name, or None where it has none."""
+    return value if isinstance(value, str) else None
