@@ -251,9 +251,9 @@ def spelled(segs: tuple[Seg, ...], idx: tuple[int, ...]) -> str:
 
 
 def _csv_value(text: str | None) -> Any:
-    if text is None or text.strip() == "":
+    s = (text or "").strip()
+    if not s:
         return None
-    s = text.strip()
     for conv in (int, float):
         try:
             return conv(s)

@@ -132,11 +132,9 @@ def check_result(res: dict[str, Any]) -> None:
     for key in ("backend", "label", "endpoint_type", "tokenizer_id", "date"):
         text_or_none(res.get(key), key)
     count(res["completed"], "completed")
-    for key in ("failed", "num_prompts"):
+    for key, least in (("failed", 0), ("num_prompts", 0), ("max_concurrency", 1)):
         if res.get(key) is not None:
-            count(res[key], key)
-    if res.get("max_concurrency") is not None:
-        count(res["max_concurrency"], "max_concurrency", minimum=1)
+            count(res[key], key, minimum=least)
     rate = res.get("request_rate")
     if rate is not None and not isinstance(rate, str) and rate != math.inf:
         number(rate, "request_rate", positive=True, maximum=None)
