@@ -4,6 +4,7 @@ cost model read back from its archive, refusals, and the real llama-bench on the
 
 from __future__ import annotations
 
+import itertools
 import json
 import zipfile
 from pathlib import Path
@@ -127,3 +128,183 @@ def test_the_real_llama_bench_times_every_part(llama_server: Path,
         assert row["verify_ms"] == pytest.approx(sum(pp["samples_ns"]) / len(pp["samples_ns"]) / 1e6)
         assert row["verify_steps"] == pytest.approx(row["verify_ms"] / row["plain_ms"])
         assert row["draft_steps"] > 0
+
+
+# -- the batch-shape source: the baseline's step at concurrency n + 1 ------------------------
+
+# true per-step times (ms) of a baseline at each concurrency: the step of k sequences
+STEPS = {1: 5.0, 2: 5.5, 3: 6.1, 5: 6.9}
+
+
+def shapes_run(out: Path, steps: dict[int, float] = STEPS,
+               groups: tuple[tuple[str, str], ...] = (("vllm", "t8b-hf"),),
+               ref: str | None = None) -> Path:
+    """An import directory made by the project's writers: for each (engine, target) a
+    baseline cell per concurrency whose requests decode at exactly 1 / step tokens a second
+    (context 30-37 + 48 tokens), and one speculative cell (ignored: the verification comes
+    from baselines only)."""
+    from crossbench.importers.records import ImportedCell, run_config, write_import
+    from crossbench.importers.synthetic import request
+
+    cells = []
+    for (engine, target), (c, ms) in itertools.product(groups, [*steps.items(), (1, 4.0)]):
+        spec = {"type": "none"} if ms != 4.0 else {"type": "draft-simple", "n": 2}
+        records = [request(trial=0, index=i, prompt_id=f"p{i}", category="code",
+                           t_sent_ns=i * 10**9, rate_tok_s=1e3 / ms, tokens=48,
+                           usage={"prompt_tokens": 30 + i, "completion_tokens": 48})
+                   for i in range(8)]
+        config = run_config(engine=engine, model=target, spec=spec, trials=1,
+                            load={"workload": "builtin:mixed", "concurrency": c})
+        if ref:
+            config["model_refs"] = {"model": ref}
+        arm = str(spec["type"])
+        coords = {"engine": engine, "target": target, "arm": arm, "method": arm,
+                  "n": spec.get("n"), "workload": "builtin:mixed", "concurrency": c}
+        cells.append(ImportedCell(coords, config, {"kind": "synthetic", "version": None,
+                                                   "sha256": None}, records, {"trials": [0]}))
+    write_import(out, cells, {"tool": "synthetic"}, [])
+    return out
+
+
+def shape_of(run: Path, **kw: Any) -> dec.BatchShape:
+    from crossbench.analysis.rundir import load_run
+
+    return dec.batch_shape(load_run(run).cells, **kw)
+
+
+def test_batch_shape_recovers_the_known_steps(tmp_path: Path) -> None:
+    shape = shape_of(shapes_run(tmp_path / "run"))
+    assert (shape.engine, shape.target, shape.workload) == ("vllm", "t8b-hf", "builtin:mixed")
+    assert [c["concurrency"] for c in shape.cells] == [1, 2, 3, 5]  # no speculative cell
+    for c in shape.cells:  # the analysis's pooled rate, and its sums re-derive the step
+        assert c["step_ms"] == pytest.approx(STEPS[c["concurrency"]], rel=1e-6)
+        assert c["step_ms"] == pytest.approx(1e3 * c["decode_s"] / c["decode_tokens"])
+        assert c["pooled_tok_s"] == pytest.approx(1e3 / c["step_ms"])
+        assert (c["requests"], c["decode_tokens"]) == (8, 8 * 47)
+    m = dec.from_batch_shape(shape, [1, 2, 3, 4])
+    rows = {r["n"]: r for r in dec.decompose(m, [1, 2, 3, 4], d=1.0, v=0.1)}
+    assert m.plain_ms == pytest.approx(5.0)
+    for n, want in ((1, 5.5), (2, 6.1), (4, 6.9)):  # measured: k = n + 1 ran
+        assert rows[n]["verify_steps"] == pytest.approx(want / 5.0)
+        assert rows[n]["verify_concurrencies"] == [n + 1]
+    # n = 3: k = 4 lies between the measured 3 and 5, interpolated linearly
+    assert rows[3]["verify_ms"] == pytest.approx((6.1 + 6.9) / 2)
+    assert rows[3]["verify_concurrencies"] == [3, 5]
+    r4 = rows[4]
+    assert r4["draft_steps"] is None and "no draft model given" in r4["draft_note"]
+    assert r4["rest_steps"] == pytest.approx(1.4 - 6.9 / 5.0)
+    assert r4["verify_from"] == "batch shape" and r4["batch_sequences"] == 5
+
+
+def test_batch_shape_refuses_to_extrapolate(tmp_path: Path) -> None:
+    shape = shape_of(shapes_run(tmp_path / "run"))
+    with pytest.raises(UserError, match=r"a step of 9 sequences is outside them") as e:
+        dec.from_batch_shape(shape, [2, 8])
+    assert "run the baseline at concurrency 9 or more" in str(e.value.hint)
+    # at a sweep's concurrency c the step is c (n + 1) sequences, in steps of c
+    m = dec.from_batch_shape(shape, [1], concurrency=2)
+    assert m.plain_ms == pytest.approx(5.5) and m.verify_ms[2] == pytest.approx(
+        (6.1 + 6.9) / 2)
+    without_1 = shape_of(shapes_run(tmp_path / "no1", {2: 5.5, 3: 6.1}))
+    with pytest.raises(UserError, match="a step of 1 sequences is outside them"):
+        dec.from_batch_shape(without_1, [1])
+
+
+def test_the_kv_bound_from_the_recorded_shape_or_assumed(tmp_path: Path) -> None:
+    recorded = shape_of(shapes_run(tmp_path / "ref", ref="fixture:qwen3-8b/target@hf")).kv
+    assumed = shape_of(shapes_run(tmp_path / "none")).kv
+    per_token = 2 * 36 * 8 * 128 * 2  # K and V, 36 layers, 8 KV heads of 128, F16
+    for kv in (recorded, assumed):
+        assert kv["kv_bytes_per_token"] == per_token
+        assert kv["context_tokens"] == 37 + 48  # the largest prompt + output recorded
+        assert kv["kv_bytes_per_sequence"] == per_token * 85
+    assert recorded["shape_assumed"] is False and recorded["shape"].startswith(
+        "fixture:qwen3-8b/target@hf: 36 layers")
+    assert recorded["weights_from"] == "its fixture shape at F16"
+    assert recorded["weight_bytes"] == pytest.approx(16.38e9, rel=1e-3)
+    assert assumed["shape_assumed"] is True and "assumed" in assumed["shape"]
+    # the brief's figure: 300 tokens of context are ~44 MB a sequence against 16.4 GB
+    assert per_token * 300 == pytest.approx(44.2e6, rel=1e-3)
+    rows = dec.decompose(dec.from_batch_shape(shape_of(tmp_path / "ref"), [4]), [4])
+    assert rows[0]["kv_extra_share"] == pytest.approx(4 * per_token * 85
+                                                      / recorded["weight_bytes"])
+
+
+TWO = (("vllm", "t8b-hf"), ("llama", "t8b-f16"))
+
+
+def test_batch_shape_names_the_baseline_to_pick(tmp_path: Path) -> None:
+    from crossbench.analysis.rundir import load_run
+
+    cells = load_run(shapes_run(tmp_path / "a", groups=TWO)).cells
+    with pytest.raises(UserError, match="2 baselines") as e:
+        dec.batch_shape(cells)
+    assert "--engine and --model" in str(e.value.hint)
+    assert dec.batch_shape(cells, engine="llama").target == "t8b-f16"
+
+
+ROUND4_VLLM = ROUND1.parent.parent / "round4" / "h200-methods-round4-vllm.zip"
+
+
+def test_verify_from_keeps_its_sources_and_takes_the_sweeps_baseline(tmp_path: Path) -> None:
+    # round 4's vLLM EAGLE-3 sweep (d, v) against a batch-shape run of the same engine and
+    # target names (vllm, t8b-hf): the sweep picks the baseline among the run's two engines
+    run = shapes_run(tmp_path / "run", groups=TWO)
+    out = tmp_path / "dec.json"
+    with zipfile.ZipFile(ROUND4_VLLM) as z:
+        analysis = json.loads(z.read("h200-methods-round4-vllm/data/analysis.json"))
+    d, v, _ = dec.sweep_cost_model(analysis, "eagle3-a0.9", 1)
+    r = CliRunner().invoke(cli, ["decompose", "--verify-from", str(run), "--n", "1,2,3,4",
+                                 "--from", str(ROUND4_VLLM), "--arm", "eagle3-a0.9",
+                                 "--out", str(out)])
+    assert r.exit_code == 0, r.output
+    assert "KV bound" in r.output and "batch shape" in r.output
+    assert "hidden states" in r.output  # EAGLE-3's drafting stays in the rest
+    got = json.loads(out.read_text())
+    assert got["verify_source"] == "batch shape" and (got["d"], got["v"]) == (d, v)
+    cells = {c["concurrency"]: c for c in got["batch_shape"]["cells"]}
+    step = {c: 1e3 * x["decode_s"] / x["decode_tokens"] for c, x in cells.items()}
+    for row in got["rows"]:  # every figure re-derives from the kept cells
+        used = row["verify_concurrencies"]
+        k = row["verify_tokens"]
+        want = step[k] if used == [k] else step[used[0]] + (k - used[0]) / (
+            used[1] - used[0]) * (step[used[1]] - step[used[0]])
+        assert row["verify_ms"] == pytest.approx(want)
+        assert row["verify_steps"] == pytest.approx(want / step[1])
+        assert row["rest_steps"] == pytest.approx(d + v * row["n"] - row["verify_steps"])
+    assert got["batch_shape"]["engine"] == "vllm"
+    assert got["batch_shape"]["kv"]["context_tokens"] == 85
+    # two engines in the run and no sweep to pick one: named, not guessed
+    r = CliRunner().invoke(cli, ["decompose", "--verify-from", str(run), "--n", "1"])
+    assert r.exit_code != 0 and "2 baselines" in r.output and "--engine" in r.output
+    r = CliRunner().invoke(cli, ["decompose", "--verify-from", str(run), "--n", "8",
+                                 "--engine", "llama", "--model", "t8b-f16"])
+    assert r.exit_code != 0 and "run the baseline at concurrency 9 or more" in r.output
+
+
+def test_the_analysis_baseline_rate_is_the_step(tmp_path: Path) -> None:
+    # round 4's vLLM baseline ran at c=1 and c=16: the step is 1 / the analysis's own
+    # baseline rate (pooled tok/s), and n + 1 between them is interpolated
+    from crossbench.frames import open_run
+
+    with zipfile.ZipFile(ROUND4_VLLM) as z:
+        analysis = json.loads(z.read("h200-methods-round4-vllm/data/analysis.json"))
+    pooled = {c["concurrency"]: c["throughput"]["pooled_tok_s"] for c in analysis["cells"]
+              if c["method"] == "none"}
+    run = open_run(ROUND4_VLLM)
+    shape = dec.batch_shape(run.run.cells)
+    assert {c["concurrency"]: c["pooled_tok_s"] for c in shape.cells} == pytest.approx(pooled)
+    (row,) = dec.decompose(dec.from_batch_shape(shape, [4]), [4])
+    s1, s16 = 1e3 / pooled[1], 1e3 / pooled[16]
+    assert row["verify_steps"] == pytest.approx((s1 + 4 / 15 * (s16 - s1)) / s1)
+    assert shape.kv["shape_assumed"] is False  # fixture:qwen3-8b/target@hf
+
+
+def test_cli_refusals_of_the_batch_shape(tmp_path: Path) -> None:
+    r = CliRunner().invoke(cli, ["decompose", "--n", "1"])
+    assert r.exit_code != 0 and "--target is required without --verify-from" in r.output
+    gguf = tmp_path / "d.gguf"
+    gguf.write_bytes(b"GGUF")
+    r = CliRunner().invoke(cli, ["decompose", "--verify-from", str(tmp_path), "--draft",
+                                 str(gguf)])
+    assert r.exit_code != 0 and "--target and --draft go together" in r.output
