@@ -415,11 +415,9 @@ def check_side_archives(root: Path, beside: Path, notes: list[str], limits: Limi
 
 
 def _json_or_none(path: Path) -> dict[str, Any] | None:
-    try:
-        data = json.loads(path.read_text())
-    except (OSError, ValueError):
-        return None
-    return data if isinstance(data, dict) else None
+    """The JSON object of ``path``; None, and no problem, when it is missing or no object."""
+    loaded = _read_json(path.parent, path.name, Check(""))
+    return loaded[1] if loaded is not None and isinstance(loaded[1], dict) else None
 
 
 def _read_json(root: Path, rel: str, check: Check) -> tuple[str, Any] | None:

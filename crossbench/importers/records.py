@@ -58,11 +58,10 @@ the records' integer clock once summed over a trial."""
 
 
 MIN_MS_PER_TOKEN = 0.05
-"""Least decode time a source may report per output token after the first, in milliseconds:
-20,000 tokens/s for one sequence, 23 times the H200's memory-bandwidth roofline for an 8B Q4
-target (849 tokens/s a step, docs/h200-study.md). A faster time is a broken clock or a unit
-slip (a 1e-300 or a seconds-for-milliseconds value); ``docs/input-guarantees.md`` gives the
-reasons and the one case that could come near it. crossbench's own runs have no such floor."""
+"""Least decode time a source may report per output token after the first, in milliseconds
+(20,000 tokens/s for one sequence, 23 times the H200's roofline for an 8B Q4 target): a faster
+time is a broken clock or a unit slip; ``docs/input-guarantees.md`` gives the reasons and the
+one case that could come near it. crossbench's own runs have no such floor."""
 
 
 NS_PER_MS = 1_000_000
@@ -88,10 +87,8 @@ def shown(value: Any) -> str:
         return repr(value) if len(value) <= 30 else repr(value[:30]) + "..."
     if isinstance(value, bool) or value is None:
         return json.dumps(value)
-    if isinstance(value, float):  # as JSON spells the non-finite ones
-        if math.isnan(value):
-            return "NaN"
-        return f"{value:g}" if math.isfinite(value) else ("-" * (value < 0) + "Infinity")
+    if isinstance(value, float):  # the non-finite ones as JSON spells them
+        return f"{value:g}" if math.isfinite(value) else json.dumps(value)
     if isinstance(value, int):
         return str(value) if value.bit_length() < 200 else f"a {len(str(abs(value)))}-digit number"
     if isinstance(value, list):
@@ -196,13 +193,11 @@ def timed_record(*, trial: int, index: int, prompt_id: str, category: str, t_sen
         if tokens >= 2 and decode_ns is not None:
             chunks.append([first + decode_ns, tokens - 1])
         done = chunks[-1][0]
-    rec: dict[str, Any] = {
+    return {
         "trial": trial, "request_index": index, "prompt_id": prompt_id, "category": category,
         "warmup": False, "t_sent_ns": t_sent_ns, "t_first_chunk_ns": first, "t_done_ns": done,
-        "chunks": chunks, "n_chunks": len(chunks), "status": "ok", "error": None,
+        "chunks": chunks, "n_chunks": len(chunks), "status": "ok", "error": None, **extra,
     }
-    rec.update(extra)
-    return rec
 
 
 @dataclass
