@@ -50,38 +50,27 @@ from crossbench.textfile import not_regular, read_text
 @dataclass(frozen=True)
 class Field:
     """One field ``--map`` can name: its kind (``time``, ``count``, ``rate``, ``label``,
-    ``whole`` or ``error``), its level (``request``, ``trial`` or ``label``) and its help."""
+    ``whole`` or ``error``) and its level (``request``, ``trial`` or ``label``)."""
 
     kind: str
     level: str
-    help: str
 
 
 FIELDS: dict[str, Field] = {
-    "output_tokens": Field("count", "request", "output tokens of the request (required)"),
-    "ttft": Field("time", "request", "time to first token (required)"),
-    "decode": Field("time", "request", "decode time, first token to last"),
-    "tpot": Field("time", "request", "time per output token after the first"),
-    "elapsed": Field("time", "request", "end-to-end latency (decode = elapsed - ttft)"),
-    "start": Field("time", "request", "send time, on any clock (gives a real wall window)"),
-    "input_tokens": Field("count", "request", "prompt tokens (optional)"),
-    "drafted": Field("count", "request", "draft tokens proposed (optional)"),
-    "accepted": Field("count", "request", "draft tokens accepted (optional)"),
-    "error": Field("error", "request", "non-empty text or true: a failed request"),
-    "wall": Field("time", "trial", "wall time of the trial"),
-    "throughput": Field("rate", "trial", "aggregate output tokens/s of the trial"),
-    "arm": Field("label", "label", "arm label (required: --map or {arm})"),
-    "trial": Field("whole", "label", "trial number"),
-    "prompt": Field("label", "label", "prompt id (pairs requests across arms)"),
-    "category": Field("label", "label", "prompt category"),
-    "concurrency": Field("whole", "label", "client concurrency"),
-    "model": Field("label", "label", "target model"),
-    "method": Field("label", "label", "speculative method of the arm"),
-    "n": Field("whole", "label", "draft length"),
-    "server_start": Field("whole", "label", "which server start served the request (trials "
-                                            "of one start share it)"),
+    "output_tokens": Field("count", "request"), "ttft": Field("time", "request"),
+    "decode": Field("time", "request"), "tpot": Field("time", "request"),
+    "elapsed": Field("time", "request"), "start": Field("time", "request"),
+    "input_tokens": Field("count", "request"), "drafted": Field("count", "request"),
+    "accepted": Field("count", "request"), "error": Field("error", "request"),
+    "wall": Field("time", "trial"), "throughput": Field("rate", "trial"),
+    "arm": Field("label", "label"), "trial": Field("whole", "label"),
+    "prompt": Field("label", "label"), "category": Field("label", "label"),
+    "concurrency": Field("whole", "label"), "model": Field("label", "label"),
+    "method": Field("label", "label"), "n": Field("whole", "label"),
+    "server_start": Field("whole", "label"),
 }
-"""Fields of ``--map`` (docs/analysis.md, "``import table``")."""
+"""Fields of ``--map``, in this order in messages; what each means: docs/analysis.md,
+"``import table``"."""
 
 TIME_UNITS: dict[str, float] = {"s": 1e3, "ms": 1.0, "us": 1e-3, "ns": 1e-6}
 """Time units ``--map FIELD:UNIT=PATH`` takes, as milliseconds per unit."""
