@@ -656,8 +656,15 @@ def _cell(m: Matrix, eng: EngineEntry, coords: dict[str, Any], arm: Arm) -> Cell
         if coords["n"] is None:
             raise UserError(f"arm {coords['arm']}: synth_alpha needs n",
                             "give the arm an n (the rates have one value per position)")
-        spec["synth_rates"] = [round(arm.synth_alpha ** (k + 1), 6)
-                               for k in range(coords["n"])]
+        rates = [arm.synth_alpha ** (k + 1) for k in range(coords["n"])]
+        # an engine without per-position rates takes the same mean length (SGLang's
+        # SYNTH_ALPHA_AS = "synth_len": 1 + a + ... + a^n)
+        spec_field = registry.config_class(eng.kind).model_fields.get("spec")
+        if getattr(getattr(spec_field, "annotation", None), "SYNTH_ALPHA_AS",
+                   "synth_rates") == "synth_len":
+            spec["synth_len"] = round(1 + sum(rates), 6)
+        else:
+            spec["synth_rates"] = [round(r, 6) for r in rates]
     engine_config: dict[str, Any] = {**m.server, **eng.server, "model": refs["model"],
                                      "spec": spec}
     engine_config.update({k: v for k in ("variant", "pin", "binary")

@@ -31,6 +31,17 @@ seeded by ``--random-seed``, the request's ``seed`` and its arrival number. ``--
 sampling (the known truth of ``crossbench engines check sglang``). The last step of a request
 is cut at ``max_tokens``, and so are its accepted drafts.
 
+Simulated acceptance, as SGLang 0.5.17 (``speculative/spec_utils.py``
+``_sample_simulated_acc_len``): with ``SGLANG_SIMULATE_ACC_LEN`` L > 0 in its environment,
+every algorithm's verification step commits a length drawn from L instead (clamped to
+[1, n+1]): ``match-expected`` (``SGLANG_SIMULATE_ACC_METHOD``'s default) the floor of L or the
+next length, the latter with probability L - floor(L), so the mean is L; ``multinomial`` a
+normal draw of mean L and deviation 1, clamped and rounded. ``SGLANG_SIMULATE_ACC_TOKEN_MODE``
+``fixed`` (default) emits token id 100 for every token; ``real-draft-token`` is refused on
+NGRAM, as SGLang refuses it for a tree (here at start-up, there at the first verification).
+A stand-in's simplification: SGLang draws one length per step for the whole batch; the
+stand-in, which has no batches, draws one per request and step (the same mean).
+
 Scripted fault, for tests that a check catches it: ``--standin-skew-verify-ct K`` makes
 ``/generate``'s ``meta_info.spec_verify_ct`` K more than the steps the counters count.
 
@@ -44,6 +55,8 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import math
+import os
 import random
 import shlex
 import signal
@@ -64,6 +77,48 @@ from crossbench.paths import repo_root
 from crossbench.standins.cli import spawn_orphan, standin_main
 
 _WORDS = (" alpha", " beta", " gamma", " delta", " epsilon", " zeta", " eta", " theta")
+#: the token SGLang's SGLANG_SIMULATE_ACC_TOKEN_MODE=fixed emits (spec_utils.py: "some legit
+#: token id"), and the stand-in's word for it
+FIXED_TOKEN, FIXED_WORD = 100, " <100>"
+
+
+@dataclass(frozen=True)
+class Simulated:
+    """SGLang's simulated acceptance (``SGLANG_SIMULATE_ACC_*``), as read at start-up."""
+
+    length: float
+    method: str = "match-expected"
+    token_mode: str = "fixed"
+
+    def draw(self, rng: random.Random, max_len: int) -> int:
+        """A step's committed length in [1, max_len], as ``_sample_simulated_acc_len``."""
+        if self.method == "multinomial":
+            return round(min(max(rng.gauss(self.length, 1.0), 1.0), max_len))
+        length = max(1.0, min(float(max_len), self.length))
+        lower = math.floor(length)
+        if lower >= max_len:
+            return lower
+        return lower + 1 if rng.random() < length - lower else lower
+
+
+def simulated_from_env(env: dict[str, str], algorithm: str | None) -> Simulated | None:
+    """The simulated acceptance ``env`` asks for (None when ``SGLANG_SIMULATE_ACC_LEN`` is
+    unset or not above 0, or without a speculative algorithm); ValueError with SGLang's
+    message for a method or token mode it refuses."""
+    length = float(env.get("SGLANG_SIMULATE_ACC_LEN", "-1"))
+    if length <= 0 or not algorithm:
+        return None
+    sim = Simulated(length, env.get("SGLANG_SIMULATE_ACC_METHOD", "match-expected"),
+                    env.get("SGLANG_SIMULATE_ACC_TOKEN_MODE", "fixed"))
+    if sim.method not in ("match-expected", "multinomial"):
+        raise ValueError(f"Invalid simulate_acc_method: {sim.method}")
+    if sim.token_mode not in ("fixed", "real-draft-token"):
+        raise ValueError(f"Invalid SGLANG_SIMULATE_ACC_TOKEN_MODE {sim.token_mode!r}; "
+                         "expected 'fixed' or 'real-draft-token'.")
+    if sim.token_mode == "real-draft-token" and algorithm.upper() == "NGRAM":
+        raise ValueError("SGLANG_SIMULATE_ACC_LEN with real draft tokens currently requires "
+                         "speculative_eagle_topk=1.")
+    return sim
 
 
 @dataclass
@@ -84,6 +139,7 @@ class Settings:
     version: str = DEFAULT_VERSION + STANDIN_SUFFIX
     skew_verify_ct: int = 0
     spawn_orphan: Path | None = None
+    simulated: Simulated | None = None
 
 
 def parse_settings(argv: Sequence[str]) -> Settings:
@@ -116,6 +172,10 @@ def parse_settings(argv: Sequence[str]) -> Settings:
     if algo is not None and algo.upper() not in prof.algorithms:
         p.error(f"Unknown speculative algorithm name: {algo}")
     n = (args.speculative_num_draft_tokens or 1) - 1 if algo else 0
+    try:
+        simulated = simulated_from_env(dict(os.environ), algo)
+    except ValueError as e:
+        p.exit(1, f"ValueError: {e}\n")
     return Settings(model=args.model_path, served_name=args.served_model_name or
                     args.model_path, host=args.host, port=args.port, seed=args.random_seed,
                     metrics=args.enable_metrics, algorithm=algo, n=max(n, 0),
@@ -123,7 +183,7 @@ def parse_settings(argv: Sequence[str]) -> Settings:
                     step_s=args.standin_step_ms / 1e3, alpha=args.standin_accept,
                     version=args.standin_version + STANDIN_SUFFIX,
                     skew_verify_ct=args.standin_skew_verify_ct,
-                    spawn_orphan=args.standin_spawn_orphan)
+                    spawn_orphan=args.standin_spawn_orphan, simulated=simulated)
 
 
 class StandinSglang:
@@ -210,12 +270,24 @@ class StandinSglang:
             if done == 0 or not s.n:  # the prefill's token, or plain decoding
                 k, accepted = 1, None
             else:
-                u = rng.random()
-                k = min(sum(1 for j in range(s.n) if u < s.alpha ** (j + 1)) + 1,
-                        max_tokens - done)
+                if s.simulated is not None:  # SGLANG_SIMULATE_ACC_LEN replaces acceptance
+                    k = s.simulated.draw(rng, s.n + 1)
+                else:
+                    u = rng.random()
+                    k = sum(1 for j in range(s.n) if u < s.alpha ** (j + 1)) + 1
+                k = min(k, max_tokens - done)
                 accepted = k - 1
             done += k
             yield k, accepted
+
+    def _fixed(self, index: int) -> bool:
+        """Is token ``index`` of a request SGLang's fixed simulated token (id 100)? Every
+        token after the prefill's under SGLANG_SIMULATE_ACC_TOKEN_MODE=fixed."""
+        sim = self.s.simulated
+        return index > 0 and sim is not None and sim.token_mode == "fixed"
+
+    def _word(self, index: int) -> str:
+        return FIXED_WORD if self._fixed(index) else _WORDS[index % len(_WORDS)]
 
     def _count(self, n_prompt: int, done: int, verify: int, stream: bool) -> None:
         """Count a finished request, as SGLang does when it finishes."""
@@ -250,7 +322,7 @@ class StandinSglang:
                 await resp.prepare(request)
             async for k, accepted in self._steps(rng, max_tokens):
                 verify += accepted is not None
-                text = "".join(_WORDS[(done + i) % len(_WORDS)] for i in range(k))
+                text = "".join(self._word(done + i) for i in range(k))
                 done += k
                 text_all.append(text)
                 if not stream:
@@ -297,7 +369,7 @@ class StandinSglang:
         done, ids, hist = 0, list[int](), [0] * (s.n + 1)
         try:
             async for k, accepted in self._steps(rng, max_new):
-                ids.extend(range(done, done + k))
+                ids.extend(FIXED_TOKEN if self._fixed(i) else i for i in range(done, done + k))
                 done += k
                 if accepted is not None:
                     hist[accepted] += 1
@@ -322,7 +394,7 @@ class StandinSglang:
                 "spec_verify_ct": verify + s.skew_verify_ct,
                 "spec_accepted_drafts": correct, "spec_proposed_drafts": proposed,
                 "spec_correct_drafts_histogram": hist, "spec_accept_histogram": hist})
-        text = "".join(_WORDS[i % len(_WORDS)] for i in range(done))
+        text = "".join(self._word(i) for i in range(done))
         return web.json_response({"text": text, "output_ids": ids, "meta_info": meta},
                                  headers={"X-Crossbench-Standin": "1"})
 

@@ -9,13 +9,20 @@ forward pass: its block (``--speculative-dflash-block-size``, SGLang's alias of
 ``--speculative-num-draft-tokens`` for DFLASH) is the current token plus n drafts, so n+1;
 SGLang fixes its steps and topk at 1 itself (``arg_groups/speculative_hook.py``
 ``_handle_dflash`` of 0.5.17).
+
+Synthetic acceptance: SGLang has no per-position rates, only a simulated mean accepted length
+per verification step, the environment variable ``SGLANG_SIMULATE_ACC_LEN`` (``environ.py``
+:347-349 of 0.5.17). ``synth_len`` sets it (:meth:`SglangSpecConfig.simulate_env`); a matrix
+arm's ``synth_alpha`` a becomes ``synth_len`` 1 + a + ... + a^n (``SYNTH_ALPHA_AS``), the
+same mean as the per-position rates a^(k+1) of llama-server and vLLM.
+See docs/sglang.md "Synthetic acceptance".
 """
 
 from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import Literal
+from typing import ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
@@ -34,6 +41,11 @@ DRAFT_RULES: dict[str, Literal["required", "optional", "forbidden"]] = {
 CHAIN = ("EAGLE", "EAGLE3", "NEXTN", "STANDALONE")
 #: algorithms that draft a block of n tokens in one pass (block size n+1)
 BLOCK = ("DFLASH",)
+#: beginning of SGLang's simulated-acceptance variables (``SGLANG_SIMULATE_ACC_LEN``,
+#: ``_METHOD``, ``_TOKEN_MODE``): set only from ``spec.synth_len``, never inherited or in env
+SIMULATE_PREFIX = "SGLANG_SIMULATE_ACC_"
+#: ``SGLANG_SIMULATE_ACC_TOKEN_MODE`` per ``synth_tokens``
+TOKEN_MODES = {"draft": "real-draft-token", "fixed": "fixed"}
 
 _REPO_RE = re.compile(r"[A-Za-z0-9][\w.-]*/[\w.-]+")
 
@@ -69,10 +81,24 @@ class SglangSpecConfig(_Strict):
                           "the drafter's block size, checked on a local folder).")
     draft_model: str | None = Field(None, description="`--speculative-draft-model-path`: a "
                                     "folder, OWNER/REPO or hf://OWNER/REPO@REVISION.")
-    synth_rates: list[float] | None = Field(None, description="Not available: SGLang has no "
-                                            "synthetic acceptance (refused with the fix).")
-    synth_len: float | None = Field(None, description="Not available: SGLang has no "
-                                    "synthetic acceptance (refused with the fix).")
+    synth_rates: list[float] | None = Field(None, description="Refused: SGLang has no "
+                                            "per-position synthetic acceptance; the error "
+                                            "gives the synth_len of the same mean.")
+    synth_len: float | None = Field(None, ge=1, description="`SGLANG_SIMULATE_ACC_LEN` "
+                                    "(benchmarking only): a simulated mean accepted length "
+                                    "per verification step, the bonus token included, at "
+                                    "most n+1. Each step commits the floor or the ceiling "
+                                    "of it, one draw for the whole batch "
+                                    "(SGLANG_SIMULATE_ACC_METHOD match-expected); not "
+                                    "per-position rates. Output text is invalid.")
+    synth_tokens: Literal["draft", "fixed"] | None = Field(
+        None, description="`SGLANG_SIMULATE_ACC_TOKEN_MODE` with synth_len: draft "
+        "(real-draft-token: the forced accepted tokens are the drafts, the last the "
+        "target's argmax; default for the chain and block algorithms) or fixed (every "
+        "emitted token is id 100; default, and the only mode, for NGRAM).")
+
+    #: the field a matrix arm's ``synth_alpha`` becomes: a mean length, not rates
+    SYNTH_ALPHA_AS: ClassVar[str] = "synth_len"
 
     @field_validator("draft_model")
     @classmethod
@@ -83,15 +109,21 @@ class SglangSpecConfig(_Strict):
 
     @model_validator(mode="after")
     def _consistent(self) -> SglangSpecConfig:
-        if self.synth_rates is not None or self.synth_len is not None:
-            raise ValueError("SGLang has no synthetic acceptance; drop synth_rates/synth_len "
-                             "(measure real acceptance, or use llama-server or vLLM for "
-                             "scripted acceptance)")
+        if self.synth_rates is not None:
+            mean = 1 + sum(self.synth_rates)
+            raise ValueError("synth_rates: SGLang has no per-position synthetic acceptance "
+                             "(SGLANG_SIMULATE_ACC_LEN sets a mean accepted length per step); "
+                             f"set synth_len: {mean:.6g} instead (1 + the sum of the rates, "
+                             "the same mean), or synth_alpha on a matrix arm")
+        if self.synth_tokens is not None and self.synth_len is None:
+            raise ValueError("synth_tokens needs synth_len (the simulated mean accepted "
+                             "length); set synth_len or drop synth_tokens")
         if self.type == "none":
-            if self.n is not None or self.draft_model is not None:
-                raise ValueError("n and draft_model need a speculative method; set type "
-                                 "(DFLASH, EAGLE, EAGLE3, NEXTN, NGRAM or STANDALONE) or drop "
-                                 "them")
+            if self.n is not None or self.draft_model is not None or \
+                    self.synth_len is not None:
+                raise ValueError("n, draft_model and synth_len need a speculative method; "
+                                 "set type (DFLASH, EAGLE, EAGLE3, NEXTN, NGRAM or "
+                                 "STANDALONE) or drop them")
             return self
         rule = DRAFT_RULES[self.type]
         if rule == "required" and self.draft_model is None:
@@ -104,12 +136,35 @@ class SglangSpecConfig(_Strict):
         if self.n is None:
             raise ValueError(f"{self.type} needs n (tokens drafted per step); set n, "
                              "e.g. n: 4")
+        if self.synth_len is not None and self.synth_len > self.n + 1:
+            raise ValueError(f"synth_len {self.synth_len:g} exceeds n + 1 = {self.n + 1} "
+                             "(a step commits at most its n drafts plus one; SGLang would "
+                             f"clamp it silently); set synth_len <= {self.n + 1}")
+        if self.synth_tokens == "draft" and self.type == "NGRAM":
+            raise ValueError("synth_tokens draft: SGLang 0.5.17 forces real draft tokens only "
+                             "on a chain (speculative_eagle_topk 1), and NGRAM verifies a "
+                             "tree; set synth_tokens: fixed or drop it")
         return self
 
     @property
     def enabled(self) -> bool:
         """Whether a speculative algorithm is configured."""
         return self.type != "none"
+
+    def simulate_env(self) -> dict[str, str]:
+        """The ``SGLANG_SIMULATE_ACC_*`` variables of the server with ``synth_len`` (empty
+        without). SGLang 0.5.17 reads them once, at import (``speculative/spec_utils.py``
+        :171-173), and applies them after every verification (``eagle_sample`` in
+        ``eagle_utils.py``:838-871 for EAGLE, EAGLE3, NEXTN, STANDALONE and NGRAM;
+        ``dflash_worker_v2.py``:1810-1836 for DFLASH). The method is pinned to
+        match-expected, whose mean is synth_len; SGLang's other method, multinomial, rounds
+        a normal draw and misses the mean (``spec_utils.py``:357-369)."""
+        if self.synth_len is None:
+            return {}
+        tokens = self.synth_tokens or ("fixed" if self.type == "NGRAM" else "draft")
+        return {"SGLANG_SIMULATE_ACC_LEN": repr(float(self.synth_len)),
+                "SGLANG_SIMULATE_ACC_METHOD": "match-expected",
+                "SGLANG_SIMULATE_ACC_TOKEN_MODE": TOKEN_MODES[tokens]}
 
 
 class SglangServerConfig(_Strict, ApiKeySettings, CpuSettings):
@@ -168,6 +223,16 @@ class SglangServerConfig(_Strict, ApiKeySettings, CpuSettings):
     @classmethod
     def _model_ref(cls, v: str) -> str:
         split_model(v, "model")
+        return v
+
+    @field_validator("env")
+    @classmethod
+    def _no_simulated_acceptance(cls, v: dict[str, str]) -> dict[str, str]:
+        scripted = sorted(k for k in v if k.startswith(SIMULATE_PREFIX))
+        if scripted:
+            raise ValueError(f"{', '.join(scripted)} is set by crossbench from "
+                             "spec.synth_len (so that a run records its simulated "
+                             "acceptance); drop it from env and set spec.synth_len")
         return v
 
     def model_path(self) -> tuple[str, str | None]:

@@ -28,7 +28,7 @@ from crossbench.engines.process import (
     http_get,
     on_path,
 )
-from crossbench.engines.sglang.config import BLOCK, CHAIN, SglangServerConfig
+from crossbench.engines.sglang.config import BLOCK, CHAIN, SIMULATE_PREFIX, SglangServerConfig
 from crossbench.engines.sglang.metrics import RUNNING
 from crossbench.engines.sglang.profile import SglangProfile, is_standin, profile_for
 from crossbench.errors import UserError
@@ -89,12 +89,19 @@ class SglangServer(LocalServer):
         return self.config.served_model_name or self.config.model_path()[0]
 
     def base_environment(self) -> dict[str, str]:
-        """crossbench's environment with the config's ``env`` over it."""
-        return {**os.environ, **self.config.env}
+        """crossbench's environment with the config's ``env`` over it, and SGLang's simulated
+        acceptance (``SGLANG_SIMULATE_ACC_*``) only from ``spec.synth_len``: an inherited
+        value would script a run that records real acceptance, so it is dropped."""
+        inherited = {k: v for k, v in os.environ.items() if not k.startswith(SIMULATE_PREFIX)}
+        return {**inherited, **self.config.env, **self.config.spec.simulate_env()}
 
     def warnings(self) -> list[str]:
-        """The config's warnings (a host reachable from the network)."""
-        return self.config.warnings()
+        """The config's warnings (a host reachable from the network), and simulated-acceptance
+        variables in crossbench's environment (not passed on)."""
+        dropped = sorted(k for k in os.environ if k.startswith(SIMULATE_PREFIX))
+        notes = [f"{', '.join(dropped)} in crossbench's environment is not passed to SGLang "
+                 "(set spec.synth_len for simulated acceptance)"] if dropped else []
+        return self.config.warnings() + notes
 
     # -- inputs -------------------------------------------------------------------------------
 
@@ -279,6 +286,13 @@ class SglangServer(LocalServer):
         out: dict[str, Any] = {"served_models": list(self._served),
                                "standin": is_standin(self.version_text())}
         info = {k: self._info[k] for k in keep if k in self._info}
+        simulated = self.config.spec.simulate_env()
+        if simulated:  # a speculative setting (the spec axis of a pair), in words
+            info["speculative_config"] = (
+                "simulated acceptance: mean accepted length "
+                f"{simulated['SGLANG_SIMULATE_ACC_LEN']} per verification step, not "
+                "per-position rates (" + ", ".join(f"{k}={v}" for k, v in
+                                                   simulated.items()) + ")")
         if info:
             out["startup"] = info
         return out
