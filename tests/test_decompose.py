@@ -308,3 +308,45 @@ def test_cli_refusals_of_the_batch_shape(tmp_path: Path) -> None:
     r = CliRunner().invoke(cli, ["decompose", "--verify-from", str(tmp_path), "--draft",
                                  str(gguf)])
     assert r.exit_code != 0 and "--target and --draft go together" in r.output
+
+
+@pytest.mark.server
+def test_verify_from_a_real_llama_server_run(llama_server: Path,
+                                             fixture_models: tuple[Path, Path],
+                                             tmp_path: Path) -> None:
+    # the CPU llama-server's baseline at concurrency 1, 2, 3 with the tiny fixtures: every
+    # figure re-derives from the run's cells (their times are this host's, asserted on none)
+    import yaml
+
+    matrix = tmp_path / "shapes.yaml"
+    matrix.write_text(yaml.safe_dump({
+        "schema_version": 1, "study": {"name": "shapes"},
+        "engines": {"llama": {"kind": "llama-server", "binary": str(llama_server),
+                              "server": {"parallel": 3, "ctx_size": 1536}}},
+        "models": {"t": {"path": "fixture:target", "quant": "F16", "role": "target"}},
+        "load": {"requests": 3, "requests_per_concurrency": 2, "warmup": 1,
+                 "max_tokens": 12, "warmup_max_tokens": 4, "temperature": 0.0,
+                 "ignore_eos": True, "cache_prompt": False},
+        "arms": [{"method": "none"}],
+        "axes": {"engine": ["llama"], "target": ["t"], "workload": ["builtin:code"],
+                 "concurrency": [1, 2, 3]},
+        "trials": 1, "share_servers": True, "telemetry_hz": 0}))
+    run, out = tmp_path / "run", tmp_path / "dec.json"
+    r = CliRunner().invoke(cli, ["matrix", str(matrix), "--out", str(run)])
+    assert r.exit_code == 0, r.output
+    r = CliRunner().invoke(cli, ["decompose", "--verify-from", str(run), "--n", "1,2",
+                                 "--out", str(out)])
+    assert r.exit_code == 0, r.output
+    got = json.loads(out.read_text())
+    cells = {c["concurrency"]: c for c in got["batch_shape"]["cells"]}
+    assert sorted(cells) == [1, 2, 3] and all(c["requests"] > 0 for c in cells.values())
+    kv = got["batch_shape"]["kv"]  # fixture:target: the tiny shape, its GGUF's recorded size
+    assert kv["shape"].startswith("fixture:target: 8 layers, 2 KV heads of 32")
+    assert kv["weights_from"] == "the target file's recorded size"
+    assert kv["kv_bytes_per_token"] == 2 * 8 * 2 * 32 * 2
+    for row in got["rows"]:
+        c = cells[row["n"] + 1]
+        assert row["verify_concurrencies"] == [row["n"] + 1]
+        assert row["verify_ms"] == pytest.approx(1e3 * c["decode_s"] / c["decode_tokens"])
+        assert row["verify_steps"] == pytest.approx(row["verify_ms"] / (
+            1e3 * cells[1]["decode_s"] / cells[1]["decode_tokens"]))

@@ -271,13 +271,15 @@ class BatchShape:
 
 
 def _fixture_shape(ref: str) -> ModelSpec | None:
-    """The fixture :class:`ModelSpec` a ``fixture:SHAPE/target[@hf]`` reference names, or None."""
+    """The fixture :class:`ModelSpec` a ``fixture:[SHAPE/]target[@QUANT]`` reference names
+    (shape tiny by default, as the matrix reads it), or None."""
     if not ref.startswith("fixture:"):
         return None
-    shape, _, role = ref.removeprefix("fixture:").partition("/")
+    shape, _, role = ref.removeprefix("fixture:").split("@")[0].rpartition("/")
     from crossbench.fixtures.make import SHAPES
 
-    return SHAPES[shape].target if shape in SHAPES and role.split("@")[0] == "target" else None
+    return SHAPES[shape or "tiny"].target if (shape or "tiny") in SHAPES and role == "target" \
+        else None
 
 
 def kv_bound(cell: CellData, context: int | None, depth: int) -> dict[str, Any]:
