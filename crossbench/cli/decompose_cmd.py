@@ -21,7 +21,7 @@ Examples:
   crossbench decompose --target t8b.gguf --draft d06b.gguf --n 2,4,8 --depth 300 \\
       --from examples/h200-methods/round1/h200-methods-round1.zip --arm draft-a0.9 \\
       --bench-arg=-ngl --bench-arg=99 --out decompose.json
-  crossbench decompose --verify-from runs/h200-shapes --n 1,2,4,8,15 \
+  crossbench decompose --verify-from runs/h200-shapes --n 1,2,4,8,15 \\
       --from examples/h200-methods/round4/h200-methods-round4-vllm.zip --arm dflash-a0.9
 """)
 @click.option("--target", type=click.Path(path_type=Path),
