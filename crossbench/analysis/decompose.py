@@ -314,14 +314,18 @@ def batch_shape(cells: Iterable[CellData], engine: str | None = None, target: st
     concurrency; ``engine``/``target`` pick them where the run holds several."""
     from crossbench.analysis.metrics import pooled_rate
 
-    base = [c for c in cells if not c.speculative
-            and engine in (None, c.coords.get("engine"))
+    def group(c: CellData) -> tuple[str, ...]:
+        return tuple(str(c.coords.get(k)) for k in ("engine", "target", "workload"))
+
+    every = [c for c in cells if not c.speculative]
+    base = [c for c in every if engine in (None, c.coords.get("engine"))
             and target in (None, c.coords.get("target"))]
-    groups = sorted({tuple(str(c.coords.get(k)) for k in ("engine", "target", "workload"))
-                     for c in base})
+    groups = sorted({group(c) for c in base})
     if len(groups) != 1:
-        raise UserError(f"{len(groups)} baselines (engine/target/workload) match: "
-                        + (", ".join("/".join(g) for g in groups) or "none"),
+        named = "".join(f" {k} {v}" for k, v in (("engine", engine), ("target", target)) if v)
+        raise UserError(f"{len(groups)} baselines (engine/target/workload) match{named}; the "
+                        "run's: " + (", ".join(sorted({"/".join(group(c)) for c in every}))
+                                     or "none"),
                         "name one with --engine and --model (the run's names)")
     rows, context = [], None
     for c in sorted(base, key=lambda c: int(c.coords.get("concurrency") or 1)):
