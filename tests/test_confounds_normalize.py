@@ -82,6 +82,23 @@ def test_vllm_startup_facts_and_server_env() -> None:
     }
 
 
+def test_sglang_speculative_server_info_is_the_intended_difference() -> None:
+    """SGLang's server info names the speculative settings it started with; against the
+    baseline (which reports none) they are the speculative axis, not a confound."""
+    m = baseline()
+    m["config"]["engine"] = "sglang-like"
+    spec = json.loads(json.dumps(m))
+    spec["trials"][0]["server_props"] = {"startup": {
+        "speculative_algorithm": "EAGLE3", "speculative_num_steps": 4,
+        "speculative_eagle_topk": 1, "speculative_num_draft_tokens": 5}}
+    m["trials"][0]["server_props"] = {"startup": {"tp_size": 1}}
+    spec["trials"][0]["server_props"]["startup"]["tp_size"] = 1
+    d = diff(normalize_trial(m), normalize_trial(spec), AXES["spec"])
+    assert {x.field: str(x.kind) for x in d.differences} == {
+        f"engine.startup.speculative_{k}": "intended"
+        for k in ("algorithm", "num_steps", "eagle_topk", "num_draft_tokens")}
+
+
 def test_provenance_in_the_trial_entry_is_merged() -> None:
     m = baseline()
     m["trials"][0]["provenance"] = {"engine": {"kind": "llama-server"},

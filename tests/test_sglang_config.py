@@ -167,3 +167,30 @@ def test_attention_backend_is_a_typed_server_setting() -> None:
     argv = _server(attention_backend="triton").argv(_server().profile, "python3")
     assert argv[-2:] == ["--attention-backend", "triton"]
     assert "--attention-backend" not in _server().argv(_server().profile, "python3")
+
+
+def test_binary_defaults_to_the_installed_release(tmp_path: Path,
+                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """Without `binary`, a matrix finds the interpreter `crossbench engines install sglang`
+    wrote for the config's release (the newest Python's), before python3 on PATH."""
+    from crossbench.engines.sglang.config import SglangServerConfig
+    from crossbench.engines.sglang.server import SglangServer
+
+    monkeypatch.setenv("CROSSBENCH_CACHE", str(tmp_path))
+    cfg = SglangServerConfig(model="/models/t")
+    on_path = SglangServer(cfg, log_path=tmp_path / "a.log").binary
+    assert on_path.name.startswith("python3")  # nothing installed: PATH
+    want = None
+    for py in ("3.9", "3.12", "3.11"):
+        launcher = tmp_path / "engines" / f"sglang-{cfg.version}-py{py}" / "bin" / "python"
+        launcher.parent.mkdir(parents=True)
+        launcher.write_text("#!/bin/sh\n")
+        want = launcher if py == "3.12" else want
+    other = tmp_path / "engines" / "sglang-0.0.1-py3.12" / "bin" / "python"
+    other.parent.mkdir(parents=True)
+    other.write_text("#!/bin/sh\n")
+    assert SglangServer(cfg, log_path=tmp_path / "b.log").binary == want
+    given = tmp_path / "mine"
+    given.write_text("#!/bin/sh\n")
+    assert SglangServer(SglangServerConfig(model="/models/t", binary=given),
+                        log_path=tmp_path / "c.log").binary == given

@@ -172,10 +172,9 @@ class SglangServerConfig(_Strict, ApiKeySettings, CpuSettings):
     server settings and speculation."""
 
     binary: Path | None = Field(None, description="The Python interpreter that has sglang "
-                                "installed (default: python3 on PATH; on a host without "
-                                "network, the PREFIX/bin/python that `crossbench engines "
-                                "install sglang --from DIR` prints), or a stand-in launcher "
-                                "for tests.")
+                                "installed (default: the PREFIX/bin/python that `crossbench "
+                                "engines install sglang` wrote for this release, else "
+                                "python3 on PATH), or a stand-in launcher for tests.")
     version: str = Field(DEFAULT_VERSION, description="SGLang release the config is written "
                          "for; selects engines/sglang/VERSION.yaml and must match the "
                          "installed sglang.__version__.")
