@@ -350,3 +350,29 @@ def test_verify_from_a_real_llama_server_run(llama_server: Path,
         assert row["verify_ms"] == pytest.approx(1e3 * c["decode_s"] / c["decode_tokens"])
         assert row["verify_steps"] == pytest.approx(row["verify_ms"] / (
             1e3 * cells[1]["decode_s"] / cells[1]["decode_tokens"]))
+
+
+ROUND4_LLAMA = ROUND4_VLLM.parent / "h200-methods-round4-llama.zip"
+
+
+def test_the_telemetry_split_re_derives_round_4s_figures() -> None:
+    """The run's own telemetry, per speculative step: GPU work and idle, and their sum in the
+    baseline's time per token by the same window; the figures docs/cross-engine.md states for
+    round 4's llama.cpp draft sweep (work + idle 2.88 / 3.61 / 4.44 / 6.18 plain steps against
+    the fitted 3.00 / 3.42 / 4.26 / 5.94) re-derive from the archive."""
+    with zipfile.ZipFile(ROUND4_LLAMA) as z:
+        analysis = json.loads(z.read("h200-methods-round4-llama/data/analysis.json"))
+    sweep = dec.find_sweep(analysis, "draft-a0.9")
+    split = dec.telemetry_split(analysis, sweep)
+    assert sorted(split) == [1, 2, 4, 8]
+    assert [round(split[n]["telemetry_steps"], 2) for n in (1, 2, 4, 8)] == [
+        2.88, 3.61, 4.44, 6.18]
+    assert [round(split[n]["gpu_ms_per_step"], 1) for n in (1, 2, 4, 8)] == [
+        11.3, 13.9, 16.2, 22.5]
+    assert round(split[1]["host_ms_per_step"], 1) == 6.1
+    d, v, _ = dec.sweep_cost_model(analysis, "draft-a0.9")
+    for n, row in split.items():  # within 6 % of the fitted C(n)
+        assert abs(row["telemetry_steps"] / (d + v * n) - 1) < 0.06
+    no_telemetry = {**analysis, "cells": [{k: v for k, v in c.items() if k != "host_time"}
+                                          for c in analysis["cells"]]}
+    assert dec.telemetry_split(no_telemetry, sweep) == {}

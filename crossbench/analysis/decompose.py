@@ -162,6 +162,32 @@ def find_sweep(analysis: dict[str, Any], arm: str, concurrency: int = 1) -> dict
     return dict(found[0])
 
 
+def telemetry_split(analysis: dict[str, Any], sweep: dict[str, Any]) -> dict[int, dict[str, Any]]:
+    """Per n of ``sweep``: the arm's GPU work and GPU idle (host) time per speculative step
+    from the run's own telemetry (each cell's ``host_time``: NVML busy share over the trial's
+    wall window, per output token, times the cell's MAL), in milliseconds and in the
+    baseline's time per token by the same telemetry, so the window's prefill and gaps cancel
+    where they are small against the decode. A third instrument beside the fit and the
+    timed parts: where the GPU work per step matches the timed parts, the idle is the rest."""
+    cells = {c.get("cell"): c for c in analysis.get("cells", [])}
+    base = (cells.get(sweep.get("baseline_cell")) or {}).get("host_time") or {}
+    if not base:
+        return {}
+    base_ms = (base["busy_ms_per_token"]["mean"] + base["host_ms_per_token"]["mean"])
+    out: dict[int, dict[str, Any]] = {}
+    for point in sweep.get("points", []):
+        ht = (cells.get(point.get("cell")) or {}).get("host_time") or {}
+        mal = point.get("mean_acceptance_length")
+        if not ht or not mal:
+            continue
+        gpu = ht["busy_ms_per_token"]["mean"] * mal
+        host = ht["host_ms_per_token"]["mean"] * mal
+        out[int(point["n"])] = {"gpu_ms_per_step": gpu, "host_ms_per_step": host,
+                                "telemetry_base_ms": base_ms,
+                                "telemetry_steps": (gpu + host) / base_ms}
+    return out
+
+
 def sweep_cost_model(analysis: dict[str, Any], arm: str, concurrency: int = 1
                      ) -> tuple[float, float, str]:
     """(d, v, method) of the n-sweep of ``arm`` at ``concurrency`` in an analysis."""
@@ -212,6 +238,12 @@ def format_rows(rows: list[dict[str, Any]]) -> str:
         cells = [r["n"], r["verify_ms"], r["verify_steps"], r["draft_steps"], r["parts_steps"],
                  r.get("fitted_steps"), r.get("rest_steps"), expl]
         lines.append("  ".join(f"{f(c):>11}" for c in cells))
+    for r in rows:
+        if "telemetry_steps" in r:
+            lines.append(f"  n={r['n']}: telemetry GPU work {r['gpu_ms_per_step']:.2f} ms a step "
+                         f"(timed parts {r['parts_steps'] * r['plain_ms']:.2f} ms), GPU idle "
+                         f"{r['host_ms_per_step']:.2f} ms; work + idle "
+                         f"{r['telemetry_steps']:.2f} of the baseline's steps")
     notes = {r["draft_note"] for r in rows if r["draft_note"]}
     shares = [r["kv_extra_share"] for r in rows if "kv_extra_share" in r]
     verify = ([f"verify: the baseline's step at concurrency c (n + 1) over that at c (batch "

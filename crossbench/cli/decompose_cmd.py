@@ -140,6 +140,10 @@ def decompose(target: Path | None, verify_from: Path | None, engine_name: str | 
             dt = dec.run_llama_bench(binary, draft, [], gen, depth, reps, list(bench_args))
         m = dec.from_bench(tt, dt)
     rows = dec.decompose(m, n_values, d, v, method)
+    if frames is not None:  # the run's own telemetry: GPU work and idle per step
+        split = dec.telemetry_split(frames.analysis, dict(sweep))
+        for row in rows:
+            row.update(split.get(row["n"], {}))
     if shape is not None:
         kv = shape.kv
         click.echo(f"plain step {m.plain_ms:.3f} ms: {shape.engine}/{shape.target} baseline "
