@@ -45,11 +45,12 @@ def _quant(m: Matrix, cell: Cell) -> tuple[str, str | None]:
 def test_the_matrix_validates_and_covers_both_targets_in_every_format(
         matrix: tuple[Matrix, list[Cell]]) -> None:
     m, cells = matrix
-    assert len(cells) == 200
+    assert len(cells) == 300
     per_engine = Counter(c.coords["engine"] for c in cells)
     # llama.cpp: 6 targets (MoE, dense x F16, Q8_0, Q4_K_M) x 2 concurrencies x (baseline,
-    # MTP and draft at 4 n, n-gram); vLLM float16 and FP8: 2 targets each, n-gram at n=4
-    assert per_engine == {"llama": 120, "vllm-q35": 40, "vllm-q35-fp8": 40}
+    # MTP and draft at 4 n, n-gram, DFlash at 5 n); vLLM float16 and FP8: 2 targets each,
+    # n-gram at n=4
+    assert per_engine == {"llama": 180, "vllm-q35": 60, "vllm-q35-fp8": 60}
     refs = {tid: parse_fixture_ref(e.path or "", tid) for tid, e in m.models.items()}
     for tid in m.axes.target:
         shape, role, quant = refs[tid]
@@ -64,7 +65,9 @@ def test_the_matrix_validates_and_covers_both_targets_in_every_format(
         else:  # llama.cpp: a GGUF of its own quantization
             assert (quant or "F16") == label and m.models[tid].engines == ["llama"]
     assert {parse_fixture_ref(m.models[a.draft].path or "", "d")[1]
-            for a in m.arms if a.draft} == {"draft"}
+            for a in m.arms if a.draft} == {"draft", "dflash-moe"}
+    dflash = [c for c in cells if c.coords["arm"] == "dflash-a0.9"]
+    assert len(dflash) == 100 and {c.coords["n"] for c in dflash} == {1, 2, 4, 8, 15}
 
 
 def test_every_speculative_cell_has_a_baseline_of_its_engine_target_and_quantization(
@@ -72,7 +75,7 @@ def test_every_speculative_cell_has_a_baseline_of_its_engine_target_and_quantiza
     m, cells = matrix
     by_id = {c.id: c for c in cells}
     spec = [c for c in cells if c.baseline is not None]
-    assert len(spec) == 180 and all(c.coords["method"] != "none" for c in spec)
+    assert len(spec) == 280 and all(c.coords["method"] != "none" for c in spec)
     for c in spec:
         b = by_id[c.baseline or ""]
         assert b.coords["method"] == "none"
@@ -109,19 +112,31 @@ def test_no_rule_reads_a_pair_as_confounded(matrix: tuple[Matrix, list[Cell]]) -
     # llama.cpp's 16 slots with MTP: a caveat under synthetic acceptance (the acceptance
     # collapse of multi-slot MTP cannot show), on each of its 48 MTP cells
     assert seen[("llama-parallel-slots-mtp", "caveat")] == 48
-    assert seen[("synthetic-acceptance", "caveat")] == 48 + 48 + 2 * 32  # + vLLM's MTP, draft
+    # llama.cpp's MTP and draft cells, vLLM's (both engine entries), and DFlash in both
+    assert seen[("synthetic-acceptance", "caveat")] == 48 + 48 + 2 * 32 + 60 + 2 * 20
     assert {r for r, _ in seen} == {"llama-parallel-slots-mtp", "synthetic-acceptance"}
 
 
-def test_the_fixtures_dflash_drafter_does_not_fit_these_targets() -> None:
-    # the header's reason for leaving DFlash (and EAGLE-3) out: the drafters read the Qwen3-8B
-    # target's hidden states, twice as wide as the MoE target's and its twin's
+def test_the_dflash_arms_use_the_drafter_of_these_targets(
+        matrix: tuple[Matrix, list[Cell]]) -> None:
+    # the Qwen3-8B drafters (dflash, eagle3) read hidden states twice as wide as these
+    # targets'; dflash-moe is as wide, and reads layers of the 8 that llama.cpp can read
+    m, _ = matrix
     width = {mtp_spec("qwen3-8b", r).n_embd for r in ("moe-target", "dense-twin")}
     assert width == {2048}
     assert drafter_spec("qwen3-8b", "dflash").n_embd == drafter_spec(
         "qwen3-8b", "eagle3").n_embd == 4096
+    moe = drafter_spec("qwen3-8b", "dflash-moe")
+    assert moe.n_embd == 2048 and moe.block_size == 16
     assert "8 of the published 40 layers" in MATRIX.read_text()
     assert {mtp_spec("qwen3-8b", r).n_layer for r in ("moe-target", "dense-twin")} == {8}
+    assert max(moe.target_layers) <= 8 - 2
+    for a in m.arms:
+        if a.name == "dflash-a0.9":
+            assert a.draft is not None
+            ref = parse_fixture_ref(m.models[a.draft].path or "", a.draft)
+            assert ref[:2] == ("qwen3-8b", "dflash-moe")
+            assert max(int(n) for n in str(a.n).split(",")) == moe.block_size - 1
 
 
 def test_each_moe_round_step_selects_the_baselines_of_its_cells(
@@ -150,6 +165,9 @@ def test_each_moe_round_step_selects_the_baselines_of_its_cells(
             assert all(c.coords["engine"] == chosen[0].coords["engine"] for c in chosen)
             picked[step.name] = ids
     counts = {k: len(v) for k, v in picked.items()}
-    assert counts == {"llama-f16": 40, "vllm-f16-moe": 8, "vllm-f16-dense": 8,
-                      "llama-quant": 32, "vllm-fp8": 8}
+    # the steps' filters (benchmarks/study/rounds.yaml) pick the DFlash cells too: llama.cpp
+    # F16 n = 1..15 (+20), vLLM float16 n = 1, 4, 15 (+6 each), the quantized GGUFs
+    # n = 1, 4, 8, 15 (+32), FP8 n = 4, 15 (+8)
+    assert counts == {"llama-f16": 60, "vllm-f16-moe": 14, "vllm-f16-dense": 14,
+                      "llama-quant": 64, "vllm-fp8": 16}
     assert len(set().union(*picked.values())) == sum(counts.values())  # no cell runs twice

@@ -62,8 +62,10 @@ def make(shape: str, seed: int, quant: str | None, draft_quant: str | None, hf: 
     With --quant / --draft-quant, the printed paths are the quantized files (made with the
     installed llama-quantize, cached beside the F16 originals). With --hf, the paths of the
     two Hugging Face folders follow (same tensors as the F16 GGUFs, byte for byte; cached).
-    Each --drafter (eagle3: an EAGLE-3 head; dflash: a DFlash block drafter) prints its HF
-    folder and its converted GGUF, whose every tensor was checked against the HF folder.
+    Each --drafter (eagle3: an EAGLE-3 head; dflash: a DFlash block drafter; both for the
+    qwen3 target; dflash-moe: a DFlash block drafter for the MoE target and its dense twin)
+    prints its HF folder and its converted GGUF, whose every tensor was checked against the HF
+    folder.
     --mtp prints the same two paths for the MTP target (serve it alone with draft-mtp in
     llama.cpp, method qwen3_5_mtp in vLLM); --moe and --dense-twin likewise for the MoE
     target and its dense twin (docs/moe-vs-dense.md).
@@ -91,6 +93,7 @@ def make(shape: str, seed: int, quant: str | None, draft_quant: str | None, hf: 
 Examples:
   crossbench fixtures path target
   crossbench fixtures path draft --shape qwen3-8b --format hf
+  crossbench fixtures path dflash-moe --shape qwen3-8b   # DFlash for moe-target, dense-twin
 """)
 @click.argument("which", type=click.Choice(ALL_ROLES))
 @click.option("--shape", default="tiny", show_default=True)

@@ -478,17 +478,19 @@ def parse_matrix(text: str, path: Path) -> Matrix:
 
 
 _FIXTURE = re.compile(r"^fixture:(?:(?P<shape>[\w.-]+)/)?"
-                      r"(?P<role>target|draft|eagle3|dflash|mtp-target|moe-target|dense-twin)"
+                      r"(?P<role>target|draft|eagle3|dflash-moe|dflash|mtp-target|moe-target"
+                      r"|dense-twin)"
                       r"(?:@(?P<quant>[A-Za-z0-9_]+))?$")
 
 
 def parse_fixture_ref(ref: str, field: str) -> tuple[str, str, str | None]:
     """``fixture:[SHAPE/]ROLE[@QUANT]`` -> (shape, role, quant); shape tiny default.
 
-    ROLE is target, draft, a drafter made by llama.cpp's converter (eagle3, dflash:
-    ``crossbench.fixtures.drafters``) or a Qwen3.5 target with an MTP layer
-    (``crossbench.fixtures.mtp``: mtp-target, the MoE moe-target and its dense-twin). ``@hf``
-    names the fixture's Hugging Face folder (for vLLM and SGLang) instead of a quantized GGUF.
+    ROLE is target, draft, a drafter made by llama.cpp's converter (eagle3, dflash, and
+    dflash-moe for the MoE target and its dense twin: ``crossbench.fixtures.drafters``) or a
+    Qwen3.5 target with an MTP layer (``crossbench.fixtures.mtp``: mtp-target, the MoE
+    moe-target and its dense-twin). ``@hf`` names the fixture's Hugging Face folder (for
+    vLLM and SGLang) instead of a quantized GGUF.
     """
     from crossbench.fixtures import SHAPES
 
@@ -497,7 +499,7 @@ def parse_fixture_ref(ref: str, field: str) -> tuple[str, str, str | None]:
         raise UserError(f"{field}: unknown fixture {ref!r}",
                         "write fixture:target, fixture:draft or fixture:SHAPE/ROLE@QUANT with "
                         f"SHAPE one of {', '.join(SHAPES)} and ROLE one of target, draft, "
-                        "eagle3, dflash, mtp-target, moe-target, dense-twin (e.g. "
+                        "eagle3, dflash, dflash-moe, mtp-target, moe-target, dense-twin (e.g. "
                         "fixture:qwen3-8b/target@Q4_K_M, or @hf for its Hugging Face folder)")
     return m["shape"] or "tiny", m["role"], m["quant"]
 
