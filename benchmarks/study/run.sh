@@ -234,7 +234,7 @@ ls -la "$OUT"; cat "$LOG/calls.txt" 2>/dev/null | tail -20; cat "$LOG/timing.txt
 # ---- ROUND=sglang-check: SGLang's live adapter check on one H200 (issue 16) ----
 # Every call does each step whose inputs have arrived:
 #   2. the parts of the SGLang pack carried by this call (.carry/sglang-*/: `crossbench
-#      engines pack sglang==0.5.17 ... --part-mb 45`, 4 parts) kept in /tmp/sg-pack;
+#      engines pack sglang==0.5.17 ... --part-mb 30`, 5 parts) kept in /tmp/sg-pack;
 #   3. the llama.cpp source (.carry/llama-cpp-python-*.src.tgz) unpacked for the real Qwen
 #      tokenizer, then the tiny fixture pair with its Hugging Face folders;
 #   4. once every part is there: `crossbench engines install sglang --from /tmp/sg-pack`, the
