@@ -39,7 +39,7 @@ class Kind(StrEnum):
 AXES: dict[str, tuple[str, ...]] = {
     # a speculative cell vs its baseline: the speculative settings and the draft model, and
     # what the engine derives from them at start-up (vLLM's speculative_config line, SGLang's
-    # speculative_algorithm/_num_steps/_eagle_topk/_num_draft_tokens server info) (the draft's memory shrinks the KV cache;
+    # speculative_* server info; the draft's memory shrinks the KV cache;
     # vLLM sizes graphs and its token budget by the speculative settings). Any other cause of
     # those start-up facts (gpu_memory_utilization, max_num_batched_tokens...) is compared in
     # its own field.
