@@ -95,7 +95,7 @@ def test_sglang_speculative_server_info_is_the_intended_difference() -> None:
     spec["trials"][0]["server_props"]["startup"]["tp_size"] = 1
     d = diff(normalize_trial(m), normalize_trial(spec), AXES["spec"])
     assert {x.field: str(x.kind) for x in d.differences} == {
-        f"engine.startup.speculative_{k}": "intended"
+        f"server_props.startup.speculative.{k}": "intended"
         for k in ("algorithm", "num_steps", "eagle_topk", "num_draft_tokens")}
 
 

@@ -197,8 +197,14 @@ def normalize_trial(manifest: Mapping[str, Any], trial: int | None = None,
         out["trial.other_engines_running"] = bool(entry.get("other_engines")) or any(
             "other inference processes" in w for w in warnings)
         props = dict(entry.get("server_props") or {})
-        # start-up facts (vLLM's log) belong to the engine, wherever the runner kept them
-        flatten("engine.startup", props.pop("startup", None) or entry.get("startup"), out)
+        # start-up facts (vLLM's log) belong to the engine, wherever the runner kept them;
+        # the speculative settings a server reports (SGLang's speculative_algorithm,
+        # _num_steps...) are the speculative axis: server_props.startup.speculative.*
+        startup = dict(props.pop("startup", None) or entry.get("startup") or {})
+        reported = {k.removeprefix("speculative_"): startup.pop(k) for k in list(startup)
+                    if k.startswith("speculative_") and k != "speculative_config"}
+        flatten("engine.startup", startup or None, out)
+        flatten("server_props.startup.speculative", reported or None, out)
         flatten("server_props", props, out)
     record = provenance
     if record is None and entry is not None:
