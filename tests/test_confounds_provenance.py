@@ -197,3 +197,27 @@ def test_one_card_per_lane_differs_by_card_only(monkeypatch):
                                            "env": {"CUDA_VISIBLE_DEVICES": card}}))
     d = diff(*views)
     assert sorted(f.field for f in d.differences) == ["env.CUDA_VISIBLE_DEVICES", "gpus.0.uuid"]
+
+
+def test_a_tree_modified_outside_the_code_is_benign() -> None:
+    """Round 4 of the methods study ran one server group with examples/ moved out of the
+    tree (to fit a device call), recorded as `crossbench.dirty`; with `dirty_code` a tree
+    modified only in data, docs or tests reads benign, and one modified in code confounds."""
+    from crossbench.confounds.provenance import modifies_code
+
+    assert not modifies_code(" D examples/h200/a.zip\n M docs/x.md\n M tests/t.py\n")
+    assert not modifies_code('R  README.md -> docs/readme.md\n M "docs/a b.md"\n')
+    assert modifies_code(" M crossbench/runner/single.py\n")
+    assert modifies_code(" M pyproject.toml\n") and modifies_code(" M matrices/m.yaml\n")
+    assert modifies_code("R  examples/x.py -> crossbench/x.py\n")
+    clean = {"crossbench.commit": "abc", "crossbench.dirty": False,
+             "crossbench.dirty_code": False}
+    data = {**clean, "crossbench.dirty": True}
+    code = {**data, "crossbench.dirty_code": True}
+    assert [(x.field, str(x.kind)) for x in diff(clean, data).differences] == [
+        ("crossbench.dirty", "benign")]
+    assert {x.field: str(x.kind) for x in diff(clean, code).differences} == {
+        "crossbench.dirty": "confounding", "crossbench.dirty_code": "confounding"}
+    old = {k: v for k, v in data.items() if k != "crossbench.dirty_code"}  # older records
+    assert [str(x.kind) for x in diff(clean, old).differences
+            if x.field == "crossbench.dirty"] == ["confounding"]

@@ -130,9 +130,23 @@ def secret_values(argv: Sequence[str]) -> list[str]:
     return values
 
 
+NOT_CODE = ("examples/", "docs/", "tests/", "zenodo/", "README.md", "CHANGELOG.md")
+"""Tracked paths a run does not execute or read: a tree modified only there (``dirty_code``
+false) runs the commit's code."""
+
+
+def modifies_code(porcelain: str) -> bool:
+    """Whether ``git status --porcelain`` lines name a tracked file outside :data:`NOT_CODE`
+    (a rename counts both its paths)."""
+    paths = [p for line in porcelain.splitlines() if len(line) > 3
+             for p in line[3:].split(" -> ")]
+    return any(not p.strip('"').startswith(NOT_CODE) for p in paths)
+
+
 def crossbench_identity() -> dict[str, Any]:
-    """crossbench's version, and the git commit (and whether the tree is modified) when the
-    package runs from a git checkout; ``commit`` is None otherwise."""
+    """crossbench's version, and the git commit (whether the tree is modified, and whether
+    the modification touches code: ``dirty_code``) when the package runs from a git checkout;
+    ``commit`` is None otherwise."""
     root = repo_root()
     out: dict[str, Any] = {"version": __version__, "commit": None, "dirty": None}
     if not (root / ".git").exists():
@@ -148,6 +162,8 @@ def crossbench_identity() -> dict[str, Any]:
     if head.returncode == 0:
         out["commit"] = head.stdout.strip()
         out["dirty"] = bool(status.stdout.strip()) if status.returncode == 0 else None
+        if status.returncode == 0:
+            out["dirty_code"] = modifies_code(status.stdout)
     return out
 
 
