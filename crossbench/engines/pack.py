@@ -1035,6 +1035,18 @@ def default_prefix(manifest: dict[str, Any]) -> Path:
             f"{manifest['engine']}-{manifest['release']}-py{manifest['python']}")
 
 
+def installed_launcher(engine: str, release: str) -> Path | None:
+    """The launcher a matrix's ``binary:`` names (:func:`binary_launcher`) where
+    :func:`install` put ``engine`` ``release`` (:func:`default_prefix`), the newest Python's
+    where several; None where it is not installed."""
+    def python(p: Path) -> list[int]:
+        return [int(x) for x in p.parts[-3].rsplit("-py", 1)[1].split(".") if x.isdigit()]
+
+    found = (cache_dir() / "engines").glob(f"{engine}-{release}-py*/bin/"
+                                           f"{binary_launcher(engine)}")
+    return max(found, key=python, default=None)
+
+
 def check_parts(src: Path, manifest: dict[str, Any]) -> None:
     """Every listed part present, of its recorded size and sha256; no stray parts."""
     listed = {p["name"] for p in manifest["parts"]}

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from crossbench.engines.base import EngineIdentity, MetricsSnapshot
-from crossbench.engines.pack import install_record
+from crossbench.engines.pack import install_record, installed_launcher
 from crossbench.engines.process import (
     LocalServer,
     configured_binary,
@@ -32,7 +32,6 @@ from crossbench.engines.sglang.config import BLOCK, CHAIN, SIMULATE_PREFIX, Sgla
 from crossbench.engines.sglang.metrics import RUNNING
 from crossbench.engines.sglang.profile import SglangProfile, is_standin, profile_for
 from crossbench.errors import UserError
-from crossbench.paths import cache_dir
 
 _FLAG_RE = re.compile(r"--?[A-Za-z]")
 #: flags the adapter sets from typed fields; extra_args may not repeat them
@@ -42,15 +41,6 @@ _MANAGED = ("--model-path", "--model", "--revision", "--host", "--port", "--enab
             "--speculative-dflash-block-size", "--speculative-draft-model-path",
             "--speculative-draft-model", "--speculative-draft-model-revision")
 _VERSION_CODE = "import sglang; print(sglang.__version__)"
-
-
-def installed_launcher(version: str) -> Path | None:
-    """``<cache>/engines/sglang-VERSION-pyX.Y/bin/python`` where `crossbench engines install
-    sglang` put this release (the newest Python's where several), else None."""
-    found = sorted((cache_dir() / "engines").glob(f"sglang-{version}-py*/bin/python"),
-                   key=lambda p: [int(x) for x in p.parts[-3].rsplit("-py", 1)[1].split(".")
-                                  if x.isdigit()])
-    return found[-1] if found else None
 
 
 class SglangServer(LocalServer):
@@ -90,7 +80,7 @@ class SglangServer(LocalServer):
         release that `crossbench engines install sglang` wrote, else python3 on PATH."""
         if self._binary is None:
             self._binary = configured_binary(self.config.binary, "python3 on PATH") or \
-                installed_launcher(self.config.version) or \
+                installed_launcher("sglang", self.config.version) or \
                 on_path("python3", "set binary: /path/to/python (the interpreter that has "
                         "sglang installed)")
         return self._binary
