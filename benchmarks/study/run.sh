@@ -77,6 +77,23 @@ parts = json.load(open(os.path.join(sys.argv[1], "pack.json")))["parts"]
 sys.exit(0 if all(os.path.exists(os.path.join(sys.argv[1], p["name"])) for p in parts) else 1)
 EOF
 }
+# SGLang's pack: this call's parts (.carry/sglang-*/) kept in /tmp/sg-pack, installed once
+# every part is there (log: $1); sets sprefix to the install's folder (empty until then)
+sglang_from_pack() {
+  mkdir -p /tmp/sg-pack
+  for f in .carry/sglang-*/pack.json .carry/sglang-*/payload.tar.part*; do
+    [ -f "$f" ] || continue
+    cp -n "$f" /tmp/sg-pack/ && say "kept $(basename "$f") ($(stat -c %s "$f") bytes)"
+  done
+  sprefix=$(ls -d "$CROSSBENCH_CACHE"/engines/sglang-*/ 2>/dev/null | head -1)
+  if [ -z "$sprefix" ] && pack_complete /tmp/sg-pack; then
+    local s; s=$(date +%s)
+    cb engines install sglang --from /tmp/sg-pack >"$1" 2>&1 \
+      && say "sglang installed in $(( $(date +%s) - s )) s: $(tail -1 "$1")" \
+      || say "install failed: $(tail -3 "$1")"
+    sprefix=$(ls -d "$CROSSBENCH_CACHE"/engines/sglang-*/ 2>/dev/null | head -1)
+  fi
+}
 }
 
 # ---- cross rounds: the llama.cpp-versus-vLLM setup, then the round's steps (study.py run) ----
@@ -173,20 +190,7 @@ fi
 #     install once all are there. The matrix's sglang engine finds the installed interpreter
 #     itself (crossbench/engines/sglang: `binary` defaults to the installed release)
 sprefix=""
-if [ "$need_sglang" = 1 ]; then
-  mkdir -p /tmp/sg-pack
-  for f in .carry/sglang-*/pack.json .carry/sglang-*/payload.tar.part*; do
-    [ -f "$f" ] || continue
-    cp -n "$f" /tmp/sg-pack/ && say "kept $(basename "$f") ($(stat -c %s "$f") bytes)"
-  done
-  sprefix=$(ls -d "$CROSSBENCH_CACHE"/engines/sglang-*/ 2>/dev/null | head -1)
-  if [ -z "$sprefix" ] && pack_complete /tmp/sg-pack; then
-    s=$(date +%s)
-    cb engines install sglang --from /tmp/sg-pack >"$LOG/sglang-install.log" 2>&1 \
-      && say "sglang installed in $(( $(date +%s) - s )) s: $(tail -1 "$LOG/sglang-install.log")"
-    sprefix=$(ls -d "$CROSSBENCH_CACHE"/engines/sglang-*/ 2>/dev/null | head -1)
-  fi
-fi
+[ "$need_sglang" = 1 ] && sglang_from_pack "$LOG/sglang-install.log"
 
 wait_setup() {  # until the build and the F16/HF fixtures are done, or the budget nearly spent
   # (the Q4_K_M target, made last, is waited for only by rounds that use it). vLLM-only rounds
@@ -247,13 +251,9 @@ ls -la "$OUT"; cat "$LOG/calls.txt" 2>/dev/null | tail -20; cat "$LOG/timing.txt
 sglang_check_round() {
 LOG=/tmp/sg-logs
 device_prelude
-mkdir -p /tmp/sg-pack
 
-# 2. this call's parts of the pack
-for f in .carry/sglang-*/pack.json .carry/sglang-*/payload.tar.part*; do
-  [ -f "$f" ] || continue
-  cp -n "$f" /tmp/sg-pack/ && say "kept $(basename "$f") ($(stat -c %s "$f") bytes)"
-done
+# 2. this call's parts of the pack: kept by sglang_from_pack (step 4), which installs them
+#    once all are there
 
 # 3. the real Qwen tokenizer from the llama.cpp source, then the tiny pair with HF folders
 src=$(ls .carry/llama-cpp-python-*.src.tgz 2>/dev/null | head -1)
@@ -270,15 +270,8 @@ EOF
     || { say "fixtures failed: $(tail -2 "$LOG/fixtures.err")"; rm -f "$LOG/fixtures.txt"; }
 fi
 
-# 4. install once every part is there, then the check in the background
-prefix=$(ls -d "$CROSSBENCH_CACHE"/engines/sglang-*/ 2>/dev/null | head -1)
-if [ -z "$prefix" ] && pack_complete /tmp/sg-pack; then
-  s=$(date +%s)
-  cb engines install sglang --from /tmp/sg-pack >"$LOG/install.log" 2>&1 \
-    && say "sglang installed in $(( $(date +%s) - s )) s: $(tail -1 "$LOG/install.log")" \
-    || say "install failed: $(tail -3 "$LOG/install.log")"
-  prefix=$(ls -d "$CROSSBENCH_CACHE"/engines/sglang-*/ 2>/dev/null | head -1)
-fi
+# 4. the pack's parts, installed once every part is there, then the check in the background
+sglang_from_pack "$LOG/install.log"; prefix=$sprefix
 PY=${prefix%/}/bin/python
 hf=$(sed -n 3p "$LOG/fixtures.txt" 2>/dev/null)
 if [ -n "$prefix" ] && [ -x "$PY" ] && [ -n "$hf" ] && [ ! -f "$LOG/check.started" ]; then
