@@ -23,7 +23,7 @@ import os
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TextIO
+from typing import Any, BinaryIO, TextIO
 
 import orjson
 
@@ -73,19 +73,27 @@ def fsync_dir(path: Path) -> None:
             os.close(fd)
 
 
-def write_bytes_atomic(path: Path, data: bytes) -> None:
-    """Replace ``path`` with ``data`` so that readers see the old or the new file, never half."""
-    path.parent.mkdir(parents=True, exist_ok=True)
+@contextlib.contextmanager
+def _replacing(path: Path) -> Iterator[BinaryIO]:
+    """A temporary file to write ``path``'s new content into: fsynced and renamed over
+    ``path`` when the block ends, removed when it raises."""
     tmp = temp_name(path)
     try:
         with tmp.open("wb") as f:
-            f.write(data)
+            yield f
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
     finally:
         tmp.unlink(missing_ok=True)
     fsync_dir(path.parent)
+
+
+def write_bytes_atomic(path: Path, data: bytes) -> None:
+    """Replace ``path`` with ``data`` so that readers see the old or the new file, never half."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with _replacing(path) as f:
+        f.write(data)
 
 
 def replace_in_file(path: Path, old: Sequence[bytes], new: bytes) -> int:
@@ -100,21 +108,13 @@ def replace_in_file(path: Path, old: Sequence[bytes], new: bytes) -> int:
         if not any(o in line for line in fh for o in wanted):
             return 0
     count = 0
-    tmp = temp_name(path)
-    try:
-        with path.open("rb") as src, tmp.open("wb") as dst:
-            for line in src:
-                for o in wanted:
-                    if o in line:
-                        count += line.count(o)
-                        line = line.replace(o, new)
-                dst.write(line)
-            dst.flush()
-            os.fsync(dst.fileno())
-        os.replace(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)
-    fsync_dir(path.parent)
+    with path.open("rb") as src, _replacing(path) as dst:
+        for line in src:
+            for o in wanted:
+                if o in line:
+                    count += line.count(o)
+                    line = line.replace(o, new)
+            dst.write(line)
     return count
 
 
@@ -251,14 +251,9 @@ def json_error(e: json.JSONDecodeError) -> str:
 
 def json_type(value: Any) -> str:
     """The JSON name of a value's type (``array``, ``string``...), for messages."""
-    if isinstance(value, dict):
-        return "object"
-    if isinstance(value, list):
-        return "array"
-    if isinstance(value, str):
-        return "string"
-    if isinstance(value, bool):
-        return "boolean"
+    for kind, name in ((dict, "object"), (list, "array"), (str, "string"), (bool, "boolean")):
+        if isinstance(value, kind):
+            return name
     return "null" if value is None else "number"
 
 

@@ -1,5 +1,5 @@
 """The run directory and its one owner: layout, format versions, typed records, the writer
-and the reader.
+and the reader (docs/run-directory.md lists every file and its format history).
 
 Every name of a file or folder crossbench writes into a run directory is spelled here and
 nowhere else; other modules import the constants (or the :class:`RunLayout` and
@@ -11,32 +11,7 @@ writes**: reading, analysing or reporting a run leaves its directory byte for by
 was, so a read-only copy (a mounted archive, another user's run) can be read, analysed and
 reported.
 
-A ``crossbench run`` directory (also every matrix cell and every imported cell)::
-
-    manifest.json          schema version, config, engine identity, one entry per trial
-    requests.jsonl         one raw record per request (all trials), appended + fsynced
-    server.log             every trial's server output, separated by header lines
-    metrics/tK-before.prom /metrics right before trial K's measured requests (raw text)
-    metrics/tK-after.prom  /metrics after they all finished
-    telemetry/tK.csv       GPU samples of trial K (``telemetry_hz``; header only without a GPU)
-    summary.json           statistics recomputed from the files above
-
-A ``crossbench matrix`` directory (an import has the same shape without journal, stops and
-matrix file)::
-
-    matrix.yaml            the matrix as run (sha256 in state.json)
-    state.json             cells (id, coordinates, baseline, folder), the schedule
-    journal.jsonl          one line per finished trial: the resume point
-    stops.jsonl            cells the sequential rule stopped (one line each)
-    cells/<id>/            a run directory per cell (``/`` in the id becomes ``__``)
-    summary.json           per cell: trials done / failed / missing and headline figures
-
-and, written by ``crossbench analyze`` into either kind, ``analysis.json`` and
-``analysis/<table>.md|.csv``; ``crossbench report`` writes ``report/`` (or its ``--out``).
-
-Kinds (the ``kind`` of the file that marks a directory): ``crossbench.run``
-(``manifest.json``), ``crossbench.matrix`` and ``crossbench.import`` (``state.json``). A file
-of a newer format version than this crossbench reads is refused with a one-line
+A file of a newer format version than this crossbench reads is refused with a one-line
 :class:`~crossbench.errors.UserError` naming the file, its version and the newest version
 read (the fix: upgrade crossbench); older versions are read. A file that is not what its name
 says (truncated, not a JSON object, keys missing) is refused the same way; never a traceback.
@@ -146,46 +121,35 @@ def cell_folder(cell_id: str) -> str:
     return f"{CELLS_DIR}/{cell_id.replace('/', CELL_SEPARATOR)}"
 
 
+class _Under:
+    """A file or folder of a layout: ``layout.<attribute>`` is ``layout.root / name``."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    def __get__(self, layout: RunLayout | MatrixLayout, owner: type) -> Path:
+        return layout.root / self.name
+
+
 @dataclass(frozen=True)
 class RunLayout:
     """The paths of one run directory (a ``crossbench run``, a matrix cell, an import cell)."""
 
     root: Path
-
-    @property
-    def manifest(self) -> Path:
-        """``manifest.json``."""
-        return self.root / MANIFEST
-
-    @property
-    def requests(self) -> Path:
-        """``requests.jsonl``."""
-        return self.root / REQUESTS
-
-    @property
-    def summary(self) -> Path:
-        """``summary.json``."""
-        return self.root / SUMMARY
-
-    @property
-    def server_log(self) -> Path:
-        """``server.log``."""
-        return self.root / SERVER_LOG
-
-    @property
-    def metrics_dir(self) -> Path:
-        """``metrics/``."""
-        return self.root / METRICS_DIR
-
-    @property
-    def telemetry_dir(self) -> Path:
-        """``telemetry/``."""
-        return self.root / TELEMETRY_DIR
-
-    @property
-    def analysis(self) -> Path:
-        """``analysis.json`` (a single run analysed on its own)."""
-        return self.root / ANALYSIS
+    manifest = _Under(MANIFEST)
+    """``manifest.json``."""
+    requests = _Under(REQUESTS)
+    """``requests.jsonl``."""
+    summary = _Under(SUMMARY)
+    """``summary.json``."""
+    server_log = _Under(SERVER_LOG)
+    """``server.log``."""
+    metrics_dir = _Under(METRICS_DIR)
+    """``metrics/``."""
+    telemetry_dir = _Under(TELEMETRY_DIR)
+    """``telemetry/``."""
+    analysis = _Under(ANALYSIS)
+    """``analysis.json`` (a single run analysed on its own)."""
 
     def snapshot(self, trial: int, which: Snapshot) -> Path:
         """``metrics/tK-before.prom`` or ``metrics/tK-after.prom``."""
@@ -201,41 +165,20 @@ class MatrixLayout:
     """The paths of a matrix (or import) directory."""
 
     root: Path
-
-    @property
-    def state(self) -> Path:
-        """``state.json``."""
-        return self.root / STATE
-
-    @property
-    def journal(self) -> Path:
-        """``journal.jsonl``."""
-        return self.root / JOURNAL
-
-    @property
-    def stops(self) -> Path:
-        """``stops.jsonl``."""
-        return self.root / STOPS
-
-    @property
-    def predictions(self) -> Path:
-        """``predictions.jsonl``."""
-        return self.root / PREDICTIONS
-
-    @property
-    def matrix(self) -> Path:
-        """``matrix.yaml``."""
-        return self.root / MATRIX_FILE
-
-    @property
-    def summary(self) -> Path:
-        """``summary.json`` (per-cell status)."""
-        return self.root / SUMMARY
-
-    @property
-    def analysis(self) -> Path:
-        """``analysis.json``."""
-        return self.root / ANALYSIS
+    state = _Under(STATE)
+    """``state.json``."""
+    journal = _Under(JOURNAL)
+    """``journal.jsonl``."""
+    stops = _Under(STOPS)
+    """``stops.jsonl``."""
+    predictions = _Under(PREDICTIONS)
+    """``predictions.jsonl``."""
+    matrix = _Under(MATRIX_FILE)
+    """``matrix.yaml``."""
+    summary = _Under(SUMMARY)
+    """``summary.json`` (per-cell status)."""
+    analysis = _Under(ANALYSIS)
+    """``analysis.json``."""
 
     def cell(self, cell_id: str) -> RunLayout:
         """The run directory of a cell, by id."""
