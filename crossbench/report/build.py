@@ -1,14 +1,8 @@
 """``crossbench report``: a run directory -> one folder a reader opens.
 
-::
-
-    report.html          self-contained (figures inline, no network), see ``html.py``
-    report.md            its Markdown twin (figures linked from plots/)
-    datapoint.md         the PR datapoint of every pair (when the pairs fit one)
-    plots/<name>.png     every figure as PNG ...
-    plots/<name>.svg     ... and SVG
-
-Same run directory, same bytes: nothing in the report depends on when it was made.
+``report.html`` (self-contained), ``report.md`` (its Markdown twin), ``datapoint.md`` (when
+the pairs fit one) and ``plots/<name>.png|svg``. Same run directory, same bytes: nothing in
+the report depends on when it was made.
 """
 
 from __future__ import annotations

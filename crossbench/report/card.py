@@ -41,14 +41,8 @@ class Card:
 
 def distinct(values: Iterable[Any]) -> str:
     """The distinct values, in first-seen order, joined by `` / `` (``n/a`` when none)."""
-    seen: list[str] = []
-    for v in values:
-        if v is None or v == "":
-            continue
-        s = str(v)
-        if s not in seen:
-            seen.append(s)
-    return " / ".join(seen) if seen else "n/a"
+    seen = dict.fromkeys(str(v) for v in values if v is not None and v != "")
+    return " / ".join(seen) or "n/a"
 
 
 def gib(n: Any) -> str | None:

@@ -11,7 +11,6 @@ from __future__ import annotations
 import posixpath
 import re
 import shlex
-from typing import Any
 
 from crossbench.report.study import Cell, Study
 from crossbench.store import rundir
@@ -132,19 +131,3 @@ def flags_that_matter(argv: list[str]) -> list[str]:
             continue
         out.append(a)
     return out
-
-
-def spec_flags(spec_argv: list[str], base_argv: list[str]) -> list[str]:
-    """The flags a speculative server adds to its baseline's (model paths shortened)."""
-    base = flags_that_matter(base_argv)
-    flags = flags_that_matter(spec_argv)
-    extra = flags[:]
-    for a in base:
-        if a in extra:
-            extra.remove(a)
-    return extra
-
-
-def coords_text(coords: dict[str, Any]) -> str:
-    """``engine=... target=... arm=...`` for a heading."""
-    return " ".join(f"{k}={v}" for k, v in coords.items() if v is not None)

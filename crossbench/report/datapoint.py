@@ -154,6 +154,18 @@ def _table(study: Study, pairs: list[dict[str, Any]]) -> list[str]:
     return lines
 
 
+_WARNING_CAVEATS = (
+    (WarningKind.SINGLE_START, "single start: every trial ran on one server start per side, "
+     "so the intervals leave out start-to-start variation"),
+    (WarningKind.STARTS_DISAGREE, "starts disagree: with each server start as one sample the "
+     "interval holds 1; the verdict rests on fewer starts than their spread needs"),
+    (WarningKind.HOST_BOUND, "host-bound: the speculative arm's GPU waited on the host CPU "
+     "more than half its measured time, so this speedup holds for this host; another CPU or "
+     "load gives another"),
+)
+"""The caveat line of each pair warning a datapoint names, in the order it names them."""
+
+
 def caveats(pairs: list[dict[str, Any]]) -> list[str]:
     """What the confound check raised for these pairs, and verdicts from one server start
     per side (deduplicated)."""
@@ -172,21 +184,9 @@ def caveats(pairs: list[dict[str, Any]]) -> list[str]:
                             "speed shows what that acceptance would give")
                 continue
             seen.append(f"{f.get('severity')}: {f.get('message')}")
-        if any(w.get("kind") == WarningKind.SINGLE_START for w in p.get("warnings") or []):
-            seen.append("single start: every trial ran on one server start per side, so the "
-                        "intervals leave out start-to-start variation")
-        if any(w.get("kind") == WarningKind.STARTS_DISAGREE for w in p.get("warnings") or []):
-            seen.append("starts disagree: with each server start as one sample the interval "
-                        "holds 1; the verdict rests on fewer starts than their spread needs")
-        if any(w.get("kind") == WarningKind.HOST_BOUND for w in p.get("warnings") or []):
-            seen.append("host-bound: the speculative arm's GPU waited on the host CPU more "
-                        "than half its measured time, so this speedup holds for this host; "
-                        "another CPU or load gives another")
-    out: list[str] = []
-    for s in seen:
-        if s not in out:
-            out.append(s)
-    return out
+        kinds = {w.get("kind") for w in p.get("warnings") or []}
+        seen += [text for kind, text in _WARNING_CAVEATS if kind in kinds]
+    return list(dict.fromkeys(seen))
 
 
 def datapoint(study: Study, patterns: list[str] | None = None) -> str:

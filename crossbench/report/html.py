@@ -2,11 +2,8 @@
 
 The HTML needs nothing but itself: CSS is inline, figures are embedded as ``data:`` URIs
 (SVG), and a Content-Security-Policy forbids every fetch, so it opens the same offline, in a
-mail attachment or in an archive years later. The Markdown twin has the same sections and
-links the PNG files beside it.
-
-Sections, in order: headline, verdicts, figures, n-sweeps, study card (with everything held
-fixed), confounds of every pair, stability warnings, failed trials, how to reproduce.
+mail attachment or in an archive years later. The Markdown twin has the same sections
+(docs/report.md "Report" lists them) and links the PNG files beside it.
 """
 
 from __future__ import annotations

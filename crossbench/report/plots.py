@@ -1,19 +1,9 @@
 """The report's figures, drawn with matplotlib's Agg backend and saved as PNG and SVG.
 
-Each figure function takes the study and returns a :class:`Plot`, or None when the study has
-nothing to draw (no n-sweep, no per-position acceptance, no concurrency sweep, no GPU trace):
-
-- :func:`speedup_vs_n`: decode speedup against n with its interval as a band, one line per
-  method and model;
-- :func:`acceptance_curves`: per-position acceptance p_k of every speculative cell;
-- :func:`acceptance_vs_speedup`: draft acceptance rate against speedup, the net-loss region
-  (speedup < 1) shaded;
-- :func:`throughput_vs_concurrency`: wall output throughput against concurrency, when swept;
-- :func:`telemetry_strip`: SM clock, power and temperature over the study's wall time, from
-  the telemetry traces that have samples.
-
-Output is reproducible byte for byte: a fixed SVG hash salt, no dates, no tool versions in
-the files' metadata.
+Each function of :data:`FIGURES` takes the study and returns a :class:`Plot`, or None when
+the study has nothing to draw (docs/report.md "Report" lists the figures). Output is
+reproducible byte for byte: a fixed SVG hash salt, no dates, no tool versions in the files'
+metadata.
 """
 
 from __future__ import annotations
