@@ -1,27 +1,15 @@
 """Shorter vLLM start-ups that leave the measured decode unchanged (issue 33, item 5).
 
-Two cuts, each a server setting recorded in the manifest:
+Two cuts, each a server setting recorded in the manifest (docs/vllm.md "Start-up" says why
+each leaves the decode unchanged):
 
-- **CUDA graphs for the decode sizes only** (``cudagraph_sizes: decode``). vLLM captures a
-  graph per entry of ``compilation_config.cudagraph_capture_sizes`` (sizes in *tokens*), by
-  default ``[1, 2, 4] + range(8, 256, 8) + range(256, M + 1, 16)`` up to
-  ``M = min(max_num_seqs * (1 + n) * 2, 512, max_num_batched_tokens)`` (vLLM 0.26.0
-  ``VllmConfig._set_cudagraph_sizes``; ``n`` the speculative tokens). A decode step of ``k``
-  sequences under speculation verifies ``k * (n + 1)`` tokens (``uniform_decode_query_len =
-  n + 1``) and runs the smallest captured graph at or above it, so no decode step of a server
-  holding at most ``max_num_seqs`` sequences uses a size above the first default size at or
-  above ``max_num_seqs * (n + 1)``. :func:`decode_capture_sizes` keeps a prefix of the
-  default list long enough that every decode step pads to the very graph the default gives
-  it, also under the V1 runner's full decode graphs, for which vLLM rounds every size up to
-  a multiple of ``n + 1`` (``adjust_cudagraph_sizes_for_spec_decode``) and drops rounded
-  sizes above the list's maximum. What changes: mixed (prefill plus decode) steps of more
-  tokens than the kept maximum run without a piecewise graph, as steps above the default
-  maximum always do.
+- **CUDA graphs for the decode sizes only** (``cudagraph_sizes: decode``):
+  :func:`decode_capture_sizes` keeps the prefix of vLLM's default
+  ``cudagraph_capture_sizes`` (``VllmConfig._set_cudagraph_sizes`` of 0.26.0) that every
+  decode step of up to ``max_num_seqs`` sequences pads to, also under the V1 runner's full
+  decode graphs (``adjust_cudagraph_sizes_for_spec_decode``).
 - **A crossbench-managed compile cache** (``compile_cache: crossbench``): ``VLLM_CACHE_ROOT``
-  is ``~/.cache/crossbench/vllm-compile/<engine build key>/``, so starts of one configuration
-  on one machine reuse vLLM's torch.compile artifacts (vLLM keys them itself, in
-  ``torch_compile_cache/<hash>/``, by a hash of the release, model, cache, parallel,
-  scheduler and compilation configs, capture sizes included), and
+  is ``~/.cache/crossbench/vllm-compile/<engine build key>/``, and
   ``crossbench engines compile-cache pack|unpack`` carries the folder to the next machine.
 """
 
@@ -235,16 +223,8 @@ def unpack(path: Path, base: Path | None = None) -> tuple[dict[str, Any], Path, 
     root.mkdir(parents=True, exist_ok=True)
     before = set(cache_entries(root))
     with tarfile.open(path, "r:gz") as tar:
-        members = []
-        for m in tar.getmembers():
-            top = m.name.split("/", 1)[0]
-            if m.name == _PACK_MANIFEST or not (m.isfile() or m.isdir()):
-                continue
-            if m.name == _INDEX:
-                continue
-            if top not in _PACKED or _entry_of(m.name) in before:
-                continue
-            members.append(m)
+        members = [m for m in tar.getmembers() if (m.isfile() or m.isdir())
+                   and m.name.split("/", 1)[0] in _PACKED and _entry_of(m.name) not in before]
         try:
             tar.extractall(root, members=members, filter="data")
         except tarfile.FilterError as e:

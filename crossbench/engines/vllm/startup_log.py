@@ -1,51 +1,10 @@
 """Facts read from a ``vllm serve`` startup log, and the lines that carry them.
 
 Each fact comes from one message whose format string the profile records from the wheel's
-sources (``log_formats`` in ``engines/vllm/X.Y.Z.yaml``; formats of 0.33.0 in brackets):
-
-- ``version``, ``model``: ``vLLM server version %s, serving model %s`` (or the logo's
-  ``version``/``model`` lines; ``vLLM API server version %s`` in 0.10);
-- ``cudagraph_capture_sizes``, ``speculative_config``: the engine's config dump,
-  ``Initializing a V1 LLM engine (v%s) with config: %s``;
-- ``model_runner`` ``V2``: ``Using V2 Model Runner``; ``V1`` plus ``model_runner_fallback``:
-  ``Model Runner V2 does not yet support %s; using the V1 model runner instead.``;
-- ``kv_cache_tokens``, ``max_concurrency``: ``%s KV cache size: %s tokens, Maximum concurrency
-  for %s tokens per request: %.2fx``; ``kv_cache_gib``: ``Available KV cache memory: %s GiB``;
-- ``attention_backend``: ``Using %s attention backend out of potential backends: %s.``
-  (0.10: ``Using Flash Attention backend on V1 engine.``);
-- ``max_num_scheduled_tokens``: ``max_num_scheduled_tokens is set to N based on the
-  speculative decoding settings...`` (a warning, logged only when below 8192);
-- ``graph_capture_s``, ``graph_capture_gib``: ``Graph capturing finished in %.0f secs, took
-  %.2f GiB``;
-- ``async_scheduling`` (``enabled``/``disabled``): ``Asynchronous scheduling is %s.`` (0.26),
-  or ``disabled`` from the warning that says why (``Async scheduling not supported with
-  %s-based speculative decoding and will be disabled.`` in 0.26, ``Async scheduling is
-  disabled because the V1 model runner does not support it with %s.`` in 0.33, which logs no
-  "enabled"). vLLM turns it off for ``draft_model`` and ``ngram`` speculation, so a baseline
-  left at the default runs another scheduler than its speculative arm: pin it with
-  ``async_scheduling: false`` on both;
-- ``engine_init_s``, ``compile_s``: ``init engine (profile, create kv cache, warmup model)
-  took %.2f s (compilation: %.2f s)``: start-up spent in the engine, and in torch.compile
-  (near zero when the compile cache already holds this configuration);
-- ``compile_cache`` (``hit``, ``miss`` or ``partial``) and ``compile_cache_modules`` (each
-  compiled module, e.g. ``backbone`` and ``draft_model``, with ``hit``/``miss``):
-  ``Using cache directory: %s for vLLM's torch.compile`` names the module (the folder's last
-  part), then ``Directly load the compiled graph(s) for compile range %s from the cache, took
-  %.3f s`` is a hit and ``Compiling a graph for compile range %s takes %.2f s`` a miss
-  (0.10: ``for shape %s`` / ``for dynamic shape``). A
-  start whose modules all hit skips torch.compile (seen on the H200: 5 s instead of 65 s);
-  the cache lives in ``VLLM_CACHE_ROOT`` (default ``~/.cache/vllm``), so it stays warm across
-  starts on one machine, and an ``env: {VLLM_CACHE_ROOT: ...}`` on a kept volume keeps it
-  across machines;
-- ``torch_compile_s``: ``torch.compile took %.2f s in total`` (vllm/compilation/monitor.py),
-  summed over the compiled modules (one line each: backbone, draft_model): the compilation
-  alone, a few seconds on a warm cache;
-- ``profile_run_s``: ``Initial profiling/warmup run took %.2f s`` (the same file), summed
-  likewise: the first forward passes, which JIT-compile every Triton kernel the compile
-  cache's ``triton_cache`` lacks (vLLM points ``TRITON_CACHE_DIR`` into the folder of each
-  configuration's hash). Seen on the H200: 80-100 s on every start of the Qwen3.5 MTP target
-  (its gated delta-net kernels, each configuration's first start), under a second for the
-  dense Qwen3-8B.
+sources (``log_formats`` in ``engines/vllm/X.Y.Z.yaml``); docs/vllm.md "Startup facts" lists
+every fact beside its 0.33.0 message. ``torch_compile_s`` and ``profile_run_s`` are summed
+over their lines (one per compiled module: backbone, draft_model); ``compile_cache`` is
+``hit``, ``miss`` or ``partial`` over the modules of ``compile_cache_modules``.
 
 Every line of vLLM's log starts ``(PROCESS pid=N) LEVEL MM-DD HH:MM:SS [file.py:line]``; the
 regular expressions below search whole lines, so the prefix does not matter.
