@@ -5,7 +5,7 @@ refuses a ``--host`` in ``extra_args``, which would override that bind without s
 typed config (llama-server and vLLM alike). A ``host`` that is not a loopback address is
 allowed (a study may drive the server from another machine) but warned about, in the words of
 :func:`exposure_warning`: ``crossbench validate`` notes it for a matrix, and
-``LlamaServerConfig.warnings()`` returns it for a run.
+each engine config's ``warnings()`` returns it for a run (:func:`host_warnings`).
 """
 
 from __future__ import annotations
@@ -41,3 +41,9 @@ def exposure_warning(host: str, field: str = "host") -> str | None:
             "network for the whole run (anyone who can reach this machine can send it "
             f"requests and disturb the measurements); set {field}: 127.0.0.1 unless that is "
             "intended")
+
+
+def host_warnings(host: str) -> list[str]:
+    """An engine config's ``warnings()``: :func:`exposure_warning` of its ``host``, if any."""
+    warning = exposure_warning(host, "host")
+    return [warning] if warning else []

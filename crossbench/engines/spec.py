@@ -1,9 +1,19 @@
-"""Checks of the canonical speculative settings every adapter takes (see ``runner.matrix``):
-``type``, ``n``, ``draft_model``, ``synth_rates``, ``synth_len``."""
+"""What every engine config shares: the strict base model, and the checks of the canonical
+speculative settings every adapter takes (see ``runner.matrix``): ``type``, ``n``,
+``draft_model``, ``synth_rates``, ``synth_len``."""
 
 from __future__ import annotations
 
 import itertools
+from typing import Annotated
+
+from pydantic import AfterValidator, BaseModel, ConfigDict
+
+
+class StrictModel(BaseModel):
+    """Base of the engine config models: unknown fields are errors, values are frozen."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
 
 
 def check_synth_rates(rates: list[float] | None) -> list[float] | None:
@@ -19,3 +29,7 @@ def check_synth_rates(rates: list[float] | None) -> list[float] | None:
         raise ValueError("synth_rates must be non-increasing (they are unconditional: "
                          "a draft reaches position k+1 only through position k)")
     return rates
+
+
+SynthRates = Annotated[list[float] | None, AfterValidator(check_synth_rates)]
+"""The type of a ``synth_rates`` field, checked by :func:`check_synth_rates`."""

@@ -18,13 +18,13 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import Field, model_validator
 
 from crossbench.engines.affinity import CpuSettings
 from crossbench.engines.auth import ApiKeySettings
-from crossbench.engines.bind import exposure_warning
+from crossbench.engines.bind import host_warnings
 from crossbench.engines.llamacpp.pins import DEFAULT_PIN
-from crossbench.engines.spec import check_synth_rates
+from crossbench.engines.spec import StrictModel, SynthRates
 
 SpecType = Literal[
     "none", "draft-simple", "draft-eagle3", "draft-mtp", "draft-dflash", "draft-dspark",
@@ -62,11 +62,7 @@ def n_limit(rules: Mapping[str, Any]) -> tuple[int | None, str]:
     return NGRAM_N_CAP, f"llama.cpp refuses an n-gram draft length above {NGRAM_N_CAP}"
 
 
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-
-class LlamaSpecConfig(_Strict):
+class LlamaSpecConfig(StrictModel):
     """Speculative decoding settings of llama-server."""
 
     type: SpecType = Field("none", description="`--spec-type`: the drafting method, or none.")
@@ -87,7 +83,7 @@ class LlamaSpecConfig(_Strict):
         "sampled drafts verified by rejection sampling.")
     ngram_mod_n_min: int | None = Field(None, ge=0, description="`--spec-ngram-mod-n-min`.")
     ngram_mod_n_match: int | None = Field(None, ge=1, description="`--spec-ngram-mod-n-match`.")
-    synth_rates: list[float] | None = Field(
+    synth_rates: SynthRates = Field(
         None,
         description="`--spec-synth-rates`: unconditional per-position acceptance probabilities, "
         "non-increasing, one per drafted position (benchmarking only: output is not valid text).",
@@ -95,11 +91,6 @@ class LlamaSpecConfig(_Strict):
     synth_len: float | None = Field(
         None, ge=1, description="`--spec-synth-len`: target mean acceptance length (incl. the "
         "target token); exclusive with synth_rates.")
-
-    @field_validator("synth_rates")
-    @classmethod
-    def _rates(cls, v: list[float] | None) -> list[float] | None:
-        return check_synth_rates(v)
 
     @model_validator(mode="after")
     def _exclusive(self) -> LlamaSpecConfig:
@@ -113,7 +104,7 @@ class LlamaSpecConfig(_Strict):
         return self.type != "none"
 
 
-class LlamaServerConfig(_Strict, ApiKeySettings, CpuSettings):
+class LlamaServerConfig(StrictModel, ApiKeySettings, CpuSettings):
     """One llama-server configuration: binary, model, server settings and speculation (and,
     for a server behind an API key, where the key is: ``api_key_env`` or ``api_key_file``)."""
 
@@ -153,5 +144,4 @@ class LlamaServerConfig(_Strict, ApiKeySettings, CpuSettings):
     def warnings(self) -> list[str]:
         """What is allowed but worth a warning before the server starts: a ``host`` that is
         not a loopback address (the server is then reachable from the network)."""
-        warning = exposure_warning(self.host, "host")
-        return [warning] if warning else []
+        return host_warnings(self.host)

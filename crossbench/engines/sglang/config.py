@@ -24,11 +24,13 @@ import re
 from pathlib import Path
 from typing import ClassVar, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import Field, field_validator, model_validator
 
 from crossbench.engines.affinity import CpuSettings
 from crossbench.engines.auth import ApiKeySettings
+from crossbench.engines.bind import host_warnings
 from crossbench.engines.sglang.profile import DEFAULT_VERSION
+from crossbench.engines.spec import StrictModel
 
 SglangMethod = Literal["none", "DFLASH", "EAGLE", "EAGLE3", "NEXTN", "NGRAM", "STANDALONE"]
 
@@ -62,11 +64,7 @@ def split_model(text: str, setting: str) -> tuple[str, str | None]:
     return text, None
 
 
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-
-class SglangSpecConfig(_Strict):
+class SglangSpecConfig(StrictModel):
     """Speculative decoding settings of ``launch_server``."""
 
     type: SglangMethod = Field("none", description="`--speculative-algorithm`: DFLASH (a "
@@ -167,7 +165,7 @@ class SglangSpecConfig(_Strict):
                 "SGLANG_SIMULATE_ACC_TOKEN_MODE": TOKEN_MODES[tokens]}
 
 
-class SglangServerConfig(_Strict, ApiKeySettings, CpuSettings):
+class SglangServerConfig(StrictModel, ApiKeySettings, CpuSettings):
     """One ``python -m sglang.launch_server`` configuration: interpreter, release, model,
     server settings and speculation."""
 
@@ -241,7 +239,4 @@ class SglangServerConfig(_Strict, ApiKeySettings, CpuSettings):
 
     def warnings(self) -> list[str]:
         """A ``host`` that is not a loopback address (reachable from the network)."""
-        from crossbench.engines.bind import exposure_warning
-
-        warning = exposure_warning(self.host, "host")
-        return [warning] if warning else []
+        return host_warnings(self.host)

@@ -12,11 +12,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import Field, field_validator, model_validator
 
 from crossbench.engines.affinity import CpuSettings
 from crossbench.engines.auth import ApiKeySettings
-from crossbench.engines.spec import check_synth_rates
+from crossbench.engines.bind import host_warnings
+from crossbench.engines.spec import StrictModel, SynthRates
 from crossbench.engines.vllm.profile import DEFAULT_VERSION, all_spec_fields
 
 _REPO_RE = re.compile(r"[A-Za-z0-9][\w.-]*/[\w.-]+")
@@ -63,11 +64,7 @@ def parse_model_ref(text: str, setting: str = "model") -> ModelRef:
     return ModelRef(text, None, local=True)
 
 
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-
-class VllmSpecConfig(_Strict):
+class VllmSpecConfig(StrictModel):
     """Speculative decoding settings, written to ``--speculative-config`` as JSON.
 
     Fields of vLLM's SpeculativeConfig that crossbench does not type (``revision``,
@@ -86,7 +83,7 @@ class VllmSpecConfig(_Strict):
         None, description="`model` of --speculative-config: a draft model, EAGLE/Medusa head "
         "or MTP weights, as a local path, OWNER/REPO or hf://OWNER/REPO@REVISION (the "
         "revision becomes the spec config's `revision`).")
-    synth_rates: list[float] | None = Field(
+    synth_rates: SynthRates = Field(
         None, description="`synthetic_acceptance_rates` with `rejection_sample_method: "
         "synthetic`: unconditional per-position acceptance probabilities, non-increasing, one "
         "per drafted position (benchmarking only: output is not valid text).")
@@ -140,11 +137,6 @@ class VllmSpecConfig(_Strict):
         if extra:
             out["fields"] = extra
         return out
-
-    @field_validator("synth_rates")
-    @classmethod
-    def _rates(cls, v: list[float] | None) -> list[float] | None:
-        return check_synth_rates(v)
 
     @field_validator("draft_model")
     @classmethod
@@ -224,7 +216,7 @@ class VllmSpecConfig(_Strict):
         return out
 
 
-class VllmServerConfig(_Strict, ApiKeySettings, CpuSettings):
+class VllmServerConfig(StrictModel, ApiKeySettings, CpuSettings):
     """One ``vllm serve`` configuration: release, model, server settings and speculation (and,
     for a server behind an API key, where the key is: ``api_key_env`` or ``api_key_file``)."""
 
@@ -330,10 +322,7 @@ class VllmServerConfig(_Strict, ApiKeySettings, CpuSettings):
     def warnings(self) -> list[str]:
         """A ``host`` that is not a loopback address (the server is then reachable from the
         network)."""
-        from crossbench.engines.bind import exposure_warning
-
-        warning = exposure_warning(self.host, "host")
-        return [warning] if warning else []
+        return host_warnings(self.host)
 
     def model_ref(self) -> ModelRef:
         """The target as vLLM takes it (revision from the model or from ``revision``)."""
