@@ -1,29 +1,13 @@
 """``crossbench archive RUN_DIR --out DIR``: a folder and a deterministic zip to deposit.
 
-``DIR/<name>/`` and ``DIR/<name>.zip`` (the same files, under ``<name>/`` in the zip)::
+``DIR/<name>/`` and ``DIR/<name>.zip`` hold the same files (under ``<name>/`` in the zip):
+``data/`` (the run directory as recorded, with its analysis), ``report/``, ``scripts/`` and
+the metadata files; docs/report.md "Archive" lists them. Server logs over
+``split_logs_over`` bytes go to ``DIR/<name>-logs.zip`` instead (same paths).
 
-    data/                  the run directory as recorded: matrix.yaml, state.json, journal,
-                           cells/<cell>/ (raw records, server.log, metrics snapshots,
-                           telemetry, manifest.json, summary.json), analysis.json, analysis/
-                           (the run's own, or made for the archive when the run has none:
-                           the run directory is only read)
-    report/                the report (``crossbench report``): HTML, Markdown, plots, datapoint
-    scripts/               reanalyze.sh and reproduce.sh (the code licence applies)
-    README.md              what each file is, how to check and re-run it, the licences
-    CITATION.cff           cff-version 1.2.0
-    .zenodo.json           Zenodo deposition metadata (upload_type dataset)
-    ro-crate-metadata.json RO-Crate 1.1, a File entity per file
-    MANIFEST.json          every file with its size, sha256 and role; side archives
-    SHA256SUMS             ``sha256sum -c`` format, every file but itself
-
-Server logs over ``split_logs_over`` bytes go to ``DIR/<name>-logs.zip`` instead (same
-paths), listed with their checksums in MANIFEST.json.
-
-Same inputs, same bytes: zip entries sorted, every timestamp 1980-01-01 00:00, permissions
-0644, deflate level 6, no date of the build anywhere (the archive's date is the study's, or
-``--date``).
-Nothing secret-looking (``crossbench.archive.secrets``) is ever written: the run directory is
-scanned before anything is copied, the generated files before the zip is made.
+Same inputs, same bytes (:func:`deterministic_zip`; the archive's date is the study's, or
+``--date``). Nothing secret-looking (``crossbench.archive.secrets``) is ever written: the run
+directory is scanned before anything is copied, the generated files before the zip is made.
 """
 
 from __future__ import annotations
@@ -250,17 +234,13 @@ def _licence_text(meta: ArchiveMeta) -> str:
 
 
 def _file_table(entries: list[dict[str, Any]]) -> str:
-    groups: dict[str, list[int]] = {}
+    groups: dict[str, list[Any]] = {}  # bytes, None for files written after the table
     whats: dict[str, str] = {}
     for f in entries:
         key = role_pattern(f["path"])
-        groups.setdefault(key, []).append(int(f["bytes"] or 0))
+        groups.setdefault(key, []).append(f["bytes"])
         whats[key] = f["role"]
-    sizes: dict[str, bool] = {}
-    for f in entries:
-        key = role_pattern(f["path"])
-        sizes[key] = sizes.get(key, True) and f["bytes"] is not None
-    rows = [[f"`{k}`", whats[k], str(len(v)), f"{sum(v):,}" if sizes[k] else "-"]
+    rows = [[f"`{k}`", whats[k], str(len(v)), "-" if None in v else f"{sum(map(int, v)):,}"]
             for k, v in groups.items()]
     return md_table(["files", "what", "count", "bytes"], rows).rstrip("\n")
 

@@ -1,31 +1,14 @@
 """Secret-looking values in files: what must never be archived or deposited.
 
-Three kinds of evidence, each reported as file and line, never with the value itself:
-
-- token patterns: Hugging Face (``hf_`` + 30 or more letters and digits), GitHub
-  (``ghp_``/``gho_``/``ghu_``/``ghs_``/``ghr_`` + 36 or more, ``github_pat_...``), and bearer or
-  access tokens as Zenodo and other OAuth services take them (``access_token=...``,
-  ``Bearer ...``, ``ZENODO_TOKEN=...`` followed by 30 or more letters and digits);
-- a secret flag with its value in clear (any flag
-  :func:`crossbench.confounds.provenance.is_secret` calls secret: ``--api-key``,
-  ``--hf-token``, ``--token``): ``--api-key=VALUE``, ``"--api-key", "VALUE"`` (a JSON or
-  Python list, also with the value on the next line, as indented JSON and YAML lists write
-  it), ``--api-key VALUE`` (a command line; there the value must hold a digit or be 16
-  characters long, so that prose such as "--api-key flags" is not flagged), and an API key
-  setting (``api_key: VALUE``, ``VLLM_API_KEY=VALUE``, ``'api_key': ['VALUE']``). Redacted
-  values (``<redacted>``) and placeholders (``$NAME``, ``<key>``, ``KEY``, ``...``) are not
-  findings;
-- the values of the environment's secret variables (names
-  :func:`~crossbench.confounds.provenance.is_secret` calls secret: ``HF_TOKEN``,
-  ``ZENODO_TOKEN``, ``LLAMA_API_KEY``, a server key's ``api_key_env``) of
-  :data:`MIN_SECRET_LEN` characters or more, wherever they appear;
-- the secrets a run declared: every run manifest keeps a salted SHA-256 of each secret the
-  run knew (its server's API key, secret flag values: :data:`SECRET_HASHES`), so a key that
-  looks like no token, sits behind no flag and is in no variable of the verifying machine is
-  still found: every token of every line (split at blanks and quotes, and again at
-  punctuation) is hashed with each salt (:class:`DeclaredSecrets`).
-
-Files are read line by line as bytes, so logs of any size and binary files are covered.
+Four kinds of evidence (docs/report.md "Verify", check 5), each reported as file and line,
+never with the value itself: token patterns (:data:`PATTERNS`); a secret flag or API key
+setting with its value in clear (:data:`FLAG_VALUES`, any flag
+:func:`crossbench.confounds.provenance.is_secret` calls secret; redacted values and
+placeholders are not findings); the values of the environment's secret variables of
+:data:`MIN_SECRET_LEN` characters or more; and the secrets a run declared as salted hashes in
+its manifest (:data:`SECRET_HASHES`, :class:`DeclaredSecrets`), found by hashing every token
+of every line. Files are read line by line as bytes, so logs of any size and binary files are
+covered.
 """
 
 from __future__ import annotations
@@ -185,8 +168,8 @@ def environment_secrets(environ: Mapping[str, str] | None = None) -> list[tuple[
 
 def scan_lines(name: str, lines: Iterable[bytes], secrets: list[tuple[str, bytes]],
                declared: DeclaredSecrets | None = None) -> Iterator[SecretFinding]:
-    """Findings in a sequence of lines (bytes) of the file called ``name`` (``declared``: the
-    secrets runs declared, :func:`declared_in`)."""
+    """Findings in a sequence of lines (bytes; an open binary file) of the file called
+    ``name`` (``declared``: the secrets runs declared, :func:`declared_in`)."""
     flag_before = False  # the previous line was a list item holding a secret flag alone
     for i, line in enumerate(lines, 1):
         for what, pattern in PATTERNS:
@@ -212,12 +195,6 @@ def scan_lines(name: str, lines: Iterable[bytes], secrets: list[tuple[str, bytes
             yield SecretFinding(name, i, DECLARED)
 
 
-def scan_stream(name: str, fh: Iterable[bytes], secrets: list[tuple[str, bytes]],
-                declared: DeclaredSecrets | None = None) -> list[SecretFinding]:
-    """Findings in an open binary file (any iterable of byte lines)."""
-    return list(scan_lines(name, fh, secrets, declared))
-
-
 def scan_files(root: Path, files: Iterable[Path],
                environ: Mapping[str, str] | None = None,
                declared: DeclaredSecrets | None = None) -> list[SecretFinding]:
@@ -228,7 +205,7 @@ def scan_files(root: Path, files: Iterable[Path],
     found: list[SecretFinding] = []
     for rel in files:
         with (root / rel).open("rb") as fh:
-            found += scan_stream(Path(rel).as_posix(), fh, secrets, declared)
+            found += scan_lines(Path(rel).as_posix(), fh, secrets, declared)
     return found
 
 

@@ -1,28 +1,14 @@
 """``crossbench archive verify PATH``: is this archive what it says it is?
 
-PATH is the zip or the folder ``crossbench archive`` wrote. Five checks, each failure a
-:class:`Problem` naming the file (relative to the archive's folder) and, where there is one,
-the line:
+PATH is the zip or the folder ``crossbench archive`` wrote. Five checks (docs/report.md
+"Verify"): checksums, side archives, schema versions, re-derivation of every number from the
+raw records, secrets; each failure a :class:`Problem` naming the file (relative to the
+archive's folder) and, where there is one, the line.
 
-1. checksums: every file matches ``SHA256SUMS``, none is missing or unlisted, and
-   ``MANIFEST.json`` agrees;
-2. side archives (server logs split off): when the side zip lies beside PATH, its sha256 and
-   every member's match ``MANIFEST.json`` (absent: a note, not a failure);
-3. schema versions: the archive manifest, ``analysis.json``, ``state.json``, every cell's
-   ``manifest.json`` and provenance record are versions this crossbench reads;
-4. re-derivation: the raw files are copied to a temporary folder and analysed again with the
-   options recorded in ``analysis.json`` (resamples, seed, level, min samples); every number
-   of the recorded analysis, and every cell's ``summary.json``, must come out the same;
-5. secrets: no secret-looking value anywhere (``crossbench.archive.secrets``).
-
-A zip is someone else's deposit, so it is opened as untrusted input: :func:`zip_entries`
-refuses, before anything is written, one over its :class:`Limits` (:data:`MAX_ENTRIES`,
-:data:`MAX_BYTES`, :data:`MAX_MEMBER_BYTES`; the free space of the temporary folder too) or
-holding a link, device or pipe, an unsafe, repeated (``a//b`` is ``a/b``), too deep or too
-long name, an encrypted entry or a method not in :data:`METHODS`, in one line naming the
-entry. Entries are then written one by one as plain files, never following a link nor
-writing more bytes than declared; damaged data is one line too. Side archives are read under
-the same rules (a problem of their check; members are streamed, so only the total applies).
+A zip is untrusted input: :func:`zip_entries` refuses one over its :class:`Limits` or holding
+anything but safe, distinct plain files before anything is written, and :func:`_write_entry`
+writes each entry as a plain file, never following a link nor writing more bytes than
+declared. Side archives are read under the same rules, never unpacked.
 """
 
 from __future__ import annotations
@@ -58,7 +44,7 @@ from crossbench.archive.build import (
 from crossbench.archive.secrets import (
     declared_in,
     environment_secrets,
-    scan_stream,
+    scan_lines,
     scan_tree,
 )
 from crossbench.errors import UserError
@@ -406,7 +392,7 @@ def check_side_archives(root: Path, beside: Path, notes: list[str], limits: Limi
                     check.problems.append(Problem(f"{path.name}:{rel}", None,
                                                   f"sha256 differs from {MANIFEST}"))
                 with zf.open(info) as fh:
-                    for f in scan_stream(f"{path.name}:{rel}", fh, secrets, declared):
+                    for f in scan_lines(f"{path.name}:{rel}", fh, secrets, declared):
                         check.problems.append(Problem(f.path, f.line, f.what))
             for rel in wanted:
                 check.problems.append(Problem(f"{path.name}:{rel}", None, "missing"))

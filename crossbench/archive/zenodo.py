@@ -1,22 +1,12 @@
 """``crossbench archive upload``: deposit an archive on Zenodo through its REST API.
 
-The flow (developers.zenodo.org, deposit API with the bucket files API):
-
-1. ``POST /api/deposit/depositions`` creates a draft, or, with ``--new-version-of ID``,
-   ``POST /api/deposit/depositions/ID/actions/newversion`` makes one whose ``latest_draft``
-   link is then read (its files, a snapshot of the previous version's, are replaced);
-2. each file (the archive's zip, and the side zip of split logs) is ``PUT`` to the draft's
-   bucket as a stream, and the md5 Zenodo returns (``checksum: "md5:..."``) must equal the
-   one computed while sending;
-3. ``PUT /api/deposit/depositions/:id`` sets the metadata of the archive's ``.zenodo.json``;
-4. ``POST .../actions/publish`` only with ``--publish``.
-
-A partial upload resumes: the draft's id is kept beside the zip (``<name>.deposit.json``,
-without the token), and a rerun skips every file whose md5 is already on the draft.
-Requests that fail with 429 or 5xx, or lose their connection, are retried with exponential
-backoff (``Retry-After`` is honoured). The token comes from ``ZENODO_TOKEN``, goes only in
-the ``Authorization`` header to the configured host, and never into a message, a log line,
-an exception or a file.
+The flow (docs/report.md "Upload to Zenodo"): create a draft (or a new version), ``PUT``
+each zip to the draft's bucket as a stream and check the md5 Zenodo returns, set the metadata
+of ``.zenodo.json``, and publish only when asked. A partial upload resumes from the state kept
+beside the zip (:data:`STATE_SUFFIX`); 429, 5xx and lost connections are retried with
+backoff (:class:`Retry`). The token comes from ``ZENODO_TOKEN``, goes only in the
+``Authorization`` header to the configured host, and never into a message, a log line, an
+exception or a file.
 """
 
 from __future__ import annotations
@@ -90,11 +80,6 @@ class _HashingReader:
         block = self._fh.read(size)
         self.md5.update(block)
         return block
-
-
-def md5_file(path: Path) -> str:
-    """Hex md5 of a file (Zenodo's checksum)."""
-    return file_digest(path, "md5")
 
 
 def _loopback(host: str) -> bool:
@@ -382,7 +367,7 @@ def deposit(dep: ArchiveFiles, client: ZenodoClient, *, publish: bool = False,
         else:
             log(f"warning: {name} is on the draft but not in the archive; left as it is")
     for name, path in wanted.items():
-        md5 = md5_file(path)
+        md5 = file_digest(path, "md5")  # Zenodo's checksum
         have = present.get(name)
         if have is not None and str(have.get("checksum", "")).removeprefix("md5:") == md5:
             result.skipped.append(name)
