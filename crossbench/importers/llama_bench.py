@@ -35,14 +35,17 @@ from typing import Any
 
 from crossbench.errors import UserError
 from crossbench.importers.records import (
+    LAYOUT_FIGURES,
     MAX_MS,
+    NS_PER_MS,
+    WALL_FIGURE,
     ImportedCell,
     Invalid,
     check_decode,
     count,
     finite_everywhere,
+    new_cell,
     read_json_objects,
-    run_config,
     shown,
     text_or_none,
     timed_record,
@@ -153,22 +156,19 @@ def _cell(t: dict[str, Any], index: int, workload: str, source: str) -> Imported
                                       "prompt_tokens": int(t["n_prompt"])},
                                max_tokens=0, text=None, source=source)
         records.append(rec)
-        sent = rec["t_done_ns"] + 1_000_000
-    coords = {"engine": "llama-bench", "target": model, "arm": "none", "method": "none",
-              "n": None, "workload": workload, "concurrency": 1}
-    load = {"workload": workload, "max_tokens": t["n_gen"], "temperature": None,
-            "ignore_eos": None, "cache_prompt": None, "concurrency": 1,
-            "n_prompt": t["n_prompt"], "n_depth": t.get("n_depth", 0)}
-    params = {k: v for k, v in t.items() if k not in RESULT_FIELDS | HOST_FIELDS}
-    engine = {"kind": "llama-bench", "version": f"b{t.get('build_number')}-"
-              f"{t.get('build_commit')}", "build_number": t.get("build_number"),
-              "commit": t.get("build_commit"), "binary": None, "sha256": None}
-    cfg = run_config(engine="llama-bench", model=str(t.get("model_filename")),
-                     spec={"type": "none"}, load=load, trials=len(records))
-    cfg["engine_config"].update({k: v for k, v in params.items() if k != "model_filename"})
-    return ImportedCell(coords, cfg, engine, records, {
-        "test_index": index, "test": {k: v for k, v in t.items()},
+        sent = rec["t_done_ns"] + NS_PER_MS
+    imported = {
+        "test_index": index, "test": dict(t),
         "timing": "one record per repetition: tg tests as n_gen tokens, the first taking "
                   "1/n_gen of the sample (TTFT not measured); pp tests as prefill only",
-        "unknown_figures": ["latency_ms.chunk_gap", "latency_ms.token_itl",
-                            "throughput.wall_output_tok_s", "latency_ms.ttft"]})
+        "unknown_figures": [*LAYOUT_FIGURES, WALL_FIGURE, "latency_ms.ttft"]}
+    load = {"max_tokens": t["n_gen"], "n_prompt": t["n_prompt"], "n_depth": t.get("n_depth", 0)}
+    identity = {"version": f"b{t.get('build_number')}-{t.get('build_commit')}",
+                "build_number": t.get("build_number"), "commit": t.get("build_commit")}
+    cell = new_cell(records, imported, engine="llama-bench", model=str(t.get("model_filename")),
+                    target=model, arm="none", method="none", n=None, workload=workload,
+                    concurrency=1, trials=len(records), load=load, identity=identity)
+    cell.config["engine_config"].update({k: v for k, v in t.items()
+                                         if k not in RESULT_FIELDS | HOST_FIELDS
+                                         and k != "model_filename"})
+    return cell

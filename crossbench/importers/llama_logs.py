@@ -39,10 +39,10 @@ from crossbench.importers.records import (
     check_decode,
     count,
     finish_cells,
+    new_cell,
     nothing_imported,
     number,
     read_prompts,
-    run_config,
     timed_record,
     write_import,
 )
@@ -334,22 +334,16 @@ def _cell(key: tuple[Any, ...], members: list[tuple[int | None, Path, Log, dict[
     engine = "llama-server" if kinds != {"perf"} else "llama-cli"
     method = "none" if arm == baseline_arm else (given_method or "unknown")
     workload = f"import:{prompts.stem}" if prompts else "import:llama-logs"
-    spec: dict[str, Any] = {"type": method} | ({"n": n} if n is not None else {})
-    load = {"workload": workload, "max_tokens": None, "temperature": None,
-            "ignore_eos": None, "cache_prompt": None, "concurrency": conc}
-    coords = {"engine": engine, "target": model, "arm": arm, "method": method, "n": n,
-              "workload": workload, "concurrency": conc}
-    identity = {"kind": engine, "version": f"b{build[0]}-{build[1]}" if build else None,
-                "build_number": build[0] if build else None,
-                "commit": build[1] if build else None, "binary": None, "sha256": None}
+    identity = {"version": f"b{build[0]}-{build[1]}", "build_number": build[0],
+                "commit": build[1]} if build else None
     timing = ("llama-server print_timings: prompt eval time as TTFT, eval time as decode time "
               "(the server's prompt_ms and predicted_ms)" if engine == "llama-server" else
               "llama_perf_context_print: prompt eval time as TTFT, eval time as decode time, "
               "runs + 1 output tokens (rate = the line's tokens per second)")
-    return ImportedCell(coords, run_config(engine=engine, model=str(model), spec=spec,
-                                           load=load, trials=len(set(trials))),
-                        identity, records,
-                        {"arm": arm, "files": [p.name for _, p, _, _ in members],
-                         "trials": sorted(set(trials)),
-                         "timing": timing + "; requests laid end to end, 1 ms apart (no clock)",
-                         "unknown_figures": [*LAYOUT_FIGURES, WALL_FIGURE]})
+    imported = {"arm": arm, "files": [p.name for _, p, _, _ in members],
+                "trials": sorted(set(trials)),
+                "timing": timing + "; requests laid end to end, 1 ms apart (no clock)",
+                "unknown_figures": [*LAYOUT_FIGURES, WALL_FIGURE]}
+    return new_cell(records, imported, engine=engine, model=str(model), target=model, arm=arm,
+                    method=method, n=n, workload=workload, concurrency=conc,
+                    trials=len(set(trials)), identity=identity)

@@ -49,11 +49,11 @@ from crossbench.importers.records import (
     check_decode,
     count,
     finish_cells,
+    new_cell,
     number,
     obj,
     placeholder_regex,
     read_prompts,
-    run_config,
     shown,
     text_or_none,
     timed_record,
@@ -74,10 +74,6 @@ MAX_BODY_BYTES = 64 * MIB
 """Largest response body read (one request's body: text, token ids and timings)."""
 TIMING_COUNTS = ("cache_n", "prompt_n", "predicted_n", "draft_n", "draft_n_accepted")
 """Fields of llama-server's ``timings`` that count tokens (the ``*_ms`` fields are times)."""
-
-
-def _is_float(value: Any) -> bool:
-    return isinstance(value, float)
 
 
 def pattern_regex(pattern: str) -> re.Pattern[str]:
@@ -109,16 +105,13 @@ def _n_regex(expr: str | None) -> re.Pattern[str] | None:
 
 
 def _body(path: Path) -> dict[str, Any]:
-    text = read_text(path, "response body", MAX_BODY_BYTES,
-                     "keep only llama-server response bodies matching --pattern")
+    fix = "keep only llama-server response bodies matching --pattern"
+    text = read_text(path, "response body", MAX_BODY_BYTES, fix)
     try:
         data = json.loads(text)
-    except RecursionError:
-        raise UserError(f"{path} is not a JSON response body (nested too deeply)",
-                        "keep only llama-server response bodies matching --pattern") from None
-    except ValueError as e:
-        raise UserError(f"{path} is not a JSON response body ({e})",
-                        "keep only llama-server response bodies matching --pattern") from None
+    except (ValueError, RecursionError) as e:
+        why = "nested too deeply" if isinstance(e, RecursionError) else e
+        raise UserError(f"{path} is not a JSON response body ({why})", fix) from None
     if not isinstance(data, dict):
         raise UserError(f"{path} is not a JSON object", "keep only response bodies")
     return data
@@ -126,10 +119,8 @@ def _body(path: Path) -> dict[str, Any]:
 
 def check_body(b: dict[str, Any]) -> None:
     """Raise :class:`~crossbench.importers.records.Invalid` for a body whose fields could not
-    come from llama-server: the wrong type where a number, string or object belongs, a time
-    that is NaN, infinite, negative, zero or beyond ``MAX_MS``, a token count that is not a
-    whole number in range, or an object with none of :data:`BODY_FIELDS` (not a response
-    body at all). Fields are named as the body spells them."""
+    come from llama-server (module docstring), or an object with none of :data:`BODY_FIELDS`
+    (not a response body at all). Fields are named as the body spells them."""
     if not any(k in b for k in BODY_FIELDS):
         keys = ", ".join(sorted(str(k) for k in b)[:4]) or "none"
         raise Invalid(f"not a llama-server response body (no content, choices, timings or "
@@ -170,7 +161,7 @@ def check_body(b: dict[str, Any]) -> None:
             count(value, f"timings.{key}")
         elif key.endswith("_ms"):
             number(value, f"timings.{key}")
-        elif key.endswith("_per_second") or _is_float(value):
+        elif key.endswith("_per_second") or isinstance(value, float):
             number(value, f"timings.{key}", maximum=None)
     if "predicted_ms" not in t or "error" in b:
         return  # recorded as a failed request (no timings, or the server's error)
@@ -366,26 +357,20 @@ def _cell(model: str, arm: str, files: list[tuple[dict[str, str], Path, dict[str
                                 "put only the digits of n in the group, e.g. 'n(\\d+)'"
                                 ) from None
             label = n_rx.sub("", arm).strip("-_. ") or method
-    spec: dict[str, Any] = {"type": method} | ({"n": n} if n is not None else {})
-    load = {"workload": workload, "max_tokens": max(max_tokens) if max_tokens else None,
+    load = {"max_tokens": max(max_tokens) if max_tokens else None,
             "temperature": max(temps) if temps else None,
-            "ignore_eos": (ignore_eos == {True}) if ignore_eos else None,
-            "cache_prompt": None, "concurrency": 1}
-    trials = sorted({r["trial"] for r in records})
+            "ignore_eos": (ignore_eos == {True}) if ignore_eos else None}
     build = re.match(r"b(\d+)-(\w+)", str(fingerprint or ""))
-    engine = {"kind": "llama-server", "version": fingerprint,
-              "build_number": int(build[1]) if build else None,
-              "commit": build[2] if build else None, "binary": None, "sha256": None}
-    coords = {"engine": "llama-server", "target": model, "arm": label, "method": method, "n": n,
-              "workload": workload, "concurrency": 1}
-    return ImportedCell(coords, run_config(engine="llama-server", model=str(engine_model or
-                                                                          model),
-                                           spec=spec, load=load, trials=len(trials)),
-                        engine, records,
-                        {"arm": arm, "files": [p.name for _, p, _ in files],
-                         "timing": "server timings (prompt_ms as TTFT, predicted_ms as decode "
-                                   "time); requests laid end to end, 1 ms apart",
-                         "unknown_figures": [*LAYOUT_FIGURES, WALL_FIGURE]})
+    identity = {"version": fingerprint, "build_number": int(build[1]) if build else None,
+                "commit": build[2] if build else None}
+    imported = {"arm": arm, "files": [p.name for _, p, _ in files],
+                "timing": "server timings (prompt_ms as TTFT, predicted_ms as decode time); "
+                          "requests laid end to end, 1 ms apart",
+                "unknown_figures": [*LAYOUT_FIGURES, WALL_FIGURE]}
+    return new_cell(records, imported, engine="llama-server", model=str(engine_model or model),
+                    target=model, arm=label, method=method, n=n, workload=workload,
+                    concurrency=1, trials=len({r["trial"] for r in records}), load=load,
+                    identity=identity)
 
 
 def _method(types: set[str], given: str | None) -> str:

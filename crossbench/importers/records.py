@@ -235,10 +235,9 @@ def json_or_lines(path: Path, text: str, what: str, fix: str) -> Any:
             return json.loads(text)
         except ValueError:
             return [json.loads(line) for line in text.splitlines() if line.strip()]
-    except RecursionError:
-        raise UserError(f"{path} is not {what} (nested too deeply)", fix) from None
-    except ValueError as e:
-        raise UserError(f"{path} is not {what} ({e})", fix) from None
+    except (ValueError, RecursionError) as e:
+        why = "nested too deeply" if isinstance(e, RecursionError) else e
+        raise UserError(f"{path} is not {what} ({why})", fix) from None
 
 
 def read_json_objects(path: Path, tool: str, fix: str, *, item: str, keys: tuple[str, ...],
@@ -295,6 +294,24 @@ def run_config(*, engine: str, model: str, spec: dict[str, Any], load: dict[str,
     """A ``crossbench run`` config as far as the source tells it (unknowns are None)."""
     return {"engine": engine, "engine_config": {"model": model, "spec": spec},
             "load": load, "trials": trials, "model_refs": {}}
+
+
+def new_cell(records: list[dict[str, Any]], imported: dict[str, Any], *, engine: str,
+             model: str, target: Any, arm: str, method: str, n: int | None, workload: str,
+             concurrency: Any, trials: int, load: dict[str, Any] | None = None,
+             identity: dict[str, Any] | None = None) -> ImportedCell:
+    """An importer's cell: its coordinates, a run config whose load settings are ``load`` and
+    None where the source does not say them, and an engine identity of what ``identity``
+    gives of the build (no binary)."""
+    coords = {"engine": engine, "target": target, "arm": arm, "method": method, "n": n,
+              "workload": workload, "concurrency": concurrency}
+    spec = {"type": method} | ({"n": n} if n is not None else {})
+    load = {"workload": workload, "max_tokens": None, "temperature": None, "ignore_eos": None,
+            "cache_prompt": None, "concurrency": concurrency, **(load or {})}
+    identity = {"kind": engine, "version": None, "build_number": None, "commit": None,
+                "binary": None, "sha256": None, **(identity or {})}
+    config = run_config(engine=engine, model=model, spec=spec, load=load, trials=trials)
+    return ImportedCell(coords, config, identity, records, imported)
 
 
 # -- what each arm ran with, as the user declares it -----------------------------------------

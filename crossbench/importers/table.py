@@ -35,11 +35,11 @@ from crossbench.importers.records import (
     count,
     finish_cells,
     json_or_lines,
+    new_cell,
     nothing_imported,
     number,
     placeholder_regex,
     read_prompts,
-    run_config,
     shown,
     timed_record,
     write_import,
@@ -692,16 +692,9 @@ def _cells(requests: list[Request], maps: dict[str, FieldMap], engine: str,
                 imported["figure_notes"] = {WALL_FIGURE: aggregate["definition"]}
         if any(r.drafted is not None for r in reqs):
             imported["acceptance_source"] = "per-request drafted/accepted of the table"
-        spec: dict[str, Any] = {"type": method} | ({"n": n} if n is not None else {})
-        load = {"workload": workload, "max_tokens": None, "temperature": None,
-                "ignore_eos": None, "cache_prompt": None, "concurrency": conc}
-        coords = {"engine": engine, "target": model, "arm": arm, "method": method, "n": n,
-                  "workload": workload, "concurrency": conc}
-        engine_id = {"kind": engine, "version": None, "build_number": None, "commit": None,
-                     "binary": None, "sha256": None}
-        cells.append(ImportedCell(coords, run_config(engine=engine, model=model, spec=spec,
-                                                     load=load, trials=len(trials)),
-                                  engine_id, records, imported))
+        cells.append(new_cell(records, imported, engine=engine, model=model, target=model,
+                              arm=arm, method=method, n=n, workload=workload, concurrency=conc,
+                              trials=len(trials)))
     return cells
 
 

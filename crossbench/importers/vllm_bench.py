@@ -61,11 +61,11 @@ from crossbench.importers.records import (
     count,
     finish_cells,
     finite_everywhere,
+    new_cell,
     nothing_imported,
     number,
     read_json_objects,
     read_prompts,
-    run_config,
     setting_key,
     setting_value,
     shown,
@@ -447,21 +447,16 @@ def _cell(engine: str, members: list[tuple[Path, dict[str, Any]]], methods: dict
                                   "accepted": counts[2], "per_position": per_pos}
     if not detailed:
         imported["aggregate"] = _mean_aggregate(aggregates)
-    coords = {"engine": engine, "target": first["model_id"],
-              "arm": arm, "method": method, "n": n, "workload": workload,
-              "concurrency": concurrency if concurrency is not None
-              else f"rate-{first.get('request_rate')}"}
-    spec_cfg: dict[str, Any] = {"type": method} | ({"n": n} if n is not None else {})
-    load = {"workload": workload, "max_tokens": meta.get("max_tokens"),
-            "temperature": meta.get("temperature"), "ignore_eos": None, "cache_prompt": None,
+    load = {"max_tokens": meta.get("max_tokens"), "temperature": meta.get("temperature"),
             "concurrency": concurrency, "rate": first.get("request_rate"),
             "requests": len(first.get("latencies") or []) or first.get("num_prompts")}
-    identity = {"kind": engine, "version": meta.get("vllm_version"),
-                "build_number": None, "commit": None, "binary": None, "sha256": None}
-    config = run_config(engine=engine, model=first["model_id"], spec=spec_cfg, load=load,
-                        trials=len(members))
-    config["engine_config"].update(serve_settings(meta))
-    return ImportedCell(coords, config, identity, records, imported)
+    cell = new_cell(records, imported, engine=engine, model=first["model_id"],
+                    target=first["model_id"], arm=arm, method=method, n=n, workload=workload,
+                    concurrency=concurrency if concurrency is not None
+                    else f"rate-{first.get('request_rate')}", trials=len(members), load=load,
+                    identity={"version": meta.get("vllm_version")})
+    cell.config["engine_config"].update(serve_settings(meta))
+    return cell
 
 
 def serve_settings(meta: dict[str, Any]) -> dict[str, Setting]:
