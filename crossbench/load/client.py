@@ -63,30 +63,16 @@ Each request carries ``X-Request-Id: <prefix>-<index>`` (see :func:`request_id`)
 logs, and the stand-in's truth, can be joined to records, and ``Authorization: Bearer KEY``
 when the config has an ``api_key`` (a server started with ``--api-key``).
 
-Connections are kept alive between requests (``keepalive_s``). llama-server (b11312,
-cpp-httplib 0.58) closes the connection after every streamed response although it answered
-``Keep-Alive: timeout=5, max=100``: its chunked content provider returns false after
-``sink.done()``, httplib takes that for a cancelled write, leaves its keep-alive loop and
-calls ``drain_and_close_socket`` (half-close, then read and discard for up to 100 ms). A
-request written on such a connection before the client has seen the close is discarded
-unread and fails with no response (``ServerDisconnectedError``, or ``ClientOSError: Can not
-write request body``). So:
-
-- a send that meets a closed connection is made once more, on a connection opened for it
-  alone, when it provably never reached the server (:func:`never_delivered`: it went out on
-  a *reused* connection and not one byte of a response came back). Its record counts it in
-  ``retries`` and keeps the failed send in ``failed_attempts``; ``t_sent_ns`` and every
-  later time are the resend's (``t_scheduled_ns`` stays the first due time);
-- a run whose reused connections have never carried an answer stops reusing at the first
-  such send: every later request opens its own connection (the server closes them anyway,
-  so nothing a reuse would save is lost), and a trial has at most about ``concurrency``
-  resends instead of one in every few requests. A server that keeps its connections alive
-  keeps the pool.
-
-Never resent, and recorded failed: a request on a new connection (the server accepted it,
-so it may have read it), one that got any byte of a response, a timeout, or a resend that
-fails in turn. A server that read a request on a reused connection and closed it without a
-byte would look the same from here as one that closed first; the record shows the resend.
+Connections are kept alive between requests (``keepalive_s``), but llama-server (b11312,
+cpp-httplib 0.58) closes one after every streamed response, and a request written on it
+fails unanswered (docs/metrics.md, "Connections and resends", gives the mechanism). A send that
+meets a closed connection is made once more, on a connection opened for it alone, when it
+provably never reached the server (:func:`never_delivered`); its record counts it in
+``retries``, keeps the failed send in ``failed_attempts``, and its ``t_sent_ns`` and later
+times are the resend's (``t_scheduled_ns`` stays the first due time). A run whose reused
+connections have never carried an answer stops reusing at the first such send
+(:class:`_Sessions`). Never resent: a request on a new connection, one that got any byte of
+a response, a timeout, or a resend that fails in turn.
 """
 
 from __future__ import annotations
@@ -466,26 +452,15 @@ class _Attempt:
 
 
 async def _on_reuse(_session: Any, ctx: Any, _params: Any) -> None:
+    """Marks a send's :class:`_Attempt` when the connector hands it a pooled connection."""
     ctx.trace_request_ctx.reused = True
 
 
-def _reuse_trace() -> aiohttp.TraceConfig:
-    """Marks a send's :class:`_Attempt` when the connector hands it a pooled connection."""
-    trace = aiohttp.TraceConfig()
-    trace.on_connection_reuseconn.append(_on_reuse)
-    return trace
-
-
 class _Sessions:
-    """The run's two sessions and what it has learnt of the server's keep-alive.
-
-    ``pooled`` keeps connections alive for reuse; ``fresh`` opens a new one for every send.
-    Sends go to the pool until a send on a reused connection finds it closed while no reused
-    connection has yet carried an answer: the server closes what it says it keeps alive
-    (llama-server after every stream), so reuse can only fail there, and every later send
-    opens its own connection (``fresh_only``). That costs nothing a reuse would have saved.
-    A server whose reused connections answer keeps the pool whatever else happens.
-    """
+    """The run's two sessions, ``pooled`` (connections kept for reuse) and ``fresh`` (a new
+    one per send), and what it has learnt of the server's keep-alive: a send on a reused
+    connection that finds it closed, while no reused connection has yet carried an answer,
+    sends every later request on ``fresh`` (``fresh_only``; module docstring)."""
 
     __slots__ = ("fresh", "fresh_only", "pooled", "reuse_answered")
 
@@ -691,8 +666,10 @@ async def run_load(
     url = config.url()
     opts: dict[str, Any] = {"timeout": timeout, "auto_decompress": False,
                             "raise_for_status": False}  # fmt: skip
+    trace = aiohttp.TraceConfig()
+    trace.on_connection_reuseconn.append(_on_reuse)
     async with (
-        aiohttp.ClientSession(connector=connector, trace_configs=[_reuse_trace()], **opts) as s,
+        aiohttp.ClientSession(connector=connector, trace_configs=[trace], **opts) as s,
         aiohttp.ClientSession(connector=aiohttp.TCPConnector(force_close=True), **opts) as fresh,
     ):
         sessions = _Sessions(s, fresh)
@@ -719,7 +696,13 @@ async def _run_closed_loop(
         for spec in it:  # a shared iterator: each worker takes the next request
             await _one_request(sessions, cfg, url, spec, False, time.monotonic_ns(), sink)
 
-    await _gather_or_cancel([worker() for _ in range(min(concurrency, len(requests)))])
+    tasks = [asyncio.create_task(worker()) for _ in range(min(concurrency, len(requests)))]
+    try:
+        await asyncio.gather(*tasks)
+    finally:
+        for t in tasks:
+            t.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
 
 
 async def _run_poisson(
@@ -758,16 +741,6 @@ async def _run_poisson(
             await asyncio.gather(*in_flight, return_exceptions=True)
     if failure:
         raise failure[0]
-
-
-async def _gather_or_cancel(coros: list[Any]) -> None:
-    tasks = [asyncio.create_task(c) for c in coros]
-    try:
-        await asyncio.gather(*tasks)
-    finally:
-        for t in tasks:
-            t.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
 
 
 def run_load_sync(
