@@ -197,19 +197,17 @@ def http_get(url: str, timeout: float = 5.0,
              headers: Mapping[str, str] | None = None) -> tuple[int, bytes]:
     """GET a URL (with ``headers``, e.g. :func:`crossbench.engines.auth.bearer`); (status,
     body). Connection errors raise OSError."""
-    request = urllib.request.Request(url, headers=dict(headers or {}))
-    try:
-        with urllib.request.urlopen(request, timeout=timeout) as r:
-            return int(r.status), r.read()
-    except urllib.error.HTTPError as e:
-        return int(e.code), e.read()
+    return _http(urllib.request.Request(url, headers=dict(headers or {})), timeout)
 
 
 def http_post(url: str, timeout: float = 10.0,
               headers: Mapping[str, str] | None = None) -> tuple[int, bytes]:
     """POST an empty body to a URL; (status, body). Connection errors raise OSError."""
-    request = urllib.request.Request(url, data=b"", method="POST",
-                                     headers=dict(headers or {}))
+    return _http(urllib.request.Request(url, data=b"", method="POST",
+                                        headers=dict(headers or {})), timeout)
+
+
+def _http(request: urllib.request.Request, timeout: float) -> tuple[int, bytes]:
     try:
         with urllib.request.urlopen(request, timeout=timeout) as r:
             return int(r.status), r.read()
@@ -225,6 +223,8 @@ class LocalServer(EngineServer):
 
     #: the environment variable the engine reads its API key from (None: it reads none)
     api_key_variable: str | None = None
+    #: (lower-case phrases of a failed start-up's log, the fix they call for), first match wins
+    startup_hints: tuple[tuple[tuple[str, ...], str], ...] = ()
 
     def __init__(self, host: str, port: int | None, log_path: Path,
                  key_settings: ApiKeySettings | None = None,
@@ -352,8 +352,11 @@ class LocalServer(EngineServer):
                            f"lines:\n{tail}", self._startup_hint(tail))
 
     def _startup_hint(self, tail: str) -> str:
-        """The fix to name for a start-up that ended with the log lines ``tail``."""
-        return "read the server log for the cause"
+        """The fix to name for a start-up that ended with the log lines ``tail``: that of the
+        first of :attr:`startup_hints` whose phrases the lines hold (in any case)."""
+        low = tail.lower()
+        return next((fix for phrases, fix in self.startup_hints
+                     if any(p in low for p in phrases)), "read the server log for the cause")
 
     def _check_port_free(self) -> None:
         """UserError when the configured port is taken (before anything starts)."""

@@ -33,7 +33,6 @@ from crossbench.engines.process import (
     http_get,
     http_post,
     log_tail,
-    port_in_use,
 )
 from crossbench.errors import RunError, UserError
 
@@ -67,6 +66,16 @@ class LlamaServer(LocalServer):
     kind = "llama-server"
     in_flight_metric = "llamacpp:requests_processing"
     api_key_variable = "LLAMA_API_KEY"  # `--api-key`'s variable (llama-server --help)
+    startup_hints = (
+        (("address already in use", "couldn't bind"),
+         "the port is taken; omit --port to pick a free one"),
+        (("failed to load model", "error loading model"),
+         "check that the GGUF file is complete and of an architecture this build knows"),
+        (("out of memory", "cudamalloc failed"),
+         "lower the context size (-c), offload fewer layers (-ngl), or use a smaller quant"),
+        (("invalid argument", "error while handling argument"),
+         "a flag value was rejected; see the log line above"),
+    )
 
     def __init__(self, config: LlamaServerConfig, log_path: Path) -> None:
         super().__init__(config.host, config.port, log_path, config, config.extra_args,
@@ -120,9 +129,7 @@ class LlamaServer(LocalServer):
                             "fix the path")
         self._check_against(self.profile)
         _ = self.api_key  # a configured key must be there before anything starts
-        if cfg.port is not None and port_in_use(cfg.host, cfg.port):
-            raise UserError(f"port {cfg.port} on {cfg.host} is in use",
-                            "stop what holds it, or omit --port to pick a free one")
+        self._check_port_free()
 
     def static_profile(self) -> LlamaCppProfile | None:
         """The profile this config will meet, known without running anything: the pin's
@@ -251,7 +258,7 @@ class LlamaServer(LocalServer):
                 tail = log_tail(self._log_path)
                 raise RunError(
                     f"llama-server exited with code {rc} during start-up; last log lines:\n{tail}",
-                    _startup_hint(tail),
+                    self._startup_hint(tail),
                 )
             try:
                 status, _ = http_get(url, timeout=2.0, headers=self.auth_headers())
@@ -358,10 +365,7 @@ class LlamaServer(LocalServer):
         with contextlib.suppress(ProcessLookupError):  # stray children of the group
             os.killpg(proc.pid, signal.SIGKILL)
         self._proc = None
-        if self._port is not None:
-            deadline = time.monotonic() + 10
-            while port_in_use(self.config.host, self._port) and time.monotonic() < deadline:
-                time.sleep(0.05)
+        self._wait_port_free()
 
 
 #: typed settings whose flags the adapter always passes: a repeat in extra_args would override
@@ -381,16 +385,3 @@ def _check_not_managed(arg: str, prof: LlamaCppProfile) -> None:
         if name in (*spellings, *prof.options.get(setting, ())):
             raise UserError(f"extra_args: {name} is set by crossbench from `{setting}`",
                             _MANAGED_FIX[setting])
-
-
-def _startup_hint(tail: str) -> str:
-    low = tail.lower()
-    if "address already in use" in low or "couldn't bind" in low:
-        return "the port is taken; omit --port to pick a free one"
-    if "failed to load model" in low or "error loading model" in low:
-        return "check that the GGUF file is complete and of an architecture this build knows"
-    if "out of memory" in low or "cudamalloc failed" in low:
-        return "lower the context size (-c), offload fewer layers (-ngl), or use a smaller quant"
-    if "invalid argument" in low or "error while handling argument" in low:
-        return "a flag value was rejected; see the log line above"
-    return "read the server log for the cause"

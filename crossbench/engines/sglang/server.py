@@ -58,6 +58,8 @@ class SglangServer(LocalServer):
     kind = "sglang"
     in_flight_metric = RUNNING
     api_key_variable = None  # SGLang takes its key only as --api-key
+    startup_hints = ((("unrecognized arguments",), "a flag is unknown to this SGLang; check "
+                      "version: against the installed sglang"),)
 
     def __init__(self, config: SglangServerConfig, log_path: Path) -> None:
         super().__init__(config.host, config.port, log_path, config, config.extra_args,
@@ -267,12 +269,6 @@ class SglangServer(LocalServer):
                                     timeout=10.0, headers=self.auth_headers())
             if status == 200:
                 self._info = json.loads(body)
-
-    def _startup_hint(self, tail: str) -> str:
-        """A flag this SGLang does not know, or the server log."""
-        return ("a flag is unknown to this SGLang; check version: against the installed "
-                "sglang" if "unrecognized arguments" in tail else "read the server log for "
-                "the cause")
 
     def scrape(self) -> MetricsSnapshot:
         """GET ``/metrics`` (served with ``--enable-metrics``, which crossbench passes)."""

@@ -91,6 +91,17 @@ class VllmServer(LocalServer):
     kind = "vllm"
     in_flight_metric = IN_FLIGHT
     api_key_variable = "VLLM_API_KEY"  # vllm/envs.py; `--api-key` takes precedence over it
+    startup_hints = (
+        (("address already in use",), "the port is taken; omit port to pick a free one"),
+        (("out of memory", "no available memory for the cache blocks"),
+         "lower max_model_len or max_num_seqs, or raise gpu_memory_utilization"),
+        (("unrecognized arguments", "error: argument"),
+         "a flag is unknown to this vLLM; check version: against `vllm --version`"),
+        (("does not exist", "repository not found", "401"),
+         "check the model id and revision, and HF_TOKEN for gated models"),
+        (("arctic inference is required",),
+         "suffix decoding needs `pip install arctic-inference` on the vLLM host"),
+    )
 
     def __init__(self, config: VllmServerConfig, log_path: Path) -> None:
         super().__init__(config.host, config.port, log_path, config, config.extra_args,
@@ -435,10 +446,6 @@ class VllmServer(LocalServer):
         """The last start's cut settings and phases (empty before :meth:`start`)."""
         return dict(self._cut)
 
-    def _startup_hint(self, tail: str) -> str:
-        """What the log's last lines say to fix (:func:`_startup_hint`)."""
-        return _startup_hint(tail)
-
     def scrape(self) -> MetricsSnapshot:
         """GET ``/metrics`` (on by default in vLLM) and parse it."""
         return self._read_metrics("vllm",
@@ -515,25 +522,5 @@ def _start_kind(mode: str, logged: str | None, entries_before: int) -> str:
     miss among hits: partial), else whether the cache root held entries before the start."""
     if mode == "off":
         return "cold"
-    if logged == "hit":
-        return "warm"
-    if logged == "partial":
-        return "partial"
-    if logged == "miss":
-        return "cold"
-    return "warm" if entries_before else "cold"
-
-
-def _startup_hint(tail: str) -> str:
-    low = tail.lower()
-    if "address already in use" in low:
-        return "the port is taken; omit port to pick a free one"
-    if "out of memory" in low or "no available memory for the cache blocks" in low:
-        return "lower max_model_len or max_num_seqs, or raise gpu_memory_utilization"
-    if "unrecognized arguments" in low or "error: argument" in low:
-        return "a flag is unknown to this vLLM; check version: against `vllm --version`"
-    if "does not exist" in low or "repository not found" in low or "401" in low:
-        return "check the model id and revision, and HF_TOKEN for gated models"
-    if "arctic inference is required" in low:
-        return "suffix decoding needs `pip install arctic-inference` on the vLLM host"
-    return "read the server log for the cause"
+    return {"hit": "warm", "partial": "partial", "miss": "cold"}.get(
+        logged or "", "warm" if entries_before else "cold")
