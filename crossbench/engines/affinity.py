@@ -1,12 +1,8 @@
-"""CPU pinning of an engine server: the ``cpus`` setting of every engine config.
-
-A speculative arm can spend more time waiting on the host than computing on the GPU
-(``crossbench.analysis.host_time``): its speed then depends on which CPUs its busy threads
-share with the load client and other work. ``cpus: "2-15"`` (a Linux CPU list, as
-``taskset -c`` takes it) restricts the server's process tree to those CPUs: it is set with
+"""CPU pinning of an engine server: the ``cpus`` setting of every engine config, a Linux CPU
+list as ``taskset -c`` takes it (docs/engines.md "Pinning a server to CPUs"). It is set with
 ``sched_setaffinity`` in the child before exec, so every process and thread the engine starts
-inherits it. The list is checked for syntax when the config is read and against the CPUs
-crossbench may use when the server starts (a UserError naming the field, before the spawn).
+inherits it; checked for syntax when the config is read and against the CPUs crossbench may
+use when the server starts.
 """
 
 from __future__ import annotations

@@ -1,15 +1,7 @@
 """Servers behind an API key: where crossbench finds the key, how it hands it to the server
-and to its own requests, and what an HTTP 401 means.
-
-The key never sits in a config: an engine config names where it is (``api_key_env: NAME``,
-an environment variable, or ``api_key_file: PATH``, a file whose first line is the key).
-The adapter gives it to the server through the engine's own environment variable
-(llama-server's ``LLAMA_API_KEY``, vLLM's ``VLLM_API_KEY``), so it appears in no argv, and
-crossbench sends ``Authorization: Bearer KEY`` with every request and every ``/metrics``
-scrape. A key passed to the server some other way is found too, so that crossbench can still
-talk to it: ``--api-key KEY`` in ``extra_args`` (recorded redacted, and moved from the
-server's command line into that variable when the engine has one: :func:`key_to_environment`),
-or the engine's variable already set in crossbench's environment (which the server inherits).
+and to its own requests, and what an HTTP 401 means (docs/engines.md "Servers behind an API
+key"). The key never sits in a config, and reaches the server through the engine's own
+environment variable, never its argv (:func:`key_to_environment`).
 """
 
 from __future__ import annotations

@@ -1,19 +1,12 @@
 """Offline packs of a pinned engine release, for a GPU host that reaches no package index.
 
 :func:`pack` (needs network unless ``wheelhouse`` is given) resolves ``vllm==X.Y.Z`` and its
-requirements for a target Python on ``manylinux`` x86_64, counting every package of the host's
-list (``pip list --format=freeze``) as installed; it slims the engine wheel (the release's
-``drop_files``), and writes one uncompressed tar of the wheels split into parts of at most
-``part_bytes`` plus ``pack.json``. :func:`install` (offline, on the host) checks every part,
-the payload and every wheel against ``pack.json``, installs them with ``pip --target`` and
-writes two launchers (the engine's console script ``bin/<engine>`` and the interpreter
-``bin/python``, both with the install's site first on the path) and ``install.json``;
-:func:`install_record` reads that record back for an engine's identity. Which launcher a
-matrix's ``binary:`` names is the one engine-specific fact here (:data:`MATRIX_BINARY`).
-
-What a release's pack leaves out, keeps from the host and sets by default is data:
-``engines/<engine>/pack.yaml`` (``CROSSBENCH_ENGINES_DIR`` overrides the folder), one entry
-per release, each with its reason.
+requirements for a target Python on ``manylinux`` x86_64 against the host's package list,
+slims the engine wheel and writes the wheels as a tar in parts plus ``pack.json``;
+:func:`install` (offline, on the host) checks it all and installs it with two launchers and
+``install.json`` (docs/vllm-offline.md). Which launcher a matrix's ``binary:`` names is the one
+engine-specific fact here (:data:`MATRIX_BINARY`); what a release's pack leaves out, keeps
+from the host and sets by default is data: ``engines/<engine>/pack.yaml``.
 
 Example::
 

@@ -56,25 +56,15 @@ def register(name: str, server: str, config: str,
              process_names: tuple[str, ...] = (),
              rules: str | None = None,
              run_options: Mapping[str, str] | None = None) -> None:
-    """Register an engine: ``server`` and ``config`` are ``"module:Class"`` paths.
+    """Register an engine: ``server`` and ``config`` are ``"module:Class"`` paths; what shared
+    code reads from each other argument is docs/engines.md "The registration".
 
-    ``spec_metric_prefix`` starts the names of the engine's speculative counters and
-    identifies them in manifests; ``spec_counters`` names them when they are not the
-    standard four under that prefix (:meth:`SpecCounters.standard`; see
-    crossbench.analysis.acceptance).
-    ``decode_histograms`` names the engine's per-request histograms of (generated tokens,
-    decode seconds from the first token to the last), when its metrics have them: their
-    ``_sum``/``_count`` deltas over a trial give the server's own decode rate
-    (see crossbench.analysis.summary.server_decode).
-    ``planning_startup_s`` is the server start (launch until ready) that
-    ``crossbench plan`` assumes when no run measured the engine: an assumption, always
-    labelled as one (crossbench.runner.plan); None leaves the start-up to ``--startup``.
-    ``process_names``: beginnings of the command names (``/proc/PID/comm``) of the engine's
-    processes, so a trial can warn about servers it did not start.
-    ``rules``: ``"module:attr"`` of the engine's own known-interaction rules (a sequence of
-    :class:`crossbench.engines.confound_rule.Rule`), checked with the shared ones.
-    ``run_options``: ``crossbench run`` options the engine takes beyond
-    :data:`RUN_OPTION_FIELDS` (option name -> config field).
+    ``spec_counters`` names the speculative counters when they are not the standard four under
+    ``spec_metric_prefix`` (:meth:`SpecCounters.standard`); ``decode_histograms`` are (generated
+    tokens, decode seconds) histograms; ``planning_startup_s`` is the start a plan assumes,
+    labelled as an assumption; ``process_names`` begin the engine's ``/proc/PID/comm`` names;
+    ``rules`` is ``"module:attr"`` of its own :class:`crossbench.engines.confound_rule.Rule` s;
+    ``run_options`` are ``crossbench run`` options beyond :data:`RUN_OPTION_FIELDS`.
     """
     _ENGINES[name] = Registration(
         server, config, spec_metric_prefix,

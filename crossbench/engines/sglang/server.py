@@ -1,12 +1,6 @@
 """The SGLang adapter: typed config -> ``python -m sglang.launch_server`` argv -> a process
-group with a known lifecycle.
-
-:meth:`SglangServer.start` runs the launcher in a new session with a parent-death signal,
-logging to ``log_path``; :meth:`~SglangServer.wait_ready` polls ``/health``, then
-``/v1/models``, then reads the server info (``/server_info``, or ``/get_server_info`` on a
-release without it); :meth:`~SglangServer.stop` sends SIGTERM to the process group (the
-scheduler and detokenizer processes are in it) and SIGKILL after ``stop_timeout_s``.
-The server always runs with ``--enable-metrics``: SGLang serves ``/metrics`` only then.
+group with a known lifecycle (docs/sglang.md). The server always runs with
+``--enable-metrics``: SGLang serves ``/metrics`` only then.
 """
 
 from __future__ import annotations

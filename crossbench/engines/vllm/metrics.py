@@ -1,18 +1,10 @@
 """vLLM's Prometheus metrics: the families a release defines, rendered with prometheus_client,
-and the counters crossbench reads besides acceptance.
+and the counters crossbench reads besides acceptance (docs/vllm.md "Metrics"): prefix-cache
+queries and hits (tokens), preemptions, and the gauge of running requests.
 
-Every family vLLM's ``PrometheusStatLogger`` registers carries the labels ``model_name`` (the
-served model name) and ``engine`` (the engine index: one series per engine under data
-parallel), in that order; ``vllm:spec_decode_num_accepted_tokens_per_pos`` adds ``position``
-(0-based). Counters are exposed as ``<name>_total`` with a ``<name>_created`` timestamp.
-
-Besides the speculative counters (see :mod:`crossbench.analysis.acceptance`, prefix
-``vllm:spec_decode_``), a trial reads (0.33.0 names, all in 0.10.2 too):
-
-- ``vllm:prefix_cache_queries_total``: prompt tokens looked up in the prefix cache;
-- ``vllm:prefix_cache_hits_total``: of those, tokens found cached;
-- ``vllm:num_preemptions_total``: requests preempted (KV cache ran out);
-- ``vllm:num_requests_running`` / ``vllm:num_requests_waiting``: gauges of the scheduler.
+Every family carries the labels ``model_name`` and ``engine`` (one series per engine under
+data parallel), in that order; ``vllm:spec_decode_num_accepted_tokens_per_pos`` adds
+``position`` (0-based).
 """
 
 from __future__ import annotations

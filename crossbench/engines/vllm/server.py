@@ -1,13 +1,8 @@
 """The vLLM adapter: typed config -> ``vllm serve`` argv -> a process tree with a known lifecycle.
 
-Lifecycle: :meth:`VllmServer.start` runs ``vllm serve`` in a new session (``setsid``: its own
-process group, whose id is the session id) with a parent-death signal, logging to
-``log_path``; :meth:`~VllmServer.wait_ready` polls ``/health`` and then ``/v1/models`` and
-parses the startup log (:mod:`crossbench.engines.vllm.startup_log`);
-:meth:`~VllmServer.stop` ends the whole session, including workers that outlived the API
-server or left its process group, found through ``/proc/*/stat``, and waits until the GPU
-memory they held is released (through NVML when ``pynvml`` is importable). Processes that
-survive SIGKILL are a :class:`~crossbench.errors.RunError`.
+Its lifecycle is docs/vllm.md's "Lifecycle": a new session with a parent-death signal; a stop
+that ends the whole session (:func:`crossbench.engines.process.stop_session`) and waits for
+its GPU memory; processes that survive SIGKILL are a :class:`~crossbench.errors.RunError`.
 """
 
 from __future__ import annotations
