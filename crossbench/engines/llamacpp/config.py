@@ -1,15 +1,8 @@
 """Typed configuration of a llama-server run (strict: unknown fields are errors).
 
-Bounds on n (most tokens drafted per step), checked by the adapter against every build:
-
-- a method whose rules in ``engines/llama.cpp/options.yaml`` record ``n_max`` keeps it
-  (draft-dflash and draft-dspark: 15, their block of 16; ngram-mod: 1024);
-- the other n-gram methods set ``--spec-ngram-*-size-m``, which llama.cpp itself refuses
-  above :data:`NGRAM_N_CAP` (1024; ``common/arg.cpp``: "ngram size M must be between 1 and
-  1024 inclusive");
-- methods set through ``--spec-draft-n-max`` (draft-simple, draft-eagle3, draft-mtp,
-  ngram-cache) have no upper bound in llama.cpp (``common/arg.cpp`` refuses only a negative
-  value), so crossbench caps them at :data:`DRAFT_N_CAP` (64; see its docstring).
+The adapter checks n (most tokens drafted per step) against every build with
+:func:`n_limit`; docs/matrix.md "Limits on careless and hostile input" gives each
+method's bound and why.
 """
 
 from __future__ import annotations
@@ -30,15 +23,11 @@ SpecType = Literal[
     "none", "draft-simple", "draft-eagle3", "draft-mtp", "draft-dflash", "draft-dspark",
     "ngram-simple", "ngram-map-k", "ngram-map-k4v", "ngram-mod", "ngram-cache",
 ]
-SPEC_TYPES: tuple[str, ...] = SpecType.__args__  # type: ignore[attr-defined]
 
 DRAFT_N_CAP = 64
-"""Most tokens crossbench lets a ``--spec-draft-n-max`` method draft per step. llama.cpp sets
-no upper bound there, only int32; 64 is llama.cpp's own default for the longest draft of its
-n-gram drafter (``--spec-ngram-mod-n-max``, ``common/common.h``) and over four times the
-15-token block of the trained block drafters (DFlash, DSpark). Each drafted token costs a
-sequential draft step, and at a per-position acceptance of 0.9 the 64th is accepted 0.1 % of
-the time, so a larger n is a typo (``n: 400`` for ``n: 4``), not a study."""
+"""Most tokens crossbench lets a ``--spec-draft-n-max`` method draft per step, where llama.cpp
+sets no upper bound: 64 is llama.cpp's own default for the longest draft of its n-gram drafter
+(``--spec-ngram-mod-n-max``, ``common/common.h``); a larger n is a typo (docs/matrix.md)."""
 
 NGRAM_N_CAP = 1024
 """llama.cpp's own bound on ``--spec-ngram-*-size-m`` and ``--spec-ngram-mod-n-max``

@@ -116,18 +116,14 @@ def _from_dict(d: dict[str, Any], origin: str) -> LlamaCppProfile:
 @functools.lru_cache(maxsize=1)
 def known_profiles() -> tuple[LlamaCppProfile, ...]:
     """Every generated profile file, oldest build first."""
-    out = []
-    for p in sorted(profiles_dir().glob("b*.yaml")):
-        out.append(_from_dict(yaml.safe_load(p.read_text()), f"profile:{p.name}"))
+    out = [_from_dict(yaml.safe_load(p.read_text()), f"profile:{p.name}")
+           for p in sorted(profiles_dir().glob("b*.yaml"))]
     return tuple(sorted(out, key=lambda x: x.build_number or 0))
 
 
 def profile_for_build(build_number: int) -> LlamaCppProfile | None:
     """The profile file of exactly this build, if one exists."""
-    for p in known_profiles():
-        if p.build_number == build_number:
-            return p
-    return None
+    return next((p for p in known_profiles() if p.build_number == build_number), None)
 
 
 def parse_version(text: str) -> tuple[int | None, str | None]:

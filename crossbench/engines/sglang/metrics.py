@@ -18,7 +18,6 @@ PROMPT = "sglang:prompt_tokens_total"
 REQUESTS = "sglang:num_requests_total"
 RUNNING = "sglang:num_running_reqs"
 ACCEPT_LENGTH = "sglang:spec_accept_length"
-ACCEPT_RATE = "sglang:spec_accept_rate"
 
 COUNTERS = SpecCounters(drafts=VERIFY_CALLS, draft_tokens=None, accepted=None,
                         per_position=None, generated=GENERATED, requests=REQUESTS)

@@ -108,8 +108,9 @@ class VllmProfile:
         if present(self):
             return
         have = [p.version for p in known_profiles() if present(p)]
-        raise UserError(problem, _where(have, "pin version: " + (have[-1] if have else "?")
-                                        + " to use it, or drop the setting"))
+        raise UserError(problem, f"releases that have it: {', '.join(have)}; pin version: "
+                        f"{have[-1]} to use it, or drop the setting" if have else
+                        "no known vLLM release has it; check the spelling")
 
     def check_choice(self, name: str, value: str, setting: str) -> None:
         """Raise UserError when ``value`` is not a choice of the Literal field ``name``."""
@@ -134,12 +135,6 @@ class VllmProfile:
         else:
             hint = "see `vllm serve --help` for this release's flags"
         raise UserError(f"extra_args: {self.label} has no flag `{name}`", hint)
-
-
-def _where(have: list[str], hint: str) -> str:
-    if not have:
-        return "no known vLLM release has it; check the spelling"
-    return f"releases that have it: {', '.join(have)}; {hint}"
 
 
 @functools.lru_cache(maxsize=1)
@@ -181,10 +176,9 @@ def _from_dict(d: dict[str, Any], origin: str) -> VllmProfile:
 @functools.lru_cache(maxsize=1)
 def known_profiles() -> tuple[VllmProfile, ...]:
     """Every generated profile, oldest release first."""
-    out = []
-    for p in profiles_dir().glob("*.yaml"):
-        if re.fullmatch(r"\d+\.\d+\.\d+.*\.yaml", p.name):
-            out.append(_from_dict(yaml.safe_load(p.read_text()), f"profile:{p.name}"))
+    out = [_from_dict(yaml.safe_load(p.read_text()), f"profile:{p.name}")
+           for p in profiles_dir().glob("*.yaml")
+           if re.fullmatch(r"\d+\.\d+\.\d+.*\.yaml", p.name)]
     return tuple(sorted(out, key=lambda x: version_key(x.version)))
 
 
