@@ -1,26 +1,17 @@
 """Acceptance accounting: one definition of each figure, whatever the engine calls it.
 
-Definitions (all fractions in [0, 1], never percentages):
-
-- *drafts*: verification steps that carried at least one drafted token;
-- *draft acceptance rate* = accepted tokens / drafted tokens;
-- *mean acceptance length* (MAL) = 1 + accepted tokens / drafts: tokens produced per target
-  verification step, counting the token the target itself samples;
-- *per-position acceptance* p_k (k = 0 first) = share of drafts whose accepted prefix reaches
-  position k (unconditional), so p_0 >= p_1 >= ... and MAL = 1 + sum(p_k).
-
-Run-level figures come from ``/metrics`` counter deltas, under the names each engine
-registers (:class:`crossbench.engines.base.SpecCounters`; llama.cpp:
-``llamacpp:spec_decode_num_drafts_total``, ``..._num_draft_tokens_total``,
-``..._num_accepted_tokens_total``, ``..._num_accepted_tokens_per_pos_total{position="k"}``;
-names without ``_total`` are accepted too). Per-request figures come from each response's
-``timings`` (``draft_n``, ``draft_n_accepted``). The integrity checks tie the two together.
+Drafts, draft acceptance rate, mean acceptance length (MAL = 1 + accepted / drafts) and
+per-position acceptance (unconditional, so MAL = 1 + sum p_k), all fractions in [0, 1], are
+defined in docs/metrics.md, "Acceptance". Run-level figures come from ``/metrics`` counter
+deltas under the names each engine registers (:class:`crossbench.engines.base.SpecCounters`),
+per-request figures from each response's counts; the integrity checks tie the two together.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass, field
+from functools import partial
 from typing import Any
 
 from crossbench.analysis.records import output_tokens
@@ -67,6 +58,16 @@ def spec_counters(prefix: str) -> SpecCounters:
     return registry.counters_for_prefix(prefix)
 
 
+def series_delta(before: Mapping[str, float], after: Mapping[str, float],
+                 name: str | None) -> float | None:
+    """``name``'s growth between two parsed scrapes, summed over label sets (vLLM's ``engine``
+    under data parallel); None without a name or when the series is missing after."""
+    if name is None:
+        return None
+    a, b = total(dict(after), name), total(dict(before), name)
+    return None if a is None else a - (b or 0.0)
+
+
 def counter_delta(before: Mapping[str, float], after: Mapping[str, float],
                   prefix: str | SpecCounters = PREFIX) -> CounterDelta:
     """Delta of the speculative counters between two parsed ``/metrics`` scrapes.
@@ -77,15 +78,7 @@ def counter_delta(before: Mapping[str, float], after: Mapping[str, float],
     ``engine`` under data parallel) are summed.
     """
     names = prefix if isinstance(prefix, SpecCounters) else spec_counters(prefix)
-
-    def d(name: str | None) -> float | None:
-        if name is None:
-            return None
-        a, b = total(dict(after), name), total(dict(before), name)
-        if a is None:
-            return None
-        return a - (b or 0.0)
-
+    d = partial(series_delta, before, after)
     drafts = d(names.drafts)
     tokens = d(names.draft_tokens)
     acc = d(names.accepted)

@@ -344,13 +344,9 @@ def analyze(root: Path, opts: StatsOptions | None = None) -> dict[str, Any]:
     return analyze_run(run, opts)
 
 
+@paused_gc()
 def analyze_run(run: RunData, opts: StatsOptions) -> dict[str, Any]:
     """The analysis of loaded cells (with the cyclic garbage collector paused)."""
-    with paused_gc():
-        return _analyze_run(run, opts)
-
-
-def _analyze_run(run: RunData, opts: StatsOptions) -> dict[str, Any]:
     opts = opts.for_run(run.kind)
     cooldown = None
     if run.matrix is not None:
@@ -591,24 +587,23 @@ def verdict_table(result: dict[str, Any]) -> str:
         text += (f"\nlengths differ: in {len(mismatched)} pair(s) some requests produced "
                  "different numbers of output tokens; their e2e speedup compares latency per "
                  "output token (length_mismatch)")
-    caveats = [c for p in result["pairs"] for c in p.get("verdict_caveats") or []]
-    if any(RUNNER_WARNED in c for c in caveats):
-        text += ("\n* the runner warned on some of the pair's trials (other inference "
-                 "processes, a busy GPU): the verdict stands on trials whose speed may be off")
-    if any(w["kind"] == WarningKind.SINGLE_START for p in result["pairs"]
-           for w in p.get("warnings") or []):
-        text += ("\n* every trial of the pair ran on one server start per side: the interval "
-                 "leaves out start-to-start variation (single_start)")
-    if any(KNOWN_SPREAD_NOTE in c for c in caveats):
-        text += (f"\n* {KNOWN_SPREAD_NOTE} (--start-spread) and made the verdict more "
-                 "conservative than the bootstrap's alone: see verdict_caveats")
-    if any(start_spread.NO_SPREAD in c for c in caveats):
-        text += (f"\n* {start_spread.NO_SPREAD} for some pair's engine or method: its "
-                 "interval leaves out start-to-start variation (see verdict_caveats)")
-    if any(w["kind"] == WarningKind.STARTS_DISAGREE for p in result["pairs"]
-           for w in p.get("warnings") or []):
-        text += (f"\n* {STARTS_DISAGREE_NOTE}: the verdict rests on fewer starts than "
-                 "their spread needs (starts_disagree)")
+    caveats = "\n".join(c for p in result["pairs"] for c in p.get("verdict_caveats") or [])
+    pair_kinds = {w["kind"] for p in result["pairs"] for w in p.get("warnings") or []}
+    for seen, note in (
+            (RUNNER_WARNED in caveats, "the runner warned on some of the pair's trials (other "
+             "inference processes, a busy GPU): the verdict stands on trials whose speed may "
+             "be off"),
+            (WarningKind.SINGLE_START in pair_kinds, "every trial of the pair ran on one server "
+             "start per side: the interval leaves out start-to-start variation (single_start)"),
+            (KNOWN_SPREAD_NOTE in caveats, f"{KNOWN_SPREAD_NOTE} (--start-spread) and made the "
+             "verdict more conservative than the bootstrap's alone: see verdict_caveats"),
+            (start_spread.NO_SPREAD in caveats, f"{start_spread.NO_SPREAD} for some pair's "
+             "engine or method: its interval leaves out start-to-start variation (see "
+             "verdict_caveats)"),
+            (WarningKind.STARTS_DISAGREE in pair_kinds, f"{STARTS_DISAGREE_NOTE}: the verdict "
+             "rests on fewer starts than their spread needs (starts_disagree)")):
+        if seen:
+            text += f"\n* {note}"
     n_warn = len(result["stability"])
     if n_warn:
         kinds = sorted({w["kind"] for w in result["stability"]})

@@ -1,19 +1,11 @@
 """``crossbench compare A B``: any two cells or runs, with what differs between them.
 
-A and B are run directories (a ``crossbench run --out``, a matrix cell folder) or
-``DIR:CELL_ID`` for a cell of a matrix or import directory. The comparison lists every
-recorded setting that differs, classified by ``crossbench.analysis.confounding`` (one diff
-for analyze and compare), and labels itself:
-
-- ``identical configuration``: nothing differs (a repeat);
-- ``single-variable (spec settings only)``: only speculative settings differ, so the
-  speedup is the speculative method's;
-- ``multi-variable``: anything else differs too, so the speedup mixes causes (two engines:
-  ``multi-variable (cross-engine)``);
-- ``unchecked (...)``: a setup could not be read, so nothing is claimed about it.
-
-B is measured against A with the paired statistics of ``paired.py`` (B as the speculative
-side, A as the baseline).
+A and B are run directories or ``DIR:CELL_ID``. Every recorded setting that differs is
+classified by ``crossbench.analysis.confounding`` (one diff for analyze and compare), the
+comparison is labelled (``identical configuration``, ``single-variable (spec settings
+only)``, ``multi-variable``, ``multi-variable (cross-engine)`` or ``unchecked (...)``:
+docs/analysis.md, "crossbench compare A B"), and B is measured against A with the paired
+statistics of ``paired.py`` (B as the speculative side, A as the baseline).
 """
 
 from __future__ import annotations

@@ -1,39 +1,13 @@
 """Where a speculative step's cost goes: its parts, each measured by a run of its own, against
 the cost model C(n) = d + v n that a study's n-sweep fitted (``analysis.sweep.cost_model``).
 
-A speculative step at draft length n costs C(n) plain decode steps of its own baseline. Three
-parts make it up:
-
-- **verification**: the target's forward pass over n + 1 tokens at the study's context depth
-  (``llama-bench -p n+1 -n 0 -d DEPTH``: a prompt batch of n + 1 tokens after DEPTH tokens of
-  context, which is what a verification batch is);
-- **drafting**: for a separate draft model, n of its own decode steps (``llama-bench -m DRAFT
-  -p 0 -n N -d DEPTH``, per token). A head that reads the target's hidden states (EAGLE-3,
-  DFlash, MTP) cannot run without the target, so llama-bench cannot time it alone: its cost
-  stays in the rest, and the output says so;
-- **the rest**: C(n) minus the measured parts: sampling, the acceptance check, KV-cache
-  bookkeeping, the server's host work per step, and whatever drafting was not measured.
-
-Every part is in units of the plain step measured in the same way (``llama-bench -p 0 -n N
--d DEPTH`` of the target), so the parts and the fitted C(n) share a unit. Where the measured
-parts explain C(n) to within :data:`EXPLAINED` the decomposition says so; otherwise it names
-the rest as the unexplained share.
-
-**Batch shape** (:func:`batch_shape`), the verification source for any engine: a decode step
-of the baseline at concurrency k runs the target's weight matrices over k token rows, the
-GEMM shapes of verifying k tokens of one sequence. The baseline's per-step time at
-concurrency k (1 / its pooled per-request decode rate, the baseline rate of the analysis,
-``metrics.pooled_rate``) over that at concurrency 1 is the verification of k tokens in plain
-steps; between measured concurrencies it is interpolated linearly, beyond the largest it is
-refused. The k sequences read k KV caches where a verification reads one: the extra
-(k - 1) x KV bytes over the weight bytes bounds the overstatement (:func:`kv_bound`, per row
-``kv_extra_share``), from the target's recorded fixture shape where there is one.
-
-The raw llama-bench output of every part is kept beside the figures (``raw``; the batch
-shape's cells with their decode tokens, seconds and rates in ``BatchShape.cells``), so each
-figure re-derives from it. What this does not measure: the draft model re-reading the tokens
-accepted in the previous step (a small batch), and anything that differs between llama-bench
-and the server (its slots, its sampling chain, its HTTP loop): that is what the rest holds.
+The parts: verification (the target's forward pass over n + 1 tokens, from llama-bench or
+from the baseline's batch shape, :func:`batch_shape`), drafting (a separate draft model's n
+steps; a head reading the target's hidden states cannot be timed alone) and the rest (C(n)
+minus the measured parts). Every part is in units of the plain step measured the same way,
+and the raw llama-bench output (``raw``) or the batch shape's cells are kept, so each figure
+re-derives. Method, the KV bound and the H200 figures: docs/analysis.md, "Where a step's cost
+goes".
 """
 
 from __future__ import annotations

@@ -1,25 +1,14 @@
 """Where a trial's measured time went: GPU work, or the GPU waiting on the host.
 
-NVML's ``utilization.gpu`` is the share of time in which at least one kernel ran. Its mean
-over a trial's measured window (``telemetry.derive``: ``mean_util_gpu_pct``) times the
-window's wall time is the time the GPU was busy; the rest it waited for the host (the
-engine's Python, scheduling and sampling, kernel launches, the client, other load on the
-CPU). Per output token of the trial (all its measured, completed requests, so at
-concurrency above 1 the system's tokens):
+NVML's mean ``utilization.gpu`` over a trial's measured window (``telemetry.derive``:
+``mean_util_gpu_pct``) times the window's wall time is the GPU's busy time, the rest host
+time; per output token of the trial:
 
 - ``busy_ms_per_token`` = busy share x wall / tokens;
 - ``host_ms_per_token`` = (1 - busy share) x wall / tokens.
 
-A kernel running counts as busy however few SMs it fills, so the busy share is an upper
-bound on GPU-bound time and a low share is a reliable sign of idle gaps. Speculative
-decoding adds host work per step (drafting, verification bookkeeping); where that work
-dominates, the arm's speed follows the host, which differs between machines and between
-server starts, while its GPU time per token stays put. On five H200 machines (vLLM 0.26.0,
-draft_model n = 4 at concurrency 1) that cell's GPU time per token was 2.81-3.05 ms on every
-one of 15 trials and its host time 1.47-7.66 ms, so it ran at 100-233 tok/s
-(``benchmarks/README.md``,
-"Host-bound speculative arms"). The analysis warns ``host_bound`` for such an arm
-(``analyze``).
+Why a host-bound arm's verdict follows its host, with the H200 figures: docs/analysis.md,
+"Host time".
 """
 
 from __future__ import annotations
@@ -111,11 +100,6 @@ def trial_host(entry: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def trial_hosts(cell: CellData) -> dict[int, dict[str, Any]]:
-    """:func:`trial_host` of every trial of ``cell`` by trial number."""
-    return {int(e.get("trial", 0)): trial_host(e) for e in cell.manifest.get("trials") or []}
-
-
 def _spread(values: list[float]) -> dict[str, Any]:
     return {"mean": sum(values) / len(values), "min": min(values), "max": max(values),
             "cv": cv(values)}
@@ -132,7 +116,7 @@ def cell_host_time(cell: CellData) -> dict[str, Any] | None:
     times = trial_times(cell)
     if not times:
         return None
-    hosts = trial_hosts(cell)
+    hosts = {int(e.get("trial", 0)): trial_host(e) for e in cell.manifest.get("trials") or []}
     return {
         "trials": len(times),
         "gpu_busy_share": sum(t.gpu_busy_share for t in times) / len(times),

@@ -1,16 +1,9 @@
 """Per-request figures in the shape the analysis needs, built on ``summary.request_metrics``.
 
-``summary.py`` defines TTFT, decode time, TPOT, the per-request decode rate and end-to-end
-latency; this module only adds what the analysis needs on top, each defined once:
-
-- :class:`RequestFigures`: one measured, completed request with its pairing key (trial,
-  prompt, occurrence: the k-th time the prompt was sent in that trial);
-- :func:`pooled_rate`: sum(tokens - 1) / sum(decode time), the same figure as
-  ``summarize_records``' ``pooled_tok_s`` (a test holds the two equal);
-- :func:`token_itl_ms`: token-level inter-token latency. A chunk that arrives g ms after the
-  previous one and carries k tokens gives k values of g / k; chunk gaps (``summary.py``) are
-  the raw g. Under speculation one chunk may carry several tokens, so the two differ; their
-  token-weighted mean is TPOT when the first chunk carries one token.
+Added on top of ``summary.py``'s definitions, each once: :class:`RequestFigures` (one measured
+request with its pairing key), :func:`pooled_rate` (the same figure as ``summarize_records``'
+``pooled_tok_s``; a test holds the two equal) and :func:`token_itl_ms` (token-level
+inter-token latency: docs/metrics.md, "Token-level ITL and chunk gaps").
 """
 
 from __future__ import annotations

@@ -1,17 +1,12 @@
 """The expert-union prediction for verifying a block of tokens on a mixture-of-experts target.
 
-Verifying ``k`` tokens at batch 1 runs every token through each MoE layer; a token routes to
-``top_k`` of ``n_experts`` experts, and the layer must load the union of the experts its
-tokens picked. Under uniform random routing (each token picks ``top_k`` distinct experts, every
-``top_k``-subset equally likely, tokens independent) a given expert is missed by one token with
-probability ``1 - top_k / n_experts``, so the expected number of distinct experts loaded is
+Under uniform random routing (each of k tokens picks ``top_k`` distinct experts of
+``n_experts``) one MoE layer loads on average
 
-    E[distinct] = n_experts * (1 - (1 - top_k / n_experts) ** k).
+    E[distinct] = n_experts * (1 - (1 - top_k / n_experts) ** k)
 
-This is an upper-end reference, not a measurement: real routers are more local (consecutive
-tokens of a text often reuse experts, and routing is load-balanced only over many tokens), so a
-trained model loads fewer distinct experts for the same ``k``; the fixtures' random weights
-route near uniformly. docs/moe-vs-dense.md says where the measured curve is still to come.
+experts: an upper-end reference, since trained routers are more local
+(docs/moe-vs-dense.md, "The expert-union prediction").
 """
 
 from __future__ import annotations

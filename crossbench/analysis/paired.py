@@ -1,25 +1,13 @@
 """Paired comparison of a speculative cell against its baseline.
 
-Requests are paired by (trial, prompt, occurrence): the same prompt, sent for the k-th time
-in the same trial, on both sides. Trial t of both cells ran in the same round of an
-interleaved matrix, so a pair shares the machine's state of that round.
-
-For each pair, the *decode speedup* is spec decode rate / baseline decode rate and the
-*end-to-end speedup* is baseline end-to-end latency / spec end-to-end latency (> 1: faster),
-per output token where the two produced different numbers of tokens (``lengths`` counts
-such pairs; the analysis warns ``length_mismatch``).
-Summaries: geometric mean, median, the share of prompts whose own geometric mean is below 1
-(net loss), and a bootstrap interval of the geometric mean that resamples prompts (stratified
-by category) and trials, crossed (``stats.py``). The verdict comes from ``stats.verdict``.
-Beside it, ``start_ci95`` takes each trial (each pair of server starts where trials reused a
-server) as one sample, Student's t over their mean log ratios (``stats.unit_interval``): with
-few starts a bootstrap over them under-covers, and the analysis warns (``starts_disagree``)
-when this interval holds 1 and the verdict does not.
-
-With a known start spread (``StatsOptions.start_spread``, ``start_spread.py``), each speedup
-also gets the interval that adds the starts' measured spread to the within-start error
-(``start_prior``), and ``ci95`` (with the verdict) is the union of it and the bootstrap's:
-a design with one start per side can then no longer claim what one start cannot show.
+Requests pair by (trial, prompt, occurrence). Per pair the decode speedup is spec decode rate
+/ baseline decode rate and the end-to-end speedup baseline / spec end-to-end latency (per
+output token where the lengths differ); each is summarized by its geometric mean, median,
+net-loss share, the two-way bootstrap interval (``stats.py``) with its verdict, and
+``start_ci95`` (Student's t over each trial's or start pair's mean, ``stats.unit_interval``).
+With a known start spread (``start_spread.py``) ``ci95`` is the union of the bootstrap's
+interval and the one with the starts' spread (``start_prior``). Definitions:
+docs/analysis.md, "Paired speedup" and "Known start spread".
 """
 
 from __future__ import annotations
@@ -34,29 +22,16 @@ from crossbench.analysis import stats
 from crossbench.analysis.metrics import RequestFigures
 from crossbench.analysis.start_spread import Prior, Spread, StartSpread, effective_starts
 
-#: resampling designs of the intervals (see docs/analysis.md, "Which resampling design");
-#: ``auto`` resolves to ``category`` for crossbench's own runs and ``none`` for imports
-STRATA = ("category", "none", "auto")
-
 
 @dataclass(frozen=True)
 class StatsOptions:
     """Bootstrap and verdict settings (the CLI's --resamples, --seed, --level, --min-samples,
-    --strata).
+    --strata, --start-spread, --equivalence; docs/analysis.md).
 
-    ``strata``: ``category`` resamples prompts within each prompt category (a workload built
-    with a fixed number of prompts per category, such as builtin:mixed); ``none`` resamples
-    prompts across categories (prompts drawn without such a design, or categories assigned
-    after the fact); ``auto`` is category for crossbench's own runs and none for imports
-    (:meth:`for_run`). Clusters are prompts and trials either way.
-
-    ``start_spread``: the known spread between server starts (``--start-spread FILE``), which
-    widens each speedup's interval by the starts' share (module docstring); None: the
-    bootstrap alone.
-
-    ``equivalence``: the practical-equivalence band of the verdicts (``--equivalence``,
-    ``stats.EQUIVALENCE`` = +-2 % by default; 0: none): an interval wholly inside it reads
-    ``indistinguishable`` (``stats.verdict``).
+    ``strata``: ``category`` resamples prompts within each prompt category, ``none`` across
+    them; ``auto`` is category for crossbench's own runs and none for imports (:meth:`for_run`).
+    ``start_spread``: the known spread between server starts (None: the bootstrap alone).
+    ``equivalence``: the verdicts' practical-equivalence band (``stats.EQUIVALENCE``; 0: none).
     """
 
     resamples: int = 10_000

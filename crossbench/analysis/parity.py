@@ -1,26 +1,11 @@
 """Output parity: does speculative decoding still produce the baseline's output?
 
-With greedy sampling (temperature 0 on both sides) a lossless speculative method should
-reproduce the baseline's output exactly. Outputs are compared per pair (same trial, prompt
-and occurrence): the exact-match rate and, for each pair that differs, the first position
-where they diverge, in characters of ``text`` and in tokens: from ``token_ids`` when both
-records carry them, else from the baseline's chunk boundaries (``chunk_chars`` with the tokens
-per chunk: the tokens streamed before the first differing character).
-
-What is compared is everything the model generated (``RequestFigures.generated``): the
-reasoning a thinking model returned apart from its answer (a chat body's
-``reasoning_content``, which an import keeps as ``reasoning_text``), then the content.
-Comparing the content alone would call two runs identical whose reasoning differs, and a
-thinking model's answer may be empty or short while its reasoning is long. crossbench's own
-client already folds streamed ``reasoning_content`` into ``text``, as it does when it counts
-what it measured.
-
-Not comparable, and said so:
-
-- synthetic acceptance (``spec.synth_rates``/``synth_len``): the engine accepts drafts by a
-  coin flip, so the output is invalid by design;
-- temperature > 0: outputs are samples, so only their lengths are compared;
-- records without output text (some imports).
+Pairs (same trial, prompt and occurrence) compare everything the model generated
+(``RequestFigures.generated``: reasoning, then content): the exact-match rate and, where a
+pair differs, the first diverging character and token (from ``token_ids``, else the
+baseline's chunk boundaries). Synthetic acceptance, temperature > 0 (lengths only) and
+records without text are said not comparable. Verdicts and token positions:
+docs/analysis.md, "Output parity".
 """
 
 from __future__ import annotations
@@ -30,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from crossbench.analysis.paired import pair
+from crossbench.analysis.paired import lengths, pair
 from crossbench.analysis.rundir import CellData
 
 MAX_EXAMPLES = 3
@@ -63,16 +48,13 @@ def parity(spec: CellData, base: CellData) -> dict[str, Any]:
     p = pair(spec.figures, base.figures)
     pairs = list(zip(p.spec, p.base, strict=True))
     if _temperature(spec) > 0 or _temperature(base) > 0:
-        lengths = [(s.tokens, b.tokens) for s, b in pairs
-                   if s.tokens is not None and b.tokens is not None]
-        same = sum(1 for s, b in lengths if s == b)
-        return {"verdict": "lengths only (temperature > 0)", "compared": len(lengths),
+        ln = lengths(p)
+        n = ln["compared"]
+        return {"verdict": "lengths only (temperature > 0)", "compared": n,
                 "note": "sampled outputs differ by design; only output lengths are compared",
-                "equal_length_rate": same / len(lengths) if lengths else None,
-                "mean_tokens": {"spec": float(np.mean([s for s, _ in lengths])) if lengths
-                                else None,
-                                "baseline": float(np.mean([b for _, b in lengths])) if lengths
-                                else None}}
+                "equal_length_rate": (n - ln["mismatched"]) / n if n else None,
+                "mean_tokens": {"spec": ln["spec_mean_tokens"],
+                                "baseline": ln["baseline_mean_tokens"]}}
     texts = [(s, b) for s, b in pairs if s.generated is not None and b.generated is not None]
     if not texts:
         return {"verdict": "not applicable (no output text)", "compared": 0,

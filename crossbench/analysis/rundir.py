@@ -1,17 +1,11 @@
 """Run directories as the analysis sees them: a matrix run, a single ``crossbench run``, or an
 imported directory (``crossbench import``), all as a list of cells.
 
-- A matrix (or import) directory has ``state.json`` listing cells with their coordinates,
-  their baseline cell and their folder, each folder a run directory.
-- A single run directory has ``manifest.json`` and is one cell; its coordinates come from
-  its config.
-
-Every file is read through the one reader, :mod:`crossbench.store.rundir` (manifests and
-states of a newer format version than this crossbench reads are refused; records are read
-when first needed, a torn last line ignored, a damaged line or a request recorded twice
-refused, naming the file and the lines). Nothing here writes. Once a cell's chunk-level
-figures are computed, :meth:`CellData.release_chunks` frees its chunk lists, so a large run
-is held in memory one cell at a time.
+A matrix (or import) directory's ``state.json`` lists cells with their coordinates, baseline
+and folder; a single run directory is one cell, its coordinates from its config. Every file
+is read through :mod:`crossbench.store.rundir` (docs/run-directory.md); nothing here writes.
+:meth:`CellData.release_chunks` frees a cell's chunk lists once its chunk-level figures are
+computed, so a large run is held in memory one cell at a time.
 """
 
 from __future__ import annotations

@@ -1,35 +1,9 @@
 """Stability checks: each finding names what went wrong and what to change.
 
-Checks on every cell (thresholds are module constants, cited where they come from):
-
-- ``trial_spread``: the coefficient of variation of the per-trial pooled decode rates is
-  over 10 % (pyperf's rule of thumb for an unstable benchmark);
-- ``outliers``: requests whose decode rate is far from the other trials of their prompt:
-  |modified z| > 3.5 (Iglewicz and Hoaglin) of the log rate minus the median log rate of
-  the prompt's other requests in the cell (leave one out; prompts sent at least 3 times).
-  Flagged, never dropped;
-- ``baseline_drift``: a baseline's per-round pooled rates trend (least squares) by more than
-  5 % from the first round to the last, monotonically;
-- ``output_length``: outputs shorter or longer than ``max_tokens`` although ``ignore_eos``
-  was set (the arms no longer do the same work);
-- ``prompt_cache``: ``timings.cache_n > 0`` although ``cache_prompt`` was false;
-- ``thinking_text``: ``<think>`` in outputs although thinking was not asked for;
-- ``failed_requests`` and ``integrity`` (a failed acceptance integrity check);
-- ``acceptance_counter``: accepted equals drafted in every request of a speculative cell
-  (or in its counters), which no real drafter does: the counter may be misread. Not raised
-  where synthetic acceptance accepts every draft by design (``synth_rates`` all 1.0);
-- ``unrated_requests``: completed requests of two or more tokens with no client decode rate,
-  because every chunk arrived in one read of the stream (one timestamp; the client stamps
-  an event with the arrival of the read that completed it): a host too busy to read the
-  stream as it came, or responses shorter than one read. They drop out of the paired
-  speedups, so their count is said;
-- ``trial_warnings``: warnings the runner recorded on trials (other inference processes
-  running beside the trial, a GPU not idle before it, VRAM not released after it): the
-  trial's speed may be off, so a pair with such trials carries a verdict caveat.
-
-Pair-level findings (``net_loss_despite_high_acceptance``, ``unpaired_requests``,
-``output_diverges``, ``too_few_samples``, ``single_trial``, ``single_start``,
-``starts_disagree``, ``length_mismatch``) are made by the analysis, with the same type.
+Every per-cell check is a ``_name(cell)`` function run by :func:`cell_checks`; pair-level
+findings (``unpaired_requests``, ``single_start``, ...) are made by the analysis with the
+same :class:`Finding` type. Each kind, when it fires and its threshold: docs/analysis.md,
+"Stability warnings".
 """
 
 from __future__ import annotations
@@ -44,9 +18,10 @@ from crossbench.analysis import acceptance as acc_mod
 from crossbench.analysis import stats
 from crossbench.analysis.records import output_tokens
 from crossbench.analysis.rundir import CellData
+from crossbench.analysis.summary import spec_of
 
-SPREAD_CV = 0.10
-DRIFT_SHARE = 0.05
+SPREAD_CV = 0.10  # trial_spread: pyperf's rule of thumb for an unstable benchmark
+DRIFT_SHARE = 0.05  # baseline_drift: least-squares change from the first round to the last
 MAX_LISTED = 5
 
 
@@ -262,10 +237,7 @@ def _failed(cell: CellData) -> list[Finding]:
 
 def spec_n(cell: CellData) -> int | None:
     """Drafted tokens per step of a cell (``n``, else the number of synthetic rates)."""
-    spec = cell.spec
-    n = spec.get("n")
-    if n is None and spec.get("synth_rates"):
-        n = len(spec["synth_rates"])
+    n = spec_of(cell.config)[1]
     return int(n) if n is not None else None
 
 

@@ -1,21 +1,12 @@
 """Statistics for paired comparisons: geometric means, a two-way clustered and stratified
 bootstrap, verdicts, robust outliers, spread and straight-line fits.
 
-The bootstrap resamples *clusters* (prompts: every trial of a prompt moves together, since
-they share the prompt's difficulty) within *strata* (categories: each category keeps its
-number of prompts, so a resample never over-represents one kind of text), and, independently,
-*rounds* (trials: every prompt of a trial moves together, since they share that server
-start's state). Prompts and trials are crossed factors; drawing both with replacement and
-weighting each sample by the product of its prompt's and its trial's multiplicities is the
-pigeonhole bootstrap (Owen, 2007, Ann. Appl. Stat. 1(2)), mildly conservative. Resampling
-prompts alone would treat the trials as fixed: on the H200 study, speculative trials moved
-together by up to 10 % from one server start to the next, and prompt-only intervals were
-several times too narrow to cover a repeat run. With one trial the trial draw is constant
-and the interval is the prompt bootstrap alone (it then says nothing about restarts).
-The statistic is the mean of log ratios over the resampled samples, so ``exp`` of it is a
-geometric mean. A stratum with a single prompt cannot vary on its own, so such strata are
-pooled into one (and a lone pooled prompt joins the smallest other stratum). All resamples
-are drawn with numpy from a seeded generator: the same seed gives the same interval.
+The bootstrap resamples prompts (clusters, within their category strata) and, crossed with
+them, trials (rounds), weighting each sample by the product of its prompt's and its trial's
+multiplicities: the pigeonhole bootstrap (Owen, 2007, Ann. Appl. Stat. 1(2)), mildly
+conservative. The statistic is the mean of log ratios, so ``exp`` of it is a geometric mean;
+strata of a single prompt are pooled. Draws come from a seeded numpy generator: the same seed
+gives the same interval. Why both factors: docs/analysis.md, "Paired speedup".
 """
 
 from __future__ import annotations
@@ -109,13 +100,8 @@ class Clusters:
             for i, r in enumerate(rounds):
                 cols[i] = round_index.setdefault(r, len(round_index))
         n_rounds = max(1, len(round_index))
-        flat = ids * n_rounds + cols
-        size = len(index) * n_rounds
-        v = np.asarray(values, dtype=float)
-        sums = np.bincount(flat, weights=v, minlength=size).astype(float)
-        counts = np.bincount(flat, minlength=size).astype(float)
-        return cls(sums.reshape(len(index), n_rounds), counts.reshape(len(index), n_rounds),
-                   _pool_singletons(strata_of))
+        sums, counts = _cell_sums(ids * n_rounds + cols, values, len(index), n_rounds)
+        return cls(sums, counts, _pool_singletons(strata_of))
 
     @property
     def n_clusters(self) -> int:
@@ -138,6 +124,23 @@ def _pool_singletons(strata_of: list[str]) -> npt.NDArray[np.int64]:
         label = [smallest if s == pooled else s for s in label]
     names = {s: i for i, s in enumerate(dict.fromkeys(label))}
     return np.array([names[s] for s in label], dtype=np.int64)
+
+
+def _cell_sums(flat: npt.NDArray[np.int64], values: Sequence[float] | FloatArray, rows: int,
+               cols: int) -> tuple[FloatArray, FloatArray]:
+    """Sums and counts of ``values`` per (row, column) cell, ``flat`` = row * cols + column."""
+    sums = np.bincount(flat, weights=np.asarray(values, dtype=float),
+                       minlength=rows * cols).astype(float)
+    counts = np.bincount(flat, minlength=rows * cols).astype(float)
+    return sums.reshape(rows, cols), counts.reshape(rows, cols)
+
+
+def _two_way(prompts: FloatArray, rounds: FloatArray, sums: FloatArray, counts: FloatArray
+             ) -> tuple[FloatArray, FloatArray, npt.NDArray[np.bool_]]:
+    """Totals, counts and hits (any sample drawn) of each two-way resample's cells."""
+    total = ((prompts @ sums) * rounds).sum(axis=1)
+    count = ((prompts @ counts) * rounds).sum(axis=1)
+    return total, count, count > 0
 
 
 def _multiplicities(draws: npt.NDArray[np.int64], size: int) -> FloatArray:
@@ -168,9 +171,7 @@ def bootstrap_means(c: Clusters, resamples: int, seed: int) -> FloatArray:
         one: FloatArray = (prompts @ c.sums[:, 0]) / (prompts @ c.counts[:, 0])
         return one
     rounds = _multiplicities(rng.integers(0, r, size=(resamples, r)), r)
-    total = ((prompts @ c.sums) * rounds).sum(axis=1)
-    count = ((prompts @ c.counts) * rounds).sum(axis=1)
-    hit = count > 0  # prompts drawn only with trials they were not sent in: no sample
+    total, count, hit = _two_way(prompts, rounds, c.sums, c.counts)
     means: FloatArray = total[hit] / count[hit]
     return means
 
@@ -197,14 +198,7 @@ def joint_bootstrap_means(groups: Sequence[tuple[FloatArray, Sequence[str], Sequ
     for g, (values, cl, rd) in enumerate(groups):
         flat = np.array([ci[str(c)] * len(rounds) + ri[str(r)] for c, r in
                          zip(cl, rd, strict=True)], dtype=np.int64)
-        size = len(keys) * len(rounds)
-        sums = np.bincount(flat, weights=np.asarray(values, dtype=float),
-                           minlength=size).reshape(len(keys), len(rounds))
-        counts = np.bincount(flat, minlength=size).astype(float).reshape(len(keys),
-                                                                        len(rounds))
-        total = ((w @ sums) * u).sum(axis=1)
-        count = ((w @ counts) * u).sum(axis=1)
-        hit = count > 0
+        total, count, hit = _two_way(w, u, *_cell_sums(flat, values, len(keys), len(rounds)))
         out[hit, g] = total[hit] / count[hit]
     return out
 

@@ -1,23 +1,8 @@
 """Per-run summary computed from raw request records (``requests.jsonl``).
 
-Definitions (times from the client's monotonic clock; see ``docs/metrics.md``):
-
-- TTFT = first content chunk arrival - send time;
-- decode time = last chunk arrival - first chunk arrival;
-- TPOT = decode time / (output tokens - 1): per token, after the first;
-- decode rate of a request = (output tokens - 1) / decode time;
-- pooled rate = sum(output tokens - 1) / sum(decode time); request-mean rate = mean of the
-  per-request rates (the two differ when requests differ in length or speed);
-- chunk gap = time between consecutive content chunks (one chunk may carry several tokens
-  under speculation, so chunk gaps are not per-token latencies);
-- end-to-end latency = last chunk arrival - send time;
-- wall output rate = output tokens / the sum over trials of (last chunk - first send);
-- server decode rate = the same window as the server saw it: sum(tokens - 1) / sum(time from
-  the first token to the last), from llama-server's per-request ``timings``
-  (``predicted_n - 1`` over ``predicted_ms``) or from an engine's per-request histograms
-  (vLLM: ``request_generation_tokens`` and ``request_decode_time_seconds``, deltas of their
-  ``_sum`` and ``_count`` over the measured window).
-
+TTFT, decode time, TPOT, the decode rates (per request, pooled, request-mean, server,
+engine-reported), chunk gaps, end-to-end latency and wall output rate are defined in
+docs/metrics.md, "Latency and throughput"; times come from the client's monotonic clock.
 Warm-up records and failed records are counted but never enter the timing statistics.
 """
 
@@ -169,7 +154,9 @@ SUMMARY_REDEFINED: Mapping[int, tuple[str, ...]] = rundir.FORMATS["summary"].red
 """Fields whose meaning changed in a version (``store.rundir.Format.redefined``)."""
 
 
-def _spec_of(config: Mapping[str, Any]) -> tuple[bool, int | None]:
+def spec_of(config: Mapping[str, Any]) -> tuple[bool, int | None]:
+    """Whether a run config speculates, and its drafted tokens per step (``n``, else the
+    number of synthetic rates), as recorded."""
     spec = (config.get("engine_config") or {}).get("spec") or {}
     enabled = spec.get("type", "none") != "none"
     n = spec.get("n")
@@ -177,8 +164,6 @@ def _spec_of(config: Mapping[str, Any]) -> tuple[bool, int | None]:
         n = len(spec["synth_rates"])
     return enabled, n
 
-
-finished_trials = rundir.finished_trials
 
 
 def decode_histograms(manifest: Mapping[str, Any]) -> tuple[str, str] | None:
@@ -198,17 +183,11 @@ def server_decode(before: Mapping[str, float], after: Mapping[str, float],
     """(tokens after each request's first, decode seconds) the server counted between two
     scrapes, from its per-request histograms' ``_sum`` and ``_count`` (summed over label
     sets, e.g. vLLM's ``engine`` under data parallel); None when a series is missing."""
-    from crossbench.engines.prometheus import total
-
-    def delta(name: str) -> float | None:
-        a, b = total(dict(after), name), total(dict(before), name)
-        if a is None:
-            return None
-        return a - (b or 0.0)
+    from crossbench.analysis.acceptance import series_delta
 
     tokens, seconds = histograms
-    tok_sum, tok_count, dec_sum = (delta(tokens + "_sum"), delta(tokens + "_count"),
-                                   delta(seconds + "_sum"))
+    tok_sum, tok_count, dec_sum = (series_delta(before, after, name) for name in
+                                   (tokens + "_sum", tokens + "_count", seconds + "_sum"))
     if tok_sum is None or tok_count is None or dec_sum is None:
         return None
     return tok_sum - tok_count, dec_sum
@@ -267,7 +246,7 @@ def summarize_run_dir(run_dir: Any, chunk_gaps: bool = True) -> dict[str, Any]:
     root = Path(run_dir)
     manifest = rundir.read_manifest(root)
     records = rundir.read_records(root, manifest)
-    enabled, n = _spec_of(manifest.get("config", {}))
+    enabled, n = spec_of(manifest.get("config", {}))
     total = acc_mod.CounterDelta()
     histograms = decode_histograms(manifest)
     server_tok = server_s = 0.0

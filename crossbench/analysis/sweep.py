@@ -1,18 +1,12 @@
 """n-sweeps: speedup and acceptance against n, the best n with its evidence, a cost model.
 
-A sweep is every speculative cell of one (engine, model, arm, method, workload,
-concurrency) with a numeric n, at least two distinct n.
-
-- Best n: the n with the highest geometric-mean decode speedup, with its interval, and
-  whether it is distinguishable from each neighbouring n: the paired ratio best / neighbour
-  (both cells were paired with the same baseline requests) has an interval above 1.
-- Cost model: with tau(n) the mean acceptance length (tokens per target step), the cost of
-  one speculative step in baseline token-times is C(n) = tau / speedup. It is fitted as
-  C(n) = d + v * n by least squares (d: the step's fixed cost, v: the cost of one drafted
-  token), with R^2. From a measured per-position acceptance curve p_k the model predicts
-  tau(n) = 1 + sum_{k<n} p_k and speedup(n) = tau(n) / (d + v * n).
-- ``net loss despite high acceptance``: a pair whose draft acceptance rate is at least
-  :data:`HIGH_ACCEPTANCE` while its verdict is ``slower``: the draft is right but too costly.
+A sweep is every speculative cell of one :data:`SWEEP_KEY` with a numeric n, at least two
+distinct n. Its best n is compared with each neighbouring n by their paired ratio; its cost
+model fits C(n) = tau / speedup = d + v * n (tau the mean acceptance length, d and v in
+baseline token-times) and predicts speedup(n) = tau(n) / (d + v * n) with tau(n) = 1 +
+sum_{k<n} p_k. A pair with a draft acceptance rate of at least :data:`HIGH_ACCEPTANCE` that
+reads ``slower`` is flagged ``net loss despite high acceptance``. Definitions:
+docs/analysis.md, "n-sweeps".
 """
 
 from __future__ import annotations

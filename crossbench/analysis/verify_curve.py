@@ -1,37 +1,12 @@
 """The target's verification cost curve by block size k, and an MoE target's expert-union
 prediction of it.
 
-**Measured.** Verifying a block of k tokens at batch 1 is one forward pass over k tokens after
-the context; ``llama-bench -p K1,K2,... -n N -d DEPTH`` times it (one prompt test per k, each a
-single forward pass, :func:`crossbench.analysis.decompose.run_llama_bench`) beside the plain
-decode step (its generation test). :func:`curve` gives, per k, ``verify_ms(k)``, the same in
-plain decode steps (``verify_ms(k) / plain_ms``) and relative to one token
-(``verify_ms(k) / verify_ms(1)``), each re-derivable from the raw tests.
-
-**Predicted (MoE only).** :func:`weight_split` reads a GGUF's header (``{arch}.expert_count``,
-``{arch}.expert_used_count``, its tensors' byte sizes) and splits the bytes one forward pass
-reads into
-
-- *dense bytes*, read once per pass whatever k is: attention (or linear attention), norms, the
-  router, the shared expert, dense MLPs of non-MoE layers, the output head, and one row of the
-  token embedding (a pass reads k rows; the k - 1 more are a few KB and are left out);
-- *bytes per expert*: the routed expert tensors (``ffn_*_exps``) of every MoE layer divided by
-  the expert count, i.e. what one expert costs summed over the layers.
-
-The MTP (nextn) layers are left out: the target's own forward pass does not run them. With
-``D(k) = expected_distinct_experts(E, top_k, k)`` (uniform random routing,
-:mod:`crossbench.analysis.moe`) the predicted cost relative to one token is
-
-    ratio(k) = (dense + D(k) * per_expert) / (dense + top_k * per_expert).
-
-**The assumption** (:data:`ASSUMPTION`, written into every output): the pass is memory-bound,
-its time proportional to the weight bytes it reads, every expert loaded once per pass whatever
-number of the k tokens route to it. It leaves out compute (which grows with k), the KV cache
-and recurrent state read at the context depth (the same for every k, so including it would
-lower the ratio), and kernel launch and host overheads (constant per pass). Real routers are
-more local than uniform random routing, so a trained model's D(k) is lower. A dense target has
-no prediction: under the same assumption its ratio is 1 for every k. On a CPU the pass is not
-memory-bound in this way at the tiny shapes, so CPU figures say nothing about a GPU.
+:func:`curve` gives, per k, the llama-bench forward pass over k tokens in ms, in plain decode
+steps and relative to one token. For an MoE GGUF, :func:`weight_split` splits the bytes a pass
+reads into dense bytes (read once whatever k is; the MTP layers left out) and bytes per routed
+expert, and :func:`predicted_ratio` gives (dense + D(k) * per_expert) / (dense + top_k *
+per_expert) under the memory-bound :data:`ASSUMPTION`. Method, assumption and figures:
+docs/moe-vs-dense.md, "Measuring the verification curve".
 """
 
 from __future__ import annotations
