@@ -18,27 +18,20 @@ def parse_samples(text: str) -> dict[str, float]:
 
     ``_created`` series (timestamps, not counts) are dropped.
     """
-    out: dict[str, float] = {}
-    for fam in text_string_to_metric_families(text):
-        for s in fam.samples:
-            if s.name.endswith("_created"):
-                continue
-            out[sample_key(s.name, dict(s.labels))] = float(s.value)
-    return out
+    return {sample_key(s.name, dict(s.labels)): float(s.value)
+            for fam in text_string_to_metric_families(text) for s in fam.samples
+            if not s.name.endswith("_created")}
 
 
 def counter(samples: dict[str, float], name: str) -> float | None:
     """A counter's value, accepting the name with or without the ``_total`` suffix."""
-    base = name[: -len("_total")] if name.endswith("_total") else name
-    for cand in (base + "_total", base):
-        if cand in samples:
-            return samples[cand]
-    return None
+    base = name.removesuffix("_total")
+    return next((samples[c] for c in (base + "_total", base) if c in samples), None)
 
 
 def labelled(samples: dict[str, float], name: str, label: str) -> dict[str, float]:
     """``{label value: value}`` for one metric (``_total`` optional), summed over other labels."""
-    base = name[: -len("_total")] if name.endswith("_total") else name
+    base = name.removesuffix("_total")
     out: dict[str, float] = {}
     for key, value in samples.items():
         metric, _, rest = key.partition("{")
@@ -59,7 +52,7 @@ def total(samples: dict[str, float], name: str) -> float | None:
     Only the metric itself counts: a histogram named ``x_total`` shows as ``x_total_bucket``,
     ``x_total_sum`` and ``x_total_count``, none of which is ``x_total``.
     """
-    base = name[: -len("_total")] if name.endswith("_total") else name
+    base = name.removesuffix("_total")
     names = (base, base + "_total")
     values = [v for k, v in samples.items() if k.partition("{")[0] in names]
     return sum(values) if values else None

@@ -65,14 +65,10 @@ def _round_up(x: int, m: int) -> int:
 
 def decode_capture_sizes(max_num_seqs: int, n: int,
                          max_num_batched_tokens: int | None = None) -> list[int]:
-    """vLLM's default sizes up to ``top``, the first default size at or above both graphs
-    the largest decode step (``max_num_seqs * (n + 1)`` tokens) can pad to: ``s*``, the first
-    default size at or above it (a runner that pads to the listed sizes), and ``T``, the first
-    default size rounded up to a multiple of ``n + 1`` at or above it (the V1 runner with full
-    decode graphs under speculation, which rounds every size so and drops those above the
-    list's maximum). Every decode step of up to ``max_num_seqs`` sequences then pads to the
-    graph the default list gives it, under either runner; where no such ``top`` exists the
-    default list is returned whole (nothing to cut).
+    """vLLM's default sizes up to the first at or above both graphs the largest decode step
+    (``max_num_seqs * (n + 1)`` tokens) can pad to: ``s*``, the first default size at or above
+    it, and ``T``, the first default size rounded up to a multiple of ``n + 1`` at or above it
+    (the V1 runner's full decode graphs); the whole default list where no such size exists.
 
     >>> decode_capture_sizes(16, 2)     # default: [1, 2, 4, 8, 16, 24, ..., 96]
     [1, 2, 4, 8, 16, 24, 32, 40, 48]
