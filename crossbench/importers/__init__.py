@@ -9,7 +9,10 @@ records in crossbench's own format.
 - ``llama_server_raw``: a folder of llama-server response bodies, named by a pattern;
 - ``vllm_bench``: ``vllm bench serve --save-result`` JSON (with or without
   ``--save-detailed``);
-- ``llama_bench``: ``llama-bench -o json``.
+- ``llama_bench``: ``llama-bench -o json``;
+- ``llama_logs``: llama.cpp's timing lines (llama-server, llama-completion, llama-cli);
+- ``table``: a study's own per-request JSON, JSON Lines or CSV, mapped by ``--map``;
+- ``synthetic``: records of known figures, for tests and benchmarks.
 
 ``records`` holds what they share: building records from known timings and writing the
 directory. Nothing is dropped silently: files and tests that could not be converted are

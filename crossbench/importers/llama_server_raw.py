@@ -1,13 +1,11 @@
 """Import a folder of llama-server response bodies (one JSON file per request).
 
-File names are matched against a pattern with placeholders ``{model}``, ``{arm}`` and
-``{prompt}`` (required) and ``{trial}`` (digits) and ``{category}`` (optional), e.g.
-``{model}_{arm}_p{prompt}.json``. Files that do not match are listed, never skipped silently,
-and so are entries that are not regular files (a FIFO, a link to a device). One cell per
-(model, arm); the arm named by ``--baseline-arm`` is the baseline (method ``none``);
-``--n-from-arm REGEX`` reads n from the arm's name (its first group) and the rest of the name
-labels the arm, so ``draft-n2`` and ``draft-n4`` form one n-sweep; an arm named only by n
-(``n4``) is labelled by its method, so ``n2`` and ``n4`` form one too.
+File names are matched against ``--pattern`` (placeholders :data:`REQUIRED` and
+:data:`OPTIONAL`, e.g. ``{model}_{arm}_p{prompt}.json``; ``--n-from-arm``: docs/analysis.md,
+"Importing other tools' results"); an arm named only by n (``n4``) is labelled by its method,
+so ``n2`` and ``n4`` form one n-sweep. Files that do not match are listed, never skipped
+silently, and so are entries that are not regular files (a FIFO, a link to a device). One cell
+per (model, arm); the arm named by ``--baseline-arm`` is the baseline (method ``none``).
 
 Accepted bodies: the native ``/completion`` response (``content``, ``tokens``,
 ``timings``, ``generation_settings``), and the OpenAI-compatible completion and chat
@@ -62,7 +60,9 @@ from crossbench.importers.records import (
 from crossbench.textfile import MIB, not_regular, read_text
 
 REQUIRED = ("model", "arm", "prompt")
+"""Placeholders every ``--pattern`` holds."""
 OPTIONAL = ("trial", "category", "start")
+"""Placeholders a ``--pattern`` may hold."""
 DIGITS = ("trial", "start")
 """Placeholders that match digits only."""
 BODY_FIELDS = ("content", "choices", "timings", "error", "tokens_predicted",

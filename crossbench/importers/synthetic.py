@@ -25,16 +25,10 @@ def request(*, trial: int, index: int, prompt_id: str, category: str, t_sent_ns:
     ``rate_tok_s``, in chunks of ``chunk_tokens`` evenly spaced (the last may be shorter)."""
     first = t_sent_ns + round(ttft_ms * 1e6)
     decode_ns = round((tokens - 1) / rate_tok_s * NS_PER_S)
-    sizes: list[int] = []
-    left = tokens - 1
-    while left > 0:
-        sizes.append(min(chunk_tokens, left))
-        left -= sizes[-1]
     chunks = [[first, 1]]
-    done = 0
-    for k in sizes:
-        done += k
-        chunks.append([first + round(decode_ns * done / (tokens - 1)), k])
+    for start in range(0, tokens - 1, chunk_tokens):
+        end = min(start + chunk_tokens, tokens - 1)
+        chunks.append([first + round(decode_ns * end / (tokens - 1)), end - start])
     rec: dict[str, Any] = {
         "trial": trial, "request_index": index, "prompt_id": prompt_id, "category": category,
         "warmup": False, "t_sent_ns": t_sent_ns, "t_first_chunk_ns": first,

@@ -442,13 +442,11 @@ def never_delivered(exc: BaseException, reused: bool, http_status: int | None) -
     ) and not isinstance(exc, aiohttp.ClientConnectorError)
 
 
+@dataclass(slots=True)
 class _Attempt:
     """Trace context of one send: whether the connection it went out on was a reused one."""
 
-    __slots__ = ("reused",)
-
-    def __init__(self) -> None:
-        self.reused = False
+    reused: bool = False
 
 
 async def _on_reuse(_session: Any, ctx: Any, _params: Any) -> None:
@@ -456,19 +454,17 @@ async def _on_reuse(_session: Any, ctx: Any, _params: Any) -> None:
     ctx.trace_request_ctx.reused = True
 
 
+@dataclass(slots=True)
 class _Sessions:
     """The run's two sessions, ``pooled`` (connections kept for reuse) and ``fresh`` (a new
     one per send), and what it has learnt of the server's keep-alive: a send on a reused
     connection that finds it closed, while no reused connection has yet carried an answer,
     sends every later request on ``fresh`` (``fresh_only``; module docstring)."""
 
-    __slots__ = ("fresh", "fresh_only", "pooled", "reuse_answered")
-
-    def __init__(self, pooled: aiohttp.ClientSession, fresh: aiohttp.ClientSession) -> None:
-        self.pooled = pooled
-        self.fresh = fresh
-        self.reuse_answered = False  # a send on a reused connection got a response
-        self.fresh_only = False
+    pooled: aiohttp.ClientSession
+    fresh: aiohttp.ClientSession
+    reuse_answered: bool = False  # a send on a reused connection got a response
+    fresh_only: bool = False
 
     def session(self) -> aiohttp.ClientSession:
         """The session the next request is sent on."""
