@@ -221,6 +221,15 @@ def arm_options(fn: Any) -> Any:
     return fn
 
 
+def arm_kwargs(arm_setting: tuple[str, ...], settings_file: Path | None,
+               arm_method: tuple[str, ...], trials_per_start: int | None) -> dict[str, Any]:
+    """The importers' keyword arguments of the :func:`arm_options` given."""
+    from crossbench.importers.records import parse_arm_methods, parse_arm_settings
+
+    return {"arm_settings": parse_arm_settings(arm_setting, settings_file),
+            "arm_methods": parse_arm_methods(arm_method), "trials_per_start": trials_per_start}
+
+
 @import_.command("llama-server", epilog="""\b
 Examples:
   crossbench import llama-server raw/ --pattern '{model}_{arm}_p{prompt}.json' \\
@@ -253,12 +262,10 @@ def import_llama_server(raw_dir: Path, pattern: str, baseline_arm: str, n_from_a
                         trials_per_start: int | None, out: Path) -> None:
     """Import a folder of llama-server response bodies (one JSON file per request)."""
     from crossbench.importers.llama_server_raw import import_llama_server_raw
-    from crossbench.importers.records import parse_arm_methods, parse_arm_settings
 
     _report(import_llama_server_raw(
         raw_dir, pattern, baseline_arm, out, n_from_arm, prompts, method,
-        arm_settings=parse_arm_settings(arm_setting, settings_file),
-        arm_methods=parse_arm_methods(arm_method), trials_per_start=trials_per_start), out)
+        **arm_kwargs(arm_setting, settings_file, arm_method, trials_per_start)), out)
 
 
 @import_.command("vllm-bench", epilog="""\b
@@ -290,13 +297,12 @@ def import_vllm_bench(files: tuple[Path, ...], engine: str | None, prompts: Path
                       settings_file: Path | None, arm_method: tuple[str, ...],
                       trials_per_start: int | None, out: Path) -> None:
     """Import `vllm bench serve --save-result` files (--save-detailed keeps per-request data)."""
-    from crossbench.importers.records import parse_arm_methods, parse_arm_settings
     from crossbench.importers.vllm_bench import import_vllm_bench as run_import
 
-    _report(run_import(list(files), out, engine=engine,
-                       arm_settings=parse_arm_settings(arm_setting, settings_file),
-                       arm_methods=parse_arm_methods(arm_method), baseline_arm=baseline_arm,
-                       prompts=prompts, trials_per_start=trials_per_start), out)
+    _report(run_import(list(files), out, engine=engine, baseline_arm=baseline_arm,
+                       prompts=prompts,
+                       **arm_kwargs(arm_setting, settings_file, arm_method, trials_per_start)),
+            out)
 
 
 @import_.command("llama-bench", epilog="""\b

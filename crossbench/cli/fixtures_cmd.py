@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import click
 
@@ -128,6 +130,19 @@ def verify_line(role: str, gguf: Path, hf_dir: Path) -> tuple[str, bool]:
     return f"{role}: {len(bad)} of {len(matches)} tensors differ: {shown}{more}", False
 
 
+def _converted(shape: str, seed: int, drafters: tuple[str, ...],
+               roles: list[str]) -> Iterator[tuple[str, list[Any]]]:
+    """Each drafter's, then each MTP target's, tensor checks against its HF folder (made
+    first if needed), one model at a time."""
+    from crossbench.fixtures import drafters as dr
+    from crossbench.fixtures import mtp as mt
+
+    for kind in drafters:
+        yield kind, dr.compare(dr.drafter_spec(shape, kind), *ensure_drafter(shape, kind, seed))
+    for role in roles:
+        yield role, mt.compare(mt.mtp_spec(shape, role), *ensure_mtp_target(shape, seed, role))
+
+
 @fixtures.command("verify-hf", epilog="""\b
 Examples:
   crossbench fixtures verify-hf
@@ -157,8 +172,6 @@ def verify_hf(shape: str, seed: int, drafters: tuple[str, ...], mtp: bool, moe: 
     V heads reordered, conv squeezed; the MoE's experts stacked). Exit code 1 on any
     difference.
     """
-    from crossbench.fixtures.drafters import compare, drafter_spec
-
     target, draft = ensure_fixtures(shape, seed)
     failed = []
     for role, gguf in zip(ROLES, (target, draft), strict=True):
@@ -166,31 +179,16 @@ def verify_hf(shape: str, seed: int, drafters: tuple[str, ...], mtp: bool, moe: 
         click.echo(line)
         if not ok:
             failed.append(role)
-    for kind in drafters:
-        hf_dir, gguf = ensure_drafter(shape, kind, seed)
-        checks = compare(drafter_spec(shape, kind), hf_dir, gguf)
+    roles = [r for r, wanted in (("mtp-target", mtp), ("moe-target", moe),
+                                 ("dense-twin", dense_twin)) if wanted]
+    for name, checks in _converted(shape, seed, drafters, roles):
         bad = [c for c in checks if not c.equal]
         changed = sum(c.change != "bytes unchanged" for c in checks)
-        click.echo(f"{kind}: {len(checks)} tensors, {len(checks) - len(bad)} equal "
+        click.echo(f"{name}: {len(checks)} tensors, {len(checks) - len(bad)} equal "
                    f"({changed} through a documented converter change)"
                    + "".join(f"; {c.hf_name or c.gguf_name}: {c.detail}" for c in bad[:5]))
         if bad:
-            failed.append(kind)
-    for role, wanted in (("mtp-target", mtp), ("moe-target", moe), ("dense-twin", dense_twin)):
-        if not wanted:
-            continue
-        from crossbench.fixtures.mtp import compare as compare_mtp
-        from crossbench.fixtures.mtp import mtp_spec
-
-        hf_dir, gguf = ensure_mtp_target(shape, seed, role)
-        checks_mtp = compare_mtp(mtp_spec(shape, role), hf_dir, gguf)
-        bad_mtp = [c for c in checks_mtp if not c.equal]
-        changed = sum(c.change != "bytes unchanged" for c in checks_mtp)
-        click.echo(f"{role}: {len(checks_mtp)} tensors, {len(checks_mtp) - len(bad_mtp)} "
-                   f"equal ({changed} through a documented converter change)"
-                   + "".join(f"; {c.hf_name or c.gguf_name}: {c.detail}" for c in bad_mtp[:5]))
-        if bad_mtp:
-            failed.append(role)
+            failed.append(name)
     if failed:
         raise RunError(f"the Hugging Face copy of {' and '.join(failed)} differs from its GGUF",
                        f"delete {target.parent}/hf-* and run `crossbench fixtures make --hf "

@@ -8,7 +8,7 @@ from typing import Any
 
 import click
 
-from crossbench.cli.analyze_cmd import arm_options
+from crossbench.cli.analyze_cmd import arm_kwargs, arm_options
 from crossbench.cli.common import progress, user_errors
 
 
@@ -76,15 +76,13 @@ def import_table(files: tuple[Path, ...], maps: tuple[str, ...], pattern: str | 
     printed; without them (or request start times) none is printed, and the import says why.
     Fields, paths and units: docs/analysis.md "Importing other tools' results".
     """
-    from crossbench.importers.records import parse_arm_methods, parse_arm_settings
     from crossbench.importers.table import import_table as run_import
 
     _report(run_import(list(files), list(maps), out, engine=engine,
                        baseline_arm=baseline_arm, model=model, pattern=pattern,
                        concurrency=concurrency, method=method, prompts=prompts,
-                       arm_settings=parse_arm_settings(arm_setting, settings_file),
-                       arm_methods=parse_arm_methods(arm_method),
-                       trials_per_start=trials_per_start), out)
+                       **arm_kwargs(arm_setting, settings_file, arm_method, trials_per_start)),
+            out)
 
 
 @click.command("llama-logs", epilog="""\b
@@ -130,10 +128,8 @@ def import_llama_logs(files: tuple[Path, ...], pattern: str, baseline_arm: str,
     so no wall throughput is printed.
     """
     from crossbench.importers.llama_logs import import_llama_logs as run_import
-    from crossbench.importers.records import parse_arm_methods, parse_arm_settings
 
     _report(run_import(list(files), out, baseline_arm=baseline_arm, pattern=pattern,
                        model=model, concurrency=concurrency, method=method, prompts=prompts,
-                       arm_settings=parse_arm_settings(arm_setting, settings_file),
-                       arm_methods=parse_arm_methods(arm_method),
-                       trials_per_start=trials_per_start), out)
+                       **arm_kwargs(arm_setting, settings_file, arm_method, trials_per_start)),
+            out)

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any
 
 import click
 
@@ -248,10 +247,6 @@ def archive_upload(path: Path, sandbox: bool, publish: bool, new_version_of: int
                                  retry=zenodo.Retry(attempts=retries + 1, base_s=backoff_s))
     result = zenodo.deposit(files, client, publish=publish, new_version_of=new_version_of,
                             log=progress)
-    _print_result(result)
-
-
-def _print_result(result: Any) -> None:
     if result.published:
         click.echo(f"published: doi {result.doi} ({result.record_url})")
     else:

@@ -291,7 +291,9 @@ def summarize(run_dir: Path, check: bool, as_json: bool) -> None:
     # twice is a one-line error naming the file, as in `crossbench analyze`
     fresh = summarize_run_dir(run_dir)
     if check:
-        stored = _stored_summary(run_dir / rundir.SUMMARY)
+        path = run_dir / rundir.SUMMARY
+        stored = rundir.read_summary(path, f"regenerate it with `crossbench summarize "
+                                           f"{run_dir} --json > {path}`")
         if not _same_summary(stored, json.loads(json.dumps(fresh))):
             click.echo(f"crossbench: failed: {run_dir}/summary.json does not match its raw "
                        "files (fix: regenerate it with `crossbench summarize`)", err=True)
@@ -303,15 +305,6 @@ def summarize(run_dir: Path, check: bool, as_json: bool) -> None:
     kind = (rundir.read_manifest(run_dir).get("config") or {}).get("engine")
     click.echo(json.dumps(fresh, indent=2) if as_json else
                format_table(fresh, kind if kind in registry.names() else None))
-
-
-def _stored_summary(path: Path) -> dict[str, Any]:
-    """A run's summary.json for ``--check``: any version up to this crossbench's, never a
-    newer one."""
-    from crossbench.store.rundir import read_summary
-
-    return read_summary(path, f"regenerate it with `crossbench summarize {path.parent} --json "
-                              f"> {path}`")
 
 
 def _same_summary(stored: dict[str, Any], fresh: dict[str, Any]) -> bool:
