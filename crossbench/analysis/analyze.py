@@ -1,21 +1,11 @@
 """``crossbench analyze``: a run directory -> ``analysis.json`` and tables, from raw records.
 
-The object (``schema_version`` 1) holds:
-
-- ``cells``: per cell, throughput, latency (TTFT, TPOT, chunk gaps, token-level ITL,
-  end-to-end), per-trial pooled rates, acceptance and, with GPU telemetry, where the
-  measured time went (``host_time``: GPU work against waiting on the host, ``host_time.py``);
-- ``pairs``: each speculative cell against its baseline: decode and end-to-end speedups
-  (``paired.py``), the verdict, acceptance, per-category speedups, output parity
-  (``parity.py``) and the warnings that concern the pair;
-- ``sweeps``: n-sweeps with the best n and the cost model (``sweep.py``);
-- ``stability``: every warning (``stability.py``), each with the action to take;
-- ``predictions`` (a matrix run with ``probe_predict:`` only): each cell the probes did not
-  measure, its decision and prediction, and for those measured after all the measured
-  speedup against the prediction (``sweep.prediction_checks``).
-
-Tables go to ``RUN_DIR/analysis/`` as Markdown and CSV: ``verdicts``, ``cells``,
-``per_category``, ``sweeps``, ``warnings`` (and ``predictions`` where there are some).
+The object holds ``cells`` (per cell: throughput, latency, per-trial rates, acceptance,
+``host_time``), ``pairs`` (each speculative cell against its baseline: speedups with verdicts,
+acceptance, per-category speedups, output parity, the pair's warnings), ``sweeps``
+(``sweep.py``), ``stability`` (every warning, ``stability.py``) and, for a matrix run with
+``probe_predict:``, ``predictions`` (``sweep.prediction_checks``). The tables go to
+``RUN_DIR/analysis/`` as Markdown and CSV (docs/analysis.md).
 """
 
 from __future__ import annotations

@@ -75,13 +75,9 @@ def trial_times(cell: CellData) -> list[TrialTime]:
 
 
 def trial_host(entry: dict[str, Any]) -> dict[str, Any]:
-    """The host side of one trial from its manifest entry, the same keys for every engine:
-    ``cpu`` and ``cpus`` (the trial's ``host`` record, else its provenance's, so runs
-    recorded before the record have them too), ``cpus_usable``, ``governor``,
-    ``loadavg_before`` and ``loadavg_after`` (1-minute), ``runnable_before`` and
-    ``runnable_after``, ``cpu_busy_share``, ``steal_share``, ``server_cores``,
-    ``client_cores`` and ``busy_others`` ("name (pid) cores", joined); None where not
-    recorded."""
+    """The host side of one trial from its manifest entry, the same keys for every engine
+    (docs/analysis.md, "The host of every trial"); ``cpu`` and ``cpus`` fall back on the
+    trial's provenance (runs recorded before the ``host`` record); None where not recorded."""
     rec = entry.get("host") or {}
     prov = (entry.get("provenance") or {}).get("host") or {}
     before, after = rec.get("before") or {}, rec.get("after") or {}
@@ -147,14 +143,10 @@ def added_host_share(spec: dict[str, Any] | None, base: dict[str, Any] | None) -
 
 def host_bound(spec: dict[str, Any] | None, base: dict[str, Any] | None) -> str | None:
     """Why a speculative arm's speed depends on the host (its ``host_time`` against the
-    baseline's), or None when it does not, or there is no telemetry.
-
-    Two triggers, for every engine and method alike: the arm's GPU was busy less than
-    :data:`HOST_BOUND_SHARE` of its measured time, or the arm waits on the host at least
-    :data:`HOST_ADDED_SHARE` of a baseline token's time longer per token than its baseline
-    (on an H200: vLLM's n-gram arm at c=1, 2.98 against 1.24 ms, and llama.cpp's draft-model
-    arms at c=1, where the GPU stayed busy 60 % of the time).
-    """
+    baseline's), or None when it does not, or there is no telemetry. Two triggers, for every
+    engine and method alike: GPU busy under :data:`HOST_BOUND_SHARE` of the measured time, or
+    host time per token above the baseline's by :data:`HOST_ADDED_SHARE` of a baseline token's
+    time (docs/analysis.md, "When the analysis flags the host")."""
     if not spec:
         return None
     host, busy = spec["host_ms_per_token"], spec["busy_ms_per_token"]

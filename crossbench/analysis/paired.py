@@ -119,12 +119,9 @@ def decode_speedup(s: RequestFigures, b: RequestFigures) -> float | None:
 
 
 def e2e_speedup(s: RequestFigures, b: RequestFigures) -> float | None:
-    """Baseline end-to-end latency per output token / spec end-to-end latency per output
-    token of one pair: where both sides produced as many tokens, the plain latency ratio;
-    where they did not (a long-output arm against a short-output baseline, sampling), the
-    ratio of latencies alone would credit the arm for generating less, so each side's
-    latency is divided by its own tokens. Without a token count on either side the plain
-    ratio (``lengths``: such pairs are counted as of unknown length)."""
+    """Baseline / spec end-to-end latency of one pair, each per its own output tokens where
+    the two produced different numbers of tokens (else an arm generating less would be
+    credited for it); the plain ratio without a token count on either side."""
     if not (s.e2e_ms and b.e2e_ms):
         return None
     if s.tokens and b.tokens and s.tokens != b.tokens:

@@ -1,15 +1,11 @@
 """Sequential stopping: settle a cell's paired speedup with as few trials as its data allow.
 
-After each completed trial (a *look*) a rule says whether the verdict is settled:
-:class:`SequentialRule`, a group-sequential t test on the trial means with Lan-DeMets alpha
-spending and repeated confidence intervals (boundaries simulated once per rule), and
-:class:`SpreadRule`, the same spending split over the looks by a union bound, with the
-known start spread's interval (:class:`crossbench.analysis.start_spread.Prior`) in place of
-the trials' own spread. Both decide ``faster``, ``slower``, ``equivalent`` (inside the
-band), ``continue`` or ``undecided`` (at the last look), each wrong with probability at
-most ``alpha`` over all looks. The method, its simulated error rates and what it saves:
-docs/analysis.md, "Sequential stopping". This module is the decision rule only; stopping
-cells of a running matrix is :mod:`crossbench.runner.stopping`'s.
+After each completed trial (a *look*) a rule decides ``faster``, ``slower``, ``equivalent``,
+``continue`` or ``undecided`` (at the last look), each wrong with probability at most
+``alpha`` over all looks: :class:`SequentialRule` (a group-sequential t test with Lan-DeMets
+alpha spending on the trial means) or :class:`SpreadRule` (the known start spread's interval,
+the spending split over the looks). Method, error rates and savings: docs/analysis.md,
+"Sequential stopping"; stopping a running matrix's cells is :mod:`crossbench.runner.stopping`.
 """
 
 from __future__ import annotations

@@ -69,16 +69,6 @@ class Finding:
                 "cell": self.cell}
 
 
-def thinking_setting(config: dict[str, Any]) -> bool | None:
-    """``load.thinking`` (also read from ``load.chat_template_kwargs.enable_thinking``):
-    True or False when set, None when the chat template's default applies."""
-    load = config.get("load") or {}
-    value = load.get("thinking")
-    if value is None:
-        value = (load.get("chat_template_kwargs") or {}).get("enable_thinking")
-    return None if value is None else bool(value)
-
-
 def _spread(cell: CellData, rates: dict[int, float], cooldown: float | None) -> list[Finding]:
     c = stats.cv(list(rates.values()))
     if c is None or c <= SPREAD_CV:
@@ -199,13 +189,16 @@ def _cache(cell: CellData) -> list[Finding]:
 
 
 def _thinking(cell: CellData) -> list[Finding]:
-    setting = thinking_setting(cell.config)
+    # load.thinking, else the chat template kwarg; None: the template's default applies
+    setting = cell.load.get("thinking")
+    if setting is None:
+        setting = (cell.load.get("chat_template_kwargs") or {}).get("enable_thinking")
     if setting:
         return []
     hits = sum(1 for r in cell.records if "<think>" in str(r.get("text") or ""))
     if not hits:
         return []
-    if setting is False:
+    if setting is not None:  # thinking was turned off
         action = ("the engine or template ignored load.thinking: false: check that the "
                   "endpoint is chat and the model's template reads enable_thinking (or add "
                   "/no_think to the prompts)")

@@ -1,13 +1,11 @@
 """The known start spread: how far a fresh server start moves a cell's decode rate, measured on
 runs with several starts per cell, and the verdict interval it gives a design with few starts.
 
-:func:`measure` pools, per engine kind and role, the standard deviation of each start's
-mean log decode rate over the requests every start of a cell served (``crossbench
-start-spread``); :class:`StartSpread` is its checked file; :class:`Prior` gives one pair the
-interval with the starts' share, se_w^2 + sigma_s^2 / k_s + sigma_b^2 / k_b (Student's t,
-Welch-Satterthwaite df), which the analysis joins to the bootstrap's so the spread can only
-make a verdict more conservative. Method, checks and tests: docs/analysis.md, "Known start
-spread".
+:func:`measure` pools the spread per engine kind and role (``crossbench start-spread``),
+:class:`StartSpread` is its checked file, and :class:`Prior` gives one pair the interval with
+the starts' share (se_w^2 + sigma_s^2 / k_s + sigma_b^2 / k_b, Student's t with
+Welch-Satterthwaite df), joined to the bootstrap's so the spread can only make a verdict more
+conservative. Method, checks and tests: docs/analysis.md, "Known start spread".
 """
 
 from __future__ import annotations

@@ -151,15 +151,10 @@ def _multiplicities(draws: npt.NDArray[np.int64], size: int) -> FloatArray:
 
 
 def bootstrap_means(c: Clusters, resamples: int, seed: int) -> FloatArray:
-    """Means of the values over ``resamples`` two-way clustered, stratified resamples.
-
-    In every stratum with m clusters, m clusters are drawn with replacement; with r > 1
-    rounds, r rounds are then drawn with replacement. A resample's mean is the sum of
-    sums over the sum of counts, each (cluster, round) cell weighted by the product of its
-    cluster's and its round's multiplicities. One round reduces this to the cluster draw.
-    Where some prompts miss some trials, a two-way resample can hold no sample at all; such
-    resamples are left out (fewer than ``resamples`` means come back).
-    """
+    """Means of the values over ``resamples`` two-way clustered, stratified resamples: m of
+    every stratum's m clusters and r of the r rounds drawn with replacement, each (cluster,
+    round) cell weighted by the product of their multiplicities. A resample holding no sample
+    (some prompts miss some trials) is left out, so fewer means may come back."""
     rng = np.random.default_rng(seed)
     n, r = c.n_clusters, c.n_rounds
     prompts = np.zeros((resamples, n))
@@ -305,16 +300,11 @@ def unit_interval(log_ratios: Sequence[float] | FloatArray, units: Sequence[obje
 def verdict(ci: tuple[float, float] | None, n_samples: int, n_clusters: int,
             min_samples: int, confounded: bool = False,
             equivalence: float | None = None) -> Verdict:
-    """The one place a comparison's verdict is decided.
-
-    ``confounded`` when something besides the compared variable differs (see
-    ``crossbench.analysis.confounding``: the numbers stay, the label changes); else
-    ``too few samples`` when there are fewer than ``min_samples`` paired samples or fewer
-    than two prompts; else ``indistinguishable`` when the whole interval lies within the
-    equivalence band ``equivalence`` (:func:`within_band`; None or 0: no band), whether or
-    not it holds 1; else ``faster`` when the whole interval is above 1, ``slower`` when it
-    is below 1, ``indistinguishable`` when it contains 1.
-    """
+    """The one place a comparison's verdict is decided, first match wins: ``confounded``
+    (something besides the compared variable differs, ``crossbench.analysis.confounding``:
+    the numbers stay, the label changes), ``too few samples`` (under ``min_samples`` paired
+    samples or two prompts), ``indistinguishable`` within the band (:func:`within_band`),
+    then by where the interval lies against 1."""
     if confounded:
         return "confounded"
     if ci is None or n_samples < min_samples or n_clusters < MIN_CLUSTERS:

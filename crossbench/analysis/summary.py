@@ -247,38 +247,33 @@ def summarize_run_dir(run_dir: Any, chunk_gaps: bool = True) -> dict[str, Any]:
     manifest = rundir.read_manifest(root)
     records = rundir.read_records(root, manifest)
     enabled, n = spec_of(manifest.get("config", {}))
-    total = acc_mod.CounterDelta()
     histograms = decode_histograms(manifest)
     server_tok = server_s = 0.0
     per_trial: list[dict[str, Any]] = []
     trials = sorted({int(r.get("trial", 0)) for r in records})
     windows = trial_windows(root, manifest, trials)
-    any_missing = False
+    total: acc_mod.CounterDelta | None = acc_mod.CounterDelta()
     for t in trials:
         recs = [r for r in records if int(r.get("trial", 0)) == t]
-        measured = [r for r in recs if not r.get("warmup")]
         window = windows[t]
-        delta = None
-        trial_server: tuple[float, float] | None = None
-        if window is not None:
-            delta = window.delta
-            total.add(delta)
-            if histograms is not None:
-                trial_server = server_decode(window.before, window.after, histograms)
-        else:
-            any_missing = True
-        trial_acc = acc_mod.compute(delta, measured)
         trial_sum = summarize_records(recs, chunk_gaps)
-        if trial_server is not None and trial_server[1] > 0:
-            server_tok += trial_server[0]
-            server_s += trial_server[1]
-            trial_sum["throughput"].update(server_pooled_tok_s=trial_server[0] / trial_server[1],
+        if window is None:
+            total = None  # a snapshot is missing: no counter figures for the run
+        elif total is not None:
+            total.add(window.delta)
+        server = (server_decode(window.before, window.after, histograms)
+                  if window is not None and histograms is not None else None)
+        if server is not None and server[1] > 0:
+            server_tok += server[0]
+            server_s += server[1]
+            trial_sum["throughput"].update(server_pooled_tok_s=server[0] / server[1],
                                            server_rate_source=histograms[0] if histograms
                                            else None)
+        trial_acc = acc_mod.compute(window.delta if window else None,
+                                    [r for r in recs if not r.get("warmup")])
         per_trial.append({"trial": t, **trial_sum, "acceptance": trial_acc.to_dict()})
-    measured_all = [r for r in records if not r.get("warmup")]
-    acc = acc_mod.compute(None if any_missing else total, measured_all)
-    checks = acc_mod.integrity(acc, None if any_missing else total, n, enabled)
+    acc = acc_mod.compute(total, [r for r in records if not r.get("warmup")])
+    checks = acc_mod.integrity(acc, total, n, enabled)
     base = summarize_records(records, chunk_gaps)
     if server_s > 0 and histograms is not None:
         base["throughput"].update(server_pooled_tok_s=server_tok / server_s,

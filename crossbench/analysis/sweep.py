@@ -68,9 +68,13 @@ def cost_model(points: list[dict[str, Any]], curve: list[float] | None,
         for n, tau in sorted(taus.items())]
     valid = [p for p in predicted if p["speedup"] is not None]
     best = max(valid, key=lambda p: float(p["speedup"]))["n"] if valid else None
+    refits = _line_draws(usable, draws) if draws is not None else None
     out_ci: dict[str, Any] = {"d_ci95": None, "v_ci95": None}
-    if draws is not None:
-        out_ci = _line_intervals(usable, draws, level)
+    if refits is not None:
+        out_ci = {"d_ci95": list(stats.interval(refits[0], level)),
+                  "v_ci95": list(stats.interval(refits[1], level)),
+                  "ci_method": "joint two-way (prompt x trial) bootstrap of every point's "
+                               "speedup, line refitted per draw"}
     return {"fitted": True, "d": line.intercept, "v": line.slope, "r2": line.r2, **out_ci,
             "tau_note": note,
             "points": len(usable), "acceptance_curve": "measured per-position acceptance"
@@ -96,18 +100,6 @@ def _line_draws(points: list[dict[str, Any]], draws: dict[int, FloatArray]
     v = (cost * xc[None, :]).sum(axis=1) / float((xc**2).sum())
     d = cost.mean(axis=1) - v * x.mean()
     return d, v
-
-
-def _line_intervals(points: list[dict[str, Any]], draws: dict[int, FloatArray],
-                    level: float) -> dict[str, Any]:
-    """Percentile intervals of d and v refitted on each joint bootstrap draw."""
-    line = _line_draws(points, draws)
-    if line is None:
-        return {"d_ci95": None, "v_ci95": None}
-    d, v = line
-    return {"d_ci95": list(stats.interval(d, level)), "v_ci95": list(stats.interval(v, level)),
-            "ci_method": "joint two-way (prompt x trial) bootstrap of every point's speedup, "
-                         "line refitted per draw"}
 
 
 def predict_speedups(points: list[dict[str, Any]], curve: list[float],
