@@ -119,15 +119,10 @@ def flags_that_matter(argv: list[str]) -> list[str]:
     drop_with_value = {"--model", "-m", "--host", "--port", "--spec-draft-model", "-md",
                        "--model-draft"}
     out: list[str] = []
-    skip = False
-    for a in argv[1:]:
-        if skip:
-            skip = False
-            continue
+    args = iter(argv[1:])
+    for a in args:
         if a in drop_with_value:
-            skip = True
-            continue
-        if a.partition("=")[0] in drop_with_value:
-            continue
-        out.append(a)
+            next(args, None)  # its value
+        elif a.partition("=")[0] not in drop_with_value:
+            out.append(a)
     return out

@@ -137,8 +137,7 @@ def source_line(study: Study) -> str:
 
 def _table(study: Study, pairs: list[dict[str, Any]]) -> list[str]:
     cells = {c["cell"]: c for c in study.analysis.get("cells", [])}
-    level = f"{study.options.level:.0%}"
-    lines = [f"| config | speedup ({level} CI) | verdict | acceptance | MAL | "
+    lines = [f"| config | speedup ({study.level} CI) | verdict | acceptance | MAL | "
              "tok/s base → spec | TPOT p50 ms base → spec |",
              "|---|---|---|---|---|---|---|"]
     for p in pairs:

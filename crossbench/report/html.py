@@ -122,8 +122,7 @@ def verdict_text(pair: dict[str, Any]) -> str:
 def verdict_table(study: Study) -> Table:
     """One row per pair: speedup with interval, verdict, acceptance, MAL, TPOT, TTFT, VRAM."""
     cells = {c["cell"]: c for c in study.analysis.get("cells", [])}
-    level = f"{study.options.level:.0%}"
-    header = ["pair", "speedup", f"{level} CI", "verdict", "acceptance", "MAL",
+    header = ["pair", "speedup", f"{study.level} CI", "verdict", "acceptance", "MAL",
               "TPOT p50 ms (base → spec)", "TTFT p50 ms (base → spec)", "peak VRAM",
               "pairs"]
     rows = []

@@ -69,18 +69,13 @@ def render(plot: Plot) -> tuple[bytes, bytes]:
     return out[0], out[1]
 
 
-def _pair_coords(p: dict[str, Any]) -> dict[str, Any]:
-    return {"engine": p.get("engine"), "target": p.get("model"), "arm": p.get("arm"),
-            "method": p.get("method"), "n": p.get("n"), "workload": p.get("workload"),
-            "concurrency": p.get("concurrency")}
-
-
 def pair_label(study: Study, pair: dict[str, Any], without_n: bool = False) -> str:
     """A pair's short name (the coordinates that vary across the study)."""
-    coords = _pair_coords(pair)
-    if without_n:
-        coords["n"] = None
-    return study.label(coords)
+    return study.label({"engine": pair.get("engine"), "target": pair.get("model"),
+                        "arm": pair.get("arm"), "method": pair.get("method"),
+                        "n": None if without_n else pair.get("n"),
+                        "workload": pair.get("workload"),
+                        "concurrency": pair.get("concurrency")})
 
 
 def _unity(ax: Axes) -> None:
@@ -114,11 +109,10 @@ def speedup_vs_n(study: Study) -> Plot | None:
         ax.set_ylabel("decode speedup (x baseline)")
         ax.xaxis.set_major_locator(MaxNLocator(integer=True))
         ax.legend(fontsize=8)
-    level = _level(study)
     return Plot("speedup_vs_n", "Decode speedup against n",
-                f"Geometric mean of paired per-request speedups; bands and bars are the {level} "
-                "bootstrap interval. Below the dashed line the method is slower than no "
-                "speculation.", fig)
+                f"Geometric mean of paired per-request speedups; bands and bars are the "
+                f"{study.level} bootstrap interval. Below the dashed line the method is slower "
+                "than no speculation.", fig)
 
 
 def acceptance_curves(study: Study) -> Plot | None:
@@ -243,10 +237,6 @@ def telemetry_strip(study: Study) -> Plot | None:
     return Plot("telemetry", "GPU telemetry",
                 "NVML samples of every trial (idle, loading, measuring, stopping), on the "
                 "study's wall clock; gaps are pauses between trials.", fig)
-
-
-def _level(study: Study) -> str:
-    return f"{study.options.level:.0%}"
 
 
 FIGURES: tuple[Callable[[Study], Plot | None], ...] = (

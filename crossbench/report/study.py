@@ -86,12 +86,8 @@ class Study:
     def label(self, coords: dict[str, Any]) -> str:
         """A short name for a cell: only the coordinates that vary across the study."""
         keys = [k for k in LABEL_ORDER if k in self.varying] or ["arm"]
-        parts = []
-        for k in keys:
-            v = coords.get(k)
-            if v is None:
-                continue
-            parts.append({"n": f"n={v}", "concurrency": f"c={v}"}.get(k, str(v)))
+        parts = [{"n": f"n={v}", "concurrency": f"c={v}"}.get(k, str(v))
+                 for k in keys if (v := coords.get(k)) is not None]
         return " ".join(parts) or str(coords.get("arm", "cell"))
 
     def failed_trials(self) -> list[dict[str, Any]]:
@@ -101,15 +97,17 @@ class Study:
 
     def traces(self) -> list[tuple[Cell, int, Path]]:
         """Telemetry traces (``telemetry/tK.csv``) of every cell: (cell, trial, path)."""
-        out = []
-        for c in self.cells:
-            out += [(c, t, path) for t, path in rundir.telemetry_traces(c.dir)]
-        return out
+        return [(c, t, path) for c in self.cells for t, path in rundir.telemetry_traces(c.dir)]
 
     @property
     def options(self) -> StatsOptions:
         """The statistics options the analysis was made with."""
         return StatsOptions.from_record(self.analysis.get("options"))
+
+    @property
+    def level(self) -> str:
+        """The intervals' confidence level as the report prints it (``95%``)."""
+        return f"{self.options.level:.0%}"
 
 
 def study_analysis(root: Path, opts: StatsOptions | None = None) -> tuple[dict[str, Any], bool]:
