@@ -1,13 +1,8 @@
 """Checks of the GPU state around a trial; each ends in an action, as a typed :class:`Check`.
 
-- :func:`other_gpu_processes`: processes other than ours hold GPU memory before a trial;
-- :func:`gpu_busy`: a GPU is already computing;
-- :func:`clocks_and_power`: application clocks off stock, power limit not at its default,
-  persistence mode off;
-- :func:`wait_vram_released`: after the server stops, wait until every GPU is back to its idle
-  memory; on timeout, name the processes still holding memory (vLLM leaves workers behind);
-- :func:`before_trial`: the first three at once, opening NVML itself; a host without a GPU gets
-  one ``info`` check saying why.
+:func:`before_trial` runs :func:`other_gpu_processes`, :func:`gpu_busy` and
+:func:`clocks_and_power` (one ``info`` check without a GPU); :func:`wait_vram_released` waits
+after a stop and names the processes still holding memory (docs/confounds.md, "Checks").
 
 Statuses: ``ok``; ``info`` (recorded, harmless); ``warn`` (worth fixing, does not by itself
 confound); ``fail`` (would confound results: the runner warns or refuses by policy, and
@@ -54,12 +49,16 @@ def _describe(procs: list[tuple[int, GpuProcess]]) -> str:
                      for g, p in procs)
 
 
+def _listed(procs: list[tuple[int, GpuProcess]]) -> list[dict[str, Any]]:
+    return [{"gpu": g, "pid": p.pid, "name": p.name, "used_bytes": p.used_bytes}
+            for g, p in procs]
+
+
 def other_gpu_processes(nv: Nvml, own_pids: Iterable[int] = ()) -> Check:
     """``fail`` when a process not in ``own_pids`` holds memory on any GPU."""
     own = set(own_pids)
     others = [(i, p) for i in nv.indices() for p in nv.processes(i) if p.pid not in own]
-    details = {"processes": [{"gpu": g, "pid": p.pid, "name": p.name,
-                              "used_bytes": p.used_bytes} for g, p in others]}
+    details = {"processes": _listed(others)}
     if not others:
         return Check("gpu-processes", "ok", "no other process holds GPU memory", None, details)
     return Check("gpu-processes", "fail",
@@ -145,12 +144,8 @@ def memory_used_now(nvml: NvmlProvider | None = None) -> dict[int, int]:
     except NvmlUnavailable:
         return {}
     with nv:
-        out = {}
-        for i in nv.indices():
-            used = nv.sample(i, with_processes=False).memory_used_bytes
-            if used is not None:
-                out[i] = used
-        return out
+        used = {i: nv.sample(i, with_processes=False).memory_used_bytes for i in nv.indices()}
+        return {i: u for i, u in used.items() if u is not None}
 
 
 def wait_vram_released(idle_bytes: Mapping[int, int], timeout_s: float = 60.0,
@@ -180,8 +175,7 @@ def wait_vram_released(idle_bytes: Mapping[int, int], timeout_s: float = 60.0,
                              details)
             if waited >= timeout_s:
                 procs = [(i, p) for i in held for p in nv.processes(i)]
-                details["processes"] = [{"gpu": g, "pid": p.pid, "name": p.name,
-                                         "used_bytes": p.used_bytes} for g, p in procs]
+                details["processes"] = _listed(procs)
                 over = ", ".join(f"GPU {i} {_gib(u)} (idle {_gib(idle_bytes[i])})"
                                  for i, u in held.items())
                 who = (f"held by {_describe(procs)}" if procs else

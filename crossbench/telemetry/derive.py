@@ -1,21 +1,12 @@
 """Figures derived from a telemetry trace (the sampler's CSV) and a trial's phase marks.
 
-Per GPU and trial:
-
-- ``idle_bytes``: device memory used at the last sample before the server started;
-- ``post_load_bytes``: at the first sample after the server was ready (weights, KV cache and
-  CUDA graphs allocated, before any measured request);
-- ``peak_bytes``: the most device memory used between start and stop;
-  ``peak_process_bytes`` the most held by the server's own process tree;
-- ``after_stop_bytes`` and ``release_s``: the last sample's memory, and how long after the stop
-  the device came back within ``tolerance_bytes`` of idle (None: it never did in the trace);
-- ``throttled_s``: time between start and stop with a slowdown reason set (power cap,
-  thermal, hardware slowdown; :data:`~crossbench.telemetry.gpu.SLOWDOWN_MASK`), counted as the
-  intervals that begin with such a sample; ``throttle_reasons`` lists the reasons seen;
-- mean SM and memory clocks, power and utilization over the measured window, hottest sample.
-
-The draft's VRAM cost is ``peak(spec) - peak(baseline)`` (:func:`draft_vram_cost`), summed
-over GPUs.
+Per GPU and trial (:class:`GpuFigures`; docs/confounds.md, "GPU telemetry"): idle,
+post-load, peak and after-stop memory, ``release_s`` (how long after the stop the device came
+back within ``tolerance_bytes`` of idle; None: never in the trace), ``throttled_s`` (the
+intervals between start and stop that begin with a slowdown reason set,
+:data:`~crossbench.telemetry.gpu.SLOWDOWN_MASK`), mean clocks, power and utilization over the
+measured window, the hottest sample. The draft's VRAM cost is ``peak(spec) - peak(baseline)``
+(:func:`draft_vram_cost`), summed over GPUs.
 """
 
 from __future__ import annotations
@@ -24,7 +15,7 @@ import csv
 import itertools
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from crossbench.telemetry.gpu import SLOWDOWN_MASK, throttle_names
 from crossbench.telemetry.sampler import note_path
@@ -32,6 +23,7 @@ from crossbench.telemetry.sampler import note_path
 #: device memory within this much of idle counts as released (CUDA contexts of other
 #: tools, driver bookkeeping)
 DEFAULT_RELEASE_TOLERANCE = 256 * 1024 * 1024
+_N = TypeVar("_N", int, float)
 
 
 @dataclass(frozen=True)
@@ -188,7 +180,7 @@ def _gpu(gpu: int, rows: list[Sample], ph: TrialPhases, tol: int) -> GpuFigures:
         mean_mem_clock_mhz=_mean([s.mem_clock_mhz for s in measured]),
         mean_power_w=_mean([s.power_w for s in measured]),
         mean_util_gpu_pct=_mean([s.util_gpu_pct for s in measured]),
-        max_temperature_c=_max_f([s.temperature_c for s in live]),
+        max_temperature_c=_max([s.temperature_c for s in live]),
     )
 
 
@@ -200,12 +192,7 @@ def _float(text: str) -> float | None:
     return float(text) if text else None
 
 
-def _max(values: list[int | None]) -> int | None:
-    known = [v for v in values if v is not None]
-    return max(known) if known else None
-
-
-def _max_f(values: list[float | None]) -> float | None:
+def _max(values: list[_N | None]) -> _N | None:
     known = [v for v in values if v is not None]
     return max(known) if known else None
 

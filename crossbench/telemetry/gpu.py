@@ -119,11 +119,7 @@ SLOWDOWN_MASK = 0x4 | 0x8 | 0x20 | 0x40 | 0x80 | 0x200 | 0x400
 
 def throttle_names(mask: int) -> list[str]:
     """Names of the reason bits set in an NVML clock-event mask (unknown bits as ``bit_N``)."""
-    names = []
-    for bit in range(32):
-        if mask & (1 << bit):
-            names.append(THROTTLE_REASONS.get(1 << bit, f"bit_{bit}"))
-    return names
+    return [THROTTLE_REASONS.get(1 << bit, f"bit_{bit}") for bit in range(32) if mask & (1 << bit)]
 
 
 class NvmlUnavailable(Exception):

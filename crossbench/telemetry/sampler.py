@@ -7,20 +7,11 @@ Usage (the runner starts it before the server, so the trace shows the idle GPU f
         sampler.set_pids([server.pid])   # the server's tree (children via /proc) is followed
         ...
 
-CSV columns (:data:`COLUMNS`), blank where a GPU does not report a value:
-
-- ``timestamp_ns``: wall clock (``time.time_ns``), comparable with phase marks;
-- ``gpu``: NVML index;
-- ``process_used_bytes``: memory held on this GPU by the target server's process tree
-  (blank while no pids are set, or when NVML cannot attribute memory to processes);
-- ``device_used_bytes``, ``device_total_bytes``: device memory;
-- ``util_gpu_pct``, ``util_mem_pct``: NVML utilization rates;
-- ``sm_clock_mhz``, ``mem_clock_mhz``, ``power_w``, ``temperature_c``;
-- ``throttle_mask``: NVML clock-event reason bits; ``throttle_reasons``: their names, ``|``-joined.
-
-Without a GPU the sampler writes the header line only, plus a note file beside the CSV
-(:func:`note_path`) that reads ``no GPU: <reason>``, and returns; nothing else changes. Errors
-while sampling never reach the caller: sampling stops and the note file says why.
+The columns (:data:`COLUMNS`, blank where a GPU does not report a value; ``timestamp_ns`` is
+``time.time_ns``, comparable with phase marks) are described in docs/confounds.md, "GPU
+telemetry". Without a GPU the sampler writes the header line only, plus a note file beside the
+CSV (:func:`note_path`) that reads ``no GPU: <reason>``, and returns; nothing else changes.
+Errors while sampling never reach the caller: sampling stops and the note file says why.
 """
 
 from __future__ import annotations
