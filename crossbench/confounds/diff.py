@@ -1,13 +1,10 @@
 """Compare two normalized views field by field and classify every difference.
 
-- ``intended``: the field is on the comparison's axis, named by the caller as glob patterns
-  (:data:`AXES` has the usual ones: ``spec`` for a speculative cell vs its baseline);
-- ``benign``: cannot change speed: timestamps, ports, pids, log paths, time limits, the
-  derived server command, and paths of identical files (same sha256 on both sides);
-- ``confounding``: anything else that can change speed (engine build, quantization, model
-  file, GPU count and settings, serve settings, sampling, thinking, prompt set, crossbench
-  version...). A field this module does not know is confounding too, with a note saying so:
-  nothing slips by unclassified.
+``intended`` (on the comparison's axis, glob patterns: :data:`AXES`), ``benign`` (cannot
+change speed: :data:`BENIGN`, and paths of identical files: :data:`SAME_FILE`) or
+``confounding`` (:data:`CONFOUNDING`; a field this module does not know is confounding too,
+with a note saying so: nothing slips by unclassified). The classes: docs/confounds.md, "Diff
+and classes".
 
 Example::
 
@@ -261,7 +258,8 @@ def _same_files(proof: str, a: Mapping[str, Scalar], b: Mapping[str, Scalar]) ->
 
 def classify(field: str, a: Mapping[str, Scalar], b: Mapping[str, Scalar],
              intended: Iterable[str] = ()) -> tuple[Kind, str]:
-    """The class of a differing field, and why (see the module docstring for the order)."""
+    """The class of a differing field, and why: the axis first, then paths of identical files,
+    then the first matching pattern of :data:`BENIGN`, then of :data:`CONFOUNDING`."""
     if _matches(field, intended):
         return Kind.INTENDED, "the comparison's axis"
     if field == "crossbench.dirty" and a.get("crossbench.dirty_code") is False \

@@ -5,29 +5,10 @@ host) with one trial entry (argv, server ``/props``, timestamps), and the proven
 (:mod:`.provenance`) found in the trial entry or the manifest under ``provenance`` (or passed
 in). Engine and load settings of crossbench's own runs are completed with their defaults, so a
 setting left out on one side and given its default value on the other is no difference;
-imported runs keep exactly what their source recorded.
-
-Namespaces (the classes in :mod:`.diff` key on them):
-
-=====================  ==================================================================
-``crossbench.*``       harness version, commit, dirty tree, its own argv
-``engine.*``           kind, version, build number, commit, binary, ``sha256.<file>``,
-                       adapter extras, ``startup.*`` (facts from the engine's start-up log,
-                       from the trial entry's ``startup`` or ``server_props.startup``),
-                       ``argv`` (the server command, port masked)
-``server.*``           the engine config (ctx size, slots, vLLM serve settings...; secret
-                       names in its ``env`` redacted)
-``spec.*``             the speculative settings of the engine config
-``model.*``/``draft.*``  files: path, bytes, sha256, ref, hf_commit, ``gguf.*`` facts
-``load.*``             what the client sends (sampling, max tokens, thinking, workload...)
-``workload.*``         prompt-set spec, digest, count
-``run.*``              trials, server reuse, creation time
-``trial.*``            index, start and end times, other inference processes running beside it
-``server_props.*``     what the server reports (``/props``: build, slots, default settings)
-``env.*``              engine-relevant environment variables (secrets already redacted)
-``host.*``             CPU, RAM, OS, Python
-``gpu.*``/``gpus.N.*``  driver, CUDA, count; each visible GPU by CUDA index N: name, UUID, clocks...
-=====================  ==================================================================
+imported runs keep exactly what their source recorded. The namespaces (``crossbench.*``,
+``engine.*``, ``server.*``, ``spec.*``, ``model.*``/``draft.*``, ``load.*``, ``workload.*``,
+``run.*``, ``trial.*``, ``server_props.*``, ``env.*``, ``host.*``, ``gpu.*``/``gpus.N.*``, on
+which the classes in :mod:`.diff` key) are listed in docs/confounds.md, "Normalized view".
 
 Values are ``str``, ``int``, ``float`` or ``bool``; unset (None) values are left out; lists of
 scalars become compact JSON text; nested mappings and lists of mappings are flattened.
@@ -77,19 +58,12 @@ def flatten(prefix: str, obj: Any, out: View) -> View:
 
 def mask_port(argv: list[str]) -> str:
     """A command as one string with the value after ``--port`` (or ``--port=``) masked."""
-    out: list[str] = []
-    skip = False
-    for a in argv:
-        if skip:
-            out.append("<port>")
-            skip = False
-        elif a == "--port":
-            out.append(a)
-            skip = True
+    out = list(argv)
+    for i, a in enumerate(out):
+        if a == "--port" and i + 1 < len(out):
+            out[i + 1] = "<port>"
         elif a.startswith("--port="):
-            out.append("--port=<port>")
-        else:
-            out.append(a)
+            out[i] = "--port=<port>"
     return " ".join(out)
 
 
