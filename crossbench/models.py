@@ -90,12 +90,10 @@ def file_record(path: Path, ref: str | None = None) -> dict[str, object]:
     st = path.stat()
     key = f"{path.resolve()}|{st.st_size}|{st.st_mtime_ns}"
     cache = cache_dir() / "hashes.json"
-    known: dict[str, str] = {}
-    if cache.exists():
-        try:
-            known = json.loads(cache.read_text())
-        except (OSError, ValueError):
-            known = {}
+    try:
+        known: dict[str, str] = json.loads(cache.read_text())
+    except (OSError, ValueError):  # none yet, or unreadable: start afresh
+        known = {}
     digest = known.get(key)
     if digest is None:
         digest = sha256_file(path)

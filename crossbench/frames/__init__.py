@@ -147,9 +147,8 @@ class RunFrames:
                     "mean_acceptance_length": acc.get("mean_acceptance_length"),
                     "startup_s": phases.get("startup"), "measured_s": phases.get("measured"),
                     "total_s": phases.get("total"),
-                    "gpu_busy_share": times[t].gpu_busy_share if t in times else None,
-                    "busy_ms_per_token": times[t].busy_ms_per_token if t in times else None,
-                    "host_ms_per_token": times[t].host_ms_per_token if t in times else None,
+                    **{k: getattr(times.get(t), k, None)  # None: no host time for the trial
+                       for k in ("gpu_busy_share", "busy_ms_per_token", "host_ms_per_token")},
                     "boot_id": (prov.get("host") or {}).get("boot_id"),
                     "gpus": ",".join(str(g.get("uuid")) for g in gpus) or None,
                     **_host_columns(trial_host(e))})
@@ -161,6 +160,7 @@ class RunFrames:
         rows = []
         for c in self.analysis["cells"]:
             th, lat, acc, req = c["throughput"], c["latency_ms"], c["acceptance"], c["requests"]
+            ht = c.get("host_time") or {}
             rows.append({
                 **{k: c.get(k) for k in ("cell", "engine", "target", "arm", "method", "n",
                                          "workload", "concurrency")},
@@ -175,11 +175,9 @@ class RunFrames:
                 "tpot_p50_ms": lat["tpot"]["p50"], "tpot_p99_ms": lat["tpot"]["p99"],
                 "chunk_gap_p50_ms": lat["chunk_gap"]["p50"], "e2e_p50_ms": lat["e2e"]["p50"],
                 "trial_cv": c.get("trial_cv"),
-                "gpu_busy_share": (c.get("host_time") or {}).get("gpu_busy_share"),
-                "busy_ms_per_token": ((c.get("host_time") or {}).get("busy_ms_per_token")
-                                      or {}).get("mean"),
-                "host_ms_per_token": ((c.get("host_time") or {}).get("host_ms_per_token")
-                                      or {}).get("mean"),
+                "gpu_busy_share": ht.get("gpu_busy_share"),
+                "busy_ms_per_token": (ht.get("busy_ms_per_token") or {}).get("mean"),
+                "host_ms_per_token": (ht.get("host_ms_per_token") or {}).get("mean"),
                 "draft_acceptance_rate": acc.get("draft_acceptance_rate"),
                 "mean_acceptance_length": acc.get("mean_acceptance_length"),
                 "synthetic_acceptance": bool(c.get("synthetic_acceptance"))})
@@ -274,10 +272,8 @@ def _host_columns(host: dict[str, Any]) -> dict[str, Any]:
 
 
 def _coords(cell: CellData) -> dict[str, Any]:
-    c = cell.coords
-    return {"cell": cell.id, "engine": c.get("engine"), "target": c.get("target"),
-            "arm": c.get("arm"), "method": c.get("method"), "n": c.get("n"),
-            "workload": c.get("workload"), "concurrency": c.get("concurrency")}
+    return {"cell": cell.id, **{k: cell.coords.get(k) for k in (
+        "engine", "target", "arm", "method", "n", "workload", "concurrency")}}
 
 
 #: pandas dtypes of columns that must keep their kind when values are missing
