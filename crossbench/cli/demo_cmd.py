@@ -1,11 +1,6 @@
-"""``crossbench demo``: the embedded default study (matrices/cpu-smoke.yaml), end to end.
-
-After the per-cell table the demo prints a closing summary read from the run's analysis
-(:func:`closing_summary`): each arm's paired speedup with its 95 % interval, the fastest
-first; what synthetic acceptance measured against what was configured; what an n-gram arm
-drafted; and whether the host was quiet enough for the figures to mean anything (the
-runner's own warnings about other inference processes, and the spread of a cell's trials).
-It exits 1 when a trial or an integrity check failed, as ``crossbench run`` does.
+"""``crossbench demo``: the embedded default study (matrices/cpu-smoke.yaml), end to end,
+then a closing summary read from the run's analysis (:func:`closing_summary`); exit 1 when a
+trial or an integrity check failed, as ``crossbench run`` does.
 """
 
 from __future__ import annotations

@@ -1,10 +1,7 @@
-"""``crossbench doctor``: check the machine before a study; exit 2 when results would be
-confounded.
-
-Checks: the engine binary (crossbench's install manifests, then ``PATH``); other inference
-servers running on the host; the NVIDIA driver through NVML; other processes on the GPUs; GPU
-utilization; application clocks at stock; power limits at their defaults; persistence mode.
-Without a GPU the GPU checks are skipped with the reason, and the rest still runs.
+"""``crossbench doctor``: check the machine before a study (the engine binary, other
+inference servers, the NVIDIA driver, other GPU processes, utilization, clocks, power limits,
+persistence mode); exit 2 when results would be confounded. Without a GPU the GPU checks are
+skipped with the reason, and the rest still runs.
 """
 
 from __future__ import annotations
