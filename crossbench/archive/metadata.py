@@ -1,13 +1,8 @@
 """Who made an archive, under which licences, and the metadata files rendered from templates.
 
 Templates are plain files in the repository's ``zenodo/`` folder (or ``--templates DIR``),
-filled with :class:`string.Template`: ``$name`` placeholders, ``$$`` for a literal dollar.
-Each rendered file is checked (JSON parses, CITATION.cff is YAML with ``cff-version: 1.2.0``)
-so an edited template that breaks its format is refused with the template's name.
-
-Author input is ``'Family, Given;Affiliation;ORCID'`` (affiliation and ORCID optional), as
-Zenodo wants names; licences are SPDX identifiers (``CC0-1.0``, ``CC-BY-4.0``, ``MIT``);
-related identifiers are ``URL`` or ``URL;relation`` (default relation ``isSupplementTo``).
+filled with :class:`string.Template` (docs/report.md "Templates"); each rendered file is
+checked, so an edited template that breaks its format is refused with the template's name.
 """
 
 from __future__ import annotations
