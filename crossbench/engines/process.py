@@ -286,11 +286,10 @@ class LocalServer(EngineServer):
         """Process id of the server (also its session and process-group id)."""
         return self._proc.pid if self._proc else None
 
-    def _stop_session(self, engine: str, stop_timeout_s: float,
-                      gpu_release_timeout_s: float) -> None:
+    def _stop_session(self, stop_timeout_s: float, gpu_release_timeout_s: float) -> None:
         """``stop()`` of an engine that runs as several processes in its own session
         (:func:`stop_session`): the report in ``stop_report``, then a wait for the port;
-        RunError naming ``engine`` when processes survive SIGKILL. Safe to call twice."""
+        RunError naming the engine when processes survive SIGKILL. Safe to call twice."""
         proc = self._proc
         if proc is None:
             return
@@ -298,7 +297,7 @@ class LocalServer(EngineServer):
         self.stop_report = stop_session(proc, stop_timeout_s, gpu_release_timeout_s)
         self._wait_port_free()
         if self.stop_report["leftover"]:
-            raise RunError(f"{len(self.stop_report['leftover'])} process(es) of the {engine} "
+            raise RunError(f"{len(self.stop_report['leftover'])} process(es) of the {self.kind} "
                            f"server survived SIGKILL: {', '.join(self.stop_report['leftover'])}",
                            "they may hold GPU memory: wait or reboot before the next trial")
 
@@ -364,11 +363,11 @@ class LocalServer(EngineServer):
             raise UserError(f"port {self._port} on {self._host} is in use",
                             "stop what holds it, or omit port to pick a free one")
 
-    def _poll_openai_ready(self, timeout: float, engine: str, hint: str) -> list[str]:
+    def _poll_openai_ready(self, timeout: float, hint: str) -> list[str]:
         """Poll ``/health`` until 200, then ``/v1/models`` until it answers, within
         ``timeout`` seconds, checking that the process lives; returns the served model ids.
         A 401/403 stops the server and names the key; a timeout stops it and shows the
-        log's last lines with ``hint`` (what makes ``engine`` slow to start)."""
+        log's last lines with ``hint`` (what makes the engine slow to start)."""
         deadline = time.monotonic() + timeout
         served: list[str] = []
         for path in ("/health", "/v1/models"):
@@ -390,13 +389,13 @@ class LocalServer(EngineServer):
                 if time.monotonic() > deadline:
                     tail = log_tail(self._log_path)
                     self.stop()
-                    raise RunError(f"{engine} did not answer {path} within {timeout:.0f} s; "
+                    raise RunError(f"{self.kind} did not answer {path} within {timeout:.0f} s; "
                                    f"last log lines:\n{tail}", f"raise ready_timeout_s for big "
                                    f"models ({hint}), or read {self._log_path}")
                 time.sleep(0.1)
         return served
 
-    def _read_metrics(self, engine: str, off_hint: str) -> MetricsSnapshot:
+    def _read_metrics(self, off_hint: str) -> MetricsSnapshot:
         """GET ``/metrics`` (with the key, when the server wants one) and parse it; a RunError
         with the log tail when the server does not answer, one naming the key on HTTP 401 or
         403, and ``off_hint`` when it answers without metrics."""
@@ -406,7 +405,7 @@ class LocalServer(EngineServer):
         except OSError as e:
             alive = self._proc is not None and self._proc.poll() is None
             state = "is not answering" if alive else "has exited"
-            raise RunError(f"cannot read /metrics: {engine} {state} ({e}); last log lines:\n"
+            raise RunError(f"cannot read /metrics: {self.kind} {state} ({e}); last log lines:\n"
                            f"{log_tail(self._log_path)}",
                            f"see {self._log_path} for why it stopped") from e
         if status in UNAUTHORIZED:

@@ -279,8 +279,7 @@ class LlamaServer(LocalServer):
 
     def scrape(self) -> MetricsSnapshot:
         """GET ``/metrics`` (enabled by ``--metrics``) and parse it."""
-        return self._read_metrics("llama-server",
-                                  "llama-server needs --metrics (crossbench always passes it)")
+        return self._read_metrics("llama-server needs --metrics (crossbench always passes it)")
 
     def props(self) -> dict[str, Any]:
         """The server's ``/props`` (build info, default generation settings)."""

@@ -256,8 +256,7 @@ class SglangServer(LocalServer):
         """Poll ``/health`` until 200 and ``/v1/models`` until it answers, then read the
         server info; fail fast when the server exits."""
         timeout = timeout_s if timeout_s is not None else self.config.ready_timeout_s
-        self._served = self._poll_openai_ready(timeout, "sglang",
-                                               "CUDA graph capture takes minutes")
+        self._served = self._poll_openai_ready(timeout, "CUDA graph capture takes minutes")
         with contextlib.suppress(OSError, ValueError):
             status, body = http_get(self.base_url + self.profile.server_info_path,
                                     timeout=10.0, headers=self.auth_headers())
@@ -266,8 +265,8 @@ class SglangServer(LocalServer):
 
     def scrape(self) -> MetricsSnapshot:
         """GET ``/metrics`` (served with ``--enable-metrics``, which crossbench passes)."""
-        return self._read_metrics("sglang", "the server runs without --enable-metrics; "
-                                  "crossbench passes it, so check extra_args and the log")
+        return self._read_metrics("the server runs without --enable-metrics; crossbench "
+                                  "passes it, so check extra_args and the log")
 
     def props(self) -> dict[str, Any]:
         """The server info (a few of its keys), the served models, stand-in or not."""
@@ -325,5 +324,4 @@ class SglangServer(LocalServer):
         """SIGTERM the session, SIGKILL what is left after ``stop_timeout_s`` (SGLang's
         scheduler and detokenizer are child processes), wait for the GPU memory and the port;
         RunError when processes survive SIGKILL. Safe to call twice."""
-        self._stop_session("sglang", self.config.stop_timeout_s,
-                           self.config.gpu_release_timeout_s)
+        self._stop_session(self.config.stop_timeout_s, self.config.gpu_release_timeout_s)

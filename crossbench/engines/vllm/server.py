@@ -398,7 +398,7 @@ class VllmServer(LocalServer):
         """Poll ``/health`` until 200, then ``/v1/models`` until it lists the model; then
         parse the startup log. Fails fast if the server exits."""
         timeout = timeout_s if timeout_s is not None else self.config.ready_timeout_s
-        self._served = self._poll_openai_ready(timeout, "vllm",
+        self._served = self._poll_openai_ready(timeout,
                                                "compilation and CUDA graphs take minutes")
         if self.served_model_name not in self._served:
             raise RunError(f"vllm serves {self._served}, not {self.served_model_name!r}",
@@ -443,8 +443,7 @@ class VllmServer(LocalServer):
 
     def scrape(self) -> MetricsSnapshot:
         """GET ``/metrics`` (on by default in vLLM) and parse it."""
-        return self._read_metrics("vllm",
-                                  "do not pass --disable-log-stats (it turns the counters off)")
+        return self._read_metrics("do not pass --disable-log-stats (it turns the counters off)")
 
     def startup_facts(self) -> startup_log.StartupFacts | None:
         """Facts of the last start-up (None before :meth:`wait_ready`)."""
@@ -508,8 +507,7 @@ class VllmServer(LocalServer):
         GPU memory and the port; RunError when processes survive SIGKILL. Safe to call
         twice."""
         # vLLM shuts its engine cores down on SIGTERM
-        self._stop_session("vllm", self.config.stop_timeout_s,
-                           self.config.gpu_release_timeout_s)
+        self._stop_session(self.config.stop_timeout_s, self.config.gpu_release_timeout_s)
 
 
 def _start_kind(mode: str, logged: str | None, entries_before: int) -> str:
