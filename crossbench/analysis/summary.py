@@ -117,8 +117,7 @@ def summarize_records(records: Iterable[Mapping[str, Any]],
             sum_tok += (m["tokens"] or 0) - 1
             sum_decode_s += m["decode_ms"] / 1e3
         t = r.get("timings") or {}
-        if t.get("predicted_ms") and isinstance(t.get("predicted_n"), int) \
-                and t["predicted_n"] >= 2:
+        if m["server_rate_tok_s"] is not None:  # predicted_n >= 2 over predicted_ms
             server_tok += t["predicted_n"] - 1
             server_s += float(t["predicted_ms"]) / 1e3
             reported = t.get("predicted_per_second")
