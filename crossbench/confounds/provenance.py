@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import hashlib
 import math
+import mmap
 import os
 import platform
 import re
@@ -174,66 +175,21 @@ GGUF_KEYS = ("general.architecture", "general.name", "general.size_label", "gene
 
 def _scan_gguf(path: Path, keys: Sequence[str]) -> tuple[dict[str, Any], int]:
     """The wanted metadata values and the parameter count (sum over tensor shapes) of a
-    little-endian GGUF, read sequentially; array values are skipped, never decoded.
+    little-endian GGUF, read from a memory map by :func:`crossbench.fixtures.vocab.read_header`
+    (``gguf.GGUFReader`` decodes every field, which takes seconds on a real tokenizer)."""
+    from crossbench.fixtures.vocab import read_header
 
-    ``gguf.GGUFReader`` decodes every field, which takes seconds on a real tokenizer
-    (150 000 token strings); this reads the same bytes with the package's type codes.
-    """
-    from gguf import GGUFValueType as T
-
-    sizes = {T.UINT8: "B", T.INT8: "b", T.UINT16: "H", T.INT16: "h", T.UINT32: "I",
-             T.INT32: "i", T.FLOAT32: "f", T.BOOL: "?", T.UINT64: "Q", T.INT64: "q",
-             T.FLOAT64: "d"}
-    with path.open("rb") as fh:
-        def unpack(fmt: str) -> Any:
-            size = struct.calcsize("<" + fmt)
-            data = fh.read(size)
-            if len(data) != size:
-                raise ValueError("truncated GGUF")
-            return struct.unpack("<" + fmt, data)[0]
-
-        def string() -> bytes:
-            n = unpack("Q")
-            if n > 1 << 32:
-                raise ValueError("implausible string length (not a little-endian GGUF?)")
-            return fh.read(n)
-
-        def skip(vtype: int) -> None:
-            if vtype == T.STRING:
-                fh.seek(unpack("Q"), 1)
-            elif vtype == T.ARRAY:
-                etype, count = unpack("I"), unpack("Q")
-                if etype in (T.STRING, T.ARRAY):
-                    for _ in range(count):
-                        skip(etype)
-                else:
-                    fh.seek(struct.calcsize("<" + sizes[T(etype)]) * count, 1)
-            else:
-                fh.seek(struct.calcsize("<" + sizes[T(vtype)]), 1)
-
-        if fh.read(4) != b"GGUF":
-            raise ValueError("GGUF magic invalid")
-        version = unpack("I")
-        if not 1 <= version <= 3:
-            raise ValueError(f"GGUF version {version} (or big-endian)")
-        n_tensors, n_kv = unpack("Q"), unpack("Q")
-        values: dict[str, Any] = {}
-        for _ in range(n_kv):
-            key = string().decode()
-            vtype = unpack("I")
-            if key in keys and vtype == T.STRING:
-                values[key] = string().decode()
-            elif key in keys and vtype in sizes:
-                values[key] = unpack(sizes[T(vtype)])
-            else:
-                skip(vtype)
+    with path.open("rb") as fh, mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as mm:
+        cur, n_tensors, entries = read_header(mm)
+        values = {e.key: e.value for e in entries if e.key in keys and e.sub_type is None}
         params = 0
         for _ in range(n_tensors):
-            string()
-            dims = [unpack("Q") for _ in range(unpack("I"))]
-            unpack("I")  # tensor type
-            unpack("Q")  # data offset
-            params += math.prod(dims)
+            cur.string()
+            params += math.prod(cur.u64() for _ in range(cur.u32()))
+            cur.u32()  # tensor type
+            cur.u64()  # data offset
+    if any(isinstance(v, bytes) for v in values.values()):
+        raise ValueError("a metadata string is not valid UTF-8")
     return values, params
 
 
@@ -290,29 +246,23 @@ def model_facts(path: Path | str, ref: str | None = None) -> dict[str, Any]:
     recorded as given. Remembered per process by path, size and mtime (every trial of a
     study records the same files)."""
     p = Path(path)
-    if p.is_file():
-        st = p.stat()
-        key = (str(p.resolve()), st.st_size, st.st_mtime_ns, ref)
-        if key not in _FACTS:
-            _FACTS[key] = _model_facts(p, ref)
-        return dict(_FACTS[key])
-    return _model_facts(p, ref)
-
-
-def _model_facts(p: Path, ref: str | None) -> dict[str, Any]:
     if not p.is_file():
         out: dict[str, Any] = {"path": str(p), "exists": p.exists()}
         if ref is not None:
             out["ref"] = ref
         return out
-    from crossbench.models import file_record
+    st = p.stat()
+    key = (str(p.resolve()), st.st_size, st.st_mtime_ns, ref)
+    if key not in _FACTS:
+        from crossbench.models import file_record
 
-    out = dict(file_record(p, ref))
-    with p.open("rb") as fh:
-        is_gguf = fh.read(4) == b"GGUF"
-    if is_gguf:
-        out["gguf"] = gguf_facts(p)
-    return out
+        out = dict(file_record(p, ref))
+        with p.open("rb") as fh:
+            is_gguf = fh.read(4) == b"GGUF"
+        if is_gguf:
+            out["gguf"] = gguf_facts(p)
+        _FACTS[key] = out
+    return dict(_FACTS[key])
 
 
 def boot_id() -> str | None:
