@@ -36,14 +36,10 @@ def predicted_tau(curve: list[float], n: int) -> float:
 def cost_model(points: list[dict[str, Any]], curve: list[float] | None,
                draws: dict[int, FloatArray] | None = None,
                level: float = 0.95) -> dict[str, Any]:
-    """Fit C(n) = tau / speedup = d + v * n over points with n, tau and speedup.
-
-    ``curve`` (per-position acceptance, fractions) gives predictions up to its length; without
-    one, predictions use each point's measured tau. ``draws`` (n -> bootstrap draws of the
-    log speedup, drawn jointly for all points: :func:`joint_log_speedups`) gives percentile
-    intervals of d and v (``d_ci95``, ``v_ci95``); tau is taken as measured (counter-based
-    acceptance over thousands of drafts varies far less than speed).
-    """
+    """Fit C(n) = tau / speedup = d + v * n over points with n, tau and speedup; predictions
+    from ``curve`` (per-position acceptance) up to its length, else from each point's tau;
+    ``draws`` (:func:`joint_log_speedups`) give ``d_ci95`` and ``v_ci95`` with tau held as
+    measured (docs/analysis.md, "n-sweeps")."""
     note = None
     if not any(p.get("mean_acceptance_length") for p in points) and \
             any(p.get("mean_acceptance_length_estimate") for p in points):
