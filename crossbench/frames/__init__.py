@@ -147,8 +147,9 @@ class RunFrames:
                     "mean_acceptance_length": acc.get("mean_acceptance_length"),
                     "startup_s": phases.get("startup"), "measured_s": phases.get("measured"),
                     "total_s": phases.get("total"),
-                    **{k: getattr(times.get(t), k, None)  # None: no host time for the trial
-                       for k in ("gpu_busy_share", "busy_ms_per_token", "host_ms_per_token")},
+                    "gpu_busy_share": times[t].gpu_busy_share if t in times else None,
+                    "busy_ms_per_token": times[t].busy_ms_per_token if t in times else None,
+                    "host_ms_per_token": times[t].host_ms_per_token if t in times else None,
                     "boot_id": (prov.get("host") or {}).get("boot_id"),
                     "gpus": ",".join(str(g.get("uuid")) for g in gpus) or None,
                     **_host_columns(trial_host(e))})
