@@ -1,24 +1,13 @@
-"""What the live adapter checks (``crossbench engines check vllm|sglang``) share.
-
-- :class:`Report`: one line per check, ``ok`` or ``FAIL``, and the count of failures;
-- :func:`run_server`: the adapter made from a config and validated (the ``config`` line),
-  started, measured, and stopped whatever happened;
-- :func:`check_ready`: the ``ready`` line, with the server's argv (secrets redacted);
-- :func:`settled`: a scrape taken once nothing runs and the named counters stopped moving;
-- :func:`stream_load`: requests streamed with crossbench's load client, the scrapes before
-  and after and the records kept under the check's folder, and the ``streaming`` line;
-- :func:`post_json`: one request sent alone, for the per-request figures;
-- :func:`check_stop`: ``stop()``, then the ``stop`` line: no process of the server's session
-  left and its GPU memory released (through NVML; a machine without a GPU says so).
-
-The engine modules (:mod:`.vllm_check`, :mod:`.sglang_check`) add their own configuration,
-known truth and per-request figures.
+"""What the live adapter checks (``crossbench engines check vllm|sglang``) share: the
+:class:`Report` of ``ok``/``FAIL`` lines, and the steps every check takes (the server made,
+validated, started, streamed to and stopped whatever happened). The engine modules
+(:mod:`.vllm_check`, :mod:`.sglang_check`) add their own configuration, known truth and
+per-request figures.
 """
 
 from __future__ import annotations
 
 import json
-import time
 import urllib.request
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
@@ -30,10 +19,10 @@ from crossbench.confounds.provenance import redact_argv
 from crossbench.engines import registry
 from crossbench.engines.base import MetricsSnapshot
 from crossbench.engines.process import LocalServer
-from crossbench.engines.prometheus import total
 from crossbench.errors import CrossbenchError
 from crossbench.load.client import ClientConfig, ConcurrencyMode, run_load_sync
 from crossbench.load.workloads import load_workload
+from crossbench.runner import single
 from crossbench.store import rundir
 
 S = TypeVar("S", bound=LocalServer)
@@ -82,22 +71,9 @@ def check_ready(rep: Report, srv: LocalServer) -> bool:
     return rep.check("ready", True, " ".join(redact_argv(srv.command())))
 
 
-def settled(srv: LocalServer, counters: Sequence[str],
-            timeout_s: float = 30.0) -> MetricsSnapshot:
-    """Scrape until nothing runs (the adapter's in-flight gauge) and ``counters`` stopped
-    moving: engines record a step's or a request's counts after they stream its tokens. After
-    ``timeout_s`` the last scrape is returned as it is."""
-    deadline = time.monotonic() + timeout_s
-    prev = srv.scrape()
-    while True:
-        time.sleep(0.2)
-        cur = srv.scrape()
-        still = all(total(cur.samples, n) == total(prev.samples, n) for n in counters)
-        gauge = srv.in_flight_metric
-        idle = not (total(cur.samples, gauge) if gauge else 0)
-        if (still and idle) or time.monotonic() > deadline:
-            return cur
-        prev = cur
+def settled(srv: LocalServer, counters: Sequence[str]) -> MetricsSnapshot:
+    """:func:`crossbench.runner.single.settled` on ``counters``, every 0.2 s for up to 30 s."""
+    return single.settled(srv, counters, timeout_s=30.0, poll_s=0.2)
 
 
 def stream_load(rep: Report, srv: LocalServer, model: str, out: Path, requests: int,

@@ -5,50 +5,14 @@
     crossbench engines check sglang --binary PREFIX/bin/python --model /path/hf-target
     crossbench engines check sglang --model Qwen/Qwen3-8B --n 4
 
-It starts ``python -m sglang.launch_server`` through the adapter
-(:class:`~crossbench.engines.sglang.server.SglangServer`) with speculative decoding whose
-outcome is known: ``speculative_algorithm: STANDALONE`` with the target as its own draft model
-(``--draft`` overrides), ``speculative_num_steps`` n (default 3), ``speculative_eagle_topk``
-1 and ``speculative_num_draft_tokens`` n+1 (the adapter's ``spec: {type: STANDALONE, n,
-draft_model}``). It streams greedy requests with crossbench's load client and checks that:
-
-1. ``BINARY -c "import sglang; print(sglang.__version__)"`` is a release with a profile in
-   ``engines/sglang/``, and the config validates against it;
-2. the server becomes ready, and its server info (``props()``) yields what crossbench
-   records: the served model, the version, ``speculative_algorithm`` STANDALONE,
-   ``speculative_num_steps`` n, ``speculative_eagle_topk`` 1 and
-   ``speculative_num_draft_tokens`` n+1;
-3. every request streams to completion with several tokens per chunk;
-4. the mean acceptance length from the ``/metrics`` deltas (through
-   :mod:`crossbench.analysis.acceptance`: accepted = generated tokens - requests -
-   verification steps, MAL = 1 + accepted / verification steps) meets the known truth;
-5. one request sent alone to the native ``/generate`` reports in ``meta_info`` what the
-   counters counted over it: ``spec_verify_ct`` = the delta of
-   ``sglang:spec_verify_calls_total``, ``completion_tokens`` = the delta of
-   ``sglang:generation_tokens_total``, and ``spec_num_correct_drafts`` the accepted drafts
-   derived from the counters, or up to n more (drafts accepted in the last step past
-   ``max_new_tokens``, which SGLang may count and does not emit) where it reports them;
-   skipped on a release whose profile has no ``/generate``;
-6. ``stop()`` leaves no process of the server's session behind and the GPU memory is
-   released (on a machine without a GPU the line says so).
-
-**The known truth and its tolerance.** A draft model identical to the target, sampled
-greedily (temperature 0), proposes the target's own next tokens, so every draft should be
-accepted: n per verification step, a mean acceptance length of n+1. The check asks for at
-least 0.9 x (n+1) and at most n+1 (+1e-9, the analysis' ``mal_le_n_plus_1``), over at least
-200 verification steps so that the figure is not noise. The 10% allows for bf16 near-ties:
-the draft runs one token per forward pass and the target verifies n+1 at once, with other
-kernels and reduction orders, so where two logits nearly tie they may rank differently and a
-draft be rejected; it also covers each request's last step, cut at ``max_tokens``. With a
-``--draft`` other than the target there is no known truth, and only the bounds are checked
-(MAL <= n+1, accepted <= verification steps x n). On the H200 (2026-12-01, SGLang 0.5.17)
-crossbench's random-weight tiny fixture, whose logits are nearly flat, fell short of this
-truth at n = 3 (MAL 3.248) where llama.cpp meets it exactly on the same weights: see
-docs/sglang.md, "The live check on the H200".
-
-It prints one line per check; the caller exits 1 when any failed. Everything it saw is kept
-under ``--out`` (server log, both scrapes, the records). Secrets are never printed: the
-argv on the ``ready`` line is redacted.
+It starts ``python -m sglang.launch_server`` through the adapter with speculative decoding
+whose outcome is known (``spec: {type: STANDALONE, n, draft_model}``, the target as its own
+draft model unless ``--draft`` says otherwise), streams greedy requests with crossbench's load
+client and prints one line per check (profile, config, ready, server info, streaming,
+acceptance, per-request ``meta_info``, stop); the caller exits 1 when any failed. The checks,
+the known truth (MAL n+1 for draft = target) and its tolerance: docs/sglang.md, "Checking the
+adapter on a GPU machine". Everything it saw is kept under ``--out``; the argv on the
+``ready`` line is redacted.
 """
 
 from __future__ import annotations
@@ -79,10 +43,9 @@ ALGORITHM = "STANDALONE"
 """The algorithm of the known-truth arm: a whole model as draft (here the target itself)."""
 TRUTH_SHARE = 0.9
 """Least share of n+1 the mean acceptance length must reach with draft = target (bf16
-near-ties; see the module docstring)."""
+near-ties; docs/sglang.md, "The known truth")."""
 MIN_STEPS = 200
 """Least verification steps behind the acceptance figure."""
-EPSILON = 1e-9
 PROMPT = "Count from one to fifty:"
 #: the counters that must stop moving before a scrape counts (SGLang counts a request when
 #: it finishes)

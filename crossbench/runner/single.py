@@ -18,7 +18,7 @@ import os
 import platform
 import sys
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -45,6 +45,7 @@ from crossbench.errors import RunError, UserError
 from crossbench.host import HostWindow, cpu_model
 from crossbench.load.client import ClientConfig, ConcurrencyMode, LoadStats, RateMode, run_load
 from crossbench.load.workloads import RequestSpec, load_workload
+from crossbench.models import file_record
 from crossbench.runner.config import RunConfig
 from crossbench.store.atomic import JsonlAppender, replace_in_file
 from crossbench.store.rundir import MANIFEST_SCHEMA as MANIFEST_SCHEMA
@@ -123,18 +124,25 @@ def other_engine_processes(own: set[int], within: int | None = None) -> list[tup
     return found
 
 
-def settled_scrape(server: EngineServer, timeout_s: float = 10.0) -> MetricsSnapshot:
-    """Scrape until no request is processing and two scrapes agree on every counter."""
+def settled(server: EngineServer, counters: Sequence[str] | None = None,
+            timeout_s: float = 10.0, poll_s: float = 0.05) -> MetricsSnapshot:
+    """Scrape until nothing runs (the adapter's in-flight gauge) and the counters stopped
+    moving between two scrapes: ``counters`` by their totals, else every ``*_total`` sample
+    (engines record a step's or a request's counts after they stream its tokens). After
+    ``timeout_s`` the last scrape is returned as it is."""
     deadline = time.monotonic() + timeout_s
     prev = server.scrape()
     while True:
-        time.sleep(0.05)
+        time.sleep(poll_s)
         cur = server.scrape()
-        metric = server.in_flight_metric
-        busy = (total(cur.samples, metric) or 0.0) if metric else 0.0
-        same = all(prev.samples.get(k) == v for k, v in cur.samples.items()
-                   if k.endswith("_total") or "_total{" in k)
-        if (busy == 0 and same) or time.monotonic() > deadline:
+        gauge = server.in_flight_metric
+        idle = not (total(cur.samples, gauge) if gauge else 0)
+        if counters is None:
+            still = all(prev.samples.get(k) == v for k, v in cur.samples.items()
+                        if k.endswith("_total") or "_total{" in k)
+        else:
+            still = all(total(cur.samples, n) == total(prev.samples, n) for n in counters)
+        if (still and idle) or time.monotonic() > deadline:
             return cur
         prev = cur
 
@@ -198,7 +206,7 @@ class RunSession:
         if exists:
             self.manifest: dict[str, Any] = read_resume_manifest(out)
             self._check_same_engine(engine)
-            self._drop_unfinished()
+            self.writer.keep_trials(self.finished_trials())
             if self.secrets:  # this session's key may be another: declare it too
                 self.manifest[SECRET_HASHES] = declare_secrets(
                     self.secrets, self.manifest.get(SECRET_HASHES))
@@ -213,7 +221,8 @@ class RunSession:
             "argv": redact_argv(argv or []),
             "config": _redacted(cfg.model_dump(mode="json")),
             "engine": engine,
-            "models": self._model_records(),
+            "models": {k: file_record(Path(v), cfg.model_refs.get(k))
+                       for k, v in _model_paths(cfg).items() if Path(v).is_file()},
             "workload": {"spec": workload.spec, "digest": workload.digest,
                          "prompts": len(workload.prompts)},
             "host": {"python": sys.version.split()[0], "platform": platform.platform(),
@@ -251,18 +260,9 @@ class RunSession:
                       "resuming with the new build recorded in engine_epochs")
         self.writer.write_manifest(self.manifest)
 
-    def _model_records(self) -> dict[str, Any]:
-        from crossbench.models import file_record
-
-        return {k: file_record(Path(v), self.cfg.model_refs.get(k))
-                for k, v in _model_paths(self.cfg).items() if Path(v).is_file()}
-
     def finished_trials(self) -> set[int]:
         """Trials with a recorded outcome (ok or failed)."""
         return {int(e["trial"]) for e in self.manifest["trials"]}
-
-    def _drop_unfinished(self) -> None:
-        self.writer.keep_trials(self.finished_trials())
 
     def new_server(self) -> EngineServer:
         """A server of this session's configuration, not started, logging to its server.log
@@ -282,7 +282,7 @@ class RunSession:
             # records of an unrecorded trial, which a resume drops)
             self.manifest["trials"] = [e for e in self.manifest["trials"] if e["trial"] != t]
             self.writer.write_manifest(self.manifest)
-            self._drop_unfinished()
+            self.writer.keep_trials(self.finished_trials())
         reuse: dict[str, Any] | None
         if shared is not None:
             server, reuse, keep_running = shared.server, shared.record(), shared.keep_running
@@ -588,7 +588,7 @@ class Trial:
         entry["host"] = window.stop(process_tree([server.pid])
                                     if isinstance(server.pid, int) else None)
         t1 = clock()
-        after = settled_scrape(server)
+        after = settled(server)
         self.writer.write_snapshot(t, "after", after.text)
         phases["scrape_write"] += clock() - t1
         entry["load"] = {"ok": stats.n_ok, "error": stats.n_error,

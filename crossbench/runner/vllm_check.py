@@ -5,23 +5,14 @@
     crossbench engines check vllm                       # vllm on PATH, Qwen3-0.6B
     crossbench engines check vllm --model Qwen/Qwen3-8B --draft Qwen/Qwen3-0.6B
 
-It starts ``vllm serve`` through the adapter with a draft model (the target drafting for
-itself by default) and synthetic acceptance (vLLM's ``rejection_sample_method: synthetic``,
-rates 0.9, 0.6, 0.3), streams requests with crossbench's load client, and checks that:
-
-1. ``vllm --version`` is a release with a profile in ``engines/vllm/``, and the config
-   validates against it;
-2. the server becomes ready and its startup log yields the facts crossbench records;
-3. every request streams to completion with several tokens per chunk;
-4. the acceptance figures recovered from ``/metrics`` deltas match the configured rates
-   (within 0.05 per position, 0.1 in mean acceptance length; at least 1000 drafts);
-5. the per-request ``metrics.speculative_decoding`` of a request equals its counter deltas
-   (releases with ``--per-request-spec-decode-metrics``);
-6. ``stop()`` leaves no process behind and the GPU memory is released.
-
-It prints one line per check and exits 0 when all pass. Releases without synthetic
-acceptance (0.10) are checked with ngram and the integrity checks instead of known rates.
-Everything it saw is kept under ``--out`` (server log, both scrapes, the records).
+It serves a draft model (the target drafting for itself by default) with synthetic acceptance
+(rates 0.9, 0.6, 0.3) and checks the profile of ``vllm --version``, the config, readiness and
+the startup log's facts, streaming, the acceptance recovered from ``/metrics`` deltas (within
+0.05 per position and 0.1 in mean acceptance length, over at least 1000 drafts), the
+per-request ``metrics.speculative_decoding`` against the counter deltas (releases with
+``--per-request-spec-decode-metrics``), and that ``stop()`` leaves nothing behind. Releases
+without synthetic acceptance (0.10) are checked with ngram and the integrity checks. One line
+per check; the expected output: docs/vllm.md, "Validate the adapter on your GPU machine".
 """
 
 from __future__ import annotations
