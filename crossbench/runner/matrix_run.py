@@ -94,10 +94,6 @@ class Tick:
     status: str | None = None  # the trial's outcome when ended
 
 
-def _no_ticks(_: Tick) -> None:
-    return None
-
-
 def cell_dir(out: Path, cell_id: str) -> Path:
     """Folder of one cell's run directory."""
     return out / rundir.cell_folder(cell_id)
@@ -187,8 +183,8 @@ def select(cells: list[Cell], only: tuple[str, ...], skip: tuple[str, ...]) -> l
 
 def read_journal(out: Path) -> dict[tuple[str, int], dict[str, Any]]:
     """Finished trials by (cell id, trial), from the journal's complete lines (a torn last
-    line is skipped: see :func:`journal_torn`); a line that is not a journal entry is a
-    :class:`UserError` naming the file and line."""
+    line, left by a crash during an append, is skipped); a line that is not a journal entry
+    is a :class:`UserError` naming the file and line."""
     path = out / rundir.JOURNAL
     if not path.exists():
         return {}
@@ -202,11 +198,6 @@ def read_journal(out: Path) -> dict[tuple[str, int], dict[str, Any]]:
                             "trial number and a status)", JOURNAL_FIX)
         done[(cell, trial)] = r
     return done
-
-
-def journal_torn(out: Path) -> int:
-    """Bytes of the journal's torn last line (a crash during an append); 0 when none."""
-    return len(torn_tail(out / rundir.JOURNAL))
 
 
 def repair_journal(out: Path, state: dict[str, Any], progress: Progress) -> None:
@@ -240,13 +231,6 @@ def read_state(out: Path, need: tuple[str, ...] = RESUME_KEYS) -> dict[str, Any]
                         "choose a new --out (an import is never written into)")
     check_state(path, state, kinds, need, STATE_FIX)
     return state
-
-
-def journal_entry(cell: str, trial: int, entry: Mapping[str, Any],
-                  gate: dict[str, Any] | None) -> dict[str, Any]:
-    """The journal line of a finished trial (``entry``: its manifest entry)."""
-    return {"cell": cell, "trial": trial, "status": entry["status"], "error": entry["error"],
-            **({"thermal_gate": gate} if gate is not None else {})}
 
 
 @dataclass
@@ -316,7 +300,9 @@ class TrialRunner:
         entry = session.run_trial(t, shared, look)
         if self.live is not None and self.live.server.pid is None:
             self.live = None  # stopped: at its group's last trial of the round, or failed
-        return journal_entry(cid, t, entry, gate), entry
+        line = {"cell": cid, "trial": t, "status": entry["status"], "error": entry["error"],
+                **({"thermal_gate": gate} if gate is not None else {})}
+        return line, entry
 
     def _shared(self, cid: str, t: int, after: tuple[str, int] | None) -> SharedStart:
         """The shared start trial ``t`` of ``cid`` runs on: the live one when it serves this
@@ -370,7 +356,7 @@ class Job:
     done_before: int  # trials a resumed run found finished
     failures: int  # failed trials so far (earlier invocations)
     progress: Progress = lambda _: None
-    on_tick: Callable[[Tick], None] = _no_ticks
+    on_tick: Callable[[Tick], None] = lambda _: None
     attempts: dict[tuple[str, int], int] = field(default_factory=dict)
     """Attempts a trial of ``todo`` already had that ended with a lost worker."""
     order: list[tuple[str, int]] = field(default_factory=list)
@@ -463,7 +449,7 @@ def retry_attempts(done: Mapping[tuple[str, int], Mapping[str, Any]]
 def run_matrix(path: Path | MatrixSource, out: Path, resume: bool = False,
                only: tuple[str, ...] = (), skip: tuple[str, ...] = (), dry_run: bool = False,
                progress: Progress = lambda _: None,
-               on_tick: Callable[[Tick], None] = _no_ticks,
+               on_tick: Callable[[Tick], None] = lambda _: None,
                executor: Executor | None = None) -> dict[str, Any]:
     """Run (or with ``dry_run`` print) a matrix's schedule; returns the matrix summary.
 
@@ -666,7 +652,7 @@ def matrix_status(out: Path, cell_summaries: dict[str, dict[str, Any]] | None = 
     state = read_state(out, STATUS_KEYS)
     journal = read_journal(out)
     warnings: list[str] = []
-    torn = journal_torn(out)
+    torn = len(torn_tail(out / rundir.JOURNAL))
     if torn:
         warnings.append(f"{out / rundir.JOURNAL} ends in an incomplete line ({torn} bytes "
                         "without a newline, left by a crash during a write): it is not "
