@@ -650,10 +650,7 @@ def _cell(m: Matrix, eng: EngineEntry, coords: dict[str, Any], arm: Arm) -> Cell
         spec["n"] = coords["n"]
     if arm.draft is not None:
         spec["draft_model"] = refs["draft"] = m.models[arm.draft].reference()
-    if arm.synth_rates is not None:
-        spec["synth_rates"] = arm.synth_rates
-    if arm.synth_len is not None:
-        spec["synth_len"] = arm.synth_len
+    spec.update({k: v for k in ("synth_rates", "synth_len") if (v := getattr(arm, k)) is not None})
     if arm.synth_alpha is not None:
         if coords["n"] is None:
             raise UserError(f"arm {coords['arm']}: synth_alpha needs n",

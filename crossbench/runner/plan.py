@@ -333,7 +333,6 @@ def _assumed_startup(kind: str, given: Mapping[str, float]) -> Figure:
                   f"({guess:g} s), not a measurement")
 
 
-
 def _assumed(kind: str, m: Matrix, warmup_tokens: float, opts: PlanOptions) -> EngineTimings:
     """An engine kind's timings with nothing measured: registered start-up, estimate_tok_s."""
     if not m.estimate_tok_s:

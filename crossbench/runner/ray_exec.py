@@ -1,44 +1,24 @@
 """Matrices across GPUs and hosts on Ray: ``crossbench matrix --executor ray``.
 
 Install with ``pip install 'crossbench[ray]'``; Ray is imported only when this executor runs.
+The rules, what is recorded and what was tested: docs/matrix.md, "Running on several GPUs or
+hosts (Ray)". In short:
 
-A *lane* is a group of cells that must share a card: a baseline and every speculative cell
-paired with it (same engine, target, workload and concurrency). Each lane is a Ray actor
-(:class:`LaneWorker`) holding ``lane_gpus`` GPUs (and no CPU of Ray's accounting: a node
-with fewer cores than cards still runs a lane per card); Ray sets ``CUDA_VISIBLE_DEVICES`` in it,
-which the servers it starts, crossbench's telemetry, pre-trial checks and provenance follow.
-A lane runs its own trials one at a time in the schedule's order, so the interleaved rounds
-hold inside every lane and every pair is measured on one card. Lanes run side by side, as
-many at a time as the cluster has room for (``floor(GPUs / lane_gpus)`` per node).
-
-The driver (the process running :func:`~crossbench.runner.matrix_run.run_matrix`) submits one
-trial at a time per lane and is the journal's only writer; workers write the cells' run
-directories (``RunSession``) under the run directory, which must therefore be on a filesystem
-every node sees (on one node it is simply local).
-
-A worker lost mid-trial (its process died, its node went away) is journaled as that trial
-failed with the reason (``worker_lost: true``, ``attempt``); the lane gets a new actor and the
-trial runs again, at most :data:`~crossbench.runner.matrix_run.LOST_RETRIES` times. The
-servers the dead worker started die with it (parent-death signal, ``engines.process``). A
-worker that cannot even start (its ``__init__`` failed, e.g. crossbench missing on a node) is
-no lost worker: the run stops with a :class:`~crossbench.errors.RunError`.
-
-Where each trial ran (:meth:`LaneWorker.start`: the lane, Ray's node id, the worker's pid and
-actor id, the GPU ids Ray assigned and ``CUDA_VISIBLE_DEVICES``) is recorded twice: as
-``worker`` in its journal line and as ``placement`` in the trial's provenance, beside the boot
-id, the GPUs' UUIDs (NVML) and ``CUDA_VISIBLE_DEVICES`` (``env``) that every trial records.
-Host names and IP addresses are not recorded: run directories are published
-(``crossbench archive``), and the boot id and Ray's node id tell machines apart without
-naming them.
-
-Pairs never span cards. A new worker (a lane's first, one replacing a lost worker, or a lane
-continued by ``--resume``) may be given other GPUs, or another machine, than the trials its
-pending trials pair with (trial k of a speculative cell and of its baseline): those finished
-partners, read from the cells' manifests (:func:`partners_elsewhere`, by
-``crossbench.analysis.confounding.same_occasion``), run again on the new worker first,
-journaled with ``rerun: "pairing"``. With the interleaved schedule that is at most the rest of
-one round per lane and change of card; with ``order: sequential`` it can be every trial the
-lane finished.
+- a *lane* (a baseline and every speculative cell paired with it) is a Ray actor
+  (:class:`LaneWorker`) holding ``lane_gpus`` GPUs and no CPU of Ray's accounting; it runs its
+  trials one at a time in the schedule's order, so every pair is measured on one card;
+- the driver (the process running :func:`~crossbench.runner.matrix_run.run_matrix`) submits
+  one trial at a time per lane and is the journal's only writer; workers write the cells' run
+  directories, which must be on a filesystem every node sees;
+- a worker lost mid-trial is journaled as that trial failed (``worker_lost: true``,
+  ``attempt``) and the trial runs again on a new actor, at most
+  :data:`~crossbench.runner.matrix_run.LOST_RETRIES` times; a worker that cannot even start
+  stops the run with a :class:`~crossbench.errors.RunError`;
+- where each trial ran (:meth:`LaneWorker.start`; no host name, no address) goes into its
+  journal line (``worker``) and its provenance (``placement``);
+- pairs never span cards: a new worker first runs again, here, the finished partners of its
+  pending trials that ran elsewhere (:func:`partners_elsewhere`, journaled with
+  ``rerun: "pairing"``).
 """
 
 from __future__ import annotations
@@ -294,12 +274,6 @@ class RayExecutor:
             self.ray.shutdown()
             self._owned = False
 
-    def _lost_errors(self) -> tuple[type[BaseException], ...]:
-        """Ray's errors of a worker process or node that went away."""
-        ex = self.ray.exceptions
-        return (ex.RayActorError, ex.WorkerCrashedError, ex.NodeDiedError, ex.ObjectLostError,
-                ex.OutOfMemoryError)
-
     @staticmethod
     def _check_started(e: BaseException, lane: str) -> None:
         """A worker whose ``__init__`` failed was never running: starting another one would
@@ -320,7 +294,9 @@ class RayExecutor:
         worker_cls = ray.remote(num_gpus=self.lane_gpus, num_cpus=0, max_restarts=0,
                                 max_task_retries=0)(LaneWorker)
         out, cwd = str(job.out.resolve()), os.getcwd()
-        lost = self._lost_errors()
+        ex = ray.exceptions  # Ray's errors of a worker process or node that went away
+        lost = (ex.RayActorError, ex.WorkerCrashedError, ex.NodeDiedError, ex.ObjectLostError,
+                ex.OutOfMemoryError)
         # ref -> (lane, what: "start" | "trial" | "finish", cell, trial)
         pending: dict[Any, tuple[_Active, str, str, int]] = {}
         summaries: dict[str, dict[str, Any]] = {}

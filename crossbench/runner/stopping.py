@@ -1,38 +1,15 @@
 """Sequential stopping in a running matrix (``sequential:`` in the matrix file).
 
-After every finished trial, each speculative cell whose baseline has finished the same
-trials is looked at with :class:`crossbench.analysis.sequential.SequentialRule`: the per-trial
-mean log ratio of its decode rate against its baseline's, request by request as the analysis
-pairs them. A cell whose decision stops (``faster``, ``slower``, ``equivalent``) runs no
-more trials; a baseline stops once every speculative cell paired with it has. Decisions are
-appended to ``stops.jsonl`` in the run directory by the driver alone (one line per stopped
-cell), so ``--resume`` skips what stopped before, and ``crossbench status`` counts those
-trials as ``stopped``, not missing. The reported verdict stays the analysis's bootstrap over
-the trials that ran. Both executors use it (with Ray the driver decides as lanes report).
-
-With server reuse (``trials_per_start`` K > 1) the unit is the server start, not the trial:
-K reused trials are one start's worth of start-to-start variation, as the analysis treats
-them. The rule then looks once per completed block of K trials (both cells of the pair
-complete), each prompt's log ratio averaged over the block's trials, and its ``min_trials``
-and planned count are server starts. A block with a failed trial never completes, so the
-cell runs on to its planned trials.
-
-With a known start spread (the matrix's ``start_spread``, copied into the run directory) the
-rule is :class:`crossbench.analysis.sequential.SpreadRule`: it looks after every completed
-trial, reused ones too (they add pairs, not starts), and its interval adds the spread's share
-for the server starts each side ran so far, so a clear cell can stop on one start while one
-near 1 goes on to fresh starts (with ``trials_per_start`` below ``trials``). ``min_trials``
-then counts trials and ``min_samples`` paired requests; the stop record carries each side's
-starts. The analysis of the run uses the same spread (``crossbench analyze``), so the
-reported interval is the fixed-design counterpart of the one the rule stopped on.
-
-With ``sequential.look_every`` K the known-spread rule also looks inside a speculative trial,
-every K measured requests (:meth:`StopController.look`: the runner asks between requests):
-its planned looks are trials x ceil(requests / K), each pair counting towards the look of
-its part of its trial. A look that stops the cell ends the trial (the stop is recorded by
-:meth:`StopController.after_trial` once the trial is journaled ok); a look after which no
-further request on this start could settle the cell (``SpreadRule.can_settle``) ends the
-trial for the next fresh start, spending nothing.
+After every finished trial, each speculative cell whose baseline has finished the same trials
+is looked at with :class:`crossbench.analysis.sequential.SequentialRule` (per-trial mean log
+ratios of the decode rate, paired as the analysis pairs them); a stopped cell runs no more
+trials, and a baseline stops once every cell paired with it has. The driver alone appends the
+decisions to ``stops.jsonl``, which ``--resume`` and ``crossbench status`` read. With
+``trials_per_start`` K > 1 the unit is the server start (a look per completed block of K
+trials of both cells). With a known start spread the rule is
+:class:`~crossbench.analysis.sequential.SpreadRule`, looking after every trial and, with
+``look_every``, inside a trial too (:meth:`StopController.look`). The rules and their tests:
+docs/matrix.md, "Sequential stopping" and its sections.
 """
 
 from __future__ import annotations
@@ -105,11 +82,9 @@ class StopController:
         a speculative cell, not stopped, whose baseline's trial ``t`` finished ok has them
         (baselines run first in every round)."""
         cell = self.cells[cid]
-        if self.every is None or cell.baseline is None or \
-                cid in self.stopped or \
+        if self.every is None or cell.baseline is None or cid in self.stopped or \
                 done.get((cell.baseline, t), {}).get("status") != "ok":
             return None
-        assert self.every is not None
 
         def ask(sent: int) -> str | None:
             return self._look_within(cid, t, sent, done, progress)
@@ -206,8 +181,7 @@ class StopController:
         within = (f" ({extra['last_trial_requests']} requests into the last)"
                   if extra and "last_trial_requests" in extra else "")
         progress(f"{sid}: stopped after {len(used)} trial{'' if len(used) == 1 else 's'}"
-                 f"{within}{starts}: "
-                 f"{decision['reason']}")
+                 f"{within}{starts}: {decision['reason']}")
 
     def _complete_units(self, ok: list[int]) -> set[int]:
         """Units of a look (blocks of ``unit`` trials: a server start, or one trial with a
