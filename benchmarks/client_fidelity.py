@@ -1,6 +1,6 @@
 """How faithfully does crossbench's load client time a stream? (run by hand; not a test)
 
-The stand-in server (``crossbench.standins.load``) runs in its own process, pinned to one CPU,
+The stand-in server (``standins.load``) runs in its own process, pinned to one CPU,
 and logs the moment it sent every chunk; this process (the client) is pinned to another CPU.
 Each scenario compares what the client recorded with that truth:
 
@@ -70,6 +70,9 @@ from crossbench.load.workloads import Prompt, load_workload
 SWEEP_GAPS_MS = [2.0, 1.0, 0.8, 0.6, 0.5, 0.45, 0.4, 0.35, 0.3, 0.25, 0.2, 0.15, 0.1]
 QUICK_GAPS_MS = [1.0, 0.5, 0.35, 0.25]
 TOLERANCE = 0.10
+STANDINS_PATH = os.pathsep.join(str(Path(__file__).resolve().parents[1] / d)
+                                for d in ("tests", "."))
+"""PYTHONPATH for the stand-in's process: it lives in the checkout's ``tests/standins/``."""
 PROMPT = Prompt("fidelity", "synthetic", "stand-in fidelity probe", None)
 
 
@@ -84,11 +87,11 @@ class StandinProcess:
 
     def __init__(self, cpu: int | None, workdir: Path, extra: Sequence[str] = ()) -> None:
         self.log = workdir / "truth.jsonl"
-        cmd = [sys.executable, "-m", "crossbench.standins.load", "--port", "0", "--precise",
+        cmd = [sys.executable, "-m", "standins.load", "--port", "0", "--precise",
                "--log", str(self.log), *extra]  # fmt: skip
         if cpu is not None:
             cmd += ["--cpu", str(cpu)]
-        env = dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parent.parent))
+        env = dict(os.environ, PYTHONPATH=STANDINS_PATH)
         self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True, env=env)
         assert self.proc.stdout is not None
         line = self.proc.stdout.readline()

@@ -1,7 +1,7 @@
 """The matrix runner's memory over a long study: thousands of trials against a stand-in.
 
 What it measures is crossbench's own process (runner, sessions, journal, client), not an
-engine: every trial talks to one **stand-in server** (``crossbench.standins.load``, not an
+engine: every trial talks to one **stand-in server** (``standins.load``, not an
 engine; it streams placeholder tokens on a fixed schedule). The stand-in is attached through
 an adapter registered here, the way a third party registers an engine, whose start and stop
 do nothing, so thousands of trials take minutes. The resident set size (``VmRSS``) is sampled
@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import re
 import subprocess
 import sys
@@ -33,6 +34,10 @@ from pydantic import BaseModel, ConfigDict, Field
 from crossbench.engines import registry
 from crossbench.engines.base import EngineIdentity, EngineServer, MetricsSnapshot
 from crossbench.runner.matrix_run import Tick, run_matrix
+
+STANDINS_PATH = os.pathsep.join(str(Path(__file__).resolve().parents[1] / d)
+                                for d in ("tests", "."))
+"""PYTHONPATH for the stand-in's process: it lives in the checkout's ``tests/standins/``."""
 
 
 class AttachedConfig(BaseModel):
@@ -81,7 +86,7 @@ class AttachedStandin(EngineServer):
     def identity(self) -> EngineIdentity:
         """Says what it is: a stand-in."""
         return EngineIdentity("standin-attached", "crossbench-standin", None, None,
-                              "crossbench.standins.load", {}, {"standin": True})
+                              "standins.load", {}, {"standin": True})
 
     def stop(self) -> None:
         """Left running for the next trial."""
@@ -115,9 +120,10 @@ def main() -> int:
     if args.tracemalloc:
         tracemalloc.start(8)
     early: list[tracemalloc.Snapshot] = []
-    proc = subprocess.Popen([sys.executable, "-m", "crossbench.standins.load", "--port", "0",
+    proc = subprocess.Popen([sys.executable, "-m", "standins.load", "--port", "0",
                              "--ttft-ms", "1", "--gap-ms", "0.2", "--max-tokens", "8"],
-                            stdout=subprocess.PIPE, text=True)
+                            stdout=subprocess.PIPE, text=True,
+                            env=dict(os.environ, PYTHONPATH=STANDINS_PATH))
     try:
         assert proc.stdout is not None
         url = proc.stdout.readline().strip().rsplit(" ", 1)[-1]

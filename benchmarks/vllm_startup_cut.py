@@ -287,7 +287,8 @@ def _load_config(args: argparse.Namespace, out: Path) -> dict[str, Any]:
                             "write one vLLM server config (binary, model, ...)")
         config = data
     if args.standin:
-        from crossbench.standins.vllm import write_launcher
+        sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+        from standins.vllm import write_launcher
 
         launcher = write_launcher(out / "vllm-standin", "--standin-step-ms", "1",
                                   "--standin-prefill-ms", "1", "--standin-compile-s", "1",

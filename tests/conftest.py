@@ -14,6 +14,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from standins import pythonpath
+
+# child processes that run a stand-in (``python -m standins.load``) find it as the tests do
+os.environ["PYTHONPATH"] = pythonpath()
 
 
 @pytest.fixture(scope="session")
@@ -43,7 +47,7 @@ def vllm_standin_matrix(tmp_path: Path) -> Callable[..., dict[str, Any]]:
     """A maker of small matrices on the vLLM stand-in (named as one: it serves no model): a
     baseline and an n-gram arm at the given concurrency levels; other keys override. Its
     steps take 2 ms, so every request has a decode time and every pair gives a ratio."""
-    from crossbench.standins.vllm import write_launcher
+    from standins.vllm import write_launcher
 
     binary = write_launcher(tmp_path / "vllm", "--standin-step-ms", "2",
                             "--standin-prefill-ms", "1")

@@ -8,7 +8,7 @@ from typing import Any
 
 import yaml
 
-from crossbench.standins.vllm import write_launcher
+from standins.vllm import write_launcher
 
 
 def stand_in_matrix(tmp_path: Path, **over: Any) -> Path:

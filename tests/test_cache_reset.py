@@ -10,7 +10,7 @@ from typing import Any
 
 from crossbench.engines import registry
 from crossbench.engines.process import http_post
-from crossbench.standins.vllm import write_launcher
+from standins.vllm import write_launcher
 
 FAST = ("--standin-step-ms", "0", "--standin-prefill-ms", "0")
 

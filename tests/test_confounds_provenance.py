@@ -22,7 +22,7 @@ from crossbench.confounds.provenance import (
     redact_argv,
 )
 from crossbench.engines.base import EngineIdentity
-from crossbench.standins.nvml import ScriptedGpu, ScriptedNvml
+from standins.nvml import ScriptedGpu, ScriptedNvml
 
 HF = "hf_abcdefghijklmnopqrstuvwxyz0123"
 MINE = "s3cr3t"

@@ -27,7 +27,7 @@ from crossbench.load.workloads import builtin_bytes, load_workload
 from crossbench.paths import data_root
 from crossbench.runner.matrix import expand, load_matrix
 from crossbench.runner.matrix_run import _resolve
-from crossbench.standins.vllm import write_launcher
+from standins.vllm import write_launcher
 
 RATES = [0.9, 0.6, 0.3]
 """Synthetic acceptance the stand-in matrix configures (one rate per drafted position)."""

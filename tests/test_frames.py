@@ -24,7 +24,7 @@ from crossbench.importers.synthetic import Arm, study
 from crossbench.importers.vllm_bench import import_vllm_bench
 from crossbench.runner.config import RunConfig
 from crossbench.runner.single import run
-from crossbench.standins.vllm import write_launcher
+from standins.vllm import write_launcher
 
 PROMPTS = [(f"p{i}", ("code", "math")[i % 2]) for i in range(10)]
 EXAMPLES = Path(__file__).parent.parent / "examples"

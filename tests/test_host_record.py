@@ -89,10 +89,10 @@ def test_every_stand_in_engine_records_the_host_the_same_way(tmp_path: Path,
     from crossbench.runner.single import run
 
     if engine == "vllm":
-        from crossbench.standins.vllm import write_launcher
+        from standins.vllm import write_launcher
         spec = {"type": "ngram", "n": 2}
     else:
-        from crossbench.standins.sglang import write_launcher  # type: ignore[no-redef]
+        from standins.sglang import write_launcher  # type: ignore[no-redef]
         spec = {"type": "NGRAM", "n": 2}
     binary = write_launcher(tmp_path / engine, "--standin-step-ms", "1")
     cfg = RunConfig.model_validate({

@@ -525,7 +525,7 @@ def test_a_run_on_a_non_loopback_host_warns_before_the_server_starts(tmp_path):
     listens where it is told; the test only reads the warning)."""
     from crossbench.runner.config import RunConfig
     from crossbench.runner.single import RunSession
-    from crossbench.standins.vllm import write_launcher
+    from standins.vllm import write_launcher
 
     said: list[str] = []
     cfg = RunConfig.model_validate({

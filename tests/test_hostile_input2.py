@@ -348,7 +348,7 @@ def test_a_run_killed_mid_trial_leaves_no_key_in_server_log(tmp_path, sig):
     non-default args as vLLM does), killed once requests flow: the key went to the server as
     VLLM_API_KEY, so no log line ever held it, and the run's declared key is what
     `archive verify` looks for (a salted hash in the manifest)."""
-    from crossbench.standins.vllm import write_launcher
+    from standins.vllm import write_launcher
 
     binary = write_launcher(tmp_path / "vllm", "--standin-step-ms", "5",
                             "--standin-prefill-ms", "1")

@@ -26,7 +26,7 @@ from crossbench.importers.synthetic import Arm, study
 from crossbench.runner.config import RunConfig
 from crossbench.runner.matrix_run import STATE_FIX, run_matrix
 from crossbench.runner.single import RunSession
-from crossbench.standins.vllm import write_launcher
+from standins.vllm import write_launcher
 from crossbench.store.atomic import (
     DAMAGED_FIX,
     TAIL_BLOCK,

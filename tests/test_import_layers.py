@@ -21,7 +21,6 @@ LAYERS: list[set[str]] = [
     {"archive", "frames"},                 # archives; pandas frames (of runs and archives)
     {"runner"},                            # runs and matrices
     {"cli", "__main__"},                   # the command line
-    {"standins"},                          # test doubles: above all, so no product part imports
 ]
 """Lowest first: a part may import its own layer's parts and those below."""
 

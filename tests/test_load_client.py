@@ -32,7 +32,7 @@ from crossbench.load.fidelity import (
     timing_errors,
 )
 from crossbench.load.workloads import Prompt, RequestSpec, load_workload
-from crossbench.standins.load import StandinConfig, StandinServer
+from standins.load import StandinConfig, StandinServer
 
 MS = 1_000_000
 PROMPT = Prompt("p-01", "code", "write a function", None)

@@ -16,7 +16,7 @@ import orjson
 import pytest
 
 from crossbench.errors import UserError
-from crossbench.standins.load import STANDIN_NAME, StandinConfig, StandinServer
+from standins.load import STANDIN_NAME, StandinConfig, StandinServer
 
 MS = 1_000_000
 
@@ -186,7 +186,7 @@ def test_command_line_prints_bound_address() -> None:
         [
             sys.executable,
             "-m",
-            "crossbench.standins.load",
+            "standins.load",
             "--port",
             "0",
             "--ttft-ms",
@@ -219,7 +219,7 @@ def test_command_line_prints_bound_address() -> None:
 
 def test_command_line_rejects_bad_values() -> None:
     p = subprocess.run(
-        [sys.executable, "-m", "crossbench.standins.load", "--gap-ms", "-1"],
+        [sys.executable, "-m", "standins.load", "--gap-ms", "-1"],
         capture_output=True,
         text=True,
         timeout=30,

@@ -11,7 +11,7 @@ import yaml
 
 from crossbench.runner.matrix import read_matrix
 from crossbench.runner.matrix_run import run_matrix
-from crossbench.standins.vllm import write_launcher
+from standins.vllm import write_launcher
 
 
 def test_the_bytes_run_are_the_bytes_digested_and_copied(tmp_path: Path) -> None:

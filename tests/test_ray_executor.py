@@ -37,7 +37,7 @@ from crossbench.analysis.confounding import occasions, split_occasions
 from crossbench.cli.main import cli
 from crossbench.runner.matrix import expand, load_matrix, schedule
 from crossbench.runner.matrix_run import LOST_RETRIES, read_journal, run_matrix
-from crossbench.standins.vllm import write_launcher
+from standins.vllm import write_launcher
 from crossbench.store.atomic import read_jsonl
 
 pytestmark = pytest.mark.skipif(
@@ -174,7 +174,7 @@ def standin_servers() -> dict[int, int]:
     found = {}
     for entry in Path("/proc").glob("[0-9]*"):
         cmd = cmdline(entry.name)
-        if "crossbench.standins.vllm" in cmd and " serve " in cmd:
+        if "standins.vllm" in cmd and " serve " in cmd:
             worker = parent(entry.name)
             if cmdline(worker).startswith("ray::LaneWorker") and \
                     descends_from(worker, os.getpid()):

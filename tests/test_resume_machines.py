@@ -17,7 +17,7 @@ from crossbench.analysis.confounding import split_occasions
 from crossbench.errors import UserError
 from crossbench.runner.config import RunConfig
 from crossbench.runner.single import RunSession
-from crossbench.standins.vllm import write_launcher
+from standins.vllm import write_launcher
 from crossbench.store.atomic import sha256_file
 
 FAST = ("--standin-step-ms", "0", "--standin-prefill-ms", "0")

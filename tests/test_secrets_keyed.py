@@ -260,7 +260,7 @@ def test_keyed_vllm_standin(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> 
     through VLLM_API_KEY; the stand-in echoes its arguments as vLLM does, and a key given with
     --api-key in extra_args reaches it as VLLM_API_KEY, so the echo never holds it; an
     unknown key fails fast."""
-    from crossbench.standins.vllm import write_launcher
+    from standins.vllm import write_launcher
 
     fast = ("--standin-step-ms", "0", "--standin-prefill-ms", "0")
     binary = write_launcher(tmp_path / "vllm", *fast)

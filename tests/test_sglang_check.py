@@ -15,7 +15,7 @@ from click.testing import CliRunner
 
 from crossbench.cli.main import cli
 from crossbench.runner.sglang_check import run_check
-from crossbench.standins.sglang import write_launcher
+from standins.sglang import write_launcher
 
 MODEL = "Qwen/Qwen3-8B"
 FAST = ("--standin-step-ms", "0")

@@ -13,7 +13,7 @@ from click.testing import CliRunner
 
 from crossbench.cli.main import cli
 from crossbench.runner.matrix_run import run_matrix
-from crossbench.standins.sglang import write_launcher
+from standins.sglang import write_launcher
 
 
 def test_run_engine_sglang_through_the_cli(tmp_path: Path) -> None:

@@ -1,7 +1,8 @@
 """Test doubles and developer tools stay out of the product.
 
-Stand-ins live in ``crossbench/standins/`` and each engine's developer tools (profile
-generators, golden-file writers) in ``crossbench/engines/<engine>/tools/``. No product module
+Stand-ins live in ``tests/standins/`` (the package ``standins``, outside ``crossbench``) and
+each engine's developer tools (profile generators, golden-file writers) in
+``crossbench/engines/<engine>/tools/``. No product module
 imports either when it is imported; a command that exists to run one (``crossbench engines
 profile`` runs the llama.cpp profile generator) may import it inside the command, and is listed
 here by name.
@@ -17,6 +18,7 @@ from pathlib import Path
 import pytest
 
 PACKAGE = Path(__file__).resolve().parents[1] / "crossbench"
+STANDINS = Path(__file__).resolve().parent / "standins"
 
 #: product modules allowed to import a stand-in or a tool inside a function, and which ones
 LAZY_ALLOWED: dict[str, set[str]] = {
@@ -27,7 +29,7 @@ LAZY_ALLOWED: dict[str, set[str]] = {
 def _apart(module: str) -> bool:
     """Whether a dotted name is in a stand-in or a developer tool (or is one of them)."""
     parts = module.split(".")
-    return parts[:2] == ["crossbench", "standins"] or (
+    return parts[0] == "standins" or parts[:2] == ["crossbench", "standins"] or (
         parts[:2] == ["crossbench", "engines"] and len(parts) > 3 and parts[3] == "tools")
 
 
@@ -82,12 +84,14 @@ def test_the_check_sees_every_import_form(tmp_path: Path, monkeypatch: pytest.Mo
     (fake / "engines" / "vllm").mkdir(parents=True)
     (fake / "engines" / "vllm" / "server.py").write_text(
         "from ...standins import vllm\n"
+        "import standins.zenodo\n"
         "try:\n    import crossbench.engines.vllm.tools.golden\nexcept ImportError:\n    pass\n"
         "class C:\n    from crossbench.standins import load\n"
         "def f():\n    from crossbench.standins.nvml import ScriptedNvml\n")
     monkeypatch.setattr(sys.modules[__name__], "PACKAGE", fake)
     got = [(m, top) for m, top in _imports("crossbench/engines/vllm/server.py") if _apart(m)]
     assert got == [("crossbench.standins.vllm", True),
+                   ("standins.zenodo", True),
                    ("crossbench.engines.vllm.tools.golden", True),
                    ("crossbench.standins.load", True),
                    ("crossbench.standins.nvml.ScriptedNvml", False)]
@@ -112,7 +116,8 @@ def test_importing_the_product_loads_no_standin() -> None:
     names = [_module_name(r) for r in _product_files() if not r.endswith("__main__.py")]
     code = ("import importlib, sys\n"
             f"for n in {names!r}:\n    importlib.import_module(n)\n"
-            "print('\\n'.join(m for m in sys.modules if m.startswith('crossbench.')))\n")
+            "print('\\n'.join(m for m in sys.modules\n"
+            "                if m.startswith(('crossbench.', 'standins'))))\n")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          check=True, cwd=PACKAGE.parent)
     loaded = out.stdout.split()
@@ -121,10 +126,11 @@ def test_importing_the_product_loads_no_standin() -> None:
 
 
 def test_standins_and_tools_are_where_the_docs_say() -> None:
-    """Each stand-in and tool has its module; the old places hold none."""
-    for rel in ("standins/load.py", "standins/vllm.py", "standins/sglang.py",
-                "standins/zenodo.py", "standins/nvml.py",
-                "engines/llamacpp/tools/profile_gen.py", "engines/vllm/tools/profile_gen.py",
+    """Each stand-in and tool has its module; the package holds no stand-in."""
+    for name in ("load.py", "vllm.py", "sglang.py", "zenodo.py", "nvml.py", "cli.py"):
+        assert (STANDINS / name).is_file(), name
+    assert not (PACKAGE / "standins").exists()
+    for rel in ("engines/llamacpp/tools/profile_gen.py", "engines/vllm/tools/profile_gen.py",
                 "engines/vllm/tools/golden.py", "engines/sglang/tools/profile_gen.py"):
         assert (PACKAGE / rel).is_file(), rel
     left = sorted(p.relative_to(PACKAGE).as_posix() for p in PACKAGE.rglob("*.py")

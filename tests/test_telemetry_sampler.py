@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from crossbench.standins.nvml import ScriptedGpu, ScriptedNvml
+from standins.nvml import ScriptedGpu, ScriptedNvml
 from crossbench.telemetry.checks import (
     before_trial,
     clocks_and_power,

@@ -22,7 +22,7 @@ from crossbench.engines.vllm import startup_cut, startup_log
 from crossbench.engines.vllm.config import VllmServerConfig
 from crossbench.engines.vllm.server import VllmServer
 from crossbench.errors import UserError
-from crossbench.standins.vllm import write_launcher
+from standins.vllm import write_launcher
 
 DATA = Path(__file__).parent / "data" / "vllm"
 MODEL = "Qwen/Qwen3-8B"

@@ -10,5 +10,5 @@
 - ``zenodo``   -- ``crossbench archive upload``: the Zenodo deposit REST client.
 
 A local stand-in for that API (not Zenodo), for tests and dry runs, is
-:mod:`crossbench.standins.zenodo`.
+``tests/standins/zenodo.py``.
 """

@@ -212,7 +212,7 @@ Examples:
               help="Deposition id of the latest published version this one follows.")
 @click.option("--base-url", default=None,
               help="API root of another server, e.g. the local stand-in "
-              "(python -m crossbench.standins.zenodo).")
+              "(PYTHONPATH=tests python -m standins.zenodo).")
 @click.option("--retries", type=click.IntRange(0, 20), default=5, show_default=True,
               help="Retries of a request that fails with 429, 5xx or a lost connection.")
 @click.option("--backoff-s", type=click.FloatRange(0.0, 600.0), default=1.0,

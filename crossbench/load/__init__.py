@@ -5,6 +5,6 @@
 - :mod:`~crossbench.load.client` -- the streaming OpenAI-compatible client: closed-loop
   concurrency or Poisson arrivals, one raw record per request handed to a sink;
 - :mod:`~crossbench.load.fidelity` -- comparisons of records against the true send times a
-  stand-in server logs (:mod:`crossbench.standins.load`, not an engine, known chunk timing),
+  stand-in server logs (``tests/standins/load.py``, not an engine, known chunk timing),
   and of the client's decode rate against a server's own timings.
 """

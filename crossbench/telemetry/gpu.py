@@ -1,6 +1,6 @@
 """Readings of the GPUs through NVML: point readings, the thermal gate a matrix waits on, and
 typed NVML sessions (:class:`Nvml`) over ``pynvml`` or any provider of the same functions (an
-:data:`NvmlProvider`; tests pass :class:`crossbench.standins.nvml.ScriptedNvml`) that the
+:data:`NvmlProvider`; tests pass ``ScriptedNvml`` of ``tests/standins/nvml.py``) that the
 sampler, provenance, checks and ``crossbench doctor`` share."""
 
 from __future__ import annotations
@@ -171,7 +171,7 @@ class Nvml:
 
     ``Nvml.open()`` uses ``pynvml`` (package ``nvidia-ml-py``); tests pass a provider of a
     stand-in with the same functions
-    (:class:`crossbench.standins.nvml.ScriptedNvml`)::
+    (``ScriptedNvml`` of ``tests/standins/nvml.py``)::
 
         with Nvml.open() as nv:          # raises NvmlUnavailable(reason) without a GPU
             s = nv.sample(0)             # DeviceSample

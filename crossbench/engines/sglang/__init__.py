@@ -9,7 +9,7 @@
   regenerates a profile from an sglang wheel (read, never installed).
 
 Its stand-in SGLang server (tests on CPU, never an SGLang result) is
-:mod:`crossbench.standins.sglang`.
+``tests/standins/sglang.py``.
 
 Registered with one line in :mod:`crossbench.engines.registry`. See docs/sglang.md.
 """

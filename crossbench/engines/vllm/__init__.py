@@ -11,7 +11,7 @@
   golden argv files and the format fixtures of the tests.
 
 Its stand-in ``vllm serve`` (tests on CPU, never a vLLM result) is
-:mod:`crossbench.standins.vllm`.
+``tests/standins/vllm.py``.
 
 See docs/vllm.md.
 """

@@ -26,7 +26,7 @@ Failure injection: :meth:`ZenodoStandIn.fail_upload` fails file-upload attempts 
 status (500, 503, 429 with ``Retry-After``) or drops the connection half-way through the
 body; :meth:`ZenodoStandIn.rate_limit` answers the next requests with 429.
 
-Run it by hand: ``python -m crossbench.standins.zenodo --port 8123`` (token from
+Run it by hand: ``python -m standins.zenodo --port 8123`` (token from
 ``ZENODO_TOKEN``), then ``crossbench archive upload PATH --base-url
 http://127.0.0.1:8123/api``.
 """

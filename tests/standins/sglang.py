@@ -47,7 +47,7 @@ Scripted fault, for tests that a check catches it: ``--standin-skew-verify-ct K`
 
 Use it as a config's ``binary`` through a launcher::
 
-    python -m crossbench.standins.sglang launcher /tmp/python-sglang --standin-step-ms 0
+    python -m standins.sglang launcher /tmp/python-sglang --standin-step-ms 0
 """
 
 from __future__ import annotations
@@ -73,8 +73,8 @@ from prometheus_client.exposition import generate_latest
 
 from crossbench.engines.sglang import metrics as names
 from crossbench.engines.sglang.profile import DEFAULT_VERSION, STANDIN_SUFFIX, profile_for
-from crossbench.paths import repo_root
-from crossbench.standins.cli import spawn_orphan, standin_main
+from standins import HOME
+from standins.cli import spawn_orphan, standin_main
 
 _WORDS = (" alpha", " beta", " gamma", " delta", " epsilon", " zeta", " eta", " theta")
 #: the token SGLang's SGLANG_SIMULATE_ACC_TOKEN_MODE=fixed emits (spec_utils.py: "some legit
@@ -434,20 +434,20 @@ def write_launcher(path: Path, *standin_args: str) -> Path:
     path.write_text(
         "#!/bin/sh\n"
         "# crossbench's stand-in for an interpreter with sglang (not SGLang); made by "
-        "`python -m crossbench.standins.sglang launcher`\n"
-        f"export PYTHONPATH={shlex.quote(str(repo_root()))}${{PYTHONPATH:+:$PYTHONPATH}}\n"
-        f'if [ "$1" = "-c" ]; then exec {py} -m crossbench.standins.sglang '
+        "`python -m standins.sglang launcher`\n"
+        f"export PYTHONPATH={shlex.quote(f'{HOME}:{HOME.parent}')}${{PYTHONPATH:+:$PYTHONPATH}}\n"
+        f'if [ "$1" = "-c" ]; then exec {py} -m standins.sglang '
         f"--version {args}; fi\n"
         'if [ "$1" = "-m" ]; then shift 2; fi\n'
-        f'exec {py} -m crossbench.standins.sglang serve "$@" {args}\n')
+        f'exec {py} -m standins.sglang serve "$@" {args}\n')
     path.chmod(0o755)
     return path
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """``python -m crossbench.standins.sglang {serve ...|--version|launcher PATH}``."""
+    """``python -m standins.sglang {serve ...|--version|launcher PATH}``."""
     return standin_main(argv, DEFAULT_VERSION, STANDIN_SUFFIX, write_launcher,
-                        "usage: python -m crossbench.standins.sglang {serve --model-path M "
+                        "usage: python -m standins.sglang {serve --model-path M "
                         "[flags] | --version | launcher PATH [--standin-... options]}",
                         parse_settings, _serve)
 

@@ -1,4 +1,4 @@
-"""Stand-ins: test doubles that imitate an engine, a service or a driver, kept out of the product.
+"""Stand-ins: test doubles that imitate an engine, a service or a driver, kept out of the package.
 
 A stand-in answers the way the real thing does (same endpoints, metric names, log lines and
 function names) with values a test sets, so the harness can be tested where the real thing
@@ -18,10 +18,26 @@ only where a test passes it as the NVML provider, so no run directory ever recor
 - :mod:`.zenodo`: the Zenodo deposit REST API on loopback;
 - :mod:`.nvml`: a ``pynvml``-shaped NVML whose GPUs report what a test scripts.
 
-Product code never imports this package. Tests and benchmarks import it; a user starts a
-stand-in with its ``python -m`` entry point (``python -m crossbench.standins.load``,
-``python -m crossbench.standins.vllm launcher PATH``, ``python -m crossbench.standins.sglang
-launcher PATH``, ``python -m crossbench.standins.zenodo``) and points crossbench at it like at
-the real thing (the launcher as ``binary:``, the Zenodo stand-in's URL as ``--base-url``).
-``tests/test_standins_apart.py`` checks that no product module imports it.
+They live in the checkout's ``tests/`` folder, not in the installed package, and
+``tests/test_standins_apart.py`` checks that no product module imports them. Tests (pytest puts
+``tests/`` on ``sys.path``, and ``tests/conftest.py`` on ``PYTHONPATH`` for child processes)
+and benchmarks import them; a user starts one from a checkout with its ``python -m`` entry
+point (``PYTHONPATH=tests python -m standins.load``, ``... -m standins.vllm launcher PATH``,
+``... -m standins.sglang launcher PATH``, ``... -m standins.zenodo``) and points crossbench at
+it like at the real thing (the launcher as ``binary:``, the Zenodo stand-in's URL as
+``--base-url``).
 """
+
+import os
+from pathlib import Path
+
+HOME = Path(__file__).resolve().parent.parent
+"""The folder that holds this package (``tests/``): on ``sys.path``, ``import standins`` works."""
+
+
+def pythonpath() -> str:
+    """``PYTHONPATH`` for a child process that runs a stand-in: :data:`HOME` and the checkout
+    (for ``crossbench`` when it is not installed), then the caller's own."""
+    own = os.environ.get("PYTHONPATH")
+    return os.pathsep.join([str(HOME), str(HOME.parent), *([own] if own else [])])
+

@@ -27,7 +27,7 @@ or a stalled stream.
 
 Run it on its own::
 
-    python -m crossbench.standins.load --port 0 --ttft-ms 50 --gap-ms 10 --log truth.jsonl
+    python -m standins.load --port 0 --ttft-ms 50 --gap-ms 10 --log truth.jsonl
 
 or in-process::
 
@@ -623,12 +623,12 @@ async def _serve(server: StandinServer, stop_after_s: float | None) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """``python -m crossbench.standins.load``: serve until interrupted."""
+    """``python -m standins.load``: serve until interrupted."""
     p = argparse.ArgumentParser(
-        prog="python -m crossbench.standins.load",
+        prog="python -m standins.load",
         description="Stand-in OpenAI-compatible streaming server with known chunk timing "
         "(not an engine).",
-        epilog="example: python -m crossbench.standins.load --port 0 --ttft-ms 50 --gap-ms 10 "
+        epilog="example: python -m standins.load --port 0 --ttft-ms 50 --gap-ms 10 "
         "--log truth.jsonl",
     )
     p.add_argument("--host", default="127.0.0.1")

@@ -32,7 +32,7 @@ delay, a child process that outlives the server for cleanup tests, ignoring SIGT
 
 Use it as a config's ``binary`` through a launcher script::
 
-    python -m crossbench.standins.vllm launcher /tmp/vllm --standin-step-ms 0
+    python -m standins.vllm launcher /tmp/vllm --standin-step-ms 0
     /tmp/vllm --version     # 0.33.0+crossbench.standin
 """
 
@@ -66,9 +66,9 @@ from crossbench.engines.vllm.profile import (
 )
 from crossbench.engines.vllm.startup_cut import default_capture_sizes
 from crossbench.errors import UserError
-from crossbench.paths import repo_root
-from crossbench.standins.cli import spawn_orphan, standin_main
-from crossbench.standins.load import STANDIN_NAME
+from standins import HOME
+from standins.cli import spawn_orphan, standin_main
+from standins.load import STANDIN_NAME
 
 STANDIN_SUFFIX = "+crossbench.standin"
 """Local version part of every stand-in version string (``0.33.0+crossbench.standin``)."""
@@ -587,20 +587,20 @@ def write_launcher(path: Path, *standin_args: str) -> Path:
     path.write_text(
         "#!/bin/sh\n"
         "# crossbench's stand-in for vllm (not vLLM); made by "
-        "`python -m crossbench.standins.vllm launcher`\n"
-        f"export PYTHONPATH={shlex.quote(str(repo_root()))}${{PYTHONPATH:+:$PYTHONPATH}}\n"
+        "`python -m standins.vllm launcher`\n"
+        f"export PYTHONPATH={shlex.quote(f'{HOME}:{HOME.parent}')}${{PYTHONPATH:+:$PYTHONPATH}}\n"
         f'if [ "$1" = "--version" ]; then exec {shlex.quote(sys.executable)} -m '
-        f"crossbench.standins.vllm --version {args}; fi\n"
-        f'exec {shlex.quote(sys.executable)} -m crossbench.standins.vllm "$@" {args}\n')
+        f"standins.vllm --version {args}; fi\n"
+        f'exec {shlex.quote(sys.executable)} -m standins.vllm "$@" {args}\n')
     path.chmod(0o755)
     return path
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """``python -m crossbench.standins.vllm {serve ...|--version|launcher PATH}``."""
+    """``python -m standins.vllm {serve ...|--version|launcher PATH}``."""
     known = ", ".join(p.version for p in known_profiles())
     return standin_main(argv, DEFAULT_VERSION, STANDIN_SUFFIX, write_launcher,
-                        "usage: python -m crossbench.standins.vllm {serve MODEL [flags] | "
+                        "usage: python -m standins.vllm {serve MODEL [flags] | "
                         f"--version | launcher PATH [--standin-... options]}} (poses as vLLM "
                         f"{known})", parse_settings, _serve)
 
