@@ -8,9 +8,10 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
+from standins.vllm import write_launcher
+
 from crossbench.engines import registry
 from crossbench.engines.process import http_post
-from standins.vllm import write_launcher
 
 FAST = ("--standin-step-ms", "0", "--standin-prefill-ms", "0")
 

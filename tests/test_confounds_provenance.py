@@ -9,6 +9,7 @@ import json
 from pathlib import Path
 
 import pytest
+from standins.nvml import ScriptedGpu, ScriptedNvml
 
 from crossbench.confounds.diff import AXES, diff
 from crossbench.confounds.normalize import normalize_provenance, normalize_trial
@@ -22,7 +23,6 @@ from crossbench.confounds.provenance import (
     redact_argv,
 )
 from crossbench.engines.base import EngineIdentity
-from standins.nvml import ScriptedGpu, ScriptedNvml
 
 HF = "hf_abcdefghijklmnopqrstuvwxyz0123"
 MINE = "s3cr3t"

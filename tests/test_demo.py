@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 import yaml
 from click.testing import CliRunner, Result
+from standins.vllm import write_launcher
 
 from crossbench.analysis.analyze import analyze
 from crossbench.cli import demo_cmd
@@ -27,7 +28,6 @@ from crossbench.load.workloads import builtin_bytes, load_workload
 from crossbench.paths import data_root
 from crossbench.runner.matrix import expand, load_matrix
 from crossbench.runner.matrix_run import _resolve
-from standins.vllm import write_launcher
 
 RATES = [0.9, 0.6, 0.3]
 """Synthetic acceptance the stand-in matrix configures (one rate per drafted position)."""

@@ -8,12 +8,12 @@ from typing import Any
 
 import pytest
 from click.testing import CliRunner
+from standins.nvml import ScriptedGpu, ScriptedNvml
 
 from crossbench.cli import doctor_cmd
 from crossbench.cli.doctor_cmd import engine_check, render, run_doctor
 from crossbench.cli.main import cli
 from crossbench.errors import UserError
-from standins.nvml import ScriptedGpu, ScriptedNvml
 
 BUILD = {"pin": "llama-cpp-python==0.3.36", "variant": "cuda-sm90", "build_number": 11312,
          "binary": "/cache/engines/llama-cpp-python-0.3.36-cuda-sm90/build/bin/llama-server"}

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
+from standins.vllm import write_launcher
 
 import crossbench
 from crossbench.analysis.analyze import analyze
@@ -24,7 +25,6 @@ from crossbench.importers.synthetic import Arm, study
 from crossbench.importers.vllm_bench import import_vllm_bench
 from crossbench.runner.config import RunConfig
 from crossbench.runner.single import run
-from standins.vllm import write_launcher
 
 PROMPTS = [(f"p{i}", ("code", "math")[i % 2]) for i in range(10)]
 EXAMPLES = Path(__file__).parent.parent / "examples"

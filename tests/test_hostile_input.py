@@ -523,9 +523,10 @@ def test_loopback_addresses(host, loopback):
 def test_a_run_on_a_non_loopback_host_warns_before_the_server_starts(tmp_path):
     """The warning reaches the runner's progress before anything starts (the stand-in
     listens where it is told; the test only reads the warning)."""
+    from standins.vllm import write_launcher
+
     from crossbench.runner.config import RunConfig
     from crossbench.runner.single import RunSession
-    from standins.vllm import write_launcher
 
     said: list[str] = []
     cfg = RunConfig.model_validate({

@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 import yaml
 from click.testing import CliRunner, Result
+from standins.vllm import write_launcher
 
 from crossbench import __version__
 from crossbench.cli.main import cli
@@ -26,7 +27,6 @@ from crossbench.importers.synthetic import Arm, study
 from crossbench.runner.config import RunConfig
 from crossbench.runner.matrix_run import STATE_FIX, run_matrix
 from crossbench.runner.single import RunSession
-from standins.vllm import write_launcher
 from crossbench.store.atomic import (
     DAMAGED_FIX,
     TAIL_BLOCK,

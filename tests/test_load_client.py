@@ -12,6 +12,7 @@ from typing import Any
 
 import orjson
 import pytest
+from standins.load import StandinConfig, StandinServer
 
 from crossbench.errors import RunError, UserError
 from crossbench.load.client import (
@@ -32,7 +33,6 @@ from crossbench.load.fidelity import (
     timing_errors,
 )
 from crossbench.load.workloads import Prompt, RequestSpec, load_workload
-from standins.load import StandinConfig, StandinServer
 
 MS = 1_000_000
 PROMPT = Prompt("p-01", "code", "write a function", None)

@@ -14,9 +14,9 @@ from typing import Any
 import aiohttp
 import orjson
 import pytest
+from standins.load import STANDIN_NAME, StandinConfig, StandinServer
 
 from crossbench.errors import UserError
-from standins.load import STANDIN_NAME, StandinConfig, StandinServer
 
 MS = 1_000_000
 

@@ -8,10 +8,10 @@ import json
 from pathlib import Path
 
 import yaml
+from standins.vllm import write_launcher
 
 from crossbench.runner.matrix import read_matrix
 from crossbench.runner.matrix_run import run_matrix
-from standins.vllm import write_launcher
 
 
 def test_the_bytes_run_are_the_bytes_digested_and_copied(tmp_path: Path) -> None:

@@ -13,12 +13,12 @@ from typing import Any
 import numpy as np
 import pytest
 import yaml
+from standins.vllm import write_launcher
 
 from crossbench.analysis.sweep import predict_speedups, predicted_tau
 from crossbench.runner.matrix import Cell, ProbePredict
 from crossbench.runner.matrix_run import matrix_status, read_journal, run_matrix
 from crossbench.runner.probe import ProbeController, probe_split, sweeps
-from standins.vllm import write_launcher
 from crossbench.store.rundir import read_predictions
 
 

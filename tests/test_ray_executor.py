@@ -32,12 +32,12 @@ from typing import Any
 import pytest
 import yaml
 from click.testing import CliRunner
+from standins.vllm import write_launcher
 
 from crossbench.analysis.confounding import occasions, split_occasions
 from crossbench.cli.main import cli
 from crossbench.runner.matrix import expand, load_matrix, schedule
 from crossbench.runner.matrix_run import LOST_RETRIES, read_journal, run_matrix
-from standins.vllm import write_launcher
 from crossbench.store.atomic import read_jsonl
 
 pytestmark = pytest.mark.skipif(

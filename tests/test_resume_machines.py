@@ -12,12 +12,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from standins.vllm import write_launcher
 
 from crossbench.analysis.confounding import split_occasions
 from crossbench.errors import UserError
 from crossbench.runner.config import RunConfig
 from crossbench.runner.single import RunSession
-from standins.vllm import write_launcher
 from crossbench.store.atomic import sha256_file
 
 FAST = ("--standin-step-ms", "0", "--standin-prefill-ms", "0")

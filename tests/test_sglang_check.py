@@ -12,10 +12,10 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
+from standins.sglang import write_launcher
 
 from crossbench.cli.main import cli
 from crossbench.runner.sglang_check import run_check
-from standins.sglang import write_launcher
 
 MODEL = "Qwen/Qwen3-8B"
 FAST = ("--standin-step-ms", "0")

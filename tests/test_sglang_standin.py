@@ -10,10 +10,10 @@ from pathlib import Path
 import pytest
 import yaml
 from click.testing import CliRunner
+from standins.sglang import write_launcher
 
 from crossbench.cli.main import cli
 from crossbench.runner.matrix_run import run_matrix
-from standins.sglang import write_launcher
 
 
 def test_run_engine_sglang_through_the_cli(tmp_path: Path) -> None:

@@ -13,13 +13,13 @@ from typing import Any
 import pytest
 import yaml
 from click.testing import CliRunner
+from standins.sglang import Simulated, simulated_from_env, write_launcher
 
 from crossbench.cli.main import cli
 from crossbench.engines import registry
 from crossbench.errors import UserError
 from crossbench.runner.matrix import expand, parse_matrix
 from crossbench.runner.matrix_run import run_matrix
-from standins.sglang import Simulated, simulated_from_env, write_launcher
 
 EAGLE3 = {"type": "EAGLE3", "n": 4, "draft_model": "a/b"}
 

@@ -9,8 +9,8 @@ import time
 from pathlib import Path
 
 import pytest
-
 from standins.nvml import ScriptedGpu, ScriptedNvml
+
 from crossbench.telemetry.checks import (
     before_trial,
     clocks_and_power,

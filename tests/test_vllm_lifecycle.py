@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from standins.vllm import write_launcher
 
 from crossbench.analysis import acceptance
 from crossbench.engines import registry
@@ -27,7 +28,6 @@ from crossbench.errors import RunError, UserError
 from crossbench.load.client import ClientConfig, ConcurrencyMode, run_load_sync
 from crossbench.load.workloads import Prompt, RequestSpec
 from crossbench.runner.vllm_check import run_check
-from standins.vllm import write_launcher
 
 PREFIX = registry.spec_metric_prefix("vllm")
 FAST = ("--standin-step-ms", "0", "--standin-prefill-ms", "0")

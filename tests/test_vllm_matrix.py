@@ -10,9 +10,9 @@ import json
 from pathlib import Path
 
 import yaml
+from standins.vllm import write_launcher
 
 from crossbench.runner.matrix_run import matrix_status, read_journal, run_matrix
-from standins.vllm import write_launcher
 
 
 def test_matrix_with_engine_vllm_on_the_standin(tmp_path: Path) -> None:

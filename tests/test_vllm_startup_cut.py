@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 from click.testing import CliRunner
+from standins.vllm import write_launcher
 
 from crossbench.cli.main import cli
 from crossbench.confounds.diff import Kind, diff
@@ -22,7 +23,6 @@ from crossbench.engines.vllm import startup_cut, startup_log
 from crossbench.engines.vllm.config import VllmServerConfig
 from crossbench.engines.vllm.server import VllmServer
 from crossbench.errors import UserError
-from standins.vllm import write_launcher
 
 DATA = Path(__file__).parent / "data" / "vllm"
 MODEL = "Qwen/Qwen3-8B"
