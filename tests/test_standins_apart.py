@@ -1,7 +1,7 @@
 """Test doubles and developer tools stay out of the product.
 
 Stand-ins live in ``tests/standins/`` (the package ``standins``, outside ``crossbench``) and
-each engine's developer tools (profile generators, golden-file writers) in
+each engine's developer tools (profile generators) in
 ``crossbench/engines/<engine>/tools/``. No product module
 imports either when it is imported; a command that exists to run one (``crossbench engines
 profile`` runs the llama.cpp profile generator) may import it inside the command, and is listed
@@ -85,14 +85,14 @@ def test_the_check_sees_every_import_form(tmp_path: Path, monkeypatch: pytest.Mo
     (fake / "engines" / "vllm" / "server.py").write_text(
         "from ...standins import vllm\n"
         "import standins.zenodo\n"
-        "try:\n    import crossbench.engines.vllm.tools.golden\nexcept ImportError:\n    pass\n"
+        "try:\n    import crossbench.engines.vllm.tools.profile_gen\nexcept ImportError:\n    pass\n"
         "class C:\n    from crossbench.standins import load\n"
         "def f():\n    from crossbench.standins.nvml import ScriptedNvml\n")
     monkeypatch.setattr(sys.modules[__name__], "PACKAGE", fake)
     got = [(m, top) for m, top in _imports("crossbench/engines/vllm/server.py") if _apart(m)]
     assert got == [("crossbench.standins.vllm", True),
                    ("standins.zenodo", True),
-                   ("crossbench.engines.vllm.tools.golden", True),
+                   ("crossbench.engines.vllm.tools.profile_gen", True),
                    ("crossbench.standins.load", True),
                    ("crossbench.standins.nvml.ScriptedNvml", False)]
 
@@ -131,7 +131,7 @@ def test_standins_and_tools_are_where_the_docs_say() -> None:
         assert (STANDINS / name).is_file(), name
     assert not (PACKAGE / "standins").exists()
     for rel in ("engines/llamacpp/tools/profile_gen.py", "engines/vllm/tools/profile_gen.py",
-                "engines/vllm/tools/golden.py", "engines/sglang/tools/profile_gen.py"):
+                "engines/sglang/tools/profile_gen.py"):
         assert (PACKAGE / rel).is_file(), rel
     left = sorted(p.relative_to(PACKAGE).as_posix() for p in PACKAGE.rglob("*.py")
                   if p.name in ("standin.py", "profile_gen.py", "golden.py")

@@ -1,7 +1,7 @@
 """vLLM's /metrics: parsing traps on text in vLLM 0.33's exact format, and acceptance figures
 from counter deltas (fractions, 0-based positions) summed over data-parallel engines.
 
-The fixtures are made by ``python -m crossbench.engines.vllm.tools.golden`` with prometheus_client
+The fixtures are made by ``python tests/vllm_golden.py`` with prometheus_client
 from the metric families the 0.33.0 profile read from the wheel; their counter values are
 ``golden.BEFORE`` and ``golden.AFTER``, written out as literals below.
 """

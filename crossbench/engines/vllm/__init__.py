@@ -7,8 +7,8 @@
 - :mod:`.metrics`: vLLM's Prometheus families (rendering, prefix-cache/preemption deltas);
 - :mod:`.startup_log`: facts read from the startup log (version, model runner, KV cache...);
 - :mod:`.tools`: developer tools, not run by the adapter: :mod:`.tools.profile_gen`
-  regenerates a profile from a vLLM wheel (read, never installed), :mod:`.tools.golden` the
-  golden argv files and the format fixtures of the tests.
+  regenerates a profile from a vLLM wheel (read, never installed); the tests' golden argv
+  files and format fixtures come from ``tests/vllm_golden.py``.
 
 Its stand-in ``vllm serve`` (tests on CPU, never a vLLM result) is
 ``tests/standins/vllm.py``.

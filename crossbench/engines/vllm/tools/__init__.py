@@ -4,6 +4,5 @@ Run by hand (``python -m``) when a release or the adapter changes, never by a be
 nothing outside this folder imports them, except a command that exists to run one.
 
 - :mod:`.profile_gen`: an ``engines/vllm/X.Y.Z.yaml`` profile from a vLLM wheel (read with
-  ``ast``, never installed);
-- :mod:`.golden`: the golden argv files and format fixtures under ``tests/data/vllm/``.
+  ``ast``, never installed). The tests' golden files come from ``tests/vllm_golden.py``.
 """

@@ -11,10 +11,11 @@
   timestamps are fixed so the files are reproducible; process collectors are left out);
 - ``startup-<release>.log``: startup lines rendered from each profile's format strings.
 
-Usage (from the repository root)::
+It lives with the tests it feeds (test data, not part of the package). Usage (from the
+repository root)::
 
-    python -m crossbench.engines.vllm.tools.golden            # rewrite tests/data/vllm
-    python -m crossbench.engines.vllm.tools.golden --check    # exit 1 if anything would change
+    python tests/vllm_golden.py            # rewrite tests/data/vllm
+    python tests/vllm_golden.py --check    # exit 1 if anything would change
 """
 
 from __future__ import annotations
@@ -30,7 +31,6 @@ from crossbench.engines.vllm.config import VllmServerConfig
 from crossbench.engines.vllm.metrics import SPEC_PREFIX, VllmMetrics
 from crossbench.engines.vllm.profile import known_profiles, profile_for
 from crossbench.engines.vllm.server import VllmServer
-from crossbench.paths import repo_root
 
 REV = "0123456789abcdef0123456789abcdef01234567"
 """A placeholder commit hash: the golden files test argv building, not real revisions."""
@@ -151,7 +151,7 @@ def files() -> dict[str, str]:
 def main(argv: list[str] | None = None) -> int:
     """Rewrite (or ``--check``) the generated test data."""
     ap = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
-    ap.add_argument("dir", nargs="?", type=Path, default=repo_root() / "tests/data/vllm")
+    ap.add_argument("dir", nargs="?", type=Path, default=Path(__file__).resolve().parent / "data/vllm")
     ap.add_argument("--check", action="store_true", help="report differences, write nothing")
     a = ap.parse_args(argv)
     stale = []
