@@ -1,6 +1,6 @@
 """How long `crossbench analyze` takes on 100,000 request records, and how much memory.
 
-Writes a synthetic study (``crossbench.importers.synthetic``: records with known timing) of
+Writes a synthetic study (``standins.study``: records with known timing) of
 40 prompts in 6 categories x 20 cells (one baseline, two speculative arms swept over n) x 3
 trials x 42 sends of each prompt per trial = 100,800 records, then analyses it in a fresh
 process with 10,000 bootstrap resamples per interval, and reports wall time per phase and
@@ -24,7 +24,8 @@ from typing import Any
 
 import numpy as np
 
-from crossbench.importers.synthetic import Arm, study
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))  # the stand-ins
+from standins.study import Arm, study
 
 CATEGORIES = ("code", "math", "creative", "factual", "analysis", "howto")
 

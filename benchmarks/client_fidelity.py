@@ -14,7 +14,7 @@ Each scenario compares what the client recorded with that truth:
    to the stand-in's core) or ``--llama-server-url`` (a server you run): a real llama-server
    at concurrency 1, client decode
    rate against the server's own ``timings`` per request (target within 0.5 %), see
-   :func:`crossbench.load.fidelity.decode_rate_agreement`.
+   :func:`standins.fidelity.decode_rate_agreement`.
 
 If guidellm or aiperf can be run (``--peers-python`` names an interpreter that has them,
 default this one), the ttft scenario and one sweep point are re-run through them and their
@@ -60,12 +60,14 @@ from crossbench.load.client import (
     request_id,
     run_load,
 )
-from crossbench.load.fidelity import (
+from crossbench.load.workloads import Prompt, load_workload
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))  # the stand-ins
+from standins.fidelity import (
     decode_rate_agreement,
     summarise,
     timing_errors,
 )
-from crossbench.load.workloads import Prompt, load_workload
 
 SWEEP_GAPS_MS = [2.0, 1.0, 0.8, 0.6, 0.5, 0.45, 0.4, 0.35, 0.3, 0.25, 0.2, 0.15, 0.1]
 QUICK_GAPS_MS = [1.0, 0.5, 0.35, 0.25]

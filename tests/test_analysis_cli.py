@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
+from standins.study import Arm, study
 
 from crossbench.cli.main import cli
-from crossbench.importers.synthetic import Arm, study
 
 REPO = Path(__file__).resolve().parents[1]
 H200 = REPO / "benchmarks" / "results" / "h200-smoke-20261129" / "runs.tar.gz"

@@ -5,9 +5,10 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from standins.study import Arm, study
+
 from crossbench.analysis.analyze import analyze
 from crossbench.analysis.paired import StatsOptions
-from crossbench.importers.synthetic import Arm, study
 
 PROMPTS = [("p0", "code"), ("p1", "math"), ("p2", "code"), ("p3", "chat")]
 OPTS = StatsOptions(resamples=500, min_samples=4)

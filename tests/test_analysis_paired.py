@@ -6,12 +6,12 @@ import math
 
 import numpy as np
 import pytest
+from standins.study import Arm, request, study
 
 from crossbench.analysis.analyze import analyze
 from crossbench.analysis.metrics import pooled_rate, request_figures, token_itl_ms
 from crossbench.analysis.paired import StatsOptions, compare, pair
 from crossbench.analysis.summary import summarize_records
-from crossbench.importers.synthetic import Arm, request, study
 
 PROMPTS = [(f"a{i}", "code") for i in range(4)] + [(f"b{i}", "math") for i in range(4)]
 
@@ -128,9 +128,9 @@ def test_the_resampling_design_is_an_explicit_option(tmp_path):
     """--strata picks the design, both designs say which they are, and without categories
     both are the same unstratified design."""
     import numpy as np
+    from standins.study import Arm, study
 
     from crossbench.analysis.analyze import analyze, verdict_table
-    from crossbench.importers.synthetic import Arm, study
 
     rng = np.random.default_rng(3)
     # categories differ in speedup: stratifying by them removes that spread from the interval

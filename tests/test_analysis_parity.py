@@ -3,10 +3,11 @@ where a comparison does not apply."""
 
 from __future__ import annotations
 
+from standins.study import Arm, study
+
 from crossbench.analysis.analyze import analyze
 from crossbench.analysis.paired import StatsOptions
 from crossbench.analysis.parity import first_divergence
-from crossbench.importers.synthetic import Arm, study
 
 PROMPTS = [("p0", "code"), ("p1", "math"), ("p2", "code")]
 OPTS = StatsOptions(resamples=200, min_samples=2)

@@ -6,10 +6,10 @@ from __future__ import annotations
 import math
 
 import pytest
+from standins.study import Arm, study
 
 from crossbench.analysis.analyze import analyze
 from crossbench.analysis.paired import StatsOptions
-from crossbench.importers.synthetic import Arm, study
 
 PROMPTS = [(f"p{i}", "code" if i % 2 else "math") for i in range(10)]
 OPTS = StatsOptions(resamples=500)
@@ -205,11 +205,12 @@ def test_runner_warnings_on_trials_reach_the_verdict_and_compare(tmp_path):
     the pair's verdict, is a warning of the analysis, and is a difference for compare."""
     import json
 
+    from standins.study import Arm, study
+
     from crossbench.analysis.analyze import analyze, verdict_table
     from crossbench.analysis.compare import compare
     from crossbench.analysis.paired import StatsOptions
     from crossbench.analysis.rundir import load_run
-    from crossbench.importers.synthetic import Arm, study
 
     prompts = [(f"p{i}", "code") for i in range(6)]
     study(tmp_path / "s", prompts, [Arm("none"), Arm("d", "draft-simple", 4)],

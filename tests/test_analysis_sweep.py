@@ -4,11 +4,11 @@ net-loss-despite-high-acceptance flag."""
 from __future__ import annotations
 
 import pytest
+from standins.study import Arm, study
 
 from crossbench.analysis.analyze import analyze
 from crossbench.analysis.paired import StatsOptions
 from crossbench.analysis.sweep import cost_model, net_loss_finding, predicted_tau
-from crossbench.importers.synthetic import Arm, study
 
 D, V = 1.2, 0.15
 CURVE = [0.9, 0.8, 0.6, 0.25, 0.1, 0.05]  # unconditional per-position acceptance

@@ -10,11 +10,11 @@ from pathlib import Path
 import pytest
 import yaml
 from click.testing import CliRunner
+from standins.study import Arm, study
 
 from crossbench.archive.metadata import Creator, orcid_ok
 from crossbench.cli.main import cli
 from crossbench.errors import UserError
-from crossbench.importers.synthetic import Arm, study
 from crossbench.paths import repo_root
 
 PROMPTS = [(f"p{i}", ("code", "math", "poem")[i % 3]) for i in range(9)]

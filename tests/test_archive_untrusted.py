@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
+from standins.study import Arm, study
 
 from crossbench.archive.build import parse_size
 from crossbench.archive.verify import (
@@ -28,7 +29,6 @@ from crossbench.archive.verify import (
     zip_entries,
 )
 from crossbench.cli.main import cli
-from crossbench.importers.synthetic import Arm, study
 
 ROOT = Path(__file__).resolve().parent.parent
 PROMPTS = [(f"p{i}", ("code", "math", "poem")[i % 3]) for i in range(6)]

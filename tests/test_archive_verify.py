@@ -12,10 +12,10 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
+from standins.study import Arm, study
 
 from crossbench.archive.verify import differences, value_lines
 from crossbench.cli.main import cli
-from crossbench.importers.synthetic import Arm, study
 
 PROMPTS = [(f"p{i}", ("code", "math", "poem")[i % 3]) for i in range(9)]
 ACC = {"drafts": 900, "draft_tokens": 1800, "accepted": 1200, "per_position": [700, 500]}

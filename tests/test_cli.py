@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from cli_docgen import render
 from click.testing import CliRunner
 
-from crossbench.cli.docgen import render
 from crossbench.cli.main import cli
 
 
@@ -55,4 +55,4 @@ def test_run_refuses_to_overwrite(tmp_path, fake_binary, gguf_stub):
 def test_cli_reference_is_current():
     doc = Path(__file__).resolve().parent.parent / "docs" / "cli.md"
     assert doc.read_text() == render(), (
-        "docs/cli.md is stale: run `python -m crossbench.cli.docgen > docs/cli.md`")
+        "docs/cli.md is stale: run `python tests/cli_docgen.py > docs/cli.md`")

@@ -143,8 +143,9 @@ def shapes_run(out: Path, steps: dict[int, float] = STEPS,
     baseline cell per concurrency whose requests decode at exactly 1 / step tokens a second
     (context 30-37 + 48 tokens), and one speculative cell (ignored: the verification comes
     from baselines only)."""
+    from standins.study import request
+
     from crossbench.importers.records import ImportedCell, run_config, write_import
-    from crossbench.importers.synthetic import request
 
     cells = []
     for (engine, target), (c, ms) in itertools.product(groups, [*steps.items(), (1, 4.0)]):

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
+from standins.study import Arm, study
 from standins.vllm import write_launcher
 
 import crossbench
@@ -21,7 +22,6 @@ from crossbench.analysis.rundir import CellData, load_run
 from crossbench.analysis.summary import request_metrics
 from crossbench.cli.main import cli
 from crossbench.frames.columns import FRAMES, markdown
-from crossbench.importers.synthetic import Arm, study
 from crossbench.importers.vllm_bench import import_vllm_bench
 from crossbench.runner.config import RunConfig
 from crossbench.runner.single import run

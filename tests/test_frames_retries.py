@@ -9,9 +9,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from standins.study import Arm, study
 
 from crossbench.frames.columns import FRAMES
-from crossbench.importers.synthetic import Arm, study
 
 PROMPTS = [(f"p{i}", "code") for i in range(6)]
 

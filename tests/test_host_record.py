@@ -13,13 +13,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from standins.study import Arm, study
 
 from crossbench.analysis.analyze import analyze
 from crossbench.analysis.host_time import cell_host_time
 from crossbench.analysis.paired import StatsOptions
 from crossbench.analysis.rundir import load_run
 from crossbench.host import HostWindow, cpu_model
-from crossbench.importers.synthetic import Arm, study
 
 ROOT = Path(__file__).resolve().parents[1]
 METHODS = ROOT / "examples" / "h200-methods"

@@ -11,6 +11,7 @@ import zipfile
 from pathlib import Path
 
 import pytest
+from standins.study import Arm, study
 
 from crossbench.analysis.analyze import analyze, tables
 from crossbench.analysis.host_time import (
@@ -22,7 +23,6 @@ from crossbench.analysis.host_time import (
 from crossbench.analysis.paired import StatsOptions
 from crossbench.analysis.rundir import load_run
 from crossbench.frames import open_run
-from crossbench.importers.synthetic import Arm, study
 
 PROMPTS = [(f"p{i}", "code" if i % 2 else "math") for i in range(10)]
 OPTS = StatsOptions(resamples=300)

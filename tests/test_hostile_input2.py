@@ -21,13 +21,13 @@ from typing import Any
 import pytest
 import yaml
 from click.testing import CliRunner, Result
+from standins.study import Arm, study
 from test_engine_pack import packed, world  # noqa: F401  (fixtures: a fake vLLM pack)
 
 from crossbench.analysis.start_spread import Prior, Spread, StartSpread, pair_spreads
 from crossbench.archive.verify import check_secrets
 from crossbench.cli.main import cli
 from crossbench.errors import UserError
-from crossbench.importers.synthetic import Arm, study
 from crossbench.store.rundir import OUTPUT_MARK
 
 BASE: dict[str, Any] = {

@@ -19,13 +19,13 @@ from typing import Any
 
 import pytest
 from click.testing import CliRunner, Result
+from standins.study import Arm, study
 
 import crossbench
 from crossbench.analysis.start_spread import Spread, StartSpread
 from crossbench.archive.verify import MAX_MEMBER_BYTES
 from crossbench.cli.main import cli
 from crossbench.errors import UserError
-from crossbench.importers.synthetic import Arm, study
 
 PROMPTS = [(f"p{i}", ("code", "math", "poem")[i % 3]) for i in range(6)]
 FIX = "(fix: only verify archives made by `crossbench archive`)"

@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 import yaml
 from click.testing import CliRunner, Result
+from standins.study import Arm, study
 from test_engine_pack import packed, run_launcher, world  # noqa: F401  (fixtures: a vLLM pack)
 from test_hostile_input import (
     BENCH,
@@ -34,7 +35,6 @@ from test_hostile_input2 import BASE, PROMPTS, _hostile_pack, _install, _rate
 from crossbench.analysis.stability import WarningKind, _failed
 from crossbench.cli.main import cli
 from crossbench.errors import field_name
-from crossbench.importers.synthetic import Arm, study
 
 FAST = ("faster than 0.05 ms a token (20,000 tokens/s for one sequence), which no engine "
         "decodes")

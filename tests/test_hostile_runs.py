@@ -4,7 +4,7 @@ future format version. Every refusal is one line naming the file (or ``--out``) 
 exit code 2, and never changes what it refuses.
 
 Real runs use crossbench's stand-in ``vllm serve`` (not vLLM); analysis inputs are
-``crossbench.importers.synthetic`` studies.
+``standins.study`` studies.
 """
 
 from __future__ import annotations
@@ -18,12 +18,12 @@ from typing import Any
 import pytest
 import yaml
 from click.testing import CliRunner, Result
+from standins.study import Arm, study
 from standins.vllm import write_launcher
 
 from crossbench import __version__
 from crossbench.cli.main import cli
 from crossbench.errors import UserError
-from crossbench.importers.synthetic import Arm, study
 from crossbench.runner.config import RunConfig
 from crossbench.runner.matrix_run import STATE_FIX, run_matrix
 from crossbench.runner.single import RunSession
@@ -36,7 +36,7 @@ from crossbench.store.atomic import (
     scan_jsonl,
     torn_tail,
 )
-from crossbench.store.formats import check_new_out
+from crossbench.store.rundir import check_new_out
 
 FAST = ("--standin-step-ms", "0", "--standin-prefill-ms", "0")
 CELL = "v/m/none/builtin-code/c1"
@@ -507,11 +507,11 @@ def test_an_import_state_and_a_run_manifest_from_the_future_are_refused(
 
 
 def test_the_readers_versions_are_the_writers() -> None:
-    """store.formats names the newest versions read; the writers keep their own numbers."""
+    """store.rundir names the newest versions read; the writers keep their own numbers."""
     from crossbench.importers import records
     from crossbench.runner import matrix_run, single
-    from crossbench.store import formats
+    from crossbench.store import rundir
 
-    assert formats.IMPORT_SCHEMA == records.IMPORT_SCHEMA
-    assert formats.MANIFEST_SCHEMA == records.MANIFEST_SCHEMA == single.MANIFEST_SCHEMA
-    assert formats.STATE_SCHEMA == matrix_run.STATE_SCHEMA
+    assert rundir.IMPORT_SCHEMA == records.IMPORT_SCHEMA
+    assert rundir.MANIFEST_SCHEMA == records.MANIFEST_SCHEMA == single.MANIFEST_SCHEMA
+    assert rundir.STATE_SCHEMA == matrix_run.STATE_SCHEMA

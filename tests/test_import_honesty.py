@@ -16,12 +16,12 @@ from typing import Any
 
 import pytest
 from click.testing import CliRunner, Result
+from standins import study as synthetic
 
 from crossbench.analysis.analyze import analyze
 from crossbench.analysis.paired import StatsOptions
 from crossbench.analysis.stability import WarningKind
 from crossbench.cli.main import cli
-from crossbench.importers import synthetic
 from crossbench.report.datapoint import datapoint
 from crossbench.report.study import load_study
 

@@ -12,6 +12,12 @@ from typing import Any
 
 import orjson
 import pytest
+from standins.fidelity import (
+    TimingErrors,
+    decode_rate_agreement,
+    summarise,
+    timing_errors,
+)
 from standins.load import StandinConfig, StandinServer
 
 from crossbench.errors import RunError, UserError
@@ -25,12 +31,6 @@ from crossbench.load.client import (
     request_id,
     run_load,
     run_load_sync,
-)
-from crossbench.load.fidelity import (
-    TimingErrors,
-    decode_rate_agreement,
-    summarise,
-    timing_errors,
 )
 from crossbench.load.workloads import Prompt, RequestSpec, load_workload
 

@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
+from standins.study import Arm, study
 
 from crossbench.cli.main import cli
-from crossbench.importers.synthetic import Arm, study
 from crossbench.report.build import build_report
 from crossbench.report.datapoint import MAX_LINES, datapoint
 from crossbench.report.plots import figures, throughput_vs_concurrency
@@ -202,7 +202,8 @@ def test_datapoint_says_how_many_trials_ran_when_a_study_is_partial(tmp_path):
     """A study cut short (trial 2 of 3 never ran) says so instead of the planned count."""
     import json as _json
 
-    from crossbench.importers.synthetic import Arm, study
+    from standins.study import Arm, study
+
     from crossbench.report.datapoint import datapoint
     from crossbench.report.study import load_study
 

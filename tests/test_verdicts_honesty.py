@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 from click.testing import CliRunner
+from standins.study import Arm, request, study
 
 from crossbench.analysis import stats
 from crossbench.analysis.analyze import analyze, verdict_table
@@ -21,7 +22,6 @@ from crossbench.analysis.paired import StatsOptions
 from crossbench.analysis.sequential import SequentialRule
 from crossbench.cli.main import cli
 from crossbench.importers.records import ImportedCell, run_config, write_import
-from crossbench.importers.synthetic import Arm, request, study
 
 PROMPTS = [(f"p{i}", "code" if i % 2 else "math") for i in range(24)]
 OPTS = StatsOptions(resamples=1000)

@@ -12,12 +12,12 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
+from standins.study import Arm, study
 from standins.zenodo import ZenodoStandIn
 
 from crossbench.archive.zenodo import Retry, ZenodoClient, archive_files, deposit
 from crossbench.cli.main import cli
 from crossbench.errors import RunError, UserError
-from crossbench.importers.synthetic import Arm, study
 
 PROMPTS = [(f"p{i}", ("code", "math", "poem")[i % 3]) for i in range(6)]
 ACC = {"drafts": 600, "draft_tokens": 1200, "accepted": 800, "per_position": [500, 300]}

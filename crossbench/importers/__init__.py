@@ -11,8 +11,8 @@ records in crossbench's own format.
   ``--save-detailed``);
 - ``llama_bench``: ``llama-bench -o json``;
 - ``llama_logs``: llama.cpp's timing lines (llama-server, llama-completion, llama-cli);
-- ``table``: a study's own per-request JSON, JSON Lines or CSV, mapped by ``--map``;
-- ``synthetic``: records of known figures, for tests and benchmarks.
+- ``table``: a study's own per-request JSON, JSON Lines or CSV, mapped by ``--map``
+  (tests and benchmarks write studies of known figures with ``tests/standins/study.py``).
 
 ``records`` holds what they share: building records from known timings and writing the
 directory. Nothing is dropped silently: files and tests that could not be converted are

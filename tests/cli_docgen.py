@@ -1,6 +1,6 @@
 """Generate ``docs/cli.md`` from the commands' own ``--help`` (so the reference cannot drift).
 
-Regenerate with ``python -m crossbench.cli.docgen > docs/cli.md``; a test fails when the
+Regenerate with ``python tests/cli_docgen.py > docs/cli.md``; a test fails when the
 checked-in file differs.
 """
 
@@ -29,7 +29,7 @@ def render() -> str:
     """The whole CLI reference as Markdown."""
     runner = CliRunner()
     parts = ["# CLI reference", "",
-             "Generated from `--help` by `python -m crossbench.cli.docgen > docs/cli.md`; "
+             "Generated from `--help` by `python tests/cli_docgen.py > docs/cli.md`; "
              "do not edit by hand.", ""]
     for path in _commands(cli, []):
         res = runner.invoke(cli, [*path, "--help"], prog_name="crossbench",
