@@ -50,27 +50,6 @@ _HTTP = "sglang/srt/entrypoints/http_server.py"
 _KINDS = {"Counter": "counter", "Gauge": "gauge", "Histogram": "histogram"}
 
 
-class WheelSource(WheelFiles):
-    """Read-only view of an sglang wheel (``.whl``) or of an unpacked one (a folder)."""
-
-    def tree(self, rel: str) -> ast.Module | None:
-        """A source file of the wheel, parsed (None when absent)."""
-        text = self.read(rel)
-        return ast.parse(text) if text is not None else None
-
-    def metadata(self) -> dict[str, list[str]]:
-        """The wheel's ``METADATA`` headers that matter here (``Version``,
-        ``Requires-Python``, ``Requires-Dist``; each name maps to all its values). Every line
-        is scanned: sglang's multi-line ``License`` header holds blank lines."""
-        meta = next((n for n in self.names if n.endswith(".dist-info/METADATA")), None)
-        out: dict[str, list[str]] = {}
-        for line in (self.read(meta) or "").splitlines() if meta else []:
-            key, sep, value = line.partition(": ")
-            if sep and key in ("Version", "Requires-Python", "Requires-Dist"):
-                out.setdefault(key, []).append(value)
-        return out
-
-
 def _const_list(node: ast.expr | None) -> list[Any] | None:
     if isinstance(node, ast.List | ast.Tuple) and all(isinstance(e, ast.Constant)
                                                      for e in node.elts):
@@ -131,7 +110,7 @@ def _annotated_flags(node: ast.AnnAssign) -> dict[str, dict[str, Any]]:
     return out
 
 
-def server_flags(src: WheelSource) -> dict[str, dict[str, Any]]:
+def server_flags(src: WheelFiles) -> dict[str, dict[str, Any]]:
     """Every flag of ``launch_server``: dataclass fields and literal ``add_argument`` calls."""
     rels = [*_ARGS_FILES, *(n for n in src.names if n.startswith(_FIELDS_DIR)
                             and n.endswith(".py"))]
@@ -167,7 +146,7 @@ def server_flags(src: WheelSource) -> dict[str, dict[str, Any]]:
     return dict(sorted(flags.items()))
 
 
-def speculative_algorithms(src: WheelSource) -> list[str]:
+def speculative_algorithms(src: WheelFiles) -> list[str]:
     """``SpeculativeAlgorithm`` members (NONE left out) and the registry's reserved aliases."""
     out: list[str] = []
     tree = src.tree(_SPEC_INFO)
@@ -190,7 +169,7 @@ def speculative_algorithms(src: WheelSource) -> list[str]:
     return list(dict.fromkeys(out))
 
 
-def metric_families(src: WheelSource) -> dict[str, dict[str, str]]:
+def metric_families(src: WheelFiles) -> dict[str, dict[str, str]]:
     """``sglang:*`` families: type and help text."""
     tree = src.tree(_METRICS)
     out: dict[str, dict[str, str]] = {}
@@ -209,7 +188,7 @@ def metric_families(src: WheelSource) -> dict[str, dict[str, str]]:
     return dict(sorted(out.items()))
 
 
-def http_routes(src: WheelSource) -> list[str]:
+def http_routes(src: WheelFiles) -> list[str]:
     """Paths the HTTP server routes (``@app.get/post/api_route("/...")``)."""
     tree = src.tree(_HTTP)
     out: list[str] = []
@@ -225,8 +204,8 @@ def http_routes(src: WheelSource) -> list[str]:
 
 def generate(path: Path) -> dict[str, Any]:
     """The profile of one wheel, as a mapping ready for YAML."""
-    src = WheelSource(path)
-    meta = src.metadata()
+    src = WheelFiles(path)
+    meta = src.metadata(("Version", "Requires-Python", "Requires-Dist"))
     version = (meta.get("Version") or ["unknown"])[0]
     torch = [r for r in meta.get("Requires-Dist", []) if r.replace(" ", "").startswith(
         ("torch==", "torch>", "torch<", "torch~", "torch;"))]

@@ -65,29 +65,9 @@ _SPEC_FILES = ("vllm/config/speculative.py", "vllm/config/__init__.py")
 _METRIC_KINDS = {"counter": "counter", "gauge": "gauge", "histogram": "histogram"}
 
 
-class WheelSource(WheelFiles):
-    """Read-only view of a vLLM wheel (``.whl``) or of an unpacked one (a folder)."""
-
-    def py_files(self) -> Iterator[str]:
-        """Every Python source of the ``vllm`` package."""
-        return (n for n in self.names if n.startswith("vllm/") and n.endswith(".py"))
-
-    def metadata(self) -> dict[str, list[str]]:
-        """The wheel's ``METADATA`` headers (each name maps to all its values)."""
-        meta = next((n for n in self.names if n.endswith(".dist-info/METADATA")), None)
-        out: dict[str, list[str]] = {}
-        for line in (self.read(meta) or "").splitlines() if meta else []:
-            if not line.strip():
-                break  # the description starts after the first blank line
-            key, sep, value = line.partition(": ")
-            if sep:
-                out.setdefault(key, []).append(value)
-        return out
-
-
-def _parse(src: WheelSource, rel: str) -> ast.Module | None:
-    text = src.read(rel)
-    return ast.parse(text) if text is not None else None
+def _py_files(src: WheelFiles) -> Iterator[str]:
+    """Every Python source of the ``vllm`` package."""
+    return (n for n in src.names if n.startswith("vllm/") and n.endswith(".py"))
 
 
 def _union_members(node: ast.expr) -> list[ast.expr]:
@@ -117,13 +97,13 @@ def _negatable(annotation: ast.expr) -> bool:
 # -- classes and fields --------------------------------------------------------------------------
 
 
-def _class_index(src: WheelSource) -> dict[str, ast.ClassDef]:
+def _class_index(src: WheelFiles) -> dict[str, ast.ClassDef]:
     """Config classes by name, from vllm/config and the CLI argument modules."""
     index: dict[str, ast.ClassDef] = {}
-    rels = [n for n in src.py_files() if n.startswith("vllm/config/")]
+    rels = [n for n in _py_files(src) if n.startswith("vllm/config/")]
     rels += ["vllm/engine/arg_utils.py", *_FRONTEND_FILES]
     for rel in rels:
-        tree = _parse(src, rel)
+        tree = src.tree(rel)
         if tree is None:
             continue
         for node in ast.walk(tree):
@@ -203,11 +183,11 @@ def _with_negations(names: list[str]) -> list[str]:
     return names + ["--no-" + n[2:] for n in names if n.startswith("--")]
 
 
-def serve_flags(src: WheelSource, index: dict[str, ast.ClassDef]) -> list[str]:
+def serve_flags(src: WheelFiles, index: dict[str, ast.ClassDef]) -> list[str]:
     """Every flag ``vllm serve`` accepts (engine args and the OpenAI frontend's)."""
     flags: set[str] = set()
     for rel in ("vllm/engine/arg_utils.py", *_FRONTEND_FILES):
-        tree = _parse(src, rel)
+        tree = src.tree(rel)
         if tree is None:
             continue
         sources = _kwargs_sources(tree)
@@ -267,10 +247,10 @@ def _literal_values(node: ast.expr, aliases: dict[str, ast.expr], depth: int = 0
     return []
 
 
-def speculative_config(src: WheelSource) -> dict[str, Any]:
+def speculative_config(src: WheelFiles) -> dict[str, Any]:
     """Fields, methods and field choices of ``SpeculativeConfig``."""
     for rel in _SPEC_FILES:
-        tree = _parse(src, rel)
+        tree = src.tree(rel)
         if tree is None:
             continue
         cls = next((n for n in ast.walk(tree)
@@ -302,7 +282,7 @@ _UNSUPPORTED_RE = re.compile(
     r"""raise\s+NotImplementedError\(\s*((?:["'][^"']*["']\s*)+)\)""")
 
 
-def unsupported_methods(src: WheelSource) -> dict[str, str]:
+def unsupported_methods(src: WheelFiles) -> dict[str, str]:
     """Methods the engine refuses at start-up although the config names them."""
     text = src.read("vllm/engine/arg_utils.py") or ""
     out: dict[str, str] = {}
@@ -328,9 +308,9 @@ def _list_value(node: ast.expr, env: dict[str, ast.expr], depth: int = 0) -> lis
     return None
 
 
-def _bucket_defaults(src: WheelSource) -> dict[str, list[float]]:
+def _bucket_defaults(src: WheelFiles) -> dict[str, list[float]]:
     """Default buckets by family (``vllm/v1/metrics/buckets.py``, 0.33 and later)."""
-    tree = _parse(src, "vllm/v1/metrics/buckets.py")
+    tree = src.tree("vllm/v1/metrics/buckets.py")
     if tree is None:
         return {}
     consts: dict[str, list[float]] = {}
@@ -369,13 +349,13 @@ def _buckets(node: ast.expr | None, env: dict[str, ast.expr],
     return None
 
 
-def metric_families(src: WheelSource) -> list[dict[str, Any]]:
+def metric_families(src: WheelFiles) -> list[dict[str, Any]]:
     """Prometheus families (name, type, help, labels, buckets) vLLM's /metrics can show."""
     families = _bucket_defaults(src)
     found: dict[str, dict[str, Any]] = {}
     env: dict[str, ast.expr] = {}  # loggers.py's `labelnames` reaches spec_decode/metrics.py
     for rel in _METRIC_FILES:
-        tree = _parse(src, rel)
+        tree = src.tree(rel)
         if tree is None:
             continue
         for node in ast.walk(tree):
@@ -429,11 +409,11 @@ def _render_str(node: ast.expr) -> str | None:
     return None
 
 
-def log_formats(src: WheelSource) -> dict[str, list[str]]:
+def log_formats(src: WheelFiles) -> dict[str, list[str]]:
     """``{fact: [format strings]}`` of the startup messages crossbench parses."""
     anchors = [a for group in LOG_ANCHORS.values() for a in group]
     out: dict[str, set[str]] = {k: set() for k in LOG_ANCHORS}
-    for rel in src.py_files():
+    for rel in _py_files(src):
         text = src.read(rel) or ""
         if not any(a in text or a.split("%s")[0] in text for a in anchors):
             continue
@@ -455,7 +435,7 @@ def log_formats(src: WheelSource) -> dict[str, list[str]]:
     return {k: sorted(v) for k, v in out.items()}
 
 
-def per_request_spec_metrics(src: WheelSource, index: dict[str, ast.ClassDef],
+def per_request_spec_metrics(src: WheelFiles, index: dict[str, ast.ClassDef],
                              flags: list[str]) -> dict[str, Any] | None:
     """The per-request speculative metrics of responses, when this release has them."""
     flag = "--per-request-spec-decode-metrics"
@@ -466,7 +446,7 @@ def per_request_spec_metrics(src: WheelSource, index: dict[str, ast.ClassDef],
     if ann is not None:
         choices = _literal_values(ann, {})
     fields: list[str] = []
-    for rel in src.py_files():
+    for rel in _py_files(src):
         if not rel.startswith("vllm/entrypoints/") or not rel.endswith("protocol.py"):
             continue
         text = src.read(rel) or ""
@@ -487,8 +467,8 @@ def per_request_spec_metrics(src: WheelSource, index: dict[str, ast.ClassDef],
 
 def generate(path: Path) -> dict[str, Any]:
     """The profile dict of one vLLM wheel (or unpacked wheel)."""
-    src = WheelSource(path)
-    meta = src.metadata()
+    src = WheelFiles(path)
+    meta = src.metadata(("Version", "Requires-Dist"))
     version = (meta.get("Version") or ["unknown"])[0]
     torch = [r for r in meta.get("Requires-Dist", []) if re.match(r"torch\b", r)]
     index = _class_index(src)
