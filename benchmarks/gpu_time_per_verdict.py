@@ -127,16 +127,21 @@ the naive design's or more conservative (no flipped, lost or bolder verdict)."""
 
 
 def variant(src: Path, dst: Path, trials_per_start: int, probes: int | None,
-            holdout: int) -> None:
+            holdout: int, trials: int | None = None) -> None:
     """Write the crossbench design of the naive matrix ``src``: server reuse and, with
-    ``probes``, probe-and-predict; every other line of the study stays as it was."""
+    ``probes``, probe-and-predict; with ``trials``, that many trials per cell (so
+    ``trials / trials_per_start`` starts per server group); every other line of the study
+    stays as it was."""
     doc = yaml.safe_load(src.read_text())
     doc["trials_per_start"] = trials_per_start
+    if trials is not None:
+        doc["trials"] = trials
     if probes is not None:
         doc["probe_predict"] = {"probes": probes, "holdout": holdout, "seed": 0}
     doc["study"]["name"] = f"{doc['study']['name']}-crossbench"
     doc["study"]["notes"] = (f"{doc['study'].get('notes', '').strip()} Crossbench design of "
                              f"{src.name}: trials_per_start {trials_per_start}"
+                             + (f", trials {trials}" if trials is not None else "")
                              + (f", probe_predict probes {probes} holdout {holdout}"
                                 if probes is not None else "") + ".")
     dst.write_text(yaml.safe_dump(doc, sort_keys=False))
@@ -576,6 +581,8 @@ def main(argv: list[str] | None = None) -> int:
     v.add_argument("--trials-per-start", type=int, default=3)
     v.add_argument("--probes", type=int, default=None)
     v.add_argument("--holdout", type=int, default=1)
+    v.add_argument("--trials", type=int, default=None,
+                   help="trials per cell (default: the matrix's own)")
     c = sub.add_parser("compute", help="compare recorded runs")
     c.add_argument("--study", nargs=3, action="append", required=True,
                    metavar=("[NAME=]ENGINE_ID", "NAIVE_RUN[,NAIVE_RUN...]", "CROSSBENCH_RUN"),
@@ -605,7 +612,8 @@ def main(argv: list[str] | None = None) -> int:
     pl.add_argument("--out", type=Path, default=PLANNED_OUT)
     args = ap.parse_args(argv)
     if args.cmd == "variant":
-        variant(args.src, args.dst, args.trials_per_start, args.probes, args.holdout)
+        variant(args.src, args.dst, args.trials_per_start, args.probes, args.holdout,
+                args.trials)
         return 0
     opts = StatsOptions(min_samples=args.min_samples)
     if args.cmd == "planned":

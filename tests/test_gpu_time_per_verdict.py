@@ -419,3 +419,21 @@ def test_a_design_is_charged_its_calibration_run_amortised_only_over_its_users(
     assert every["ratio"] == every["ratio_amortised"] == pytest.approx(0.655)
     assert every["ratio_design"] == pytest.approx(0.243)
     assert got["llama"]["calibration_gpu_s"] == 0 and got["llama"]["ratio"] == pytest.approx(0.474)
+
+
+def test_a_variant_sets_trials_and_reuse_and_keeps_the_rest(tmp_path: Path) -> None:
+    """``variant --trials`` (the verdicts round's fresh starts per arm) writes the trial count
+    and reuse block it is given, names them in the notes, and leaves every other key as it
+    was; without ``--trials`` the matrix's own count stays."""
+    import yaml
+
+    src = ROOT / "matrices" / "h200-methods.yaml"
+    orig = yaml.safe_load(src.read_text())
+    _bench().variant(src, tmp_path / "v3.yaml", 1, None, 1, trials=3)
+    _bench().variant(src, tmp_path / "keep.yaml", 2, None, 1)
+    got, keep = (yaml.safe_load((tmp_path / n).read_text()) for n in ("v3.yaml", "keep.yaml"))
+    assert (got["trials"], got["trials_per_start"]) == (3, 1)
+    assert (keep["trials"], keep["trials_per_start"]) == (orig["trials"], 2)
+    assert "trials 3" in got["study"]["notes"] and "trials 3" not in keep["study"]["notes"]
+    for k in set(orig) - {"trials", "trials_per_start", "study"}:
+        assert got[k] == orig[k], k
