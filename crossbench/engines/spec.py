@@ -5,9 +5,13 @@ speculative settings every adapter takes (see ``runner.matrix``): ``type``, ``n`
 from __future__ import annotations
 
 import itertools
+import re
 from typing import Annotated
 
 from pydantic import AfterValidator, BaseModel, ConfigDict
+
+HF_REPO = re.compile(r"[A-Za-z0-9][\w.-]*/[\w.-]+")
+"""A Hugging Face repository id, ``OWNER/REPO`` (what ``hf://OWNER/REPO@REVISION`` names)."""
 
 
 class StrictModel(BaseModel):

@@ -12,7 +12,6 @@ a matrix arm's ``synth_alpha`` a becomes ``synth_len`` 1 + a + ... + a^n (``SYNT
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 from typing import ClassVar, Literal
 
@@ -22,7 +21,7 @@ from crossbench.engines.affinity import CpuSettings
 from crossbench.engines.auth import ApiKeySettings
 from crossbench.engines.bind import host_warnings
 from crossbench.engines.sglang.profile import DEFAULT_VERSION
-from crossbench.engines.spec import StrictModel
+from crossbench.engines.spec import HF_REPO, StrictModel
 
 SglangMethod = Literal["none", "DFLASH", "EAGLE", "EAGLE3", "NEXTN", "NGRAM", "STANDALONE"]
 
@@ -41,15 +40,13 @@ SIMULATE_PREFIX = "SGLANG_SIMULATE_ACC_"
 #: ``SGLANG_SIMULATE_ACC_TOKEN_MODE`` per ``synth_tokens``
 TOKEN_MODES = {"draft": "real-draft-token", "fixed": "fixed"}
 
-_REPO_RE = re.compile(r"[A-Za-z0-9][\w.-]*/[\w.-]+")
-
 
 def split_model(text: str, setting: str) -> tuple[str, str | None]:
     """(path or OWNER/REPO, revision) from a folder, ``OWNER/REPO`` or
     ``hf://OWNER/REPO@REVISION``; ValueError naming ``setting`` otherwise."""
     if text.startswith("hf://"):
         repo, at, rev = text[len("hf://"):].partition("@")
-        if not at or not rev or "/" in rev or not _REPO_RE.fullmatch(repo):
+        if not at or not rev or "/" in rev or not HF_REPO.fullmatch(repo):
             raise ValueError(f"{setting} {text!r} is not hf://OWNER/REPO@REVISION (SGLang "
                              "loads a whole repository: no file after the revision)")
         return repo, rev

@@ -7,7 +7,6 @@ server setting lives on :class:`VllmServerConfig`, every speculative one on
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -17,10 +16,8 @@ from pydantic import Field, field_validator, model_validator
 from crossbench.engines.affinity import CpuSettings
 from crossbench.engines.auth import ApiKeySettings
 from crossbench.engines.bind import host_warnings
-from crossbench.engines.spec import StrictModel, SynthRates
+from crossbench.engines.spec import HF_REPO, StrictModel, SynthRates
 from crossbench.engines.vllm.profile import DEFAULT_VERSION, all_spec_fields
-
-_REPO_RE = re.compile(r"[A-Za-z0-9][\w.-]*/[\w.-]+")
 
 #: SpeculativeConfig fields crossbench sets from its own spec fields (name -> spec field)
 RESERVED_SPEC_FIELDS = {
@@ -54,12 +51,12 @@ def parse_model_ref(text: str, setting: str = "model") -> ModelRef:
         if "/" in rev:
             raise ValueError(f"{setting} {text!r} names a file; vLLM loads a whole repository, "
                              "so write hf://OWNER/REPO@REVISION without the file")
-        if not _REPO_RE.fullmatch(repo):
+        if not HF_REPO.fullmatch(repo):
             raise ValueError(f"{setting} {text!r}: {repo!r} is not OWNER/REPO")
         return ModelRef(repo, rev, local=False)
     if text.startswith(("/", "./", "../", "~")) or Path(text).expanduser().exists():
         return ModelRef(str(Path(text).expanduser()), None, local=True)
-    if _REPO_RE.fullmatch(text):
+    if HF_REPO.fullmatch(text):
         return ModelRef(text, None, local=False)
     return ModelRef(text, None, local=True)
 

@@ -29,7 +29,6 @@ import yaml
 
 _OPT_START = re.compile(r"add_opt\(\s*common_arg\(")
 _STRING = re.compile(r'"((?:[^"\\]|\\.)*)"')
-_BRACES = re.compile(r"\{([^{}]*)\}")
 
 
 def _leading_flag_groups(seg: str) -> list[str]:
