@@ -38,6 +38,7 @@ from crossbench.importers.records import (
     check_declared,
     check_decode,
     count,
+    file_labels,
     finish_cells,
     new_cell,
     nothing_imported,
@@ -47,7 +48,7 @@ from crossbench.importers.records import (
     write_import,
 )
 from crossbench.importers.table import pattern_regex
-from crossbench.textfile import not_regular, read_text
+from crossbench.textfile import read_text
 
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
 _NUM = r"[-+]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][-+]?\d+)?|[-+]?(?:inf|nan)"
@@ -217,20 +218,14 @@ def import_llama_logs(files: list[Path], out: Path, *, baseline_arm: str,
     skipped: list[dict[str, str]] = []
     found: list[tuple[dict[str, str], Path, Log]] = []
     for path in files:
-        kind = not_regular(path)
-        if kind is not None:
-            skipped.append({"file": path.name, "reason": f"is {kind}, not a log file"})
-            continue
-        m = rx.match(path.name) if rx else None
-        if m is None:
-            skipped.append({"file": path.name, "reason": f"does not match --pattern {pattern!r}"})
+        labels = file_labels(path, path.name, "a log file", rx, pattern, skipped)
+        if labels is None:
             continue
         log = parse_log(read_text(path, "llama.cpp log", MAX_SOURCE_BYTES,
                                   "split the log into one file per run"))
         if not log.blocks:
             raise UserError(f"{path} holds no llama.cpp timing lines ('prompt eval time = "
                             "... ms / N tokens')", _FIX_LOG)
-        labels = m.groupdict()
         if "concurrency" not in labels and concurrency is None and len(log.slots) > 1:
             raise UserError(f"{path.name}: requests on {len(log.slots)} server slots, and the "
                             "log does not say how many the client sent at once",

@@ -46,6 +46,7 @@ from crossbench.importers.records import (
     check_declared,
     check_decode,
     count,
+    file_labels,
     finish_cells,
     new_cell,
     number,
@@ -57,7 +58,7 @@ from crossbench.importers.records import (
     timed_record,
     write_import,
 )
-from crossbench.textfile import MIB, not_regular, read_text
+from crossbench.textfile import MIB, read_text
 
 REQUIRED = ("model", "arm", "prompt")
 """Placeholders every ``--pattern`` holds."""
@@ -238,15 +239,9 @@ def import_llama_server_raw(raw_dir: Path, pattern: str, baseline_arm: str, out:
     excluded: dict[str, list[dict[str, str]]] = {}  # arm -> bodies left out, with the reason
     for path in sorted(p for p in raw_dir.rglob("*") if not p.is_dir()):
         rel = str(path.relative_to(raw_dir))
-        kind = not_regular(path)
-        if kind is not None:  # a FIFO would hang the read, /dev/zero fill memory: listed
-            unmatched.append({"file": rel, "reason": f"is {kind}, not a response body file"})
+        g = file_labels(path, rel, "a response body file", rx, pattern, unmatched)
+        if g is None:
             continue
-        m = rx.match(rel) or rx.match(path.name)
-        if m is None:
-            unmatched.append({"file": rel, "reason": f"does not match --pattern {pattern!r}"})
-            continue
-        g = m.groupdict()
         body = _body(path)
         try:
             check_body(body)

@@ -41,7 +41,7 @@ from crossbench.load.workloads import load_workload
 from crossbench.store import rundir
 from crossbench.store.rundir import IMPORT_SCHEMA as IMPORT_SCHEMA
 from crossbench.store.rundir import MANIFEST_SCHEMA as MANIFEST_SCHEMA
-from crossbench.textfile import MIB, read_text
+from crossbench.textfile import MIB, not_regular, read_text
 
 MAX_SOURCE_BYTES = 256 * MIB
 """Largest source file an importer reads: a ``--save-detailed`` vLLM result of 10,000
@@ -266,6 +266,23 @@ def placeholder_regex(pattern: str, digits: Callable[[str], bool]) -> re.Pattern
         out += rf"(?P<{m[1]}>\d+)" if digits(m[1]) else rf"(?P<{m[1]}>.+?)"
         pos = m.end()
     return re.compile(out + re.escape(pattern[pos:]) + r"\Z")
+
+
+def file_labels(path: Path, name: str, what: str, rx: re.Pattern[str] | None,
+                pattern: str | None, skipped: list[dict[str, str]]) -> dict[str, str] | None:
+    """The labels ``rx`` (``--pattern``) reads from ``name`` (else from the file's own name);
+    ``{}`` without a pattern. None, the file listed in ``skipped``, for an entry that is not a
+    regular file (a FIFO would hang the read, /dev/zero fill memory) or a name that does not
+    match."""
+    kind = not_regular(path)
+    if kind is not None:
+        skipped.append({"file": name, "reason": f"is {kind}, not {what}"})
+        return None
+    m = (rx.match(name) or rx.match(path.name)) if rx else None
+    if rx is not None and m is None:
+        skipped.append({"file": name, "reason": f"does not match --pattern {pattern!r}"})
+        return None
+    return m.groupdict() if m else {}
 
 
 def read_prompts(prompts: Path | None) -> tuple[list[str], dict[str, str]]:

@@ -33,6 +33,7 @@ from crossbench.importers.records import (
     check_declared,
     check_decode,
     count,
+    file_labels,
     finish_cells,
     json_or_lines,
     new_cell,
@@ -44,7 +45,7 @@ from crossbench.importers.records import (
     timed_record,
     write_import,
 )
-from crossbench.textfile import not_regular, read_text
+from crossbench.textfile import read_text
 
 
 @dataclass(frozen=True)
@@ -528,18 +529,9 @@ def import_table(files: list[Path], map_items: list[str], out: Path, *, engine: 
     why_missing: dict[str, tuple[Source, str]] = {}  # field -> first file without it, why
     read_files = 0
     for fi, path in enumerate(files):
-        kind = not_regular(path)
-        if kind is not None:
-            skipped.append({"file": path.name, "reason": f"is {kind}, not a table file"})
+        labels = file_labels(path, path.name, "a table file", rx, pattern, skipped)
+        if labels is None:
             continue
-        labels: dict[str, str] = {}
-        if rx is not None:
-            m = rx.match(path.name)
-            if m is None:
-                skipped.append({"file": path.name,
-                                "reason": f"does not match --pattern {pattern!r}"})
-                continue
-            labels = m.groupdict()
         src = read_source(path)
         if src.rows and not src.doc:
             skipped.append({"file": path.name, "reason": "holds no rows"})
