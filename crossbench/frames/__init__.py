@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 from crossbench.analysis.host_time import trial_host, trial_times
 from crossbench.analysis.paired import StatsOptions
-from crossbench.analysis.rundir import CellData, RunData, load_run
+from crossbench.analysis.rundir import COORDS, CellData, RunData, load_run
 from crossbench.analysis.summary import request_metrics, summarize_run_dir
 from crossbench.errors import UserError
 from crossbench.frames.columns import FRAMES
@@ -163,8 +163,7 @@ class RunFrames:
             th, lat, acc, req = c["throughput"], c["latency_ms"], c["acceptance"], c["requests"]
             ht = c.get("host_time") or {}
             rows.append({
-                **{k: c.get(k) for k in ("cell", "engine", "target", "arm", "method", "n",
-                                         "workload", "concurrency")},
+                **{k: c.get(k) for k in ("cell", *COORDS)},
                 "baseline_cell": c.get("baseline_cell"), "requests_ok": req.get("ok", 0),
                 "requests_failed": req.get("error", 0) + req.get("incomplete", 0),
                 "pooled_tok_s": th.get("pooled_tok_s"),
@@ -191,10 +190,9 @@ class RunFrames:
         for p in self.analysis["pairs"]:
             sp, e2e = p["speedup"], p["speedup_e2e"]
             ci, eci = sp.get("ci95") or [None, None], e2e.get("ci95") or [None, None]
-            coords = {k: p.get(k) for k in ("cell", "engine", "arm", "method", "n",
-                                            "workload", "concurrency")}
             rows.append({
-                **coords, "target": p.get("model"), "baseline_cell": p["baseline_cell"],
+                **{k: p.get(k) for k in ("cell", *COORDS)}, "target": p.get("model"),
+                "baseline_cell": p["baseline_cell"],
                 "baseline_tok_s": p.get("baseline_tok_s"), "spec_tok_s": p.get("spec_tok_s"),
                 "speedup": sp["geomean"], "speedup_ci_low": ci[0], "speedup_ci_high": ci[1],
                 "ci_level": sp.get("ci_level"), "design": sp.get("design"),
@@ -273,8 +271,7 @@ def _host_columns(host: dict[str, Any]) -> dict[str, Any]:
 
 
 def _coords(cell: CellData) -> dict[str, Any]:
-    return {"cell": cell.id, **{k: cell.coords.get(k) for k in (
-        "engine", "target", "arm", "method", "n", "workload", "concurrency")}}
+    return {"cell": cell.id, **{k: cell.coords.get(k) for k in COORDS}}
 
 
 #: pandas dtypes of columns that must keep their kind when values are missing

@@ -1,18 +1,8 @@
-"""``crossbench export``: a run's frames as Parquet or CSV, and its cells as vLLM bench JSON.
-
-- ``parquet``: one file per frame (``requests.parquet``, ``trials``, ``cells``, ``pairs``,
-  ``sweeps``), each column carrying its unit and meaning as field metadata and the file the
-  crossbench version and source path (needs pyarrow: ``pip install 'crossbench[parquet]'``);
-- ``csv``: the same frames as CSV, and ``columns.csv`` (frame, column, unit, meaning), since
-  CSV holds no metadata;
-- ``vllm-bench``: one file per cell in the format ``vllm bench serve --save-result
-  --save-detailed`` writes, one result object per trial on its own line (as
-  ``--append-result`` does), so tools built on vLLM's format read crossbench runs and
-  ``crossbench import vllm-bench`` reads them back. Units as vLLM writes them: per-request
-  lists in seconds, aggregates in milliseconds, ``spec_decode_acceptance_rate`` a
-  percentage (0-100), per-position rates fractions. ``itls`` are chunk gaps (vLLM's ITL is
-  per chunk). The crossbench coordinates travel as ``--metadata``-style keys (arm, method,
-  n, trial, crossbench_cell).
+"""``crossbench export``: a run's frames as Parquet or CSV (with each column's unit and
+meaning), and its cells as ``vllm bench serve --save-result --save-detailed`` JSON, one
+result per trial on its own line. Units as vLLM writes them: per-request lists in seconds,
+aggregates in milliseconds, ``spec_decode_acceptance_rate`` a percentage (0-100). What each
+format holds: docs/python-api.md, "crossbench export".
 """
 
 from __future__ import annotations
