@@ -200,8 +200,7 @@ def import_llama_logs(files: list[Path], out: Path, *, baseline_arm: str,
                       trials_per_start: int | None = None) -> dict[str, Any]:
     """Convert llama.cpp timing logs into an import directory at ``out`` (module
     docstring); returns its state. ``arm_settings``, ``arm_methods`` and
-    ``trials_per_start`` as for ``import table``
-    (:func:`crossbench.importers.table.import_table`)."""
+    ``trials_per_start``: :mod:`crossbench.importers.records`."""
     if not files:
         raise UserError("no FILE given", _FIX_LOG)
     rx = pattern_regex(pattern) if pattern else None

@@ -224,11 +224,8 @@ def import_llama_server_raw(raw_dir: Path, pattern: str, baseline_arm: str, out:
                             arm_methods: dict[str, str] | None = None,
                             trials_per_start: int | None = None) -> dict[str, Any]:
     """Convert ``raw_dir`` into an import directory at ``out``; returns its state.
-
-    ``arm_methods`` gives arms their method (``none``: a baseline rerun, paired against
-    ``baseline_arm``), ``arm_settings`` what each arm ran with, ``trials_per_start`` how many
-    consecutive trials one server start served (a ``{start}`` in the pattern names it per
-    file instead); see :mod:`crossbench.importers.records`."""
+    ``arm_settings``, ``arm_methods`` and ``trials_per_start`` (a ``{start}`` in the pattern
+    names each file's start instead): :mod:`crossbench.importers.records`."""
     if not raw_dir.is_dir():
         raise UserError(f"RAW_DIR {raw_dir} is not a directory", "give the folder of bodies")
     rx, n_rx = pattern_regex(pattern), _n_regex(n_from_arm)

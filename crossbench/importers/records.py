@@ -9,10 +9,10 @@ trial are laid end to end (concurrency 1); each record names its ``source`` file
 that layout would make up is listed in the cell's ``unknown_figures`` and left empty, or
 replaced by the source's own (``source_figures``), in the summary and the analysis.
 
-What the data cannot say, the user declares and these helpers write where the confound rules
-read it: settings per arm (:func:`parse_arm_settings`, :func:`apply_settings`), methods per
-arm (:func:`parse_arm_methods`; ``none`` is a baseline rerun, paired by
-:func:`pair_baselines`) and server starts (:func:`assign_starts`).
+What the data cannot say, the user declares, and the helpers under "what each arm ran with"
+write it where the confound rules read it: each arm's settings (``arm_settings``), method
+(``arm_methods``; ``none`` is a baseline rerun, paired against the baseline arm) and server
+starts (``trials_per_start`` consecutive trials per start), the same for every importer.
 
 Sources are untrusted: files are read with a size limit (:data:`MAX_SOURCE_BYTES`), and every
 value an importer uses passes :func:`number` or :func:`count` (Python's json module accepts

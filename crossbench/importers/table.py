@@ -475,11 +475,8 @@ def import_table(files: list[Path], map_items: list[str], out: Path, *, engine: 
                  trials_per_start: int | None = None) -> dict[str, Any]:
     """Convert per-request tables into an import directory at ``out`` (module docstring);
     returns its state, whose ``source.notes`` say which figures the files could not give.
-
-    ``arm_settings`` and ``arm_methods`` declare what each arm ran with and its method
-    (:func:`~crossbench.importers.records.parse_arm_settings`; ``none`` makes an arm a
-    baseline rerun, paired against ``baseline_arm``); ``trials_per_start`` says how many
-    consecutive trials one server start served, where no ``server_start`` label says it."""
+    ``arm_settings``, ``arm_methods`` and ``trials_per_start`` (where no ``server_start``
+    label says it): :mod:`crossbench.importers.records`."""
     from crossbench.engines import registry
 
     if not files:

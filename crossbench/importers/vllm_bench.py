@@ -288,12 +288,10 @@ def import_vllm_bench(files: list[Path], out: Path, *, engine: str | None = None
     """Convert vllm bench result files into an import directory at ``out``.
 
     ``engine`` names the server (else each result's ``--metadata engine``; the import is
-    refused when neither says); ``arm_settings`` and ``arm_methods`` declare what each arm ran
-    with and its method (:func:`~crossbench.importers.records.parse_arm_settings`);
-    ``baseline_arm`` picks the baseline among several method-none arms (the others are paired
-    with it as reruns); ``prompts`` gives the prompt of request i (i modulo the prompt count,
-    in the file's order); ``trials_per_start`` says how many consecutive trials one server
-    start served."""
+    refused when neither says); ``baseline_arm`` picks the baseline among several method-none
+    arms (the others are paired with it as reruns); ``prompts`` gives the prompt of request i
+    (i modulo the prompt count, in the file's order); ``arm_settings``, ``arm_methods`` and
+    ``trials_per_start``: :mod:`crossbench.importers.records`."""
     if not files:
         raise UserError("no FILE given", "pass one or more --save-result JSON files")
     from crossbench.engines import registry
