@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
+from crossbench.engines.spec import StrictModel
 from crossbench.load.settings import LoadSettings
 
 __all__ = ["LoadSettings", "RunConfig"]
@@ -16,10 +17,8 @@ MAX_TRIALS = 1000
 x trials."""
 
 
-class RunConfig(BaseModel):
+class RunConfig(StrictModel):
     """A whole ``crossbench run``: engine, load, trials."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
 
     engine: str = Field("llama-server", description="Registered engine name.")
     engine_config: dict[str, Any] = Field(description="The engine's own strict config.")

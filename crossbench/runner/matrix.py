@@ -29,18 +29,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 import yaml
-from pydantic import (
-    BaseModel,
-    ConfigDict,
-    Field,
-    ValidationError,
-    field_validator,
-    model_validator,
-)
+from pydantic import Field, ValidationError, field_validator, model_validator
 
 from crossbench.confounds.provenance import redact_argv
 from crossbench.engines import registry
 from crossbench.engines.bind import exposure_warning
+from crossbench.engines.spec import StrictModel
 from crossbench.errors import UserError, first_validation_error
 from crossbench.load.settings import LoadSettings
 from crossbench.models import HFModelRef
@@ -70,11 +64,7 @@ MAX_COMBINATIONS = 100 * MAX_CELLS
 some (keeps a matrix whose axes cross to millions of combinations from hanging)."""
 
 
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-
-class Study(_Strict):
+class Study(StrictModel):
     """Who and what the study is."""
 
     name: str = Field(description="Short name; used in run directories and reports.")
@@ -90,14 +80,14 @@ class Study(_Strict):
         return v
 
 
-class Hardware(_Strict):
+class Hardware(StrictModel):
     """What the study expects to run on (recorded; checked against the host when it runs)."""
 
     gpu: str | None = Field(None, description="GPU model, e.g. 'NVIDIA GeForce RTX 3090'.")
     gpu_count: int | None = Field(None, ge=0, description="GPUs the study uses.")
 
 
-class EngineEntry(_Strict):
+class EngineEntry(StrictModel):
     """One engine build: crossbench's build of a pin, or your own binary."""
 
     kind: str = Field("llama-server", description="Registered engine adapter.")
@@ -122,7 +112,7 @@ class EngineEntry(_Strict):
         return self
 
 
-class HFFile(_Strict):
+class HFFile(StrictModel):
     """A file in a Hugging Face model repository at a fixed revision."""
 
     repo: str = Field(description="OWNER/REPO.")
@@ -131,7 +121,7 @@ class HFFile(_Strict):
                              "engines); omit for engines that load a whole repo (vllm).")
 
 
-class ModelEntry(_Strict):
+class ModelEntry(StrictModel):
     """A model file: a local path, ``fixture:target|draft``, or a Hugging Face file."""
 
     path: str | None = Field(None, description="Local GGUF, or fixture:target / fixture:draft "
@@ -167,7 +157,7 @@ def _not_a_bool(value: Any) -> Any:
     return value
 
 
-class Arm(_Strict):
+class Arm(StrictModel):
     """One speculative configuration (or the baseline, ``method: none``), swept over n."""
 
     name: str | None = Field(None, description="Label in cell ids; needed when two arms share "
@@ -192,7 +182,7 @@ class Arm(_Strict):
     _n_not_a_bool = field_validator("n", mode="before")(_not_a_bool)
 
 
-class Axes(_Strict):
+class Axes(StrictModel):
     """The crossed dimensions besides the arms."""
 
     engine: list[str] = Field(description="Engine ids from `engines`.")
@@ -205,7 +195,7 @@ class Axes(_Strict):
     _concurrency_not_a_bool = field_validator("concurrency", mode="before")(_not_a_bool)
 
 
-class Exclusion(_Strict):
+class Exclusion(StrictModel):
     """Cells to leave out: every given coordinate must match."""
 
     engine: str | None = Field(None, description="Engine id.")
@@ -217,7 +207,7 @@ class Exclusion(_Strict):
     concurrency: int | None = Field(None, description="Concurrency.")
 
 
-class Schedule(_Strict):
+class Schedule(StrictModel):
     """Order of trials: interleaved rounds (drift hits every arm alike) or sequential."""
 
     order: Literal["interleaved", "sequential"] = Field(
@@ -226,7 +216,7 @@ class Schedule(_Strict):
     seed: int = Field(0, description="Seed of the shuffle (recorded).")
 
 
-class SequentialStop(_Strict):
+class SequentialStop(StrictModel):
     """Stop a cell once its verdict is settled (crossbench.analysis.sequential; docs/matrix.md,
     "Sequential stopping"): ``trials`` is then the most a cell runs."""
 
@@ -254,7 +244,7 @@ class SequentialStop(_Strict):
                                    "local executor; baselines run first in every round.")
 
 
-class ProbePredict(_Strict):
+class ProbePredict(StrictModel):
     """Measure a few n of each n-sweep, predict the rest from the cost model, and measure
     only where the prediction is not clear (crossbench.runner.probe; docs/matrix.md,
     "Probe-and-predict sweeps")."""
@@ -267,7 +257,7 @@ class ProbePredict(_Strict):
     seed: int = Field(0, description="Seed of the holdout choice (recorded).")
 
 
-class ThermalGate(_Strict):
+class ThermalGate(StrictModel):
     """Before each trial, wait until every GPU has cooled to a temperature (NVML readings)."""
 
     max_temp_c: float = Field(gt=0, description="Start a trial only when the hottest GPU is "
@@ -277,7 +267,7 @@ class ThermalGate(_Strict):
     poll_s: float = Field(2.0, gt=0, description="Seconds between readings.")
 
 
-class Matrix(_Strict):
+class Matrix(StrictModel):
     """A whole study. See docs/matrix.md."""
 
     schema_version: Literal[1] = Field(description="Matrix format version (1).")

@@ -1,18 +1,8 @@
-"""Check the SGLang adapter against a real SGLang on your own GPU machine, in one command.
-
-::
-
-    crossbench engines check sglang --binary PREFIX/bin/python --model /path/hf-target
-    crossbench engines check sglang --model Qwen/Qwen3-8B --n 4
-
-It starts ``python -m sglang.launch_server`` through the adapter with speculative decoding
-whose outcome is known (``spec: {type: STANDALONE, n, draft_model}``, the target as its own
-draft model unless ``--draft`` says otherwise), streams greedy requests with crossbench's load
-client and prints one line per check (profile, config, ready, server info, streaming,
-acceptance, per-request ``meta_info``, stop); the caller exits 1 when any failed. The checks,
-the known truth (MAL n+1 for draft = target) and its tolerance: docs/sglang.md, "Checking the
-adapter on a GPU machine". Everything it saw is kept under ``--out``; the argv on the
-``ready`` line is redacted.
+"""Check the SGLang adapter against a real SGLang on your own GPU machine, in one command
+(``crossbench engines check sglang``): speculative decoding whose outcome is known (the target
+as its own STANDALONE draft: MAL n+1), one ``ok``/``FAIL`` line per check, everything seen kept
+under ``--out``. The checks, the known truth and its tolerance: docs/sglang.md, "Checking the
+adapter on a GPU machine".
 """
 
 from __future__ import annotations
