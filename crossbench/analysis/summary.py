@@ -164,7 +164,6 @@ def spec_of(config: Mapping[str, Any]) -> tuple[bool, int | None]:
     return enabled, n
 
 
-
 def decode_histograms(manifest: Mapping[str, Any]) -> tuple[str, str] | None:
     """The engine's (tokens, decode seconds) histograms: recorded, else registered."""
     from crossbench.engines import registry

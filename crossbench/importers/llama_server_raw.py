@@ -29,7 +29,6 @@ import (it is not a response body).
 
 from __future__ import annotations
 
-import json
 import re
 from pathlib import Path
 from typing import Any
@@ -48,6 +47,7 @@ from crossbench.importers.records import (
     count,
     file_labels,
     finish_cells,
+    json_or_lines,
     new_cell,
     number,
     obj,
@@ -108,11 +108,7 @@ def _n_regex(expr: str | None) -> re.Pattern[str] | None:
 def _body(path: Path) -> dict[str, Any]:
     fix = "keep only llama-server response bodies matching --pattern"
     text = read_text(path, "response body", MAX_BODY_BYTES, fix)
-    try:
-        data = json.loads(text)
-    except (ValueError, RecursionError) as e:
-        why = "nested too deeply" if isinstance(e, RecursionError) else e
-        raise UserError(f"{path} is not a JSON response body ({why})", fix) from None
+    data = json_or_lines(path, text, "a JSON response body", fix, lines=False)
     if not isinstance(data, dict):
         raise UserError(f"{path} is not a JSON object", "keep only response bodies")
     return data

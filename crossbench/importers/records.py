@@ -227,13 +227,15 @@ class ImportedCell:
         return sorted(found | set(self.imported.get("trials", [])))
 
 
-def json_or_lines(path: Path, text: str, what: str, fix: str) -> Any:
-    """The JSON document of ``text``, else the list of its lines' documents (JSON Lines); a
-    UserError that ``path`` is not ``what`` when it is neither."""
+def json_or_lines(path: Path, text: str, what: str, fix: str, lines: bool = True) -> Any:
+    """The JSON document of ``text``, else (with ``lines``) the list of its lines' documents
+    (JSON Lines); a UserError that ``path`` is not ``what`` when it is neither."""
     try:
         try:
             return json.loads(text)
         except ValueError:
+            if not lines:
+                raise
             return [json.loads(line) for line in text.splitlines() if line.strip()]
     except (ValueError, RecursionError) as e:
         why = "nested too deeply" if isinstance(e, RecursionError) else e
