@@ -12,11 +12,12 @@ import re
 from pathlib import Path
 
 import pytest
+from standins.vllm_formats import VllmMetrics
 
 from crossbench.analysis import acceptance
 from crossbench.engines import registry
 from crossbench.engines.prometheus import counter, labelled, parse_samples, total
-from crossbench.engines.vllm.metrics import VllmMetrics, cache_delta
+from crossbench.engines.vllm.metrics import cache_delta
 from crossbench.engines.vllm.profile import profile_for
 
 DATA = Path(__file__).parent / "data" / "vllm"

@@ -7,6 +7,7 @@ import re
 from pathlib import Path
 
 import pytest
+from standins import vllm_formats
 
 from crossbench.engines.vllm import startup_log
 from crossbench.engines.vllm.profile import profile_for
@@ -60,7 +61,7 @@ def test_every_format_string_of_the_wheel_is_understood(version: str, fact: str)
     checked = 0
     for fmt in profile_for(version).log_formats.get(fact, ()):
         n = fmt.count("%") + fmt.count("{}")
-        line = startup_log.log_line(startup_log.render_message(fmt, *args[n]), fact, 7)[0]
+        line = vllm_formats.log_line(vllm_formats.render_message(fmt, *args[n]), fact, 7)[0]
         assert getattr(startup_log.parse(line), attr) == want, (fmt, line)
         checked += 1
     assert checked or (version, fact) in ABSENT
@@ -87,33 +88,33 @@ def test_version_formats(version: str) -> None:
     formats = profile_for(version).log_formats
     for fmt in formats["version"]:
         args = ("9.9.9", "org/model")[: fmt.count("%s")]
-        lines = startup_log.log_line(startup_log.render_message(fmt, *args), "version", 1)
+        lines = vllm_formats.log_line(vllm_formats.render_message(fmt, *args), "version", 1)
         assert startup_log.parse("\n".join(lines)).version == "9.9.9"
     for fmt in formats.get("version_logo", ()):
-        lines = startup_log.log_line(startup_log.render_message(fmt, "9.9.9", "org/m"),
+        lines = vllm_formats.log_line(vllm_formats.render_message(fmt, "9.9.9", "org/m"),
                                      "version", 1)
         f = startup_log.parse("\n".join(lines))
         assert (f.version, f.model) == ("9.9.9", "org/m")
 
 
 def test_model_runner_fallback_message() -> None:
-    fmt = startup_log.pick(profile_for("0.33.0").log_formats, "model_runner",
+    fmt = vllm_formats.pick(profile_for("0.33.0").log_formats, "model_runner",
                            "does not yet support")
     assert fmt == "Model Runner V2 does not yet support %s; using the V1 model runner instead."
-    line = startup_log.log_line(startup_log.render_message(fmt, "EAGLE-3 with TP"),
+    line = vllm_formats.log_line(vllm_formats.render_message(fmt, "EAGLE-3 with TP"),
                                 "model_runner_fallback", 1)[0]
     f = startup_log.parse(line)
     assert f.model_runner == "V1"
     assert f.model_runner_fallback == ("Model Runner V2 does not yet support EAGLE-3 with TP; "
                                        "using the V1 model runner instead.")
-    triton = startup_log.pick(profile_for("0.33.0").log_formats, "model_runner", "Triton")
+    triton = vllm_formats.pick(profile_for("0.33.0").log_formats, "model_runner", "Triton")
     assert triton is not None and startup_log.parse(triton).model_runner == "V1"
 
 
 def test_attention_backend_formats() -> None:
     formats = profile_for("0.33.0").log_formats["attention_backend"]
     chosen = next(s for s in formats if s == "Using %s backend.")
-    line = startup_log.log_line(startup_log.render_message(chosen, "FLASHINFER"),
+    line = vllm_formats.log_line(vllm_formats.render_message(chosen, "FLASHINFER"),
                                 "attention_backend", 1)[0]
     assert startup_log.parse(line).attention_backend == "FLASHINFER"
 
@@ -134,7 +135,7 @@ def test_compile_cache_formats_of_every_wheel(version: str) -> None:
         specs = re.findall(r"%(?:\.\d+)?([sf])", fmt)
         last = max((i for i, k in enumerate(specs) if k == "s"), default=-1)
         args = [1.5 if k == "f" else (text if i == last else "") for i, k in enumerate(specs)]
-        return startup_log.log_line(startup_log.render_message(fmt, *args), "x", 7)[0]
+        return vllm_formats.log_line(vllm_formats.render_message(fmt, *args), "x", 7)[0]
 
     cache_dir = next(f for f in formats if "cache directory" in f)
     hits = [f for f in formats if "Directly load" in f]

@@ -26,9 +26,11 @@ import re
 from pathlib import Path
 from typing import Any
 
-from crossbench.engines.vllm import startup_log
+from standins import vllm_formats
+from standins.vllm_formats import VllmMetrics
+
 from crossbench.engines.vllm.config import VllmServerConfig
-from crossbench.engines.vllm.metrics import SPEC_PREFIX, VllmMetrics
+from crossbench.engines.vllm.metrics import SPEC_PREFIX
 from crossbench.engines.vllm.profile import known_profiles, profile_for
 from crossbench.engines.vllm.server import VllmServer
 
@@ -127,7 +129,7 @@ def metrics_text(values: dict[int, dict[str, Any]]) -> str:
 def startup_text(version: str) -> str:
     """Startup lines of one release, from its profile's format strings."""
     prof = profile_for(version)
-    lines = startup_log.render_startup(
+    lines = vllm_formats.render_startup(
         prof.log_formats, 4242, version=version, model=MODEL_NAME,
         spec_repr="SpeculativeConfig(method='eagle3', model='AngelSlim/Qwen3-8B_eagle3', "
         "num_spec_tokens=3)", capture_sizes=[1, 2, 4, 8, 16, 24, 32, 40, 48, 56, 64],

@@ -56,8 +56,7 @@ from typing import Any
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST
 
-from crossbench.engines.vllm import startup_log
-from crossbench.engines.vllm.metrics import SPEC_PREFIX, VllmMetrics
+from crossbench.engines.vllm.metrics import SPEC_PREFIX
 from crossbench.engines.vllm.profile import (
     DEFAULT_VERSION,
     VllmProfile,
@@ -66,9 +65,10 @@ from crossbench.engines.vllm.profile import (
 )
 from crossbench.engines.vllm.startup_cut import default_capture_sizes
 from crossbench.errors import UserError
-from standins import HOME
+from standins import HOME, vllm_formats
 from standins.cli import spawn_orphan, standin_main
 from standins.load import STANDIN_NAME
+from standins.vllm_formats import VllmMetrics
 
 STANDIN_SUFFIX = "+crossbench.standin"
 """Local version part of every stand-in version string (``0.33.0+crossbench.standin``)."""
@@ -303,7 +303,7 @@ class StandinVllm:
 
     async def reset_prefix_cache(self, _: web.Request) -> web.Response:
         """vLLM's dev-mode ``POST /reset_prefix_cache``: the stand-in caches nothing."""
-        print(startup_log.log_line("Resetting prefix cache...", "serve", os.getpid())[0],
+        print(vllm_formats.log_line("Resetting prefix cache...", "serve", os.getpid())[0],
               flush=True)
         return web.json_response({"success": True})
 
@@ -524,7 +524,7 @@ def _compile(s: Settings) -> float:
             (folder / "artifact").write_text(key)
     lines.append(f"torch.compile took {spent:.2f} s in total")
     for line in lines:
-        print(startup_log.log_line(line, "compile", pid)[0], flush=True)
+        print(vllm_formats.log_line(line, "compile", pid)[0], flush=True)
     return spent
 
 
@@ -534,7 +534,7 @@ def _startup_lines(s: Settings) -> list[str]:
         f"SpeculativeConfig(method={spec.get('method')!r}, model={spec.get('model')!r}, "
         f"num_spec_tokens={s.n})")
     sched = s.max_num_batched_tokens if spec is not None else None  # vLLM 0.33's default
-    return startup_log.render_startup(
+    return vllm_formats.render_startup(
         s.profile.log_formats, os.getpid(), version=s.version, model=s.model,
         spec_repr=spec_repr, capture_sizes=_capture_sizes(s), kv_tokens=81920,
         kv_gib=1.25, max_model_len=s.max_model_len, attention="FLASH_ATTN",
@@ -545,7 +545,7 @@ async def _serve(s: Settings) -> None:
     print(f"crossbench stand-in for vLLM (not vLLM: no model is loaded) {s.version}",
           flush=True)
     given = {"model_tag": s.model, **({"api_key": s.cli_api_keys} if s.cli_api_keys else {})}
-    print(startup_log.log_line(f"non-default args: {given}", "utils", os.getpid())[0],
+    print(vllm_formats.log_line(f"non-default args: {given}", "utils", os.getpid())[0],
           flush=True)  # vLLM echoes its arguments, a key given with --api-key included
     for line in _startup_lines(s):
         print(line, flush=True)
@@ -556,9 +556,9 @@ async def _serve(s: Settings) -> None:
     capture_s = len(_capture_sizes(s)) * s.capture_ms / 1e3
     await asyncio.sleep(s.startup_s + capture_s)
     pid = os.getpid()
-    print(startup_log.log_line(f"Graph capturing finished in {capture_s:.0f} secs, took "
+    print(vllm_formats.log_line(f"Graph capturing finished in {capture_s:.0f} secs, took "
                                "0.12 GiB", "graph_capture", pid)[0], flush=True)
-    print(startup_log.log_line("init engine (profile, create kv cache, warmup model) took "
+    print(vllm_formats.log_line("init engine (profile, create kv cache, warmup model) took "
                                f"{time.monotonic() - t0:.2f} s (compilation: {compile_s:.2f} "
                                "s)", "engine_init", pid)[0], flush=True)
     server = StandinVllm(s)
@@ -573,10 +573,10 @@ async def _serve(s: Settings) -> None:
     else:
         loop.add_signal_handler(signal.SIGTERM, stop.set)
     loop.add_signal_handler(signal.SIGINT, stop.set)
-    print(startup_log.log_line(f"Starting vLLM server on http://{s.host}:{s.port}", "serve",
+    print(vllm_formats.log_line(f"Starting vLLM server on http://{s.host}:{s.port}", "serve",
                                os.getpid())[0], flush=True)
     await stop.wait()
-    print(startup_log.log_line("Shutting down (stand-in)", "serve", os.getpid())[0],
+    print(vllm_formats.log_line("Shutting down (stand-in)", "serve", os.getpid())[0],
           flush=True)
     await runner.cleanup()
 
