@@ -1,10 +1,5 @@
-"""Per-request figures in the shape the analysis needs, built on ``summary.request_metrics``.
-
-Added on top of ``summary.py``'s definitions, each once: :class:`RequestFigures` (one measured
-request with its pairing key), :func:`pooled_rate` (the same figure as ``summarize_records``'
-``pooled_tok_s``; a test holds the two equal) and :func:`token_itl_ms` (token-level
-inter-token latency: docs/metrics.md, "Token-level ITL and chunk gaps").
-"""
+"""Per-request figures in the shape the analysis needs, built on ``summary.request_metrics``
+(each figure defined once, there or here)."""
 
 from __future__ import annotations
 
@@ -147,7 +142,8 @@ def _chunk_ends(r: Mapping[str, Any]) -> tuple[tuple[int, int], ...] | None:
 
 
 def pooled_rate(figures: Iterable[RequestFigures]) -> float | None:
-    """Pooled decode rate: sum(tokens - 1) / sum(decode seconds) over requests with a rate."""
+    """Pooled decode rate: sum(tokens - 1) / sum(decode seconds) over requests with a rate
+    (``summarize_records``' ``pooled_tok_s``; a test holds the two equal)."""
     tok = sec = 0.0
     for f in figures:
         if f.rate_tok_s is not None and f.decode_ms and f.tokens is not None:
@@ -157,7 +153,8 @@ def pooled_rate(figures: Iterable[RequestFigures]) -> float | None:
 
 
 def token_itl_ms(records: Iterable[Mapping[str, Any]]) -> npt.NDArray[np.float64]:
-    """Token-level inter-token latencies of requests (see the module docstring), as one array.
+    """Token-level inter-token latencies of requests (docs/metrics.md, "Token-level ITL and
+    chunk gaps"), as one array.
 
     Gaps between two requests' chunks are not counted; chunks whose token count is unknown
     give nothing. Vectorized: the chunks of all requests are flattened once.

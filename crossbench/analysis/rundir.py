@@ -4,8 +4,6 @@ imported directory (``crossbench import``), all as a list of cells.
 A matrix (or import) directory's ``state.json`` lists cells with their coordinates, baseline
 and folder; a single run directory is one cell, its coordinates from its config. Every file
 is read through :mod:`crossbench.store.rundir` (docs/run-directory.md); nothing here writes.
-:meth:`CellData.release_chunks` frees a cell's chunk lists once its chunk-level figures are
-computed, so a large run is held in memory one cell at a time.
 """
 
 from __future__ import annotations
@@ -64,8 +62,9 @@ class CellData:
         return rundir.read_records(self.root, self.manifest)
 
     def release_chunks(self) -> None:
-        """Free the records' chunk arrivals once everything chunk-level is computed; per-request
-        figures, trial rates and acceptance are kept."""
+        """Free the records' chunk arrivals once everything chunk-level is computed, so a large
+        run is held in memory one cell at a time; per-request figures, trial rates and
+        acceptance are kept."""
         _ = self.figures, self.trial_rates, self.acceptance
         for r in self.records:
             r["chunks"] = None
