@@ -137,8 +137,8 @@ class RunFrames:
                     **_coords(cell), "trial": t, "status": e.get("status"),
                     "error": e.get("error"), "started_utc": e.get("started_utc"),
                     "requests_ok": req.get("ok"),
-                    "requests_failed": (req.get("error", 0) or 0) + (req.get("incomplete", 0)
-                                                                     or 0) if req else None,
+                    "requests_failed": (req.get("error") or 0) + (req.get("incomplete") or 0)
+                    if req else None,
                     "pooled_tok_s": th.get("pooled_tok_s"),
                     "server_pooled_tok_s": th.get("server_pooled_tok_s"),
                     "drafts": acc.get("drafts"), "draft_tokens": acc.get("draft_tokens"),
