@@ -9,7 +9,7 @@ import platform
 import shutil
 import subprocess
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -120,19 +120,24 @@ def cpu_times(proc: Path = Path("/proc")) -> tuple[int, int, int] | None:
     return None
 
 
-def process_ticks(proc: Path = Path("/proc")) -> dict[int, tuple[str, int]]:
-    """Every process's (name, user + system jiffies) since it started."""
-    out: dict[int, tuple[str, int]] = {}
+def process_stats(proc: Path = Path("/proc")) -> Iterator[tuple[int, str, list[str]]]:
+    """(pid, command name, the ``stat`` fields after the name) of every process; the name is
+    in parentheses and may hold spaces, so the fields follow the last ")"."""
     for entry in proc.glob("[0-9]*"):
         try:
             stat = (entry / "stat").read_text()
         except OSError:
             continue
         close = stat.rfind(")")
-        fields = stat[close + 2:].split()
+        yield int(entry.name), stat[stat.find("(") + 1:close], stat[close + 2:].split()
+
+
+def process_ticks(proc: Path = Path("/proc")) -> dict[int, tuple[str, int]]:
+    """Every process's (name, user + system jiffies) since it started."""
+    out: dict[int, tuple[str, int]] = {}
+    for pid, name, fields in process_stats(proc):
         try:  # fields after the name: state is 0, utime 11, stime 12
-            out[int(entry.name)] = (stat[stat.find("(") + 1:close], int(fields[11])
-                                    + int(fields[12]))
+            out[pid] = (name, int(fields[11]) + int(fields[12]))
         except (ValueError, IndexError):
             continue
     return out

@@ -13,6 +13,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from crossbench.host import process_stats
+
 
 @dataclass(frozen=True)
 class GpuReading:
@@ -381,15 +383,9 @@ def process_name(pid: int, proc: Path = Path("/proc")) -> str | None:
 def process_tree(roots: Iterable[int], proc: Path = Path("/proc")) -> set[int]:
     """The given pids and all their descendants, found through each process's parent pid."""
     children: dict[int, list[int]] = {}
-    for entry in proc.glob("[0-9]*"):
-        try:
-            stat = (entry / "stat").read_text()
-        except OSError:
-            continue
-        # the command name is in parentheses and may hold spaces: the ppid follows the last ")"
-        fields = stat[stat.rfind(")") + 2:].split()
-        if len(fields) > 1:
-            children.setdefault(int(fields[1]), []).append(int(entry.name))
+    for pid, _, fields in process_stats(proc):
+        if len(fields) > 1:  # state is 0, the parent's pid 1
+            children.setdefault(int(fields[1]), []).append(pid)
     out: set[int] = set()
     todo = [int(r) for r in roots]
     while todo:
