@@ -246,10 +246,6 @@ def _show(v: Scalar | None) -> str:
     return text if len(text) <= 60 else text[:57] + "..."
 
 
-def _matches(field: str, patterns: Iterable[str]) -> bool:
-    return any(fnmatchcase(field, p) for p in patterns)
-
-
 def _same_files(proof: str, a: Mapping[str, Scalar], b: Mapping[str, Scalar]) -> bool:
     keys_a = {k for k in a if fnmatchcase(k, proof)}
     keys_b = {k for k in b if fnmatchcase(k, proof)}
@@ -260,7 +256,7 @@ def classify(field: str, a: Mapping[str, Scalar], b: Mapping[str, Scalar],
              intended: Iterable[str] = ()) -> tuple[Kind, str]:
     """The class of a differing field, and why: the axis first, then paths of identical files,
     then the first matching pattern of :data:`BENIGN`, then of :data:`CONFOUNDING`."""
-    if _matches(field, intended):
+    if any(fnmatchcase(field, p) for p in intended):
         return Kind.INTENDED, "the comparison's axis"
     if field == "crossbench.dirty" and a.get("crossbench.dirty_code") is False \
             and b.get("crossbench.dirty_code") is False:
@@ -271,12 +267,10 @@ def classify(field: str, a: Mapping[str, Scalar], b: Mapping[str, Scalar],
         if _same_files(proof, a, b):
             return Kind.BENIGN, f"path of identical files ({proof} equal)"
         return Kind.CONFOUNDING, f"different files ({proof} differs or is unknown)"
-    for pattern, reason in BENIGN:
-        if fnmatchcase(field, pattern):
-            return Kind.BENIGN, reason
-    for pattern, reason in CONFOUNDING:
-        if fnmatchcase(field, pattern):
-            return Kind.CONFOUNDING, reason
+    for kind, table in ((Kind.BENIGN, BENIGN), (Kind.CONFOUNDING, CONFOUNDING)):
+        for pattern, reason in table:
+            if fnmatchcase(field, pattern):
+                return kind, reason
     return Kind.CONFOUNDING, UNKNOWN_NOTE
 
 

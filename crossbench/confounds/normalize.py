@@ -122,8 +122,7 @@ def normalize_provenance(record: Mapping[str, Any]) -> View:
     """The view of a provenance record (:func:`crossbench.confounds.provenance.collect`)."""
     out: View = {}
     flatten("crossbench", record.get("crossbench"), out)
-    engine = dict(record.get("engine") or {})
-    flatten("engine", engine, out)
+    flatten("engine", record.get("engine"), out)
     if record.get("argv"):
         out["engine.argv"] = mask_port(list(record["argv"]))
     flatten("env", record.get("env"), out)
@@ -154,8 +153,7 @@ def normalize_trial(manifest: Mapping[str, Any], trial: int | None = None,
     flatten("run.created_utc", manifest.get("created_utc"), out)
     out.update(normalize_config(manifest.get("config") or {},
                                 defaults="imported" not in manifest))
-    engine = dict(manifest.get("engine") or {})
-    flatten("engine", engine, out)
+    flatten("engine", manifest.get("engine"), out)
     for role, facts in (manifest.get("models") or {}).items():
         flatten(_role(role), facts, out)
     flatten("workload", manifest.get("workload"), out)
@@ -198,8 +196,7 @@ def _pick(entries: list[dict[str, Any]], trial: int | None) -> dict[str, Any] | 
         raise UserError(f"no trial {trial} in this run",
                         f"trials recorded: {sorted(int(e['trial']) for e in entries)}")
     ok = [e for e in entries if e.get("status") == "ok"]
-    chosen = ok or entries
-    return chosen[0] if chosen else None
+    return next(iter(ok or entries), None)
 
 
 def normalize_run_dir(run_dir: Path, trial: int | None = None) -> View:
