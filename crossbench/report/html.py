@@ -146,8 +146,7 @@ def cell_table(study: Study) -> Table:
     rows = []
     for c in study.analysis.get("cells", []):
         req = c.get("requests") or {}
-        cell = study.cell(c["cell"])
-        peak = cell.peak_vram_bytes() if cell else None
+        peak = _vram(study, c["cell"])
         rows.append([study.label(c), str(req.get("ok", 0)),
                      str(req.get("error", 0) + req.get("incomplete", 0)),
                      num(c["throughput"].get("pooled_tok_s"), ".2f"),
@@ -166,10 +165,9 @@ def sweep_table(study: Study) -> Table | None:
     rows = []
     for s in sweeps:
         best, cm = s.get("best") or {}, s.get("cost_model") or {}
-        coords = {"engine": s.get("engine"), "target": s.get("model"), "arm": s.get("arm"),
-                  "workload": s.get("workload"), "concurrency": s.get("concurrency")}
         rows.append([
-            study.label(coords), ", ".join(str(p["n"]) for p in s.get("points", [])),
+            pair_label(study, s, without_n=True),
+            ", ".join(str(p["n"]) for p in s.get("points", [])),
             num(best.get("n"), "d"), num(best.get("speedup")), ci_text(best.get("ci95")),
             "yes" if best.get("distinguishable") else "no",
             num(cm.get("d")), num(cm.get("v")), num(cm.get("predicted_best_n"), "d"),

@@ -205,11 +205,8 @@ TELEMETRY_ROWS: tuple[tuple[str, str], ...] = (
 
 def telemetry_strip(study: Study) -> Plot | None:
     """SM clock, power and temperature of every GPU over the study, coloured by cell."""
-    traces = []
-    for cell, trial, path in study.traces():
-        samples = read_trace(path)
-        if samples:
-            traces.append((cell, trial, samples))
+    traces = [(cell, trial, samples) for cell, trial, path in study.traces()
+              if (samples := read_trace(path))]
     if not traces:
         return None
     t0 = min(s.t_ns for _, _, samples in traces for s in samples)
