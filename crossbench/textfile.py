@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import stat
+from collections.abc import Callable
 from pathlib import Path
 from typing import BinaryIO
 
@@ -64,25 +65,8 @@ def read_text(path: Path, what: str, limit: int, fix: str) -> str:
     return decode_text(read_bytes(path, what, limit, fix), path, what)
 
 
-def open_regular(path: Path, what: str) -> BinaryIO:
-    """``path`` opened for binary reading when it is a regular file (a symbolic link to
-    ``/dev/zero``, a FIFO or a directory is a :class:`UserError` naming ``what``, and a FIFO
-    never blocks the open)."""
-    try:  # non-blocking: opening a named pipe must not wait for a writer
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
-    except OSError as e:
-        raise UserError(f"cannot read {what} {path}: {e.strerror}", "check the path") from None
-    st = os.fstat(fd)
-    if not stat.S_ISREG(st.st_mode):
-        os.close(fd)
-        raise UserError(f"{what} {path} is {_kind(st.st_mode)}, not a file",
-                        f"replace it with the {what} itself (a regular file)")
-    return os.fdopen(fd, "rb")
-
-
-def read_bytes(path: Path, what: str, limit: int, fix: str) -> bytes:
-    """The bytes of ``path``, a regular file of at most ``limit`` bytes, read once (the
-    checks of :func:`read_text`, without the decoding)."""
+def _open(path: Path, what: str, fix: Callable[[str], str]) -> tuple[int, os.stat_result]:
+    """(descriptor, status) of a regular file ``path``; else a UserError, hint ``fix(kind)``."""
     try:  # non-blocking: opening a named pipe must not wait for a writer
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
     except OSError as e:
@@ -91,9 +75,24 @@ def read_bytes(path: Path, what: str, limit: int, fix: str) -> bytes:
     if not stat.S_ISREG(st.st_mode):
         os.close(fd)
         kind = _kind(st.st_mode)
-        raise UserError(f"{what} {path} is {kind}, not a file",
-                        f"give the path of the {what} file itself" if kind == "a directory"
-                        else f"save the {what} to a regular file and pass that file")
+        raise UserError(f"{what} {path} is {kind}, not a file", fix(kind))
+    return fd, st
+
+
+def open_regular(path: Path, what: str) -> BinaryIO:
+    """``path`` opened for binary reading when it is a regular file (a symbolic link to
+    ``/dev/zero``, a FIFO or a directory is a :class:`UserError` naming ``what``, and a FIFO
+    never blocks the open)."""
+    fd, _ = _open(path, what, lambda _: f"replace it with the {what} itself (a regular file)")
+    return os.fdopen(fd, "rb")
+
+
+def read_bytes(path: Path, what: str, limit: int, fix: str) -> bytes:
+    """The bytes of ``path``, a regular file of at most ``limit`` bytes, read once (the
+    checks of :func:`read_text`, without the decoding)."""
+    fd, st = _open(path, what, lambda kind: f"give the path of the {what} file itself"
+                   if kind == "a directory"
+                   else f"save the {what} to a regular file and pass that file")
     if st.st_size > limit:
         os.close(fd)
         raise UserError(f"{what} {path} is {size_text(st.st_size)}, over the "
