@@ -63,16 +63,12 @@ Each request carries ``X-Request-Id: <prefix>-<index>`` (see :func:`request_id`)
 logs, and the stand-in's truth, can be joined to records, and ``Authorization: Bearer KEY``
 when the config has an ``api_key`` (a server started with ``--api-key``).
 
-Connections are kept alive between requests (``keepalive_s``), but llama-server (b11312,
-cpp-httplib 0.58) closes one after every streamed response, and a request written on it
-fails unanswered (docs/metrics.md, "Connections and resends", gives the mechanism). A send that
-meets a closed connection is made once more, on a connection opened for it alone, when it
+Connections are kept alive between requests (``keepalive_s``). A send that meets a connection
+the server closed is made once more, on a connection opened for it alone, only when it
 provably never reached the server (:func:`never_delivered`); its record counts it in
-``retries``, keeps the failed send in ``failed_attempts``, and its ``t_sent_ns`` and later
-times are the resend's (``t_scheduled_ns`` stays the first due time). A run whose reused
-connections have never carried an answer stops reusing at the first such send
-(:class:`_Sessions`). Never resent: a request on a new connection, one that got any byte of
-a response, a timeout, or a resend that fails in turn.
+``retries`` and keeps the failed send in ``failed_attempts``; :class:`_Sessions` stops reusing
+connections that never carried an answer. docs/metrics.md, "Connections and resends", gives the
+mechanism and what is never resent.
 """
 
 from __future__ import annotations

@@ -1,24 +1,12 @@
 """Matrices across GPUs and hosts on Ray: ``crossbench matrix --executor ray``.
 
 Install with ``pip install 'crossbench[ray]'``; Ray is imported only when this executor runs.
+A *lane* (a baseline and its speculative cells) is one Ray actor (:class:`LaneWorker`) on
+``lane_gpus`` GPUs, running its trials one at a time, so pairs never span cards; the driver
+submits one trial at a time per lane and is the journal's only writer, and a lost worker's
+trial runs again on a new actor (:func:`partners_elsewhere` reruns finished partners there).
 The rules, what is recorded and what was tested: docs/matrix.md, "Running on several GPUs or
-hosts (Ray)". In short:
-
-- a *lane* (a baseline and every speculative cell paired with it) is a Ray actor
-  (:class:`LaneWorker`) holding ``lane_gpus`` GPUs and no CPU of Ray's accounting; it runs its
-  trials one at a time in the schedule's order, so every pair is measured on one card;
-- the driver (the process running :func:`~crossbench.runner.matrix_run.run_matrix`) submits
-  one trial at a time per lane and is the journal's only writer; workers write the cells' run
-  directories, which must be on a filesystem every node sees;
-- a worker lost mid-trial is journaled as that trial failed (``worker_lost: true``,
-  ``attempt``) and the trial runs again on a new actor, at most
-  :data:`~crossbench.runner.matrix_run.LOST_RETRIES` times; a worker that cannot even start
-  stops the run with a :class:`~crossbench.errors.RunError`;
-- where each trial ran (:meth:`LaneWorker.start`; no host name, no address) goes into its
-  journal line (``worker``) and its provenance (``placement``);
-- pairs never span cards: a new worker first runs again, here, the finished partners of its
-  pending trials that ran elsewhere (:func:`partners_elsewhere`, journaled with
-  ``rerun: "pairing"``).
+hosts (Ray)".
 """
 
 from __future__ import annotations

@@ -3,23 +3,12 @@ and the reader (docs/run-directory.md lists every file and its format history).
 
 Every name of a file or folder crossbench writes into a run directory is spelled here and
 nowhere else; other modules import the constants (or the :class:`RunLayout` and
-:class:`MatrixLayout` paths). The format versions and their history are here
-(:data:`FORMATS`). Records are written by :class:`RunWriter` (``crossbench run``, every matrix
-cell, every import) and the matrix-level functions (:func:`write_state`), and read by the
-functions of the reader part (analysis, confounds, report, archive, status). **A reader never
-writes**: reading, analysing or reporting a run leaves its directory byte for byte as it
-was, so a read-only copy (a mounted archive, another user's run) can be read, analysed and
-reported.
-
-A file of a newer format version than this crossbench reads is refused with a one-line
-:class:`~crossbench.errors.UserError` naming the file, its version and the newest version
-read (the fix: upgrade crossbench); older versions are read. A file that is not what its name
-says (truncated, not a JSON object, keys missing) is refused the same way; never a traceback.
-
-Records (``requests.jsonl``) are read by one reader, :func:`read_records`, over the one JSONL
-scanner (``store.atomic.scan_jsonl``: orjson, a torn last line skipped, a damaged line before
-it an error naming the file and line), with the garbage collector paused; a request recorded
-twice in a cell (one ``trial`` and ``request_index`` on two lines) is refused, naming the lines.
+:class:`MatrixLayout` paths). Records are written by :class:`RunWriter` and the matrix-level
+functions (:func:`write_state`), and read by the reader part. **A reader never writes**
+(docs/run-directory.md). A file newer than this crossbench reads, or not what its name says
+(truncated, not a JSON object, keys missing), is refused with a one-line
+:class:`~crossbench.errors.UserError` naming the file; never a traceback. ``requests.jsonl``
+has one reader, :func:`read_records`, over ``store.atomic.scan_jsonl``.
 """
 
 from __future__ import annotations
@@ -137,19 +126,12 @@ class RunLayout:
 
     root: Path
     manifest = _Under(MANIFEST)
-    """``manifest.json``."""
     requests = _Under(REQUESTS)
-    """``requests.jsonl``."""
     summary = _Under(SUMMARY)
-    """``summary.json``."""
     server_log = _Under(SERVER_LOG)
-    """``server.log``."""
     metrics_dir = _Under(METRICS_DIR)
-    """``metrics/``."""
     telemetry_dir = _Under(TELEMETRY_DIR)
-    """``telemetry/``."""
-    analysis = _Under(ANALYSIS)
-    """``analysis.json`` (a single run analysed on its own)."""
+    analysis = _Under(ANALYSIS)  # a single run analysed on its own
 
     def snapshot(self, trial: int, which: Snapshot) -> Path:
         """``metrics/tK-before.prom`` or ``metrics/tK-after.prom``."""
@@ -166,19 +148,12 @@ class MatrixLayout:
 
     root: Path
     state = _Under(STATE)
-    """``state.json``."""
     journal = _Under(JOURNAL)
-    """``journal.jsonl``."""
     stops = _Under(STOPS)
-    """``stops.jsonl``."""
     predictions = _Under(PREDICTIONS)
-    """``predictions.jsonl``."""
     matrix = _Under(MATRIX_FILE)
-    """``matrix.yaml``."""
-    summary = _Under(SUMMARY)
-    """``summary.json`` (per-cell status)."""
+    summary = _Under(SUMMARY)  # per-cell status
     analysis = _Under(ANALYSIS)
-    """``analysis.json``."""
 
     def cell(self, cell_id: str) -> RunLayout:
         """The run directory of a cell, by id."""
