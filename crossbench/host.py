@@ -14,27 +14,30 @@ from pathlib import Path
 from typing import Any
 
 
-def cpu_model() -> str:
-    """The processor's model name (``/proc/cpuinfo``), else what ``platform`` knows."""
+def proc_field(path: Path, key: str) -> str | None:
+    """What follows the ``:`` of the first line of ``path`` (``/proc/cpuinfo``,
+    ``/proc/meminfo``) that starts with ``key``; None when none does or it is unreadable."""
     try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
+        for line in path.read_text().splitlines():
+            if line.startswith(key):
+                return line.split(":", 1)[1]
     except OSError:
         pass
-    return platform.processor() or "unknown"
+    return None
+
+
+def cpu_model() -> str:
+    """The processor's model name (``/proc/cpuinfo``), else what ``platform`` knows."""
+    model = proc_field(Path("/proc/cpuinfo"), "model name")
+    return model.strip() if model is not None else platform.processor() or "unknown"
 
 
 def cpu_flags_digest() -> str:
     """Digest of the CPU's feature flags: a native CPU build is only valid on the same set."""
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("flags"):
-                flags = " ".join(sorted(line.split(":", 1)[1].split()))
-                return hashlib.sha256(flags.encode()).hexdigest()[:16]
-    except OSError:
-        pass
-    return "unknown"
+    flags = proc_field(Path("/proc/cpuinfo"), "flags")
+    if flags is None:
+        return "unknown"
+    return hashlib.sha256(" ".join(sorted(flags.split())).encode()).hexdigest()[:16]
 
 
 def gpu_names() -> list[str]:

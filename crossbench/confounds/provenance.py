@@ -29,7 +29,7 @@ from typing import Any
 
 from crossbench import __version__
 from crossbench.engines.base import EngineIdentity
-from crossbench.host import cpu_model
+from crossbench.host import cpu_model, proc_field
 from crossbench.paths import repo_root
 from crossbench.store.rundir import PROVENANCE_KIND, PROVENANCE_SCHEMA
 from crossbench.telemetry.gpu import Nvml, NvmlProvider, NvmlUnavailable
@@ -276,14 +276,8 @@ def boot_id() -> str | None:
 
 def host_facts() -> dict[str, Any]:
     """CPU model and count, RAM, platform, OS release, machine, Python version and boot id."""
-    ram: int | None = None
-    try:
-        for line in Path("/proc/meminfo").read_text().splitlines():
-            if line.startswith("MemTotal:"):
-                ram = int(line.split()[1]) * 1024
-                break
-    except (OSError, ValueError, IndexError):
-        ram = None
+    kib = (proc_field(Path("/proc/meminfo"), "MemTotal:") or "").split()  # "131072 kB"
+    ram = int(kib[0]) * 1024 if kib and kib[0].isdigit() else None
     os_name = None
     try:
         for line in Path("/etc/os-release").read_text().splitlines():
