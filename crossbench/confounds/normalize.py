@@ -1,17 +1,10 @@
-"""A normalized, flat view of a trial's setup: ``{dotted.field: value}``.
+"""A normalized, flat view of a trial's setup: ``{dotted.field: value}``, from a run
+directory's manifest with one trial entry and the trial's provenance record (:mod:`.provenance`).
 
-Sources: a run directory's ``manifest.json`` (config, engine identity, model files, workload,
-host) with one trial entry (argv, server ``/props``, timestamps), and the provenance record
-(:mod:`.provenance`) found in the trial entry or the manifest under ``provenance`` (or passed
-in). Engine and load settings of crossbench's own runs are completed with their defaults, so a
-setting left out on one side and given its default value on the other is no difference;
-imported runs keep exactly what their source recorded. The namespaces (``crossbench.*``,
-``engine.*``, ``server.*``, ``spec.*``, ``model.*``/``draft.*``, ``load.*``, ``workload.*``,
-``run.*``, ``trial.*``, ``server_props.*``, ``env.*``, ``host.*``, ``gpu.*``/``gpus.N.*``, on
-which the classes in :mod:`.diff` key) are listed in docs/confounds.md, "Normalized view".
-
-Values are ``str``, ``int``, ``float`` or ``bool``; unset (None) values are left out; lists of
-scalars become compact JSON text; nested mappings and lists of mappings are flattened.
+Engine and load settings of crossbench's own runs are completed with their defaults (left out
+equals set to the default); imported runs keep exactly what their source recorded. Values are
+``str``, ``int``, ``float`` or ``bool``, unset ones left out (:func:`flatten`). The sources and
+namespaces, on which the classes of :mod:`.diff` key: docs/confounds.md, "Normalized view".
 """
 
 from __future__ import annotations

@@ -12,9 +12,6 @@ Example::
 
     for f in check_pair(spec_view, base_view, labels=("spec", "baseline")):
         print(f"{f.severity}: {f.message} -> {f.action} [{f.source}]")
-
-Rules that concern one arm alone (synthetic acceptance, MTP with parallel slots, prefix
-caching with MTP) also run on a single trial through :func:`check_trial`.
 """
 
 from __future__ import annotations

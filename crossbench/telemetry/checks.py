@@ -1,8 +1,5 @@
-"""Checks of the GPU state around a trial; each ends in an action, as a typed :class:`Check`.
-
-:func:`before_trial` runs :func:`other_gpu_processes`, :func:`gpu_busy` and
-:func:`clocks_and_power` (one ``info`` check without a GPU); :func:`wait_vram_released` waits
-after a stop and names the processes still holding memory (docs/confounds.md, "Checks").
+"""Checks of the GPU state around a trial (docs/confounds.md, "Checks"); each ends in an
+action, as a typed :class:`Check`.
 
 Statuses: ``ok``; ``info`` (recorded, harmless); ``warn`` (worth fixing, does not by itself
 confound); ``fail`` (would confound results: the runner warns or refuses by policy, and

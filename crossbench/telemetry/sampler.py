@@ -9,8 +9,7 @@ Usage (the runner starts it before the server, so the trace shows the idle GPU f
 
 The columns (:data:`COLUMNS`, blank where a GPU does not report a value; ``timestamp_ns`` is
 ``time.time_ns``, comparable with phase marks) are described in docs/confounds.md, "GPU
-telemetry". Without a GPU the sampler writes the header line only, plus a note file beside the
-CSV (:func:`note_path`) that reads ``no GPU: <reason>``, and returns; nothing else changes.
+telemetry", and so is the trace without a GPU (the header, and :func:`note_path` saying why).
 Errors while sampling never reach the caller: sampling stops and the note file says why.
 """
 
