@@ -270,16 +270,14 @@ def _build_key(binary: Path | None, build: str | None) -> str:
         return build
     if binary is not None:
         import hashlib
-        import subprocess
+
+        from crossbench.runner.vllm_check import version_text
 
         if not binary.is_file():
             raise UserError(f"--binary {binary} does not exist", "give the vllm executable")
-        out = subprocess.run([str(binary), "--version"], capture_output=True, text=True,
-                             timeout=300, check=False)
-        lines = [ln for ln in (out.stdout + out.stderr).splitlines() if ln.strip()]
+        text = version_text(str(binary))
         digest = hashlib.sha256(binary.resolve().read_bytes()).hexdigest()
-        return startup_cut.build_key(lines[-1].strip() if lines else "", digest,
-                                     epack.install_record(binary.resolve()))
+        return startup_cut.build_key(text, digest, epack.install_record(binary.resolve()))
     base = startup_cut.cache_root("x").parent
     keys = sorted(p.name for p in base.iterdir()) if base.is_dir() else []
     if len(keys) != 1:

@@ -34,7 +34,8 @@ RATES = [0.9, 0.6, 0.3]
 SETTLE = [SPEC_PREFIX + n for n in ("num_drafts", "num_accepted_tokens")]
 
 
-def _version(binary: str) -> str:
+def version_text(binary: str) -> str:
+    """The last line ``BINARY --version`` prints (vLLM logs before it)."""
     out = subprocess.run([binary, "--version"], capture_output=True, text=True, timeout=300,
                          check=False)
     lines = [ln for ln in (out.stdout + out.stderr).splitlines() if ln.strip()]
@@ -47,7 +48,7 @@ def run_check(binary: str, model: str, draft: str | None, out: Path, requests: i
     """Run the checks; returns the number that failed."""
     rep = Report(say)
     out.mkdir(parents=True, exist_ok=True)
-    text = _version(binary)
+    text = version_text(binary)
     release, _ = parse_version(text)
     try:
         prof = profile_for(release or "?")

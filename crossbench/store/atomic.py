@@ -124,14 +124,9 @@ def write_json_atomic(path: Path, obj: Any) -> None:
 
 
 class JsonlAppender:
-    """Append one JSON object per line, flushed and fsynced per record.
-
-    A kill at any moment leaves every record written before it intact; at most a torn last
-    line, which :func:`read_jsonl` skips. Opening a file that already ends in a torn line is
-    refused (a :class:`~crossbench.errors.UserError`): appending would glue the new record
-    onto the torn bytes, making a damaged line in the middle of the file. The file's owner
-    removes the tail first (:func:`cut_torn_tail`), recording that it did.
-    """
+    """Append one JSON object per line, flushed and fsynced per record; a file that already
+    ends in a torn line is refused (module docstring): its owner cuts the tail first
+    (:func:`cut_torn_tail`), recording that it did."""
 
     def __init__(self, path: Path) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
