@@ -250,11 +250,6 @@ def _e(s: Any) -> str:
     return html.escape(str(s), quote=True)
 
 
-def _badge(verdict: str) -> str:
-    kind = verdict.split(" ")[0]
-    return f'<span class="badge {_e(kind)}">{_e(verdict)}</span>'
-
-
 def html_table(t: Table, numeric: tuple[str, ...] = ()) -> str:
     """A table; the ``verdict`` column as badges, ``numeric`` columns aligned as numbers."""
     head = "".join(f"<th>{_e(h)}</th>" for h in t.header)
@@ -263,7 +258,7 @@ def html_table(t: Table, numeric: tuple[str, ...] = ()) -> str:
         tds = []
         for h, v in zip(t.header, r, strict=True):
             if h == "verdict":
-                tds.append(f"<td>{_badge(v)}</td>")
+                tds.append(f'<td><span class="badge {_e(v.split(" ")[0])}">{_e(v)}</span></td>')
             elif h in numeric:
                 tds.append(f'<td class="num">{_e(v)}</td>')
             else:
