@@ -64,12 +64,9 @@ def field_name(loc: Any) -> str:
 
 
 def first_validation_error(exc: Any, top: str = "config") -> tuple[str, str, str]:
-    """(field, error type, message) of a pydantic ValidationError's first error.
-
-    The field is spelled as a user writes it (:func:`field_name`: ``arms[1].n``, not pydantic's
-    ``arms.1.n.int``); the message drops pydantic's "Value error, " prefix; ``top`` names an
-    error at the root.
-    """
+    """(field, error type, message) of a pydantic ValidationError's first error: the field as a
+    user writes it (:func:`field_name`; ``top`` at the root), the message without pydantic's
+    "Value error, " prefix."""
     err = exc.errors()[0]
     field = field_name(err["loc"]) or top
     return field, str(err["type"]), str(err["msg"]).removeprefix("Value error, ")
