@@ -1,10 +1,5 @@
-"""Reports of a finished study: what its author publishes.
-
-- ``study``     -- a run directory read once for every output (analysis, manifests, traces);
-- ``card``      -- the study card: hardware, engines, models, workload, sampling, schedule and
-  what was held fixed across every cell;
-- ``plots``     -- matplotlib figures (PNG and SVG, byte-for-byte reproducible);
-- ``html``      -- the self-contained HTML report and its Markdown twin;
-- ``datapoint`` -- the compact Markdown block for an upstream pull request;
-- ``build``     -- ``crossbench report``: all of the above into one folder.
+"""Reports of a finished study, what its author publishes: ``study`` reads a run directory once
+for every output; ``card`` (the study card), ``plots`` (figures, byte-for-byte reproducible),
+``html`` (the self-contained report and its Markdown twin) and ``datapoint`` (the block for an
+upstream pull request) render it; ``build`` (``crossbench report``) writes them into one folder.
 """
