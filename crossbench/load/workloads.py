@@ -99,10 +99,7 @@ class Workload:
 
 
 def _bad_spec(spec: str, why: str) -> UserError:
-    return UserError(
-        f"workload spec {spec!r}: {why}",
-        hint="use one of: " + "; ".join(VALID_SPECS),
-    )
+    return UserError(f"workload spec {spec!r}: {why}", hint="use one of: " + "; ".join(VALID_SPECS))
 
 
 def _canonical(obj: Any) -> bytes:
@@ -151,26 +148,19 @@ def _parse_jsonl(data: bytes, source: str) -> list[Prompt]:
         pid, cat = obj.get("id"), obj.get("category")
         text, ids = obj.get("prompt"), obj.get("token_ids")
         if not isinstance(pid, str) or not pid or not isinstance(cat, str) or not cat:
-            raise UserError(
-                f"{where}: needs string fields 'id' and 'category'",
-                hint='write lines like {"id": "q-01", "category": "code", "prompt": "..."}',
-            )
+            raise UserError(f"{where}: needs string fields 'id' and 'category'",
+                            hint='write lines like {"id": "q-01", "category": "code", '
+                            '"prompt": "..."}')
         if pid in seen:
             raise UserError(f"{where}: duplicate id {pid!r}", hint="give every prompt its own id")
         seen.add(pid)
         ok_text = isinstance(text, str) and text != "" and ids is None
-        ok_ids = (
-            text is None
-            and isinstance(ids, list)
-            and len(ids) > 0
-            and all(isinstance(t, int) and not isinstance(t, bool) and t >= 0 for t in ids)
-        )
+        ok_ids = (text is None and isinstance(ids, list) and len(ids) > 0
+                  and all(isinstance(t, int) and not isinstance(t, bool) and t >= 0 for t in ids))
         if not (ok_text or ok_ids):
-            raise UserError(
-                f"{where}: prompt {pid!r} needs exactly one of a non-empty 'prompt' string "
-                "and a non-empty 'token_ids' list of non-negative integers",
-                hint="drop one of the two fields",
-            )
+            raise UserError(f"{where}: prompt {pid!r} needs exactly one of a non-empty 'prompt' "
+                            "string and a non-empty 'token_ids' list of non-negative integers",
+                            hint="drop one of the two fields")
         prompts.append(Prompt(pid, cat, text if ok_text else None, ids if ok_ids else None))
     if not prompts:
         raise UserError(f"{source}: no prompts", hint="add at least one JSON line")
@@ -204,20 +194,13 @@ def _cycle(prompts: list[Prompt], count: int | None) -> list[Prompt]:
     return [prompts[i % len(prompts)] for i in range(count)]
 
 
-def _random_prompts(
-    n_tokens: int, vocab_size: int, seed: int, count: int
-) -> tuple[list[Prompt], str]:
+def _random_prompts(n_tokens: int, vocab_size: int, seed: int,
+                    count: int) -> tuple[list[Prompt], str]:
     high = min(vocab_size, RANDOM_TOKEN_HIGH_CAP)
     rng = random.Random(seed)
-    prompts = [
-        Prompt(
-            id=f"random-{i:05d}",
-            category="random",
-            text=None,
-            token_ids=[rng.randrange(RANDOM_TOKEN_LOW, high) for _ in range(n_tokens)],
-        )
-        for i in range(count)
-    ]
+    prompts = [Prompt(id=f"random-{i:05d}", category="random", text=None,
+                      token_ids=[rng.randrange(RANDOM_TOKEN_LOW, high) for _ in range(n_tokens)])
+               for i in range(count)]
     source = {
         "generator": "crossbench.random/1: random.Random(seed).randrange(low, high) per token",
         "n_tokens": n_tokens,
@@ -231,13 +214,8 @@ def _random_prompts(
     return prompts, _sha256(_canonical(source))
 
 
-def load_workload(
-    spec: str,
-    *,
-    vocab_size: int | None = None,
-    seed: int = 0,
-    count: int | None = None,
-) -> Workload:
+def load_workload(spec: str, *, vocab_size: int | None = None, seed: int = 0,
+                  count: int | None = None) -> Workload:
     """Resolve a workload spec to its prompts, in send order.
 
     ``count`` cycles ``builtin:`` and ``file:`` prompts (ids repeat) to that many requests, and
@@ -271,17 +249,13 @@ def load_workload(
         if n_tokens < 1:
             raise _bad_spec(spec, "the number of tokens must be at least 1")
         if vocab_size is None:
-            raise UserError(
-                f"workload spec {spec!r} needs the model's vocabulary size",
-                hint="pass vocab_size (the engine reports it; for GGUF it is the length of "
-                "tokenizer.ggml.tokens)",
-            )
+            raise UserError(f"workload spec {spec!r} needs the model's vocabulary size",
+                            hint="pass vocab_size (the engine reports it; for GGUF it is the "
+                            "length of tokenizer.ggml.tokens)")
         if vocab_size <= RANDOM_TOKEN_LOW:
-            raise UserError(
-                f"vocab_size {vocab_size} leaves no ids in the safe range "
-                f"[{RANDOM_TOKEN_LOW}, {RANDOM_TOKEN_HIGH_CAP})",
-                hint="use a text workload (builtin:mixed) for this model",
-            )
+            raise UserError(f"vocab_size {vocab_size} leaves no ids in the safe range "
+                            f"[{RANDOM_TOKEN_LOW}, {RANDOM_TOKEN_HIGH_CAP})",
+                            hint="use a text workload (builtin:mixed) for this model")
         n_prompts = count if count is not None else DEFAULT_RANDOM_PROMPTS
         prompts, digest = _random_prompts(n_tokens, vocab_size, seed, n_prompts)
         return Workload(spec, prompts, digest)
@@ -293,11 +267,9 @@ def load_workload(
         except UserError as exc:
             if not exc.message.startswith("cannot read"):
                 raise
-            raise UserError(
-                f"workload file {str(path)!r} cannot be read: "
-                f"{exc.message.rpartition(': ')[2]}",
-                hint="check the path after 'file:'",
-            ) from None
+            raise UserError(f"workload file {str(path)!r} cannot be read: "
+                            f"{exc.message.rpartition(': ')[2]}",
+                            hint="check the path after 'file:'") from None
         return Workload(spec, _cycle(_parse_jsonl(data, str(path)), count), _sha256(data))
     raise _bad_spec(spec, f"unknown kind {kind!r}")
 
