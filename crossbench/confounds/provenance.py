@@ -35,7 +35,6 @@ from crossbench.store.rundir import PROVENANCE_KIND, PROVENANCE_SCHEMA
 from crossbench.telemetry.gpu import Nvml, NvmlProvider, NvmlUnavailable
 
 SCHEMA_VERSION = PROVENANCE_SCHEMA
-KIND = PROVENANCE_KIND
 
 #: environment variables that change how engines run (recorded with their values)
 ENV_PREFIXES: tuple[str, ...] = ("CUDA_", "GGML_", "LLAMA_", "VLLM_", "HF_", "NCCL_", "OMP_",
@@ -292,10 +291,8 @@ def host_facts() -> dict[str, Any]:
 
 
 def gpu_facts(nvml: NvmlProvider | None = None) -> dict[str, Any]:
-    """Driver, CUDA driver version and each visible GPU's (``CUDA_VISIBLE_DEVICES``) name,
-    PCIe link (current and max), power limit vs default, application vs max clocks,
-    persistence mode and ECC, through NVML; ``{"available": False, "reason": ...}`` without
-    a GPU."""
+    """Driver, CUDA driver version and :meth:`Nvml.device_facts` of each visible GPU
+    (``CUDA_VISIBLE_DEVICES``); ``{"available": False, "reason": ...}`` without a GPU."""
     try:
         nv = Nvml.open(nvml)
     except NvmlUnavailable as e:
@@ -324,7 +321,7 @@ def collect(engine: EngineIdentity | Mapping[str, Any], argv: Sequence[str],
     refs = model_refs or {}
     record: dict[str, Any] = {
         "schema_version": SCHEMA_VERSION,
-        "kind": KIND,
+        "kind": PROVENANCE_KIND,
         "collected_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "crossbench": crossbench_identity(),
         "engine": asdict(engine) if isinstance(engine, EngineIdentity) else dict(engine),

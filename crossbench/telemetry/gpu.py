@@ -258,7 +258,6 @@ class Nvml:
         lib, h = self.lib, self.handle(index)
         mem = self._get("nvmlDeviceGetMemoryInfo", h)
         util = self._get("nvmlDeviceGetUtilizationRates", h)
-        power = self._get("nvmlDeviceGetPowerUsage", h)
         mask = self._get("nvmlDeviceGetCurrentClocksEventReasons", h)
         if mask is None:
             mask = self._get("nvmlDeviceGetCurrentClocksThrottleReasons", h)
@@ -270,7 +269,7 @@ class Nvml:
             util_mem_pct=None if util is None else float(util.memory),
             sm_clock_mhz=_num(self._get("nvmlDeviceGetClockInfo", h, lib.NVML_CLOCK_SM)),
             mem_clock_mhz=_num(self._get("nvmlDeviceGetClockInfo", h, lib.NVML_CLOCK_MEM)),
-            power_w=None if power is None else power / 1000.0,
+            power_w=_watts(self._get("nvmlDeviceGetPowerUsage", h)),
             temperature_c=_num(self._get("nvmlDeviceGetTemperature", h,
                                          lib.NVML_TEMPERATURE_GPU)),
             throttle_mask=None if mask is None else int(mask),
