@@ -186,6 +186,8 @@ def import_() -> None:
 
 
 def _report(state: dict[str, Any], out: Path) -> None:
+    for note in state["source"].get("notes") or []:  # table and llama-logs imports
+        progress(f"note: {note}")
     for item in state["not_imported"]:
         what = "note" if "imported with" in item["reason"] else "not imported"
         progress(f"{what}: {item['file']}: {item['reason']}")

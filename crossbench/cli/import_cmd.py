@@ -4,20 +4,11 @@ tables and llama.cpp's timing logs, added to the ``import`` group of ``analyze_c
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 import click
 
-from crossbench.cli.analyze_cmd import arm_kwargs, arm_options
-from crossbench.cli.common import progress, user_errors
-
-
-def _report(state: dict[str, Any], out: Path) -> None:
-    from crossbench.cli.analyze_cmd import _report as report
-
-    for note in state["source"].get("notes") or []:
-        progress(f"note: {note}")
-    report(state, out)
+from crossbench.cli.analyze_cmd import _report, arm_kwargs, arm_options
+from crossbench.cli.common import user_errors
 
 
 @click.command("table", epilog="""\b
