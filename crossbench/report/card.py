@@ -9,7 +9,7 @@ normalized setting (``crossbench.confounds.normalize``) that is identical in eve
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -157,14 +157,19 @@ def model_line(facts: dict[str, Any], hash_chars: int = 64) -> str:
     return ", ".join(parts)
 
 
+def model_files(cells: list[Cell]) -> Iterator[tuple[str, Any, dict[str, Any]]]:
+    """(role as shown, reference, :func:`model_facts`) of every model file of every cell."""
+    for c in cells:
+        for role, facts in model_facts(c).items():
+            ref = facts.get("ref") or c.coords.get("target")
+            yield "target" if role == "model" else role, ref, facts
+
+
 def models(cells: list[Cell]) -> Section:
     """Every distinct model file, by role and reference."""
     rows: dict[str, list[str]] = {}
-    for c in cells:
-        for role, facts in model_facts(c).items():
-            name = "target" if role == "model" else role
-            key = f"{name} {facts.get('ref') or c.coords.get('target')}"
-            rows.setdefault(key, []).append(model_line(facts))
+    for name, ref, facts in model_files(cells):
+        rows.setdefault(f"{name} {ref}", []).append(model_line(facts))
     return Section("Models", [(k, distinct(v)) for k, v in rows.items()])
 
 

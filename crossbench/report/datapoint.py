@@ -16,7 +16,7 @@ from typing import Any
 from crossbench.analysis.stability import WarningKind
 from crossbench.errors import UserError
 from crossbench.report import commands
-from crossbench.report.card import engine_line, gpu_line, model_facts, model_line
+from crossbench.report.card import engine_line, gpu_line, model_files, model_line
 from crossbench.report.html import ci_text, num, verdict_text
 from crossbench.report.plots import pair_label
 from crossbench.report.study import Cell, Study
@@ -78,14 +78,8 @@ def environment(study: Study, pairs: list[dict[str, Any]]) -> list[str]:
                  f"({host.get('cpus', '?')} cores)")
     engines = sorted({engine_line(c) for c in cells})
     lines.append(f"- **Engine**: {'; '.join(engines)}")
-    models: list[str] = []
-    for c in cells:
-        for role, facts in model_facts(c).items():
-            name = "target" if role == "model" else role
-            line = f"{name} `{facts.get('ref') or c.coords.get('target')}` " \
-                   f"({model_line(facts, hash_chars=12)})"
-            if line not in models:
-                models.append(line)
+    models = list(dict.fromkeys(f"{name} `{ref}` ({model_line(facts, hash_chars=12)})"
+                                for name, ref, facts in model_files(cells)))
     lines.append(f"- **Models**: {'; '.join(models) or 'not recorded'}")
     base_argv = base_cells[0].argv()
     if base_argv:
