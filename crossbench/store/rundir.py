@@ -269,18 +269,14 @@ FORMATS: dict[str, Format] = {
 """Every versioned file of a run directory, with its format history: the one place a format
 version changes (bump ``version``, add a line to ``history``, list redefined fields)."""
 
+# the newest version of each file, written and read (a matrix's summary.json carries
+# STATE_SCHEMA too)
 MANIFEST_SCHEMA = FORMATS["manifest"].version
-"""Newest ``manifest.json`` written and read."""
 PROVENANCE_SCHEMA = FORMATS["provenance"].version
-"""Newest provenance record (a manifest trial's ``provenance``) written and read."""
 STATE_SCHEMA = FORMATS["state"].version
-"""Newest matrix ``state.json`` written and read (a matrix's ``summary.json`` carries it too)."""
 IMPORT_SCHEMA = FORMATS["import"].version
-"""Newest import ``state.json`` written and read."""
 SUMMARY_SCHEMA = FORMATS["summary"].version
-"""Newest ``summary.json`` written and read."""
 ANALYSIS_SCHEMA = FORMATS["analysis"].version
-"""Newest ``analysis.json`` written and read."""
 
 
 # -- typed records --------------------------------------------------------------------------
