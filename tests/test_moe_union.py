@@ -6,14 +6,25 @@ from __future__ import annotations
 from fractions import Fraction
 from itertools import combinations, pairwise, product
 
+import numpy as np
 import pytest
 
-from crossbench.analysis.moe import (
-    expected_distinct_experts,
-    expert_union_ratio,
-    simulate_distinct_experts,
-)
+from crossbench.analysis.moe import expected_distinct_experts, expert_union_ratio
 from crossbench.errors import UserError
+
+
+def simulate_distinct_experts(n_experts: int, top_k: int, k: int, trials: int,
+                              seed: int = 0) -> float:
+    """Monte Carlo mean of distinct experts for ``k`` tokens with uniform random top-k routing
+    (seeded): the check of ``expected_distinct_experts``."""
+    rng = np.random.default_rng(seed)
+    total = 0
+    for _ in range(trials):
+        used = np.zeros(n_experts, dtype=bool)
+        for _ in range(k):
+            used[rng.choice(n_experts, size=top_k, replace=False)] = True
+        total += int(used.sum())
+    return total / trials
 
 
 def _exact(n: int, top: int, k: int) -> Fraction:

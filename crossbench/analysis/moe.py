@@ -11,8 +11,6 @@ experts: an upper-end reference, since trained routers are more local
 
 from __future__ import annotations
 
-import numpy as np
-
 from crossbench.errors import UserError
 
 
@@ -41,18 +39,3 @@ def expert_union_ratio(n_experts: int, top_k: int, k: int) -> float:
     many times the expert weights of a one-token step the verification of ``k`` tokens reads
     under uniform random routing (k = 0 gives 0)."""
     return expected_distinct_experts(n_experts, top_k, k) / top_k
-
-
-def simulate_distinct_experts(n_experts: int, top_k: int, k: int, trials: int,
-                              seed: int = 0) -> float:
-    """Monte Carlo mean of distinct experts for ``k`` tokens with uniform random top-k routing
-    (seeded), the check of :func:`expected_distinct_experts`."""
-    _check(n_experts, top_k, k)
-    rng = np.random.default_rng(seed)
-    total = 0
-    for _ in range(trials):
-        used = np.zeros(n_experts, dtype=bool)
-        for _ in range(k):
-            used[rng.choice(n_experts, size=top_k, replace=False)] = True
-        total += int(used.sum())
-    return total / trials

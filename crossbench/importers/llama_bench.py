@@ -1,30 +1,11 @@
 """Import ``llama-bench -o json`` (or ``-o jsonl``) output.
 
-llama-bench prints one object per test (``json_printer`` in
-``tools/llama-bench/llama-bench.cpp``): the test's parameters (model file, ``n_prompt``,
-``n_gen``, ``n_depth``, threads, batch sizes, ...), build and hardware fields, and its
-repetitions as ``samples_ns`` (nanoseconds) and ``samples_ts`` (tokens per second).
-
-One cell per test configuration (model file and every parameter that varies between tests);
-each repetition becomes one record, its repetition index the trial:
-
-- a generation test (``tg``: ``n_prompt`` 0) is a request of ``n_gen`` tokens whose first
-  token takes 1 / ``n_gen`` of the sample time, so the record's decode rate
-  ((tokens - 1) / decode time) equals llama-bench's t/s exactly; its TTFT is not measured;
-- a prompt test (``pp``: ``n_gen`` 0) is a request with no output whose TTFT is the sample
-  time (prefill only);
-- a combined test (``pg``: both) cannot be split into prefill and decode and is listed in
-  ``not_imported``.
-
-llama-bench runs no speculative decoding, so every cell is a baseline (method ``none``):
-``crossbench analyze`` gives per-cell figures, and ``crossbench compare`` compares any two.
-
-Every field read is checked (:func:`check_test`): ``n_prompt``, ``n_gen`` and ``n_depth``
-whole numbers (``records.MAX_TOKENS`` at most, not both 0), ``samples_ns`` a list of whole
-nanoseconds above 0 (``records.MAX_MS`` at most; for a generation test no faster than
-``records.MIN_MS_PER_TOKEN`` a token), the model file name and build fields strings
-or numbers where llama-bench writes them, and no NaN or infinity anywhere. A test that fails is
-left out and listed in ``not_imported`` (``FILE test I``) with the reason.
+One cell per test configuration, one record per repetition: a generation test (``tg``) is a
+request whose decode rate equals llama-bench's t/s exactly, a prompt test (``pp``) a request
+with no output whose TTFT is the sample time; a combined test (``pg``) is listed in
+``not_imported``. Every cell is a baseline (llama-bench runs no speculative decoding). Every
+field read is checked (:func:`check_test`). Details: docs/analysis.md, "``import
+llama-bench``".
 """
 
 from __future__ import annotations

@@ -1,30 +1,11 @@
 """Import a folder of llama-server response bodies (one JSON file per request).
 
 File names are matched against ``--pattern`` (placeholders :data:`REQUIRED` and
-:data:`OPTIONAL`, e.g. ``{model}_{arm}_p{prompt}.json``; ``--n-from-arm``: docs/analysis.md,
-"Importing other tools' results"); an arm named only by n (``n4``) is labelled by its method,
-so ``n2`` and ``n4`` form one n-sweep. Files that do not match are listed, never skipped
-silently, and so are entries that are not regular files (a FIFO, a link to a device). One cell
-per (model, arm); the arm named by ``--baseline-arm`` is the baseline (method ``none``).
-
-Accepted bodies: the native ``/completion`` response (``content``, ``tokens``,
-``timings``, ``generation_settings``), and the OpenAI-compatible completion and chat
-responses (``choices``, ``usage``, ``timings``). Times come from the server's ``timings``:
-TTFT = ``prompt_ms`` and decode time = ``predicted_ms``, which llama-server measures from
-the first generated token, so (tokens - 1) / decode time is its ``predicted_per_second``.
-The method of a speculative arm is read from ``generation_settings["speculative.types"]``
-where a body has it, else taken from ``--method``, else recorded as ``unknown``: never
-guessed from the arm's name (a name like ``n4`` or ``dflash-fast`` is not a method).
-The engine build is what the bodies say (``system_fingerprint``, e.g. ``b11312-0c1e570``);
-nothing the data does not say is filled in.
-
-Every field read is checked (:func:`check_body`): objects where objects belong, strings where
-strings belong, finite non-negative numbers for times (``prompt_ms`` and, for two tokens or
-more, ``predicted_ms`` at least ``records.MIN_MS_PER_TOKEN`` for each token after the first;
-at most ``records.MAX_MS``) and whole numbers for token counts
-(at least 1 output token; at most ``records.MAX_TOKENS``). A body that fails is left out and
-listed in ``not_imported`` with the reason; a file that is not a JSON object at all stops the
-import (it is not a response body).
+:data:`OPTIONAL`); one cell per (model, arm), ``--baseline-arm`` the baseline. Times come from
+the server's ``timings`` (TTFT = ``prompt_ms``, decode time = ``predicted_ms``); a method is
+read from the body or given, never guessed from an arm's name. Every field read is checked
+(:func:`check_body`); a body that fails is listed in ``not_imported``. Accepted bodies and
+checks: docs/analysis.md, "``import llama-server``".
 """
 
 from __future__ import annotations

@@ -1,42 +1,11 @@
 """Import ``vllm bench serve --save-result`` JSON files (vLLM 0.33's ``benchmarks/serve.py``).
 
-A file holds one result object, or several on separate lines (``--append-result``). Results
-of the same configuration (model, backend, arm, method, n, concurrency, request rate,
-prompt count and ``--metadata`` other than ``trial``) become the trials of one cell, in file
-order. The arm, method and n come from ``--metadata`` keys ``arm``, ``method`` and ``n``
-(or ``num_speculative_tokens``) where given; otherwise a result without ``spec_decode_*``
-fields is the baseline (method ``none``), the label names the arm, and n is the number of
-per-position acceptance rates.
-
-Units, as vLLM writes them: the per-request lists of ``--save-detailed`` (``ttfts``,
-``itls``, ``latencies``, ``start_times``) are in seconds; the aggregates (``mean_tpot_ms``
-and the like) in milliseconds; ``spec_decode_acceptance_rate`` is a percentage (0-100) while
-``spec_decode_per_position_acceptance_rates`` are fractions (0-1). Records hold nanoseconds
-and acceptance is kept as counts (drafts, drafted, accepted, accepted per position), so
-crossbench's fractions are recomputed from them.
-
-With ``--save-detailed`` each request becomes a record: sent at its start time, first
-chunk after ``ttft``, one chunk per ``itl`` after that (vLLM's ITL is per chunk, and a chunk
-may carry several tokens), ``output_lens`` as its token count. Without it vLLM still keeps
-``latencies``: records then carry only the end-to-end latency (no TTFT, no decode rate), and
-the aggregates are kept in the manifest. Requests are paired across files by their index,
-which names the same prompt only when the runs used the same dataset, seed and prompt count.
-Every scalar field of the result (metadata included) is kept in the manifest.
-
-What the file cannot say is given or left unknown, never guessed (docs/analysis.md,
-"Importing other tools' results"): the engine (``backend`` names the client's protocol),
-serve settings (``--metadata`` keys other than the labels of :data:`NOT_SETTINGS` are some),
-the prompts, the server starts, and the wall throughput of concurrent requests without start
-times (:func:`_wall_figure`).
-
-Every field read is checked (:func:`check_result`): strings where strings belong, per-request
-lists as long as ``latencies``, finite non-negative seconds (``records.MAX_MS`` at most), no
-decode faster than ``records.MIN_MS_PER_TOKEN`` per token after the first (the sum of a
-request's ``itls``, or its latency without them), whole token counts, acceptance counts with
-accepted <= drafted and rates within 0-1, and no NaN or infinity in any metric
-(``request_rate`` may be ``inf``, vLLM's default). A result that fails is left out, listed in
-``not_imported`` with the reason (``FILE`` or ``FILE result K``); its file's other results are
-imported.
+Results of one configuration become the trials of one cell; with ``--save-detailed`` each
+request becomes a record (seconds in the file, nanoseconds in the record; acceptance kept as
+counts, vLLM's 0-100 rate recomputed as a fraction). What the file cannot say is given or
+left unknown, never guessed; every field read is checked (:func:`check_result`), and a result
+that fails is listed in ``not_imported``. Units, pairing and checks: docs/analysis.md,
+"``import vllm-bench``".
 """
 
 from __future__ import annotations

@@ -1,26 +1,10 @@
 """Workloads: which prompts a run sends, named by a spec string and pinned by a digest.
 
-Specs (the only valid forms)::
-
-    builtin:mixed        all 48 shipped prompts, round-robin by category (any prefix is balanced)
-    builtin:<category>   the 8 shipped prompts of one category: code, math, creative, factual,
-                         analysis, howto
-    builtin:repeat       3 other shipped prompts, cycled, so that from the fourth request on
-                         every prompt was asked before: what n-gram drafting, which drafts
-                         from text the server has already seen, needs to draft at all
-    random:<N>           prompts of exactly N token ids from a seeded RNG (needs vocab_size)
-    file:<path.jsonl>    your own prompts, one JSON object a line (or a JSON array of the
-                         same objects), in the shipped format
-
-The shipped format is one JSON object per line: ``{"id": "code-01", "category": "code",
-"prompt": "..."}``; a line may give ``"token_ids": [...]`` instead of ``"prompt"``.
-
-``digest`` is the sha256 of the canonical bytes the prompts came from, so a record can say
-exactly what was sent: the file's bytes for ``builtin:mixed``, ``builtin:repeat`` and
-``file:``; the canonical JSON of the selected prompts for ``builtin:<category>``; the
-generator's parameters and every generated token id for ``random:``. ``count`` does not
-change the digest of ``builtin:`` and ``file:`` (it only cycles them); for ``random:`` it is
-the number of distinct prompts generated, so it does.
+Specs: ``builtin:mixed``, ``builtin:<category>``, ``builtin:repeat`` (prompts asked again, so
+n-gram drafting has text to draft from), ``random:<N>`` (N seeded token ids) and
+``file:<path.jsonl>`` (your prompts, in the shipped format). ``digest`` is the sha256 of the
+canonical bytes the prompts came from, so a record says exactly what was sent. Each form, the
+format and what the digest covers: docs/matrix.md "Workloads".
 """
 
 from __future__ import annotations
