@@ -15,53 +15,10 @@ Two load modes:
 
 Warm-up requests run first, one at a time, and are recorded with ``"warmup": true``.
 
-Record format (a plain JSON-serialisable dict; times are ``time.monotonic_ns()``)::
-
-    request_index     int   index of the request in the run (warm-up has its own indices)
-    prompt_id         str   id of the prompt (prompts may repeat across requests)
-    category          str   prompt category
-    warmup            bool  true for warm-up requests (excluded from metrics)
-    endpoint          str   "completions" or "chat"
-    max_tokens        int   the max_tokens sent
-    t_scheduled_ns    int   when the request was due: its Poisson arrival (rate mode) or when a
-                            worker took it (concurrency mode, warm-up)
-    t_sent_ns         int   just before the request was handed to the HTTP client
-    t_first_chunk_ns  int|null  arrival of the first content chunk
-    t_done_ns         int   arrival of ``data: [DONE]``, else of the end of the stream or error
-    chunks            [[t_ns, n_tokens|null], ...]  one per event that carried generated text
-    n_chunks          int   len(chunks)
-    text              str   generated text, concatenated
-    finish_reason     str|null  last finish_reason seen
-    usage             obj|null  last ``usage`` object seen
-    timings           obj|null  last ``timings`` object seen (llama-server)
-    chunk_chars       [int]     characters of ``text`` each content chunk carried (aligned with
-                                ``chunks``): maps a character position to a token position
-    metrics           obj|null  last top-level ``metrics`` object seen (vLLM per-request
-                                figures, e.g. ``speculative_decoding``)
-    status            "ok" | "error" | "incomplete"
-    error             str|null  what went wrong
-    http_status       int|null  HTTP status of the response (null if none came)
-    retries           int       times the request was sent again (0 or 1; see below)
-    failed_attempts   [{t_sent_ns, t_done_ns, error}, ...]  the sends that were retried,
-                                oldest first; the record's own times are those of the last
-
-Tokens per chunk: the delta of ``timings.predicted_n`` (llama-server with
-``timings_per_token``), else of ``usage.completion_tokens`` (vLLM with continuous usage
-stats), since the previous content chunk; else null. Events without generated text (role-only,
-final usage-only) are not chunks, but their ``timings`` and ``usage`` are kept.
-
-Status: ``ok`` when the stream ended with ``[DONE]`` or a finish_reason; ``error`` when there
-was no successful response (HTTP 4xx/5xx with the body's message, connection refused, a
-timeout before the response headers) or the stream carried an error object; ``incomplete``
-when a 200 stream stopped early (connection dropped, timeout mid-stream): its chunks are kept.
-
-An event's timestamp is the arrival time of the read that completed it; events that arrive in
-one read share it. ``text`` joins ``content`` (chat), ``text`` (completions) and, when a delta
-has no ``content``, its ``reasoning_content``.
-
-Each request carries ``X-Request-Id: <prefix>-<index>`` (see :func:`request_id`) so server
-logs, and the stand-in's truth, can be joined to records, and ``Authorization: Bearer KEY``
-when the config has an ``api_key`` (a server started with ``--api-key``).
+Each record holds the send time, every content chunk's arrival and token count, the text, the
+server's ``timings``/``usage``/``metrics``, a status (``ok``, ``error``, ``incomplete``) and the
+resends; the fields, how tokens per chunk and the status are decided, and the request ids:
+docs/run-directory.md "``requests.jsonl`` lines".
 
 Connections are kept alive between requests (``keepalive_s``). A send that meets a connection
 the server closed is made once more, on a connection opened for it alone, only when it
