@@ -15,7 +15,8 @@ HF_REPO = re.compile(r"[A-Za-z0-9][\w.-]*/[\w.-]+")
 
 
 class StrictModel(BaseModel):
-    """Base of the engine config models: unknown fields are errors, values are frozen."""
+    """Base of the strict config models (engines, the matrix, a run): unknown fields are errors,
+    values are frozen."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
