@@ -192,3 +192,17 @@ def test_synthetic_acceptance_holds_with_draft_mtp(llama_server, mtp_target, tmp
     assert s["integrity"]["passed"], s["integrity"]
     log = (tmp_path / "mtp" / "server.log").read_text(errors="replace")
     assert "creating MTP draft context against the target model" in log
+
+
+def test_the_folder_carries_the_image_processor_sglang_loads(mtp_target):
+    """SGLang serves a Qwen3.5 folder as the multimodal class, whose tokenizer manager loads
+    the image processor: the folder names Qwen3.5's (patch 16, merge 2, mean and std 0.5),
+    and transformers builds it from the folder alone (the video half of the full processor
+    needs torchvision, which the GPU image has and this host may not)."""
+    from transformers import AutoImageProcessor
+
+    hf_dir, _ = mtp_target
+    assert json.loads((hf_dir / "preprocessor_config.json").read_text())["patch_size"] == 16
+    proc = AutoImageProcessor.from_pretrained(hf_dir, backend="pil")
+    assert (proc.patch_size, proc.temporal_patch_size, proc.merge_size) == (16, 2, 2)
+    assert list(proc.image_mean) == list(proc.image_std) == [0.5, 0.5, 0.5]

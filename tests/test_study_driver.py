@@ -52,24 +52,28 @@ def test_the_rounds_file_lists_every_round_of_the_former_scripts(study: ModuleTy
     rounds = study.load_rounds()
     assert list(rounds) == ["1", "verdict", "shared", "gate", "naive", "twostart", "hoststart",
                             "spread", "known", "all", "methods", "mtp", "fits", "fits2",
-                            "verdicts", "sglang-methods", "moe", "synthetic", "sglang-check", "smoke"]
+                            "verdicts", "sglang-methods", "sglang-mtp", "moe", "synthetic", "sglang-check",
+                            "smoke"]
     assert study.parts(rounds, "methods") == [1, 2, 3, 4]
     assert study.parts(rounds, "moe") == [1, 2, 3, 4, 5, 6, 7]
     # the needs the former driver encoded in its case statements
     by = {(r.name, r.part): r for r in _every_round(study) if r.kind == "cross"}
     assert {k for k, r in by.items() if not r.vllm} == {
         ("gate", None), ("spread", None), ("known", None), ("all", None), ("methods", 1),
-        ("methods", 2), ("moe", 1), ("moe", 4), ("moe", 6), ("sglang-methods", None)}
-    assert {k for k, r in by.items() if r.sglang} == {("sglang-methods", None)}
+        ("methods", 2), ("moe", 1), ("moe", 4), ("moe", 6), ("sglang-methods", None),
+        ("sglang-mtp", None)}
+    assert {k for k, r in by.items() if r.sglang} == {("sglang-methods", None),
+                                                      ("sglang-mtp", None)}
     assert {k for k, r in by.items() if not r.build} == {
         ("naive", None), ("twostart", None), ("hoststart", None), ("methods", 3), ("methods", 4),
         ("moe", 2), ("moe", 3), ("moe", 5), ("moe", 7), ("fits2", None),
-        ("sglang-methods", None)}
+        ("sglang-methods", None), ("sglang-mtp", None)}
     assert {k for k, r in by.items() if r.drafters} == {("methods", p) for p in (1, 2, 3, 4)} | {
         ("fits", None), ("fits2", None), ("verdicts", None), ("sglang-methods", None)}
     assert {k for k, r in by.items() if not r.verify_hf} == {
         ("methods", 3), ("methods", 4), ("mtp", None), ("fits", None), ("fits2", None),
-        ("verdicts", None), ("sglang-methods", None)} | {("moe", p) for p in (1, 2, 3, 4, 5, 6, 7)}
+        ("verdicts", None), ("sglang-methods", None), ("sglang-mtp", None)} | {
+        ("moe", p) for p in (1, 2, 3, 4, 5, 6, 7)}
     # the MTP round makes the Qwen3.5 target first, then the qwen3-8b pair only where it fits
     assert by[("mtp", None)].fixtures == (("path mtp-target --shape qwen3-8b", 0),
                                           ("make --shape qwen3-8b", 26))
@@ -127,7 +131,7 @@ def test_every_round_matrix_validates_and_every_selection_picks_cells(
             chosen = select(cells, step.only, step.skip)
             assert chosen, f"round {r.name} step {step.name}: the selection picks no cell"
             checked += 1
-    assert checked == 39
+    assert checked == 40
 
 
 def test_a_selector_with_an_unknown_key_is_refused(study: ModuleType) -> None:
