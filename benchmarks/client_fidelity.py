@@ -63,6 +63,7 @@ from crossbench.load.client import (
 from crossbench.load.workloads import Prompt, load_workload
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))  # the stand-ins
+from standins import pythonpath
 from standins.fidelity import (
     decode_rate_agreement,
     summarise,
@@ -72,9 +73,6 @@ from standins.fidelity import (
 SWEEP_GAPS_MS = [2.0, 1.0, 0.8, 0.6, 0.5, 0.45, 0.4, 0.35, 0.3, 0.25, 0.2, 0.15, 0.1]
 QUICK_GAPS_MS = [1.0, 0.5, 0.35, 0.25]
 TOLERANCE = 0.10
-STANDINS_PATH = os.pathsep.join(str(Path(__file__).resolve().parents[1] / d)
-                                for d in ("tests", "."))
-"""PYTHONPATH for the stand-in's process: it lives in the checkout's ``tests/standins/``."""
 PROMPT = Prompt("fidelity", "synthetic", "stand-in fidelity probe", None)
 
 
@@ -93,7 +91,7 @@ class StandinProcess:
                "--log", str(self.log), *extra]  # fmt: skip
         if cpu is not None:
             cmd += ["--cpu", str(cpu)]
-        env = dict(os.environ, PYTHONPATH=STANDINS_PATH)
+        env = dict(os.environ, PYTHONPATH=pythonpath())
         self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True, env=env)
         assert self.proc.stdout is not None
         line = self.proc.stdout.readline()

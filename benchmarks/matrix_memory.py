@@ -35,9 +35,8 @@ from crossbench.engines import registry
 from crossbench.engines.base import EngineIdentity, EngineServer, MetricsSnapshot
 from crossbench.runner.matrix_run import Tick, run_matrix
 
-STANDINS_PATH = os.pathsep.join(str(Path(__file__).resolve().parents[1] / d)
-                                for d in ("tests", "."))
-"""PYTHONPATH for the stand-in's process: it lives in the checkout's ``tests/standins/``."""
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))  # the stand-ins
+from standins import pythonpath
 
 
 class AttachedConfig(BaseModel):
@@ -123,7 +122,7 @@ def main() -> int:
     proc = subprocess.Popen([sys.executable, "-m", "standins.load", "--port", "0",
                              "--ttft-ms", "1", "--gap-ms", "0.2", "--max-tokens", "8"],
                             stdout=subprocess.PIPE, text=True,
-                            env=dict(os.environ, PYTHONPATH=STANDINS_PATH))
+                            env=dict(os.environ, PYTHONPATH=pythonpath()))
     try:
         assert proc.stdout is not None
         url = proc.stdout.readline().strip().rsplit(" ", 1)[-1]

@@ -29,10 +29,18 @@ it like at the real thing (the launcher as ``binary:``, the Zenodo stand-in's UR
 """
 
 import os
+import shlex
 from pathlib import Path
 
 HOME = Path(__file__).resolve().parent.parent
 """The folder that holds this package (``tests/``): on ``sys.path``, ``import standins`` works."""
+
+
+def launcher_export() -> str:
+    """The launcher scripts' ``export PYTHONPATH=...`` line: :data:`HOME` and the checkout,
+    then whatever ``PYTHONPATH`` the script finds when it runs."""
+    here = shlex.quote(f"{HOME}:{HOME.parent}")
+    return f"export PYTHONPATH={here}${{PYTHONPATH:+:$PYTHONPATH}}\n"
 
 
 def pythonpath() -> str:

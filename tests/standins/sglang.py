@@ -73,7 +73,7 @@ from prometheus_client.exposition import generate_latest
 
 from crossbench.engines.sglang import metrics as names
 from crossbench.engines.sglang.profile import DEFAULT_VERSION, STANDIN_SUFFIX, profile_for
-from standins import HOME
+from standins import launcher_export
 from standins.cli import spawn_orphan, standin_main
 
 _WORDS = (" alpha", " beta", " gamma", " delta", " epsilon", " zeta", " eta", " theta")
@@ -435,7 +435,7 @@ def write_launcher(path: Path, *standin_args: str) -> Path:
         "#!/bin/sh\n"
         "# crossbench's stand-in for an interpreter with sglang (not SGLang); made by "
         "`python -m standins.sglang launcher`\n"
-        f"export PYTHONPATH={shlex.quote(f'{HOME}:{HOME.parent}')}${{PYTHONPATH:+:$PYTHONPATH}}\n"
+        f"{launcher_export()}"
         f'if [ "$1" = "-c" ]; then exec {py} -m standins.sglang '
         f"--version {args}; fi\n"
         'if [ "$1" = "-m" ]; then shift 2; fi\n'

@@ -65,7 +65,7 @@ from crossbench.engines.vllm.profile import (
 )
 from crossbench.engines.vllm.startup_cut import default_capture_sizes
 from crossbench.errors import UserError
-from standins import HOME, vllm_formats
+from standins import launcher_export, vllm_formats
 from standins.cli import spawn_orphan, standin_main
 from standins.load import STANDIN_NAME
 from standins.vllm_formats import VllmMetrics
@@ -588,7 +588,7 @@ def write_launcher(path: Path, *standin_args: str) -> Path:
         "#!/bin/sh\n"
         "# crossbench's stand-in for vllm (not vLLM); made by "
         "`python -m standins.vllm launcher`\n"
-        f"export PYTHONPATH={shlex.quote(f'{HOME}:{HOME.parent}')}${{PYTHONPATH:+:$PYTHONPATH}}\n"
+        f"{launcher_export()}"
         f'if [ "$1" = "--version" ]; then exec {shlex.quote(sys.executable)} -m '
         f"standins.vllm --version {args}; fi\n"
         f'exec {shlex.quote(sys.executable)} -m standins.vllm "$@" {args}\n')
