@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 import zipfile
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -82,6 +83,22 @@ def _check_host(entries: list[dict[str, Any]]) -> None:
         assert 0 <= rec["cpu_busy_share"] <= 1
 
 
+def _check_clock(run_dir: Path, man: dict[str, Any]) -> None:
+    """Each trial's clock anchor places its measured requests' monotonic times inside the
+    trial's wall-clock start and end (``started_utc``/``ended_utc``, whole seconds)."""
+    records = [json.loads(line) for line in (run_dir / "requests.jsonl").read_text().splitlines()]
+    for e in man["trials"]:
+        clock = e["clock"]
+        offset = clock["wall_ns"] - clock["monotonic_ns"]
+        lo, hi = (datetime.fromisoformat(e[k].replace("Z", "+00:00")).timestamp() * 1e9
+                  for k in ("started_utc", "ended_utc"))
+        mine = [r for r in records if r["trial"] == e["trial"] and not r["warmup"]]
+        assert mine
+        for r in mine:
+            for t in (r["t_sent_ns"], r["t_done_ns"]):
+                assert lo - 1e9 <= t + offset <= hi + 1e9, (e["trial"], r["request_index"])
+
+
 @pytest.mark.parametrize("engine", ["vllm", "sglang"])
 def test_every_stand_in_engine_records_the_host_the_same_way(tmp_path: Path,
                                                              engine: str) -> None:
@@ -102,6 +119,7 @@ def test_every_stand_in_engine_records_the_host_the_same_way(tmp_path: Path,
     man = json.loads((tmp_path / "run" / "manifest.json").read_text())
     assert len(man["trials"]) == 2
     _check_host(man["trials"])
+    _check_clock(tmp_path / "run", man)
 
 
 def test_the_real_llama_server_records_the_host_the_same_way(  # type: ignore[no-untyped-def]
@@ -118,6 +136,7 @@ def test_the_real_llama_server_records_the_host_the_same_way(  # type: ignore[no
     man = json.loads((tmp_path / "run" / "manifest.json").read_text())
     _check_host(man["trials"])
     assert man["trials"][0]["host"]["server_cores"] > 0  # llama-server decoded on the CPU
+    _check_clock(tmp_path / "run", man)
 
 
 @pytest.fixture(scope="module")

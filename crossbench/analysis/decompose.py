@@ -138,26 +138,32 @@ def find_sweep(analysis: dict[str, Any], arm: str, concurrency: int = 1) -> dict
 
 def telemetry_split(analysis: dict[str, Any], sweep: dict[str, Any]) -> dict[int, dict[str, Any]]:
     """Per n of ``sweep``: the arm's GPU work and GPU idle (host) time per speculative step
-    from the run's own telemetry (each cell's ``host_time``: NVML busy share over the trial's
-    wall window, per output token, times the cell's MAL), in milliseconds and in the
-    baseline's time per token by the same telemetry, so the window's prefill and gaps cancel
-    where they are small against the decode. A third instrument beside the fit and the
-    timed parts: where the GPU work per step matches the timed parts, the idle is the rest."""
+    from the run's own telemetry (each cell's ``host_time``, per output token, times the
+    cell's MAL), in milliseconds and in the baseline's time per token by the same telemetry.
+    The window (``window``) is the decode alone where both cells have it
+    (``host_time.decode``: prefill and the gaps between requests left out), else the trial's
+    wall window, whose prefill and gaps the baseline's own cancel only where they are small
+    against the decode. A third instrument beside the fit and the timed parts: where the GPU
+    work per step matches the timed parts, the idle is the rest."""
     cells = {c.get("cell"): c for c in analysis.get("cells", [])}
     base = (cells.get(sweep.get("baseline_cell")) or {}).get("host_time") or {}
     if not base:
         return {}
-    base_ms = (base["busy_ms_per_token"]["mean"] + base["host_ms_per_token"]["mean"])
     out: dict[int, dict[str, Any]] = {}
     for point in sweep.get("points", []):
         ht = (cells.get(point.get("cell")) or {}).get("host_time") or {}
         mal = point.get("mean_acceptance_length")
         if not ht or not mal:
             continue
-        gpu = ht["busy_ms_per_token"]["mean"] * mal
-        host = ht["host_ms_per_token"]["mean"] * mal
+        window, arm, ref = "trial", ht, base
+        if (ht.get("decode") or {}).get("available") and \
+                (base.get("decode") or {}).get("available"):
+            window, arm, ref = "decode", ht["decode"], base["decode"]
+        base_ms = ref["busy_ms_per_token"]["mean"] + ref["host_ms_per_token"]["mean"]
+        gpu = arm["busy_ms_per_token"]["mean"] * mal
+        host = arm["host_ms_per_token"]["mean"] * mal
         out[int(point["n"])] = {"gpu_ms_per_step": gpu, "host_ms_per_step": host,
-                                "telemetry_base_ms": base_ms,
+                                "telemetry_base_ms": base_ms, "window": window,
                                 "telemetry_steps": (gpu + host) / base_ms}
     return out
 
@@ -217,7 +223,8 @@ def format_rows(rows: list[dict[str, Any]]) -> str:
             lines.append(f"  n={r['n']}: telemetry GPU work {r['gpu_ms_per_step']:.2f} ms a step "
                          f"(timed parts {r['parts_steps'] * r['plain_ms']:.2f} ms), GPU idle "
                          f"{r['host_ms_per_step']:.2f} ms; work + idle "
-                         f"{r['telemetry_steps']:.2f} of the baseline's steps")
+                         f"{r['telemetry_steps']:.2f} of the baseline's steps "
+                         f"({r['window']} window)")
     notes = {r["draft_note"] for r in rows if r["draft_note"]}
     shares = [r["kv_extra_share"] for r in rows if "kv_extra_share" in r]
     verify = ([f"verify: the baseline's step at concurrency c (n + 1) over that at c (batch "

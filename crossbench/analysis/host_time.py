@@ -16,6 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from crossbench.analysis.decode_window import cell_decode_time
 from crossbench.analysis.rundir import CellData
 from crossbench.analysis.stats import cv
 
@@ -107,7 +108,8 @@ def cell_host_time(cell: CellData) -> dict[str, Any] | None:
     ``gpu_busy_share`` is the mean over trials; ``busy_ms_per_token`` and
     ``host_ms_per_token`` give mean, min, max and CV over trials; ``per_trial`` keeps each
     trial's figures so every statistic can be recomputed, with the host it ran on and that
-    host's load (``host``: :func:`trial_host`).
+    host's load (``host``: :func:`trial_host`); ``decode`` the same over the decode alone
+    (:func:`crossbench.analysis.decode_window.cell_decode_time`).
     """
     times = trial_times(cell)
     if not times:
@@ -126,6 +128,7 @@ def cell_host_time(cell: CellData) -> dict[str, Any] | None:
                       for t in times},
         "source": "NVML utilization.gpu, mean over the measured window, x measured wall "
                   "time / output tokens of the trial's completed requests",
+        "decode": cell_decode_time(cell.root, cell.manifest, cell.records),
     }
 
 

@@ -162,6 +162,7 @@ class RunFrames:
         for c in self.analysis["cells"]:
             th, lat, acc, req = c["throughput"], c["latency_ms"], c["acceptance"], c["requests"]
             ht = c.get("host_time") or {}
+            dw = ht.get("decode") or {}
             rows.append({
                 **{k: c.get(k) for k in ("cell", *COORDS)},
                 "baseline_cell": c.get("baseline_cell"), "requests_ok": req.get("ok", 0),
@@ -178,6 +179,9 @@ class RunFrames:
                 "gpu_busy_share": ht.get("gpu_busy_share"),
                 "busy_ms_per_token": (ht.get("busy_ms_per_token") or {}).get("mean"),
                 "host_ms_per_token": (ht.get("host_ms_per_token") or {}).get("mean"),
+                "decode_gpu_busy_share": dw.get("gpu_busy_share"),
+                "decode_busy_ms_per_token": (dw.get("busy_ms_per_token") or {}).get("mean"),
+                "decode_host_ms_per_token": (dw.get("host_ms_per_token") or {}).get("mean"),
                 "draft_acceptance_rate": acc.get("draft_acceptance_rate"),
                 "mean_acceptance_length": acc.get("mean_acceptance_length"),
                 "synthetic_acceptance": bool(c.get("synthetic_acceptance"))})

@@ -133,6 +133,11 @@ FRAMES: dict[str, list[Column]] = {
         Column("busy_ms_per_token", "ms/token", "mean over trials of GPU-busy ms per token"),
         Column("host_ms_per_token", "ms/token",
                "mean over trials of ms per token with the GPU waiting on the host"),
+        Column("decode_gpu_busy_share", "fraction", "the same over the decode alone "
+               "(host_time.decode; NA where the window is too short or not anchored)"),
+        Column("decode_busy_ms_per_token", "ms/token", "GPU-busy ms per token of the decode"),
+        Column("decode_host_ms_per_token", "ms/token",
+               "ms per token of the decode with the GPU waiting on the host"),
         Column("draft_acceptance_rate", "fraction", "accepted / drafted tokens (0-1)"),
         Column("mean_acceptance_length", "tokens/step", "1 + accepted / drafts"),
         Column("synthetic_acceptance", "", "acceptance set by synth_rates / synth_len"),

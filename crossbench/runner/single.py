@@ -59,7 +59,7 @@ from crossbench.store.rundir import (
 from crossbench.telemetry import checks as gpu_checks
 from crossbench.telemetry.derive import TrialPhases, derive_trial
 from crossbench.telemetry.gpu import process_tree
-from crossbench.telemetry.sampler import GpuSampler
+from crossbench.telemetry.sampler import GpuSampler, clock_anchor
 
 Progress = Callable[[str], None]
 
@@ -582,6 +582,7 @@ class Trial:
         window.start()
         t1 = clock()
         self.marks["measured_start"] = time.time_ns()
+        entry["clock"] = clock_anchor()  # maps the records' monotonic times onto the trace's
         stats = self.measure(client_cfg, measured, mode, write)
         self.marks["measured_end"] = time.time_ns()
         phases["measured"] = clock() - t1

@@ -213,7 +213,7 @@ FORMATS: dict[str, Format] = {
            "histograms); adds server_rate_source, client_vs_server, engine_reported_tok_s, "
            "engine_rate_definition and acceptance.mean_acceptance_length_estimate / mal_note"},
         {2: ("throughput.server_pooled_tok_s", "per_trial.*.throughput.server_pooled_tok_s")}),
-    "analysis": Format(ANALYSIS, ANALYSIS_KIND, 8, {
+    "analysis": Format(ANALYSIS, ANALYSIS_KIND, 9, {
         1: "first version (cells, pairs, sweeps, stability)",
         2: "options.strata and each interval's design; cost-model intervals (d_ci95, v_ci95) "
            "and tau estimated from per-request counts where no counter exists; server rates "
@@ -248,7 +248,10 @@ FORMATS: dict[str, Format] = {
            "warning also fires where a speculative arm waits on the host at least a quarter "
            "of a baseline token's time longer per token than its baseline, and names the "
            "CPUs, the load and other busy processes; the different_cpus confound finding (a "
-           "pair whose arms ran on different CPUs reads confounded)"},
+           "pair whose arms ran on different CPUs reads confounded)",
+        9: "cells.*.host_time.decode: GPU work and host time per token over the decode alone "
+           "(prefill and the gaps between requests left out; needs the trials' clock "
+           "anchor)"},
         {2: ("cells.*.throughput.server_pooled_tok_s", "cells.*.latency_ms.chunk_gap",
              "cells.*.latency_ms.token_itl", "cells.*.throughput.wall_output_tok_s",
              "pairs.*.warnings", "pairs.*.confounds", "pairs.*.verdict", "stability",

@@ -198,6 +198,17 @@ class GpuSampler:
         note_path(self.path).write_text(text + "\n")
 
 
+def clock_anchor() -> dict[str, int]:
+    """One reading of both clocks: ``wall_ns`` (``time.time_ns``, the trace's clock) and
+    ``monotonic_ns`` (``time.monotonic_ns``, the request records' clock), the monotonic one
+    the midpoint of two reads around the wall read. ``wall_ns - monotonic_ns`` maps a
+    record's time onto the trace (``analysis.decode_window``)."""
+    m0 = time.monotonic_ns()
+    wall = time.time_ns()
+    m1 = time.monotonic_ns()
+    return {"wall_ns": wall, "monotonic_ns": (m0 + m1) // 2}
+
+
 def _row(t: int, index: int, nv: Nvml, tree: set[int] | None) -> dict[str, object]:
     s = nv.sample(index, with_processes=tree is not None)
     held: int | None = None
