@@ -135,6 +135,17 @@ def test_failure_in_the_middle_then_resume(standin: ZenodoStandIn, v1: Path) -> 
     assert dep.state == "done"
 
 
+@pytest.mark.parametrize("text", ["[1, 2]", "{broken", '{"deposition_id": "x"}'])
+def test_a_damaged_upload_state_is_an_error_naming_it(standin: ZenodoStandIn, v1: Path,
+                                                      text: str) -> None:
+    state = v1.with_name("study-v1.deposit.json")
+    state.write_text(text)
+    r = invoke("archive", "upload", str(v1), "--base-url", standin.base_url, *FAST)
+    assert r.exit_code != 0 and "Traceback" not in r.output
+    assert f"{state}: not an upload state" in r.stderr and "delete it" in r.stderr
+    assert not standin.depositions  # nothing was created on the service
+
+
 def test_dropped_connection_429_and_corruption_are_retried(standin: ZenodoStandIn,
                                                           v1: Path) -> None:
     waits: list[float] = []

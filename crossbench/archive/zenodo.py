@@ -316,12 +316,22 @@ class DepositResult:
 
 
 def _read_state(path: Path, base_url: str, new_version_of: int | None) -> dict[str, Any] | None:
+    """The resume state of an earlier upload of the same archive to the same service (None:
+    none, or one for another service or version); a damaged file is an error naming it."""
     if not path.exists():
         return None
-    state = json.loads(path.read_text())
+    try:
+        state = json.loads(path.read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        state = e
+    if not isinstance(state, dict) or not isinstance(state.get("deposition_id", 0), int):
+        raise UserError(f"{path}: not an upload state crossbench wrote (a JSON object with "
+                        "deposition_id)",
+                        "delete it to start a new draft (a draft it named stays on Zenodo "
+                        "until you delete it there)")
     if state.get("base_url") != base_url or state.get("new_version_of") != new_version_of:
         return None
-    return state if isinstance(state, dict) else None
+    return state
 
 
 def deposit(dep: ArchiveFiles, client: ZenodoClient, *, publish: bool = False,
