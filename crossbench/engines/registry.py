@@ -43,6 +43,7 @@ class Registration:
     process_names: tuple[str, ...]
     rules: str | None
     run_options: Mapping[str, str] = field(default_factory=dict)
+    install: str | None = None
 
 
 _ENGINES: dict[str, Registration] = {}
@@ -55,7 +56,8 @@ def register(name: str, server: str, config: str,
              spec_counters: SpecCounters | None = None,
              process_names: tuple[str, ...] = (),
              rules: str | None = None,
-             run_options: Mapping[str, str] | None = None) -> None:
+             run_options: Mapping[str, str] | None = None,
+             install: str | None = None) -> None:
     """Register an engine: ``server`` and ``config`` are ``"module:Class"`` paths; what shared
     code reads from each other argument is docs/engines.md "The registration".
 
@@ -64,12 +66,14 @@ def register(name: str, server: str, config: str,
     tokens, decode seconds) histograms; ``planning_startup_s`` is the start a plan assumes,
     labelled as an assumption; ``process_names`` begin the engine's ``/proc/PID/comm`` names;
     ``rules`` is ``"module:attr"`` of its own :class:`crossbench.engines.confound_rule.Rule` s;
-    ``run_options`` are ``crossbench run`` options beyond :data:`RUN_OPTION_FIELDS`.
+    ``run_options`` are ``crossbench run`` options beyond :data:`RUN_OPTION_FIELDS`;
+    ``install`` is ``"module:function"`` giving the argv that installs the build a recorded
+    engine config names (:func:`install_argv`).
     """
     _ENGINES[name] = Registration(
         server, config, spec_metric_prefix,
         spec_counters or SpecCounters.standard(spec_metric_prefix), decode_histograms,
-        planning_startup_s, tuple(process_names), rules, dict(run_options or {}))
+        planning_startup_s, tuple(process_names), rules, dict(run_options or {}), install)
 
 
 # planning_startup_s: the H200 cross-engine round 1 (examples/h200-cross/round1, 8B F16
@@ -78,7 +82,8 @@ def register(name: str, server: str, config: str,
 register("llama-server", "crossbench.engines.llamacpp.server:LlamaServer",
          "crossbench.engines.llamacpp.config:LlamaServerConfig", planning_startup_s=5.0,
          process_names=("llama-server", "llama-cli", "llama-bench"),
-         rules="crossbench.engines.llamacpp.rules:RULES")
+         rules="crossbench.engines.llamacpp.rules:RULES",
+         install="crossbench.engines.llamacpp.pins:install_argv")
 register("vllm", "crossbench.engines.vllm.server:VllmServer",
          "crossbench.engines.vllm.config:VllmServerConfig", spec_metric_prefix="vllm:spec_decode_",
          decode_histograms=("vllm:request_generation_tokens", "vllm:request_decode_time_seconds"),
@@ -161,6 +166,17 @@ def spec_methods(name: str) -> tuple[str, ...] | None:
     values = get_args(kind.annotation) if kind is not None else ()
     return tuple(str(v) for v in values) if values and all(isinstance(v, str)
                                                            for v in values) else None
+
+
+def install_argv(name: str, config: Mapping[str, Any]) -> list[str] | None:
+    """The command that installs the engine build a recorded ``config`` names (a pinned
+    llama.cpp), or None where the engine registered none or the config names no build;
+    unknown engines (an import's label) give None."""
+    entry = _ENGINES.get(name)
+    if entry is None or entry.install is None:
+        return None
+    argv: list[str] | None = _load(entry.install)(config)
+    return argv
 
 
 def names() -> list[str]:

@@ -9,9 +9,9 @@ options the analysis was made with.
 from __future__ import annotations
 
 import posixpath
-import re
 import shlex
 
+from crossbench.engines.registry import install_argv
 from crossbench.report.study import Cell, Study
 from crossbench.store import rundir
 
@@ -31,15 +31,10 @@ def server_command(cell: Cell) -> str | None:
 
 
 def install_command(cell: Cell) -> str | None:
-    """How to get the same engine build, when crossbench built it from a pin."""
-    ec = dict((cell.manifest.get("config") or {}).get("engine_config") or {})
-    if cell.manifest.get("config", {}).get("engine") != "llama-server" or not ec.get("pin"):
-        return None
-    argv = ["crossbench", "engines", "install", "llama.cpp", "--pin", str(ec["pin"])]
-    arch = re.fullmatch(r"cuda-sm(\d+)", str(ec.get("variant") or ""))
-    if arch:
-        argv += ["--cuda", "--cuda-arch", arch.group(1)]
-    return quote(argv)
+    """How to get the same engine build, where the engine says (``registry.install_argv``)."""
+    config = cell.manifest.get("config") or {}
+    argv = install_argv(str(config.get("engine")), dict(config.get("engine_config") or {}))
+    return quote(argv) if argv else None
 
 
 def _filters(study: Study, chosen: list[Cell]) -> list[str] | None:

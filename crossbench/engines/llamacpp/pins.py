@@ -8,7 +8,10 @@ is passed to CMake as ``LLAMA_BUILD_NUMBER`` / ``LLAMA_BUILD_COMMIT``.
 
 from __future__ import annotations
 
+import re
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from crossbench.errors import UserError
 
@@ -73,3 +76,14 @@ def get_pin(spec: str) -> SourcePin:
             f"unknown llama.cpp source pin {spec!r}",
             f"use one of: {known}; or point `binary:` at your own llama-server build",
         ) from None
+
+
+def install_argv(config: Mapping[str, Any]) -> list[str] | None:
+    """``crossbench engines install llama.cpp`` for the pinned build a recorded llama-server
+    config names (``pin``, and ``variant`` ``cuda-smNN`` for a CUDA build); None without a pin
+    (a binary the user brought)."""
+    if not config.get("pin"):
+        return None
+    argv = ["crossbench", "engines", "install", "llama.cpp", "--pin", str(config["pin"])]
+    arch = re.fullmatch(r"cuda-sm(\d+)", str(config.get("variant") or ""))
+    return [*argv, "--cuda", "--cuda-arch", arch.group(1)] if arch else argv
