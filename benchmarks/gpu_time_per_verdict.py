@@ -127,21 +127,26 @@ the naive design's or more conservative (no flipped, lost or bolder verdict)."""
 
 
 def variant(src: Path, dst: Path, trials_per_start: int, probes: int | None,
-            holdout: int, trials: int | None = None) -> None:
+            holdout: int, trials: int | None = None, requests: int | None = None,
+            max_tokens: int | None = None) -> None:
     """Write the crossbench design of the naive matrix ``src``: server reuse and, with
     ``probes``, probe-and-predict; with ``trials``, that many trials per cell (so
-    ``trials / trials_per_start`` starts per server group); every other line of the study
-    stays as it was."""
+    ``trials / trials_per_start`` starts per server group); with ``requests`` and
+    ``max_tokens``, the load's (longer requests give the decode-only telemetry window room:
+    docs/analysis.md); every other line of the study stays as it was."""
     doc = yaml.safe_load(src.read_text())
     doc["trials_per_start"] = trials_per_start
     if trials is not None:
         doc["trials"] = trials
+    load = {"requests": requests, "max_tokens": max_tokens}
+    doc["load"] = {**doc.get("load", {}), **{k: v for k, v in load.items() if v is not None}}
     if probes is not None:
         doc["probe_predict"] = {"probes": probes, "holdout": holdout, "seed": 0}
     doc["study"]["name"] = f"{doc['study']['name']}-crossbench"
     doc["study"]["notes"] = (f"{doc['study'].get('notes', '').strip()} Crossbench design of "
                              f"{src.name}: trials_per_start {trials_per_start}"
                              + (f", trials {trials}" if trials is not None else "")
+                             + "".join(f", {k} {v}" for k, v in load.items() if v is not None)
                              + (f", probe_predict probes {probes} holdout {holdout}"
                                 if probes is not None else "") + ".")
     dst.write_text(yaml.safe_dump(doc, sort_keys=False))
@@ -583,6 +588,10 @@ def main(argv: list[str] | None = None) -> int:
     v.add_argument("--holdout", type=int, default=1)
     v.add_argument("--trials", type=int, default=None,
                    help="trials per cell (default: the matrix's own)")
+    v.add_argument("--requests", type=int, default=None,
+                   help="measured requests per cell at c=1 (the load's requests)")
+    v.add_argument("--max-tokens", type=int, default=None,
+                   help="tokens per request (the load's max_tokens)")
     c = sub.add_parser("compute", help="compare recorded runs")
     c.add_argument("--study", nargs=3, action="append", required=True,
                    metavar=("[NAME=]ENGINE_ID", "NAIVE_RUN[,NAIVE_RUN...]", "CROSSBENCH_RUN"),
@@ -613,7 +622,7 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     if args.cmd == "variant":
         variant(args.src, args.dst, args.trials_per_start, args.probes, args.holdout,
-                args.trials)
+                args.trials, args.requests, args.max_tokens)
         return 0
     opts = StatsOptions(min_samples=args.min_samples)
     if args.cmd == "planned":

@@ -437,3 +437,9 @@ def test_a_variant_sets_trials_and_reuse_and_keeps_the_rest(tmp_path: Path) -> N
     assert "trials 3" in got["study"]["notes"] and "trials 3" not in keep["study"]["notes"]
     for k in set(orig) - {"trials", "trials_per_start", "study"}:
         assert got[k] == orig[k], k
+    _bench().variant(src, tmp_path / "long.yaml", 1, None, 1, trials=1, requests=8,
+                     max_tokens=384)
+    long = yaml.safe_load((tmp_path / "long.yaml").read_text())
+    assert long["load"] == {**orig["load"], "requests": 8, "max_tokens": 384}
+    assert "requests 8, max_tokens 384" in long["study"]["notes"]
+    assert keep["load"] == orig["load"]
