@@ -22,7 +22,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from crossbench.analysis.stats import cv
+from crossbench.analysis.stats import spread
 from crossbench.telemetry.derive import read_trace
 
 NVML_MIN_PERIOD_S = 1.0 / 6.0
@@ -175,15 +175,11 @@ def cell_decode_time(root: Path, manifest: Mapping[str, Any],
         reason = next(iter(per_trial.values()), {}).get("reason", "no GPU telemetry")
         return {"available": False, "reason": reason, "per_trial": per_trial}
 
-    def spread(key: str) -> dict[str, float | None]:
-        values = [float(t[key]) for t in good]
-        return {"mean": sum(values) / len(values), "min": min(values), "max": max(values),
-                "cv": cv(values)}
-
     return {"available": True, "trials": len(good),
             "gpu_busy_share": sum(t["gpu_busy_share"] for t in good) / len(good),
-            "busy_ms_per_token": spread("busy_ms_per_token"),
-            "host_ms_per_token": spread("host_ms_per_token"), "per_trial": per_trial,
+            "busy_ms_per_token": spread([t["busy_ms_per_token"] for t in good]),
+            "host_ms_per_token": spread([t["host_ms_per_token"] for t in good]),
+            "per_trial": per_trial,
             "source": "NVML utilization.gpu samples whose averaging period lies inside the "
                       "decode-only window, x that window's wall time / the tokens that "
                       "arrived in it"}

@@ -18,7 +18,7 @@ from typing import Any
 
 from crossbench.analysis.decode_window import cell_decode_time
 from crossbench.analysis.rundir import CellData
-from crossbench.analysis.stats import cv
+from crossbench.analysis.stats import spread
 
 HOST_BOUND_SHARE = 0.5
 """A speculative arm whose GPU was busy less than this share of its measured time is
@@ -97,11 +97,6 @@ def trial_host(entry: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def _spread(values: list[float]) -> dict[str, Any]:
-    return {"mean": sum(values) / len(values), "min": min(values), "max": max(values),
-            "cv": cv(values)}
-
-
 def cell_host_time(cell: CellData) -> dict[str, Any] | None:
     """A cell's ``host_time`` figures (None without GPU utilization telemetry).
 
@@ -118,8 +113,8 @@ def cell_host_time(cell: CellData) -> dict[str, Any] | None:
     return {
         "trials": len(times),
         "gpu_busy_share": sum(t.gpu_busy_share for t in times) / len(times),
-        "busy_ms_per_token": _spread([t.busy_ms_per_token for t in times]),
-        "host_ms_per_token": _spread([t.host_ms_per_token for t in times]),
+        "busy_ms_per_token": spread([t.busy_ms_per_token for t in times]),
+        "host_ms_per_token": spread([t.host_ms_per_token for t in times]),
         "per_trial": {str(t.trial): {"wall_s": t.wall_s, "tokens": t.tokens,
                                      "gpu_busy_share": t.gpu_busy_share,
                                      "busy_ms_per_token": t.busy_ms_per_token,

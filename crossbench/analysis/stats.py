@@ -15,7 +15,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import Literal
+from typing import Any, Literal
 
 import numpy as np
 import numpy.typing as npt
@@ -354,6 +354,13 @@ class LineFit:
 
     def __call__(self, x: float) -> float:
         return self.intercept + self.slope * x
+
+
+def spread(values: Sequence[float]) -> dict[str, Any]:
+    """Mean, min, max and CV of ``values`` (at least one), as the host-time figures give
+    them."""
+    return {"mean": sum(values) / len(values), "min": min(values), "max": max(values),
+            "cv": cv(values)}
 
 
 def fit_line(x: Sequence[float] | FloatArray, y: Sequence[float] | FloatArray) -> LineFit:
