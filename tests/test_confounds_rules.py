@@ -47,7 +47,7 @@ def ids(findings: list[Finding]) -> list[tuple[str, str]]:
 
 
 def test_every_rule_has_an_id_explanation_and_source() -> None:
-    assert len({r.id for r in RULES}) == len(RULES) == 10
+    assert len({r.id for r in RULES}) == len(RULES) == 12
     for r in RULES:
         assert r.explanation and r.title
         assert r.source.startswith("https://")

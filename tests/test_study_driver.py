@@ -52,8 +52,8 @@ def test_the_rounds_file_lists_every_round_of_the_former_scripts(study: ModuleTy
     rounds = study.load_rounds()
     assert list(rounds) == ["1", "verdict", "shared", "gate", "naive", "twostart", "hoststart",
                             "spread", "known", "all", "methods", "mtp", "fits", "fits2",
-                            "verdicts", "sglang-methods", "sglang-mtp", "moe", "synthetic", "sglang-check",
-                            "smoke"]
+                            "verdicts", "startup-next", "sglang-methods", "sglang-mtp", "moe",
+                            "synthetic", "sglang-check", "smoke"]
     assert study.parts(rounds, "methods") == [1, 2, 3, 4]
     assert study.parts(rounds, "moe") == [1, 2, 3, 4, 5, 6, 7]
     # the needs the former driver encoded in its case statements
@@ -67,13 +67,13 @@ def test_the_rounds_file_lists_every_round_of_the_former_scripts(study: ModuleTy
     assert {k for k, r in by.items() if not r.build} == {
         ("naive", None), ("twostart", None), ("hoststart", None), ("methods", 3), ("methods", 4),
         ("moe", 2), ("moe", 3), ("moe", 5), ("moe", 7), ("fits2", None),
-        ("sglang-methods", None), ("sglang-mtp", None)}
+        ("sglang-methods", None), ("sglang-mtp", None), ("startup-next", None)}
     assert {k for k, r in by.items() if r.drafters} == {("methods", p) for p in (1, 2, 3, 4)} | {
         ("fits", None), ("fits2", None), ("verdicts", None), ("sglang-methods", None)}
     assert {k for k, r in by.items() if not r.verify_hf} == {
         ("methods", 3), ("methods", 4), ("mtp", None), ("fits", None), ("fits2", None),
-        ("verdicts", None), ("sglang-methods", None), ("sglang-mtp", None)} | {
-        ("moe", p) for p in (1, 2, 3, 4, 5, 6, 7)}
+        ("verdicts", None), ("sglang-methods", None), ("sglang-mtp", None),
+        ("startup-next", None)} | {("moe", p) for p in (1, 2, 3, 4, 5, 6, 7)}
     # the MTP round makes the Qwen3.5 target first, then the qwen3-8b pair only where it fits
     assert by[("mtp", None)].fixtures == (("path mtp-target --shape qwen3-8b", 0),
                                           ("make --shape qwen3-8b", 26))

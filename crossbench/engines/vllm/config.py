@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import Field, ValidationInfo, field_validator, model_validator
 
 from crossbench.engines.affinity import CpuSettings
 from crossbench.engines.auth import ApiKeySettings
@@ -283,6 +283,17 @@ class VllmServerConfig(StrictModel, ApiKeySettings, CpuSettings):
         "`crossbench engines compile-cache pack|unpack`), `vllm` (vLLM's own "
         "~/.cache/vllm) or `off` (VLLM_DISABLE_COMPILE_CACHE=1: every start compiles). An "
         "env VLLM_CACHE_ROOT wins over `crossbench`.")
+    engine_process: Literal["spawn", "fork"] = Field(
+        "spawn", description="How the API server starts vLLM's engine core process: `spawn` "
+        "(what `vllm serve` chooses: a fresh interpreter that imports vLLM again) or `fork` "
+        "(VLLM_WORKER_MULTIPROC_METHOD=fork: the engine core inherits the API server's "
+        "imports; the same engine core, scheduler and IPC). Start-up only; one engine "
+        "(data_parallel_size 1); see docs/vllm.md 'Start-up'.")
+    kv_cache_memory_bytes: int | None = Field(
+        None, ge=1, description="`--kv-cache-memory-bytes`: the KV cache's size, given "
+        "instead of profiled (vLLM then skips its memory profiling and its CUDA graph memory "
+        "estimate; gpu_memory_utilization no longer sizes the cache). Take it from a start of "
+        "the same config: engine.startup.kv_cache_gib x 2**30.")
     spec: VllmSpecConfig = Field(default_factory=VllmSpecConfig,
                                  description="Speculative decoding settings.")
 
@@ -290,6 +301,23 @@ class VllmServerConfig(StrictModel, ApiKeySettings, CpuSettings):
     @classmethod
     def _model_ref(cls, v: str) -> str:
         parse_model_ref(v, "model")
+        return v
+
+    @field_validator("env")
+    @classmethod
+    def _no_start_method(cls, v: dict[str, str]) -> dict[str, str]:
+        if "VLLM_WORKER_MULTIPROC_METHOD" in v:
+            raise ValueError("VLLM_WORKER_MULTIPROC_METHOD is set through engine_process "
+                             "(spawn or fork), which the start record keeps; drop it from env "
+                             "and set engine_process")
+        return v
+
+    @field_validator("engine_process")
+    @classmethod
+    def _one_engine(cls, v: str, info: ValidationInfo) -> str:
+        if v == "fork" and (info.data.get("data_parallel_size") or 1) > 1:
+            raise ValueError("fork is examined for one engine only (data_parallel_size 1); "
+                             "set engine_process: spawn with data parallelism")
         return v
 
     @model_validator(mode="after")

@@ -83,6 +83,42 @@ def _cudagraph_sizes(rule: Rule, a: View, b: View, ctx: PairContext) -> list[Fin
         "keeps vLLM's default sizes up to its own largest decode step)")]
 
 
+def _engine_process(rule: Rule, a: View, b: View, ctx: PairContext) -> list[Finding]:
+    if not (_is_vllm(a) and _is_vllm(b)) or ctx.single:
+        return []
+    key = "server.engine_process"
+    va, vb = str(a.get(key) or "spawn"), str(b.get(key) or "spawn")
+    if va == vb:
+        return []
+    la, lb = ctx.labels
+    return [rule.finding(
+        "confounding",
+        f"{la} started vLLM's engine core by {va}, {lb} by {vb}: the same engine core code "
+        "should run either way, but a forked engine core inherits the API server's process "
+        "state, and no measurement has shown the decode rate unchanged yet",
+        "give both arms the same engine_process")]
+
+
+def _kv_cache_memory(rule: Rule, a: View, b: View, ctx: PairContext) -> list[Finding]:
+    if not (_is_vllm(a) and _is_vllm(b)) or ctx.single:
+        return []
+    key = "server.kv_cache_memory_bytes"
+    va, vb = a.get(key), b.get(key)
+    if va == vb:
+        return []
+    la, lb = ctx.labels
+
+    def how(v: object) -> str:
+        return "profiled" if v is None else f"set to {v} bytes"
+
+    return [rule.finding(
+        "confounding",
+        f"{la}'s KV cache was {how(va)}, {lb}'s {how(vb)}: a decode step reads the same "
+        "blocks either way, but the arms can hold different numbers of tokens before vLLM "
+        "preempts, and only one of them ran vLLM's memory profiling",
+        "give both arms the same kv_cache_memory_bytes, or leave it unset on both")]
+
+
 RULES: tuple[Rule, ...] = (
     Rule("vllm-prefix-caching-mtp", "Prefix caching with MTP on vLLM",
          "MTP speculative decoding lowers vLLM's prefix-cache hit rate, so with prefix caching "
@@ -99,4 +135,16 @@ RULES: tuple[Rule, ...] = (
          "mixed prefill steps, so the pair differs in more than its variable.",
          "https://github.com/vllm-project/vllm/blob/v0.26.0/vllm/config/vllm.py",
          _cudagraph_sizes),
+    Rule("vllm-engine-process", "vLLM engine core started differently between arms",
+         "engine_process fork starts vLLM's engine core by fork (it inherits the API server's "
+         "imports) instead of spawn; a pair whose arms differ in it differs in more than its "
+         "variable until a measurement shows the decode rate unchanged.",
+         "https://github.com/vllm-project/vllm/blob/v0.26.0/vllm/utils/system_utils.py",
+         _engine_process),
+    Rule("vllm-kv-cache-memory", "KV cache sized differently between arms",
+         "kv_cache_memory_bytes gives vLLM the KV cache's size and skips its memory "
+         "profiling; an arm with another size (or a profiled one) can hold a different number "
+         "of tokens before it preempts.",
+         "https://github.com/vllm-project/vllm/blob/v0.26.0/vllm/v1/worker/gpu_worker.py",
+         _kv_cache_memory),
 )

@@ -45,6 +45,8 @@ _MANAGED = ("--model", "--revision", "--host", "--port", "--speculative-config",
 
 #: flags that set the compilation config (and with it the capture sizes)
 _COMPILATION_FLAGS = ("--compilation-config", "-cc", "-O")
+#: flags that size the KV cache (kv_cache_memory_bytes sets the first)
+_KV_SIZE_FLAGS = ("--kv-cache-memory-bytes", "--num-gpu-blocks-override")
 
 
 _VERSION_TEXTS: dict[tuple[object, ...], str] = {}
@@ -109,7 +111,7 @@ class VllmServer(LocalServer):
         self._served: list[str] = []
         self._build_key: str | None = None
         self._cut: dict[str, Any] = {}
-        self._t_spawn = 0.0
+        self._t_spawn = self._t_spawn_wall = 0.0
         #: outcome of the last :meth:`stop`: signals needed, leftovers, GPU release
         self.stop_report: dict[str, Any] = {}
 
@@ -306,6 +308,7 @@ class VllmServer(LocalServer):
         add("--max-model-len", cfg.max_model_len, "max_model_len")
         add("--max-num-seqs", cfg.max_num_seqs, "max_num_seqs")
         add("--max-num-batched-tokens", cfg.max_num_batched_tokens, "max_num_batched_tokens")
+        add("--kv-cache-memory-bytes", cfg.kv_cache_memory_bytes, "kv_cache_memory_bytes")
         switch("enable-prefix-caching", cfg.enable_prefix_caching, "enable_prefix_caching")
         switch("enable-chunked-prefill", cfg.enable_chunked_prefill, "enable_chunked_prefill")
         switch("enforce-eager", cfg.enforce_eager, "enforce_eager")
@@ -332,6 +335,10 @@ class VllmServer(LocalServer):
             if sizes is not None and name.replace("_", "-").startswith(_COMPILATION_FLAGS):
                 raise UserError(f"extra_args: {name} would override cudagraph_sizes decode",
                                 "drop it, or set cudagraph_sizes: default")
+            if cfg.kv_cache_memory_bytes is not None and \
+                    name.replace("_", "-") in _KV_SIZE_FLAGS:
+                raise UserError(f"extra_args: {name} would resize the KV cache that "
+                                "kv_cache_memory_bytes sets", "drop it")
             if name.replace("_", "-") == "--disable-log-stats":
                 raise UserError("extra_args: --disable-log-stats turns off the counters "
                                 "crossbench reads", "drop it")
@@ -355,11 +362,13 @@ class VllmServer(LocalServer):
         root = startup_cut.effective_root(self.base_environment())
         self._cut = {"cudagraph_sizes": self.config.cudagraph_sizes,
                      "capture_sizes": self.config.capture_sizes(),
+                     "engine_process": self.config.engine_process,
+                     "kv_cache_memory_bytes": self.config.kv_cache_memory_bytes,
                      "compile_cache": self.config.compile_cache,
                      "cache_root": str(root), "build_key": self.build_key(),
                      "entries_before": (len(startup_cut.cache_entries(root))
                                         if self.config.compile_cache != "off" else 0)}
-        self._t_spawn = time.monotonic()
+        self._t_spawn, self._t_spawn_wall = time.monotonic(), time.time()
         self._spawn()
 
     def build_key(self) -> str:
@@ -372,9 +381,12 @@ class VllmServer(LocalServer):
         return self._build_key
 
     def base_environment(self) -> dict[str, str]:
-        """crossbench's environment with the config's ``env`` over it, and the compile
-        cache's variables (``compile_cache``: VLLM_CACHE_ROOT of the engine build)."""
-        env = {**os.environ, **self.config.env}
+        """crossbench's environment with the config's ``env`` over it, the engine core's
+        start method (``engine_process``) and the compile cache's variables
+        (``compile_cache``: VLLM_CACHE_ROOT of the engine build)."""
+        env = {k: v for k, v in {**os.environ, **self.config.env}.items()
+               if k != startup_cut.START_METHOD}
+        env.update(startup_cut.process_environment(self.config.engine_process))
         mode = self.config.compile_cache
         if mode == "vllm" or (mode == "crossbench" and "VLLM_CACHE_ROOT" in env):
             return env
@@ -404,16 +416,20 @@ class VllmServer(LocalServer):
             raise RunError(f"vllm serves {self._served}, not {self.served_model_name!r}",
                            "the server's model list and served_model_name disagree; read "
                            f"{self._log_path}")
-        self._startup = startup_log.parse(self._this_log())
-        self._record_start()
+        text = self._this_log()
+        self._startup = startup_log.parse(text)
+        self._record_start(text)
 
-    def _record_start(self) -> None:
+    def _record_start(self, text: str) -> None:
         """Start-up phases of this start (``startup_cut`` of the manifest): seconds from
-        spawn to ready, cold or warm, vLLM's own phase lines; noted in the cache root's
-        index so a pack names the models and configs behind its entries."""
+        spawn to ready and to vLLM's phase lines (``log_marks_s``), cold or warm, vLLM's own
+        phase durations, whether vLLM overrode ``engine_process: fork``; noted in the cache
+        root's index so a pack names the models and configs behind its entries."""
         facts = self._startup
         cut = dict(self._cut)
         cut["ready_s"] = round(time.monotonic() - self._t_spawn, 3)
+        cut["log_marks_s"] = startup_cut.log_marks(text, self._t_spawn_wall, cut["ready_s"])
+        cut["spawn_forced"] = startup_cut.spawn_forced(text)
         if facts is not None:
             cut.update({"engine_init_s": facts.engine_init_s, "compile_s": facts.compile_s,
                         "torch_compile_s": facts.torch_compile_s,

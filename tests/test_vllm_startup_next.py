@@ -1,0 +1,341 @@
+"""vLLM start-up, the next cut (issue 33 item 5): the engine core forked instead of spawned
+(``engine_process: fork``), a given KV cache size instead of vLLM's memory profiling
+(``kv_cache_memory_bytes``), the phase lines timed from the spawn (``log_marks_s``), their
+confound rules and the benchmark's variants, against vLLM 0.26.0's recorded names and a
+recorded H200 start, and crossbench's stand-in ``vllm serve`` (not vLLM)."""
+
+from __future__ import annotations
+
+import datetime as dt
+import importlib.util
+import json
+import shlex
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from standins.vllm import write_launcher
+
+from crossbench.confounds.diff import Kind, diff
+from crossbench.confounds.rules import check_pair, check_trial
+from crossbench.engines import registry
+from crossbench.engines.vllm import startup_cut
+from crossbench.engines.vllm.profile import profile_for
+from crossbench.engines.vllm.server import VllmServer
+from crossbench.errors import UserError
+
+DATA = Path(__file__).parent / "data" / "vllm"
+MODEL = "Qwen/Qwen3-8B"
+FAST = ("--standin-step-ms", "0", "--standin-prefill-ms", "0", "--standin-version", "0.26.0")
+GIB = 2**30
+
+
+def _server(tmp_path: Path, **cfg: Any) -> VllmServer:
+    srv = registry.create("vllm", {"model": MODEL, "version": "0.26.0", **cfg},
+                          tmp_path / "server.log")
+    assert isinstance(srv, VllmServer)
+    return srv
+
+
+def _refused(tmp_path: Path, **cfg: Any) -> str:
+    with pytest.raises(UserError) as e:
+        _server(tmp_path, **cfg)
+    return e.value.one_line()
+
+
+# -- argv and environment, by vLLM 0.26.0's names -----------------------------------------------
+
+
+def test_kv_cache_memory_bytes_is_the_recorded_flag(tmp_path: Path) -> None:
+    # engine/arg_utils.py:1166 of the 0.26.0 wheel; the profile's serve_flags record it
+    assert "--kv-cache-memory-bytes" in profile_for("0.26.0").flags
+    srv = _server(tmp_path, kv_cache_memory_bytes=110_037_665_546)
+    argv = srv.argv(srv.profile, "vllm")
+    assert argv[argv.index("--kv-cache-memory-bytes") + 1] == "110037665546"
+    plain = _server(tmp_path)
+    assert "--kv-cache-memory-bytes" not in plain.argv(plain.profile, "vllm")
+
+
+def test_fork_sets_the_start_method_and_spawn_leaves_it_to_vllm(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # vLLM 0.26.0: envs.py:913 (choices spawn, fork); `vllm serve` sets spawn when it is unset
+    # (entrypoints/serve/utils/api_utils.py:165), so crossbench's spawn passes nothing
+    monkeypatch.setenv("VLLM_WORKER_MULTIPROC_METHOD", "fork")  # inherited: not the config's
+    fork = _server(tmp_path, engine_process="fork", compile_cache="vllm")
+    spawn = _server(tmp_path, compile_cache="vllm")
+    assert fork.base_environment()["VLLM_WORKER_MULTIPROC_METHOD"] == "fork"
+    assert "VLLM_WORKER_MULTIPROC_METHOD" not in spawn.base_environment()
+    # the start method changes no flag: the two argv are the same
+    assert fork.argv(fork.profile, "vllm") == spawn.argv(spawn.profile, "vllm")
+
+
+# -- validation ---------------------------------------------------------------------------------
+
+
+def test_settings_refuse_what_would_blur_them(tmp_path: Path) -> None:
+    assert _refused(tmp_path, env={"VLLM_WORKER_MULTIPROC_METHOD": "fork"}) == (
+        "env: VLLM_WORKER_MULTIPROC_METHOD is set through engine_process (spawn or fork), "
+        "which the start record keeps; drop it from env and set engine_process "
+        "(fix: fix `env`)")
+    assert _refused(tmp_path, engine_process="fork", data_parallel_size=2).startswith(
+        "engine_process: fork is examined for one engine only (data_parallel_size 1)")
+    assert _refused(tmp_path, engine_process="forkserver").startswith(
+        "engine_process: Input should be 'spawn' or 'fork'")
+    assert _refused(tmp_path, kv_cache_memory_bytes=0).startswith(
+        "kv_cache_memory_bytes: Input should be greater than or equal to 1")
+    for flag in ("--num-gpu-blocks-override", "--kv-cache-memory-bytes"):
+        srv = _server(tmp_path, kv_cache_memory_bytes=GIB, extra_args=[flag, "100"])
+        with pytest.raises(UserError) as e:
+            srv.argv(srv.profile, "vllm")
+        assert e.value.one_line() == (f"extra_args: {flag} would resize the KV cache that "
+                                      "kv_cache_memory_bytes sets (fix: drop it)")
+    free = _server(tmp_path, extra_args=["--num-gpu-blocks-override", "100"])
+    assert "--num-gpu-blocks-override" in free.argv(free.profile, "vllm")  # not ours to refuse
+
+
+# -- the phase lines of a recorded start --------------------------------------------------------
+
+
+def test_marks_of_round_4s_warm_start() -> None:
+    """The H200's warm start of the cut (round 4): its telemetry's first sample at 20:12:09.36,
+    ready 72.83 s later (``phase_s.startup``); the stamps are the server's own."""
+    text = (DATA / "startup-0.26.0-h200-cut-warm.log").read_text()
+    spawn = dt.datetime(2026, 12, 4, 20, 12, 9, 362000).timestamp()
+    marks = startup_cut.log_marks(text, spawn, 72.83)
+    assert marks == {"first_line": 18.6, "engine_core": 43.6, "model_load": 46.6,
+                     "weights_loaded": 50.6, "compiled": 56.6, "kv_cache": 66.6,
+                     "init_done": 68.6, "api_start": 71.6}
+    # where the 73 s go: 19 s to vLLM's first line, 25 s to the engine core's, 25 s of engine
+    assert marks["engine_core"] - marks["first_line"] == pytest.approx(25.0)
+    assert marks["init_done"] - marks["engine_core"] == pytest.approx(25.0)
+    # a clock or time zone that is not crossbench's gives no marks rather than wrong ones
+    assert startup_cut.log_marks(text, spawn + 3600, 72.83) == {}
+    assert startup_cut.log_marks(text, spawn - 3600, 72.83) == {}
+    assert startup_cut.log_marks("no stamps here", spawn, 72.83) == {}
+    assert startup_cut.spawn_forced(text) is None
+
+
+def test_marks_take_the_last_compile_line_and_cross_the_year() -> None:
+    """A draft-model arm compiles two modules (backbone, draft_model): ``compiled`` is the
+    second's line (recorded warm start, 2026-12-01)."""
+    text = (DATA / "startup-0.26.0-h200-draft-cache-hit.log").read_text()
+    spawn = dt.datetime(2026, 12, 1, 14, 25, 50).timestamp()
+    marks = startup_cut.log_marks(text, spawn, 70.0)
+    assert (marks["first_line"], marks["compiled"], marks["api_start"]) == (21.0, 56.0, 68.0)
+    new_year = dt.datetime(2026, 12, 31, 23, 59, 50).timestamp()
+    line = "(APIServer pid=1) INFO 01-01 00:00:05 [api_server.py:677] Starting vLLM server on x"
+    assert startup_cut.log_marks(line, new_year, 30.0) == {"first_line": 15.0,
+                                                          "api_start": 15.0}
+
+
+def test_a_fork_vllm_overrode_is_reported() -> None:
+    # vLLM 0.26.0 utils/system_utils.py:157-164, as the API server logs it
+    line = ("(APIServer pid=9428) WARNING 12-04 20:12:28 [system_utils.py:157] We must use "
+            "the `spawn` multiprocessing start method. Overriding VLLM_WORKER_MULTIPROC_METHOD "
+            "to 'spawn'. See https://docs.vllm.ai/en/latest/usage/troubleshooting.html"
+            "#python-multiprocessing for more information. Reasons: CUDA is initialized")
+    assert startup_cut.spawn_forced("x\n" + line + "\ny") == "CUDA is initialized"
+
+
+# -- the start record, with the stand-in --------------------------------------------------------
+
+
+@pytest.fixture
+def cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    root = tmp_path / "cbcache"
+    monkeypatch.setenv("CROSSBENCH_CACHE", str(root))
+    monkeypatch.delenv("VLLM_CACHE_ROOT", raising=False)
+    return root
+
+
+def test_the_start_record_keeps_both_settings_and_the_marks(tmp_path: Path,
+                                                            cache: Path) -> None:
+    binary = write_launcher(tmp_path / "vllm", *FAST)
+    srv = _server(tmp_path, binary=str(binary), max_num_seqs=4, cudagraph_sizes="decode",
+                  engine_process="fork", kv_cache_memory_bytes=3 * GIB)
+    srv.start()
+    try:
+        srv.wait_ready(60)
+        rec = srv.props()["startup_cut"]
+        argv = srv.command()
+    finally:
+        srv.stop()
+    assert (rec["engine_process"], rec["kv_cache_memory_bytes"]) == ("fork", 3 * GIB)
+    assert rec["spawn_forced"] is None
+    assert argv[argv.index("--kv-cache-memory-bytes") + 1] == str(3 * GIB)
+    marks = rec["log_marks_s"]
+    assert {"first_line", "engine_core", "init_done", "api_start"} <= set(marks)
+    assert all(-1.0 <= s <= rec["ready_s"] + 1.0 for s in marks.values())
+    assert marks["first_line"] <= marks["init_done"] <= marks["api_start"]
+    plain = _server(tmp_path, binary=str(binary))
+    plain.start()
+    try:
+        plain.wait_ready(60)
+        rec = plain.props()["startup_cut"]
+    finally:
+        plain.stop()
+    assert (rec["engine_process"], rec["kv_cache_memory_bytes"]) == ("spawn", None)
+
+
+# -- confounds ----------------------------------------------------------------------------------
+
+
+def _view(**over: Any) -> dict[str, Any]:
+    v = {"engine.kind": "vllm", "engine.version": "0.26.0", "server.max_num_seqs": 16,
+         "server.engine_process": "spawn", "load.temperature": 0.0}
+    v.update({k.replace("__", "."): x for k, x in over.items()})
+    return v
+
+
+def _hits(a: dict[str, Any], b: dict[str, Any], rule: str) -> list[Any]:
+    return [f for f in check_pair(a, b, labels=("spec", "baseline")) if f.rule == rule]
+
+
+def test_a_pair_differing_in_the_engine_process_is_confounded() -> None:
+    a, b = _view(server__engine_process="fork"), _view()
+    hits = _hits(a, b, "vllm-engine-process")
+    assert [f.severity for f in hits] == ["confounding"]
+    assert hits[0].message.startswith("spec started vLLM's engine core by fork, baseline by "
+                                      "spawn")
+    assert hits[0].action == "give both arms the same engine_process"
+    assert [(x.field, x.kind) for x in diff(a, b).differences] == [
+        ("server.engine_process", Kind.CONFOUNDING)]
+    assert not _hits(a, dict(a), "vllm-engine-process")
+    assert not [f for f in check_trial(a) if f.rule == "vllm-engine-process"]  # pairs only
+
+
+def test_a_pair_differing_in_the_kv_cache_size_is_confounded() -> None:
+    fixed = _view(server__kv_cache_memory_bytes=110 * GIB)
+    hits = _hits(fixed, _view(), "vllm-kv-cache-memory")
+    assert [f.severity for f in hits] == ["confounding"]
+    assert hits[0].message.startswith(f"spec's KV cache was set to {110 * GIB} bytes, "
+                                      "baseline's profiled")
+    other = _view(server__kv_cache_memory_bytes=100 * GIB)
+    assert len(_hits(fixed, other, "vllm-kv-cache-memory")) == 1
+    assert not _hits(fixed, dict(fixed), "vllm-kv-cache-memory")
+    assert not _hits(_view(), _view(), "vllm-kv-cache-memory")
+    assert diff(fixed, _view()).confounded
+
+
+# -- the benchmark ------------------------------------------------------------------------------
+
+
+def _bench() -> Any:
+    sys.path.insert(0, str(Path(__file__).parent.parent / "benchmarks"))
+    try:
+        import vllm_startup_cut
+    finally:
+        sys.path.pop(0)
+    return vllm_startup_cut
+
+
+def test_the_variants_pass_the_settings_the_cut_does_not() -> None:
+    v = _bench().VARIANTS
+    assert v["fork"] == {"cudagraph_sizes": "decode", "engine_process": "fork"}
+    assert v["kv"] == {"cudagraph_sizes": "decode", "kv_cache_memory_bytes": "auto"}
+    assert v["next"] == {**v["fork"], **v["kv"]}
+    assert v["trace"]["env"] == {"VLLM_LOGGING_LEVEL": "DEBUG", "PYTHONPROFILEIMPORTTIME": "1"}
+    assert _bench().REFERENCE == {"cut": "default", "fork": "cut", "kv": "cut", "next": "cut"}
+
+
+def test_the_kv_size_comes_from_a_profiled_start_of_the_same_graphs() -> None:
+    bench = _bench()
+    starts = [{"variant": "default", "cache_group": "default", "kv_cache_gib": 102.0,
+               "kv_cache_memory_bytes": None, "round": 0, "intended": "cold"},
+              {"variant": "kv", "cache_group": "decode", "kv_cache_gib": 1.0,
+               "kv_cache_memory_bytes": GIB, "round": 0, "intended": "warm"},
+              {"variant": "cut", "cache_group": "decode", "kv_cache_gib": 101.98,
+               "kv_cache_memory_bytes": None, "round": 0, "intended": "cold",
+               "start": "cold"}]
+    assert bench.kv_bytes(starts, "decode") == (round(101.98 * GIB),
+                                                "cut round 0 cold (101.98 GiB)")
+    warm = {**starts[2], "kv_cache_gib": 102.48, "intended": "warm", "start": "warm"}
+    assert bench.kv_bytes([*starts, warm], "decode") == (round(102.48 * GIB),
+                                                         "cut round 0 warm (102.48 GiB)")
+    assert bench.kv_bytes(starts[:2], "decode") is None
+
+
+def test_each_variant_is_judged_against_its_reference() -> None:
+    bench = _bench()
+
+    def start(variant: str, kind: str, ready: float, rate: float) -> dict[str, Any]:
+        return {"variant": variant, "start": kind, "ready_s": ready, "decode_tok_s": rate,
+                "kv_cache_tokens": 746_240, "log_marks_s": {"engine_core": ready - 29}}
+
+    starts = [start("default", "cold", 124, 140.0), start("cut", "cold", 125, 144.0),
+              start("cut", "warm", 73, 145.0), start("fork", "warm", 50, 144.5),
+              start("fork", "warm", 52, 145.5), start("kv", "warm", 39, 150.0),
+              start("next", "warm", 35, 144.8)]
+    s = bench.summarize(starts)
+    v = s["decode_verdicts"]
+    assert set(v) == {"cut", "fork", "kv", "next"}
+    assert (v["fork"]["reference"], v["fork"]["verdict"]) == ("cut", "unchanged")
+    assert v["kv"]["verdict"] == "changed"  # 5.5 tok/s above the cut, spread 1 tok/s
+    assert v["kv"]["difference_tok_s"] == pytest.approx(5.5)
+    assert s["decode_verdict"]["verdict"] == v["cut"]["verdict"]  # the first cut's, as before
+    assert s["warm_targets"] == {"cut": {"warm_ready_max_s": 73, "met": False},
+                                 "fork": {"warm_ready_max_s": 52, "met": False},
+                                 "kv": {"warm_ready_max_s": 39, "met": True},
+                                 "next": {"warm_ready_max_s": 35, "met": True}}
+    assert s["marks"]["fork/warm"]["engine_core"]["mean"] == pytest.approx(22.0)
+    text = bench.render(s, False, starts)
+    assert "decode rate changed: kv - cut = +5.50 tok/s" in text
+    assert "warm start of next: at most 35.0 s to ready, target 40 s: met" in text
+
+
+def test_benchmark_new_variants_on_the_standin(tmp_path: Path, cache: Path,
+                                               capsys: pytest.CaptureFixture[str]) -> None:
+    bench = _bench()
+    out, shared = tmp_path / "out", tmp_path / "cc"
+    common = ["--standin", "--concurrency", "2", "--requests", "2", "--max-tokens", "8",
+              "--out", str(out), "--cache", str(shared)]
+    assert bench.main([*common, "--variants", "kv"]) == 2  # nothing profiled to copy yet
+    assert "--variants kv: no profiled start of cudagraph_sizes decode" in \
+        capsys.readouterr().err
+    assert bench.main([*common, "--variants", "cut,fork,kv", "--round", "0"]) == 0
+    capsys.readouterr()
+    rec = json.loads((out / "startup_cut.json").read_text())
+    got = {(s["variant"], s["intended"]): s for s in rec["starts"]}
+    # one compile cache per round for the graph sizes: the later variants start warm only
+    assert set(got) == {("cut", "cold"), ("cut", "warm"), ("fork", "warm"), ("kv", "warm")}
+    assert {s["start"] for k, s in got.items() if k != ("cut", "cold")} == {"warm"}
+    assert (shared / "decode" / "round0").is_dir() and not (out / "cache").exists()
+    assert got["fork", "warm"]["engine_process"] == "fork"
+    kv = got["kv", "warm"]
+    assert kv["kv_cache_memory_bytes"] == round(1.25 * GIB)  # the stand-in logs 1.25 GiB
+    assert kv["kv_source"] == "cut round 0 warm (1.25 GiB)"
+    assert all(s["log_marks_s"].get("api_start") is not None for s in rec["starts"])
+    assert set(rec["summary"]["decode_verdicts"]) == {"fork", "kv"}  # no default: no cut's
+    assert bench.main([*common, "--variants", "cut,nope"]) == 2
+    assert capsys.readouterr().err.startswith("vllm_startup_cut: --variants 'cut,nope'")
+
+
+def test_the_round_measures_the_matrix_cut_cell() -> None:
+    """ROUND=startup-next writes the vllm-cut engine's server settings of
+    matrices/h200-methods.yaml (the cell round 4 started in 72.8 s warm) as the benchmark's
+    cell, and keeps the compile caches out of the run directory that comes back."""
+    root = Path(__file__).resolve().parents[1]
+    spec = importlib.util.spec_from_file_location("study_for_next",
+                                                  root / "benchmarks/study/study.py")
+    assert spec is not None and spec.loader is not None
+    study = importlib.util.module_from_spec(spec)
+    sys.modules["study_for_next"] = study
+    spec.loader.exec_module(study)
+    r = study.get_round(study.load_rounds(), "startup-next")
+    first, trace = (s.command for s in r.steps)
+    words = shlex.split(first[:first.index(">$dir/cell.yaml")])
+    assert words[:2] == ["printf", "%s\\n"]
+    cell = yaml.safe_load("\n".join(w for w in words[2:] if not w.startswith("model:")))
+    matrix = yaml.safe_load((root / "matrices/h200-methods.yaml").read_text())
+    server = dict(matrix["engines"]["vllm-cut"]["server"])
+    assert server.pop("cudagraph_sizes") == "decode"  # the benchmark's variants set it
+    assert cell.pop("ready_timeout_s") == 300 < server.pop("ready_timeout_s")  # a hang: 5 min
+    assert cell == server
+    for cmd in (first, trace):
+        argv = shlex.split(cmd[cmd.index("python3 benchmarks/vllm_startup_cut.py"):])
+        assert argv[argv.index("--out") + 1] == "$dir/startup-next"
+        assert not argv[argv.index("--cache") + 1].startswith("$dir")
+        assert argv[argv.index("--concurrency") + 1] == "16"
+    assert "--variants cut,fork,kv,next" in first and "--variants trace" in trace
