@@ -405,6 +405,10 @@ def test_install_round_trip(world: World, packed: ep.PackResult,
     assert [d["path"] for d in rec["dropped_files"]] == [RS, FA2]  # entry order
     assert rec["host_pins_differ"] == {"numba": "the host's 0.68 serves."}
     assert rec["installed_utc"].endswith("Z")
+    # the site's bytecode is compiled at install, beside each module, for this Python
+    assert rec["bytecode"]["all_compiled"] is True and rec["bytecode"]["seconds"] >= 0
+    tag = sys.implementation.cache_tag
+    assert (site / "vllm" / "__pycache__" / f"__init__.{tag}.pyc").is_file()
     assert installed.launchers == {"vllm": prefix / "bin" / "vllm",
                                    "python": prefix / "bin" / "python"}
     assert rec["launcher"] == str(prefix / "bin" / "vllm")  # the one a matrix names

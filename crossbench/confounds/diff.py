@@ -89,7 +89,8 @@ BENIGN: tuple[tuple[str, str], ...] = (
     ("server.compile_cache", "where torch.compile's artifacts come from (vLLM keys them by "
      "the whole configuration): changes the start-up time, not the compiled code"),
     ("server_props.startup_cut.*", "a start-up record (durations, cold or warm, cache folder); "
-     "its settings are compared as server.cudagraph_sizes, server.max_num_seqs and spec.n"),
+     "its settings are compared as server.cudagraph_sizes, server.engine_process, "
+     "server.kv_cache_memory_bytes, server.max_num_seqs and spec.n"),
     ("crossbench.argv", _DERIVED),
     ("*timeout_s", "a time limit, not a speed setting"),
     ("run.trials", "number of trials: changes precision, not speed"),
@@ -127,6 +128,8 @@ CONFOUNDING: tuple[tuple[str, str], ...] = (
     ("server.cudagraph_sizes", "CUDA graphs captured (cudagraph_sizes: mixed prefill steps "
      "above the decode sizes run without a graph under decode)"),
     ("server.compilation_config*", "compilation and CUDA graphs"),
+    ("server.engine_process", "how vLLM's engine core starts (spawn or fork)"),
+    ("server.kv_cache_memory_bytes", "KV cache size (given, not profiled)"),
     ("server.kv_cache_dtype", "KV cache type"),
     ("server.cache_type_*", "KV cache type"),
     ("server.ctx_size", "context size"),
