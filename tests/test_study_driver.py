@@ -131,7 +131,12 @@ def test_every_round_matrix_validates_and_every_selection_picks_cells(
             chosen = select(cells, step.only, step.skip)
             assert chosen, f"round {r.name} step {step.name}: the selection picks no cell"
             checked += 1
-    assert checked == 40
+            if (r.name, step.name) == ("verdicts", "llama-split"):  # the decode-window sweep
+                assert sorted(c.id for c in chosen) == sorted(
+                    ["llama/t8b-f16/none/builtin-mixed/c1"]
+                    + [f"llama/t8b-f16/draft-a0.9/n{n}/builtin-mixed/c1" for n in (1, 2, 4, 8)])
+                assert (m.load["max_tokens"], m.load["requests"]) == (384, 8)
+    assert checked == 41
 
 
 def test_a_selector_with_an_unknown_key_is_refused(study: ModuleType) -> None:
