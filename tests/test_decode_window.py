@@ -185,5 +185,18 @@ def test_decompose_s_split_takes_the_decode_window_where_both_cells_have_it() ->
     assert split[2]["gpu_ms_per_step"] == pytest.approx(6.0)
     assert split[2]["telemetry_steps"] == pytest.approx((6.0 + 4.0) / 5.0)
     assert split[4]["window"] == "trial"  # its cell has no decode figures: both take the trial's
+    assert split[4]["window_note"] == "no decode figures" and split[2]["window_note"] is None
     assert split[4]["telemetry_steps"] == pytest.approx((12.0 + 9.0) / 7.0)
 
+
+
+def test_decompose_s_table_names_the_window_and_why_not_the_decode() -> None:
+    row = {"n": 2, "verify_ms": 9.0, "verify_steps": 1.8, "draft_steps": 0.5,
+           "parts_steps": 2.3, "rest_steps": 0.7, "draft_note": None, "plain_ms": 5.0,
+           "gpu_ms_per_step": 11.0, "host_ms_per_step": 4.0, "telemetry_steps": 3.0,
+           "window": "trial", "window_note": "the trial has no clock anchor"}
+    text = dec.format_rows([row, {**row, "n": 4}])
+    assert "of the baseline's steps (trial window)" in text
+    assert text.count("no decode-only window: the trial has no clock anchor") == 1
+    assert "no decode-only window" not in dec.format_rows([{**row, "window": "decode",
+                                                            "window_note": None}])

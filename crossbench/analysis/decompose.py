@@ -156,14 +156,16 @@ def telemetry_split(analysis: dict[str, Any], sweep: dict[str, Any]) -> dict[int
         if not ht or not mal:
             continue
         window, arm, ref = "trial", ht, base
-        if (ht.get("decode") or {}).get("available") and \
-                (base.get("decode") or {}).get("available"):
+        missing = [d.get("reason") or "no decode figures" for d in
+                   (ht.get("decode") or {}, base.get("decode") or {}) if not d.get("available")]
+        if not missing:
             window, arm, ref = "decode", ht["decode"], base["decode"]
         base_ms = ref["busy_ms_per_token"]["mean"] + ref["host_ms_per_token"]["mean"]
         gpu = arm["busy_ms_per_token"]["mean"] * mal
         host = arm["host_ms_per_token"]["mean"] * mal
         out[int(point["n"])] = {"gpu_ms_per_step": gpu, "host_ms_per_step": host,
                                 "telemetry_base_ms": base_ms, "window": window,
+                                "window_note": missing[0] if missing else None,
                                 "telemetry_steps": (gpu + host) / base_ms}
     return out
 
@@ -225,6 +227,8 @@ def format_rows(rows: list[dict[str, Any]]) -> str:
                          f"{r['host_ms_per_step']:.2f} ms; work + idle "
                          f"{r['telemetry_steps']:.2f} of the baseline's steps "
                          f"({r['window']} window)")
+    windows = {r["window_note"] for r in rows if r.get("window_note")}
+    lines += [f"  no decode-only window: {w}" for w in sorted(windows)]
     notes = {r["draft_note"] for r in rows if r["draft_note"]}
     shares = [r["kv_extra_share"] for r in rows if "kv_extra_share" in r]
     verify = ([f"verify: the baseline's step at concurrency c (n + 1) over that at c (batch "
