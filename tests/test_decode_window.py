@@ -200,3 +200,23 @@ def test_decompose_s_table_names_the_window_and_why_not_the_decode() -> None:
     assert text.count("no decode-only window: the trial has no clock anchor") == 1
     assert "no decode-only window" not in dec.format_rows([{**row, "window": "decode",
                                                             "window_note": None}])
+
+
+def test_a_host_bound_message_adds_the_decode_window_where_there_is_one() -> None:
+    from crossbench.analysis.host_time import host_bound
+
+    def fig(share: float, host: float, busy: float) -> dict[str, Any]:
+        one = {"mean": host, "min": host, "max": host, "cv": None}
+        return {"trials": 1, "gpu_busy_share": share, "host_ms_per_token": one,
+                "busy_ms_per_token": {**one, "mean": busy}, "per_trial": {}}
+
+    base, spec = fig(0.8, 1.0, 4.0), fig(0.4, 6.0, 4.0)
+    plain = host_bound(spec, base)
+    assert plain is not None and "decode alone" not in plain
+    spec["decode"] = {"available": True, "gpu_busy_share": 0.45,
+                      "host_ms_per_token": {"mean": 5.5}}
+    text = host_bound(spec, base)
+    assert text is not None
+    assert "over the decode alone the GPU was busy 45%, 5.50 ms per token waiting" in text
+    spec["decode"] = {"available": False, "reason": "no clock anchor"}
+    assert host_bound(spec, base) == plain

@@ -166,6 +166,10 @@ def host_bound(spec: dict[str, Any] | None, base: dict[str, Any] | None) -> str 
         text += (f"; over {spec['trials']} trials the host time ran {host['min']:.2f}-"
                  f"{host['max']:.2f} ms (CV {host['cv']:.0%}), the GPU time "
                  f"{busy['min']:.2f}-{busy['max']:.2f} ms (CV {busy['cv']:.0%})")
+    dec = spec.get("decode") or {}
+    if dec.get("available"):
+        text += (f"; over the decode alone the GPU was busy {dec['gpu_busy_share']:.0%}, "
+                 f"{dec['host_ms_per_token']['mean']:.2f} ms per token waiting on the host")
     text += _cpus(spec)
     return text + (": the speed, and so the verdict, follow this host's CPU (the engine's "
                    "own host work per step, other load), which differs between machines")
