@@ -1190,8 +1190,8 @@ def check_prefix(prefix: Path, engine: str) -> None:
 
 def compile_bytecode(site: Path, progress: _Progress = _quiet) -> dict[str, Any]:
     """Byte-compile an installed site once, in parallel, so the engine's first start does not
-    compile every module it imports (vLLM 0.26.0's first H200 start spent about 45 s more
-    before its engine core's first line than later starts: docs/vllm.md "Start-up"). A module
+    compile the modules it imports (a few seconds for vLLM 0.26.0's pack: docs/vllm.md
+    "Start-up"). A module
     that does not compile (templates, other Pythons' files) is left to the import, as before:
     ``all_compiled`` says whether any was."""
     progress(f"compiling bytecode in {site}")
