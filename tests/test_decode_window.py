@@ -142,6 +142,7 @@ def test_another_request_s_prefill_is_cut_out_of_a_decode(tmp_path: Path) -> Non
 def test_nvml_s_period_is_read_from_the_trace() -> None:
     assert nvml_period_s([5, 5, 7, 7, 9, 9, 9, 9, 4, 4], 0.1) == pytest.approx(0.2)
     assert nvml_period_s([1, 2, 3, 4], 0.1) == pytest.approx(NVML_MIN_PERIOD_S)
+    assert nvml_period_s([100] * 300, 0.1) == pytest.approx(1.0)  # saturated: NVML's cap
 
 
 def test_a_chunk_without_a_token_count_gives_no_decode_figure(tmp_path: Path) -> None:

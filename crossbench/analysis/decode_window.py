@@ -29,6 +29,10 @@ NVML_MIN_PERIOD_S = 1.0 / 6.0
 """The shortest averaging period NVML documents for ``utilization.gpu`` (1/6 s to 1 s by
 product): the floor of the estimate."""
 
+NVML_MAX_PERIOD_S = 1.0
+"""The longest averaging period NVML documents: the cap of the estimate (a GPU busy at one
+level for a whole trace gives one long run of equal readings)."""
+
 MIN_SAMPLES = 8
 """Fewest whole-decode samples a trial needs for a decode busy share."""
 
@@ -38,11 +42,11 @@ Interval = tuple[int, int]
 def nvml_period_s(utils: list[float], interval_s: float) -> float:
     """NVML's averaging period from a trace sampled every ``interval_s``: the median length
     of the runs of equal consecutive readings times the interval (the driver updates the
-    figure once a period; the sampler reads it several times), at least
-    :data:`NVML_MIN_PERIOD_S`."""
+    figure once a period; the sampler reads it several times), within NVML's documented
+    :data:`NVML_MIN_PERIOD_S` to :data:`NVML_MAX_PERIOD_S`."""
     runs = [len(list(group)) for _, group in itertools.groupby(utils)]
     median = statistics.median(runs) if runs else 1
-    return max(median * interval_s, NVML_MIN_PERIOD_S)
+    return min(max(median * interval_s, NVML_MIN_PERIOD_S), NVML_MAX_PERIOD_S)
 
 
 def _union(spans: Iterable[Interval]) -> list[Interval]:
