@@ -21,7 +21,7 @@ from standins.vllm import write_launcher
 from crossbench.confounds.diff import Kind, diff
 from crossbench.confounds.rules import check_pair, check_trial
 from crossbench.engines import registry
-from crossbench.engines.vllm import startup_cut
+from crossbench.engines.vllm import startup_log
 from crossbench.engines.vllm.profile import profile_for
 from crossbench.engines.vllm.server import VllmServer
 from crossbench.errors import UserError
@@ -103,7 +103,7 @@ def test_marks_of_round_4s_warm_start() -> None:
     ready 72.83 s later (``phase_s.startup``); the stamps are the server's own."""
     text = (DATA / "startup-0.26.0-h200-cut-warm.log").read_text()
     spawn = dt.datetime(2026, 12, 4, 20, 12, 9, 362000).timestamp()
-    marks = startup_cut.log_marks(text, spawn, 72.83)
+    marks = startup_log.log_marks(text, spawn, 72.83)
     assert marks == {"first_line": 18.6, "engine_core": 43.6, "model_load": 46.6,
                      "weights_loaded": 50.6, "compiled": 56.6, "kv_cache": 66.6,
                      "init_done": 68.6, "api_start": 71.6}
@@ -111,10 +111,10 @@ def test_marks_of_round_4s_warm_start() -> None:
     assert marks["engine_core"] - marks["first_line"] == pytest.approx(25.0)
     assert marks["init_done"] - marks["engine_core"] == pytest.approx(25.0)
     # a clock or time zone that is not crossbench's gives no marks rather than wrong ones
-    assert startup_cut.log_marks(text, spawn + 3600, 72.83) == {}
-    assert startup_cut.log_marks(text, spawn - 3600, 72.83) == {}
-    assert startup_cut.log_marks("no stamps here", spawn, 72.83) == {}
-    assert startup_cut.spawn_forced(text) is None
+    assert startup_log.log_marks(text, spawn + 3600, 72.83) == {}
+    assert startup_log.log_marks(text, spawn - 3600, 72.83) == {}
+    assert startup_log.log_marks("no stamps here", spawn, 72.83) == {}
+    assert startup_log.spawn_forced(text) is None
 
 
 def test_marks_take_the_last_compile_line_and_cross_the_year() -> None:
@@ -122,11 +122,11 @@ def test_marks_take_the_last_compile_line_and_cross_the_year() -> None:
     second's line (recorded warm start, 2026-12-01)."""
     text = (DATA / "startup-0.26.0-h200-draft-cache-hit.log").read_text()
     spawn = dt.datetime(2026, 12, 1, 14, 25, 50).timestamp()
-    marks = startup_cut.log_marks(text, spawn, 70.0)
+    marks = startup_log.log_marks(text, spawn, 70.0)
     assert (marks["first_line"], marks["compiled"], marks["api_start"]) == (21.0, 56.0, 68.0)
     new_year = dt.datetime(2026, 12, 31, 23, 59, 50).timestamp()
     line = "(APIServer pid=1) INFO 01-01 00:00:05 [api_server.py:677] Starting vLLM server on x"
-    assert startup_cut.log_marks(line, new_year, 30.0) == {"first_line": 15.0,
+    assert startup_log.log_marks(line, new_year, 30.0) == {"first_line": 15.0,
                                                           "api_start": 15.0}
 
 
@@ -136,7 +136,7 @@ def test_a_fork_vllm_overrode_is_reported() -> None:
             "the `spawn` multiprocessing start method. Overriding VLLM_WORKER_MULTIPROC_METHOD "
             "to 'spawn'. See https://docs.vllm.ai/en/latest/usage/troubleshooting.html"
             "#python-multiprocessing for more information. Reasons: CUDA is initialized")
-    assert startup_cut.spawn_forced("x\n" + line + "\ny") == "CUDA is initialized"
+    assert startup_log.spawn_forced("x\n" + line + "\ny") == "CUDA is initialized"
 
 
 # -- the start record, with the stand-in --------------------------------------------------------

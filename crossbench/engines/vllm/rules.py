@@ -66,14 +66,26 @@ def _runner_fallback(rule: Rule, a: View, b: View, ctx: PairContext) -> list[Fin
     return []
 
 
-def _cudagraph_sizes(rule: Rule, a: View, b: View, ctx: PairContext) -> list[Finding]:
+def _server_differs(a: View, b: View, ctx: PairContext, key: str, default: object
+                    ) -> tuple[object, object, str, str] | None:
+    """(value of ``a``, of ``b``, their labels) where two vLLM arms of a pair set the server
+    setting ``key`` differently (unset reads ``default``); None otherwise."""
     if not (_is_vllm(a) and _is_vllm(b)) or ctx.single:
-        return []
-    key = "server.cudagraph_sizes"
-    va, vb = str(a.get(key) or "default"), str(b.get(key) or "default")
+        return None
+    got_a, got_b = a.get(key), b.get(key)
+    va = default if got_a is None else got_a
+    vb = default if got_b is None else got_b
     if va == vb:
-        return []
+        return None
     la, lb = ctx.labels
+    return va, vb, la, lb
+
+
+def _cudagraph_sizes(rule: Rule, a: View, b: View, ctx: PairContext) -> list[Finding]:
+    diff = _server_differs(a, b, ctx, "server.cudagraph_sizes", "default")
+    if diff is None:
+        return []
+    va, vb, la, lb = diff
     return [rule.finding(
         "confounding",
         f"{la} captured CUDA graphs {va!r}, {lb} {vb!r}: decode steps pad to the same graphs "
@@ -84,13 +96,10 @@ def _cudagraph_sizes(rule: Rule, a: View, b: View, ctx: PairContext) -> list[Fin
 
 
 def _engine_process(rule: Rule, a: View, b: View, ctx: PairContext) -> list[Finding]:
-    if not (_is_vllm(a) and _is_vllm(b)) or ctx.single:
+    diff = _server_differs(a, b, ctx, "server.engine_process", "spawn")
+    if diff is None:
         return []
-    key = "server.engine_process"
-    va, vb = str(a.get(key) or "spawn"), str(b.get(key) or "spawn")
-    if va == vb:
-        return []
-    la, lb = ctx.labels
+    va, vb, la, lb = diff
     return [rule.finding(
         "confounding",
         f"{la} started vLLM's engine core by {va}, {lb} by {vb}: the same engine core code "
@@ -100,13 +109,10 @@ def _engine_process(rule: Rule, a: View, b: View, ctx: PairContext) -> list[Find
 
 
 def _kv_cache_memory(rule: Rule, a: View, b: View, ctx: PairContext) -> list[Finding]:
-    if not (_is_vllm(a) and _is_vllm(b)) or ctx.single:
+    diff = _server_differs(a, b, ctx, "server.kv_cache_memory_bytes", None)
+    if diff is None:
         return []
-    key = "server.kv_cache_memory_bytes"
-    va, vb = a.get(key), b.get(key)
-    if va == vb:
-        return []
-    la, lb = ctx.labels
+    va, vb, la, lb = diff
 
     def how(v: object) -> str:
         return "profiled" if v is None else f"set to {v} bytes"

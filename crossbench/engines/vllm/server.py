@@ -428,8 +428,8 @@ class VllmServer(LocalServer):
         facts = self._startup
         cut = dict(self._cut)
         cut["ready_s"] = round(time.monotonic() - self._t_spawn, 3)
-        cut["log_marks_s"] = startup_cut.log_marks(text, self._t_spawn_wall, cut["ready_s"])
-        cut["spawn_forced"] = startup_cut.spawn_forced(text)
+        cut["log_marks_s"] = startup_log.log_marks(text, self._t_spawn_wall, cut["ready_s"])
+        cut["spawn_forced"] = startup_log.spawn_forced(text)
         if facts is not None:
             cut.update({"engine_init_s": facts.engine_init_s, "compile_s": facts.compile_s,
                         "torch_compile_s": facts.torch_compile_s,

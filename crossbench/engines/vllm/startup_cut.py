@@ -19,17 +19,14 @@ yet measured on a GPU:
 - **A given KV cache size** (``kv_cache_memory_bytes``): ``--kv-cache-memory-bytes``, with
   which the worker skips its memory profiling (``Worker.determine_available_memory``).
 
-:func:`log_marks` times each start's phases from the log's own stamps.
 """
 
 from __future__ import annotations
 
-import datetime as dt
 import hashlib
 import io
 import json
 import os
-import re
 import tarfile
 import time
 from pathlib import Path
@@ -272,62 +269,3 @@ def process_environment(engine_process: str) -> dict[str, str]:
     starts the engine core); ``spawn`` sets nothing, and the server leaves out any inherited
     value, so ``vllm serve`` chooses spawn itself (``cli_env_setup``)."""
     return {START_METHOD: "fork"} if engine_process == "fork" else {}
-
-
-#: what vLLM 0.26.0 logs when it overrides fork (``_maybe_force_spawn``: CUDA initialized...)
-_FORCED = re.compile(r"We must use the `spawn` multiprocessing start method\..*?Reasons: (.*)$")
-#: "MM-DD HH:MM:SS [" of vLLM's log prefix (local time, whole seconds)
-_STAMP = re.compile(r"\b(\d\d)-(\d\d) (\d\d):(\d\d):(\d\d) \[")
-#: the phase lines of a vLLM 0.26.0 start (name, message, last occurrence or first)
-_MARKS = (
-    ("engine_core", re.compile(r"Initializing a V1 LLM engine"), False),  # core.py:116
-    ("model_load", re.compile(r"Starting to load model"), False),  # gpu_model_runner.py:5250
-    ("weights_loaded", re.compile(r"Model loading took"), False),  # gpu_model_runner.py:5347
-    ("compiled", re.compile(r"torch\.compile took [\d.]+ s in total"), True),  # monitor.py:53
-    ("kv_cache", re.compile(r"GPU KV cache size: "), False),  # kv_cache_utils.py:2177
-    ("init_done", re.compile(r"init engine \(profile, create kv cache"), False),  # core.py:340
-    ("api_start", re.compile(r"Starting vLLM (?:API )?server on"), False),  # api_server.py:677
-)
-
-
-def spawn_forced(text: str) -> str | None:
-    """vLLM's reasons when it started the engine core with ``spawn`` although the
-    environment asked for ``fork`` (None when it did not say so)."""
-    for line in text.splitlines():
-        if m := _FORCED.search(line):
-            return m.group(1).strip()
-    return None
-
-
-def log_marks(text: str, spawn_wall: float, ready_s: float) -> dict[str, float]:
-    """Seconds from the spawn (``spawn_wall``, a ``time.time()``) to the first stamped line
-    (``first_line``) and to each phase line of :data:`_MARKS`, from the log's local-time
-    stamps: whole seconds, so a mark is up to 1 s early. Empty when no line is stamped or a
-    mark falls outside the start (-1 s to ``ready_s`` + 1 s: the log's clock or time zone is
-    not crossbench's).
-
-    Round 4's warm start on the H200 (spawned 20:12:09.4, ready 72.8 s later) gives
-    ``{'first_line': 18.6, 'engine_core': 43.6, ..., 'api_start': 71.6}``.
-    """
-    spawn = dt.datetime.fromtimestamp(spawn_wall)
-    out: dict[str, float] = {}
-    for line in text.splitlines():
-        m = _STAMP.search(line)
-        if m is None:
-            continue
-        month, day, hour, minute, second = map(int, m.groups())
-        try:
-            at = spawn.replace(month=month, day=day, hour=hour, minute=minute, second=second,
-                               microsecond=0)
-        except ValueError:
-            continue
-        if (at - spawn).days < -180:  # stamped in January, spawned in December
-            at = at.replace(year=at.year + 1)
-        s = round((at - spawn).total_seconds(), 1) + 0.0  # + 0.0: no -0.0
-        out.setdefault("first_line", s)
-        for name, pattern, last in _MARKS:
-            if (last or name not in out) and pattern.search(line):
-                out[name] = s
-    if any(not -1.0 <= s <= ready_s + 1.0 for s in out.values()):
-        return {}
-    return out

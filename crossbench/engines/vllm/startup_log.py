@@ -9,10 +9,13 @@ over their lines (one per compiled module: backbone, draft_model); ``compile_cac
 Every line of vLLM's log starts ``(PROCESS pid=N) LEVEL MM-DD HH:MM:SS [file.py:line]``; the
 regular expressions below search whole lines, so the prefix does not matter. The lines
 themselves are rendered for the tests by ``tests/standins/vllm_formats.py``.
+:func:`log_marks` times a start's phase lines from those stamps, :func:`spawn_forced` reads
+vLLM's override of ``engine_process: fork``.
 """
 
 from __future__ import annotations
 
+import datetime as dt
 import re
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -156,3 +159,62 @@ def _parse_line(f: StartupFacts, line: str, module: list[str]) -> None:
         f.engine_init_s = float(m.group(1))
         f.compile_s = float(m.group(2)) if m.group(2) else None
         f.lines["engine_init"] = line
+
+
+#: what vLLM 0.26.0 logs when it overrides fork (``_maybe_force_spawn``: CUDA initialized...)
+_FORCED = re.compile(r"We must use the `spawn` multiprocessing start method\..*?Reasons: (.*)$")
+#: "MM-DD HH:MM:SS [" of vLLM's log prefix (local time, whole seconds)
+_STAMP = re.compile(r"\b(\d\d)-(\d\d) (\d\d):(\d\d):(\d\d) \[")
+#: the phase lines of a vLLM 0.26.0 start (name, message, last occurrence or first)
+_MARKS = (
+    ("engine_core", re.compile(r"Initializing a V1 LLM engine"), False),  # core.py:116
+    ("model_load", re.compile(r"Starting to load model"), False),  # gpu_model_runner.py:5250
+    ("weights_loaded", re.compile(r"Model loading took"), False),  # gpu_model_runner.py:5347
+    ("compiled", _TORCH_COMPILE, True),  # monitor.py:53
+    ("kv_cache", _KV_TOKENS, False),  # kv_cache_utils.py:2177
+    ("init_done", _INIT, False),  # core.py:340
+    ("api_start", re.compile(r"Starting vLLM (?:API )?server on"), False),  # api_server.py:677
+)
+
+
+def spawn_forced(text: str) -> str | None:
+    """vLLM's reasons when it started the engine core with ``spawn`` although the
+    environment asked for ``fork`` (None when it did not say so)."""
+    for line in text.splitlines():
+        if m := _FORCED.search(line):
+            return m.group(1).strip()
+    return None
+
+
+def log_marks(text: str, spawn_wall: float, ready_s: float) -> dict[str, float]:
+    """Seconds from the spawn (``spawn_wall``, a ``time.time()``) to the first stamped line
+    (``first_line``) and to each phase line of :data:`_MARKS`, from the log's local-time
+    stamps: whole seconds, so a mark is up to 1 s early. Empty when no line is stamped or a
+    mark falls outside the start (-1 s to ``ready_s`` + 1 s: the log's clock or time zone is
+    not crossbench's).
+
+    Round 4's warm start on the H200 (spawned 20:12:09.4, ready 72.8 s later) gives
+    ``{'first_line': 18.6, 'engine_core': 43.6, ..., 'api_start': 71.6}``.
+    """
+    spawn = dt.datetime.fromtimestamp(spawn_wall)
+    out: dict[str, float] = {}
+    for line in text.splitlines():
+        m = _STAMP.search(line)
+        if m is None:
+            continue
+        month, day, hour, minute, second = map(int, m.groups())
+        try:
+            at = spawn.replace(month=month, day=day, hour=hour, minute=minute, second=second,
+                               microsecond=0)
+        except ValueError:
+            continue
+        if (at - spawn).days < -180:  # stamped in January, spawned in December
+            at = at.replace(year=at.year + 1)
+        s = round((at - spawn).total_seconds(), 1) + 0.0  # + 0.0: no -0.0
+        out.setdefault("first_line", s)
+        for name, pattern, last in _MARKS:
+            if (last or name not in out) and pattern.search(line):
+                out[name] = s
+    if any(not -1.0 <= s <= ready_s + 1.0 for s in out.values()):
+        return {}
+    return out
