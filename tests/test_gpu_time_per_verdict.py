@@ -9,7 +9,6 @@ last bits of a sum, never a figure."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import tarfile
 import zipfile
@@ -17,6 +16,7 @@ from pathlib import Path
 from types import ModuleType
 
 import pytest
+from bench_loader import load_benchmark
 
 from crossbench.archive.verify import REL_TOL, differences
 
@@ -33,12 +33,7 @@ def assert_rederived(got: object, published: object, what: object = "") -> None:
 
 
 def _bench() -> ModuleType:
-    spec = importlib.util.spec_from_file_location(
-        "gpu_time_per_verdict", ROOT / "benchmarks" / "gpu_time_per_verdict.py")
-    assert spec is not None and spec.loader is not None
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return load_benchmark("gpu_time_per_verdict.py")
 
 
 @pytest.mark.parametrize(("naive", "ours", "band", "want"), [

@@ -3,24 +3,20 @@ archived H200 run with the host sampler beside it (hypervisor steal about zero).
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import tarfile
 from pathlib import Path
 from types import ModuleType
 
 import pytest
+from bench_loader import load_benchmark
 
 ROOT = Path(__file__).resolve().parents[1]
 ARCHIVE = ROOT / "benchmarks" / "results" / "gpu-time-per-verdict" / "h200-runs-hoststart.tgz"
 
 
 def _mod(name: str) -> ModuleType:
-    spec = importlib.util.spec_from_file_location(name, ROOT / "benchmarks" / f"{name}.py")
-    assert spec is not None and spec.loader is not None
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return load_benchmark(f"{name}.py")
 
 
 def test_the_window_ends_before_the_stop_and_lasts_the_measured_phase() -> None:

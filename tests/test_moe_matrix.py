@@ -9,6 +9,7 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
+from bench_loader import load_benchmark
 
 from crossbench.confounds.normalize import View, normalize_config
 from crossbench.confounds.rules import check_pair
@@ -141,15 +142,7 @@ def test_the_dflash_arms_use_the_drafter_of_these_targets(
 
 def test_each_moe_round_step_selects_the_baselines_of_its_cells(
         matrix: tuple[Matrix, list[Cell]]) -> None:
-    import importlib.util
-    import sys
-
-    path = ROOT / "benchmarks" / "study" / "study.py"
-    spec = importlib.util.spec_from_file_location("study_driver_moe", path)
-    assert spec is not None and spec.loader is not None
-    study = importlib.util.module_from_spec(spec)
-    sys.modules["study_driver_moe"] = study
-    spec.loader.exec_module(study)
+    study = load_benchmark("study/study.py", "study_driver_moe")
     rounds = study.load_rounds()
     _, cells = matrix
     picked: dict[str, set[str]] = {}

@@ -6,7 +6,6 @@ lists (benchmarks/h200_*_runs.sh, removed with this driver) ran."""
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import shlex
 import subprocess
@@ -16,6 +15,7 @@ from types import ModuleType
 from typing import Any
 
 import pytest
+from bench_loader import load_benchmark
 
 from crossbench.runner.matrix import expand, load_matrix, validate_cells
 from crossbench.runner.matrix_run import select
@@ -24,23 +24,16 @@ ROOT = Path(__file__).resolve().parents[1]
 STUDY = ROOT / "benchmarks" / "study" / "study.py"
 
 
-def _load(name: str, path: Path) -> ModuleType:
-    spec = importlib.util.spec_from_file_location(name, path)
-    assert spec is not None and spec.loader is not None
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[name] = mod
-    spec.loader.exec_module(mod)
-    return mod
 
 
 @pytest.fixture(scope="module")
 def study() -> ModuleType:
-    return _load("study_driver", STUDY)
+    return load_benchmark("study/study.py", "study_driver")
 
 
 @pytest.fixture(scope="module")
 def gptv() -> ModuleType:
-    return _load("gpu_time_per_verdict_for_study", ROOT / "benchmarks" / "gpu_time_per_verdict.py")
+    return load_benchmark("gpu_time_per_verdict.py", "gpu_time_per_verdict_for_study")
 
 
 def _every_round(study: ModuleType) -> list[Any]:

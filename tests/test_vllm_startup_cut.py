@@ -6,12 +6,12 @@ from __future__ import annotations
 
 import io
 import json
-import sys
 import tarfile
 from pathlib import Path
 from typing import Any
 
 import pytest
+from bench_loader import load_benchmark
 from click.testing import CliRunner
 from standins.vllm import write_launcher
 
@@ -302,12 +302,7 @@ def test_a_pair_differing_in_capture_sizes_is_confounded() -> None:
 
 
 def _bench() -> Any:
-    sys.path.insert(0, str(Path(__file__).parent.parent / "benchmarks"))
-    try:
-        import vllm_startup_cut
-    finally:
-        sys.path.pop(0)
-    return vllm_startup_cut
+    return load_benchmark("vllm_startup_cut.py")
 
 
 def test_benchmark_refuses_without_a_gpu(monkeypatch: pytest.MonkeyPatch,

@@ -7,15 +7,14 @@ recorded H200 start, and crossbench's stand-in ``vllm serve`` (not vLLM)."""
 from __future__ import annotations
 
 import datetime as dt
-import importlib.util
 import json
 import shlex
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
+from bench_loader import load_benchmark
 from standins.vllm import write_launcher
 
 from crossbench.confounds.diff import Kind, diff
@@ -223,12 +222,7 @@ def test_a_pair_differing_in_the_kv_cache_size_is_confounded() -> None:
 
 
 def _bench() -> Any:
-    sys.path.insert(0, str(Path(__file__).parent.parent / "benchmarks"))
-    try:
-        import vllm_startup_cut
-    finally:
-        sys.path.pop(0)
-    return vllm_startup_cut
+    return load_benchmark("vllm_startup_cut.py")
 
 
 def test_the_variants_pass_the_settings_the_cut_does_not() -> None:
@@ -316,19 +310,13 @@ def test_the_round_measures_the_matrix_cut_cell() -> None:
     """ROUND=startup-next writes the vllm-cut engine's server settings of
     matrices/h200-methods.yaml (the cell round 4 started in 72.8 s warm) as the benchmark's
     cell, and keeps the compile caches out of the run directory that comes back."""
-    root = Path(__file__).resolve().parents[1]
-    spec = importlib.util.spec_from_file_location("study_for_next",
-                                                  root / "benchmarks/study/study.py")
-    assert spec is not None and spec.loader is not None
-    study = importlib.util.module_from_spec(spec)
-    sys.modules["study_for_next"] = study
-    spec.loader.exec_module(study)
+    study = load_benchmark("study/study.py", "study_for_next")
     r = study.get_round(study.load_rounds(), "startup-next")
     first, trace = (s.command for s in r.steps)
     words = shlex.split(first[:first.index(">$dir/cell.yaml")])
     assert words[:2] == ["printf", "%s\\n"]
     cell = yaml.safe_load("\n".join(w for w in words[2:] if not w.startswith("model:")))
-    matrix = yaml.safe_load((root / "matrices/h200-methods.yaml").read_text())
+    matrix = yaml.safe_load((Path(__file__).resolve().parents[1] / "matrices/h200-methods.yaml").read_text())
     server = dict(matrix["engines"]["vllm-cut"]["server"])
     assert server.pop("cudagraph_sizes") == "decode"  # the benchmark's variants set it
     assert cell.pop("ready_timeout_s") == 300 < server.pop("ready_timeout_s")  # a hang: 5 min
