@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 from bench_loader import load_benchmark
 
-from crossbench.runner.matrix import expand, load_matrix, validate_cells
+from crossbench.runner.matrix import expand, load_matrix, run_order, validate_cells
 from crossbench.runner.matrix_run import select
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -129,6 +129,14 @@ def test_every_round_matrix_validates_and_every_selection_picks_cells(
                     ["llama/t8b-f16/none/builtin-mixed/c1"]
                     + [f"llama/t8b-f16/draft-a0.9/n{n}/builtin-mixed/c1" for n in (1, 2, 4, 8)])
                 assert (m.load["max_tokens"], m.load["requests"]) == (384, 8)
+            if (r.name, step.name) == ("fits2", "vllm-fits2"):  # a short lease keeps a baseline
+                starts: list[tuple[str, object]] = []
+                by_id = {c.id: c for c in chosen}
+                for cid, _ in run_order(m, chosen):
+                    key = (str(by_id[cid].coords.get("arm") or "none"), by_id[cid].coords.get("n"))
+                    starts += [key] if key not in starts else []
+                assert starts == [("none", None), ("eagle3-a0.9", 2), ("dflash-a0.9", 8),
+                                  ("draft-a0.9", 8), ("draft-a0.9", 2), ("draft-a0.9", 4)]
     assert checked == 41
 
 
