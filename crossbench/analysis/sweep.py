@@ -33,22 +33,34 @@ def predicted_tau(curve: list[float], n: int) -> float:
     return 1.0 + float(sum(curve[:n]))
 
 
-def cost_model(points: list[dict[str, Any]], curve: list[float] | None,
-               draws: dict[int, FloatArray] | None = None,
-               level: float = 0.95) -> dict[str, Any]:
-    """Fit C(n) = tau / speedup = d + v * n over points with n, tau and speedup; predictions
-    from ``curve`` (per-position acceptance) up to its length, else from each point's tau;
-    ``draws`` (:func:`joint_log_speedups`) give ``d_ci95`` and ``v_ci95`` with tau held as
-    measured (docs/analysis.md, "n-sweeps")."""
-    note = None
+Draws = dict[int, FloatArray] | FloatArray
+"""Bootstrap draws of sweep points' mean log speedups: by n (:func:`joint_log_speedups`, one
+cell per n), or a resamples x points array by the points' position (points of several runs,
+which may share an n: ``crossbench fit``)."""
+
+
+def measured_tau(points: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], str | None]:
+    """``points`` with the tau the cost model uses, and a note where it is estimated: the
+    mean acceptance length, else (no point has one: no draft counters, an import of response
+    bodies) the estimate from per-request counts."""
     if not any(p.get("mean_acceptance_length") for p in points) and \
             any(p.get("mean_acceptance_length_estimate") for p in points):
-        # no draft counters (an import of response bodies): tau from per-request counts
-        points = [{**p, "mean_acceptance_length": p.get("mean_acceptance_length_estimate")}
-                  for p in points]
-        note = ("tau estimated as tokens per target step, (tokens - 1) / ((tokens - 1) - "
+        return ([{**p, "mean_acceptance_length": p.get("mean_acceptance_length_estimate")}
+                 for p in points],
+                "tau estimated as tokens per target step, (tokens - 1) / ((tokens - 1) - "
                 "accepted), from per-request counts (no draft counter)")
-    usable = [p for p in points if p.get("mean_acceptance_length") and p.get("speedup")]
+    return points, None
+
+
+def cost_model(points: list[dict[str, Any]], curve: list[float] | None,
+               draws: Draws | None = None, level: float = 0.95) -> dict[str, Any]:
+    """Fit C(n) = tau / speedup = d + v * n over points with n, tau and speedup; predictions
+    from ``curve`` (per-position acceptance) up to its length, else from each point's tau;
+    ``draws`` (:data:`Draws`) give ``d_ci95`` and ``v_ci95`` with tau held as measured
+    (docs/analysis.md, "n-sweeps")."""
+    points, note = measured_tau(points)
+    at = [i for i, p in enumerate(points) if p.get("mean_acceptance_length") and p.get("speedup")]
+    usable = [points[i] for i in at]
     if len({p["n"] for p in usable}) < 2:
         have = sorted({p["n"] for p in usable})
         return {"fitted": False, "reason": "needs two n with a measured mean acceptance "
@@ -64,7 +76,7 @@ def cost_model(points: list[dict[str, Any]], curve: list[float] | None,
         for n, tau in sorted(taus.items())]
     valid = [p for p in predicted if p["speedup"] is not None]
     best = max(valid, key=lambda p: float(p["speedup"]))["n"] if valid else None
-    refits = _line_draws(usable, draws) if draws is not None else None
+    refits = line_draws(usable, _columns(draws, usable, at)) if draws is not None else None
     out_ci: dict[str, Any] = {"d_ci95": None, "v_ci95": None}
     if refits is not None:
         out_ci = {"d_ci95": list(stats.interval(refits[0], level)),
@@ -78,16 +90,27 @@ def cost_model(points: list[dict[str, Any]], curve: list[float] | None,
             "predicted": predicted, "predicted_best_n": best}
 
 
-def _line_draws(points: list[dict[str, Any]], draws: dict[int, FloatArray]
-                ) -> tuple[FloatArray, FloatArray] | None:
-    """(d, v) of the cost line refitted on each joint bootstrap draw of the points' log
-    speedups (draws where a point has no finite value are dropped); None without two."""
-    ns = [int(p["n"]) for p in points]
-    if any(n not in draws for n in ns):
+def _columns(draws: Draws, points: list[dict[str, Any]], at: list[int] | None = None
+             ) -> FloatArray | None:
+    """The draws of ``points`` as resamples x points: an array's columns ``at`` (the points'
+    positions in it; default all), a dict's entries by each point's n; None where an n has
+    none."""
+    if isinstance(draws, np.ndarray):
+        return draws if at is None else draws[:, at]
+    if any(int(p["n"]) not in draws for p in points):
         return None
-    x = np.asarray(ns, dtype=float)
+    return np.column_stack([draws[int(p["n"])] for p in points])
+
+
+def line_draws(points: list[dict[str, Any]], logs: FloatArray | None
+               ) -> tuple[FloatArray, FloatArray] | None:
+    """(d, v) of the cost line refitted on each bootstrap draw of the points' mean log
+    speedups (``logs``: resamples x points, one column per point in order; draws where a
+    point has no finite value are dropped), tau held as measured; None without two draws."""
+    if logs is None:
+        return None
+    x = np.asarray([float(p["n"]) for p in points])
     tau = np.asarray([float(p["mean_acceptance_length"]) for p in points])
-    logs = np.column_stack([draws[n] for n in ns])  # resamples x points
     keep = np.all(np.isfinite(logs), axis=1)
     if keep.sum() < 2:
         return None
@@ -117,7 +140,7 @@ def predict_speedups(points: list[dict[str, Any]], curve: list[float],
                     "two measured n with a mean acceptance length and a speedup"} for n in ns}
     line = stats.fit_line([float(p["n"]) for p in usable],
                           [p["mean_acceptance_length"] / p["speedup"] for p in usable])
-    refits = _line_draws(usable, draws)
+    refits = line_draws(usable, _columns(draws, usable))
     for n in ns:
         if n > len(curve):
             out[n] = {"n": n, "speedup": None, "ci95": None,
@@ -244,6 +267,17 @@ def net_loss_finding(pair: dict[str, Any]) -> Finding | None:
                    "method without a draft model", pair["cell"])
 
 
+def sweep_point(pair: dict[str, Any]) -> dict[str, Any]:
+    """One analysed pair as a sweep point: n, speedup with interval and verdict, end-to-end
+    speedup, acceptance."""
+    return {"n": pair["n"], "cell": pair["cell"], "speedup": pair["speedup"]["geomean"],
+            "ci95": pair["speedup"]["ci95"], "verdict": pair["verdict"],
+            "speedup_e2e": pair["speedup_e2e"]["geomean"],
+            **{k: pair["acceptance"].get(k) for k in (
+                "draft_acceptance_rate", "mean_acceptance_length",
+                "mean_acceptance_length_estimate", "per_position")}}
+
+
 def sweeps(pairs: list[dict[str, Any]], cells: dict[str, CellData],
            opts: StatsOptions) -> list[dict[str, Any]]:
     """Every sweep of the analysed pairs (see the module docstring)."""
@@ -256,13 +290,7 @@ def sweeps(pairs: list[dict[str, Any]], cells: dict[str, CellData],
         members = sorted(members, key=lambda p: int(p["n"]))
         if len({p["n"] for p in members}) < 2:
             continue
-        points = [{"n": p["n"], "cell": p["cell"], "speedup": p["speedup"]["geomean"],
-                   "ci95": p["speedup"]["ci95"], "verdict": p["verdict"],
-                   "speedup_e2e": p["speedup_e2e"]["geomean"],
-                   **{k: p["acceptance"].get(k) for k in (
-                       "draft_acceptance_rate", "mean_acceptance_length",
-                       "mean_acceptance_length_estimate", "per_position")}}
-                  for p in members]
+        points = [sweep_point(p) for p in members]
         out.append({**dict(zip(SWEEP_KEY, key, strict=True)),
                     "baseline_cell": members[0]["baseline_cell"], "points": points,
                     "best": _best(points, cells, opts),

@@ -12,6 +12,7 @@ from crossbench.cli import (
     doctor_cmd,
     engines_cmd,
     export_cmd,
+    fit_cmd,
     fixtures_cmd,
     import_cmd,
     matrix_cmd,
@@ -46,6 +47,7 @@ cli.add_command(analyze_cmd.analyze)
 cli.add_command(analyze_cmd.compare)
 cli.add_command(analyze_cmd.start_spread)
 cli.add_command(decompose_cmd.decompose)
+cli.add_command(fit_cmd.fit)
 cli.add_command(verify_curve_cmd.verify_curve)
 cli.add_command(analyze_cmd.import_)
 analyze_cmd.import_.add_command(import_cmd.import_table)

@@ -1,0 +1,70 @@
+"""``crossbench fit``: one method's cost model C(n) = d + v n over the sweep points of several
+runs, each point in its own run's baseline steps, each run resampled on its own."""
+
+from __future__ import annotations
+
+import json
+from contextlib import ExitStack
+from dataclasses import replace
+from pathlib import Path
+
+import click
+
+from crossbench.cli.common import progress, user_errors
+from crossbench.errors import UserError
+
+
+@click.command(epilog="""\b
+Examples:
+  crossbench fit examples/h200-methods/round4/h200-methods-round4-vllm.zip \\
+      --arm eagle3-a0.9 --engine vllm
+  crossbench fit runs/round4.zip runs/fits2 --arm eagle3-a0.9 --engine vllm --json fit.json
+  crossbench fit runs/a runs/b runs/c --arm draft-a0.9 --concurrency 16
+""")
+@click.argument("sources", nargs=-1, required=True, type=click.Path(path_type=Path))
+@click.option("--arm", required=True, help="The speculative arm whose cells (one n or "
+              "several per run) the line goes through.")
+@click.option("--engine", "engine", help="The engine name of the arm's cells, where a run "
+              "holds the arm on several engines.")
+@click.option("--concurrency", type=click.IntRange(1), default=1, show_default=True,
+              help="The concurrency of the arm's cells.")
+@click.option("--json", "out", type=click.Path(path_type=Path), metavar="FILE",
+              help="Write the whole result (fit, points, sources, notes, warnings) as JSON to "
+                   "this new file.")
+@user_errors
+def fit(sources: tuple[Path, ...], arm: str, engine: str | None, concurrency: int,
+        out: Path | None) -> None:
+    """Fit one method's cost model C(n) = tau / speedup = d + v n over the cells of ARM in
+    several runs (SOURCES: run directories or archives), each cell paired with its own run's
+    baseline, so a run may give a single n. The 95 % intervals of d and v resample each run on
+    its own (independent bootstrap streams), the line refitted per draw over all points; they
+    do not hold a machine-to-machine difference or, for a point on one server start, the
+    start-to-start spread (notes say which apply). Settings that differ between runs (engine
+    version, target, load) are printed as warnings (docs/analysis.md "A cost model across
+    runs")."""
+    from crossbench.analysis.fit import Source, fit_across, format_fit
+    from crossbench.analysis.start_spread import run_start_spread
+    from crossbench.frames import open_run
+
+    if out is not None:  # before the runs are read: a bad --json is one line, not a traceback
+        from crossbench.store.rundir import check_out_file
+
+        check_out_file(out, "--json")
+        if out.exists():
+            raise UserError(f"--json {out} already exists",
+                            "give --json a new file path, or remove the file first")
+    with ExitStack() as stack:
+        runs = []
+        for path in sources:
+            progress(f"reading {path}")
+            frames = stack.enter_context(open_run(path))
+            spread = run_start_spread(frames.root)
+            if spread is not None:  # as `crossbench analyze` does: the spread it decided with
+                frames.opts = replace(frames.opts, start_spread=spread)
+            runs.append(Source(str(path), frames.analysis,
+                               {c.id: c for c in frames.run.cells}, frames.opts))
+        result = fit_across(runs, arm, engine, concurrency)
+    click.echo(format_fit(result))
+    if out is not None:
+        out.write_text(json.dumps(result, indent=1) + "\n")
+        progress(f"wrote {out}")

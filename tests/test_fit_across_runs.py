@@ -1,0 +1,203 @@
+"""`crossbench fit`: one method's cost model over several runs, each n paired with its own
+run's baseline, checked on runs whose true d and v are known (simulated on "machines" of
+different baseline rates) and on the round-4 vLLM archive."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+from standins.study import Arm, study
+from test_analysis_sweep import CURVE, D, V, _acceptance, true_speedup
+
+from crossbench.analysis.fit import Source, fit_across
+from crossbench.analysis.paired import StatsOptions
+from crossbench.analysis.rundir import load_run
+from crossbench.cli.main import cli
+from crossbench.errors import UserError
+from crossbench.frames import open_run
+
+ROUND4_VLLM = (Path(__file__).resolve().parents[1]
+               / "examples/h200-methods/round4/h200-methods-round4-vllm.zip")
+OPTS = StatsOptions(resamples=1000)
+PROMPTS = [(f"p{i}", "code" if i % 2 else "math") for i in range(8)]
+
+
+def _run(root: Path, ns: list[int], base_rate: float, seed: int | None = None,
+         arm: str = "dft", **kwargs: object) -> Path:
+    """A run of the baseline and ``arm`` at each n on a machine whose baseline decodes at
+    ``base_rate``; with ``seed``, each request's rate has prompt and request noise."""
+    rng = np.random.default_rng(seed)
+    prompt_effect = {p: rng.normal(0, 0.05) if seed is not None else 0.0 for p, _ in PROMPTS}
+    noise: dict[tuple[object, ...], float] = {}
+
+    def rate(a: Arm, pid: str, trial: int, occ: int) -> float:
+        key = (a.n, pid, trial, occ)
+        noise.setdefault(key, rng.normal(0, 0.03) if seed is not None else 0.0)
+        s = 1.0 if a.n is None else true_speedup(a.n)
+        return base_rate * s * float(np.exp(prompt_effect[pid] + noise[key]))
+
+    arms = [Arm("none")] + [Arm(arm, "draft-simple", n, acceptance=_acceptance(n)) for n in ns]
+    study(root, PROMPTS, arms, rate, trials=3, **kwargs)  # type: ignore[arg-type]
+    return root
+
+
+def _source(root: Path) -> Source:
+    run = load_run(root)
+    from crossbench.analysis.analyze import analyze_run
+
+    return Source(str(root), analyze_run(run, OPTS), {c.id: c for c in run.cells}, OPTS)
+
+
+def _on_machine(root: Path, gpu_uuid: str, boot_id: str) -> None:
+    """Record in every trial of the run the host and GPU it ran on (as a crossbench run's
+    provenance does)."""
+    for path in root.glob("cells/*/manifest.json"):
+        m = json.loads(path.read_text())
+        for entry in m["trials"]:
+            entry["provenance"] = {
+                "host": {"cpu": "Test CPU", "boot_id": boot_id},
+                "gpu": {"gpus": [{"index": 0, "name": "Test GPU", "uuid": gpu_uuid}]}}
+        path.write_text(json.dumps(m))
+
+
+def test_a_line_over_three_machines_recovers_d_and_v(tmp_path):
+    """Three runs of one method, each on a machine of its own baseline rate (100, 60 and 150
+    tok/s) and its own n (run 2 a single n, runs 1 and 3 sharing n = 2): the fit over all
+    five points recovers the true d and v, and its intervals hold them."""
+    sources = [_source(_run(tmp_path / "a", [1, 2], 100.0, seed=1)),
+               _source(_run(tmp_path / "b", [4], 60.0, seed=2)),
+               _source(_run(tmp_path / "c", [2, 6], 150.0, seed=3))]
+    r = fit_across(sources, "dft")
+    f = r["fit"]
+    assert f["points"] == 5 and f["distinct_n"] == 4
+    assert [(p["source"], p["n"]) for p in r["points"]] == [(1, 1), (1, 2), (2, 4), (3, 2),
+                                                            (3, 6)]
+    assert f["d"] == pytest.approx(D, abs=0.08) and f["v"] == pytest.approx(V, abs=0.02)
+    assert f["d_ci95"][0] <= D <= f["d_ci95"][1] and f["v_ci95"][0] <= V <= f["v_ci95"][1]
+    assert f["r2"] is not None and f["r2"] > 0.9
+    assert [s["seed"] for s in r["sources"]] == [0, 1, 2]  # independent bootstrap streams
+    assert [s["baseline_tok_s"] for s in r["sources"]] == pytest.approx([100, 60, 150],
+                                                                        rel=0.05)
+    for p in r["points"]:
+        assert p["step_cost"] == pytest.approx(p["tau"] / p["speedup"])
+        assert p["baseline_ms_per_token"] == pytest.approx(1e3 / p["baseline_tok_s"])
+    assert r["warnings"] == []
+
+
+def test_the_intervals_cover_the_truth_over_many_studies(tmp_path):
+    """20 studies of the three machines above, each with its own noise: d's and v's intervals
+    hold the truth in most (nominal 95 %; each in 19 of 20 when this test was written)."""
+    hits_d = hits_v = 0
+    for k in range(20):
+        sources = [_source(_run(tmp_path / f"{k}a", [1, 2], 100.0, seed=10 * k + 1)),
+                   _source(_run(tmp_path / f"{k}b", [4], 60.0, seed=10 * k + 2)),
+                   _source(_run(tmp_path / f"{k}c", [2, 6], 150.0, seed=10 * k + 3))]
+        f = fit_across(sources, "dft")["fit"]
+        hits_d += f["d_ci95"][0] <= D <= f["d_ci95"][1]
+        hits_v += f["v_ci95"][0] <= V <= f["v_ci95"][1]
+    print("studies whose d and v intervals hold the truth, of 20:", hits_d, hits_v)
+    assert hits_d >= 16 and hits_v >= 16, (hits_d, hits_v)
+
+
+def test_without_noise_the_fit_is_exact_and_shared_n_both_count(tmp_path):
+    """Noiseless runs on two machines that both measured n = 4: both points count, and the
+    line is the true one, whatever the machines' baseline rates."""
+    sources = [_source(_run(tmp_path / "a", [1, 4], 100.0)),
+               _source(_run(tmp_path / "b", [4, 6], 40.0))]
+    r = fit_across(sources, "dft")
+    assert [p["n"] for p in r["points"]] == [1, 4, 4, 6] and r["fit"]["points"] == 4
+    assert (r["fit"]["d"], r["fit"]["v"]) == pytest.approx((D, V), abs=1e-6)
+    assert r["fit"]["d_ci95"] == pytest.approx([D, D], abs=1e-6)
+    assert [p["tau"] for p in r["points"]] == pytest.approx(
+        [1 + sum(CURVE[:n]) for n in (1, 4, 4, 6)])
+
+
+def test_one_source_gives_the_per_run_cost_model(tmp_path):
+    root = _run(tmp_path / "a", [1, 2, 4], 100.0, seed=5)
+    src = _source(root)
+    (sweep,) = src.analysis["sweeps"]
+    cm = sweep["cost_model"]
+    f = fit_across([src], "dft")["fit"]
+    assert (f["d"], f["v"], f["r2"]) == (cm["d"], cm["v"], cm["r2"])
+    assert (f["d_ci95"], f["v_ci95"]) == (cm["d_ci95"], cm["v_ci95"])  # same seed, same draws
+
+
+def test_an_arm_missing_from_a_source_is_refused_first(tmp_path):
+    a = _run(tmp_path / "a", [1, 2], 100.0)
+    b = _run(tmp_path / "b", [4], 60.0, arm="other")
+    with pytest.raises(UserError) as e:
+        fit_across([_source(a), _source(b)], "dft")
+    assert str(b) in e.value.message and "arm 'dft' has no paired cell" in e.value.message
+    assert "synthetic/other (c=1)" in (e.value.hint or "")
+    r = CliRunner().invoke(cli, ["fit", str(a), str(b), "--arm", "dft"])
+    assert r.exit_code == 2 and r.stdout == ""
+    assert f"error: {b}: arm 'dft' has no paired cell with an n at concurrency 1" in r.stderr
+
+
+def test_one_n_over_all_sources_is_refused(tmp_path):
+    sources = [_source(_run(tmp_path / "a", [4], 100.0)),
+               _source(_run(tmp_path / "b", [4], 60.0))]
+    with pytest.raises(UserError, match="one n \\(4\\) over 2 source\\(s\\)"):
+        fit_across(sources, "dft")
+
+
+def test_machines_and_setups_that_differ_are_said(tmp_path):
+    a = _run(tmp_path / "a", [1, 2], 100.0)
+    b = _run(tmp_path / "b", [4], 60.0, load={"max_tokens": 32})
+    _on_machine(a, "GPU-aaaaaaaa-1111", "boot-a")
+    _on_machine(b, "GPU-bbbbbbbb-2222", "boot-b")
+    r = fit_across([_source(a), _source(b)], "dft")
+    assert r["sources"][1]["machines"] == [
+        {"cpu": "Test CPU", "boot_id": "boot-b",
+         "gpus": [{"name": "Test GPU", "uuid": "GPU-bbbbbbbb-2222"}]}]
+    (machine_note,) = [n for n in r["notes"] if "machines" in n]
+    assert machine_note.startswith("the points come from 2 machines (source 1: Test GPU "
+                                   "GPU-aaaaaaaa, Test CPU, boot boot-a; source 2:")
+    assert "is not in the interval" in machine_note
+    (w,) = r["warnings"]
+    assert w["field"] == "load.max_tokens" and w["values"] == {1: 64, 2: 32}
+
+
+def test_cli_prints_the_points_and_writes_the_json(tmp_path):
+    a = _run(tmp_path / "a", [1, 4], 100.0)
+    b = _run(tmp_path / "b", [6], 40.0)
+    out = tmp_path / "fit.json"
+    r = CliRunner().invoke(cli, ["fit", str(a), str(b), "--arm", "dft", "--json", str(out)])
+    assert r.exit_code == 0, r.output
+    lines = r.stdout.splitlines()
+    assert lines[0] == ("cost model of dft (synthetic, c=1) over 2 source(s), 3 points, "
+                        "n = 1, 4, 6")
+    assert lines[1].startswith(f"C(n) = d + v n: d {D:.3f} [{D:.3f}, {D:.3f}], v {V:.4f}")
+    assert lines[3].split() == ["src", "n", "tau", "speedup", "C(n)", "base", "tok/s",
+                                "ms/tok", "cell"]
+    assert lines[6].split()[:2] == ["2", "6"] and lines[6].endswith(
+        "synthetic/synthetic-model/dft/n6/synthetic/c1")
+    assert lines[6].split()[5:7] == ["40.0", "25.00"]  # the source's baseline rate, ms/token
+    assert f"source 2: {b} (n = 6; no host/GPU recorded)" in lines
+    data = json.loads(out.read_text())
+    assert data["kind"] == "crossbench.fit" and data["fit"]["d"] == pytest.approx(D, abs=1e-6)
+    assert len(data["points"]) == 3 and data["sources"][1]["path"] == str(b)
+    again = CliRunner().invoke(cli, ["fit", str(a), "--arm", "dft", "--json", str(out)])
+    assert again.exit_code == 2 and f"--json {out} already exists" in again.stderr
+
+
+def test_the_round4_archive_gives_its_own_analysis(tmp_path):
+    """vLLM EAGLE-3 at n = 4 and 8 (round 4): the fit over the archive alone is the archive's
+    own cost model, d 0.885 and v 0.105 (docs/cross-engine.md)."""
+    with open_run(ROUND4_VLLM) as frames:
+        cm = next(s for s in frames.analysis["sweeps"] if s["arm"] == "eagle3-a0.9"
+                  and s["concurrency"] == 1)["cost_model"]
+    out = tmp_path / "fit.json"
+    r = CliRunner().invoke(cli, ["fit", str(ROUND4_VLLM), "--arm", "eagle3-a0.9", "--engine",
+                                 "vllm", "--json", str(out)])
+    assert r.exit_code == 0, r.output
+    f = json.loads(out.read_text())["fit"]
+    assert (f["d"], f["v"]) == (cm["d"], cm["v"])
+    assert (round(f["d"], 3), round(f["v"], 3)) == (0.885, 0.105)
+    assert f["r2"] is None  # two n: no R^2
+    assert "d 0.885 [0.751, 1.021], v 0.1054 [0.0774, 0.1345]" in r.stdout
+    assert "NVIDIA H200 GPU-d0ebe58c" in r.stdout
