@@ -15,6 +15,7 @@ from crossbench.runner.matrix import (
     expand,
     json_schema,
     load_matrix,
+    run_order,
     schedule,
     validate_cells,
 )
@@ -145,6 +146,31 @@ def test_interleaved_schedule_runs_every_trial_once_in_rounds(tmp_path):
     assert [cid for cid, _ in order[:len(cells)]] != [c.id for c in cells]  # shuffled
     seq = schedule(cells, 2, "sequential", seed=0)
     assert seq[:2] == [(cells[0].id, 0), (cells[0].id, 1)]
+
+
+@pytest.mark.parametrize("share", [False, True])
+def test_baselines_first_runs_each_rounds_baselines_before_its_arms(tmp_path, share):
+    """schedule.baselines_first: a run cut short after any trial leaves every finished
+    speculative trial of a round its baseline's trial of that round."""
+    p = write(tmp_path, trials=3, share_servers=share,
+              schedule={"order": "interleaved", "seed": 3, "baselines_first": True})
+    m = load_matrix(p)
+    cells = expand(m, p)
+    base = {c.id for c in cells if c.baseline is None}
+    order = run_order(m, cells)
+    assert sorted(order) == sorted((c.id, t) for c in cells for t in range(3))
+    for r in range(3):
+        ids = [cid for cid, t in order if t == r]
+        assert set(ids[:len(base)]) == base, f"round {r}: {ids}"
+    plain = load_matrix(write(tmp_path, trials=3, share_servers=share,
+                              schedule={"order": "interleaved", "seed": 3}))
+    assert any(cid not in base for cid, _ in run_order(plain, cells)[:len(base)])
+
+
+def test_baselines_first_needs_interleaved_rounds(tmp_path):
+    p = write(tmp_path, schedule={"order": "sequential", "baselines_first": True})
+    with pytest.raises(UserError, match="baselines_first"):
+        load_matrix(p)
 
 
 @pytest.mark.parametrize("path", sorted((ROOT / "matrices").glob("*.yaml")),

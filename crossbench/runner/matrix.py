@@ -214,6 +214,18 @@ class Schedule(StrictModel):
         "interleaved", description="interleaved: round k runs trial k of every cell, shuffled; "
         "sequential: all trials of a cell, then the next.")
     seed: int = Field(0, description="Seed of the shuffle (recorded).")
+    baselines_first: bool = Field(
+        False, description="interleaved: every round runs its baseline cells (with their "
+        "shared starts) before the speculative ones, so a run cut short (a lease, a kill) "
+        "leaves each finished speculative trial its baseline; the order is otherwise the "
+        "shuffle's.")
+
+    @model_validator(mode="after")
+    def _first_needs_rounds(self) -> Schedule:
+        if self.baselines_first and self.order != "interleaved":
+            raise ValueError("baselines_first orders the cells within each interleaved round; "
+                             "set order: interleaved, or drop baselines_first")
+        return self
 
 
 class SequentialStop(StrictModel):
@@ -938,9 +950,10 @@ def probe_split(sweep: list[Cell], probes: int) -> tuple[list[Cell], list[Cell]]
 
 def run_order(m: Matrix, cells: list[Cell]) -> list[tuple[str, int]]:
     """The schedule of matrix ``m``'s ``cells`` (:func:`schedule` with the matrix's settings;
-    with ``sequential.look_every`` the baselines run first in every round, so a speculative
-    trial's looks find its baseline's trial done)."""
-    first = m.sequential is not None and m.sequential.look_every is not None
+    with ``schedule.baselines_first``, or ``sequential.look_every`` (so a speculative trial's
+    looks find its baseline's trial done), the baselines run first in every round)."""
+    first = m.schedule.baselines_first or (
+        m.sequential is not None and m.sequential.look_every is not None)
     return schedule(cells, m.trials, m.schedule.order, m.schedule.seed, m.block,
                     m.share_servers, baselines_first=first)
 
