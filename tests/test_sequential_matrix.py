@@ -191,10 +191,12 @@ def test_calibrate_on_the_real_server_then_stop_on_one_start(llama_server, fixtu
     rec = read_stops(out)[spec]
     ran = sorted(t for (c, t) in read_journal(out) if c == spec)
     print("spreads:", doc["spreads"], "decision:", rec["reason"])
-    if rec["action"] == "slower":  # the usual case: 10 pairs after 2 trials settle it
-        assert rec["look"] == 2 and rec["ci"][1] < 1.0, rec
+    if rec["action"] == "slower":  # the usual case: 10 pairs after 2 trials settle it; a
+        # calibrated spread a little wider (CI, 2026-12-05: sigma 0.050) needs the third trial
+        # of the same start, still before the second start
+        assert rec["look"] in (2, 3) and rec["ci"][1] < 1.0, rec
         assert rec["server_starts"] == 1 and rec["start_prior"]["baseline_starts"] == 1
-        assert ran == [0, 1]  # four planned trials and the second start never ran
+        assert ran == list(range(rec["look"]))  # the second start never ran
     else:  # a loaded machine (CI under a parallel build) can calibrate a spread too wide
         # to settle even a 0.13x cell: then the rule must have run every planned trial on
         # both starts, and its last interval still holds 1
