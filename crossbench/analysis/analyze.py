@@ -325,13 +325,19 @@ def analyze(root: Path, opts: StatsOptions | None = None) -> dict[str, Any]:
     """The whole analysis of a run directory (see the module docstring). A matrix run that
     decided with a known start spread (its ``start-spread.json``) is analysed with it unless
     ``opts`` names another, so its verdicts rest on what its decisions rested on."""
+    return analyze_run(load_run(root), run_opts(root, opts))
+
+
+def run_opts(root: Path, opts: StatsOptions | None = None) -> StatsOptions:
+    """``opts`` (default: :class:`StatsOptions`) with the run's recorded start spread (a
+    matrix run's ``start-spread.json``, the spread it decided with) where ``opts`` names
+    none."""
     opts = opts or StatsOptions()
     if opts.start_spread is None:
         recorded = start_spread.run_start_spread(root)
         if recorded is not None:
             opts = replace(opts, start_spread=recorded)
-    run = load_run(root)
-    return analyze_run(run, opts)
+    return opts
 
 
 @paused_gc()

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 from contextlib import ExitStack
-from dataclasses import replace
 from pathlib import Path
 
 import click
@@ -42,8 +41,8 @@ def fit(sources: tuple[Path, ...], arm: str, engine: str | None, concurrency: in
     start-to-start spread (notes say which apply). Settings that differ between runs (engine
     version, target, load) are printed as warnings (docs/analysis.md "A cost model across
     runs")."""
+    from crossbench.analysis.analyze import run_opts
     from crossbench.analysis.fit import Source, fit_across, format_fit
-    from crossbench.analysis.start_spread import run_start_spread
     from crossbench.frames import open_run
 
     if out is not None:  # before the runs are read: a bad --json is one line, not a traceback
@@ -58,9 +57,7 @@ def fit(sources: tuple[Path, ...], arm: str, engine: str | None, concurrency: in
         for path in sources:
             progress(f"reading {path}")
             frames = stack.enter_context(open_run(path))
-            spread = run_start_spread(frames.root)
-            if spread is not None:  # as `crossbench analyze` does: the spread it decided with
-                frames.opts = replace(frames.opts, start_spread=spread)
+            frames.opts = run_opts(frames.root, frames.opts)  # as `crossbench analyze` does
             runs.append(Source(str(path), frames.analysis,
                                {c.id: c for c in frames.run.cells}, frames.opts))
         result = fit_across(runs, arm, engine, concurrency)
