@@ -127,6 +127,22 @@ def test_with_a_known_start_spread_a_clear_cell_stops_on_one_start(tmp_path: Pat
     prior = pair["speedup"]["start_prior"]
     assert prior is not None and prior["spec_starts"] == 1
     assert pair["speedup"]["design"].endswith("joined with the known start spread")
+    # the pandas API (and decompose --from, which reads through it) analyses with it too
+    from crossbench.frames import open_run
+
+    frames = open_run(out, StatsOptions(resamples=500))
+    (fpair,) = frames.analysis["pairs"]
+    assert fpair["speedup"]["start_prior"] == prior
+    assert fpair["speedup"]["ci95"] == pair["speedup"]["ci95"]
+    assert frames.analysis["options"]["start_spread"]["spreads"][0]["sigma_log"] == 0.02
+    # a spread the caller names wins over the recorded one, as in analyze
+    from crossbench.analysis.start_spread import StartSpread
+
+    wide = StartSpread.load(spread_file(tmp_path / "wide.json", sigma=0.5))
+    mine = open_run(out, StatsOptions(resamples=500, start_spread=wide)).analysis
+    assert mine["options"]["start_spread"]["spreads"][0]["sigma_log"] == 0.5
+    assert analyze(out, StatsOptions(resamples=500, start_spread=wide))["pairs"][0][
+        "speedup"]["ci95"] == mine["pairs"][0]["speedup"]["ci95"] != fpair["speedup"]["ci95"]
 
 
 @pytest.mark.parametrize(("over", "msg"), [

@@ -41,7 +41,6 @@ def fit(sources: tuple[Path, ...], arm: str, engine: str | None, concurrency: in
     start-to-start spread (notes say which apply). Settings that differ between runs (engine
     version, target, load) are printed as warnings (docs/analysis.md "A cost model across
     runs")."""
-    from crossbench.analysis.analyze import run_opts
     from crossbench.analysis.fit import Source, fit_across, format_fit
     from crossbench.frames import open_run
 
@@ -56,8 +55,7 @@ def fit(sources: tuple[Path, ...], arm: str, engine: str | None, concurrency: in
         runs = []
         for path in sources:
             progress(f"reading {path}")
-            frames = stack.enter_context(open_run(path))
-            frames.opts = run_opts(frames.root, frames.opts)  # as `crossbench analyze` does
+            frames = stack.enter_context(open_run(path))  # with the run's start spread
             runs.append(Source(str(path), frames.analysis,
                                {c.id: c for c in frames.run.cells}, frames.opts))
         result = fit_across(runs, arm, engine, concurrency)

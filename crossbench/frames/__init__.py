@@ -23,6 +23,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
+from crossbench.analysis.analyze import run_opts
 from crossbench.analysis.host_time import trial_host, trial_times
 from crossbench.analysis.paired import StatsOptions
 from crossbench.analysis.rundir import COORDS, CellData, RunData, load_run
@@ -46,7 +47,8 @@ def open_run(path: str | Path, opts: StatsOptions | None = None) -> RunFrames:
     one file).
 
     ``opts`` are the statistics options of :attr:`RunFrames.analysis` (default: those of
-    ``crossbench analyze``).
+    ``crossbench analyze``); as there, a matrix run that decided with a known start spread
+    (its ``start-spread.json``) is analysed with it unless ``opts`` names another.
     """
     p = Path(path).expanduser()
     if not p.exists():
@@ -65,7 +67,7 @@ def open_run(path: str | Path, opts: StatsOptions | None = None) -> RunFrames:
             if tmp is not None:
                 tmp.cleanup()
             raise
-    return RunFrames(load_run(root), opts or StatsOptions(), tmp)
+    return RunFrames(load_run(root), run_opts(root, opts), tmp)
 
 
 class RunFrames:
