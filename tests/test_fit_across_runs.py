@@ -201,3 +201,54 @@ def test_the_round4_archive_gives_its_own_analysis(tmp_path):
     assert f["r2"] is None  # two n: no R^2
     assert "d 0.885 [0.751, 1.021], v 0.1054 [0.0774, 0.1345]" in r.stdout
     assert "NVIDIA H200 GPU-d0ebe58c" in r.stdout
+
+
+CROSS_ROUND1 = (Path(__file__).resolve().parents[1]
+                / "examples/h200-cross/round1/h200-cross-round1.zip")
+
+
+def test_an_arm_on_two_engines_needs_engine(tmp_path):
+    """The cross-engine round 1 archive holds synth-a0.9 at n = 2, 4 on llama.cpp and vLLM:
+    without --engine the fit refuses and names both; with it, each engine's line stands."""
+    r = CliRunner().invoke(cli, ["fit", str(CROSS_ROUND1), "--arm", "synth-a0.9",
+                                 "--resamples", "200"])
+    assert r.exit_code == 2 and r.stdout == ""
+    assert "arm 'synth-a0.9' ran on 2 engines (llama, vllm)" in r.stderr
+    assert "name one with --engine" in r.stderr
+    out = tmp_path / "llama.json"
+    r = CliRunner().invoke(cli, ["fit", str(CROSS_ROUND1), "--arm", "synth-a0.9", "--engine",
+                                 "llama", "--resamples", "200", "--json", str(out)])
+    assert r.exit_code == 0, r.output
+    data = json.loads(out.read_text())
+    assert data["engine"] == "llama" and [p["n"] for p in data["points"]] == [2, 4]
+    assert {p["cell"].split("/")[0] for p in data["points"]} == {"llama"}
+
+
+def test_statistics_options_reach_every_source(tmp_path):
+    """--resamples, --seed and --start-spread are those of `crossbench analyze`: the same
+    seed gives the same interval, another seed another; a named start spread is used by
+    every source and widens the interval; a bad option is refused before any run is read."""
+    from seq_helpers import spread_file
+
+    a = _run(tmp_path / "a", [1, 4], 100.0, seed=1)
+    b = _run(tmp_path / "b", [6], 40.0, seed=2)
+
+    def fit_json(name: str, *extra: str) -> dict:
+        out = tmp_path / f"{name}.json"
+        r = CliRunner().invoke(cli, ["fit", str(a), str(b), "--arm", "dft", "--resamples",
+                                     "400", "--json", str(out), *extra])
+        assert r.exit_code == 0, r.output
+        return json.loads(out.read_text())
+
+    s0, s0again, s7 = fit_json("s0"), fit_json("s0again"), fit_json("s7", "--seed", "7")
+    assert s0["resamples"] == 400 and [s["seed"] for s in s7["sources"]] == [7, 8]
+    assert s0["fit"]["d_ci95"] == s0again["fit"]["d_ci95"] != s7["fit"]["d_ci95"]
+    assert s0["fit"]["d"] == s7["fit"]["d"]  # the point estimate does not resample
+    wide = fit_json("wide", "--start-spread",
+                    str(spread_file(tmp_path / "spread.json", engine="synthetic", sigma=0.3)))
+    assert [s["start_spread"] for s in wide["sources"]] == [True, True]
+    lo, hi = wide["fit"]["d_ci95"]
+    assert hi - lo > s0["fit"]["d_ci95"][1] - s0["fit"]["d_ci95"][0]
+    r = CliRunner().invoke(cli, ["fit", str(tmp_path / "missing"), "--arm", "dft",
+                                 "--resamples", "10"])
+    assert r.exit_code == 2 and "--resamples 10 is too few" in r.stderr

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import click
 
+from crossbench.cli.analyze_cmd import _opts, stats_options
 from crossbench.cli.common import progress, user_errors
 from crossbench.errors import UserError
 
@@ -19,6 +20,7 @@ Examples:
       --arm eagle3-a0.9 --engine vllm
   crossbench fit runs/round4.zip runs/fits2 --arm eagle3-a0.9 --engine vllm --json fit.json
   crossbench fit runs/a runs/b runs/c --arm draft-a0.9 --concurrency 16
+  crossbench fit runs/a runs/b --arm draft-a0.9 --start-spread spread.json --seed 1
 """)
 @click.argument("sources", nargs=-1, required=True, type=click.Path(path_type=Path))
 @click.option("--arm", required=True, help="The speculative arm whose cells (one n or "
@@ -30,19 +32,34 @@ Examples:
 @click.option("--json", "out", type=click.Path(path_type=Path), metavar="FILE",
               help="Write the whole result (fit, points, sources, notes, warnings) as JSON to "
                    "this new file.")
+@click.option("--start-spread", "spread_file", type=click.Path(path_type=Path),
+              metavar="FILE", help="A known start spread (`crossbench start-spread RUN -o "
+              "FILE`) for every source's analysis; default: each matrix run's own "
+              "start-spread.json, if any (docs/analysis.md \"Known start spread\").")
+@stats_options
 @user_errors
 def fit(sources: tuple[Path, ...], arm: str, engine: str | None, concurrency: int,
-        out: Path | None) -> None:
+        out: Path | None, spread_file: Path | None, resamples: int, seed: int, level: float,
+        min_samples: int, strata: str, equivalence: float) -> None:
     """Fit one method's cost model C(n) = tau / speedup = d + v n over the cells of ARM in
     several runs (SOURCES: run directories or archives), each cell paired with its own run's
-    baseline, so a run may give a single n. The 95 % intervals of d and v resample each run on
+    baseline, so a run may give a single n. The intervals (95 %) of d and v resample each run on
     its own (independent bootstrap streams), the line refitted per draw over all points; they
     do not hold a machine-to-machine difference or, for a point on one server start, the
     start-to-start spread (notes say which apply). Settings that differ between runs (engine
     version, target, load) are printed as warnings (docs/analysis.md "A cost model across
-    runs")."""
+    runs"). Source i is resampled on seed --seed + i - 1; the other statistics options are
+    those of `crossbench analyze`, for every source's analysis."""
+    from dataclasses import replace
+
     from crossbench.analysis.fit import Source, fit_across, format_fit
     from crossbench.frames import open_run
+
+    opts = _opts(resamples, seed, level, min_samples, strata, equivalence)
+    if spread_file is not None:
+        from crossbench.analysis.start_spread import StartSpread
+
+        opts = replace(opts, start_spread=StartSpread.load(spread_file))
 
     if out is not None:  # before the runs are read: a bad --json is one line, not a traceback
         from crossbench.store.rundir import check_out_file
@@ -55,7 +72,7 @@ def fit(sources: tuple[Path, ...], arm: str, engine: str | None, concurrency: in
         runs = []
         for path in sources:
             progress(f"reading {path}")
-            frames = stack.enter_context(open_run(path))  # with the run's start spread
+            frames = stack.enter_context(open_run(path, opts))  # or the run's start spread
             runs.append(Source(str(path), frames.analysis,
                                {c.id: c for c in frames.run.cells}, frames.opts))
         result = fit_across(runs, arm, engine, concurrency)
