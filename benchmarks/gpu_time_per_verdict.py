@@ -128,14 +128,17 @@ the naive design's or more conservative (no flipped, lost or bolder verdict)."""
 
 def variant(src: Path, dst: Path, trials_per_start: int, probes: int | None,
             holdout: int, trials: int | None = None, requests: int | None = None,
-            max_tokens: int | None = None, seed: int | None = None) -> None:
+            max_tokens: int | None = None, seed: int | None = None,
+            baselines_first: bool = False) -> None:
     """Write the crossbench design of the naive matrix ``src``: server reuse and, with
     ``probes``, probe-and-predict; with ``trials``, that many trials per cell (so
     ``trials / trials_per_start`` starts per server group); with ``requests`` and
     ``max_tokens``, the load's (longer requests give the decode-only telemetry window room:
     docs/analysis.md); with ``seed``, the schedule's shuffle seed (a seed that runs the
-    baseline's start first keeps a round cut short by the lease analysable); every other line
-    of the study stays as it was."""
+    baseline's start first keeps a round cut short by the lease analysable); with
+    ``baselines_first``, every interleaved round runs its baseline cells first (the matrix's
+    ``schedule.baselines_first``: a lease cut short keeps each finished trial's baseline in
+    every round, not only the first); every other line of the study stays as it was."""
     doc = yaml.safe_load(src.read_text())
     doc["trials_per_start"] = trials_per_start
     if trials is not None:
@@ -144,6 +147,8 @@ def variant(src: Path, dst: Path, trials_per_start: int, probes: int | None,
     doc["load"] = {**doc.get("load", {}), **{k: v for k, v in load.items() if v is not None}}
     if seed is not None:
         doc["schedule"] = {**doc.get("schedule", {}), "seed": seed}
+    if baselines_first:
+        doc["schedule"] = {**doc.get("schedule", {}), "baselines_first": True}
     if probes is not None:
         doc["probe_predict"] = {"probes": probes, "holdout": holdout, "seed": 0}
     doc["study"]["name"] = f"{doc['study']['name']}-crossbench"
@@ -152,6 +157,7 @@ def variant(src: Path, dst: Path, trials_per_start: int, probes: int | None,
                              + (f", trials {trials}" if trials is not None else "")
                              + "".join(f", {k} {v}" for k, v in load.items() if v is not None)
                              + (f", schedule seed {seed}" if seed is not None else "")
+                             + (", baselines first" if baselines_first else "")
                              + (f", probe_predict probes {probes} holdout {holdout}"
                                 if probes is not None else "") + ".")
     dst.write_text(yaml.safe_dump(doc, sort_keys=False))
@@ -599,6 +605,8 @@ def main(argv: list[str] | None = None) -> int:
                    help="tokens per request (the load's max_tokens)")
     v.add_argument("--seed", type=int, default=None,
                    help="the schedule's shuffle seed (the order of the server starts)")
+    v.add_argument("--baselines-first", action="store_true",
+                   help="every interleaved round runs its baseline cells first")
     c = sub.add_parser("compute", help="compare recorded runs")
     c.add_argument("--study", nargs=3, action="append", required=True,
                    metavar=("[NAME=]ENGINE_ID", "NAIVE_RUN[,NAIVE_RUN...]", "CROSSBENCH_RUN"),
@@ -629,7 +637,7 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     if args.cmd == "variant":
         variant(args.src, args.dst, args.trials_per_start, args.probes, args.holdout,
-                args.trials, args.requests, args.max_tokens, args.seed)
+                args.trials, args.requests, args.max_tokens, args.seed, args.baselines_first)
         return 0
     opts = StatsOptions(min_samples=args.min_samples)
     if args.cmd == "planned":

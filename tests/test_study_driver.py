@@ -49,23 +49,26 @@ def test_the_rounds_file_lists_every_round_of_the_former_scripts(study: ModuleTy
                             "synthetic", "sglang-check", "smoke"]
     assert study.parts(rounds, "methods") == [1, 2, 3, 4]
     assert study.parts(rounds, "moe") == [1, 2, 3, 4, 5, 6, 7]
+    assert study.parts(rounds, "verdicts") == [1, 2]  # whole, it outgrew one lease
     # the needs the former driver encoded in its case statements
     by = {(r.name, r.part): r for r in _every_round(study) if r.kind == "cross"}
     assert {k for k, r in by.items() if not r.vllm} == {
         ("gate", None), ("spread", None), ("known", None), ("all", None), ("methods", 1),
         ("methods", 2), ("moe", 1), ("moe", 4), ("moe", 6), ("sglang-methods", None),
-        ("sglang-mtp", None)}
+        ("sglang-mtp", None), ("verdicts", 1)}
     assert {k for k, r in by.items() if r.sglang} == {("sglang-methods", None),
                                                       ("sglang-mtp", None)}
     assert {k for k, r in by.items() if not r.build} == {
         ("naive", None), ("twostart", None), ("hoststart", None), ("methods", 3), ("methods", 4),
         ("moe", 2), ("moe", 3), ("moe", 5), ("moe", 7), ("fits2", None),
-        ("sglang-methods", None), ("sglang-mtp", None), ("startup-next", None)}
+        ("sglang-methods", None), ("sglang-mtp", None), ("startup-next", None),
+        ("verdicts", 2)}
     assert {k for k, r in by.items() if r.drafters} == {("methods", p) for p in (1, 2, 3, 4)} | {
-        ("fits", None), ("fits2", None), ("verdicts", None), ("sglang-methods", None)}
+        ("fits", None), ("fits2", None), ("verdicts", 1), ("verdicts", 2),
+        ("sglang-methods", None)}
     assert {k for k, r in by.items() if not r.verify_hf} == {
         ("methods", 3), ("methods", 4), ("mtp", None), ("fits", None), ("fits2", None),
-        ("verdicts", None), ("sglang-methods", None), ("sglang-mtp", None),
+        ("verdicts", 1), ("verdicts", 2), ("sglang-methods", None), ("sglang-mtp", None),
         ("startup-next", None)} | {("moe", p) for p in (1, 2, 3, 4, 5, 6, 7)}
     # the MTP round makes the Qwen3.5 target first, then the qwen3-8b pair only where it fits
     assert by[("mtp", None)].fixtures == (("path mtp-target --shape qwen3-8b", 0),
@@ -129,6 +132,12 @@ def test_every_round_matrix_validates_and_every_selection_picks_cells(
                     ["llama/t8b-f16/none/builtin-mixed/c1"]
                     + [f"llama/t8b-f16/draft-a0.9/n{n}/builtin-mixed/c1" for n in (1, 2, 4, 8)])
                 assert (m.load["max_tokens"], m.load["requests"]) == (384, 8)
+            if (r.name, step.name) == ("verdicts", "vllm-verdicts"):  # baselines first
+                order = [cid for cid, _ in run_order(m, chosen)]
+                base = "vllm/t8b-hf/none/builtin-mixed/c1"
+                assert len(order) == 6 and order[0] == order[3] == base, order
+                assert sorted(order[1:3]) == sorted(order[4:6]) == sorted(
+                    f"vllm/t8b-hf/{a}-a0.9/n4/builtin-mixed/c1" for a in ("dflash", "eagle3"))
             if (r.name, step.name) == ("fits2", "vllm-fits2"):  # a short lease keeps a baseline
                 starts: list[tuple[str, object]] = []
                 by_id = {c.id: c for c in chosen}
