@@ -16,6 +16,7 @@ from click.testing import CliRunner
 from crossbench.errors import UserError
 from crossbench.fixtures.mtp import (
     DENSE_TWIN_SHAPES,
+    LAYER_CUTS,
     MOE_SHAPES,
     compare,
     mtp_spec,
@@ -130,6 +131,26 @@ def test_h200_shapes_fit_the_disk_with_the_layer_cut() -> None:
     assert 2 * (sizes(bigger, VOCAB)["hf_bytes"] + b) > 0.75 * 64e9
 
 
+def test_layer_cut_shapes_change_only_the_layer_count() -> None:
+    """The layer-cut check's shapes (qwen3-8b-lN) are qwen3-8b but for n_layer, keep the 3:1
+    linear/full mix, and fit the H200 host's 64 GB disk per part: the MoE target at 4 and 8
+    layers (52.1 GB in both formats), the dense twin at 4, 8, 16 and 32 (25.5 GB)."""
+    from dataclasses import replace
+
+    base = MOE_SHAPES["qwen3-8b"]
+    for n in LAYER_CUTS:
+        for shapes in (MOE_SHAPES, DENSE_TWIN_SHAPES):
+            spec = shapes[f"qwen3-8b-l{n}"]
+            assert spec == replace(shapes["qwen3-8b"], n_layer=n)
+            assert spec.layer_types.count("full_attention") * 4 == n
+    both = 2 * sum(sizes(MOE_SHAPES[s], VOCAB)["hf_bytes"] for s in ("qwen3-8b-l4", "qwen3-8b"))
+    assert 50e9 < both < 0.85 * 64e9
+    dense = 2 * sum(sizes(DENSE_TWIN_SHAPES[s], VOCAB)["hf_bytes"]
+                    for s in ("qwen3-8b-l4", "qwen3-8b", "qwen3-8b-l16", "qwen3-8b-l32"))
+    assert dense < 0.45 * 64e9
+    assert base.n_layer == 8  # the cut the check is about
+
+
 def test_unknown_kind_and_matrix_refs() -> None:
     with pytest.raises(UserError) as e:
         mtp_spec("tiny", "moe")
@@ -139,6 +160,13 @@ def test_unknown_kind_and_matrix_refs() -> None:
     assert parse_fixture_ref("fixture:qwen3-8b/moe-target@hf", "m") == (
         "qwen3-8b", "moe-target", "hf")
     assert parse_fixture_ref("fixture:dense-twin", "m") == ("tiny", "dense-twin", None)
+    assert parse_fixture_ref("fixture:qwen3-8b-l4/moe-target", "m") == (
+        "qwen3-8b-l4", "moe-target", None)
+    with pytest.raises(UserError) as e:  # a layer cut exists for the Qwen3.5 targets only
+        parse_fixture_ref("fixture:qwen3-8b-l4/target", "models.t.path")
+    assert e.value.message == "models.t.path: unknown fixture 'fixture:qwen3-8b-l4/target'"
+    assert "(moe-target and dense-twin also qwen3-8b-l4, qwen3-8b-l16, qwen3-8b-l32)" in (
+        e.value.hint or "")
 
 
 def test_commands_make_and_verify_both(moe_target: tuple[Path, Path],

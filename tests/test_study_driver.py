@@ -48,13 +48,14 @@ def test_the_rounds_file_lists_every_round_of_the_former_scripts(study: ModuleTy
                             "verdicts", "startup-next", "sglang-methods", "sglang-mtp", "moe",
                             "synthetic", "sglang-check", "smoke"]
     assert study.parts(rounds, "methods") == [1, 2, 3, 4]
-    assert study.parts(rounds, "moe") == [1, 2, 3, 4, 5, 6, 7]
+    assert study.parts(rounds, "moe") == [1, 2, 3, 4, 5, 6, 7, 8, 9]
     assert study.parts(rounds, "verdicts") == [1, 2]  # whole, it outgrew one lease
     # the needs the former driver encoded in its case statements
     by = {(r.name, r.part): r for r in _every_round(study) if r.kind == "cross"}
     assert {k for k, r in by.items() if not r.vllm} == {
         ("gate", None), ("spread", None), ("known", None), ("all", None), ("methods", 1),
-        ("methods", 2), ("moe", 1), ("moe", 4), ("moe", 6), ("sglang-methods", None),
+        ("methods", 2), ("moe", 1), ("moe", 4), ("moe", 6), ("moe", 8), ("moe", 9),
+        ("sglang-methods", None),
         ("sglang-mtp", None), ("verdicts", 1)}
     assert {k for k, r in by.items() if r.sglang} == {("sglang-methods", None),
                                                       ("sglang-mtp", None)}
@@ -69,7 +70,7 @@ def test_the_rounds_file_lists_every_round_of_the_former_scripts(study: ModuleTy
     assert {k for k, r in by.items() if not r.verify_hf} == {
         ("methods", 3), ("methods", 4), ("mtp", None), ("fits", None), ("fits2", None),
         ("verdicts", 1), ("verdicts", 2), ("sglang-methods", None), ("sglang-mtp", None),
-        ("startup-next", None)} | {("moe", p) for p in (1, 2, 3, 4, 5, 6, 7)}
+        ("startup-next", None)} | {("moe", p) for p in range(1, 10)}
     # the MTP round makes the Qwen3.5 target first, then the qwen3-8b pair only where it fits
     assert by[("mtp", None)].fixtures == (("path mtp-target --shape qwen3-8b", 0),
                                           ("make --shape qwen3-8b", 26))
@@ -88,6 +89,11 @@ def test_the_rounds_file_lists_every_round_of_the_former_scripts(study: ModuleTy
                                        ("path dflash-moe --shape qwen3-8b", 4))
     assert by[("moe", 7)].fixtures == ((moe, 0), (twin, 8),
                                        ("path dflash-moe --shape qwen3-8b --format hf", 4))
+    # the layer-cut check: the MoE target at 4 and 8 layers, the dense twin at 4 to 32
+    assert by[("moe", 8)].fixtures == (("path moe-target --shape qwen3-8b-l4", 0),
+                                       (moe, 0))
+    assert by[("moe", 9)].fixtures == tuple(
+        (f"path dense-twin --shape qwen3-8b{cut}", 0) for cut in ("-l4", "", "-l16", "-l32"))
     assert not any(r.q4 for r in by.values())
     assert all(r.purpose and "\n" not in r.purpose for r in by.values())
 
@@ -138,6 +144,10 @@ def test_every_round_matrix_validates_and_every_selection_picks_cells(
                 assert len(order) == 6 and order[0] == order[3] == base, order
                 assert sorted(order[1:3]) == sorted(order[4:6]) == sorted(
                     f"vllm/t8b-hf/{a}-a0.9/n4/builtin-mixed/c1" for a in ("dflash", "eagle3"))
+            if r.name == "moe" and r.part in (8, 9):  # one target family per machine
+                family = "moe" if r.part == 8 else "dense"
+                assert {c.coords["target"].split("-")[0] for c in chosen} == {family}
+                assert len(chosen) == (10 if r.part == 8 else 20)
             if (r.name, step.name) == ("fits2", "vllm-fits2"):  # a short lease keeps a baseline
                 starts: list[tuple[str, object]] = []
                 by_id = {c.id: c for c in chosen}
@@ -146,7 +156,7 @@ def test_every_round_matrix_validates_and_every_selection_picks_cells(
                     starts += [key] if key not in starts else []
                 assert starts == [("none", None), ("eagle3-a0.9", 2), ("dflash-a0.9", 8),
                                   ("draft-a0.9", 8), ("draft-a0.9", 2), ("draft-a0.9", 4)]
-    assert checked == 41
+    assert checked == 43
 
 
 def test_a_selector_with_an_unknown_key_is_refused(study: ModuleType) -> None:

@@ -495,15 +495,20 @@ def parse_fixture_ref(ref: str, field: str) -> tuple[str, str, str | None]:
     vLLM and SGLang) instead of a quantized GGUF.
     """
     from crossbench.fixtures import SHAPES
+    from crossbench.fixtures.mtp import TARGET_KINDS
 
     m = _FIXTURE.match(ref)
-    if not m or (m["shape"] or "tiny") not in SHAPES:
+    shape = (m["shape"] if m else None) or "tiny"
+    if not m or shape not in {**SHAPES, **TARGET_KINDS.get(m["role"], {})}:
+        cuts = [s for s in dict.fromkeys(s for kind in TARGET_KINDS.values() for s in kind)
+                if s not in SHAPES]
         raise UserError(f"{field}: unknown fixture {ref!r}",
                         "write fixture:target, fixture:draft or fixture:SHAPE/ROLE@QUANT with "
-                        f"SHAPE one of {', '.join(SHAPES)} and ROLE one of target, draft, "
-                        "eagle3, dflash, dflash-moe, mtp-target, moe-target, dense-twin (e.g. "
+                        f"SHAPE one of {', '.join(SHAPES)} (moe-target and dense-twin also "
+                        f"{', '.join(cuts)}) and ROLE one of target, draft, eagle3, dflash, "
+                        "dflash-moe, mtp-target, moe-target, dense-twin (e.g. "
                         "fixture:qwen3-8b/target@Q4_K_M, or @hf for its Hugging Face folder)")
-    return m["shape"] or "tiny", m["role"], m["quant"]
+    return shape, m["role"], m["quant"]
 
 
 def _slug(text: str) -> str:
