@@ -213,3 +213,43 @@ def test_synthetic_acceptance_holds_with_draft_mtp(llama_server: Path, role: str
     assert s["integrity"]["passed"], s["integrity"]
     log = (tmp_path / role / "server.log").read_text(errors="replace")
     assert "creating MTP draft context against the target model" in log
+
+
+@pytest.mark.server
+def test_a_layer_cut_shape_is_made_checked_and_served(llama_server: Path,
+                                                      monkeypatch: pytest.MonkeyPatch,
+                                                      tmp_path: Path) -> None:
+    """A shape that is another's layer count (as qwen3-8b-l4 is qwen3-8b's) goes the whole
+    way: made, converted and checked tensor by tensor, named in a matrix, served with its MTP
+    layer. At the tiny width (``tiny-l8``, added for the test; the qwen3-8b cuts are GBs)."""
+    from dataclasses import replace
+
+    from crossbench.fixtures.resolve import ensure_mtp_target
+    from crossbench.runner.config import RunConfig
+    from crossbench.runner.matrix import parse_fixture_ref
+    from crossbench.runner.single import run
+
+    monkeypatch.setitem(MOE_SHAPES, "tiny-l8", replace(MOE_SHAPES["tiny"], n_layer=8))
+    assert parse_fixture_ref("fixture:tiny-l8/moe-target", "m") == ("tiny-l8", "moe-target",
+                                                                     None)
+    hf_dir, gguf = ensure_mtp_target("tiny-l8", 0, "moe-target")
+    try:
+        import gguf as gguf_py
+
+        fields = gguf_py.GGUFReader(str(gguf)).fields
+        block = fields["qwen35moe.block_count"]
+        assert int(block.parts[block.data[0]][0]) == 8 + 1  # 8 layers and the MTP layer
+        assert json.loads((hf_dir / "config.json").read_text())["text_config"][
+            "num_hidden_layers"] == 8
+        cfg = RunConfig.model_validate({
+            "engine_config": {"binary": str(llama_server), "model": str(gguf),
+                              "ctx_size": 1024,
+                              "spec": {"type": "draft-mtp", "n": 2, "synth_rates": [0.9, 0.5]}},
+            "trials": 1, "load": {"requests": 2, "warmup": 1, "max_tokens": 64}})
+        s = run(cfg, tmp_path / "cut")
+        assert s["integrity"]["passed"], s["integrity"]
+        assert s["acceptance"]["drafts"] > 0
+        log = (tmp_path / "cut" / "server.log").read_text(errors="replace")
+        assert "creating MTP draft context against the target model" in log
+    finally:
+        shutil.rmtree(gguf.parent.parent, ignore_errors=True)  # the test's own shape only
