@@ -15,6 +15,7 @@ from types import ModuleType
 from typing import Any
 
 import pytest
+import yaml
 from bench_loader import load_benchmark
 
 from crossbench.runner.matrix import expand, load_matrix, run_order, validate_cells
@@ -323,3 +324,57 @@ def test_the_driver_refuses_an_unknown_round_before_any_setup(tmp_path: Path) ->
     assert r.stdout.strip() == "unknown ROUND verdcit (or PART )"
     assert "unknown ROUND verdcit; rounds: 1, verdict" in r.stderr
     assert list(tmp_path.iterdir()) == []
+
+
+def test_land_turns_a_device_calls_files_into_verified_archives(
+        study: ModuleType, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """`study.py land` on the files a device call brings back (run.tgz of the round's run
+    directory, logs.tgz), here from a run on the vLLM stand-in (named as one: it serves no
+    model): the step that ran becomes a verified archive with its report and datapoint, the
+    command step's output is copied, the step that never ran is said, the device logs are
+    kept; landing again gives the same archive bytes."""
+    import tarfile
+
+    from seq_helpers import stand_in_matrix
+
+    from crossbench.runner.matrix_run import run_matrix
+
+    root = tmp_path / "cache" / "h200-cross-roundx"
+    m = stand_in_matrix(tmp_path, trials=2, sequential=None,
+                        load={"requests": 3, "warmup": 1, "max_tokens": 16})
+    run_matrix(m, root / "ran", progress=lambda _m: None)
+    (root / "split.json").write_text('{"rows": []}\n')
+    (root / "split.done").touch()
+    files_at = tmp_path / "files"
+    files_at.mkdir()
+    with tarfile.open(files_at / "run.tgz", "w:gz") as tar:
+        tar.add(root, arcname=root.name)
+    with tarfile.open(files_at / "logs.tgz", "w:gz") as tar:
+        tar.add(m, arcname="calls.txt")
+    rounds = tmp_path / "rounds.yaml"
+    rounds.write_text(yaml.safe_dump({"rounds": {"x": {
+        "purpose": "a landing test on the stand-in",
+        "parts": {2: {"purpose": "its second part", "steps": [
+            {"name": "ran", "matrix": str(m)},
+            {"name": "split", "command": "echo $dir"},
+            {"name": "lost", "matrix": str(m)}]}}}}}))
+    dest = tmp_path / "examples" / "roundx"
+    argv = ["land", "x", str(files_at), str(dest), "--part", "2", "--rounds", str(rounds),
+            "--work", str(tmp_path / "work")]
+    assert study.main(argv) == 0
+    said = capsys.readouterr().out.splitlines()
+    zip_ = dest / "h200-x-part2-ran.zip"
+    assert said[0] == ("ran: h200-x-part2-ran.zip verified; report written, datapoint "
+                       "written; trials: 4 done, 0 failed, 0 missing"), said
+    assert said[1:] == ["split: command exited 0; copied split.json",
+                        "lost: not run (no h200-cross-roundx/lost/state.json)",
+                        f"device logs: {dest / 'device-logs-part2.tgz'}"]
+    assert (dest / "report-ran.md").read_text().strip()
+    assert "| " in (dest / "datapoint-ran.md").read_text()
+    assert (dest / "split.json").read_text() == '{"rows": []}\n'
+    first = zip_.read_bytes()
+    assert study.main(argv) == 0
+    assert zip_.read_bytes() == first
+    assert study.main(["land", "x", str(tmp_path), str(dest), "--part", "2", "--rounds",
+                       str(rounds)]) == 2
+    assert "no run.tgz" in capsys.readouterr().err

@@ -8,6 +8,7 @@ Usage (from the repository root)::
     python3 benchmarks/study/study.py env ROUND [--part N]
     python3 benchmarks/study/study.py dry ROUND [--part N] [--dir DIR]
     python3 benchmarks/study/study.py run ROUND DIR [--part N]
+    python3 benchmarks/study/study.py land ROUND FILES_AT DEST [--part N] [--work DIR]
 
 ``run`` makes the round's variants, starts its sampler, then runs each step as
 ``python3 -m crossbench matrix MATRIX --out DIR/NAME [--resume] --progress plain
@@ -17,7 +18,10 @@ run directory) with its output appended to DIR/NAME.log, printing a timestamped
 directory when a previous call left one, a command step whose ``DIR/NAME.done`` exists (it
 exited 0 on an earlier call) is not run again. A round with ``into_run`` runs its one matrix
 straight into DIR.
-PART defaults to the environment's PART, else 1. Needs only the standard library and PyYAML.
+``land`` turns what a device call brought back (``run.tgz``, ``logs.tgz``) into verified
+archives, reports and datapoints in DEST (:func:`land`); it runs crossbench itself.
+PART defaults to the environment's PART, else 1. Needs only the standard library and PyYAML
+(``land`` also crossbench, installed).
 """
 
 from __future__ import annotations
@@ -306,6 +310,110 @@ def run(r: Round, run_dir: str) -> int:
             sampler.terminate()
 
 
+CREATOR = "developers, crossbench"
+"""The archives' creator where ``land`` is given none."""
+
+
+def archive_name(r: Round, step: str) -> str:
+    """The archive of ``step`` of round ``r``: ``h200-ROUND[-partN]-STEP``."""
+    return f"h200-{r.name}" + (f"-part{r.part}" if r.part else "") + f"-{step}"
+
+
+def _cb(*args: str, out: Path | None = None) -> tuple[int, str]:
+    """``python -m crossbench ARGS`` (the interpreter running this script): its exit status
+    and its output (stderr included; stdout to ``out`` when given)."""
+    argv = [sys.executable, "-m", "crossbench", *args]
+    if out is None:
+        done = subprocess.run(argv, capture_output=True, text=True, check=False)
+        return done.returncode, done.stdout + done.stderr
+    with out.open("w") as f:
+        done = subprocess.run(argv, stdout=f, stderr=subprocess.PIPE, text=True, check=False)
+    return done.returncode, done.stderr
+
+
+def land(r: Round, files_at: Path, dest: Path, work: Path, creator: str = CREATOR) -> int:
+    """Land what a device call brought back for round ``r`` (``files_at``: its ``run.tgz`` and
+    ``logs.tgz``): unpack the run directory into ``work``, then for each matrix step that ran
+    analyse it, build its archive (:func:`archive_name`), copy the zip into ``dest`` and
+    verify the copy, write its report (``report-STEP.md``, ``plots-STEP/``) and PR datapoint
+    (``datapoint-STEP.md``); a command step's ``STEP.json`` and ``STEP.log`` are copied; the
+    device logs become ``device-logs[-partN].tgz``. Prints one line per step; returns 1 when a
+    step that ran could not be landed or its archive fails to verify, else 0."""
+    import shutil
+    import tarfile
+
+    tgz = files_at / "run.tgz"
+    if not tgz.is_file():
+        print(f"study.py: {tgz}: no run.tgz (fix: give the folder a device call's files "
+              "came back to)", file=sys.stderr)
+        return 2
+    if work.exists():
+        shutil.rmtree(work)
+    work.mkdir(parents=True)
+    with tarfile.open(tgz) as tar:
+        tar.extractall(work, filter="data")
+    tops = [p for p in work.iterdir() if p.is_dir()]
+    if len(tops) != 1:
+        print(f"study.py: {tgz}: expected one run directory, found "
+              f"{', '.join(p.name for p in tops) or 'none'}", file=sys.stderr)
+        return 2
+    root, bad = tops[0], 0
+    dest.mkdir(parents=True, exist_ok=True)
+    for step in r.steps:
+        name = str(step.name)
+        if step.command is not None:
+            copied = [f for f in (root / f"{name}.json", root / f"{name}.log") if f.is_file()]
+            for f in copied:
+                shutil.copy2(f, dest / f.name)
+            done = (root / f"{name}.done").is_file()
+            print(f"{name}: command {'exited 0' if done else 'did not finish'}; copied "
+                  f"{', '.join(f.name for f in copied) or 'nothing'}")
+            continue
+        run_dir = root if r.into_run else root / name
+        if not (run_dir / "state.json").is_file():
+            print(f"{name}: not run (no {run_dir.relative_to(work)}/state.json)")
+            continue
+        arch = archive_name(r, name)
+        steps = [("analyze", ("analyze", str(run_dir))),
+                 ("archive build", ("archive", "build", str(run_dir), "--out",
+                                    str(work / "archives"), "--name", arch, "--creator",
+                                    creator, "--title", f"crossbench H200 study, round "
+                                    f"{r.name}{f' part {r.part}' if r.part else ''}, {name}: "
+                                    f"{r.purpose}"))]
+        failed = None
+        for what, args in steps:
+            rc, text = _cb(*args)
+            if rc != 0:
+                failed = f"{what} exit {rc}: {text.strip().splitlines()[-1:]}"
+                break
+        if failed is None:
+            shutil.copy2(work / "archives" / f"{arch}.zip", dest / f"{arch}.zip")
+            rc, text = _cb("archive", "verify", str(dest / f"{arch}.zip"))
+            if rc != 0:
+                failed = f"archive verify exit {rc}: {text.strip().splitlines()[-1:]}"
+        if failed is not None:
+            bad += 1
+            print(f"{name}: NOT LANDED, {failed}")
+            continue
+        report = work / "reports" / name
+        rc, text = _cb("report", str(run_dir), "--out", str(report))
+        if rc == 0:
+            shutil.copy2(report / "report.md", dest / f"report-{name}.md")
+            if (report / "plots").is_dir():
+                shutil.copytree(report / "plots", dest / f"plots-{name}", dirs_exist_ok=True)
+        rc_dp, _ = _cb("datapoint", str(run_dir), out=dest / f"datapoint-{name}.md")
+        _, status = _cb("status", str(run_dir))
+        print(f"{name}: {arch}.zip verified; report {'written' if rc == 0 else 'FAILED'}, "
+              f"datapoint {'written' if rc_dp == 0 else 'FAILED'}; "
+              f"{(status.strip().splitlines() or ['no status'])[-1]}")
+    logs = files_at / "logs.tgz"
+    if logs.is_file():
+        target = dest / ("device-logs" + (f"-part{r.part}" if r.part else "") + ".tgz")
+        shutil.copy2(logs, target)
+        print(f"device logs: {target}")
+    return 1 if bad else 0
+
+
 def env_lines(r: Round) -> list[str]:
     """Shell assignments of round ``r``'s kind and needs (a ``lanes`` round's also its matrix
     and --skip arrays), for the driver to ``eval``."""
@@ -325,11 +433,18 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="study.py", description=__doc__.split("\n\n")[0])
     sub = p.add_subparsers(dest="cmd", required=True)
     sub.add_parser("list", help="each round (and part) with its purpose")
-    for cmd in ("env", "dry", "run"):
+    for cmd in ("env", "dry", "run", "land"):
         sp = sub.add_parser(cmd)
         sp.add_argument("round")
         if cmd == "run":
             sp.add_argument("dir")
+        if cmd == "land":
+            sp.add_argument("files_at", type=Path, help="the folder with run.tgz, logs.tgz")
+            sp.add_argument("dest", type=Path, help="where the archives and reports go, "
+                            "e.g. examples/h200-methods/round5")
+            sp.add_argument("--work", type=Path, default=None, help="where run.tgz is "
+                            "unpacked (default: /tmp/crossbench-land-ROUND-PART; emptied first)")
+            sp.add_argument("--creator", default=CREATOR)
         if cmd == "dry":
             sp.add_argument("--dir", default="DIR")
         sp.add_argument("--part", type=int, default=None)
@@ -366,6 +481,13 @@ def main(argv: list[str] | None = None) -> int:
             print(shlex.join(c[:-1]) + " &" if c[-1] == "&" else
                   f"{c[-1]}: {c[2]}" if c[0] == "bash" else shlex.join(c))
         return 0
+    if a.cmd == "land":
+        if r.kind != "cross":
+            print(f"study.py: round {r.name} is of kind {r.kind}: land its files by hand "
+                  "(docs/h200-rounds.md)", file=sys.stderr)
+            return 2
+        work = a.work or Path("/tmp") / f"crossbench-land-{r.name}-{r.part or 0}"
+        return land(r, a.files_at, a.dest, work, a.creator)
     return run(r, a.dir)
 
 
