@@ -344,6 +344,7 @@ def test_land_turns_a_device_calls_files_into_verified_archives(
                         load={"requests": 3, "warmup": 1, "max_tokens": 16})
     run_matrix(m, root / "ran", progress=lambda _m: None)
     (root / "split.json").write_text('{"rows": []}\n')
+    (root / "split-c16.json").write_text('{"rows": [1]}\n')
     (root / "split.done").touch()
     files_at = tmp_path / "files"
     files_at.mkdir()
@@ -366,7 +367,7 @@ def test_land_turns_a_device_calls_files_into_verified_archives(
     zip_ = dest / "h200-x-part2-ran.zip"
     assert said[0] == ("ran: h200-x-part2-ran.zip verified; report written, datapoint "
                        "written; trials: 4 done, 0 failed, 0 missing"), said
-    assert said[1:] == ["split: command exited 0; copied split.json",
+    assert said[1:] == ["split: command exited 0; copied split-c16.json, split.json",
                         "lost: not run (no h200-cross-roundx/lost/state.json)",
                         f"device logs: {dest / 'device-logs-part2.tgz'}"]
     assert (dest / "report-ran.md").read_text().strip()

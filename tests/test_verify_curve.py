@@ -43,6 +43,46 @@ def test_the_prediction_by_hand() -> None:
     assert vc.predicted_ratio(vc.WeightSplit(8, 2, 1000, 0, 1, 0), 16) == pytest.approx(1.0)
 
 
+def test_the_prediction_with_parallel_sequences_by_hand() -> None:
+    """P sequences of k tokens route like one block of P k tokens, against P tokens: P = 2,
+    k = 2: D(4) = 8 (1 - 0.75^4) = 5.46875 over D(2) = 3.5."""
+    assert vc.predicted_ratio(SPLIT, 2, 2) == pytest.approx(1546.875 / 1350)
+    assert vc.predicted_ratio(SPLIT, 1, 16) == pytest.approx(1.0)
+    assert vc.predicted_ratio(SPLIT, 3, 1) == vc.predicted_ratio(SPLIT, 3)
+
+
+def batched(pp: int, t_pp: float, t_tg: float, pl: int = 4, tg: int = 8) -> dict[str, Any]:
+    """One result line of `llama-batched-bench --output-format jsonl` (the fields read)."""
+    return {"pp": pp, "tg": tg, "pl": pl, "t_pp": t_pp, "t_tg": t_tg}
+
+
+def test_rows_from_batched_bench_results() -> None:
+    """The warm-up entry is left out; per k the median pass, the plain step the median
+    t_tg / tg; rows count P k tokens and predict against P tokens."""
+    tests = [{**batched(4, 9.0, 9.0), "warmup": True},
+             batched(1, 0.0020, 0.016), batched(1, 0.0030, 0.017), batched(1, 0.0021, 0.015),
+             batched(4, 0.0050, 0.016), batched(4, 0.0040, 0.016), batched(4, 0.0090, 0.016)]
+    m = vc.from_batched(tests)
+    assert m.verify_ms == pytest.approx({1: 2.1, 4: 5.0})
+    assert m.plain_ms == pytest.approx(2.0) and m.depth == 0
+    rows = {r["k"]: r for r in vc.curve(m, [1, 4], SPLIT, parallel=4)}
+    assert rows[4]["tokens"] == 16 and rows[4]["x_k1"] == pytest.approx(5.0 / 2.1)
+    assert rows[4]["plain_steps"] == pytest.approx(2.5)
+    assert rows[4]["distinct_experts"] == pytest.approx(8 * (1 - 0.75**16))
+    assert rows[4]["predicted_x_k1"] == pytest.approx(vc.predicted_ratio(SPLIT, 4, 4))
+    with pytest.raises(UserError, match="no timed result"):
+        vc.from_batched(tests[:1])
+
+
+def test_a_batched_bench_that_prints_too_little_is_refused(tmp_path: Path) -> None:
+    tool = tmp_path / "llama-batched-bench"
+    line = json.dumps(batched(2, 0.001, 0.002, pl=4, tg=4))
+    tool.write_text(f"#!/bin/sh\necho '{line}'\n")
+    tool.chmod(0o755)
+    with pytest.raises(UserError, match="printed 1 of 5 results"):
+        vc.run_batched_bench(tool, tmp_path / "m.gguf", [1, 2], 4, 4, 2, [])
+
+
 def test_rows_from_the_bench_tests() -> None:
     tests = [bench_test(0, 8, [8 * 2.0]), bench_test(1, 0, [2.5, 2.7]),
              bench_test(2, 0, [3.0]), bench_test(4, 0, [5.2])]
@@ -133,6 +173,8 @@ def test_refusals_come_before_llama_bench_runs(tmp_path: Path) -> None:
     cases.append((["--target", str(stub)], "cannot read GGUF", "stub.gguf"))
     cases.append((["--target", str(gguf), "--out", str(tmp_path / "no" / "o.json")], "--out",
                   "does not exist"))
+    cases.append((["--target", str(gguf), "--parallel", "4", "--depth", "16"], "--depth 16",
+                  "cleared context"))
     for args, field, what in cases:
         r = CliRunner().invoke(cli, [*base, *args])
         assert r.exit_code == 2, (args, r.output)
@@ -200,3 +242,64 @@ def test_the_real_llama_bench_times_both_targets(llama_server: Path,
                 assert row["predicted_x_k1"] >= 1.0
             else:
                 assert row["distinct_experts"] is None and row["predicted_x_k1"] is None
+
+
+@pytest.mark.server
+def test_the_real_batched_bench_times_parallel_passes(llama_server: Path,
+                                                      moe_and_dense: tuple[Path, Path],
+                                                      tmp_path: Path) -> None:
+    """--parallel 4 on the CPU build: each row re-derives from the raw llama-batched-bench
+    results (medians of 3 passes after one warm-up), 4 sequences in every pass, the MoE
+    prediction counting the experts of 4 k tokens."""
+    moe, dense = moe_and_dense
+    out = tmp_path / "vc.json"
+    r = CliRunner().invoke(cli, ["verify-curve", "--target", str(moe), "--target", str(dense),
+                                 "--k", "1,2,4", "--parallel", "4", "--gen", "4", "--reps", "3",
+                                 "--bench", str(llama_server.parent / "llama-batched-bench"),
+                                 "--out", str(out)])
+    assert r.exit_code == 0, r.output
+    assert "one token for each of 4 sequences" in r.output
+    got = json.loads(out.read_text())
+    assert (got["parallel"], got["depth"], got["tool"]) == (4, 0, "llama-batched-bench")
+    for t in got["targets"]:
+        raw = t["raw"]
+        assert [x["pp"] for x in raw] == [4] + [1] * 3 + [2] * 3 + [4] * 3
+        assert raw[0]["warmup"] is True and not any(x.get("warmup") for x in raw[1:])
+        assert {(x["pl"], x["tg"]) for x in raw} == {(4, 4)}
+        timed = raw[1:]
+        assert t["plain_ms"] == pytest.approx(
+            1e3 * float(np.median([x["t_tg"] / x["tg"] for x in timed])))
+        for row in t["rows"]:
+            ms = 1e3 * float(np.median([x["t_pp"] for x in timed if x["pp"] == row["k"]]))
+            assert row["verify_ms"] == pytest.approx(ms) and row["tokens"] == 4 * row["k"]
+            if t["name"] == "moe-target.gguf":
+                assert row["distinct_experts"] == pytest.approx(8 * (1 - 0.75 ** (4 * row["k"])))
+
+
+def test_a_build_made_before_batched_bench_joined_is_not_reused(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """llama-batched-bench joined the build's TARGETS after builds existed: an install that
+    lacks one of them is not reused (`engines install` then builds what is missing), and
+    verify-curve --parallel says so and names the fix before anything runs."""
+    from crossbench.engines.llamacpp import build
+    from crossbench.engines.llamacpp.pins import DEFAULT_PIN, get_pin
+
+    monkeypatch.setenv("CROSSBENCH_CACHE", str(tmp_path / "cache"))
+    root = build.install_dir(get_pin(DEFAULT_PIN), "cpu")
+    bin_dir = root / "build" / "bin"
+    bin_dir.mkdir(parents=True)
+    for tool in build.TARGETS:
+        (bin_dir / tool).write_text(f"#!/bin/sh\necho {tool}\n")
+        (bin_dir / tool).chmod(0o755)
+    (root / build.MANIFEST_NAME).write_text(json.dumps({
+        "host_cpu_flags": build.cpu_flags_digest(), "sha256": build.hash_binaries(bin_dir)}))
+    assert build.load_install() is not None
+    (bin_dir / "llama-batched-bench").unlink()
+    assert build.load_install() is None
+    gguf = tmp_path / "t.gguf"
+    _write_gguf(gguf, moe=True)
+    r = CliRunner().invoke(cli, ["verify-curve", "--target", str(gguf), "--parallel", "4"])
+    assert r.exit_code == 2
+    assert ("no llama-batched-bench: crossbench's llama.cpp build (cpu) is not installed, or "
+            "was built before it made llama-batched-bench") in r.output
+    assert "run `crossbench engines install llama.cpp` (it builds what is missing)" in r.output

