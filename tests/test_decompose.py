@@ -231,6 +231,127 @@ def test_the_kv_bound_from_the_recorded_shape_or_assumed(tmp_path: Path) -> None
                                                       / recorded["weight_bytes"])
 
 
+# the Qwen3.5 fixture targets (crossbench/fixtures/mtp.py), their bound worked out by hand from
+# the specs' numbers: K and V of the full-attention layers (every 4th), the recurrent state of
+# the gated delta-net layers at 4 bytes an element (llama.cpp's F32), per sequence whatever the
+# context: the delta rule's value heads x key dim x value dim and the short convolution's
+# (kernel - 1) x (2 key heads x key dim + value heads x value dim); the bytes a step reads:
+# F16 (A_log F32), the MTP layer and all but one embedding row left out, top-k experts alone
+VOCAB = 151936
+
+
+def _qwen35_step_bytes(e: int, full: tuple[int, int], linear: tuple[int, int, int], mlp: int,
+                       n_full: int, n_linear: int) -> int:
+    """Bytes one step reads: ``full`` = (matrix rows over e, norm elements) of a
+    full-attention layer, ``linear`` = (matrix rows, other F16 elements, F32 elements) of a
+    linear one, ``mlp`` = the MLP's matrix rows read (each of e elements), two layer norms a
+    layer, one embedding row, the final norm and the output head."""
+    f16 = (n_full * (full[0] * e + full[1]) + n_linear * (linear[0] * e + linear[1])
+           + (n_full + n_linear) * (mlp * e + 2 * e) + e + e + VOCAB * e)
+    return 2 * f16 + 4 * n_linear * linear[2]
+
+
+# qwen3-8b moe-target: 8 layers (2 full), width 2048, 2 KV heads of 256 (16 query heads,
+# gated: q_proj 2 x 16 x 256 rows), linear 16 key / 32 value heads of 128, conv kernel 4,
+# 256 experts of 512, top 8, a shared expert of 512. Full attention: q, k, v rows and o_proj
+# (2048 x 16 x 256: as many elements as 16 x 256 rows of 2048); q_norm and k_norm
+MOE_FULL = (2 * 16 * 256 + 2 * 256 + 2 * 256 + 16 * 256, 256 + 256)
+# in_proj_qkv 2 x 2048 + 4096, z 4096, b 32, a 32, out_proj 4096 rows (over e 2048); the
+# conv kernel (8192 x 4), dt_bias 32, norm 128; A_log 32 (F32)
+MOE_LINEAR = (2 * 16 * 128 + 32 * 128 + 32 * 128 + 32 + 32 + 32 * 128, 8192 * 4 + 32 + 128, 32)
+MOE_STATE = 6 * (32 * 128 * 128 + (4 - 1) * (2 * 16 * 128 + 32 * 128)) * 4
+# router 256 rows, 8 experts' gate/up/down 3 x 512 rows each, the shared expert's 3 x 512 and
+# its gate 1
+MOE_MLP = 256 + 8 * 3 * 512 + 3 * 512 + 1
+TWIN_MLP = 3 * (8 * 512 + 512)  # the dense twin: one MLP of 4608
+# tiny mtp-target: 4 layers (1 full), width 64, 2 KV heads of 64 (4 query heads), linear
+# 2 key / 4 value heads of 16, conv kernel 4, one MLP of 256
+TINY_FULL = (2 * 4 * 64 + 2 * 64 + 2 * 64 + 4 * 64, 64 + 64)
+TINY_LINEAR = (2 * 2 * 16 + 4 * 16 + 4 * 16 + 4 + 4 + 4 * 16, (2 * 32 + 64) * 4 + 4 + 16, 4)
+TINY_STATE = 3 * (4 * 16 * 16 + (4 - 1) * (2 * 2 * 16 + 4 * 16)) * 4
+
+QWEN35 = {  # ref: (K and V bytes a token, state bytes a sequence, bytes a step reads)
+    "fixture:qwen3-8b/moe-target@hf": (
+        2 * 2 * 2 * 256 * 2, MOE_STATE,
+        _qwen35_step_bytes(2048, MOE_FULL, MOE_LINEAR, MOE_MLP, 2, 6)),
+    "fixture:qwen3-8b/dense-twin": (
+        2 * 2 * 2 * 256 * 2, MOE_STATE,
+        _qwen35_step_bytes(2048, MOE_FULL, MOE_LINEAR, TWIN_MLP, 2, 6)),
+    "fixture:tiny/mtp-target": (
+        2 * 1 * 2 * 64 * 2, TINY_STATE,
+        _qwen35_step_bytes(64, TINY_FULL, TINY_LINEAR, 3 * 256, 1, 3)),
+}
+
+
+@pytest.mark.parametrize("ref", sorted(QWEN35))
+def test_the_kv_bound_of_a_qwen35_target(tmp_path: Path, ref: str) -> None:
+    per_token, state, weights = QWEN35[ref]
+    shape = shape_of(shapes_run(tmp_path / "run", ref=ref))
+    kv = shape.kv
+    assert kv["shape_assumed"] is False and kv["shape"].startswith(f"{ref}: K and V of ")
+    assert "full-attention layers" in kv["shape"] and "gated delta-net" in kv["shape"]
+    assert kv["kv_bytes_per_token"] == per_token  # the full-attention layers alone
+    assert kv["state_bytes_per_sequence"] == state
+    assert kv["context_tokens"] == 85
+    assert kv["kv_bytes_per_sequence"] == per_token * 85 + state
+    assert kv["weight_bytes"] == weights
+    assert "the bytes one step reads" in kv["weights_from"]
+    assert "16 bits reads half" in kv["state_note"]
+    rows = dec.decompose(dec.from_batch_shape(shape, [4]), [4])
+    assert rows[0]["kv_extra_share"] == pytest.approx(4 * (per_token * 85 + state) / weights)
+    assert rows[0]["state_extra_share"] == pytest.approx(4 * state / weights)
+    assert "extra KV and recurrent state reads" in dec.format_rows(rows)
+
+
+def test_the_moe_targets_figures() -> None:
+    # the figures docs/analysis.md states for the qwen3-8b moe-target: 13.2 MB of state a
+    # sequence, 1.60 GB a step (of 16.4 GB in the file), 12.7 % at 16 sequences of 85 tokens,
+    # where the Qwen3-8B shape's K and V come to 1.1 %
+    per_token, state, weights = QWEN35["fixture:qwen3-8b/moe-target@hf"]
+    assert state == 13_172_736 and weights == 1_597_485_696
+    assert 15 * (per_token * 85 + state) / weights == pytest.approx(0.127, abs=5e-4)
+    assert 15 * 2 * 36 * 8 * 128 * 2 * 85 / dec.ASSUMED_SHAPE["weight_bytes"] == pytest.approx(
+        0.011, abs=5e-4)
+
+
+def test_the_bytes_a_step_reads_beside_a_recorded_file(tmp_path: Path) -> None:
+    from types import SimpleNamespace
+
+    def bound(ref: str, size: int) -> dict[str, Any]:
+        cell = SimpleNamespace(config={"model_refs": {"model": ref}},
+                               manifest={"models": {"model": {"bytes": size}}})
+        return dec.kv_bound(cell, 85, 256)  # type: ignore[arg-type]
+
+    _, _, weights = QWEN35["fixture:qwen3-8b/moe-target@hf"]
+    # an MoE's file is not what a step reads (most experts are not): the shape's bytes
+    assert bound("fixture:qwen3-8b/moe-target", 16_400_000_000)["weight_bytes"] == weights
+    # a quantized file: the step's F16 bytes times the file's bytes per F16 byte
+    whole = 16_391_341_696  # the shape's whole F16 folder (docs/moe-vs-dense.md: 16.4 GB)
+    q4 = bound("fixture:qwen3-8b/moe-target@Q4_K_M", 5_000_000_000)
+    assert q4["weight_bytes"] == round(weights * 5_000_000_000 / whole)
+    assert "Q4_K_M" in q4["weights_from"]
+    # the plain Qwen3 targets keep the recorded size
+    assert bound("fixture:qwen3-8b/target", 16_388_039_712)["weight_bytes"] == 16_388_039_712
+
+
+@pytest.mark.parametrize("ref", ["fixture:qwen3-8b/moe-twin", "fixture:qwen3-8b-l64/moe-target",
+                                 "fixture:qwen3-8b-l4/target", "fixture:huge/dense-twin@hf"])
+def test_an_unknown_qwen35_role_or_shape_is_assumed(tmp_path: Path, ref: str) -> None:
+    kv = shape_of(shapes_run(tmp_path / "run", ref=ref)).kv
+    assert kv["shape_assumed"] is True and kv["shape"].startswith("assumed")
+    assert kv["kv_bytes_per_token"] == 2 * 36 * 8 * 128 * 2
+    assert kv["state_bytes_per_sequence"] == 0
+    assert kv["kv_bytes_per_sequence"] == 2 * 36 * 8 * 128 * 2 * 85
+    assert kv["weight_bytes"] == dec.ASSUMED_SHAPE["weight_bytes"]
+
+
+def test_a_layer_cut_is_recognised(tmp_path: Path) -> None:
+    kv = shape_of(shapes_run(tmp_path / "run", ref="fixture:qwen3-8b-l4/dense-twin")).kv
+    assert kv["shape_assumed"] is False  # 4 layers: 3 linear, 1 full
+    assert kv["kv_bytes_per_token"] == 2 * 1 * 2 * 256 * 2
+    assert kv["state_bytes_per_sequence"] == 3 * (32 * 128 * 128 + 3 * 8192) * 4
+
+
 TWO = (("vllm", "t8b-hf"), ("llama", "t8b-f16"))
 
 

@@ -13,6 +13,8 @@ goes".
 from __future__ import annotations
 
 import json
+import math
+import re
 import subprocess
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -24,6 +26,7 @@ from crossbench.errors import UserError
 if TYPE_CHECKING:
     from crossbench.analysis.rundir import CellData
     from crossbench.fixtures.make import ModelSpec
+    from crossbench.fixtures.mtp import MtpSpec
 
 EXPLAINED = 0.10
 """Relative gap between the measured parts and the fitted C(n) within which the parts are
@@ -231,8 +234,10 @@ def format_rows(rows: list[dict[str, Any]]) -> str:
     lines += [f"  no decode-only window: {w}" for w in sorted(windows)]
     notes = {r["draft_note"] for r in rows if r["draft_note"]}
     shares = [r["kv_extra_share"] for r in rows if "kv_extra_share" in r]
+    what = ("KV and recurrent state" if any(r.get("state_extra_share") for r in rows)
+            else "KV")
     verify = ([f"verify: the baseline's step at concurrency c (n + 1) over that at c (batch "
-               "shape); its k sequences' extra KV reads are at most "
+               f"shape); its k sequences' extra {what} reads are at most "
                f"{max(shares):.1%} of the weights' bytes"] if shares else [])
     return "\n".join(lines + verify + [f"draft: {n}" for n in sorted(notes)])
 
@@ -257,6 +262,15 @@ KV_ELEMENT_BYTES = 2
 
 VOCAB = 151936
 """The fixtures' vocabulary (Qwen3's tokenizer), for a fixture shape's weight count."""
+
+STATE_ELEMENT_BYTES = 4
+"""One element of a gated delta-net layer's recurrent state (convolution and delta-rule
+state): F32, as llama.cpp keeps it (src/llama-model.cpp:2765-2766, ``recurrent_type_k/v``
+of the hybrid memory; src/llama-memory-recurrent.cpp:101-103 allocates them). vLLM keeps it
+in the config's ``mamba_ssm_dtype`` (F32 in the fixtures' configs, as in Qwen3.5's
+published ones); an engine keeping it in 16 bits reads half."""
+
+_QWEN35_REF = re.compile(r"fixture:(?:(?P<shape>[\w.-]+)/)?(?P<role>[\w-]+)(?:@(?P<quant>\w+))?")
 
 
 @dataclass
@@ -299,29 +313,123 @@ def _fixture_shape(ref: str) -> ModelSpec | None:
         else None
 
 
+def _qwen35_shape(ref: str) -> tuple[MtpSpec, str | None] | None:
+    """The Qwen3.5 fixture target (:data:`crossbench.fixtures.mtp.TARGET_KINDS`: mtp-target,
+    moe-target, dense-twin) and quantization (None, ``hf``, ``Q4_K_M``...) a
+    ``fixture:[SHAPE/]ROLE[@QUANT]`` reference names (shape tiny by default), or None."""
+    from crossbench.fixtures.mtp import TARGET_KINDS
+
+    m = _QWEN35_REF.fullmatch(ref)
+    if m is None:
+        return None
+    shape = TARGET_KINDS.get(m["role"], {}).get(m["shape"] or "tiny")
+    return (shape, m["quant"]) if shape is not None else None
+
+
+def qwen35_state_bytes(spec: MtpSpec) -> int:
+    """Bytes of one sequence's recurrent state over the target's gated delta-net layers, at
+    :data:`STATE_ELEMENT_BYTES` an element, whatever the context length."""
+    # llama.cpp's per-layer sizes for qwen35 / qwen35moe, with the converter's hparams
+    # (conversion/qwen.py:377-381: ssm_d_conv = conv kernel, ssm_d_state = key head dim,
+    # ssm_n_group = key heads, ssm_d_inner = value heads x value head dim):
+    # n_embd_r, the short convolution's state (src/llama-hparams.cpp:229):
+    #   (ssm_d_conv - 1) * (ssm_d_inner + 2 * ssm_n_group * ssm_d_state)
+    # n_embd_s, the delta rule's state (src/llama-hparams.cpp:257): ssm_d_state * ssm_d_inner
+    # Only the target's own layers are recurrent, the MTP layer is not (src/models/qwen35.cpp:21,
+    # src/models/qwen35moe.cpp:24). Paths: the pinned tree's llama.cpp/.
+    conv_dim = 2 * spec.lin_k_heads * spec.lin_k_dim + spec.lin_v_heads * spec.lin_v_dim
+    per_layer = (spec.lin_v_heads * spec.lin_v_dim * spec.lin_k_dim
+                 + (spec.conv_kernel - 1) * conv_dim)
+    return spec.layer_types.count("linear_attention") * per_layer * STATE_ELEMENT_BYTES
+
+
+def qwen35_step_bytes(spec: MtpSpec) -> int:
+    """Bytes of the weights one plain decode step of one token reads, at the fixture's HF
+    dtypes (F16, a few F32): every tensor but the MTP layer's (``mtp.*``, not run by the
+    target's forward pass) and the embedding table's other rows; of an MoE's routed experts
+    ``n_expert_used`` a layer (the router, the shared expert and the rest are read whole)."""
+    from crossbench.fixtures.mtp import tensor_shapes
+
+    total = 0
+    for name, dims, dtype, _ in tensor_shapes(spec, VOCAB):
+        expert = re.search(r"\.mlp\.experts\.(\d+)\.", name)
+        if name.startswith("mtp.") or (expert and int(expert[1]) >= spec.n_expert_used):
+            continue
+        elements = dims[1] if name.endswith("embed_tokens.weight") else math.prod(dims)
+        total += elements * (4 if dtype == "F32" else 2)
+    return total
+
+
+def _qwen35_bound(ref: str, spec: MtpSpec, quant: str | None, recorded: object
+                  ) -> dict[str, Any]:
+    """:func:`kv_bound`'s shape fields for a Qwen3.5 fixture target: K and V of the
+    full-attention layers only, the linear-attention layers' recurrent state per sequence,
+    and the bytes one step reads (scaled to a quantized file by its recorded size)."""
+    from crossbench.fixtures.mtp import sizes
+
+    # the target's KV cache holds the full-attention layers below n_layer() alone, the MTP
+    # layer's is not in it (src/llama-model.cpp:2699-2700, filter_attn of the hybrid memory)
+    n_full = spec.layer_types.count("full_attention")
+    state = qwen35_state_bytes(spec)
+    weights = qwen35_step_bytes(spec)
+    moe = (f"dense + top-{spec.n_expert_used} of {spec.n_expert} routed experts a layer, "
+           if spec.is_moe else "")
+    weights_from = (f"its fixture shape: the bytes one step reads at F16 ({moe}the MTP layer "
+                    "and all but one embedding row left out)")
+    if quant not in (None, "hf", "F16", "BF16"):
+        if isinstance(recorded, int) and recorded > 0:
+            whole = sizes(spec, VOCAB)["hf_bytes"]
+            weights = round(weights * recorded / whole)
+            weights_from += (f", times the recorded {quant} file's size over the shape's F16 "
+                             "bytes (an average: quantization differs by tensor)")
+        else:
+            weights_from += f"; a {quant} file reads fewer (no file size recorded)"
+    shape = (f"{ref}: K and V of {n_full} full-attention layers ({spec.n_head_kv} KV heads of "
+             f"{spec.head_dim}, F16 cache) + the recurrent state of "
+             f"{spec.n_layer - n_full} gated delta-net linear-attention layers "
+             f"({state / 1e6:.2f} MB a sequence at any context, F32)")
+    return {"shape": shape, "dims": (n_full, spec.n_head_kv, spec.head_dim),
+            "state": state, "weights": weights, "weights_from": weights_from}
+
+
 def kv_bound(cell: CellData, context: int | None, depth: int) -> dict[str, Any]:
-    """What one sequence's KV cache weighs against the target's weights, from ``cell``'s
+    """What one sequence's KV cache (and, for a Qwen3.5 target, its linear-attention layers'
+    recurrent state) weighs against the bytes of weights a step reads, from ``cell``'s
     recorded target (fixture shape, file size) or the assumed Qwen3-8B shape, at ``context``
     tokens (the largest recorded; ``depth`` where none is)."""
     ref = str((cell.config.get("model_refs") or {}).get("model") or "")
-    spec = _fixture_shape(ref)
-    dims = ((spec.n_layer, spec.n_head_kv, spec.head_dim) if spec else
-            (ASSUMED_SHAPE["n_layer"], ASSUMED_SHAPE["n_head_kv"], ASSUMED_SHAPE["head_dim"]))
-    shape = (f"{ref}: " if spec else "assumed (no recorded fixture shape): Qwen3-8B, ") + \
-        f"{dims[0]} layers, {dims[1]} KV heads of {dims[2]}, F16 cache"
     recorded = ((cell.manifest.get("models") or {}).get("model") or {}).get("bytes")
-    if isinstance(recorded, int) and recorded > 0:
-        weights, weights_from = recorded, "the target file's recorded size"
-    elif spec:
-        weights, weights_from = 2 * spec.n_params(VOCAB), "its fixture shape at F16"
+    spec = _fixture_shape(ref)
+    hybrid = None if spec else _qwen35_shape(ref)
+    state, state_note = 0, "no recurrent layers: the cache is K and V alone"
+    if hybrid:
+        q = _qwen35_bound(ref, *hybrid, recorded)
+        dims, shape, state = q["dims"], q["shape"], q["state"]
+        weights, weights_from = q["weights"], q["weights_from"]
+        state_note = (f"the linear-attention layers' recurrent state at {STATE_ELEMENT_BYTES} "
+                      "bytes an element (llama.cpp keeps it in F32); an engine keeping it in "
+                      "16 bits reads half")
     else:
-        weights, weights_from = ASSUMED_SHAPE["weight_bytes"], "assumed: the Qwen3-8B F16 GGUF"
+        dims = ((spec.n_layer, spec.n_head_kv, spec.head_dim) if spec else
+                (ASSUMED_SHAPE["n_layer"], ASSUMED_SHAPE["n_head_kv"],
+                 ASSUMED_SHAPE["head_dim"]))
+        shape = (f"{ref}: " if spec else "assumed (no recorded fixture shape): Qwen3-8B, ") + \
+            f"{dims[0]} layers, {dims[1]} KV heads of {dims[2]}, F16 cache"
+        if isinstance(recorded, int) and recorded > 0:
+            weights, weights_from = recorded, "the target file's recorded size"
+        elif spec:
+            weights, weights_from = 2 * spec.n_params(VOCAB), "its fixture shape at F16"
+        else:
+            weights = ASSUMED_SHAPE["weight_bytes"]
+            weights_from = "assumed: the Qwen3-8B F16 GGUF"
     per_token = 2 * dims[0] * dims[1] * dims[2] * KV_ELEMENT_BYTES
     tokens = context if context else depth
-    return {"shape": shape, "shape_assumed": spec is None, "kv_bytes_per_token": per_token,
-            "context_tokens": tokens, "context_from": "the largest prompt + output recorded"
+    return {"shape": shape, "shape_assumed": spec is None and hybrid is None,
+            "kv_bytes_per_token": per_token, "context_tokens": tokens,
+            "context_from": "the largest prompt + output recorded"
             if context else "assumed (--depth): no token counts recorded",
-            "kv_bytes_per_sequence": per_token * tokens, "weight_bytes": weights,
+            "state_bytes_per_sequence": state, "state_note": state_note,
+            "kv_bytes_per_sequence": per_token * tokens + state, "weight_bytes": weights,
             "weights_from": weights_from}
 
 
@@ -375,11 +483,13 @@ def from_batch_shape(shape: BatchShape, n_values: list[int], concurrency: int = 
     plain, _ = shape.step_ms(concurrency)
     verify, extra = {}, {}
     per_seq, weights = shape.kv["kv_bytes_per_sequence"], shape.kv["weight_bytes"]
+    state = shape.kv.get("state_bytes_per_sequence") or 0
     for n in n_values:
         k = concurrency * (n + 1)
         verify[n + 1], used = shape.step_ms(k)
         extra[n + 1] = {"verify_from": "batch shape", "batch_sequences": k,
                         "verify_concurrencies": used,
-                        "kv_extra_share": (k - concurrency) * per_seq / weights}
+                        "kv_extra_share": (k - concurrency) * per_seq / weights,
+                        "state_extra_share": (k - concurrency) * state / weights}
     return Measured(plain_ms=plain, verify_ms=verify, depth=shape.kv["context_tokens"],
                     verify_extra=extra)
