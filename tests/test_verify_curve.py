@@ -303,3 +303,81 @@ def test_a_build_made_before_batched_bench_joined_is_not_reused(
     assert ("no llama-batched-bench: crossbench's llama.cpp build (cpu) is not installed, or "
             "was built before it made llama-batched-bench") in r.output
     assert "run `crossbench engines install llama.cpp` (it builds what is missing)" in r.output
+
+
+# -- any engine: the curve read from a run's baseline at several concurrencies -------------
+
+
+def test_the_curve_from_a_runs_batch_shapes(tmp_path: Path) -> None:
+    """A baseline whose steps are known (5.0, 5.5, 6.1, 6.9 ms at c = 1, 2, 3, 5): a pass of k
+    tokens is the step at concurrency k (k = 4 interpolated between 3 and 5), at --parallel 2
+    the step at 2 k over the step at 2; the recorded fixture target gives the prediction from
+    its shape, without its files."""
+    from test_decompose import TWO, shapes_run
+
+    run = shapes_run(tmp_path / "run", ref="fixture:qwen3-8b/moe-target@hf")
+    out = tmp_path / "vc.json"
+    r = CliRunner().invoke(cli, ["verify-curve", "--verify-from", str(run), "--k", "1-4",
+                                 "--out", str(out)])
+    assert r.exit_code == 0, r.output
+    assert "vllm/t8b-hf: plain step 5.000 ms (its baseline at concurrency 1" in r.output
+    got = json.loads(out.read_text())
+    assert got["source"] == "batch shape" and got["parallel"] == 1
+    (t,) = got["targets"]
+    assert t["split_from"] == "its fixture shape" and t["split"]["n_experts"] == 256
+    split = vc.fixture_weight_split("qwen3-8b", "moe-target")
+    assert split is not None
+    want = {1: 5.0, 2: 5.5, 3: 6.1, 4: 6.5}
+    for row in t["rows"]:
+        assert row["verify_ms"] == pytest.approx(want[row["k"]])
+        assert row["plain_steps"] == pytest.approx(want[row["k"]] / 5.0)
+        assert row["predicted_x_k1"] == pytest.approx(vc.predicted_ratio(split, row["k"]))
+        assert row["verify_concurrencies"] == ([3, 5] if row["k"] == 4 else [row["k"]])
+    r = CliRunner().invoke(cli, ["verify-curve", "--verify-from", str(run), "--k", "1,2",
+                                 "--parallel", "2", "--out", str(tmp_path / "p2.json")])
+    assert r.exit_code == 0, r.output
+    (t2,) = json.loads((tmp_path / "p2.json").read_text())["targets"]
+    assert [row["verify_ms"] for row in t2["rows"]] == pytest.approx([5.5, 6.5])
+    assert t2["plain_ms"] == pytest.approx(5.5)
+    r = CliRunner().invoke(cli, ["verify-curve", "--verify-from", str(run), "--k", "1-6"])
+    assert r.exit_code == 2 and "a step of 6 sequences is outside them" in r.output
+    two = shapes_run(tmp_path / "two", groups=TWO)
+    r = CliRunner().invoke(cli, ["verify-curve", "--verify-from", str(two), "--k", "1,2"])
+    assert r.exit_code == 0 and "llama/t8b-f16:" in r.output and "vllm/t8b-hf:" in r.output
+    assert "no prediction" in r.output  # no recorded model: nothing to split
+    r = CliRunner().invoke(cli, ["verify-curve", "--verify-from", str(two), "--engine", "sglang"])
+    assert r.exit_code == 2
+    assert "no baseline matches --engine/--model (the run's: llama/t8b-f16, vllm/t8b-hf)" in \
+        r.output
+
+
+@pytest.mark.parametrize(("args", "what"), [
+    ([], "give --target or --verify-from"),
+    (["--target", "t.gguf", "--verify-from", "run"], "give --target or --verify-from"),
+    (["--target", "t.gguf", "--engine", "vllm"], "--engine and --model pick baselines"),
+    (["--verify-from", "run", "--reps", "5"], "--reps: not used with --verify-from"),
+    (["--verify-from", "run", "--bench-arg=-ngl"], "--bench-arg: not used with --verify-from"),
+])
+def test_sources_are_refused_in_one_line(args: list[str], what: str) -> None:
+    r = CliRunner().invoke(cli, ["verify-curve", *args])
+    assert r.exit_code == 2
+    assert what in r.output and "fix:" in r.output and r.output.count("\n") == 1
+
+
+def test_splits_from_hf_names_and_from_the_fixture_shape_agree(
+        moe_and_dense: tuple[Path, Path]) -> None:
+    """The tiny MoE target's HF folder (its safetensors headers) and its shape give one
+    split; its GGUF's differs only by the F32 tensors the converter writes (router, norms)."""
+    from crossbench.fixtures.resolve import ensure_mtp_target
+
+    hf_dir, gguf = ensure_mtp_target("tiny", 0, "moe-target")
+    from_hf = vc.hf_weight_split(hf_dir)
+    assert from_hf == vc.fixture_weight_split("tiny", "moe-target")
+    assert from_hf is not None and from_hf.bytes_per_expert == 3 * 64 * 64 * 2 * 4  # 4 layers
+    from_gguf = vc.weight_split(gguf)
+    assert from_gguf is not None and from_gguf.bytes_per_expert == from_hf.bytes_per_expert
+    assert 0 < from_gguf.dense_bytes - from_hf.dense_bytes < 0.001 * from_hf.dense_bytes
+    assert vc.hf_weight_split(ensure_mtp_target("tiny", 0, "dense-twin")[0]) is None
+    assert vc.model_weight_split(str(hf_dir))[1] == f"{hf_dir}'s safetensors headers"
+    assert vc.model_weight_split("/nowhere/model")[1].startswith("no prediction: the model's "
+                                                                 "weights are not on this")

@@ -132,6 +132,99 @@ def weight_split(gguf: Path) -> WeightSplit | None:
                        skipped_mtp_bytes=mtp)
 
 
+_HF_EXPERT = re.compile(r"\.layers\.(\d+)\.mlp\.experts\.\d+\.")
+_F16_BYTES = {"F16": 2, "BF16": 2, "F32": 4}
+
+
+def split_from_hf_names(tensors: dict[str, tuple[tuple[int, ...], int]], n_experts: int,
+                        top_k: int) -> WeightSplit | None:
+    """The split of a Hugging Face checkpoint that stores each routed expert's tensors apart
+    (``...layers.{i}.mlp.experts.{e}.{gate,up,down}_proj.weight``, as Qwen3-MoE and
+    Qwen3.5-MoE publish them), from each tensor's (shape, stored bytes): the MTP layers
+    (``mtp.*``) left out, the embedding one row where a separate ``lm_head`` is read; None for
+    a dense model or one whose experts are stored fused (no per-expert names)."""
+    if n_experts <= 1 or top_k < 1:
+        return None
+    dense = expert = mtp = 0
+    layers: set[int] = set()
+    has_head = any(n.endswith("lm_head.weight") for n in tensors)
+    for name, (shape, nbytes) in tensors.items():
+        if name.startswith("mtp."):
+            mtp += nbytes
+        elif (m := _HF_EXPERT.search(name)) is not None:
+            expert += nbytes
+            layers.add(int(m[1]))
+        elif name.endswith("embed_tokens.weight") and has_head:
+            dense += nbytes // shape[0]  # HF stores [n_vocab, n_embd]: one row is read
+        else:
+            dense += nbytes
+    if not layers:
+        return None
+    return WeightSplit(n_experts=n_experts, top_k=top_k, dense_bytes=dense,
+                       bytes_per_expert=expert // n_experts, moe_layers=len(layers),
+                       skipped_mtp_bytes=mtp)
+
+
+def hf_weight_split(folder: Path) -> WeightSplit | None:
+    """:func:`split_from_hf_names` of a Hugging Face folder: the expert count and top-k from
+    its ``config.json`` (``text_config`` where there is one), the tensors from its
+    safetensors headers."""
+    from crossbench.fixtures.hf import safetensors_sizes
+
+    try:
+        config = json.loads((folder / "config.json").read_text())
+    except (OSError, ValueError) as e:
+        raise UserError(f"cannot read {folder / 'config.json'}: {e}",
+                        "give a Hugging Face model folder") from e
+    text = config.get("text_config") or config
+    tensors: dict[str, tuple[tuple[int, ...], int]] = {}
+    for f in sorted(folder.glob("*.safetensors")):
+        tensors.update(safetensors_sizes(f))
+    return split_from_hf_names(tensors, int(text.get("num_experts") or 0),
+                               int(text.get("num_experts_per_tok") or 0))
+
+
+def fixture_weight_split(shape: str, role: str) -> WeightSplit | None:
+    """:func:`split_from_hf_names` of a Qwen3.5 fixture target from its tensor shapes
+    (``crossbench.fixtures.mtp``, F16), without its files: the split of a run's
+    ``fixture:SHAPE/ROLE@hf`` on any machine; None for the dense twin and the MTP target."""
+    from crossbench.analysis.decompose import VOCAB
+    from crossbench.fixtures.mtp import mtp_spec, tensor_shapes
+
+    spec = mtp_spec(shape, role)
+    tensors = {name: (dims, int(np.prod(dims)) * _F16_BYTES[dtype])
+               for name, dims, dtype, _ in tensor_shapes(spec, VOCAB)}
+    return split_from_hf_names(tensors, spec.n_expert, spec.n_expert_used)
+
+
+def model_weight_split(ref: str) -> tuple[WeightSplit | None, str]:
+    """The split of a run's recorded target (``model_refs.model``) and where it came from: a
+    Qwen3.5 fixture from its shape, a local GGUF from its header, a local Hugging Face folder
+    from its safetensors headers; (None, why) when there is no prediction."""
+    from crossbench.fixtures.mtp import TARGET_KINDS
+
+    m = re.fullmatch(r"fixture:(?:([\w.-]+)/)?([\w-]+)(?:@\w+)?", ref)
+    if m is not None:
+        shape, role = m[1] or "tiny", m[2]
+        if role in TARGET_KINDS and shape in TARGET_KINDS[role]:
+            split = fixture_weight_split(shape, role)
+            return split, ("its fixture shape" if split else "dense: no prediction")
+        return None, f"dense: no prediction ({ref})"
+    if not ref:
+        return None, "no prediction: the run records no target path"
+    path = Path(ref).expanduser()
+    if path.is_dir() and not (path / "config.json").is_file():
+        return None, f"no prediction: {path} holds no config.json"
+    if path.is_dir():
+        split = hf_weight_split(path)
+        return split, (f"{path}'s safetensors headers" if split else
+                       "no routed experts named per expert: no prediction")
+    if path.is_file():
+        split = weight_split(path)
+        return split, f"{path.name}'s GGUF header" if split else "dense: no prediction"
+    return None, f"no prediction: the model's weights are not on this machine ({ref})"
+
+
 def check_k(ks: list[int]) -> None:
     """UserError naming ``--k`` unless every block size is in 1..:data:`MAX_K`."""
     if not ks:

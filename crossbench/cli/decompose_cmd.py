@@ -148,7 +148,8 @@ def decompose(target: Path | None, verify_from: Path | None, engine_name: str | 
         kv = shape.kv
         click.echo(f"plain step {m.plain_ms:.3f} ms: {shape.engine}/{shape.target} baseline "
                    f"at concurrency {concurrency} ({shape.workload}); KV bound: one sequence's "
-                   f"cache at {kv['context_tokens']} tokens is "
+                   f"cache{' and recurrent state' if kv.get('state_bytes_per_sequence') else ''}"
+                   f" at {kv['context_tokens']} tokens is "
                    f"{kv['kv_bytes_per_sequence'] / 1e6:.1f} MB against "
                    f"{kv['weight_bytes'] / 1e9:.2f} GB of weights ({kv['shape']}; weights: "
                    f"{kv['weights_from']})")
