@@ -382,3 +382,77 @@ def test_land_turns_a_device_calls_files_into_verified_archives(
     assert study.main(["land", "x", str(tmp_path), str(dest), "--part", "2", "--rounds",
                        str(rounds)]) == 2
     assert "no run.tgz" in capsys.readouterr().err
+
+
+def _crossbench_calls(command: str) -> list[list[str]]:
+    """The argument lists of every `python3 -m crossbench ...` in a command step, those inside
+    `$(...)` included (each replaced by a placeholder path in its outer command)."""
+    import re
+
+    calls: list[list[str]] = []
+    inner = re.compile(r"\$\(([^()]*)\)")
+    while (m := inner.search(command)) is not None:
+        calls += _crossbench_calls(m[1])
+        command = command[:m.start()] + "/placeholder/path" + command[m.end():]
+    for segment in re.split(r"&&|\|\||;|\|", command):
+        words = shlex.split(segment)
+        for i in range(len(words) - 2):
+            if words[i:i + 3] == ["python3", "-m", "crossbench"]:
+                calls.append(words[i + 3:])
+    return calls
+
+
+def _parse_only(args: list[str]) -> None:
+    """Parse a crossbench command line as the CLI would, subcommands included, without
+    running it: a wrong option name or value raises click's UsageError."""
+    import click
+
+    from crossbench.cli.main import cli
+
+    cmd: click.Command = cli
+    parent, name = None, "crossbench"
+    while True:
+        ctx = cmd.make_context(name, list(args), parent=parent)
+        if not isinstance(cmd, click.Group):
+            return
+        rest = [*getattr(ctx, "_protected_args", []), *ctx.args]
+        sub_name, sub, args = cmd.resolve_command(ctx, rest)
+        assert sub is not None and sub_name is not None
+        cmd, parent, name = sub, ctx, sub_name
+
+
+def test_every_command_step_is_valid_shell_and_crossbench_usage(study: ModuleType,
+                                                               tmp_path: Path) -> None:
+    """A command step runs only on a leased GPU: its shell must parse (`bash -n`) and every
+    crossbench call in it must name options the CLI has, checked here before a lease is
+    spent (a wrong flag would lose the step's minutes)."""
+    import click
+
+    checked = 0
+    for r in _every_round(study):
+        for step in r.steps:
+            if step.command is None:
+                continue
+            command = step.command.replace("$dir", str(tmp_path))
+            syntax = subprocess.run(["bash", "-n", "-c", command], capture_output=True,
+                                    text=True, check=False)
+            assert syntax.returncode == 0, (r.name, r.part, step.name, syntax.stderr)
+            for args in _crossbench_calls(command):
+                try:
+                    _parse_only(args)
+                except click.UsageError as e:
+                    raise AssertionError(f"round {r.name} part {r.part} step {step.name}: "
+                                         f"crossbench {shlex.join(args)}: {e}") from e
+                checked += 1
+    assert checked >= 12  # decompose, fixtures path, verify-curve, matrix calls
+
+
+def test_the_usage_check_catches_a_wrong_option() -> None:
+    import click
+
+    (args,) = [a for a in _crossbench_calls(
+        'x="$(python3 -m crossbench fixtures path target)" && python3 -m crossbench '
+        'verify-curve --verify-form run') if a[0] == "verify-curve"]
+    with pytest.raises(click.UsageError, match="No such option '--verify-form'"):
+        _parse_only(args)
+    _parse_only(["fixtures", "path", "moe-target", "--shape", "qwen3-8b"])
