@@ -405,9 +405,10 @@ def land(r: Round, files_at: Path, dest: Path, work: Path, creator: str = CREATO
                 shutil.copytree(report / "plots", dest / f"plots-{name}", dirs_exist_ok=True)
         rc_dp, _ = _cb("datapoint", str(run_dir), out=dest / f"datapoint-{name}.md")
         _, status = _cb("status", str(run_dir))
+        trials = next((ln for ln in status.splitlines() if ln.startswith("trials:")),
+                      "no status")
         print(f"{name}: {arch}.zip verified; report {'written' if rc == 0 else 'FAILED'}, "
-              f"datapoint {'written' if rc_dp == 0 else 'FAILED'}; "
-              f"{(status.strip().splitlines() or ['no status'])[-1]}")
+              f"datapoint {'written' if rc_dp == 0 else 'FAILED'}; {trials}")
     logs = files_at / "logs.tgz"
     if logs.is_file():
         target = dest / ("device-logs" + (f"-part{r.part}" if r.part else "") + ".tgz")
