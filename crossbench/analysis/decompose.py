@@ -13,7 +13,6 @@ goes".
 from __future__ import annotations
 
 import json
-import math
 import re
 import subprocess
 from collections.abc import Iterable
@@ -348,16 +347,10 @@ def qwen35_step_bytes(spec: MtpSpec) -> int:
     dtypes (F16, a few F32): every tensor but the MTP layer's (``mtp.*``, not run by the
     target's forward pass) and the embedding table's other rows; of an MoE's routed experts
     ``n_expert_used`` a layer (the router, the shared expert and the rest are read whole)."""
-    from crossbench.fixtures.mtp import tensor_shapes
+    from crossbench.analysis.verify_curve import fixture_tensors, hf_bytes
 
-    total = 0
-    for name, dims, dtype, _ in tensor_shapes(spec, VOCAB):
-        expert = re.search(r"\.mlp\.experts\.(\d+)\.", name)
-        if name.startswith("mtp.") or (expert and int(expert[1]) >= spec.n_expert_used):
-            continue
-        elements = dims[1] if name.endswith("embed_tokens.weight") else math.prod(dims)
-        total += elements * (4 if dtype == "F32" else 2)
-    return total
+    dense, experts, _, _ = hf_bytes(fixture_tensors(spec))
+    return dense + (experts // spec.n_expert * spec.n_expert_used if spec.is_moe else 0)
 
 
 def _qwen35_bound(ref: str, spec: MtpSpec, quant: str | None, recorded: object

@@ -19,13 +19,16 @@ import re
 import subprocess
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from crossbench.analysis.decompose import Measured
 from crossbench.analysis.moe import expected_distinct_experts
 from crossbench.errors import UserError
+
+if TYPE_CHECKING:
+    from crossbench.fixtures.mtp import MtpSpec
 
 MAX_K = 512
 """Largest block size: ``run_llama_bench`` sets the batch to max(k, 512) tokens, and a
@@ -133,18 +136,16 @@ def weight_split(gguf: Path) -> WeightSplit | None:
 
 
 _HF_EXPERT = re.compile(r"\.layers\.(\d+)\.mlp\.experts\.\d+\.")
-_F16_BYTES = {"F16": 2, "BF16": 2, "F32": 4}
+_DTYPE_BYTES = {"F16": 2, "BF16": 2, "F32": 4}
 
 
-def split_from_hf_names(tensors: dict[str, tuple[tuple[int, ...], int]], n_experts: int,
-                        top_k: int) -> WeightSplit | None:
-    """The split of a Hugging Face checkpoint that stores each routed expert's tensors apart
-    (``...layers.{i}.mlp.experts.{e}.{gate,up,down}_proj.weight``, as Qwen3-MoE and
-    Qwen3.5-MoE publish them), from each tensor's (shape, stored bytes): the MTP layers
-    (``mtp.*``) left out, the embedding one row where a separate ``lm_head`` is read; None for
-    a dense model or one whose experts are stored fused (no per-expert names)."""
-    if n_experts <= 1 or top_k < 1:
-        return None
+def hf_bytes(tensors: dict[str, tuple[tuple[int, ...], int]]) -> tuple[int, int, int, int]:
+    """A Hugging Face checkpoint's bytes by what a one-token forward pass does with them, from
+    each tensor's (shape, stored bytes): (read whole, the routed experts' tensors in all,
+    the MTP layers' ``mtp.*``, not run; the number of layers with routed experts). Routed
+    experts are tensors named per expert, ``...layers.{i}.mlp.experts.{e}.*``, as Qwen3-MoE
+    and Qwen3.5-MoE publish them; the embedding counts one row where a separate ``lm_head``
+    is read."""
     dense = expert = mtp = 0
     layers: set[int] = set()
     has_head = any(n.endswith("lm_head.weight") for n in tensors)
@@ -158,10 +159,20 @@ def split_from_hf_names(tensors: dict[str, tuple[tuple[int, ...], int]], n_exper
             dense += nbytes // shape[0]  # HF stores [n_vocab, n_embd]: one row is read
         else:
             dense += nbytes
+    return dense, expert, mtp, len(layers)
+
+
+def split_from_hf_names(tensors: dict[str, tuple[tuple[int, ...], int]], n_experts: int,
+                        top_k: int) -> WeightSplit | None:
+    """The split of a Hugging Face checkpoint (:func:`hf_bytes`); None for a dense model or one
+    whose experts are stored fused (no per-expert names)."""
+    if n_experts <= 1 or top_k < 1:
+        return None
+    dense, expert, mtp, layers = hf_bytes(tensors)
     if not layers:
         return None
     return WeightSplit(n_experts=n_experts, top_k=top_k, dense_bytes=dense,
-                       bytes_per_expert=expert // n_experts, moe_layers=len(layers),
+                       bytes_per_expert=expert // n_experts, moe_layers=layers,
                        skipped_mtp_bytes=mtp)
 
 
@@ -184,17 +195,24 @@ def hf_weight_split(folder: Path) -> WeightSplit | None:
                                int(text.get("num_experts_per_tok") or 0))
 
 
-def fixture_weight_split(shape: str, role: str) -> WeightSplit | None:
-    """:func:`split_from_hf_names` of a Qwen3.5 fixture target from its tensor shapes
-    (``crossbench.fixtures.mtp``, F16), without its files: the split of a run's
-    ``fixture:SHAPE/ROLE@hf`` on any machine; None for the dense twin and the MTP target."""
+def fixture_tensors(spec: MtpSpec) -> dict[str, tuple[tuple[int, ...], int]]:
+    """Each HF tensor of a Qwen3.5 fixture target (``crossbench.fixtures.mtp``) with its shape
+    and stored bytes, from its shape alone (no files)."""
     from crossbench.analysis.decompose import VOCAB
-    from crossbench.fixtures.mtp import mtp_spec, tensor_shapes
+    from crossbench.fixtures.mtp import tensor_shapes
+
+    return {name: (dims, int(np.prod(dims)) * _DTYPE_BYTES[dtype])
+            for name, dims, dtype, _ in tensor_shapes(spec, VOCAB)}
+
+
+def fixture_weight_split(shape: str, role: str) -> WeightSplit | None:
+    """:func:`split_from_hf_names` of a Qwen3.5 fixture target from its tensor shapes: the split
+    of a run's ``fixture:SHAPE/ROLE@hf`` on any machine; None for the dense twin and the MTP
+    target."""
+    from crossbench.fixtures.mtp import mtp_spec
 
     spec = mtp_spec(shape, role)
-    tensors = {name: (dims, int(np.prod(dims)) * _F16_BYTES[dtype])
-               for name, dims, dtype, _ in tensor_shapes(spec, VOCAB)}
-    return split_from_hf_names(tensors, spec.n_expert, spec.n_expert_used)
+    return split_from_hf_names(fixture_tensors(spec), spec.n_expert, spec.n_expert_used)
 
 
 def model_weight_split(ref: str) -> tuple[WeightSplit | None, str]:
