@@ -419,10 +419,32 @@ def test_shared_servers_pay_one_start_per_group(tmp_path: Path) -> None:
     assert (probe["cells"], probe["server_starts"], probe["trials"]) == (12, 12, 24)
     assert probe["gpu_s"] == pytest.approx(12 * 5 + 24 * 5)
     assert any("18 cells form 9 server group(s)" in a for a in plan["assumptions"])
+    # what `crossbench matrix` runs: the groups share a start in each of the 3 rounds (the
+    # matrix keeps one trial a start), 27 starts, not reuse's 9
+    assert plan["matrix_design"] == {
+        "design": "reuse at 1 trial(s) a start", "engine": "total",
+        "gpu_s": pytest.approx(27 * 5 + 54 * 5), "ratio_to_naive": pytest.approx(405 / 540),
+        "server_starts": 27, "trials": 54, "cells": 18}
     apart = plan_json(str(m), "--from", str(run), "--no-share-servers")
     assert row(apart, "reuse")["server_starts"] == 18
     assert row(apart, "reuse")["gpu_s"] == pytest.approx(18 * 5 + 54 * 5)
     assert not any("server group" in a for a in apart["assumptions"])
+    assert apart["matrix_design"] is None  # planned otherwise than the matrix runs
+    text = CliRunner().invoke(cli, ["plan", str(m), "--from", str(run)]).output
+    assert ("crossbench matrix runs it as reuse at 1 trial(s) a start: 0:06:45 of GPU time, 27 "
+            "server starts (machine setup, builds and transfers not counted)") in text
+
+
+def test_the_matrix_design_is_the_row_it_runs(tmp_path: Path) -> None:
+    """A fresh start per trial is naive; trials_per_start 2 of 4 is reuse at its block; a
+    sequential matrix is the sequential row."""
+    run = write_run(tmp_path, [PHASES] * 3)
+    naive = plan_json(str(write_matrix(tmp_path, {**MATRIX, "trials": 4})), "--from", str(run))
+    assert naive["matrix_design"] == row(naive, "naive")
+    two = plan_json(str(write_matrix(tmp_path, {**MATRIX, "trials": 4, "trials_per_start": 2})),
+                    "--from", str(run))
+    assert two["matrix_design"] == row(two, "reuse") and row(two, "reuse")["server_starts"] \
+        == 2 * row(two, "reuse")["cells"]
 
 
 def test_a_reuse_design_of_one_start_per_cell_says_its_verdicts_are_marked(

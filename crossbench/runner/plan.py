@@ -205,11 +205,17 @@ class Plan:
     timings: dict[str, EngineTimings]
     assumptions: list[str]
     notes: list[str]
+    matrix_design: DesignRow | None = None
+    """The design ``crossbench matrix`` runs this matrix in (:func:`matrix_design`), in total:
+    one of the rows, or the reuse design at the matrix's own trials per start where the rows'
+    reuse keeps a cell's trials on fewer starts; None where ``--share-servers`` plans it
+    otherwise."""
 
     def to_dict(self) -> dict[str, Any]:
         """JSON form (``crossbench plan --json``)."""
         return {
             "study": self.study, "cells": self.cells, "trials_per_cell": self.trials_per_cell,
+            "matrix_design": asdict(self.matrix_design) if self.matrix_design else None,
             "designs": [asdict(r) for r in self.rows],
             "timings": {k: {**{f"{name}_s": asdict(getattr(t, name))
                                for name in ("startup", "stop", "other", "warmup", "scrapes")},
@@ -419,6 +425,17 @@ def within_share(opts: PlanOptions, requests: int) -> float:
     return min(1.0, needed / max(1, requests))
 
 
+def matrix_design(m: Matrix) -> str:
+    """The design ``crossbench matrix`` runs ``m`` in: probe-and-predict or sequential where
+    the matrix sets them, reuse where it keeps a server for more than one trial or shares
+    starts, else naive (a fresh start per trial)."""
+    if m.probe_predict is not None:
+        return "probe-and-predict"
+    if m.sequential is not None:
+        return "sequential"
+    return "reuse" if m.block > 1 or m.share_servers else "naive"
+
+
 def make_plan(m: Matrix, cells: list[Cell], rec: Recorded | None,
               opts: PlanOptions | None = None) -> Plan:
     """Expected GPU time of each design, per engine id of the matrix and in total."""
@@ -506,7 +523,15 @@ def make_plan(m: Matrix, cells: list[Cell], rec: Recorded | None,
                      f"--block {k} costs a design of {math.ceil(trials / k)} starts per cell; "
                      "or analyse with a known start spread (`crossbench analyze RUN "
                      "--start-spread FILE`), whose interval covers the starts")
-    return Plan(m.study.name, len(cells), trials, rows, timings, assumptions, notes)
+    own: DesignRow | None = None
+    if opts.share == m.share_servers:
+        design = matrix_design(m)
+        if design == "reuse" and block != m.block:  # the matrix's own block, one start a round
+            at = make_plan(m, cells, rec, replace(opts, block=m.block)).matrix_design
+            own = at and replace(at, design=f"reuse at {m.block} trial(s) a start")
+        else:
+            own = next(r for r in rows if (r.design, r.engine) == (design, "total"))
+    return Plan(m.study.name, len(cells), trials, rows, timings, assumptions, notes, own)
 
 
 def _assumptions(m: Matrix, cells: list[Cell], timings: dict[str, EngineTimings],
@@ -604,6 +629,14 @@ def format_plan(plan: Plan, source: str) -> str:
         lines.append(f"{r.design:<18} {r.engine:<12} {hms(r.gpu_s):>10} "
                      f"{r.ratio_to_naive:>8.2f} {_trials_text(r.server_starts):>7} "
                      f"{_trials_text(r.trials):>7} {r.cells:>6}")
+    own = plan.matrix_design
+    if own is not None:
+        lines.append(f"crossbench matrix runs it as {own.design}: {hms(own.gpu_s)} of GPU "
+                     f"time, {_trials_text(own.server_starts)} server starts (machine setup, "
+                     "builds and transfers not counted)")
+    else:
+        lines.append("--share-servers differs from the matrix's share_servers: its own design "
+                     "is not planned here")
     lines.append("timings per engine kind (M measured, A assumed; other: a trial's time "
                  "outside its named phases, counted per server start):")
 
