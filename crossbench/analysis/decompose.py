@@ -347,9 +347,10 @@ def qwen35_step_bytes(spec: MtpSpec) -> int:
     dtypes (F16, a few F32): every tensor but the MTP layer's (``mtp.*``, not run by the
     target's forward pass) and the embedding table's other rows; of an MoE's routed experts
     ``n_expert_used`` a layer (the router, the shared expert and the rest are read whole)."""
-    from crossbench.analysis.verify_curve import fixture_tensors, hf_bytes
+    from crossbench.analysis.moe import hf_bytes
+    from crossbench.fixtures.mtp import tensor_bytes
 
-    dense, experts, _, _ = hf_bytes(fixture_tensors(spec))
+    dense, experts, _, _ = hf_bytes(tensor_bytes(spec, VOCAB))
     return dense + (experts // spec.n_expert * spec.n_expert_used if spec.is_moe else 0)
 
 

@@ -6,12 +6,17 @@ Under uniform random routing (each of k tokens picks ``top_k`` distinct experts 
     E[distinct] = n_experts * (1 - (1 - top_k / n_experts) ** k)
 
 experts: an upper-end reference, since trained routers are more local
-(docs/moe-vs-dense.md, "The expert-union prediction").
+(docs/moe-vs-dense.md, "The expert-union prediction"). :func:`hf_bytes` splits a Hugging Face
+checkpoint's bytes into those a pass reads whole and the routed experts'.
 """
 
 from __future__ import annotations
 
+import re
+
 from crossbench.errors import UserError
+
+_HF_EXPERT = re.compile(r"\.layers\.(\d+)\.mlp\.experts\.\d+\.")
 
 
 def _check(n_experts: int, top_k: int, k: int) -> None:
@@ -39,3 +44,26 @@ def expert_union_ratio(n_experts: int, top_k: int, k: int) -> float:
     many times the expert weights of a one-token step the verification of ``k`` tokens reads
     under uniform random routing (k = 0 gives 0)."""
     return expected_distinct_experts(n_experts, top_k, k) / top_k
+
+
+def hf_bytes(tensors: dict[str, tuple[tuple[int, ...], int]]) -> tuple[int, int, int, int]:
+    """A Hugging Face checkpoint's bytes by what a one-token forward pass does with them, from
+    each tensor's (shape, stored bytes): (read whole, the routed experts' tensors in all,
+    the MTP layers' ``mtp.*``, not run; the number of layers with routed experts). Routed
+    experts are tensors named per expert, ``...layers.{i}.mlp.experts.{e}.*``, as Qwen3-MoE
+    and Qwen3.5-MoE publish them; the embedding counts one row where a separate ``lm_head``
+    is read."""
+    dense = expert = mtp = 0
+    layers: set[int] = set()
+    has_head = any(n.endswith("lm_head.weight") for n in tensors)
+    for name, (shape, nbytes) in tensors.items():
+        if name.startswith("mtp."):
+            mtp += nbytes
+        elif (m := _HF_EXPERT.search(name)) is not None:
+            expert += nbytes
+            layers.add(int(m[1]))
+        elif name.endswith("embed_tokens.weight") and has_head:
+            dense += nbytes // shape[0]  # HF stores [n_vocab, n_embd]: one row is read
+        else:
+            dense += nbytes
+    return dense, expert, mtp, len(layers)

@@ -19,16 +19,13 @@ import re
 import subprocess
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
 from crossbench.analysis.decompose import Measured
-from crossbench.analysis.moe import expected_distinct_experts
+from crossbench.analysis.moe import expected_distinct_experts, hf_bytes
 from crossbench.errors import UserError
-
-if TYPE_CHECKING:
-    from crossbench.fixtures.mtp import MtpSpec
 
 MAX_K = 512
 """Largest block size: ``run_llama_bench`` sets the batch to max(k, 512) tokens, and a
@@ -135,37 +132,10 @@ def weight_split(gguf: Path) -> WeightSplit | None:
                        skipped_mtp_bytes=mtp)
 
 
-_HF_EXPERT = re.compile(r"\.layers\.(\d+)\.mlp\.experts\.\d+\.")
-_DTYPE_BYTES = {"F16": 2, "BF16": 2, "F32": 4}
-
-
-def hf_bytes(tensors: dict[str, tuple[tuple[int, ...], int]]) -> tuple[int, int, int, int]:
-    """A Hugging Face checkpoint's bytes by what a one-token forward pass does with them, from
-    each tensor's (shape, stored bytes): (read whole, the routed experts' tensors in all,
-    the MTP layers' ``mtp.*``, not run; the number of layers with routed experts). Routed
-    experts are tensors named per expert, ``...layers.{i}.mlp.experts.{e}.*``, as Qwen3-MoE
-    and Qwen3.5-MoE publish them; the embedding counts one row where a separate ``lm_head``
-    is read."""
-    dense = expert = mtp = 0
-    layers: set[int] = set()
-    has_head = any(n.endswith("lm_head.weight") for n in tensors)
-    for name, (shape, nbytes) in tensors.items():
-        if name.startswith("mtp."):
-            mtp += nbytes
-        elif (m := _HF_EXPERT.search(name)) is not None:
-            expert += nbytes
-            layers.add(int(m[1]))
-        elif name.endswith("embed_tokens.weight") and has_head:
-            dense += nbytes // shape[0]  # HF stores [n_vocab, n_embd]: one row is read
-        else:
-            dense += nbytes
-    return dense, expert, mtp, len(layers)
-
-
 def split_from_hf_names(tensors: dict[str, tuple[tuple[int, ...], int]], n_experts: int,
                         top_k: int) -> WeightSplit | None:
-    """The split of a Hugging Face checkpoint (:func:`hf_bytes`); None for a dense model or one
-    whose experts are stored fused (no per-expert names)."""
+    """The split of a Hugging Face checkpoint (:func:`crossbench.analysis.moe.hf_bytes`); None
+    for a dense model or one whose experts are stored fused (no per-expert names)."""
     if n_experts <= 1 or top_k < 1:
         return None
     dense, expert, mtp, layers = hf_bytes(tensors)
@@ -195,24 +165,15 @@ def hf_weight_split(folder: Path) -> WeightSplit | None:
                                int(text.get("num_experts_per_tok") or 0))
 
 
-def fixture_tensors(spec: MtpSpec) -> dict[str, tuple[tuple[int, ...], int]]:
-    """Each HF tensor of a Qwen3.5 fixture target (``crossbench.fixtures.mtp``) with its shape
-    and stored bytes, from its shape alone (no files)."""
-    from crossbench.analysis.decompose import VOCAB
-    from crossbench.fixtures.mtp import tensor_shapes
-
-    return {name: (dims, int(np.prod(dims)) * _DTYPE_BYTES[dtype])
-            for name, dims, dtype, _ in tensor_shapes(spec, VOCAB)}
-
-
 def fixture_weight_split(shape: str, role: str) -> WeightSplit | None:
     """:func:`split_from_hf_names` of a Qwen3.5 fixture target from its tensor shapes: the split
     of a run's ``fixture:SHAPE/ROLE@hf`` on any machine; None for the dense twin and the MTP
     target."""
-    from crossbench.fixtures.mtp import mtp_spec
+    from crossbench.analysis.decompose import VOCAB
+    from crossbench.fixtures.mtp import mtp_spec, tensor_bytes
 
     spec = mtp_spec(shape, role)
-    return split_from_hf_names(fixture_tensors(spec), spec.n_expert, spec.n_expert_used)
+    return split_from_hf_names(tensor_bytes(spec, VOCAB), spec.n_expert, spec.n_expert_used)
 
 
 def model_weight_split(ref: str) -> tuple[WeightSplit | None, str]:
