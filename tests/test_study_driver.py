@@ -382,6 +382,12 @@ def test_land_turns_a_device_calls_files_into_verified_archives(
     assert study.main(["land", "x", str(tmp_path), str(dest), "--part", "2", "--rounds",
                        str(rounds)]) == 2
     assert "no run.tgz" in capsys.readouterr().err
+    mine = tmp_path / "mine"  # a --work folder land did not make is left alone
+    mine.mkdir()
+    (mine / "notes.txt").write_text("keep")
+    assert study.main([*argv[:-1], str(mine)]) == 2
+    assert (mine / "notes.txt").read_text() == "keep"
+    assert "holds files `land` did not put there" in capsys.readouterr().err
 
 
 def _crossbench_calls(command: str) -> list[list[str]]:

@@ -331,9 +331,15 @@ def _cb(*args: str, out: Path | None = None) -> tuple[int, str]:
     return done.returncode, done.stderr
 
 
+def _last(text: str) -> str:
+    """The last line of a command's output (what it said last: its error)."""
+    return (text.strip().splitlines() or ["no output"])[-1]
+
+
 def land(r: Round, files_at: Path, dest: Path, work: Path, creator: str = CREATOR) -> int:
     """Land what a device call brought back for round ``r`` (``files_at``: its ``run.tgz`` and
-    ``logs.tgz``): unpack the run directory into ``work``, then for each matrix step that ran
+    ``logs.tgz``): unpack the run directory into ``work`` (emptied first where an earlier
+    ``land`` made it; any other non-empty folder is refused), then for each matrix step that ran
     analyse it, build its archive (:func:`archive_name`), copy the zip into ``dest`` and
     verify the copy, write its report (``report-STEP.md``, ``plots-STEP/``) and PR datapoint
     (``datapoint-STEP.md``); a command step's ``STEP.json``, ``STEP-*.json`` and ``STEP.log``
@@ -348,12 +354,18 @@ def land(r: Round, files_at: Path, dest: Path, work: Path, creator: str = CREATO
         print(f"study.py: {tgz}: no run.tgz (fix: give the folder a device call's files "
               "came back to)", file=sys.stderr)
         return 2
+    marker = work / ".crossbench-land"
+    if work.exists() and any(work.iterdir()) and not marker.is_file():
+        print(f"study.py: --work {work} holds files `land` did not put there (fix: give an "
+              "empty or new folder)", file=sys.stderr)
+        return 2
     if work.exists():
         shutil.rmtree(work)
     work.mkdir(parents=True)
+    marker.touch()
     with tarfile.open(tgz) as tar:
         tar.extractall(work, filter="data")
-    tops = [p for p in work.iterdir() if p.is_dir()]
+    tops = [p for p in work.iterdir() if p.is_dir()]  # the marker is a file
     if len(tops) != 1:
         print(f"study.py: {tgz}: expected one run directory, found "
               f"{', '.join(p.name for p in tops) or 'none'}", file=sys.stderr)
@@ -386,13 +398,13 @@ def land(r: Round, files_at: Path, dest: Path, work: Path, creator: str = CREATO
         for what, args in steps:
             rc, text = _cb(*args)
             if rc != 0:
-                failed = f"{what} exit {rc}: {text.strip().splitlines()[-1:]}"
+                failed = f"{what} exit {rc}: {_last(text)}"
                 break
         if failed is None:
             shutil.copy2(work / "archives" / f"{arch}.zip", dest / f"{arch}.zip")
             rc, text = _cb("archive", "verify", str(dest / f"{arch}.zip"))
             if rc != 0:
-                failed = f"archive verify exit {rc}: {text.strip().splitlines()[-1:]}"
+                failed = f"archive verify exit {rc}: {_last(text)}"
         if failed is not None:
             bad += 1
             print(f"{name}: NOT LANDED, {failed}")
