@@ -151,11 +151,12 @@ def test_each_moe_round_step_selects_the_baselines_of_its_cells(
         for step in r.steps:
             if step.command is not None:
                 continue
-            if part in (8, 9, 10):
+            if part in (8, 9, 10, 11):
                 # the layer-cut check and vLLM's batch shapes run matrices of their own, whose
                 # selections tests/test_study_driver.py checks
                 assert step.matrix in ("matrices/h200-moe-layers.yaml",
-                                       "matrices/h200-moe-shapes.yaml")
+                                       "matrices/h200-moe-shapes.yaml",
+                                       "matrices/h200-moe-shapes-c16.yaml")
                 continue
             assert step.matrix == "matrices/h200-moe.yaml"
             chosen = select(cells, step.only, step.skip)

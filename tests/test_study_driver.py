@@ -49,7 +49,7 @@ def test_the_rounds_file_lists_every_round_of_the_former_scripts(study: ModuleTy
                             "verdicts", "startup-next", "sglang-methods", "sglang-mtp", "moe",
                             "synthetic", "sglang-check", "smoke"]
     assert study.parts(rounds, "methods") == [1, 2, 3, 4]
-    assert study.parts(rounds, "moe") == [1, 2, 3, 4, 5, 6, 7, 8, 9, 10]
+    assert study.parts(rounds, "moe") == list(range(1, 12))
     assert study.parts(rounds, "verdicts") == [1, 2]  # whole, it outgrew one lease
     # the needs the former driver encoded in its case statements
     by = {(r.name, r.part): r for r in _every_round(study) if r.kind == "cross"}
@@ -64,14 +64,14 @@ def test_the_rounds_file_lists_every_round_of_the_former_scripts(study: ModuleTy
         ("naive", None), ("twostart", None), ("hoststart", None), ("methods", 3), ("methods", 4),
         ("moe", 2), ("moe", 3), ("moe", 5), ("moe", 7), ("fits2", None),
         ("sglang-methods", None), ("sglang-mtp", None), ("startup-next", None),
-        ("verdicts", 2), ("moe", 10)}
+        ("verdicts", 2), ("moe", 10), ("moe", 11)}
     assert {k for k, r in by.items() if r.drafters} == {("methods", p) for p in (1, 2, 3, 4)} | {
         ("fits", None), ("fits2", None), ("verdicts", 1), ("verdicts", 2),
         ("sglang-methods", None)}
     assert {k for k, r in by.items() if not r.verify_hf} == {
         ("methods", 3), ("methods", 4), ("mtp", None), ("fits", None), ("fits2", None),
         ("verdicts", 1), ("verdicts", 2), ("sglang-methods", None), ("sglang-mtp", None),
-        ("startup-next", None)} | {("moe", p) for p in range(1, 11)}
+        ("startup-next", None)} | {("moe", p) for p in range(1, 12)}
     # the MTP round makes the Qwen3.5 target first, then the qwen3-8b pair only where it fits
     assert by[("mtp", None)].fixtures == (("path mtp-target --shape qwen3-8b", 0),
                                           ("make --shape qwen3-8b", 26))
@@ -145,9 +145,12 @@ def test_every_round_matrix_validates_and_every_selection_picks_cells(
                 assert len(order) == 6 and order[0] == order[3] == base, order
                 assert sorted(order[1:3]) == sorted(order[4:6]) == sorted(
                     f"vllm/t8b-hf/{a}-a0.9/n4/builtin-mixed/c1" for a in ("dflash", "eagle3"))
-            if (r.name, r.part) == ("moe", 10):  # vLLM's baselines, every shape on one start
+            if (r.name, r.part) in (("moe", 10), ("moe", 11)):  # vLLM baselines by shape
                 assert sorted({c.coords["target"] for c in chosen}) == ["dense-hf", "moe-hf"]
-                assert {c.baseline for c in chosen} == {None} and len(chosen) == 20
+                assert {c.baseline for c in chosen} == {None}
+                assert sorted({int(c.coords["concurrency"]) for c in chosen}) == (
+                    [1, 2, 3, 4, 5, 6, 8, 9, 12, 16] if r.part == 10 else
+                    [16 * k for k in range(1, 17)])
             if r.name == "moe" and r.part in (8, 9):  # one target family per machine
                 family = "moe" if r.part == 8 else "dense"
                 assert {c.coords["target"].split("-")[0] for c in chosen} == {family}
@@ -160,7 +163,7 @@ def test_every_round_matrix_validates_and_every_selection_picks_cells(
                     starts += [key] if key not in starts else []
                 assert starts == [("none", None), ("eagle3-a0.9", 2), ("dflash-a0.9", 8),
                                   ("draft-a0.9", 8), ("draft-a0.9", 2), ("draft-a0.9", 4)]
-    assert checked == 44
+    assert checked == 45
 
 
 def test_a_selector_with_an_unknown_key_is_refused(study: ModuleType) -> None:
