@@ -325,7 +325,9 @@ def test_the_curve_from_a_runs_batch_shapes(tmp_path: Path) -> None:
     assert got["source"] == "batch shape" and got["parallel"] == 1
     (t,) = got["targets"]
     assert t["split_from"] == "its fixture shape" and t["split"]["n_experts"] == 256
-    split = vc.fixture_weight_split("qwen3-8b", "moe-target")
+    from crossbench.fixtures.mtp import mtp_spec
+
+    split = vc.fixture_weight_split(mtp_spec("qwen3-8b", "moe-target"))
     assert split is not None
     want = {1: 5.0, 2: 5.5, 3: 6.1, 4: 6.5}
     for row in t["rows"]:
@@ -372,7 +374,12 @@ def test_splits_from_hf_names_and_from_the_fixture_shape_agree(
 
     hf_dir, gguf = ensure_mtp_target("tiny", 0, "moe-target")
     from_hf = vc.hf_weight_split(hf_dir)
-    assert from_hf == vc.fixture_weight_split("tiny", "moe-target")
+    from crossbench.fixtures.mtp import mtp_spec
+
+    assert from_hf == vc.fixture_weight_split(mtp_spec("tiny", "moe-target"))
+    assert vc.model_weight_split("fixture:tiny/moe-target@Q4_K_M") == (
+        from_hf, "its fixture shape (F16 proportions for Q4_K_M)")
+    assert vc.model_weight_split("fixture:qwen3-8b/target")[0] is None  # the dense Qwen3
     assert from_hf is not None and from_hf.bytes_per_expert == 3 * 64 * 64 * 2 * 4  # 4 layers
     from_gguf = vc.weight_split(gguf)
     assert from_gguf is not None and from_gguf.bytes_per_expert == from_hf.bytes_per_expert

@@ -312,7 +312,7 @@ def _fixture_shape(ref: str) -> ModelSpec | None:
         else None
 
 
-def _qwen35_shape(ref: str) -> tuple[MtpSpec, str | None] | None:
+def qwen35_fixture(ref: str) -> tuple[MtpSpec, str | None] | None:
     """The Qwen3.5 fixture target (:data:`crossbench.fixtures.mtp.TARGET_KINDS`: mtp-target,
     moe-target, dense-twin) and quantization (None, ``hf``, ``Q4_K_M``...) a
     ``fixture:[SHAPE/]ROLE[@QUANT]`` reference names (shape tiny by default), or None."""
@@ -394,7 +394,7 @@ def kv_bound(cell: CellData, context: int | None, depth: int) -> dict[str, Any]:
     ref = str((cell.config.get("model_refs") or {}).get("model") or "")
     recorded = ((cell.manifest.get("models") or {}).get("model") or {}).get("bytes")
     spec = _fixture_shape(ref)
-    hybrid = None if spec else _qwen35_shape(ref)
+    hybrid = None if spec else qwen35_fixture(ref)
     state, state_note = 0, "no recurrent layers: the cache is K and V alone"
     if hybrid:
         q = _qwen35_bound(ref, *hybrid, recorded)

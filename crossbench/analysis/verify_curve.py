@@ -19,13 +19,16 @@ import re
 import subprocess
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from crossbench.analysis.decompose import Measured
 from crossbench.analysis.moe import expected_distinct_experts, hf_bytes
 from crossbench.errors import UserError
+
+if TYPE_CHECKING:
+    from crossbench.fixtures.mtp import MtpSpec
 
 MAX_K = 512
 """Largest block size: ``run_llama_bench`` sets the batch to max(k, 512) tokens, and a
@@ -165,14 +168,13 @@ def hf_weight_split(folder: Path) -> WeightSplit | None:
                                int(text.get("num_experts_per_tok") or 0))
 
 
-def fixture_weight_split(shape: str, role: str) -> WeightSplit | None:
-    """:func:`split_from_hf_names` of a Qwen3.5 fixture target from its tensor shapes: the split
-    of a run's ``fixture:SHAPE/ROLE@hf`` on any machine; None for the dense twin and the MTP
-    target."""
+def fixture_weight_split(spec: MtpSpec) -> WeightSplit | None:
+    """:func:`split_from_hf_names` of a Qwen3.5 fixture target from its tensor shapes (F16),
+    without its files: the split of a run's ``fixture:SHAPE/ROLE@hf`` on any machine; None for
+    the dense twin and the MTP target."""
     from crossbench.analysis.decompose import VOCAB
-    from crossbench.fixtures.mtp import mtp_spec, tensor_bytes
+    from crossbench.fixtures.mtp import tensor_bytes
 
-    spec = mtp_spec(shape, role)
     return split_from_hf_names(tensor_bytes(spec, VOCAB), spec.n_expert, spec.n_expert_used)
 
 
@@ -180,15 +182,16 @@ def model_weight_split(ref: str) -> tuple[WeightSplit | None, str]:
     """The split of a run's recorded target (``model_refs.model``) and where it came from: a
     Qwen3.5 fixture from its shape, a local GGUF from its header, a local Hugging Face folder
     from its safetensors headers; (None, why) when there is no prediction."""
-    from crossbench.fixtures.mtp import TARGET_KINDS
+    from crossbench.analysis.decompose import qwen35_fixture
 
-    m = re.fullmatch(r"fixture:(?:([\w.-]+)/)?([\w-]+)(?:@\w+)?", ref)
-    if m is not None:
-        shape, role = m[1] or "tiny", m[2]
-        if role in TARGET_KINDS and shape in TARGET_KINDS[role]:
-            split = fixture_weight_split(shape, role)
-            return split, ("its fixture shape" if split else "dense: no prediction")
-        return None, f"dense: no prediction ({ref})"
+    if ref.startswith("fixture:"):
+        found = qwen35_fixture(ref)
+        if found is None:
+            return None, f"dense: no prediction ({ref})"
+        spec, quant = found
+        split = fixture_weight_split(spec)
+        scaled = f" (F16 proportions for {quant})" if quant not in (None, "hf", "F16") else ""
+        return split, (f"its fixture shape{scaled}" if split else "dense: no prediction")
     if not ref:
         return None, "no prediction: the run records no target path"
     path = Path(ref).expanduser()
