@@ -465,3 +465,38 @@ def test_the_usage_check_catches_a_wrong_option() -> None:
     with pytest.raises(click.UsageError, match="No such option '--verify-form'"):
         _parse_only(args)
     _parse_only(["fixtures", "path", "moe-target", "--shape", "qwen3-8b"])
+
+
+def test_plan_adds_crossbench_plans_design_to_the_setup(
+        study: ModuleType, capsys: pytest.CaptureFixture[str]) -> None:
+    """`study.py plan moe --part 8`: its one matrix step costs what `crossbench plan --json`
+    says the matrix runs (from the round's recorded timings), and the lease is that plus the
+    setup the round's entry gives."""
+    import json
+
+    r = study.get_round(study.load_rounds(), "moe", 8)
+    assert r.timings_from and all((ROOT / f).is_file() for f in r.timings_from)
+    assert study.main(["plan", "moe", "--part", "8"]) == 0
+    said = capsys.readouterr().out.splitlines()
+    (step,) = r.steps
+    sel = [a for x in step.only for a in ("--only", x)]
+    done = subprocess.run([sys.executable, "-m", "crossbench", "plan", str(step.matrix), *sel,
+                           *[a for f in r.timings_from for a in ("--from", f)], "--json"],
+                          capture_output=True, text=True, check=True, cwd=ROOT)
+    own = json.loads(done.stdout)["matrix_design"]
+    assert said[1] == (f"  llama-layers-moe: {study._hms(own['gpu_s'])} of GPU time, "
+                       f"{own['server_starts']:g} server starts, {own['cells']} cells "
+                       f"({own['design']})")
+    assert said[-1] == f"  lease: {study._hms(own['gpu_s'] + r.setup_s)}"
+    assert study.main(["plan", "startup-next"]) == 0  # command steps only: nothing planned
+    assert "startup-next: a command step, not planned" in capsys.readouterr().out
+
+
+def test_every_rounds_plan_names_files_that_exist(study: ModuleType) -> None:
+    for r in _every_round(study):
+        for f in r.timings_from:
+            assert (ROOT / f).is_file(), (r.name, r.part, f)
+        assert (r.setup_s is None) == (r.setup_from is None), (r.name, r.part)
+    with pytest.raises(study.RoundsError, match=r"rounds.x.plan.setup_s: expected whole "):
+        study._resolve("x", {"purpose": "p", "steps": [{"name": "a", "matrix": "m"}],
+                             "plan": {"setup_s": "ten"}}, None)

@@ -9,6 +9,7 @@ Usage (from the repository root)::
     python3 benchmarks/study/study.py dry ROUND [--part N] [--dir DIR]
     python3 benchmarks/study/study.py run ROUND DIR [--part N]
     python3 benchmarks/study/study.py land ROUND FILES_AT DEST [--part N] [--work DIR]
+    python3 benchmarks/study/study.py plan ROUND [--part N]
 
 ``run`` makes the round's variants, starts its sampler, then runs each step as
 ``python3 -m crossbench matrix MATRIX --out DIR/NAME [--resume] --progress plain
@@ -18,7 +19,8 @@ run directory) with its output appended to DIR/NAME.log, printing a timestamped
 directory when a previous call left one, a command step whose ``DIR/NAME.done`` exists (it
 exited 0 on an earlier call) is not run again. A round with ``into_run`` runs its one matrix
 straight into DIR.
-``land`` turns what a device call brought back (``run.tgz``, ``logs.tgz``) into verified
+``plan`` prints what a round costs by ``crossbench plan`` (:func:`plan`); ``land`` turns what
+a device call brought back (``run.tgz``, ``logs.tgz``) into verified
 archives, reports and datapoints in DEST (:func:`land`); it runs crossbench itself.
 PART defaults to the environment's PART, else 1. Needs only the standard library and PyYAML
 (``land`` also crossbench, installed).
@@ -43,7 +45,11 @@ ROUNDS = Path(__file__).with_name("rounds.yaml")
 
 ROUND_KEYS = {"purpose", "kind", "vllm", "sglang", "build", "q4", "drafters", "verify_hf",
               "into_run", "variants", "sampler", "steps", "parts", "matrix", "lanes", "solo",
-              "fixtures"}
+              "fixtures", "plan"}
+PLAN_KEYS = {"timings_from", "setup_s", "setup_from"}
+"""A round's ``plan``: the runs or archives whose recorded phases time its cells
+(``crossbench plan --from``), and its setup's expected seconds with where that figure comes
+from (machine, transfers, builds, fixtures: what ``crossbench plan`` does not count)."""
 KINDS = ("cross", "lanes", "sglang-check", "smoke")
 """What the driver does with a round: ``cross`` its steps after the shared setup (the default);
 ``lanes`` issue 8's study of one matrix split over GPUs (``matrix``, ``lanes``: the --skip
@@ -111,6 +117,9 @@ class Round:
     matrix: str | None = None
     lanes: tuple[tuple[str, tuple[str, ...]], ...] = ()
     solo: tuple[str, ...] = ()
+    timings_from: tuple[str, ...] = ()
+    setup_s: int | None = None
+    setup_from: str | None = None
 
 
 def _strs(value: Any, where: str) -> tuple[str, ...]:
@@ -186,10 +195,18 @@ def _resolve(name: str, entry: dict[str, Any], part: int | None) -> Round:
                      matrix=entry.get("matrix"),
                      lanes=tuple((k, _strs(v, f"{where}.lanes.{k}")) for k, v in lanes.items()),
                      solo=_strs(entry.get("solo", []), f"{where}.solo"))
+    plan = _check_keys(entry.get("plan", {}), PLAN_KEYS, f"{where}.plan")
+    setup = plan.get("setup_s")
+    if setup is not None and (not isinstance(setup, int) or setup < 0
+                              or not isinstance(plan.get("setup_from"), str)):
+        raise RoundsError(f"{where}.plan.setup_s: expected whole seconds with setup_from "
+                          "saying where the figure comes from")
     return Round(name, part, entry["purpose"].strip(), kind, *needs,
                  variants=tuple(variants), fixtures=tuple(fixtures) or DEFAULT_FIXTURES,
                  sampler=entry.get("sampler"),
-                 steps=_steps(entry.get("steps"), where, needs.into_run))
+                 steps=_steps(entry.get("steps"), where, needs.into_run),
+                 timings_from=_strs(plan.get("timings_from", []), f"{where}.plan.timings_from"),
+                 setup_s=setup, setup_from=plan.get("setup_from"))
 
 
 def load_rounds(path: Path = ROUNDS) -> dict[str, dict[str, Any]]:
@@ -429,6 +446,54 @@ def land(r: Round, files_at: Path, dest: Path, work: Path, creator: str = CREATO
     return 1 if bad else 0
 
 
+def _hms(seconds: float) -> str:
+    m, sec = divmod(round(seconds), 60)
+    return f"{m // 60}:{m % 60:02d}:{sec:02d}"
+
+
+def plan(r: Round, work: Path) -> int:
+    """Print what round ``r`` costs by ``crossbench plan``: each matrix step's GPU time and
+    server starts in the design ``crossbench matrix`` runs it in, timed from the round's
+    ``plan.timings_from`` (measured where they hold the engine kind, else assumed: the plan
+    says which), its command steps as not planned, the setup the round's entry gives, and
+    the lease they add up to. The variants are made into ``work``."""
+    import json
+
+    work.mkdir(parents=True, exist_ok=True)
+    for argv in commands(r, str(work)):
+        if argv[1:3] == ["benchmarks/gpu_time_per_verdict.py", "variant"]:
+            subprocess.run([sys.executable, *argv[1:]], check=True, capture_output=True)
+    sources = [a for src in r.timings_from for a in ("--from", src)]
+    total, starts = 0.0, 0.0
+    print(f"round {r.name}" + (f" part {r.part}" if r.part else "") + ": timings from "
+          + (", ".join(r.timings_from) or "none (every figure assumed)"))
+    for step in r.steps:
+        if step.command is not None:
+            print(f"  {step.name}: a command step, not planned")
+            continue
+        matrix = _sub(step.matrix or "", str(work))
+        sel = [a for x in step.only for a in ("--only", x)] + \
+              [a for x in step.skip for a in ("--skip", x)]
+        done = subprocess.run([sys.executable, "-m", "crossbench", "plan", matrix, *sel,
+                               *sources, "--json"], capture_output=True, text=True,
+                              check=False)
+        if done.returncode != 0:
+            print(f"study.py: {step.name}: crossbench plan failed: {_last(done.stderr)}",
+                  file=sys.stderr)
+            return 1
+        own = json.loads(done.stdout)["matrix_design"]
+        total += own["gpu_s"]
+        starts += own["server_starts"]
+        print(f"  {step.name}: {_hms(own['gpu_s'])} of GPU time, "
+              f"{own['server_starts']:g} server starts, {own['cells']} cells ({own['design']})")
+    setup = (f"{_hms(r.setup_s)} ({r.setup_from})" if r.setup_s is not None else
+             "not given (rounds.yaml plan.setup_s)")
+    print(f"  cells {_hms(total)}, {starts:g} server starts; setup {setup}")
+    if r.setup_s is not None:
+        print(f"  lease: {_hms(total + r.setup_s)}")
+    return 0
+
+
 def env_lines(r: Round) -> list[str]:
     """Shell assignments of round ``r``'s kind and needs (a ``lanes`` round's also its matrix
     and --skip arrays), for the driver to ``eval``."""
@@ -448,7 +513,7 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="study.py", description=__doc__.split("\n\n")[0])
     sub = p.add_subparsers(dest="cmd", required=True)
     sub.add_parser("list", help="each round (and part) with its purpose")
-    for cmd in ("env", "dry", "run", "land"):
+    for cmd in ("env", "dry", "run", "land", "plan"):
         sp = sub.add_parser(cmd)
         sp.add_argument("round")
         if cmd == "run":
@@ -496,6 +561,15 @@ def main(argv: list[str] | None = None) -> int:
             print(shlex.join(c[:-1]) + " &" if c[-1] == "&" else
                   f"{c[-1]}: {c[2]}" if c[0] == "bash" else shlex.join(c))
         return 0
+    if a.cmd == "plan":
+        if r.kind != "cross":
+            print(f"study.py: round {r.name} is of kind {r.kind}: plan its matrix with "
+                  "`crossbench plan`", file=sys.stderr)
+            return 2
+        import tempfile
+
+        with tempfile.TemporaryDirectory(prefix="crossbench-plan-") as tmp:
+            return plan(r, Path(tmp))
     if a.cmd == "land":
         if r.kind != "cross":
             print(f"study.py: round {r.name} is of kind {r.kind}: land its files by hand "
