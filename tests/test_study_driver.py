@@ -6,6 +6,7 @@ lists (benchmarks/h200_*_runs.sh, removed with this driver) ran."""
 
 from __future__ import annotations
 
+import json
 import os
 import shlex
 import subprocess
@@ -500,3 +501,50 @@ def test_every_rounds_plan_names_files_that_exist(study: ModuleType) -> None:
     with pytest.raises(study.RoundsError, match=r"rounds.x.plan.setup_s: expected whole "):
         study._resolve("x", {"purpose": "p", "steps": [{"name": "a", "matrix": "m"}],
                              "plan": {"setup_s": "ten"}}, None)
+
+
+@pytest.mark.server
+def test_a_round_runs_and_lands_on_the_cpu_server(study: ModuleType, llama_server: Path,
+                                                  tmp_path: Path,
+                                                  capsys: pytest.CaptureFixture[str]) -> None:
+    """The device flow rehearsed on this machine: `study.py run` of a round whose matrix step
+    runs the real CPU llama-server (the cpu-smoke matrix cut to a baseline and its synthetic
+    arm) and whose command step times a verification curve, the run directory packed as
+    run.sh packs it, then `land`: a verified archive, its report, the step's JSON."""
+    import tarfile
+
+    doc = yaml.safe_load((ROOT / "matrices/cpu-smoke.yaml").read_text())
+    doc["trials"] = 1
+    doc["load"] = {**doc["load"], "requests": 4, "max_tokens": 32}
+    doc["engines"]["llama"] = {"kind": "llama-server", "binary": str(llama_server)}
+    matrix = tmp_path / "smoke.yaml"
+    matrix.write_text(yaml.safe_dump(doc))
+    bench = llama_server.parent / "llama-bench"
+    rounds = tmp_path / "rounds.yaml"
+    rounds.write_text(yaml.safe_dump({"rounds": {"rehearsal": {
+        "purpose": "the study driver's flow on the CPU server",
+        "steps": [
+            {"name": "smoke", "matrix": str(matrix), "only": ["workload=builtin:mixed"],
+             "skip": ["arm=draft-simple"]},
+            {"name": "curve", "command": (
+                'python3 -m crossbench verify-curve --target "$(python3 -m crossbench '
+                f'fixtures path moe-target)" --k 1,2 --depth 8 --gen 4 --reps 1 --bench {bench} '
+                "--out $dir/curve.json")}]}}}))
+    r = study.get_round(study.load_rounds(rounds), "rehearsal")
+    run_dir = tmp_path / "cache" / "h200-cross-roundrehearsal"
+    assert study.run(r, str(run_dir)) == 0
+    assert (run_dir / "curve.done").is_file(), (run_dir / "curve.log").read_text()
+    files = tmp_path / "files"
+    files.mkdir()
+    with tarfile.open(files / "run.tgz", "w:gz") as tar:  # as run.sh: tar -C CACHE -czf
+        tar.add(run_dir, arcname=run_dir.name)
+    capsys.readouterr()
+    dest = tmp_path / "landed"
+    assert study.land(r, files, dest, tmp_path / "work") == 0
+    said = capsys.readouterr().out.splitlines()
+    assert said[0].startswith("smoke: h200-rehearsal-smoke.zip verified; report written, "
+                              "datapoint written; trials: 2 done, 0 failed, 0 missing"), said
+    assert said[1] == "curve: command exited 0; copied curve.json, curve.log"
+    curve = json.loads((dest / "curve.json").read_text())
+    assert [row["k"] for row in curve["targets"][0]["rows"]] == [1, 2]
+    assert (dest / "report-smoke.md").read_text().strip()
