@@ -276,6 +276,17 @@ def test_the_real_batched_bench_times_parallel_passes(llama_server: Path,
                 assert row["distinct_experts"] == pytest.approx(8 * (1 - 0.75 ** (4 * row["k"])))
 
 
+@pytest.mark.server
+def test_the_cpu_build_says_its_figures_are_not_a_gpus(llama_server: Path,
+                                                      moe_and_dense: tuple[Path, Path]) -> None:
+    """Timed by crossbench's own CPU build (no --bench, no --variant), the output says so."""
+    r = CliRunner().invoke(cli, ["verify-curve", "--target", str(moe_and_dense[1]), "--k", "1",
+                                 "--depth", "8", "--gen", "4", "--reps", "1"])
+    assert r.exit_code == 0, r.output
+    assert "note: timed by crossbench's CPU build: this is a CPU's curve and says nothing " \
+        "about a GPU" in r.stdout
+
+
 def test_a_build_made_before_batched_bench_joined_is_not_reused(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """llama-batched-bench joined the build's TARGETS after builds existed: an install that

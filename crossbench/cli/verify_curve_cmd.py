@@ -151,6 +151,9 @@ def _from_gguf(targets: tuple[Path, ...], ks: list[int], parallel: int, depth: i
     binary = llama_bench_binary(bench, variant, tool)
     prompts = sorted({1, *ks})  # k = 1 always, the reference of `x k=1`
     click.echo(f"prediction: {vc.ASSUMPTION}")
+    if bench is None and (variant or "cpu") == "cpu":
+        click.echo("note: timed by crossbench's CPU build: this is a CPU's curve and says "
+                   "nothing about a GPU (give --variant cuda-smNN on a GPU host)")
     results = []
     for path in targets:
         split = splits[path]
