@@ -67,8 +67,8 @@ def test_each_fit_in_the_table_is_the_archives(sweeps: dict[str, list[dict[str, 
 
 
 def test_the_vllm_dflash_fit_across_rounds_is_crossbench_fits() -> None:
-    """vLLM's DFlash line: round 2's n = 8 and round 4's n = 4, 15 (`crossbench fit`, in this
-    order: each source's bootstrap seed is its place in the list)."""
+    """vLLM's DFlash line: round 2's n = 8 and round 4's n = 4, 15 (`crossbench fit`; the
+    sources' order changes nothing)."""
     from click.testing import CliRunner
 
     from crossbench.cli.main import cli

@@ -5,12 +5,13 @@ baseline.
 Every point is in its own baseline's plain decode steps, so a line through points of several
 runs (other machines, other days) is meaningful, and a run may give a single n. The interval
 resamples each run on its own: a joint bootstrap of its points
-(:func:`crossbench.analysis.sweep.joint_log_speedups`, seed ``opts.seed + index``), the runs'
-draws independent, the line refitted per draw over all points (keyed by position: two runs
-may share an n). What the interval does not hold (start-to-start spread of a point measured
-on one server start, a machine-to-machine difference in plain-step units) is said in
-``notes``; a setting that differs between runs (engine version, target, load) is a
-``warnings`` entry. Definitions: docs/analysis.md, "A cost model across runs".
+(:func:`crossbench.analysis.sweep.joint_log_speedups`, seed ``opts.seed`` plus the run's rank
+by its first trial's start, :func:`seed_ranks`), the runs' draws independent, the line
+refitted per draw over all points (keyed by position: two runs may share an n). What the
+interval does not hold (start-to-start spread of a point measured on one server start, a
+machine-to-machine difference in plain-step units) is said in ``notes``; a setting that
+differs between runs (engine version, target, load) is a ``warnings`` entry. Definitions:
+docs/analysis.md, "A cost model across runs".
 """
 
 from __future__ import annotations
@@ -140,8 +141,9 @@ def fit_across(sources: list[Source], arm: str, engine: str | None = None,
     columns: list[Any] = []
     out_sources = []
     first = sources[0].opts  # one number of resamples: the sources' draws stack as columns
+    rank = seed_ranks(sources, members)
     for i, (src, pairs) in enumerate(zip(sources, members, strict=True)):
-        opts = replace(src.opts, seed=src.opts.seed + i, resamples=first.resamples)
+        opts = replace(src.opts, seed=src.opts.seed + rank[i], resamples=first.resamples)
         draws = sw.joint_log_speedups(pairs, src.cells, opts)
         columns += [None if draws is None else draws[int(p["n"])] for p in pairs]
         points += [{"source": i + 1, **sw.sweep_point(p), **_baseline(p),
@@ -183,6 +185,21 @@ def fit_across(sources: list[Source], arm: str, engine: str | None = None,
             "concurrency": concurrency, "resamples": first.resamples, "fit": fit,
             "points": points, "sources": out_sources, "notes": _notes(points, out_sources),
             "warnings": _warnings(out_sources)}
+
+
+def seed_ranks(sources: list[Source], members: list[list[dict[str, Any]]]) -> list[int]:
+    """Each source's offset to the bootstrap seed: its rank by when its first trial of the
+    fit's cells started (the name breaking ties), so the line and its intervals do not depend
+    on the order the sources are given in, and a single source keeps the analysis's seed."""
+    def key(i: int) -> tuple[str, str]:
+        ids = {c for p in members[i] for c in (p["baseline_cell"], p["cell"])}
+        starts = [str(t.get("started_utc")) for cid in ids if cid in sources[i].cells
+                  for t in (sources[i].cells[cid].manifest or {}).get("trials", [])
+                  if t.get("started_utc")]
+        return (min(starts) if starts else "", sources[i].name)
+
+    order = sorted(range(len(sources)), key=key)
+    return [order.index(i) for i in range(len(sources))]
 
 
 def _notes(points: list[dict[str, Any]], sources: list[dict[str, Any]]) -> list[str]:

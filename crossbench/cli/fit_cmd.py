@@ -48,8 +48,9 @@ def fit(sources: tuple[Path, ...], arm: str, engine: str | None, concurrency: in
     do not hold a machine-to-machine difference or, for a point on one server start, the
     start-to-start spread (notes say which apply). Settings that differ between runs (engine
     version, target, load) are printed as warnings (docs/analysis.md "A cost model across
-    runs"). Source i is resampled on seed --seed + i - 1; the other statistics options are
-    those of `crossbench analyze`, for every source's analysis."""
+    runs"). Each source is resampled on seed --seed plus its rank by when its first trial
+    started, so the order of SOURCES changes nothing; the other statistics options are those
+    of `crossbench analyze`, for every source's analysis."""
     from dataclasses import replace
 
     from crossbench.analysis.fit import Source, fit_across, format_fit
