@@ -249,11 +249,17 @@ def get_round(rounds: dict[str, dict[str, Any]], name: str, part: int | None = N
     return _resolve(name, {**entry, **sub}, part)
 
 
+def _selection(step: Step) -> list[str]:
+    """A matrix step's ``--only``/``--skip`` arguments, as `crossbench matrix` and `plan`
+    take them."""
+    return [a for s in step.only for a in ("--only", s)] + \
+        [a for s in step.skip for a in ("--skip", s)]
+
+
 def step_argv(step: Step, out: str, resume: bool, into_run: bool) -> list[str]:
     """The ``crossbench matrix`` command line of ``step`` writing to ``out``. The option order
     is the one the former run lists used (round 1's: its selection before --progress)."""
-    sel = [a for s in step.only for a in ("--only", s)] + \
-          [a for s in step.skip for a in ("--skip", s)]
+    sel = _selection(step)
     head = ["python3", "-m", "crossbench", "matrix", step.matrix, "--out", out]
     res = ["--resume"] if resume else []
     if into_run:
@@ -472,9 +478,8 @@ def plan(r: Round, work: Path) -> int:
             print(f"  {step.name}: a command step, not planned")
             continue
         matrix = _sub(step.matrix or "", str(work))
-        sel = [a for x in step.only for a in ("--only", x)] + \
-              [a for x in step.skip for a in ("--skip", x)]
-        done = subprocess.run([sys.executable, "-m", "crossbench", "plan", matrix, *sel,
+        done = subprocess.run([sys.executable, "-m", "crossbench", "plan", matrix,
+                               *_selection(step),
                                *sources, "--json"], capture_output=True, text=True,
                               check=False)
         if done.returncode != 0:

@@ -13,7 +13,6 @@ goes".
 from __future__ import annotations
 
 import json
-import re
 import subprocess
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -269,7 +268,6 @@ of the hybrid memory; src/llama-memory-recurrent.cpp:101-103 allocates them). vL
 in the config's ``mamba_ssm_dtype`` (F32 in the fixtures' configs, as in Qwen3.5's
 published ones); an engine keeping it in 16 bits reads half."""
 
-_QWEN35_REF = re.compile(r"fixture:(?:(?P<shape>[\w.-]+)/)?(?P<role>[\w-]+)(?:@(?P<quant>\w+))?")
 
 
 @dataclass
@@ -300,29 +298,39 @@ class BatchShape:
         return by_c[lo] + (k - lo) / (hi - lo) * (by_c[hi] - by_c[lo]), [lo, hi]
 
 
-def _fixture_shape(ref: str) -> ModelSpec | None:
-    """The fixture :class:`ModelSpec` a ``fixture:[SHAPE/]target[@QUANT]`` reference names
-    (shape tiny by default, as the matrix reads it), or None."""
+def _fixture_parts(ref: str) -> tuple[str, str, str | None] | None:
+    """(shape, role, quant) of a ``fixture:[SHAPE/]ROLE[@QUANT]`` reference (shape tiny by
+    default, as the matrix reads it), or None for any other model reference."""
     if not ref.startswith("fixture:"):
         return None
-    shape, _, role = ref.removeprefix("fixture:").split("@")[0].rpartition("/")
+    name, _, quant = ref.removeprefix("fixture:").partition("@")
+    shape, _, role = name.rpartition("/")
+    return shape or "tiny", role, quant or None
+
+
+def _fixture_shape(ref: str) -> ModelSpec | None:
+    """The fixture :class:`ModelSpec` a ``fixture:[SHAPE/]target[@QUANT]`` reference names,
+    or None."""
     from crossbench.fixtures.make import SHAPES
 
-    return SHAPES[shape or "tiny"].target if (shape or "tiny") in SHAPES and role == "target" \
-        else None
+    parts = _fixture_parts(ref)
+    if parts is None or parts[1] != "target" or parts[0] not in SHAPES:
+        return None
+    return SHAPES[parts[0]].target
 
 
 def qwen35_fixture(ref: str) -> tuple[MtpSpec, str | None] | None:
     """The Qwen3.5 fixture target (:data:`crossbench.fixtures.mtp.TARGET_KINDS`: mtp-target,
     moe-target, dense-twin) and quantization (None, ``hf``, ``Q4_K_M``...) a
-    ``fixture:[SHAPE/]ROLE[@QUANT]`` reference names (shape tiny by default), or None."""
+    ``fixture:[SHAPE/]ROLE[@QUANT]`` reference names, or None."""
     from crossbench.fixtures.mtp import TARGET_KINDS
 
-    m = _QWEN35_REF.fullmatch(ref)
-    if m is None:
+    parts = _fixture_parts(ref)
+    if parts is None:
         return None
-    shape = TARGET_KINDS.get(m["role"], {}).get(m["shape"] or "tiny")
-    return (shape, m["quant"]) if shape is not None else None
+    shape, role, quant = parts
+    spec = TARGET_KINDS.get(role, {}).get(shape)
+    return (spec, quant) if spec is not None else None
 
 
 def qwen35_state_bytes(spec: MtpSpec) -> int:

@@ -47,9 +47,9 @@ def field_settings(items: tuple[str, ...], example: str) -> dict[str, Any]:
     return out
 
 
-def llama_bench_binary(bench: Path | None, variant: str | None, tool: str = "llama-bench",
-                       flag: str = "--bench") -> Path:
-    """``flag``'s path as given, else ``tool`` (llama-bench, llama-batched-bench) beside
+def llama_bench_binary(bench: Path | None, variant: str | None,
+                       tool: str = "llama-bench") -> Path:
+    """``--bench`` as given, else ``tool`` (llama-bench, llama-batched-bench) beside
     crossbench's llama.cpp build of ``variant`` (cpu by default); UserError when it is not
     there."""
     if bench is None:
@@ -63,8 +63,8 @@ def llama_bench_binary(bench: Path | None, variant: str | None, tool: str = "lla
             raise UserError(f"no {tool}: crossbench's llama.cpp build ({variant}) is not "
                             f"installed, or was built before it made {tool}",
                             f"run `crossbench engines install llama.cpp{how}` (it builds what "
-                            f"is missing), give --variant, or give {flag}")
+                            "is missing), give --variant, or give --bench")
         bench = inst.binary(tool)
     if not bench.is_file():
-        raise UserError(f"{flag} {bench} is not a file", f"give the {tool} binary")
+        raise UserError(f"--bench {bench} is not a file", f"give the {tool} binary")
     return bench

@@ -527,8 +527,11 @@ def make_plan(m: Matrix, cells: list[Cell], rec: Recorded | None,
     if opts.share == m.share_servers:
         design = matrix_design(m)
         if design == "reuse" and block != m.block:  # the matrix's own block, one start a round
-            at = make_plan(m, cells, rec, replace(opts, block=m.block)).matrix_design
-            own = at and replace(at, design=f"reuse at {m.block} trial(s) a start")
+            shape["own"] = (float(trials), float(math.ceil(trials / m.block)), 1.0)
+            gpu, n_starts = cost("own", cells)
+            own = DesignRow(f"reuse at {m.block} trial(s) a start", "total", gpu,
+                            gpu / naive["total"] if naive["total"] else 0.0, n_starts,
+                            trials * len(cells), len(cells))
         else:
             own = next(r for r in rows if (r.design, r.engine) == (design, "total"))
     return Plan(m.study.name, len(cells), trials, rows, timings, assumptions, notes, own)
