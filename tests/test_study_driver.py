@@ -548,3 +548,36 @@ def test_a_round_runs_and_lands_on_the_cpu_server(study: ModuleType, llama_serve
     curve = json.loads((dest / "curve.json").read_text())
     assert [row["k"] for row in curve["targets"][0]["rows"]] == [1, 2]
     assert (dest / "report-smoke.md").read_text().strip()
+
+
+def test_steps_keeps_only_the_named_steps_and_refuses_unknown_ones() -> None:
+    """STEPS (or --steps) runs part of a round on a short lease: only the named steps, in the
+    round's order, for dry, env and run alike; a name the round lacks is refused before any
+    setup, with the round's step names."""
+    def dry(*args: str, steps: str | None = None) -> subprocess.CompletedProcess[str]:
+        env = {**os.environ, "PART": "1"}
+        env.pop("STEPS", None)
+        if steps is not None:
+            env["STEPS"] = steps
+        return subprocess.run([sys.executable, str(STUDY), "dry", "verdicts", *args], cwd=ROOT,
+                              capture_output=True, text=True, env=env)
+
+    every = dry().stdout.splitlines()
+    assert any("/llama-split" in ln for ln in every) and len(every) > 2
+    by_option = dry("--steps", "llama-verdicts").stdout.splitlines()
+    by_env = dry(steps="llama-verdicts").stdout.splitlines()
+    assert by_option == by_env
+    matrices = [ln for ln in by_option if " matrix " in ln]
+    assert len(matrices) == 1 and "/llama-verdicts " in matrices[0]
+    assert not any("llama-split" in ln or "decompose-split" in ln for ln in by_option)
+    # the variants a kept step reads are still made
+    assert [ln for ln in every if "variant" in ln] == [ln for ln in by_option if "variant" in ln]
+    bad = dry(steps="llama-verdict")
+    assert bad.returncode == 2
+    assert bad.stderr.strip() == ("study.py: STEPS: round verdicts PART=1 has no step "
+                                  "llama-verdict; its steps: llama-verdicts, llama-split, "
+                                  "decompose-split")
+    env_bad = subprocess.run([sys.executable, str(STUDY), "env", "verdicts"], cwd=ROOT,
+                             capture_output=True, text=True,
+                             env={**os.environ, "STEPS": "nope"})
+    assert env_bad.returncode == 2 and "has no step nope" in env_bad.stderr

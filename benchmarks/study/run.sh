@@ -33,7 +33,9 @@
 # (SGLang's live adapter check: sglang_check_round), ROUND=smoke (the first CUDA smoke run of
 # the pipeline: smoke_round).
 #
-# Usage: OUT=/some/dir BUDGET_S=560 [ROUND=name [PART=n]] [FINISH=1] bash benchmarks/study/run.sh
+# Usage: OUT=/some/dir BUDGET_S=560 [ROUND=name [PART=n] [STEPS=a,b]] [FINISH=1] \
+#          bash benchmarks/study/run.sh
+#        (STEPS: only these steps of the round, for a lease too short for all of them)
 #        python3 benchmarks/study/study.py list          # the rounds
 #        python3 benchmarks/study/study.py dry ROUND     # the commands a round runs
 set -uo pipefail
@@ -44,7 +46,7 @@ study() { python3 benchmarks/study/study.py "$@"; }
 kind=cross need_vllm=0 need_sglang=0 need_build=1 need_q4=0 need_drafters=0 need_verify_hf=1
 fixtures_args=("make --shape qwen3-8b --hf") fixtures_min_gb=(0)
 if [ -n "${ROUND:-}" ]; then
-  needs=$(study env "$ROUND") || { echo "unknown ROUND $ROUND (or PART ${PART:-})"; exit 2; }
+  needs=$(study env "$ROUND") || { echo "unknown ROUND $ROUND (or PART ${PART:-}, STEPS ${STEPS:-})"; exit 2; }
   eval "$needs"
 fi
 

@@ -22,8 +22,11 @@ straight into DIR.
 ``plan`` prints what a round costs by ``crossbench plan`` (:func:`plan`); ``land`` turns what
 a device call brought back (``run.tgz``, ``logs.tgz``) into verified
 archives, reports and datapoints in DEST (:func:`land`); it runs crossbench itself.
-PART defaults to the environment's PART, else 1. Needs only the standard library and PyYAML
-(``land`` also crossbench, installed).
+PART defaults to the environment's PART, else 1. ``--steps A,B`` (default: the environment's
+STEPS) keeps only the named steps of the round, in the round's order, for a lease too short
+for all of them (``env``, ``dry``, ``run`` and ``plan`` alike); an unknown name is refused
+with the round's step names. Needs only the standard library and PyYAML (``land`` also
+crossbench, installed).
 """
 
 from __future__ import annotations
@@ -34,7 +37,7 @@ import shlex
 import subprocess
 import sys
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -499,6 +502,21 @@ def plan(r: Round, work: Path) -> int:
     return 0
 
 
+def only_steps(r: Round, names: str | None) -> Round:
+    """Round ``r`` with only the steps named in ``names`` (comma-separated; None or empty:
+    all), in the round's own order; a name the round lacks is a RoundsError naming them."""
+    if not names:
+        return r
+    wanted = [n.strip() for n in names.split(",") if n.strip()]
+    have = [s.name for s in r.steps]
+    unknown = [n for n in wanted if n not in have]
+    if unknown:
+        label = r.name + (f" PART={r.part}" if r.part else "")
+        raise RoundsError(f"STEPS: round {label} has no step {', '.join(unknown)}; its steps: "
+                          + ", ".join(str(n) for n in have))
+    return replace(r, steps=tuple(s for s in r.steps if s.name in wanted))
+
+
 def env_lines(r: Round) -> list[str]:
     """Shell assignments of round ``r``'s kind and needs (a ``lanes`` round's also its matrix
     and --skip arrays), for the driver to ``eval``."""
@@ -533,6 +551,9 @@ def main(argv: list[str] | None = None) -> int:
         if cmd == "dry":
             sp.add_argument("--dir", default="DIR")
         sp.add_argument("--part", type=int, default=None)
+        if cmd != "land":
+            sp.add_argument("--steps", default=None, help="only these steps, comma-separated "
+                            "(default: the environment's STEPS, else every step)")
         sp.add_argument("--rounds", type=Path, default=ROUNDS)
     a = p.parse_args(argv)
     try:
@@ -547,6 +568,8 @@ def main(argv: list[str] | None = None) -> int:
         env_part = os.environ.get("PART") or None
         chosen = a.part if a.part is not None else int(env_part) if env_part else None
         r = get_round(rounds, a.round, chosen)
+        if a.cmd != "land":
+            r = only_steps(r, a.steps if a.steps is not None else os.environ.get("STEPS"))
     except (RoundsError, ValueError) as e:
         print(f"study.py: {e}", file=sys.stderr)
         return 2
