@@ -328,8 +328,15 @@ def test_the_driver_refuses_an_unknown_round_before_any_setup(tmp_path: Path) ->
                        text=True, env={"PATH": os.environ["PATH"], "OUT": str(tmp_path),
                                        "ROUND": "verdcit", "HOME": str(tmp_path)})
     assert r.returncode == 2
-    assert r.stdout.strip() == "unknown ROUND verdcit (or PART )"
+    assert r.stdout.strip() == "unknown ROUND verdcit (or PART , STEPS )"
     assert "unknown ROUND verdcit; rounds: 1, verdict" in r.stderr
+    steps = subprocess.run(["bash", "benchmarks/study/run.sh"], cwd=ROOT, capture_output=True,
+                           text=True, env={"PATH": os.environ["PATH"], "OUT": str(tmp_path),
+                                           "ROUND": "verdicts", "STEPS": "llama-verdict",
+                                           "HOME": str(tmp_path)})
+    assert steps.returncode == 2
+    assert steps.stdout.strip() == "unknown ROUND verdicts (or PART , STEPS llama-verdict)"
+    assert "has no step llama-verdict; its steps: llama-verdicts," in steps.stderr
     assert list(tmp_path.iterdir()) == []
 
 
