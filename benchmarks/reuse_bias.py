@@ -82,7 +82,7 @@ def main() -> None:
                               [float(t["rate"]) for t in reused])  # type: ignore[arg-type]
     by_pos: dict[int, list[float]] = {}
     for t in reused:
-        by_pos.setdefault(int(t["position"]), []).append(float(t["rate"]))  # type: ignore[arg-type]
+        by_pos.setdefault(int(t["position"]), []).append(float(t["rate"]))  # type: ignore[call-overload,arg-type]
     result = {
         "what": "llama-server (CPU build, tiny fixture target), fresh server per trial vs one "
                 "server per block of trials with slots erased and a warm-up before each trial",

@@ -262,6 +262,8 @@ def _selection(step: Step) -> list[str]:
 def step_argv(step: Step, out: str, resume: bool, into_run: bool) -> list[str]:
     """The ``crossbench matrix`` command line of ``step`` writing to ``out``. The option order
     is the one the former run lists used (round 1's: its selection before --progress)."""
+    if step.matrix is None:
+        raise RoundsError(f"step {step.name}: a command step has no matrix command line")
     sel = _selection(step)
     head = ["python3", "-m", "crossbench", "matrix", step.matrix, "--out", out]
     res = ["--resume"] if resume else []
