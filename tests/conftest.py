@@ -7,8 +7,11 @@ look them up; on a fresh machine they build them, which takes minutes once).
 
 from __future__ import annotations
 
+import atexit
 import os
+import shutil
 import stat
+import tempfile
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -99,10 +102,18 @@ def gguf_stub(tmp_path: Path) -> Path:
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    """Keep caches of test runs where the user's are, unless told otherwise; count as
+    """Keep caches of test runs where the user's are, unless told otherwise (vLLM compile
+    caches excepted: the stand-in's go to a temporary folder); count as
     "other inference processes" only the servers this test run started (its descendants),
     so a llama-server another program runs on the host changes no test."""
+    from crossbench.engines.vllm.startup_cut import COMPILE_CACHE_ENV
     from crossbench.runner.single import OTHER_ENGINES_WITHIN
 
     os.environ.setdefault("CROSSBENCH_CACHE", str(Path.home() / ".cache" / "crossbench"))
     os.environ[OTHER_ENGINES_WITHIN] = str(os.getpid())
+    # the vLLM stand-in's starts fill a compile cache per launcher (a new build key each):
+    # keep them out of the user's ~/.cache/crossbench/vllm-compile, where `compile-cache
+    # list` would show them as vLLM builds
+    if not os.environ.get(COMPILE_CACHE_ENV):
+        os.environ[COMPILE_CACHE_ENV] = tempfile.mkdtemp(prefix="crossbench-test-vllm-compile-")
+        atexit.register(shutil.rmtree, os.environ[COMPILE_CACHE_ENV], ignore_errors=True)

@@ -168,6 +168,7 @@ def cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     root = tmp_path / "cbcache"
     monkeypatch.setenv("CROSSBENCH_CACHE", str(root))
     monkeypatch.delenv("VLLM_CACHE_ROOT", raising=False)
+    monkeypatch.delenv(startup_cut.COMPILE_CACHE_ENV, raising=False)  # conftest sets it
     return root
 
 
@@ -357,3 +358,17 @@ def test_benchmark_runs_on_the_standin_round_by_round(
     assert summary["decode"]["cut"]["n"] == summary["decode"]["default"]["n"] == 4
     assert summary["phases"]["cut/warm"]["ready_s"]["n"] == 2
     assert summary["decode_verdict"]["verdict"] in ("unchanged", "changed")
+
+
+def test_compile_cache_env_moves_every_build_folder(tmp_path: Path, cache: Path,
+                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    binary = write_launcher(tmp_path / "vllm", *FAST)
+    other = tmp_path / "bigdisk"
+    monkeypatch.setenv(startup_cut.COMPILE_CACHE_ENV, str(other))
+    first = _start(_server(tmp_path, binary=str(binary), max_num_seqs=2))["startup_cut"]
+    assert first["cache_root"] == str(other / first["build_key"])
+    assert startup_cut.cache_entries(other / first["build_key"])
+    assert not (cache / "vllm-compile").exists()
+    listed = CliRunner().invoke(cli, ["engines", "compile-cache", "list"])
+    assert [json.loads(r)["path"] for r in listed.stdout.splitlines()] == \
+        [str(other / first["build_key"])]

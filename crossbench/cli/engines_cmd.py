@@ -257,8 +257,9 @@ Examples:
 """)
 def compile_cache() -> None:
     """vLLM's torch.compile cache, one folder per engine build
-    (~/.cache/crossbench/vllm-compile/KEY), carried between machines so that the next
-    machine's first start is warm (docs/vllm.md 'Start-up')."""
+    (~/.cache/crossbench/vllm-compile/KEY, or $CROSSBENCH_VLLM_COMPILE_CACHE/KEY), carried
+    between machines so that the next machine's first start is warm (docs/vllm.md
+    'Start-up')."""
 
 
 def _build_key(binary: Path | None, build: str | None) -> str:

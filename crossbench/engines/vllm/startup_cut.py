@@ -41,6 +41,11 @@ DEFAULT_MAX_BATCHED = 8192
 COMPILE_CACHE_DIR = "vllm-compile"
 """Folder under crossbench's cache holding one ``VLLM_CACHE_ROOT`` per engine build."""
 
+COMPILE_CACHE_ENV = "CROSSBENCH_VLLM_COMPILE_CACHE"
+"""Environment variable naming another folder for the per-build ``VLLM_CACHE_ROOT`` folders (a
+bigger disk; the test suite points it at a temporary folder so that its stand-in starts never
+reach the user's cache)."""
+
 PACK_FORMAT = 1
 """Version of the compile-cache pack's ``crossbench-compile-cache.json`` (1: first)."""
 
@@ -111,9 +116,13 @@ def build_key(version_text: str, binary_sha256: str,
 
 
 def cache_root(key: str, base: Path | None = None) -> Path:
-    """``VLLM_CACHE_ROOT`` of an engine build (``~/.cache/crossbench/vllm-compile/KEY``)."""
+    """``VLLM_CACHE_ROOT`` of an engine build: ``BASE/vllm-compile/KEY`` with ``base`` given,
+    else ``$CROSSBENCH_VLLM_COMPILE_CACHE/KEY`` where that is set, else
+    ``~/.cache/crossbench/vllm-compile/KEY`` (``CROSSBENCH_CACHE`` honoured)."""
     from crossbench.paths import cache_dir
 
+    if base is None and os.environ.get(COMPILE_CACHE_ENV):
+        return Path(os.environ[COMPILE_CACHE_ENV]).expanduser() / key
     return (base or cache_dir()) / COMPILE_CACHE_DIR / key
 
 
