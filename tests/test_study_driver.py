@@ -366,6 +366,7 @@ def test_land_turns_a_device_calls_files_into_verified_archives(
         tar.add(root, arcname=root.name)
     with tarfile.open(files_at / "logs.tgz", "w:gz") as tar:
         tar.add(m, arcname="calls.txt")
+    (files_at / "vllm-compile.tgz.p0of1").write_bytes(b"a compile cache's only part")
     rounds = tmp_path / "rounds.yaml"
     rounds.write_text(yaml.safe_dump({"rounds": {"x": {
         "purpose": "a landing test on the stand-in",
@@ -374,8 +375,9 @@ def test_land_turns_a_device_calls_files_into_verified_archives(
             {"name": "split", "command": "echo $dir"},
             {"name": "lost", "matrix": str(m)}]}}}}}))
     dest = tmp_path / "examples" / "roundx"
+    carried = tmp_path / "repo" / ".carry" / "vllm-compile"
     argv = ["land", "x", str(files_at), str(dest), "--part", "2", "--rounds", str(rounds),
-            "--work", str(tmp_path / "work")]
+            "--carry-dir", str(carried), "--work", str(tmp_path / "work")]
     assert study.main(argv) == 0
     said = capsys.readouterr().out.splitlines()
     zip_ = dest / "h200-x-part2-ran.zip"
@@ -383,7 +385,10 @@ def test_land_turns_a_device_calls_files_into_verified_archives(
                        "written; trials: 4 done, 0 failed, 0 missing"), said
     assert said[1:] == ["split: command exited 0; copied split-c16.json, split.json",
                         "lost: not run (no h200-cross-roundx/lost/state.json)",
-                        f"device logs: {dest / 'device-logs-part2.tgz'}"]
+                        f"device logs: {dest / 'device-logs-part2.tgz'}",
+                        f"vLLM compile cache: 1 part(s) kept in {carried} for the next "
+                        "lease's calls (docs/h200-rounds.md)"]
+    assert (carried / "vllm-compile.tgz.p0of1").read_bytes() == b"a compile cache's only part"
     assert (dest / "report-ran.md").read_text().strip()
     assert "| " in (dest / "datapoint-ran.md").read_text()
     assert (dest / "split.json").read_text() == '{"rows": []}\n'

@@ -372,3 +372,39 @@ def test_compile_cache_env_moves_every_build_folder(tmp_path: Path, cache: Path,
     listed = CliRunner().invoke(cli, ["engines", "compile-cache", "list"])
     assert [json.loads(r)["path"] for r in listed.stdout.splitlines()] == \
         [str(other / first["build_key"])]
+
+
+def test_a_cache_cut_into_parts_makes_the_next_lease_warm(tmp_path: Path, cache: Path,
+                                                          monkeypatch: pytest.MonkeyPatch
+                                                          ) -> None:
+    """The leases' path (benchmarks/study/carry.py, run.sh steps 4c and 7, `land`): the
+    pack cut into parts in a call's return folder, kept here, joined on the next machine,
+    unpacked, and the same configuration starts warm there (the stand-in's cache)."""
+    carry = load_benchmark("study/carry.py", "study_carry_cut")
+    binary = write_launcher(tmp_path / "vllm", *FAST)
+    cfg = {"binary": str(binary), "max_num_seqs": 2}
+    first = _start(_server(tmp_path, **cfg))["startup_cut"]
+    assert first["start"] == "cold"
+    pack = tmp_path / "cc-out" / "vllm-compile.tgz"
+    res = CliRunner().invoke(cli, ["engines", "compile-cache", "pack", "--binary", str(binary),
+                                   "--out", str(pack)])
+    assert res.exit_code == 0, res.output
+    out = tmp_path / "OUT"
+    out.mkdir()
+    part_bytes = max(1, pack.stat().st_size // 3 + 1)
+    parts = carry.cut(pack, out, part_bytes=part_bytes)
+    assert len(parts) == 3
+    kept = carry.keep(out, tmp_path / "repo" / ".carry" / "vllm-compile")
+    device = tmp_path / "cc-in"
+    device.mkdir()
+    for p in kept:
+        (device / p.name).write_bytes(p.read_bytes())
+    joined, waiting = carry.join(device)
+    assert waiting == [] and joined[0].read_bytes() == pack.read_bytes()
+    monkeypatch.setenv("CROSSBENCH_CACHE", str(tmp_path / "machine2"))
+    res = CliRunner().invoke(cli, ["engines", "compile-cache", "unpack", str(joined[0])])
+    assert res.exit_code == 0, res.output
+    again = _start(_server(tmp_path, **cfg))["startup_cut"]
+    assert (again["start"], again["compile_cache_hit"]) == ("warm", "hit")
+    assert again["cache_root"] == str(tmp_path / "machine2" / "vllm-compile" /
+                                      first["build_key"])

@@ -16,17 +16,21 @@
 #      builds, the EAGLE-3 and DFlash drafters (drafters: true), then the build is waited for
 #      (or stopped: build: false, vLLM-only rounds) and the Q4_K_M target made (q4: true);
 #   4. once every part is there: `crossbench engines install vllm --from /tmp/cb-pack` (rounds
-#      with sglang: true likewise SGLang's pack, .carry/sglang-*/, via /tmp/sg-pack);
+#      with sglang: true likewise SGLang's pack, .carry/sglang-*/, via /tmp/sg-pack), then
+#      the vLLM compile caches of earlier leases (.carry/vllm-compile/, parts joined by
+#      benchmarks/study/carry.py) unpacked before the round starts;
 #   5. with ROUND set, the build done and vLLM installed (rounds with vllm: true): the round
 #      (`study.py run ROUND DIR`) in its own process session, so that no trial is cut at a
 #      call's end; each call waits until BUDGET_S is nearly spent, then packs what finished.
 #      A later call on the same machine keeps waiting; on another machine the round resumes
 #      (`--resume`; docs/cross-engine.md: the engines are rebuilt, recorded as engine epochs,
 #      and trial pairs that straddle machines read `confounded`);
-#   6. with FINISH=1: the tensor checksums, if the setup did not make them.
+#   6. with FINISH=1: the tensor checksums, if the setup did not make them;
+#   7. once a vLLM round has ended: its compile cache, packed, in parts where there is room.
 # What comes back: run.tgz (the round's run directory, $CROSSBENCH_CACHE/h200-cross-round<ROUND>)
 # and logs.tgz (/tmp/cross-logs); analysis, parity, archives and reports are made from run.tgz
-# (docs/cross-engine.md has the commands).
+# (docs/cross-engine.md has the commands); vllm-compile.tgz.pKofN (step 7), which `study.py
+# land` keeps in .carry/vllm-compile/ for the next lease.
 #
 # Rounds of another kind (rounds.yaml `kind`) have their own flow, each a function below:
 # ROUND=synthetic (issue 8's study, one lane per GPU: lanes_round), ROUND=sglang-check
@@ -188,6 +192,31 @@ if [ -z "$vprefix" ] && [ -f /tmp/cb-pack/pack.json ]; then
 fi
 [ -n "$vprefix" ] && export PATH=${vprefix%/}/bin:$PATH
 
+# 4c. vLLM compile caches of earlier leases (`land` keeps them in .carry/vllm-compile/ as
+#     parts NAME.pKofN; each call carries what fits: docs/h200-rounds.md), joined once every
+#     part has come (benchmarks/study/carry.py join) and unpacked before the round starts, so
+#     that a configuration an earlier machine started starts warm here (each start records
+#     hit or miss)
+mkdir -p /tmp/cc-in
+for f in .carry/vllm-compile/*.p[0-9]*of[0-9]*; do
+  [ -f "$f" ] || continue
+  cp -n "$f" /tmp/cc-in/ && say "kept $(basename "$f") ($(stat -c %s "$f") bytes)"
+done
+if [ -n "$vprefix" ] && [ ! -f "$LOG/round.started" ]; then
+  python3 benchmarks/study/carry.py join /tmp/cc-in >>"$LOG/compile-cache.txt" 2>&1
+  for cc in /tmp/cc-in/*.tgz; do
+    { [ -f "$cc" ] && [ ! -f "$cc.unpacked" ]; } || continue
+    if cb engines compile-cache unpack "$cc" >>"$LOG/compile-cache.txt" 2>&1; then
+      say "compile cache $(basename "$cc") unpacked: $(grep -E 'entries added' \
+        "$LOG/compile-cache.txt" | tail -1)"
+    else
+      say "compile cache $(basename "$cc") NOT unpacked: $(tail -1 "$LOG/compile-cache.txt")"
+    fi
+    touch "$cc.unpacked"
+    cb engines compile-cache list >>"$LOG/compile-cache.txt" 2>&1
+  done
+fi
+
 # 4b. SGLang from its pack (rounds with sglang: true): the parts carried so far, then the
 #     install once all are there. The matrix's sglang engine finds the installed interpreter
 #     itself (crossbench/engines/sglang: `binary` defaults to the installed release)
@@ -213,6 +242,7 @@ if [ -n "${ROUND:-}" ] && { [ -n "$vprefix" ] || [ "$need_vllm" = 0 ]; } \
       && ! pgrep -f "benchmarks/study/study.py run" >/dev/null \
       && [ ! -f "$LOG/matrix-round$ROUND.exit" ]; then
     say "round $ROUND: started in the background"
+    touch "$LOG/round.started"
     setsid bash -c 'python3 benchmarks/study/study.py run "$0" "$1" \
         >>'"$LOG"'/matrix-round'"$ROUND"'.log 2>&1
       echo "matrix_exit=$?" >'"$LOG"'/matrix-round'"$ROUND"'.exit' \
@@ -234,6 +264,21 @@ if [ -n "${FINISH:-}" ] && wait_setup && [ ! -s "$LOG/verify-hf.txt" ]; then
 fi
 tar -C /tmp -czf "$OUT/logs.tgz" cross-logs 2>/dev/null
 [ -d "$RUN" ] && tar -C "$CROSSBENCH_CACHE" -czf "$OUT/run.tgz" "$(basename "$RUN")" 2>/dev/null
+# 7. once the round has ended: the vLLM compile cache this machine filled (the carried one
+#    included), packed once and returned by every later call in parts where the call's
+#    return has room beside run.tgz and logs.tgz (benchmarks/study/carry.py out; else its
+#    size is logged and the next lease starts cold); `land` keeps the parts
+if [ "$need_vllm" = 1 ] && [ -n "$vprefix" ] && [ -f "$LOG/matrix-round${ROUND:-}.exit" ]; then
+  if [ ! -f /tmp/cc-out/vllm-compile.tgz ]; then
+    mkdir -p /tmp/cc-out
+    cb engines compile-cache pack --binary "${vprefix%/}/bin/vllm" \
+      --out /tmp/cc-out/vllm-compile.tgz >>"$LOG/compile-cache.txt" 2>&1 \
+      || say "compile cache not packed: $(tail -1 "$LOG/compile-cache.txt")"
+  fi
+  [ -f /tmp/cc-out/vllm-compile.tgz ] && say "compile cache: $(python3 \
+    benchmarks/study/carry.py out /tmp/cc-out/vllm-compile.tgz "$OUT")"
+  tar -C /tmp -czf "$OUT/logs.tgz" cross-logs 2>/dev/null  # with these lines
+fi
 ls -la "$OUT"; cat "$LOG/calls.txt" 2>/dev/null | tail -20; cat "$LOG/timing.txt" 2>/dev/null
 }
 

@@ -9,6 +9,7 @@ Usage (from the repository root)::
     python3 benchmarks/study/study.py dry ROUND [--part N] [--dir DIR]
     python3 benchmarks/study/study.py run ROUND DIR [--part N]
     python3 benchmarks/study/study.py land ROUND FILES_AT DEST [--part N] [--work DIR]
+        [--carry-dir DIR]
     python3 benchmarks/study/study.py plan ROUND [--part N]
 
 ``run`` makes the round's variants, starts its sampler, then runs each step as
@@ -45,6 +46,9 @@ import yaml
 
 ROUNDS = Path(__file__).with_name("rounds.yaml")
 """The rounds file the driver reads."""
+CARRY_COMPILE = Path(__file__).resolve().parents[2] / ".carry" / "vllm-compile"
+"""Where ``land`` keeps the vLLM compile cache a lease brought back (ignored by git: the
+next lease's calls carry it; benchmarks/study/carry.py)."""
 
 ROUND_KEYS = {"purpose", "kind", "vllm", "sglang", "build", "q4", "drafters", "verify_hf",
               "into_run", "variants", "sampler", "steps", "parts", "matrix", "lanes", "solo",
@@ -364,16 +368,19 @@ def _last(text: str) -> str:
     return (text.strip().splitlines() or ["no output"])[-1]
 
 
-def land(r: Round, files_at: Path, dest: Path, work: Path, creator: str = CREATOR) -> int:
+def land(r: Round, files_at: Path, dest: Path, work: Path, creator: str = CREATOR,
+         carry_dir: Path | None = None) -> int:
     """Land what a device call brought back for round ``r`` (``files_at``: its ``run.tgz`` and
     ``logs.tgz``): unpack the run directory into ``work`` (emptied first where an earlier
     ``land`` made it; any other non-empty folder is refused), then for each matrix step that ran
     analyse it, build its archive (:func:`archive_name`), copy the zip into ``dest`` and
     verify the copy, write its report (``report-STEP.md``, ``plots-STEP/``) and PR datapoint
     (``datapoint-STEP.md``); a command step's ``STEP.json``, ``STEP-*.json`` and ``STEP.log``
-    are copied; the device logs become ``device-logs[-partN].tgz``. Prints one line per step;
-    returns 1 when a step that ran could not be landed or its archive fails to verify, else
-    0."""
+    are copied; the device logs become ``device-logs[-partN].tgz``; the vLLM compile cache's
+    parts, where the call brought a whole set, replace those in ``carry_dir`` (default
+    :data:`CARRY_COMPILE`), for the next lease (benchmarks/study/carry.py). Prints one line
+    per step; returns 1 when a step that ran could not be landed or its archive fails to
+    verify, else 0."""
     import shutil
     import tarfile
 
@@ -454,7 +461,24 @@ def land(r: Round, files_at: Path, dest: Path, work: Path, creator: str = CREATO
         target = dest / ("device-logs" + (f"-part{r.part}" if r.part else "") + ".tgz")
         shutil.copy2(logs, target)
         print(f"device logs: {target}")
+    carry = _carry_module()
+    kept = carry.keep(files_at, carry_dir or CARRY_COMPILE)
+    if kept:
+        print(f"vLLM compile cache: {len(kept)} part(s) kept in {carry_dir or CARRY_COMPILE} "
+              "for the next lease's calls (docs/h200-rounds.md)")
     return 1 if bad else 0
+
+
+def _carry_module() -> Any:
+    """benchmarks/study/carry.py, loaded by path (the scripts are not a package)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("study_carry", Path(__file__).with_name(
+        "carry.py"))
+    assert spec is not None and spec.loader is not None
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
 
 
 def _hms(seconds: float) -> str:
@@ -550,6 +574,8 @@ def main(argv: list[str] | None = None) -> int:
             sp.add_argument("--work", type=Path, default=None, help="where run.tgz is "
                             "unpacked (default: /tmp/crossbench-land-ROUND-PART; emptied first)")
             sp.add_argument("--creator", default=CREATOR)
+            sp.add_argument("--carry-dir", type=Path, default=None, help="where the vLLM "
+                            "compile cache's parts go (default: .carry/vllm-compile)")
         if cmd == "dry":
             sp.add_argument("--dir", default="DIR")
         sp.add_argument("--part", type=int, default=None)
@@ -606,7 +632,7 @@ def main(argv: list[str] | None = None) -> int:
                   "(docs/h200-rounds.md)", file=sys.stderr)
             return 2
         work = a.work or Path("/tmp") / f"crossbench-land-{r.name}-{r.part or 0}"
-        return land(r, a.files_at, a.dest, work, a.creator)
+        return land(r, a.files_at, a.dest, work, a.creator, a.carry_dir)
     return run(r, a.dir)
 
 

@@ -1,0 +1,107 @@
+"""benchmarks/study/carry.py: the vLLM compile cache cut into parts a device call can return,
+kept between leases, and joined again on the next machine (byte for byte, or not at all)."""
+
+from __future__ import annotations
+
+import io
+import os
+import tarfile
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+from bench_loader import load_benchmark
+
+
+@pytest.fixture(scope="module")
+def carry() -> ModuleType:
+    return load_benchmark("study/carry.py", "study_carry_test")
+
+
+def _pack(path: Path, payload: bytes) -> Path:
+    """A gzip tar holding ``payload`` (random bytes do not compress: the size is known)."""
+    with tarfile.open(path, "w:gz") as tar:
+        info = tarfile.TarInfo("torch_compile_cache/abc/artifact")
+        info.size = len(payload)
+        tar.addfile(info, io.BytesIO(payload))
+    return path
+
+
+def test_cut_keep_join_round_trip(carry: ModuleType, tmp_path: Path) -> None:
+    pack = _pack(tmp_path / "vllm-compile.tgz", os.urandom(25_000))
+    out = tmp_path / "OUT"
+    out.mkdir()
+    (out / "run.tgz").write_bytes(b"r" * 1000)
+    parts = carry.cut(pack, out, part_bytes=10_000, room_bytes=60_000, room_files=8)
+    assert [p.name for p in parts] == ["vllm-compile.tgz.p0of3", "vllm-compile.tgz.p1of3",
+                                       "vllm-compile.tgz.p2of3"]
+    assert all(p.stat().st_size <= 10_000 for p in parts)
+    assert b"".join(p.read_bytes() for p in parts) == pack.read_bytes()
+    kept_dir = tmp_path / "repo" / ".carry" / "vllm-compile"
+    kept_dir.mkdir(parents=True)
+    (kept_dir / "old.tgz.p0of1").write_bytes(b"an earlier lease's pack")
+    kept = carry.keep(out, kept_dir)
+    assert sorted(p.name for p in kept) == sorted(p.name for p in parts)
+    assert sorted(p.name for p in kept_dir.iterdir()) == sorted(p.name for p in parts)
+    device = tmp_path / "cc-in"
+    device.mkdir()
+    for p in kept[:2]:  # the first call carried two parts
+        (device / p.name).write_bytes(p.read_bytes())
+    joined, waiting = carry.join(device)
+    assert joined == [] and waiting == ["vllm-compile.tgz: 2 of 3 parts, waiting for p2of3"]
+    (device / kept[2].name).write_bytes(kept[2].read_bytes())
+    joined, waiting = carry.join(device)
+    assert joined == [device / "vllm-compile.tgz"] and waiting == []
+    assert joined[0].read_bytes() == pack.read_bytes()
+
+
+def test_cut_writes_nothing_without_room(carry: ModuleType, tmp_path: Path) -> None:
+    pack = _pack(tmp_path / "cc.tgz", os.urandom(25_000))
+    out = tmp_path / "OUT"
+    out.mkdir()
+    (out / "run.tgz").write_bytes(b"r" * 40_000)
+    assert carry.cut(pack, out, part_bytes=10_000, room_bytes=60_000) == []  # bytes
+    (out / "run.tgz").write_bytes(b"r")
+    for i in range(6):
+        (out / f"f{i}").write_bytes(b"x")
+    assert carry.cut(pack, out, part_bytes=10_000, room_bytes=60_000, room_files=8) == []
+    assert sorted(p.name for p in out.iterdir()) == ["f0", "f1", "f2", "f3", "f4", "f5",
+                                                     "run.tgz"]
+
+
+def test_join_refuses_parts_that_are_not_a_pack(carry: ModuleType, tmp_path: Path) -> None:
+    pack = _pack(tmp_path / "cc.tgz", os.urandom(20_000))
+    (tmp_path / "x").mkdir()
+    parts = carry.cut(pack, tmp_path / "x", part_bytes=10_000)
+    parts[1].write_bytes(b"\0" * parts[1].stat().st_size)  # damaged on the way
+    joined, waiting = carry.join(tmp_path / "x")
+    assert joined == [] and len(waiting) == 1
+    assert waiting[0].startswith(f"cc.tgz: its {len(parts)} parts do not join into a gzip tar")
+    assert not (tmp_path / "x" / "cc.tgz").exists()
+
+
+def test_keep_leaves_the_carried_cache_when_no_whole_set_came(carry: ModuleType,
+                                                              tmp_path: Path) -> None:
+    files_at, dest = tmp_path / "files", tmp_path / "dest"
+    files_at.mkdir()
+    dest.mkdir()
+    (dest / "cc.tgz.p0of1").write_bytes(b"kept")
+    (files_at / "run.tgz").write_bytes(b"r")
+    (files_at / "cc.tgz.p0of2").write_bytes(b"half")
+    assert carry.keep(files_at, dest) == []
+    assert (dest / "cc.tgz.p0of1").read_bytes() == b"kept"
+
+
+def test_cli_says_what_it_did(carry: ModuleType, tmp_path: Path,
+                              capsys: pytest.CaptureFixture[str]) -> None:
+    pack = _pack(tmp_path / "cc.tgz", b"small")
+    out = tmp_path / "OUT"
+    out.mkdir()
+    assert carry.main(["out", str(pack), str(out)]) == 0
+    said = capsys.readouterr().out.strip()
+    assert said == f"cc.tgz: {pack.stat().st_size} bytes in 1 part(s): cc.tgz.p0of1"
+    assert carry.main(["keep", str(out), str(tmp_path / "kept")]) == 0
+    assert capsys.readouterr().out.strip() == \
+        f"kept 1 compile-cache part(s) in {tmp_path / 'kept'}"
+    assert carry.main(["join", str(tmp_path / "kept")]) == 0
+    assert capsys.readouterr().out.strip() == f"joined {tmp_path / 'kept' / 'cc.tgz'}"
