@@ -10,11 +10,12 @@
 #   2. the vLLM pack's parts carried so far (.carry/vllm-*/: `crossbench engines pack`) kept
 #      in /tmp/cb-pack (a call carries at most 64 MiB, so the pack comes over several calls);
 #   3. in the background (setsid: it outlives the call): the CUDA llama.cpp build from the
-#      carried source, the round's fixtures (rounds.yaml `fixtures`, each made only where the
+#      carried source (build: false, vLLM-only rounds: the source unpacked, no build), the
+#      round's fixtures (rounds.yaml `fixtures`, each made only where the
 #      disk has room; default: the qwen3-8b pair in F16 with their HF folders) and their tensor
 #      checksums (`fixtures verify-hf`, unless the round says verify_hf: false) while nvcc
 #      builds, the EAGLE-3 and DFlash drafters (drafters: true), then the build is waited for
-#      (or stopped: build: false, vLLM-only rounds) and the Q4_K_M target made (q4: true);
+#      (build: true) and the Q4_K_M target made (q4: true);
 #   4. once every part is there: `crossbench engines install vllm --from /tmp/cb-pack` (rounds
 #      with sglang: true likewise SGLang's pack, .carry/sglang-*/, via /tmp/sg-pack), then
 #      the vLLM compile caches of earlier leases (.carry/vllm-compile/, parts joined by
@@ -134,11 +135,26 @@ if [ ! -f "$LOG/setup.started" ]; then
     printf 'fixture_step %d %q\n' "${fixtures_min_gb[$i]}" "${fixtures_args[$i]}" \
       >>"$LOG/fixtures.sh"
   done
+  if [ "$need_build" = 0 ]; then
+    # vLLM-only rounds: the llama.cpp source only (the fixtures' tokenizer and the drafters'
+    # converter), no CUDA build: 16 nvcc jobs beside the fixtures slowed them (round 4: the
+    # fixtures 149 s and the drafters 153 s beside the build, where the round waited for both)
+    python3 - .carry/llama-cpp-python-0.3.36.src.tgz >>"$LOG/calls.txt" 2>&1 <<'EOF'
+import sys
+from pathlib import Path
+from crossbench.engines.llamacpp.build import unpack_source
+from crossbench.engines.llamacpp.pins import DEFAULT_PIN, get_pin
+print(f"unpacked {unpack_source(get_pin(DEFAULT_PIN), Path(sys.argv[1]))} (no build)")
+EOF
+  fi
   setsid bash -c '
     s=$(date +%s)
-    setsid python3 -m crossbench engines install llama.cpp --cuda --cuda-arch 90 \
-      --source-archive .carry/llama-cpp-python-0.3.36.src.tgz >'"$LOG"'/build.log 2>&1 &
-    b=$!
+    b=""
+    if [ '"$need_build"' = 1 ]; then
+      setsid python3 -m crossbench engines install llama.cpp --cuda --cuda-arch 90 \
+        --source-archive .carry/llama-cpp-python-0.3.36.src.tgz >'"$LOG"'/build.log 2>&1 &
+      b=$!
+    fi
     until ls "$CROSSBENCH_CACHE"/sources/*/.unpacked >/dev/null 2>&1; do sleep 2; done
     fixture_step() {  # MIN_FREE_GB ARGS: `crossbench fixtures ARGS`, if the disk has room
       local free; free=$(df -BG --output=avail "$CROSSBENCH_CACHE" | tail -1 | tr -dc 0-9)
@@ -163,10 +179,8 @@ if [ ! -f "$LOG/setup.started" ]; then
         [ -f "$m" ] && cp "$m" '"$LOG"'/"$(basename "$(dirname "$m")")".json
       done  # each tensor checked against its HF original, as written by fixtures make
     fi
-    if [ '"$need_build"' = 0 ]; then  # vLLM-only rounds need no llama-server: the build
-      # stops here rather than cost minutes of GPU lease (its nvcc beside a vLLM start would
-      # slow the start)
-      kill -TERM -- -$b 2>/dev/null; wait $b
+    if [ -z "$b" ]; then  # vLLM-only rounds need no llama-server (nor nvcc beside a vLLM
+      # start, which would slow the start): never built
       echo "build_exit=skipped build_s=$(( $(date +%s) - s ))" >>'"$LOG"'/timing.txt
     else
       wait $b; echo "build_exit=$? build_s=$(( $(date +%s) - s ))" >>'"$LOG"'/timing.txt
