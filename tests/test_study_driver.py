@@ -593,3 +593,29 @@ def test_steps_keeps_only_the_named_steps_and_refuses_unknown_ones() -> None:
                              capture_output=True, text=True,
                              env={**os.environ, "STEPS": "nope"})
     assert env_bad.returncode == 2 and "has no step nope" in env_bad.stderr
+
+
+def test_land_names_archives_for_the_gpu_the_machine_had(study: ModuleType,
+                                                         tmp_path: Path) -> None:
+    """A round that ran on an H100 (a lease that came as nvidia-h100-x1) lands as h100-...:
+    the GPU is read from logs.tgz's gpu.txt (nvidia-smi's line), h200 where it says none."""
+    import io
+    import tarfile
+
+    def logs(folder: Path, line: str | None) -> Path:
+        folder.mkdir()
+        with tarfile.open(folder / "logs.tgz", "w:gz") as tar:
+            if line is not None:
+                info = tarfile.TarInfo("cross-logs/gpu.txt")
+                info.size = len(line.encode())
+                tar.addfile(info, io.BytesIO(line.encode()))
+        return folder
+
+    h100 = logs(tmp_path / "a", "0, NVIDIA H100 80GB HBM3, GPU-00a2, 580.159.04, 81559 MiB\n")
+    h200 = logs(tmp_path / "b", "0, NVIDIA H200, GPU-9f1c, 580.159.03, 143771 MiB\n")
+    assert study.machine_of(h100) == "h100"
+    assert study.machine_of(h200) == "h200"
+    assert study.machine_of(logs(tmp_path / "c", None)) == "h200"
+    assert study.machine_of(tmp_path / "missing") == "h200"
+    r = study.get_round(study.load_rounds(study.ROUNDS), "verdicts", 1)
+    assert study.archive_name(r, "llama-verdicts", "h100") == "h100-verdicts-part1-llama-verdicts"

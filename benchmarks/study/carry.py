@@ -27,7 +27,7 @@ import sys
 import tarfile
 from pathlib import Path
 
-PART_BYTES = 15_000_000
+PART_BYTES = 12_000_000
 """Largest part (a returned file may be 16 MB)."""
 RETURN_BYTES = 60_000_000
 """What a call's returned files may hold together, with a margin under the 64 MB limit."""

@@ -109,9 +109,9 @@ LOG=/tmp/cross-logs
 device_prelude
 mkdir -p /tmp/cb-pack
 # 2. parts of the vLLM pack carried by this call. A call carries at most 64 MiB with the
-#    working tree (about 15 MB now), so a 52 MB part travels as halves split here with
-#    `split -b 26000000 -d -a 1 PART PART.h` into .carry/sK/ (one folder per call): they are
-#    joined once both have arrived
+#    working tree (37 MB on 2026-12-05: parts of 25 MB), so a 52 MB part travels as halves
+#    split here with `split -b 26000000 -d -a 1 PART PART.h` into .carry/sK/ (one folder per
+#    call): they are joined once both have arrived
 for f in .carry/vllm-*/pack.json .carry/vllm-*/payload.tar.part* .carry/s*/*.h[0-9]; do
   [ -f "$f" ] || continue
   cp -n "$f" /tmp/cb-pack/ && say "kept $(basename "$f") ($(stat -c %s "$f") bytes)"

@@ -346,9 +346,25 @@ CREATOR = "developers, crossbench"
 """The archives' creator where ``land`` is given none."""
 
 
-def archive_name(r: Round, step: str) -> str:
-    """The archive of ``step`` of round ``r``: ``h200-ROUND[-partN]-STEP``."""
-    return f"h200-{r.name}" + (f"-part{r.part}" if r.part else "") + f"-{step}"
+def archive_name(r: Round, step: str, machine: str = "h200") -> str:
+    """The archive of ``step`` of round ``r``: ``MACHINE-ROUND[-partN]-STEP``."""
+    return f"{machine}-{r.name}" + (f"-part{r.part}" if r.part else "") + f"-{step}"
+
+
+def machine_of(files_at: Path) -> str:
+    """``h100`` or ``h200``: the GPU that ``files_at/logs.tgz``'s ``gpu.txt`` names (what
+    ``nvidia-smi`` said on the machine), ``h200`` where it names neither or is missing (the
+    rounds' machine; the records inside the archive name the GPU either way)."""
+    import tarfile
+
+    try:
+        with tarfile.open(files_at / "logs.tgz") as tar:
+            member = next((m for m in tar.getmembers() if m.name.endswith("gpu.txt")), None)
+            f = tar.extractfile(member) if member is not None else None
+            text = f.read().decode(errors="replace") if f is not None else ""
+    except (OSError, tarfile.TarError):
+        text = ""
+    return "h100" if "H100" in text and "H200" not in text else "h200"
 
 
 def _cb(*args: str, out: Path | None = None) -> tuple[int, str]:
@@ -373,7 +389,8 @@ def land(r: Round, files_at: Path, dest: Path, work: Path, creator: str = CREATO
     """Land what a device call brought back for round ``r`` (``files_at``: its ``run.tgz`` and
     ``logs.tgz``): unpack the run directory into ``work`` (emptied first where an earlier
     ``land`` made it; any other non-empty folder is refused), then for each matrix step that ran
-    analyse it, build its archive (:func:`archive_name`), copy the zip into ``dest`` and
+    analyse it, build its archive (:func:`archive_name`, named for the GPU :func:`machine_of`
+    reads), copy the zip into ``dest`` and
     verify the copy, write its report (``report-STEP.md``, ``plots-STEP/``) and PR datapoint
     (``datapoint-STEP.md``); a command step's ``STEP.json``, ``STEP-*.json`` and ``STEP.log``
     are copied; the device logs become ``device-logs[-partN].tgz``; the vLLM compile cache's
@@ -389,6 +406,9 @@ def land(r: Round, files_at: Path, dest: Path, work: Path, creator: str = CREATO
         print(f"study.py: {tgz}: no run.tgz (fix: give the folder a device call's files "
               "came back to)", file=sys.stderr)
         return 2
+    machine = machine_of(files_at)
+    if machine != "h200":
+        print(f"machine: {machine} (logs.tgz gpu.txt), in the archives' names and titles")
     marker = work / ".crossbench-land"
     if work.exists() and any(work.iterdir()) and not marker.is_file():
         print(f"study.py: --work {work} holds files `land` did not put there (fix: give an "
@@ -422,12 +442,13 @@ def land(r: Round, files_at: Path, dest: Path, work: Path, creator: str = CREATO
         if not (run_dir / "state.json").is_file():
             print(f"{name}: not run (no {run_dir.relative_to(work)}/state.json)")
             continue
-        arch = archive_name(r, name)
+        arch = archive_name(r, name, machine)
         steps = [("analyze", ("analyze", str(run_dir))),
                  ("archive build", ("archive", "build", str(run_dir), "--out",
                                     str(work / "archives"), "--name", arch, "--creator",
-                                    creator, "--title", f"crossbench H200 study, round "
-                                    f"{r.name}{f' part {r.part}' if r.part else ''}, {name}: "
+                                    creator, "--title", f"crossbench {machine.upper()} "
+                                    f"study, round {r.name}"
+                                    f"{f' part {r.part}' if r.part else ''}, {name}: "
                                     f"{r.purpose}"))]
         failed = None
         for what, args in steps:
