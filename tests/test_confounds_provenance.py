@@ -221,3 +221,53 @@ def test_a_tree_modified_outside_the_code_is_benign() -> None:
     old = {k: v for k, v in data.items() if k != "crossbench.dirty_code"}  # older records
     assert [str(x.kind) for x in diff(clean, old).differences
             if x.field == "crossbench.dirty"] == ["confounding"]
+
+
+def test_code_sha256_names_the_code_wherever_it_lies(tmp_path: Path) -> None:
+    """The same files hash the same in another folder; a changed byte, a new file or a
+    renamed one changes the hash; bytecode caches and the skipped entries do not."""
+    from crossbench.confounds.provenance import code_sha256, crossbench_identity, tree_sha256
+
+    def tree(root: Path) -> list[tuple[str, Path]]:
+        (root / "pkg" / "sub").mkdir(parents=True)
+        (root / "pkg" / "a.py").write_text("x = 1\n")
+        (root / "pkg" / "sub" / "b.py").write_text("y = 2\n")
+        (root / "prof").mkdir()
+        (root / "prof" / "v.yaml").write_text("flags: []\n")
+        return [("crossbench", root / "pkg"), ("engines", root / "prof")]
+
+    one, two = tree(tmp_path / "one"), tree(tmp_path / "two")
+    base = tree_sha256(one)
+    assert tree_sha256(two) == base
+    (tmp_path / "two" / "pkg" / "__pycache__").mkdir()
+    (tmp_path / "two" / "pkg" / "__pycache__" / "a.cpython-311.pyc").write_bytes(b"\0")
+    (tmp_path / "two" / "pkg" / "_data").mkdir()
+    (tmp_path / "two" / "pkg" / "_data" / "copy.yaml").write_text("flags: []\n")
+    assert tree_sha256(two, skip=("_data",)) == base
+    assert tree_sha256(two) != base  # _data counted when not skipped
+    (tmp_path / "one" / "pkg" / "a.py").write_text("x = 2\n")
+    assert tree_sha256(one) != base
+    (tmp_path / "one" / "pkg" / "a.py").write_text("x = 1\n")
+    (tmp_path / "one" / "pkg" / "a.py").rename(tmp_path / "one" / "pkg" / "c.py")
+    assert tree_sha256(one) != base
+    assert crossbench_identity()["code_sha256"] == code_sha256()
+    assert len(code_sha256()) == 64
+
+
+def test_the_same_code_under_other_git_facts_is_benign() -> None:
+    """A device copy whose .git is the session's first commit while its files are a later
+    one's records another commit and a modified tree: with equal code_sha256 on both sides
+    those read benign; with different code they stay confounding."""
+    here = {"crossbench.commit": "360ac4d", "crossbench.dirty": False,
+            "crossbench.dirty_code": False, "crossbench.code_sha256": "c0de"}
+    device = {"crossbench.commit": "c8c92f2", "crossbench.dirty": True,
+              "crossbench.dirty_code": True, "crossbench.code_sha256": "c0de"}
+    kinds = {x.field: str(x.kind) for x in diff(here, device).differences}
+    assert kinds == {"crossbench.commit": "benign", "crossbench.dirty": "benign",
+                     "crossbench.dirty_code": "benign"}
+    other = {**device, "crossbench.code_sha256": "beef"}
+    kinds = {x.field: str(x.kind) for x in diff(here, other).differences}
+    assert set(kinds.values()) == {"confounding"} and "crossbench.code_sha256" in kinds
+    older = {k: v for k, v in device.items() if k != "crossbench.code_sha256"}
+    assert str(next(x.kind for x in diff(here, older).differences
+                    if x.field == "crossbench.commit")) == "confounding"

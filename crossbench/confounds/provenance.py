@@ -143,12 +143,53 @@ def modifies_code(porcelain: str) -> bool:
     return any(not p.strip('"').startswith(NOT_CODE) for p in paths)
 
 
+def tree_sha256(roots: Sequence[tuple[str, Path]], skip: Sequence[str] = ()) -> str:
+    """sha256 over every file under each ``(name, folder)`` of ``roots``: its path as
+    ``name/relative/path`` and its bytes, in sorted order, so the same files hash the same
+    wherever they lie. ``__pycache__`` folders, ``.pyc`` files and the top-level entries
+    named in ``skip`` are left out."""
+    files: list[tuple[str, Path]] = []
+    for name, folder in roots:
+        for path in folder.rglob("*"):
+            rel = path.relative_to(folder)
+            if (not path.is_file() or "__pycache__" in rel.parts or path.suffix == ".pyc"
+                    or rel.parts[0] in skip):
+                continue
+            files.append((f"{name}/{rel.as_posix()}", path))
+    h = hashlib.sha256()
+    for rel_name, path in sorted(files):
+        data = path.read_bytes()
+        h.update(f"{rel_name}\0{len(data)}\0".encode())
+        h.update(data)
+    return h.hexdigest()
+
+
+_CODE_SHA256: list[str] = []
+
+
+def code_sha256() -> str:
+    """:func:`tree_sha256` of the harness as it runs: the ``crossbench`` package (without the
+    ``_data`` copy a wheel carries) and the engine profiles (``engines/``). It names the code
+    that ran where git cannot: a copy of a checkout whose ``.git`` is not the tree's (a
+    device call's copy kept the session's first commit while its files were a later one's).
+    Computed once per process."""
+    if not _CODE_SHA256:
+        from crossbench.paths import engines_dir
+
+        package = Path(__file__).resolve().parents[1]
+        _CODE_SHA256.append(tree_sha256([("crossbench", package), ("engines", engines_dir())],
+                                        skip=("_data",)))
+    return _CODE_SHA256[0]
+
+
 def crossbench_identity() -> dict[str, Any]:
-    """crossbench's version, and the git commit (whether the tree is modified, and whether
-    the modification touches code: ``dirty_code``) when the package runs from a git checkout;
-    ``commit`` is None otherwise."""
+    """crossbench's version, the sha256 of its code (:func:`code_sha256`), and the git
+    commit (whether the tree is modified, and whether the modification touches code:
+    ``dirty_code``) when the package runs from a git checkout; ``commit`` is None
+    otherwise."""
     root = repo_root()
-    out: dict[str, Any] = {"version": __version__, "commit": None, "dirty": None}
+    out: dict[str, Any] = {"version": __version__, "code_sha256": code_sha256(),
+                           "commit": None, "dirty": None}
     if not (root / ".git").exists():
         return out
     try:

@@ -198,7 +198,8 @@ FORMATS: dict[str, Format] = {
            "readers ignore the keys): records' retries and failed_attempts, trials' "
            "load.retries"}, {}),
     "provenance": Format(f"{MANIFEST} trials[].provenance", PROVENANCE_KIND, 1, {
-        1: "first version"}, {}),
+        1: "first version. Added since without a version change (older readers ignore the "
+           "key): crossbench.code_sha256"}, {}),
     "state": Format(STATE, MATRIX_KIND, 1, {
         1: "first version; its journal.jsonl lines carry no version of their own and are "
            "read by the state's. Added since without a version change (older readers ignore "
