@@ -4,7 +4,7 @@ kept between leases, and joined again on the next machine (byte for byte, or not
 from __future__ import annotations
 
 import io
-import os
+import random
 import tarfile
 from pathlib import Path
 from types import ModuleType
@@ -18,6 +18,11 @@ def carry() -> ModuleType:
     return load_benchmark("study/carry.py", "study_carry_test")
 
 
+def _noise(n: int) -> bytes:
+    """Incompressible bytes, the same on every run."""
+    return random.Random(n).randbytes(n)
+
+
 def _pack(path: Path, payload: bytes) -> Path:
     """A gzip tar holding ``payload`` (random bytes do not compress: the size is known)."""
     with tarfile.open(path, "w:gz") as tar:
@@ -28,7 +33,7 @@ def _pack(path: Path, payload: bytes) -> Path:
 
 
 def test_cut_keep_join_round_trip(carry: ModuleType, tmp_path: Path) -> None:
-    pack = _pack(tmp_path / "vllm-compile.tgz", os.urandom(25_000))
+    pack = _pack(tmp_path / "vllm-compile.tgz", _noise(25_000))
     out = tmp_path / "OUT"
     out.mkdir()
     (out / "run.tgz").write_bytes(b"r" * 1000)
@@ -56,7 +61,7 @@ def test_cut_keep_join_round_trip(carry: ModuleType, tmp_path: Path) -> None:
 
 
 def test_cut_writes_nothing_without_room(carry: ModuleType, tmp_path: Path) -> None:
-    pack = _pack(tmp_path / "cc.tgz", os.urandom(25_000))
+    pack = _pack(tmp_path / "cc.tgz", _noise(25_000))
     out = tmp_path / "OUT"
     out.mkdir()
     (out / "run.tgz").write_bytes(b"r" * 40_000)
@@ -70,7 +75,7 @@ def test_cut_writes_nothing_without_room(carry: ModuleType, tmp_path: Path) -> N
 
 
 def test_join_refuses_parts_that_are_not_a_pack(carry: ModuleType, tmp_path: Path) -> None:
-    pack = _pack(tmp_path / "cc.tgz", os.urandom(20_000))
+    pack = _pack(tmp_path / "cc.tgz", _noise(20_000))
     (tmp_path / "x").mkdir()
     parts = carry.cut(pack, tmp_path / "x", part_bytes=10_000)
     parts[1].write_bytes(b"\0" * parts[1].stat().st_size)  # damaged on the way

@@ -25,6 +25,7 @@ import re
 import shutil
 import sys
 import tarfile
+import zlib
 from pathlib import Path
 
 PART_BYTES = 12_000_000
@@ -98,7 +99,7 @@ def join(folder: Path) -> tuple[list[Path], list[str]]:
                         pass
                 with tarfile.open(tmp, "r:gz") as tar:
                     tar.getmembers()
-            except (OSError, EOFError, tarfile.TarError) as e:
+            except (OSError, EOFError, zlib.error, tarfile.TarError) as e:
                 tmp.unlink()
                 waiting.append(f"{name}: its {n} parts do not join into a gzip tar ({e})")
                 continue
