@@ -110,3 +110,14 @@ def test_cli_says_what_it_did(carry: ModuleType, tmp_path: Path,
         f"kept 1 compile-cache part(s) in {tmp_path / 'kept'}"
     assert carry.main(["join", str(tmp_path / "kept")]) == 0
     assert capsys.readouterr().out.strip() == f"joined {tmp_path / 'kept' / 'cc.tgz'}"
+
+
+def test_parts_of_two_cuts_are_never_joined(carry: ModuleType, tmp_path: Path) -> None:
+    (tmp_path / "cc.tgz.p0of2").write_bytes(b"a")
+    (tmp_path / "cc.tgz.p1of2").write_bytes(b"b")
+    (tmp_path / "cc.tgz.p0of1").write_bytes(b"c")
+    joined, waiting = carry.join(tmp_path)
+    assert joined == [] and waiting == ["cc.tgz: parts of cuts into different numbers of "
+                                        "parts (cc.tgz.p0of1, cc.tgz.p0of2, cc.tgz.p1of2): "
+                                        "not joined"]
+    assert carry.keep(tmp_path, tmp_path / "kept") == []

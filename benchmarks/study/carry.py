@@ -65,13 +65,17 @@ def cut(pack: Path, out_dir: Path, part_bytes: int = PART_BYTES,
 
 
 def sets(folder: Path) -> dict[str, tuple[int, dict[int, Path]]]:
-    """The part sets in ``folder``: name -> (parts expected, {K: part present})."""
+    """The part sets in ``folder``: name -> (parts expected, {K: part present}). A name
+    whose parts disagree on N (two cuts of one name mixed) gets N = 0: never whole."""
     found: dict[str, tuple[int, dict[int, Path]]] = {}
     for p in sorted(folder.iterdir()) if folder.is_dir() else []:
         m = _PART.match(p.name)
         if m is None or not p.is_file():
             continue
-        found.setdefault(m["name"], (int(m["n"]), {}))[1][int(m["k"])] = p
+        n, parts = found.setdefault(m["name"], (int(m["n"]), {}))
+        if n != int(m["n"]):
+            found[m["name"]] = (0, parts)
+        parts[int(m["k"])] = p
     return found
 
 
@@ -82,6 +86,12 @@ def join(folder: Path) -> tuple[list[Path], list[str]]:
     joined, waiting = [], []
     for name, (n, parts) in sets(folder).items():
         missing = sorted(set(range(n)) - set(parts))
+        if n == 0:
+            mixed = sorted(q.name for q in folder.iterdir()
+                           if (m := _PART.match(q.name)) is not None and m["name"] == name)
+            waiting.append(f"{name}: parts of cuts into different numbers of parts "
+                           f"({', '.join(mixed)}): not joined")
+            continue
         if missing:
             waiting.append(f"{name}: {n - len(missing)} of {n} parts, waiting for "
                            f"{', '.join(f'p{k}of{n}' for k in missing)}")
