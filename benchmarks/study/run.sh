@@ -84,6 +84,16 @@ parts = json.load(open(os.path.join(sys.argv[1], "pack.json")))["parts"]
 sys.exit(0 if all(os.path.exists(os.path.join(sys.argv[1], p["name"])) for p in parts) else 1)
 EOF
 }
+unpack_llama_source() {  # SRC: the carried llama.cpp source unpacked (no build), for the
+  # fixtures' tokenizer and the drafters' converter; the folder goes to $LOG/calls.txt
+  python3 - "$1" >>"$LOG/calls.txt" 2>&1 <<'EOF'
+import sys
+from pathlib import Path
+from crossbench.engines.llamacpp.build import unpack_source
+from crossbench.engines.llamacpp.pins import DEFAULT_PIN, get_pin
+print(f"unpacked {unpack_source(get_pin(DEFAULT_PIN), Path(sys.argv[1]))} (no build)")
+EOF
+}
 # SGLang's pack: this call's parts (.carry/sglang-*/) kept in /tmp/sg-pack, installed once
 # every part is there (log: $1); sets sprefix to the install's folder (empty until then)
 sglang_from_pack() {
@@ -139,13 +149,7 @@ if [ ! -f "$LOG/setup.started" ]; then
     # vLLM-only rounds: the llama.cpp source only (the fixtures' tokenizer and the drafters'
     # converter), no CUDA build: 16 nvcc jobs beside the fixtures slowed them (round 4: the
     # fixtures 149 s and the drafters 153 s beside the build, where the round waited for both)
-    python3 - .carry/llama-cpp-python-0.3.36.src.tgz >>"$LOG/calls.txt" 2>&1 <<'EOF'
-import sys
-from pathlib import Path
-from crossbench.engines.llamacpp.build import unpack_source
-from crossbench.engines.llamacpp.pins import DEFAULT_PIN, get_pin
-print(f"unpacked {unpack_source(get_pin(DEFAULT_PIN), Path(sys.argv[1]))} (no build)")
-EOF
+    unpack_llama_source .carry/llama-cpp-python-0.3.36.src.tgz
   fi
   setsid bash -c '
     s=$(date +%s)
@@ -319,13 +323,7 @@ device_prelude
 # 3. the real Qwen tokenizer from the llama.cpp source, then the tiny pair with HF folders
 src=$(ls .carry/llama-cpp-python-*.src.tgz 2>/dev/null | head -1)
 if [ -n "$src" ] && [ ! -s "$LOG/fixtures.txt" ]; then
-  python3 - "$src" <<'EOF' >>"$LOG/calls.txt" 2>&1
-import sys
-from pathlib import Path
-from crossbench.engines.llamacpp.build import unpack_source
-from crossbench.engines.llamacpp.pins import DEFAULT_PIN, get_pin
-unpack_source(get_pin(DEFAULT_PIN), Path(sys.argv[1]))
-EOF
+  unpack_llama_source "$src"
   cb fixtures make --shape tiny --hf >"$LOG/fixtures.txt" 2>"$LOG/fixtures.err" \
     && say "fixtures: $(tr '\n' ' ' <"$LOG/fixtures.txt")" \
     || { say "fixtures failed: $(tail -2 "$LOG/fixtures.err")"; rm -f "$LOG/fixtures.txt"; }

@@ -12,6 +12,7 @@ Format version and history: ``crossbench.store.rundir.FORMATS["provenance"]``.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import math
 import mmap
@@ -164,22 +165,17 @@ def tree_sha256(roots: Sequence[tuple[str, Path]], skip: Sequence[str] = ()) -> 
     return h.hexdigest()
 
 
-_CODE_SHA256: list[str] = []
-
-
+@functools.cache
 def code_sha256() -> str:
     """:func:`tree_sha256` of the harness as it runs: the ``crossbench`` package (without the
     ``_data`` copy a wheel carries) and the engine profiles (``engines/``). It names the code
     that ran where git cannot: a copy of a checkout whose ``.git`` is not the tree's (a
     device call's copy kept the session's first commit while its files were a later one's).
     Computed once per process."""
-    if not _CODE_SHA256:
-        from crossbench.paths import engines_dir
+    from crossbench.paths import engines_dir
 
-        package = Path(__file__).resolve().parents[1]
-        _CODE_SHA256.append(tree_sha256([("crossbench", package), ("engines", engines_dir())],
-                                        skip=("_data",)))
-    return _CODE_SHA256[0]
+    package = Path(__file__).resolve().parents[1]
+    return tree_sha256([("crossbench", package), ("engines", engines_dir())], skip=("_data",))
 
 
 def crossbench_identity() -> dict[str, Any]:
