@@ -63,11 +63,6 @@ SAME_FILE: dict[str, str] = {
     "spec.draft_model": "draft.sha256",
     "engine.binary": "engine.sha256.*",
     "server.binary": "engine.sha256.*",
-    # git's view of the harness against the hash of the code that ran (a copy of a checkout
-    # may carry another commit's .git)
-    "crossbench.commit": "crossbench.code_sha256",
-    "crossbench.dirty": "crossbench.code_sha256",
-    "crossbench.dirty_code": "crossbench.code_sha256",
 }
 
 _DERIVED = "derived from the configuration, whose fields are compared one by one"
@@ -270,6 +265,11 @@ def classify(field: str, a: Mapping[str, Scalar], b: Mapping[str, Scalar],
             and b.get("crossbench.dirty_code") is False:
         return Kind.BENIGN, ("the trees differ outside the harness's code only (examples, "
                              "docs, tests: crossbench.dirty_code false on both sides)")
+    if field in ("crossbench.commit", "crossbench.dirty", "crossbench.dirty_code") \
+            and a.get("crossbench.code_sha256") is not None \
+            and a.get("crossbench.code_sha256") == b.get("crossbench.code_sha256"):
+        return Kind.BENIGN, ("the same harness code ran on both sides (crossbench.code_sha256 "
+                             "equal): the commits or git states differ, not the code")
     proof = SAME_FILE.get(field)
     if proof is not None:
         if _same_files(proof, a, b):
