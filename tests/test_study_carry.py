@@ -60,18 +60,44 @@ def test_cut_keep_join_round_trip(carry: ModuleType, tmp_path: Path) -> None:
     assert joined[0].read_bytes() == pack.read_bytes()
 
 
+def test_a_pack_larger_than_a_return_comes_back_over_several_calls(
+        carry: ModuleType, tmp_path: Path) -> None:
+    """The fits round's cache (65.7 MB) did not fit one call's return (60 MB): each call now
+    returns the next parts that fit, and ``keep`` gathers them call by call."""
+    pack = _pack(tmp_path / "cc.tgz", _noise(25_000))  # 3 parts of 10,000 bytes or less
+    kept_dir = tmp_path / "kept"
+    kept_dir.mkdir()
+    (kept_dir / "old.tgz.p0of1").write_bytes(b"an earlier lease's pack")
+    calls = []
+    for i in range(4):
+        out = tmp_path / f"call{i}"
+        out.mkdir()
+        (out / "run.tgz").write_bytes(b"r" * 35_000)  # room for two parts beside it
+        calls.append([q.name for q in carry.cut(pack, out, part_bytes=10_000,
+                                                room_bytes=60_000, room_files=8)])
+        kept = carry.keep(out, kept_dir)
+        if i == 0:  # half a set: the carried cache stays until the set is whole
+            assert kept == [] and (kept_dir / "old.tgz.p0of1").is_file()
+    assert calls == [["cc.tgz.p0of3", "cc.tgz.p1of3"], ["cc.tgz.p2of3"], [], []]
+    assert carry.left(pack) == 0
+    assert sorted(p.name for p in kept_dir.iterdir() if p.is_file()) == \
+        ["cc.tgz.p0of3", "cc.tgz.p1of3", "cc.tgz.p2of3"]
+    joined, waiting = carry.join(kept_dir)
+    assert waiting == [] and joined[0].read_bytes() == pack.read_bytes()
+
+
 def test_cut_writes_nothing_without_room(carry: ModuleType, tmp_path: Path) -> None:
     pack = _pack(tmp_path / "cc.tgz", _noise(25_000))
     out = tmp_path / "OUT"
     out.mkdir()
-    (out / "run.tgz").write_bytes(b"r" * 40_000)
+    (out / "run.tgz").write_bytes(b"r" * 55_000)
     assert carry.cut(pack, out, part_bytes=10_000, room_bytes=60_000) == []  # bytes
+    assert carry.left(pack) == 3
     (out / "run.tgz").write_bytes(b"r")
-    for i in range(6):
+    for i in range(7):
         (out / f"f{i}").write_bytes(b"x")
     assert carry.cut(pack, out, part_bytes=10_000, room_bytes=60_000, room_files=8) == []
-    assert sorted(p.name for p in out.iterdir()) == ["f0", "f1", "f2", "f3", "f4", "f5",
-                                                     "run.tgz"]
+    assert sorted(p.name for p in out.iterdir()) == [*(f"f{i}" for i in range(7)), "run.tgz"]
 
 
 def test_join_refuses_parts_that_are_not_a_pack(carry: ModuleType, tmp_path: Path) -> None:
@@ -104,7 +130,8 @@ def test_cli_says_what_it_did(carry: ModuleType, tmp_path: Path,
     out.mkdir()
     assert carry.main(["out", str(pack), str(out)]) == 0
     said = capsys.readouterr().out.strip()
-    assert said == f"cc.tgz: {pack.stat().st_size} bytes in 1 part(s): cc.tgz.p0of1"
+    assert said == (f"cc.tgz: {pack.stat().st_size} bytes; cc.tgz.p0of1 returned; every part "
+                    "returned")
     assert carry.main(["keep", str(out), str(tmp_path / "kept")]) == 0
     assert capsys.readouterr().out.strip() == \
         f"kept 1 compile-cache part(s) in {tmp_path / 'kept'}"

@@ -8,13 +8,16 @@ A device call returns at most 8 files of 16 MB each, 64 MB together, and carries
 parts of at most :data:`PART_BYTES`, named ``NAME.pKofN`` (K from 0): a set is whole when
 every K below N is there. Three steps, each its own subcommand::
 
-    python3 benchmarks/study/carry.py out PACK OUT_DIR     # on the device: cut PACK into OUT_DIR
-    python3 benchmarks/study/carry.py keep FILES_AT DIR    # here: keep the parts (`land` does)
+    python3 benchmarks/study/carry.py out PACK OUT_DIR     # on the device: the next parts
+    python3 benchmarks/study/carry.py keep FILES_AT DIR    # here, per call: keep the parts
     python3 benchmarks/study/carry.py join DIR             # on the device: whole sets joined
 
-``out`` writes the parts only where the call's return limits leave room beside what OUT_DIR
-holds already (run.tgz, logs.tgz), else it writes nothing and says so: a lease then starts cold,
-as before. Standard library only.
+``out`` cuts PACK once (``PACK.parts/``) and copies into OUT_DIR the next parts that the
+call's return limits leave room for beside what OUT_DIR holds already (run.tgz, logs.tgz);
+each later call returns the next ones, so a pack larger than one call's return comes back over
+several calls (on 2026-12-05 the fits round's cache was 65.7 MB: 6 parts, two calls). ``keep``
+gathers a lease's parts in ``DIR/incoming/`` call by call and puts a set in DIR once it is
+whole. Standard library only.
 """
 
 from __future__ import annotations
@@ -45,23 +48,61 @@ def part_names(name: str, n: int) -> list[str]:
 
 def cut(pack: Path, out_dir: Path, part_bytes: int = PART_BYTES,
         room_bytes: int = RETURN_BYTES, room_files: int = RETURN_FILES) -> list[Path]:
-    """Cut ``pack`` into parts in ``out_dir`` when they fit beside its files; else none.
+    """Copy into ``out_dir`` the next parts of ``pack`` that fit beside its files.
 
-    Returns the parts written (empty when they would not fit)."""
-    size = pack.stat().st_size
-    n = max(1, -(-size // part_bytes))
+    The pack is cut once into ``PACK.parts/`` beside it; ``PACK.parts/sent`` lists the parts
+    an earlier call returned, so each call returns the next ones, in order, while the call's
+    return has room (bytes and files), until every part has gone: a pack larger than one
+    call's return travels over several calls. Returns the parts written by this call."""
+    stage = _stage(pack, part_bytes)
+    ledger = stage / "sent"
+    sent = set(ledger.read_text().split()) if ledger.is_file() else set()
     held = [p for p in out_dir.iterdir() if p.is_file()]
-    used = sum(p.stat().st_size for p in held)
-    if used + size > room_bytes or len(held) + n > room_files:
-        return []
+    used, files = sum(p.stat().st_size for p in held), len(held)
     written = []
+    for part in sorted(stage.glob(f"{pack.name}.p*of*"), key=_rank):
+        if part.name in sent:
+            continue
+        size = part.stat().st_size
+        if used + size > room_bytes or files + 1 > room_files:
+            break
+        shutil.copy2(part, out_dir / part.name)
+        used, files = used + size, files + 1
+        written.append(out_dir / part.name)
+        with ledger.open("a") as f:
+            f.write(part.name + "\n")
+    return written
+
+
+def left(pack: Path) -> int:
+    """How many parts of ``pack`` (cut by :func:`cut`) no call has returned yet."""
+    stage = pack.with_name(pack.name + ".parts")
+    ledger = stage / "sent"
+    sent = set(ledger.read_text().split()) if ledger.is_file() else set()
+    return sum(1 for p in stage.glob(f"{pack.name}.p*of*") if p.name not in sent)
+
+
+def _rank(part: Path) -> int:
+    m = _PART.match(part.name)
+    assert m is not None
+    return int(m["k"])
+
+
+def _stage(pack: Path, part_bytes: int) -> Path:
+    """``PACK.parts/`` holding every part of ``pack`` (cut on the first call only)."""
+    stage = pack.with_name(pack.name + ".parts")
+    if (stage / "cut.done").is_file():
+        return stage
+    if stage.is_dir():
+        shutil.rmtree(stage)
+    stage.mkdir()
+    n = max(1, -(-pack.stat().st_size // part_bytes))
     with pack.open("rb") as src:
         for name in part_names(pack.name, n):
-            dst = out_dir / name
-            with dst.open("wb") as f:
+            with (stage / name).open("wb") as f:
                 f.write(src.read(part_bytes))
-            written.append(dst)
-    return written
+    (stage / "cut.done").write_text(f"{n}\n")
+    return stage
 
 
 def sets(folder: Path) -> dict[str, tuple[int, dict[int, Path]]]:
@@ -119,20 +160,31 @@ def join(folder: Path) -> tuple[list[Path], list[str]]:
 
 
 def keep(files_at: Path, dest: Path) -> list[Path]:
-    """Copy the whole part sets a call brought back into ``dest``, replacing what ``dest``
-    held: a later pack holds every entry of the earlier one it was unpacked over. Returns
-    the parts kept (none when the call brought no whole set: ``dest`` is left as it was)."""
-    whole = [parts for n, parts in sets(files_at).values() if set(parts) == set(range(n))]
+    """Keep the parts a call brought back (``files_at``) in ``dest/incoming/``, where the parts
+    of one set gather over the calls of a lease; once a set is whole there, it replaces what
+    ``dest`` held (a later pack holds every entry of the earlier one it was unpacked over).
+    Returns the parts now in ``dest`` when this call completed a set, else none (``dest`` is
+    left as it was)."""
+    brought = [p for p in sorted(files_at.iterdir()) if _PART.match(p.name) and p.is_file()]
+    if not brought:
+        return []
+    incoming = dest / "incoming"
+    incoming.mkdir(parents=True, exist_ok=True)
+    for p in brought:
+        shutil.copy2(p, incoming / p.name)
+    whole = [parts for n, parts in sets(incoming).values() if set(parts) == set(range(n))]
     if not whole:
         return []
-    if dest.is_dir():
-        shutil.rmtree(dest)
-    dest.mkdir(parents=True)
+    for old in dest.iterdir():
+        if old.is_file():
+            old.unlink()
     kept = []
     for parts in whole:
         for k in sorted(parts):
-            shutil.copy2(parts[k], dest / parts[k].name)
+            parts[k].replace(dest / parts[k].name)
             kept.append(dest / parts[k].name)
+    if not any(incoming.iterdir()):
+        incoming.rmdir()
     return kept
 
 
@@ -151,18 +203,17 @@ def main(argv: list[str] | None = None) -> int:
     a = p.parse_args(argv)
     if a.cmd == "out":
         parts = cut(a.pack, a.out_dir)
-        size = a.pack.stat().st_size
-        if not parts:
-            print(f"{a.pack.name}: {size} bytes, no room beside {a.out_dir}'s files (a call "
-                  f"returns {RETURN_FILES} files, {RETURN_BYTES} bytes here): not returned")
-        else:
-            print(f"{a.pack.name}: {size} bytes in {len(parts)} part(s): "
-                  f"{', '.join(q.name for q in parts)}")
+        size, rest = a.pack.stat().st_size, left(a.pack)
+        said = (f"{', '.join(q.name for q in parts)} returned" if parts else
+                f"no part returned (no room beside {a.out_dir}'s files: a call returns "
+                f"{RETURN_FILES} files, {RETURN_BYTES} bytes here)")
+        print(f"{a.pack.name}: {size} bytes; {said}; " +
+              (f"{rest} part(s) left for the next calls" if rest else "every part returned"))
         return 0
     if a.cmd == "keep":
         kept = keep(a.files_at, a.dest)
         print(f"kept {len(kept)} compile-cache part(s) in {a.dest}" if kept else
-              f"no whole compile-cache part set in {a.files_at}")
+              f"no set completed by {a.files_at} (parts so far in {a.dest / 'incoming'})")
         return 0
     joined, waiting = join(a.folder)
     for w in joined:

@@ -27,7 +27,7 @@
 #      (`--resume`; docs/cross-engine.md: the engines are rebuilt, recorded as engine epochs,
 #      and trial pairs that straddle machines read `confounded`);
 #   6. with FINISH=1: the tensor checksums, if the setup did not make them;
-#   7. once a vLLM round has ended: its compile cache, packed, in parts where there is room.
+#   7. once a vLLM round has ended: its compile cache, packed, the next parts each call.
 # What comes back: run.tgz (the round's run directory, $CROSSBENCH_CACHE/h200-cross-round<ROUND>)
 # and logs.tgz (/tmp/cross-logs); analysis, parity, archives and reports are made from run.tgz
 # (docs/cross-engine.md has the commands); vllm-compile.tgz.pKofN (step 7), which `study.py
@@ -283,9 +283,10 @@ fi
 tar -C /tmp -czf "$OUT/logs.tgz" cross-logs 2>/dev/null
 [ -d "$RUN" ] && tar -C "$CROSSBENCH_CACHE" -czf "$OUT/run.tgz" "$(basename "$RUN")" 2>/dev/null
 # 7. once the round has ended: the vLLM compile cache this machine filled (the carried one
-#    included), packed once and returned by every later call in parts where the call's
-#    return has room beside run.tgz and logs.tgz (benchmarks/study/carry.py out; else its
-#    size is logged and the next lease starts cold); `land` keeps the parts
+#    included), packed and cut once; each later call returns the next parts its return has
+#    room for beside run.tgz and logs.tgz, and says how many are left (benchmarks/study/
+#    carry.py out: call again until every part is returned); `land` and `carry.py keep`
+#    keep the parts
 if [ "$need_vllm" = 1 ] && [ -n "$vprefix" ] && [ -f "$LOG/matrix-round${ROUND:-}.exit" ]; then
   if [ ! -f /tmp/cc-out/vllm-compile.tgz ]; then
     mkdir -p /tmp/cc-out
