@@ -6,7 +6,6 @@ behind."""
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +22,7 @@ CELLS = [
     ("draft model (0.6B)", "round4/h200-methods-round4-llama.zip", "llama", "draft-a0.9",
      (3, 3)),
     ("EAGLE-3", "round1/h200-methods-round1.zip", "llama", "eagle3-a0.9", (2, 3)),
-    ("EAGLE-3", "round4/h200-methods-round4-vllm.zip", "vllm", "eagle3-a0.9", (3, 3)),
+    ("draft model (0.6B)", "round5/h200-fits2-vllm-fits2.zip", "vllm", "draft-a0.9", (3, 3)),
     ("DFlash", "round1/h200-methods-round1.zip", "llama", "dflash-a0.9", (2, 3)),
     ("MTP (the Qwen3.5 target)", "round3/h200-methods-round3-llama.zip", "llama", "mtp-a0.9",
      (3, 3)),
@@ -66,20 +65,25 @@ def test_each_fit_in_the_table_is_the_archives(sweeps: dict[str, list[dict[str, 
     assert interval(cm["v"], cm["v_ci95"], places[1]) in row, (row, cm["v"], cm["v_ci95"])
 
 
-def test_the_vllm_dflash_fit_across_rounds_is_crossbench_fits() -> None:
-    """vLLM's DFlash line: round 2's n = 8 and round 4's n = 4, 15 (`crossbench fit`; the
-    sources' order changes nothing)."""
+@pytest.mark.parametrize(("method", "arm"), [("EAGLE-3", "eagle3-a0.9"),
+                                             ("DFlash", "dflash-a0.9")])
+def test_the_vllm_fits_across_rounds_are_crossbench_fits(method: str, arm: str,
+                                                        tmp_path: Path) -> None:
+    """vLLM's EAGLE-3 and DFlash lines: round 4's two n and round 5's third (`crossbench fit`;
+    the sources' order changes nothing)."""
+    import json
+
     from click.testing import CliRunner
 
     from crossbench.cli.main import cli
 
-    r = CliRunner().invoke(cli, ["fit", str(METHODS / "round2/h200-methods-round2.zip"),
+    out = tmp_path / "fit.json"
+    r = CliRunner().invoke(cli, ["fit", str(METHODS / "round5/h200-fits2-vllm-fits2.zip"),
                                  str(METHODS / "round4/h200-methods-round4-vllm.zip"),
-                                 "--arm", "dflash-a0.9", "--engine", "vllm"])
+                                 "--arm", arm, "--engine", "vllm", "--json", str(out)])
     assert r.exit_code == 0, r.output
-    m = re.search(r"d (\S+) \[(\S+), (\S+)\], v (\S+) \[(\S+), (\S+)\]", r.stdout)
-    assert m is not None, r.stdout
-    d, d_lo, d_hi, v, v_lo, v_hi = m.groups()
-    row = table_row("DFlash")
-    assert f"{d} [{d_lo}, {d_hi}]" in row, (row, m.groups())
-    assert interval(float(v), [float(v_lo), float(v_hi)], 3) in row, (row, m.groups())
+    fit = json.loads(out.read_text())["fit"]
+    assert len(json.loads(out.read_text())["points"]) == 3
+    row = table_row(method)
+    assert interval(fit["d"], fit["d_ci95"], 3) in row, (row, fit)
+    assert interval(fit["v"], fit["v_ci95"], 3) in row, (row, fit)

@@ -164,7 +164,7 @@ def test_every_round_matrix_validates_and_every_selection_picks_cells(
                     starts += [key] if key not in starts else []
                 assert starts == [("none", None), ("eagle3-a0.9", 2), ("dflash-a0.9", 8),
                                   ("draft-a0.9", 8), ("draft-a0.9", 2), ("draft-a0.9", 4)]
-    assert checked == 45
+    assert checked == 46
 
 
 def test_a_selector_with_an_unknown_key_is_refused(study: ModuleType) -> None:
