@@ -47,7 +47,7 @@ def test_the_rounds_file_lists_every_round_of_the_former_scripts(study: ModuleTy
     rounds = study.load_rounds()
     assert list(rounds) == ["1", "verdict", "shared", "gate", "naive", "twostart", "hoststart",
                             "spread", "known", "all", "methods", "mtp", "fits", "fits2",
-                            "verdicts", "startup-next", "sglang-methods", "sglang-mtp", "moe",
+                            "verdicts", "alpha", "startup-next", "sglang-methods", "sglang-mtp", "moe",
                             "synthetic", "sglang-check", "smoke"]
     assert study.parts(rounds, "methods") == [1, 2, 3, 4]
     assert study.parts(rounds, "moe") == list(range(1, 12))
@@ -65,14 +65,14 @@ def test_the_rounds_file_lists_every_round_of_the_former_scripts(study: ModuleTy
         ("naive", None), ("twostart", None), ("hoststart", None), ("methods", 3), ("methods", 4),
         ("moe", 2), ("moe", 3), ("moe", 5), ("moe", 7), ("fits2", None),
         ("sglang-methods", None), ("sglang-mtp", None), ("startup-next", None),
-        ("verdicts", 2), ("moe", 10), ("moe", 11)}
+        ("verdicts", 2), ("moe", 10), ("moe", 11), ("alpha", None)}
     assert {k for k, r in by.items() if r.drafters} == {("methods", p) for p in (1, 2, 3, 4)} | {
         ("fits", None), ("fits2", None), ("verdicts", 1), ("verdicts", 2),
-        ("sglang-methods", None)}
+        ("sglang-methods", None), ("alpha", None)}
     assert {k for k, r in by.items() if not r.verify_hf} == {
         ("methods", 3), ("methods", 4), ("mtp", None), ("fits", None), ("fits2", None),
         ("verdicts", 1), ("verdicts", 2), ("sglang-methods", None), ("sglang-mtp", None),
-        ("startup-next", None)} | {("moe", p) for p in range(1, 12)}
+        ("startup-next", None), ("alpha", None)} | {("moe", p) for p in range(1, 12)}
     # the MTP round makes the Qwen3.5 target first, then the qwen3-8b pair only where it fits
     assert by[("mtp", None)].fixtures == (("path mtp-target --shape qwen3-8b", 0),
                                           ("make --shape qwen3-8b", 26))
@@ -164,7 +164,15 @@ def test_every_round_matrix_validates_and_every_selection_picks_cells(
                     starts += [key] if key not in starts else []
                 assert starts == [("none", None), ("eagle3-a0.9", 2), ("dflash-a0.9", 8),
                                   ("draft-a0.9", 8), ("draft-a0.9", 2), ("draft-a0.9", 4)]
-    assert checked == 46
+            if (r.name, step.name) == ("alpha", "vllm-alpha"):  # alpha 0.7 at n = 4, n = 1
+                arms = {(str(c.coords.get("arm")), c.coords.get("n")) for c in chosen}
+                methods = ("draft", "eagle3", "dflash")
+                assert arms == {("none", None), *((f"{m}-a0.7", 4) for m in methods),
+                                *((f"{m}-a0.9", 1) for m in methods)}, arms
+                assert {int(c.coords["concurrency"]) for c in chosen} == {1, 16}
+                order = [cid for cid, _ in run_order(m, chosen)]
+                assert "/none/" in order[0], order
+    assert checked == 47
 
 
 def test_a_selector_with_an_unknown_key_is_refused(study: ModuleType) -> None:
