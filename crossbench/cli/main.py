@@ -16,6 +16,7 @@ from crossbench.cli import (
     fixtures_cmd,
     import_cmd,
     matrix_cmd,
+    merge_cmd,
     plan_cmd,
     report_cmd,
     run_cmd,
@@ -41,6 +42,7 @@ cli.add_command(demo_cmd.demo)
 cli.add_command(matrix_cmd.validate)
 cli.add_command(matrix_cmd.matrix)
 cli.add_command(matrix_cmd.status)
+cli.add_command(merge_cmd.merge)
 cli.add_command(plan_cmd.plan)
 cli.add_command(doctor_cmd.doctor)
 cli.add_command(analyze_cmd.analyze)

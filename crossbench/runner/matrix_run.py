@@ -519,6 +519,7 @@ def _run(m: Matrix, source: MatrixSource, out: Path, resume: bool, cells: list[C
             raise UserError(f"{path} changed since {out} started (sha256 "
                             f"{state['matrix_sha256'][:12]} then, {digest[:12]} now)",
                             "resume with the same matrix file, or start a new --out")
+        _check_held(out, state, cells)
         executor.connect(progress)
         if not (out / rundir.MATRIX_FILE).exists():  # a kill fell between state.json and the copy
             write_bytes_atomic(out / rundir.MATRIX_FILE, source.data)
@@ -555,6 +556,24 @@ def _run(m: Matrix, source: MatrixSource, out: Path, resume: bool, cells: list[C
         if m.probe_predict is None:
             return executor.execute(job, journal)
         return _run_probed(job, executor, journal)
+
+
+def _check_held(out: Path, state: dict[str, Any], cells: list[Cell]) -> None:
+    """Refuse a resume whose cells (the matrix's, within ``--only``, less ``--skip``) include
+    cells the run's state.json does not list: their trials would run, but no reader (status,
+    analyze) would ever see them. A run started with filters (or merged from pieces,
+    ``crossbench merge``) is resumed with those filters or narrower ones."""
+    held = {c["id"] for c in state["cells"]}
+    extra = [c.id for c in cells if c.id not in held]
+    if extra:
+        listed = ", ".join(extra[:3]) + (f" and {len(extra) - 3} more" if len(extra) > 3
+                                         else "")
+        raise UserError(f"--out {out} holds {len(held)} cell(s) and this resume selects "
+                        f"{len(extra)} it does not hold ({listed}); a resume only continues "
+                        "the cells its state.json lists",
+                        "resume with the --only/--skip filters the run was made with (or "
+                        "narrower ones), or run the other cells into a new --out and combine "
+                        "the runs with `crossbench merge`")
 
 
 def _copy_start_spread(m: Matrix, path: Path, out: Path) -> None:

@@ -204,7 +204,8 @@ FORMATS: dict[str, Format] = {
         1: "first version; its journal.jsonl lines carry no version of their own and are "
            "read by the state's. Added since without a version change (older readers ignore "
            "the key): journal_repairs, the torn journal tails `--resume` cut (utc, offset, "
-           "bytes, text)"}, {}),
+           "bytes, text); merged_from, the sources of a `crossbench merge` (dir, "
+           "state_sha256, cells, first_started_utc)"}, {}),
     "import": Format(STATE, IMPORT_KIND, 1, {
         1: "first version (cells with coords, baseline and dir; source; not_imported)"}, {}),
     "summary": Format(SUMMARY, SUMMARY_KIND, 2, {
