@@ -69,8 +69,8 @@ def test_each_fit_in_the_table_is_the_archives(sweeps: dict[str, list[dict[str, 
                                              ("DFlash", "dflash-a0.9")])
 def test_the_vllm_fits_across_rounds_are_crossbench_fits(method: str, arm: str,
                                                         tmp_path: Path) -> None:
-    """vLLM's EAGLE-3 and DFlash lines: round 4's two n and round 5's third (`crossbench fit`;
-    the sources' order changes nothing)."""
+    """vLLM's EAGLE-3 and DFlash lines: round 4's two n, round 5's third and its n = 4 start
+    after the round (`crossbench fit`; the sources' order changes nothing)."""
     import json
 
     from click.testing import CliRunner
@@ -79,11 +79,12 @@ def test_the_vllm_fits_across_rounds_are_crossbench_fits(method: str, arm: str,
 
     out = tmp_path / "fit.json"
     r = CliRunner().invoke(cli, ["fit", str(METHODS / "round5/h200-fits2-vllm-fits2.zip"),
+                                 str(METHODS / "round5/h200-fits2-vllm-warm.zip"),
                                  str(METHODS / "round4/h200-methods-round4-vllm.zip"),
                                  "--arm", arm, "--engine", "vllm", "--json", str(out)])
     assert r.exit_code == 0, r.output
     fit = json.loads(out.read_text())["fit"]
-    assert len(json.loads(out.read_text())["points"]) == 3
+    assert len(json.loads(out.read_text())["points"]) == 4
     row = table_row(method)
     assert interval(fit["d"], fit["d_ci95"], 3) in row, (row, fit)
     assert interval(fit["v"], fit["v_ci95"], 3) in row, (row, fit)
