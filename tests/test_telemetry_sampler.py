@@ -197,6 +197,31 @@ def test_other_processes_and_busy_gpus_fail():
         assert gpu_busy(nv, max_util_pct=60).status == "ok"
 
 
+def test_a_busy_gpu_is_given_time_to_fall_idle():
+    """NVML's utilization trails the work: a GPU that finishes a stopped server's kernels reads
+    busy for a moment (23 % on an H200, right after a vLLM server stopped). The trial's check
+    polls for ``settle_s`` and fails only when the GPU stays busy."""
+    gpu = ScriptedGpu(util_gpu_pct=23)
+    now = [0.0]
+    readings = iter([23, 15, 4])
+
+    def sleep(s: float) -> None:  # the scripted GPU winds down, one reading per poll
+        now[0] += s
+        gpu.util_gpu_pct = next(readings, 4)
+
+    with Nvml(ScriptedNvml([gpu])) as nv:
+        ok = gpu_busy(nv, settle_s=5.0, poll_s=0.5, clock=lambda: now[0], sleep=sleep)
+        assert (ok.status, ok.message) == ("ok", "every GPU is at or below 10 % utilization "
+                                                 "(after 1.5 s: GPU 0 at 23 % at first)")
+        assert ok.details["first_util_gpu_pct"] == {0: 23} and ok.details["waited_s"] == 1.5
+        gpu.util_gpu_pct, now[0] = 40, 0.0
+        readings = iter([40] * 100)
+        busy = gpu_busy(nv, settle_s=5.0, poll_s=0.5, clock=lambda: now[0], sleep=sleep)
+        assert (busy.status, busy.message) == ("fail", "GPUs are busy before the trial: GPU 0 "
+                                                       "at 40 % (still after 5 s)")
+        assert gpu_busy(nv).message == "GPUs are busy before the trial: GPU 0 at 40 %"
+
+
 def test_clocks_and_power_off_stock():
     nvml = ScriptedNvml([ScriptedGpu(app_clocks_mhz=(1500, 3201), power_limit_mw=450_000,
                                      persistence=False)])

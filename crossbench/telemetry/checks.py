@@ -65,18 +65,48 @@ def other_gpu_processes(nv: Nvml, own_pids: Iterable[int] = ()) -> Check:
                  details)
 
 
-def gpu_busy(nv: Nvml, max_util_pct: float = 10.0) -> Check:
-    """``fail`` when any GPU's utilization is above ``max_util_pct`` before a trial."""
-    util = {i: nv.sample(i, with_processes=False).util_gpu_pct for i in nv.indices()}
-    busy = {i: u for i, u in util.items() if u is not None and u > max_util_pct}
-    details = {"util_gpu_pct": util, "max_util_pct": max_util_pct}
+SETTLE_S = 5.0
+"""How long a trial's check waits for a busy GPU to fall idle. NVML's utilization is the share
+of its last sample period (up to a second) with a kernel running, and the GPU finishes a
+stopped server's work after the process has gone: on an H200 (2026-12-05) the check right after
+one vLLM server stopped read 23 % for a GPU that had no process on it."""
+
+
+def gpu_busy(nv: Nvml, max_util_pct: float = 10.0, settle_s: float = 0.0,
+             poll_s: float = 0.5, clock: Callable[[], float] = time.monotonic,
+             sleep: Callable[[float], None] = time.sleep) -> Check:
+    """``fail`` when any GPU's utilization is above ``max_util_pct`` before a trial, and stays
+    above it for ``settle_s`` (polled every ``poll_s``); the first reading and how long the
+    GPUs took to fall idle are in the details."""
+
+    def read() -> dict[int, float | None]:
+        return {i: nv.sample(i, with_processes=False).util_gpu_pct for i in nv.indices()}
+
+    def busy_of(util: dict[int, float | None]) -> dict[int, float]:
+        return {i: u for i, u in util.items() if u is not None and u > max_util_pct}
+
+    first = util = read()
+    start = clock()
+    while busy_of(util) and clock() - start < settle_s:
+        sleep(poll_s)
+        util = read()
+    waited = round(clock() - start, 2) if busy_of(first) else 0.0
+    busy = busy_of(util)
+    details = {"util_gpu_pct": util, "max_util_pct": max_util_pct, "first_util_gpu_pct": first,
+               "waited_s": waited}
     if not busy:
+        after = (f" (after {waited:g} s: {_util_list(busy_of(first))} at first)" if waited
+                 else "")
         return Check("gpu-idle", "ok", f"every GPU is at or below {max_util_pct:g} % "
-                     "utilization", None, details)
-    listed = ", ".join(f"GPU {i} at {u:g} %" for i, u in busy.items())
-    return Check("gpu-idle", "fail", f"GPUs are busy before the trial: {listed}",
-                 "wait for the other work to finish (nvidia-smi shows it), or use other GPUs",
-                 details)
+                     f"utilization{after}", None, details)
+    still = f" (still after {waited:g} s)" if waited else ""
+    return Check("gpu-idle", "fail", f"GPUs are busy before the trial: {_util_list(busy)}"
+                 f"{still}", "wait for the other work to finish (nvidia-smi shows it), or use "
+                 "other GPUs", details)
+
+
+def _util_list(busy: Mapping[int, float]) -> str:
+    return ", ".join(f"GPU {i} at {u:g} %" for i, u in busy.items())
 
 
 def clocks_and_power(nv: Nvml) -> list[Check]:
@@ -123,14 +153,15 @@ def clocks_and_power(nv: Nvml) -> list[Check]:
 
 def before_trial(own_pids: Iterable[int] = (), nvml: NvmlProvider | None = None,
                  max_util_pct: float = 10.0) -> list[Check]:
-    """Processes, utilization, clocks and power before a trial; one ``info`` without a GPU."""
+    """Processes, utilization (a busy GPU given :data:`SETTLE_S` to fall idle), clocks and
+    power before a trial; one ``info`` without a GPU."""
     try:
         nv = Nvml.open(nvml)
     except NvmlUnavailable as e:
         return [Check("gpu", "info", f"no GPU: {e.reason}", None, {"reason": e.reason})]
     with nv:
-        return [other_gpu_processes(nv, own_pids), gpu_busy(nv, max_util_pct),
-                *clocks_and_power(nv)]
+        return [other_gpu_processes(nv, own_pids),
+                gpu_busy(nv, max_util_pct, settle_s=SETTLE_S), *clocks_and_power(nv)]
 
 
 def memory_used_now(nvml: NvmlProvider | None = None) -> dict[int, int]:
