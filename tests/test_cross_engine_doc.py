@@ -34,8 +34,8 @@ CELLS = [
 def table_row(method: str) -> str:
     """The cost-model table's row of ``method``."""
     text = DOC.read_text()
-    start = text.index("## The cost model per engine and method")
-    table = text[start:text.index("\n## ", start + 1)]
+    start = text.index("| method | llama.cpp d |")  # the cost-model table (not "At a glance")
+    table = text[start:text.index("\n\n", start)]
     (line,) = [ln for ln in table.splitlines() if ln.startswith(f"| {method} |")]
     return line
 
