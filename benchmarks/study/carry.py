@@ -55,8 +55,7 @@ def cut(pack: Path, out_dir: Path, part_bytes: int = PART_BYTES,
     return has room (bytes and files), until every part has gone: a pack larger than one
     call's return travels over several calls. Returns the parts written by this call."""
     stage = _stage(pack, part_bytes)
-    ledger = stage / "sent"
-    sent = set(ledger.read_text().split()) if ledger.is_file() else set()
+    sent = _sent(stage)
     held = [p for p in out_dir.iterdir() if p.is_file()]
     used, files = sum(p.stat().st_size for p in held), len(held)
     written = []
@@ -69,7 +68,7 @@ def cut(pack: Path, out_dir: Path, part_bytes: int = PART_BYTES,
         shutil.copy2(part, out_dir / part.name)
         used, files = used + size, files + 1
         written.append(out_dir / part.name)
-        with ledger.open("a") as f:
+        with (stage / "sent").open("a") as f:
             f.write(part.name + "\n")
     return written
 
@@ -77,9 +76,15 @@ def cut(pack: Path, out_dir: Path, part_bytes: int = PART_BYTES,
 def left(pack: Path) -> int:
     """How many parts of ``pack`` (cut by :func:`cut`) no call has returned yet."""
     stage = pack.with_name(pack.name + ".parts")
-    ledger = stage / "sent"
-    sent = set(ledger.read_text().split()) if ledger.is_file() else set()
+    sent = _sent(stage)
     return sum(1 for p in stage.glob(f"{pack.name}.p*of*") if p.name not in sent)
+
+
+def _sent(stage: Path) -> set[str]:
+    """The parts an earlier call returned (``stage/sent``; a call whose files did not come
+    back: delete its lines there and call again)."""
+    ledger = stage / "sent"
+    return set(ledger.read_text().split()) if ledger.is_file() else set()
 
 
 def _rank(part: Path) -> int:
