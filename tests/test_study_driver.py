@@ -374,7 +374,10 @@ def test_land_turns_a_device_calls_files_into_verified_archives(
         tar.add(root, arcname=root.name)
     with tarfile.open(files_at / "logs.tgz", "w:gz") as tar:
         tar.add(m, arcname="calls.txt")
-    (files_at / "vllm-compile.tgz.p0of1").write_bytes(b"a compile cache's only part")
+    (files_at / "vllm-compile.tgz.p1of2").write_bytes(b"part")  # the cache's last call
+    earlier = tmp_path / "files-earlier"
+    earlier.mkdir()
+    (earlier / "vllm-compile.tgz.p0of2").write_bytes(b"a compile cache's first ")
     rounds = tmp_path / "rounds.yaml"
     rounds.write_text(yaml.safe_dump({"rounds": {"x": {
         "purpose": "a landing test on the stand-in",
@@ -385,7 +388,8 @@ def test_land_turns_a_device_calls_files_into_verified_archives(
     dest = tmp_path / "examples" / "roundx"
     carried = tmp_path / "repo" / ".carry" / "vllm-compile"
     argv = ["land", "x", str(files_at), str(dest), "--part", "2", "--rounds", str(rounds),
-            "--carry-dir", str(carried), "--work", str(tmp_path / "work")]
+            "--carry-dir", str(carried), "--carry-from", str(earlier),
+            "--work", str(tmp_path / "work")]
     assert study.main(argv) == 0
     said = capsys.readouterr().out.splitlines()
     zip_ = dest / "h200-x-part2-ran.zip"
@@ -394,9 +398,10 @@ def test_land_turns_a_device_calls_files_into_verified_archives(
     assert said[1:] == ["split: command exited 0; copied split-c16.json, split.json",
                         "lost: not run (no h200-cross-roundx/lost/state.json)",
                         f"device logs: {dest / 'device-logs-part2.tgz'}",
-                        f"vLLM compile cache: 1 part(s) kept in {carried} for the next "
+                        f"vLLM compile cache: 2 part(s) kept in {carried} for the next "
                         "lease's calls (docs/h200-rounds.md)"]
-    assert (carried / "vllm-compile.tgz.p0of1").read_bytes() == b"a compile cache's only part"
+    assert b"".join((carried / f"vllm-compile.tgz.p{k}of2").read_bytes() for k in (0, 1)) == \
+        b"a compile cache's first part"
     assert (dest / "report-ran.md").read_text().strip()
     assert "| " in (dest / "datapoint-ran.md").read_text()
     assert (dest / "split.json").read_text() == '{"rows": []}\n'

@@ -38,6 +38,7 @@ import shlex
 import subprocess
 import sys
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -385,7 +386,7 @@ def _last(text: str) -> str:
 
 
 def land(r: Round, files_at: Path, dest: Path, work: Path, creator: str = CREATOR,
-         carry_dir: Path | None = None) -> int:
+         carry_dir: Path | None = None, carry_from: Sequence[Path] = ()) -> int:
     """Land what a device call brought back for round ``r`` (``files_at``: its ``run.tgz`` and
     ``logs.tgz``): unpack the run directory into ``work`` (emptied first where an earlier
     ``land`` made it; any other non-empty folder is refused), then for each matrix step that ran
@@ -394,8 +395,9 @@ def land(r: Round, files_at: Path, dest: Path, work: Path, creator: str = CREATO
     verify the copy, write its report (``report-STEP.md``, ``plots-STEP/``) and PR datapoint
     (``datapoint-STEP.md``); a command step's ``STEP.json``, ``STEP-*.json`` and ``STEP.log``
     are copied; the device logs become ``device-logs[-partN].tgz``; the vLLM compile cache's
-    parts, where the call brought a whole set, replace those in ``carry_dir`` (default
-    :data:`CARRY_COMPILE`), for the next lease (benchmarks/study/carry.py). Prints one line
+    parts, gathered from the lease's calls (``carry_from``, then ``files_at``), replace those
+    in ``carry_dir`` (default :data:`CARRY_COMPILE`) once a set is whole, for the next lease
+    (benchmarks/study/carry.py). Prints one line
     per step; returns 1 when a step that ran could not be landed or its archive fails to
     verify, else 0."""
     import shutil
@@ -483,7 +485,8 @@ def land(r: Round, files_at: Path, dest: Path, work: Path, creator: str = CREATO
         shutil.copy2(logs, target)
         print(f"device logs: {target}")
     carry = _carry_module()
-    kept = carry.keep(files_at, carry_dir or CARRY_COMPILE)
+    kept = [p for folder in (*carry_from, files_at)
+            for p in carry.keep(folder, carry_dir or CARRY_COMPILE)]
     if kept:
         print(f"vLLM compile cache: {len(kept)} part(s) kept in {carry_dir or CARRY_COMPILE} "
               "for the next lease's calls (docs/h200-rounds.md)")
@@ -597,6 +600,9 @@ def main(argv: list[str] | None = None) -> int:
             sp.add_argument("--creator", default=CREATOR)
             sp.add_argument("--carry-dir", type=Path, default=None, help="where the vLLM "
                             "compile cache's parts go (default: .carry/vllm-compile)")
+            sp.add_argument("--carry-from", type=Path, action="append", default=[],
+                            help="another call folder of the lease whose compile-cache parts "
+                            "to keep too (repeatable; the cache returns over several calls)")
         if cmd == "dry":
             sp.add_argument("--dir", default="DIR")
         sp.add_argument("--part", type=int, default=None)
@@ -653,7 +659,7 @@ def main(argv: list[str] | None = None) -> int:
                   "(docs/h200-rounds.md)", file=sys.stderr)
             return 2
         work = a.work or Path("/tmp") / f"crossbench-land-{r.name}-{r.part or 0}"
-        return land(r, a.files_at, a.dest, work, a.creator, a.carry_dir)
+        return land(r, a.files_at, a.dest, work, a.creator, a.carry_dir, a.carry_from)
     return run(r, a.dir)
 
 
