@@ -148,3 +148,46 @@ def test_parts_of_two_cuts_are_never_joined(carry: ModuleType, tmp_path: Path) -
                                         "parts (cc.tgz.p0of1, cc.tgz.p0of2, cc.tgz.p1of2): "
                                         "not joined"]
     assert carry.keep(tmp_path, tmp_path / "kept") == []
+
+
+def test_waiting_names_the_sets_that_lack_parts(carry: ModuleType, tmp_path: Path,
+                                                capsys: pytest.CaptureFixture[str]) -> None:
+    assert carry.waiting(tmp_path / "none") == [] and carry.main(["waiting", str(tmp_path)]) == 0
+    (tmp_path / "cc.tgz.p0of3").write_bytes(b"a")
+    (tmp_path / "cc.tgz.p2of3").write_bytes(b"c")
+    assert carry.main(["waiting", str(tmp_path)]) == 1
+    assert capsys.readouterr().out.strip() == "cc.tgz: 2 of 3 parts"
+    (tmp_path / "cc.tgz.p1of3").write_bytes(b"b")
+    assert carry.waiting(tmp_path) == []
+
+
+def test_run_sh_holds_the_round_while_the_carried_cache_lacks_parts(tmp_path: Path) -> None:
+    """run.sh's cc_ready (step 5), run alone: a round does not start while some of the
+    compile cache's parts have come and others not (it would run cold), unless CC_COLD=1 or
+    the round has started already."""
+    import os
+    import re
+    import subprocess
+
+    root = Path(__file__).resolve().parents[1]
+    text = (root / "benchmarks" / "study" / "run.sh").read_text()
+    m = re.search(r"^cc_ready\(\) \{\n.*?^\}\n", text, re.S | re.M)
+    assert m is not None
+    cc_in, log = tmp_path / "cc-in", tmp_path / "log"
+    cc_in.mkdir()
+    log.mkdir()
+    script = m.group(0).replace("/tmp/cc-in", str(cc_in)) + \
+        'say() { echo "$*"; }\ncc_ready && echo READY\n'
+
+    def ready(**env: str) -> str:
+        return subprocess.run(["bash", "-c", script], cwd=root, capture_output=True, text=True,
+                              env={"PATH": os.environ["PATH"], "LOG": str(log), "ROUND": "x",
+                                   **env}).stdout
+
+    assert ready() == "READY\n"  # no cache carried: the round starts
+    (cc_in / "cc.tgz.p0of2").write_bytes(b"a")
+    said = ready()
+    assert "READY" not in said and "(cc.tgz: 1 of 2 parts)" in said and "CC_COLD=1" in said
+    assert ready(CC_COLD="1") == "READY\n"
+    (log / "round.started").touch()
+    assert ready() == "READY\n"

@@ -6,11 +6,12 @@ leases").
 A device call returns at most 8 files of 16 MB each, 64 MB together, and carries at most
 64 MiB with the working tree, so a pack (``crossbench engines compile-cache pack``) travels in
 parts of at most :data:`PART_BYTES`, named ``NAME.pKofN`` (K from 0): a set is whole when
-every K below N is there. Three steps, each its own subcommand::
+every K below N is there. Three steps and a check, each its own subcommand::
 
     python3 benchmarks/study/carry.py out PACK OUT_DIR     # on the device: the next parts
     python3 benchmarks/study/carry.py keep FILES_AT DIR    # here, per call: keep the parts
     python3 benchmarks/study/carry.py join DIR             # on the device: whole sets joined
+    python3 benchmarks/study/carry.py waiting DIR          # exit 1 while a set lacks parts
 
 ``out`` cuts PACK once (``PACK.parts/``) and copies into OUT_DIR the next parts that the
 call's return limits leave room for beside what OUT_DIR holds already (run.tgz, logs.tgz);
@@ -164,6 +165,13 @@ def join(folder: Path) -> tuple[list[Path], list[str]]:
     return joined, waiting
 
 
+def waiting(folder: Path) -> list[str]:
+    """The part sets in ``folder`` that some parts of have come and others not yet (one line
+    each): a round started now would run cold for the configurations they hold."""
+    return [f"{name}: {len(parts)} of {n} parts" for name, (n, parts) in sets(folder).items()
+            if n and set(parts) != set(range(n))]
+
+
 def keep(files_at: Path, dest: Path) -> list[Path]:
     """Keep the parts a call brought back (``files_at``) in ``dest/incoming/``, where the parts
     of one set gather over the calls of a lease; once a set is whole there, it replaces what
@@ -194,7 +202,7 @@ def keep(files_at: Path, dest: Path) -> list[Path]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """The three subcommands; each prints one line per file or set."""
+    """The subcommands; each prints one line per file or set."""
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     sub = p.add_subparsers(dest="cmd", required=True)
     o = sub.add_parser("out", help="cut a pack into parts where the call's return has room")
@@ -205,6 +213,8 @@ def main(argv: list[str] | None = None) -> int:
     k.add_argument("dest", type=Path)
     j = sub.add_parser("join", help="join the whole part sets of a folder")
     j.add_argument("folder", type=Path)
+    w = sub.add_parser("waiting", help="exit 1 while a set in a folder lacks parts")
+    w.add_argument("folder", type=Path)
     a = p.parse_args(argv)
     if a.cmd == "out":
         parts = cut(a.pack, a.out_dir)
@@ -220,10 +230,15 @@ def main(argv: list[str] | None = None) -> int:
         print(f"kept {len(kept)} compile-cache part(s) in {a.dest}" if kept else
               f"no set completed by {a.files_at} (parts so far in {a.dest / 'incoming'})")
         return 0
-    joined, waiting = join(a.folder)
-    for w in joined:
-        print(f"joined {w}")
-    for line in waiting:
+    if a.cmd == "waiting":
+        lines = waiting(a.folder)
+        for line in lines:
+            print(line)
+        return 1 if lines else 0
+    joined, left_out = join(a.folder)
+    for whole in joined:
+        print(f"joined {whole}")
+    for line in left_out:
         print(line)
     return 0
 

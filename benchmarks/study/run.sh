@@ -254,8 +254,17 @@ RUN=$CROSSBENCH_CACHE/h200-cross-round${ROUND:-1}
 # 5. a round: `study.py run` in its own process session. It outlives this call, so no trial
 #    is cut at a call's end (a vLLM start alone takes minutes). Each call waits while it runs
 #    and then packs what has finished; the last call packs what finished before the lease ended.
+#    A compile cache whose parts have begun to come holds the round's start until the rest
+#    has come (a round started without it runs cold): call again with them, or CC_COLD=1.
+cc_ready() {
+  [ -f "$LOG/round.started" ] || [ -n "${CC_COLD:-}" ] && return 0
+  local w; w=$(python3 benchmarks/study/carry.py waiting /tmp/cc-in) && return 0
+  say "round ${ROUND:-}: not started, the compile cache's parts are not all here ($w): carry \
+the rest (.carry/vllm-compile/) in the next call, or call with CC_COLD=1 to start without it"
+  return 1
+}
 if [ -n "${ROUND:-}" ] && { [ -n "$vprefix" ] || [ "$need_vllm" = 0 ]; } \
-    && { [ -n "$sprefix" ] || [ "$need_sglang" = 0 ]; } && wait_setup; then
+    && { [ -n "$sprefix" ] || [ "$need_sglang" = 0 ]; } && cc_ready && wait_setup; then
   if ! pgrep -f "crossbench matrix" >/dev/null \
       && ! pgrep -f "benchmarks/study/study.py run" >/dev/null \
       && [ ! -f "$LOG/matrix-round$ROUND.exit" ]; then
