@@ -76,7 +76,7 @@ def cut(pack: Path, out_dir: Path, part_bytes: int = PART_BYTES,
 
 def left(pack: Path) -> int:
     """How many parts of ``pack`` (cut by :func:`cut`) no call has returned yet."""
-    stage = pack.with_name(pack.name + ".parts")
+    stage = _stage_dir(pack)
     sent = _sent(stage)
     return sum(1 for p in stage.glob(f"{pack.name}.p*of*") if p.name not in sent)
 
@@ -94,9 +94,14 @@ def _rank(part: Path) -> int:
     return int(m["k"])
 
 
+def _stage_dir(pack: Path) -> Path:
+    """Where :func:`cut` keeps the parts of ``pack`` and its ledger: ``PACK.parts/``."""
+    return pack.with_name(pack.name + ".parts")
+
+
 def _stage(pack: Path, part_bytes: int) -> Path:
     """``PACK.parts/`` holding every part of ``pack`` (cut on the first call only)."""
-    stage = pack.with_name(pack.name + ".parts")
+    stage = _stage_dir(pack)
     if (stage / "cut.done").is_file():
         return stage
     if stage.is_dir():

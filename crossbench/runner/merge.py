@@ -93,6 +93,8 @@ class Piece:
     """Complete lines of each file of :data:`JSONL_FILES` it has (torn tails left out)."""
     torn: dict[str, int] = field(default_factory=dict)
     """Bytes of a torn last line left out, by file."""
+    journal_cells: set[str] = field(default_factory=set)
+    """The cells its journal has entries for."""
 
     @property
     def cell_ids(self) -> list[str]:
@@ -192,10 +194,11 @@ def _read_piece(src: Path) -> Piece:
         raise UserError(f"{src} holds an import ({rundir.STATE} kind {rundir.IMPORT_KIND}), "
                         "not a matrix run", "merge only `crossbench matrix` run directories")
     state = read_state(src)  # refused when damaged, newer, or lacking what a resume needs
-    read_journal(src)  # refused when a complete line is not a journal entry
+    journal = read_journal(src)  # refused when a complete line is not a journal entry
     rundir.read_stops(src)
     rundir.read_predictions(src)  # damaged lines refused as the runner refuses them
-    piece = Piece(src, state, sha256_file(src / rundir.STATE), _first_start(src, state))
+    piece = Piece(src, state, sha256_file(src / rundir.STATE), _first_start(src, state),
+                  journal_cells={cid for cid, _ in journal})
     for name in JSONL_FILES:
         path = src / name
         if not path.exists():
@@ -251,7 +254,7 @@ def _check_disjoint(pieces: list[Piece]) -> None:
     owner: dict[str, Path] = {}
     folders: dict[str, tuple[str, Path]] = {}
     for p in pieces:
-        ids = set(p.cell_ids) | {cid for cid, _ in read_journal(p.root)}
+        ids = set(p.cell_ids) | p.journal_cells
         for cid in sorted(ids, key=lambda c: (c not in p.cell_ids, c)):
             if cid in owner:
                 raise UserError(f"cell {cid} is in two sources: {owner[cid]} and {p.root}",
@@ -266,19 +269,27 @@ def _check_disjoint(pieces: list[Piece]) -> None:
             folders[key] = (c["id"], p.root)
 
 
-def _matrix_file(pieces: list[Piece]) -> bytes:
-    """The bytes of the sources' ``matrix.yaml``: the same in every source that has one and
-    of the sha256 their state.json records."""
+def _same_bytes(pieces: list[Piece], name: str, why: str, fix: str
+                ) -> tuple[Path, bytes] | None:
+    """The bytes of the file ``name`` of the sources that have one, refused (``why`` after
+    the two paths, ``fix``) where two of them differ; None where no source has it."""
     found: tuple[Path, bytes] | None = None
     for p in pieces:
-        path = p.root / rundir.MATRIX_FILE
+        path = p.root / name
         if not path.exists():
             continue
         data = path.read_bytes()
         if found is not None and data != found[1]:
-            raise UserError(f"{rundir.MATRIX_FILE} differs between the sources: "
-                            f"{found[0]} and {path}", SAME_FIX)
+            raise UserError(f"{name} differs between the sources: {found[0]} and {path}{why}",
+                            fix)
         found = (path, data)
+    return found
+
+
+def _matrix_file(pieces: list[Piece]) -> bytes:
+    """The bytes of the sources' ``matrix.yaml``: the same in every source that has one and
+    of the sha256 their state.json records."""
+    found = _same_bytes(pieces, rundir.MATRIX_FILE, "", SAME_FIX)
     if found is None:
         raise UserError(f"no source holds its {rundir.MATRIX_FILE}",
                         "resume one of them (`crossbench matrix MATRIX_FILE --out PIECE "
@@ -294,18 +305,10 @@ def _matrix_file(pieces: list[Piece]) -> bytes:
 
 def _start_spread(pieces: list[Piece]) -> bytes | None:
     """The sources' ``start-spread.json``: the one copy, or copies that are all the same."""
-    found: tuple[Path, bytes] | None = None
-    for p in pieces:
-        path = p.root / rundir.START_SPREAD
-        if not path.exists():
-            continue
-        data = path.read_bytes()
-        if found is not None and data != found[1]:
-            raise UserError(f"{rundir.START_SPREAD} differs between the sources: {found[0]} "
-                            f"and {path} (their decisions used different start spreads)",
-                            "merge pieces run with the same start_spread file (or none), or "
-                            "analyse them apart")
-        found = (path, data)
+    found = _same_bytes(pieces, rundir.START_SPREAD,
+                        " (their decisions used different start spreads)",
+                        "merge pieces run with the same start_spread file (or none), or "
+                        "analyse them apart")
     return None if found is None else found[1]
 
 
