@@ -250,3 +250,25 @@ def test_an_interval_over_few_prompts_is_flagged_optimistic(tmp_path):
     w = _warning(r, "few_clusters")
     assert "resamples 4 prompts" in w["message"] and "optimistic" in w["message"]
     assert "10 or more prompts" in w["action"]
+
+
+
+def test_a_cell_a_cut_run_never_ran_raises_no_integrity_failure():
+    """Round alpha part 1 (an H100, 2026-12-05) was cut by the lease's end as DFlash n = 1
+    started: the cell holds no trial, its verdict says too few samples, and no acceptance
+    check claims that speculation was configured and drafted nothing."""
+    from pathlib import Path
+
+    from crossbench.frames import open_run
+
+    archive = (Path(__file__).resolve().parents[1]
+               / "examples/h100-methods/alpha-part1/h100-alpha-part1-vllm-alpha.zip")
+    with open_run(archive, OPTS) as frames:
+        pairs = {p["cell"]: p for p in frames.analysis["pairs"]}
+        stability = frames.analysis["stability"]
+    cut = pairs["vllm/t8b-hf/dflash-a0.9/n1/builtin-mixed/c1"]
+    assert cut["verdict"] == "too few samples" and cut["speedup"]["n_samples"] == 0
+    assert [w for w in cut["warnings"] if w["kind"] == "integrity"] == []
+    assert not [w for w in stability if w["kind"] == "integrity"]
+    ran = pairs["vllm/t8b-hf/eagle3-a0.9/n1/builtin-mixed/c1"]  # the cells that ran still pass
+    assert ran["speedup"]["n_samples"] == 32 and ran["verdict"] == "faster"

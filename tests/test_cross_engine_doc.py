@@ -88,3 +88,75 @@ def test_the_vllm_fits_across_rounds_are_crossbench_fits(method: str, arm: str,
     row = table_row(method)
     assert interval(fit["d"], fit["d_ci95"], 3) in row, (row, fit)
     assert interval(fit["v"], fit["v_ci95"], 3) in row, (row, fit)
+
+
+H100 = ROOT / "examples" / "h100-methods"
+
+
+def h100_section() -> str:
+    """The page's section on vLLM's H100 lease of 2026-12-05."""
+    text = DOC.read_text()
+    start = text.index("## vLLM's verdicts on fresh starts, its batch shapes and the other alpha")
+    return text[start:text.index("\n## ", start + 3)]
+
+
+def test_vllms_h100_verdicts_are_the_archives() -> None:
+    """Each verdict row: the speedup, its request interval and its starts-as-samples interval,
+    recomputed from the archive; the verdict word only where the start interval agrees."""
+    section = h100_section()
+    with open_run(H100 / "verdicts-part2/h100-verdicts-part2-vllm-verdicts.zip") as frames:
+        pairs = {p["arm"]: p for p in frames.analysis["pairs"]}
+    for arm, name in (("eagle3-a0.9", "EAGLE-3 n = 4"), ("dflash-a0.9", "DFlash n = 4")):
+        sp = pairs[arm]["speedup"]
+        (row,) = [ln for ln in section.splitlines() if ln.startswith(f"| {name} |")]
+        assert f"| {sp['geomean']:.3f} |" in row
+        assert f"[{sp['ci95'][0]:.3f}, {sp['ci95'][1]:.3f}]" in row
+        lo, hi = sp["start_ci95"]
+        assert f"[{lo:.3f}, {hi:.3f}]" in row
+        assert lo > 1 and "**faster**" in row, row
+        tau = pairs[arm]["acceptance"]["mean_acceptance_length"]
+        assert f"{tau / sp['geomean']:.3f}" in section  # C(4) = MAL / speedup
+
+
+def test_vllms_step_split_by_batch_shape_is_decompose(tmp_path: Path) -> None:
+    """The verification column: `crossbench decompose --verify-from` on the batch-shape run."""
+    import json
+
+    from click.testing import CliRunner
+
+    from crossbench.cli.main import cli
+
+    out = tmp_path / "split.json"
+    r = CliRunner().invoke(cli, ["decompose", "--verify-from",
+                                 str(H100 / "verdicts-part2/h100-verdicts-part2-vllm-shapes.zip"),
+                                 "--n", "1,2,4,8,15", "--method", "draft-eagle3",
+                                 "--out", str(out)])
+    assert r.exit_code == 0, r.output
+    rows = json.loads(out.read_text())["rows"]
+    said = "verification " + ", ".join(f"{row['verify_steps']:.2f}" for row in rows)
+    assert said in " ".join(h100_section().split()), said
+    assert f"plain step {rows[0]['plain_ms']:.2f} ms" in h100_section()
+
+
+def test_the_eagle3_line_over_three_machines_is_a_crossbench_fit(tmp_path: Path) -> None:
+    import json
+
+    from click.testing import CliRunner
+
+    from crossbench.cli.main import cli
+
+    out = tmp_path / "fit.json"
+    r = CliRunner().invoke(cli, [
+        "fit", str(METHODS / "round4/h200-methods-round4-vllm.zip"),
+        str(METHODS / "round5/h200-fits2-vllm-fits2.zip"),
+        str(METHODS / "round5/h200-fits2-vllm-warm.zip"),
+        str(H100 / "verdicts-part2/h100-verdicts-part2-vllm-verdicts.zip"),
+        str(H100 / "alpha-part1/h100-alpha-part1-vllm-alpha.zip"),
+        "--arm", "eagle3-a0.9", "--engine", "vllm", "--json", str(out)])
+    assert r.exit_code == 0, r.output
+    result = json.loads(out.read_text())
+    fit = result["fit"]
+    assert sorted(p["n"] for p in result["points"]) == [1, 2, 4, 4, 4, 8]
+    section = " ".join(h100_section().split())
+    assert f"d {interval(fit['d'], fit['d_ci95'], 3)}, v {interval(fit['v'], fit['v_ci95'], 4)}" \
+        in section, fit

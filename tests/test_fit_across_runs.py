@@ -272,3 +272,30 @@ def test_the_order_of_the_sources_changes_nothing(tmp_path):
         assert a["fit"][key] == pytest.approx(b["fit"][key], rel=1e-12), key
     assert {s["path"]: s["seed"] for s in a["sources"]} == \
         {s["path"]: s["seed"] for s in b["sources"]} == {str(round2): 0, str(ROUND4_VLLM): 1}
+
+
+def _cut_short(root: Path, n: int) -> None:
+    """Make the run look cut short before the arm's cell at ``n`` ran: its cell folder holds
+    no trial and no request."""
+    (cell,) = [p for p in root.glob("cells/*") if f"__n{n}__" in p.name]
+    m = json.loads((cell / "manifest.json").read_text())
+    m["trials"] = []
+    (cell / "manifest.json").write_text(json.dumps(m))
+    (cell / "requests.jsonl").write_text("")
+
+
+def test_a_cell_a_cut_run_never_ran_is_left_out_and_named(tmp_path):
+    whole = _run(tmp_path / "a", [1, 2], 100.0, seed=3)
+    cut = _run(tmp_path / "b", [4, 8], 60.0, seed=4)
+    _cut_short(cut, 8)
+    result = fit_across([_source(whole), _source(cut)], "dft")
+    assert [p["n"] for p in result["points"]] == [1, 2, 4]
+    f = result["fit"]
+    assert f["d_ci95"] is not None and f["d_ci95"][0] < D < f["d_ci95"][1]
+    assert f["v_ci95"] is not None and f["v_ci95"][0] < V < f["v_ci95"][1]
+    assert any("left out 1 cell(s) with no measured trial (source 2 n=8)" in note
+               for note in result["notes"])
+    _cut_short(cut, 4)  # nothing of the arm measured in that run: refused, naming it
+    with pytest.raises(UserError, match="has a measured trial") as e:
+        fit_across([_source(whole), _source(cut)], "dft")
+    assert str(cut) in e.value.message

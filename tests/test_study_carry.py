@@ -191,3 +191,68 @@ def test_run_sh_holds_the_round_while_the_carried_cache_lacks_parts(tmp_path: Pa
     assert ready(CC_COLD="1") == "READY\n"
     (log / "round.started").touch()
     assert ready() == "READY\n"
+
+
+def _sized(path: Path, size: int) -> Path:
+    """A file of ``size`` bytes (sparse: nothing is written)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("wb") as f:
+        f.truncate(size)
+    return path
+
+
+def test_calls_fill_each_call_up_to_the_carry_limit(carry: ModuleType, tmp_path: Path) -> None:
+    """A lease's carry lists: the first call the wheels, the source and pack.json; then the
+    pack's parts and the compile cache's, as many a call as fit beside the tree, every call
+    under the limit and every part carried exactly once, in order."""
+    mb = 1_000_000
+    whl = _sized(tmp_path / ".whl" / "a.whl", 3 * mb)
+    src = _sized(tmp_path / "src.tgz", 12 * mb)
+    meta = _sized(tmp_path / "pack" / "pack.json", 50_000)
+    pack = [_sized(tmp_path / "pack" / f"payload.tar.part00{k}", 20 * mb) for k in range(3)]
+    cache = [_sized(tmp_path / "cc" / f"vllm-compile.tgz.p{k}of4", 12 * mb) for k in range(4)]
+    limit = 66 * mb
+    plan = carry.calls(44 * mb, [tmp_path / ".whl", src], [meta], pack + cache, limit)
+    assert plan[0] == [tmp_path / ".whl", src, meta]
+    assert [q for c in plan[1:] for q in c if q != meta] == pack + cache
+    assert all(meta in c for c in plan)
+    assert all(44 * mb + sum(carry._size(q) for q in c) <= limit for c in plan)
+    # 44 + 20 fits, 44 + 20 + 12 does not; two 12 MB cache parts do not fit together either
+    assert [len(c) - 1 for c in plan[1:]] == [1, 1, 1, 1, 1, 1, 1]
+    roomy = carry.calls(30 * mb, [whl], [meta], pack + cache, limit)  # a smaller tree
+    assert roomy[0] == [whl, meta, pack[0]]  # a part rides with the first call where it fits
+    assert [[q.name for q in c[1:]] for c in roomy[1:]] == [
+        ["payload.tar.part001"], ["payload.tar.part002", "vllm-compile.tgz.p0of4"],
+        ["vllm-compile.tgz.p1of4", "vllm-compile.tgz.p2of4"], ["vllm-compile.tgz.p3of4"]]
+    with pytest.raises(ValueError, match="part002.*does not fit"):
+        carry.calls(44 * mb, [whl], [meta], [*pack[:2], _sized(pack[2], 23 * mb)], limit)
+    assert carry.calls(44 * mb, [whl], [meta], [], limit) == [[whl, meta]]
+
+
+def test_calls_cli_reads_the_tree_git_would_copy(tmp_path: Path) -> None:
+    """`carry.py calls` in a checkout: the tree is its tracked and unignored files, so a
+    planned call is never over the limit for want of counting a new example."""
+    import subprocess
+    import sys
+
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    subprocess.run(["git", "init", "-q", str(repo)], check=True)
+    (repo / ".gitignore").write_text(".carry/\n.whl/\n")
+    _sized(repo / "examples" / "a.zip", 5_000_000)  # untracked, not ignored: it travels
+    _sized(repo / ".carry" / "vllm-0.26.0" / "pack.json", 1000)
+    _sized(repo / ".carry" / "vllm-0.26.0" / "payload.tar.part000", 35_000_000)
+    _sized(repo / ".carry" / "vllm-0.26.0" / "payload.tar.part001", 35_000_000)
+    _sized(repo / ".whl" / "a.whl", 1000)
+    script = Path(__file__).resolve().parents[1] / "benchmarks" / "study" / "carry.py"
+    r = subprocess.run([sys.executable, str(script), "calls"], cwd=repo, capture_output=True,
+                       text=True, check=False)
+    assert r.returncode == 0, r.stderr
+    lines = r.stdout.splitlines()
+    tree = 5_000_000 + len(".carry/\n.whl/\n")
+    assert lines[0].startswith(f"tree {tree} bytes; 2 calls")
+    assert lines[1] == (f'call 1 ({tree + 35_002_000} bytes): ".whl", '
+                        '".carry/vllm-0.26.0/pack.json", ".carry/vllm-0.26.0/payload.tar.part000"')
+    assert lines[2] == (f'call 2 ({tree + 35_001_000} bytes): ".carry/vllm-0.26.0/pack.json", '
+                        '".carry/vllm-0.26.0/payload.tar.part001"')
+    assert len(lines) == 3

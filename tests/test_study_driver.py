@@ -65,14 +65,14 @@ def test_the_rounds_file_lists_every_round_of_the_former_scripts(study: ModuleTy
         ("naive", None), ("twostart", None), ("hoststart", None), ("methods", 3), ("methods", 4),
         ("moe", 2), ("moe", 3), ("moe", 5), ("moe", 7), ("fits2", None),
         ("sglang-methods", None), ("sglang-mtp", None), ("startup-next", None),
-        ("verdicts", 2), ("moe", 10), ("moe", 11), ("alpha", None)}
+        ("verdicts", 2), ("moe", 10), ("moe", 11), ("alpha", 1), ("alpha", 2)}
     assert {k for k, r in by.items() if r.drafters} == {("methods", p) for p in (1, 2, 3, 4)} | {
         ("fits", None), ("fits2", None), ("verdicts", 1), ("verdicts", 2),
-        ("sglang-methods", None), ("alpha", None)}
+        ("sglang-methods", None), ("alpha", 1), ("alpha", 2)}
     assert {k for k, r in by.items() if not r.verify_hf} == {
         ("methods", 3), ("methods", 4), ("mtp", None), ("fits", None), ("fits2", None),
         ("verdicts", 1), ("verdicts", 2), ("sglang-methods", None), ("sglang-mtp", None),
-        ("startup-next", None), ("alpha", None)} | {("moe", p) for p in range(1, 12)}
+        ("startup-next", None), ("alpha", 1), ("alpha", 2)} | {("moe", p) for p in range(1, 12)}
     # the MTP round makes the Qwen3.5 target first, then the qwen3-8b pair only where it fits
     assert by[("mtp", None)].fixtures == (("path mtp-target --shape qwen3-8b", 0),
                                           ("make --shape qwen3-8b", 26))
@@ -172,7 +172,13 @@ def test_every_round_matrix_validates_and_every_selection_picks_cells(
                 assert {int(c.coords["concurrency"]) for c in chosen} == {1, 16}
                 order = [cid for cid, _ in run_order(m, chosen)]
                 assert "/none/" in order[0], order
-    assert checked == 47
+            if (r.name, step.name) == ("alpha", "vllm-alpha-rest"):  # what part 1 did not reach
+                arms = {(str(c.coords.get("arm")), c.coords.get("n")) for c in chosen}
+                assert arms == {("none", None), ("eagle3-a0.7", 4), ("dflash-a0.9", 1),
+                                ("dflash-a0.7", 4)}, arms
+                assert {int(c.coords["concurrency"]) for c in chosen} == {1, 16}
+                assert "/none/" in next(iter(run_order(m, chosen)))[0]
+    assert checked == 48
 
 
 def test_a_selector_with_an_unknown_key_is_refused(study: ModuleType) -> None:
@@ -365,6 +371,10 @@ def test_land_turns_a_device_calls_files_into_verified_archives(
     m = stand_in_matrix(tmp_path, trials=2, sequential=None,
                         load={"requests": 3, "warmup": 1, "max_tokens": 16})
     run_matrix(m, root / "ran", progress=lambda _m: None)
+    (tmp_path / "b").mkdir()
+    base = stand_in_matrix(tmp_path / "b", trials=1, sequential=None, arms=[{"method": "none"}],
+                           load={"requests": 2, "warmup": 0, "max_tokens": 8})
+    run_matrix(base, root / "base", progress=lambda _m: None)
     (root / "split.json").write_text('{"rows": []}\n')
     (root / "split-c16.json").write_text('{"rows": [1]}\n')
     (root / "split.done").touch()
@@ -383,6 +393,7 @@ def test_land_turns_a_device_calls_files_into_verified_archives(
         "purpose": "a landing test on the stand-in",
         "parts": {2: {"purpose": "its second part", "steps": [
             {"name": "ran", "matrix": str(m)},
+            {"name": "base", "matrix": str(base)},
             {"name": "split", "command": "echo $dir"},
             {"name": "lost", "matrix": str(m)}]}}}}}))
     dest = tmp_path / "examples" / "roundx"
@@ -395,7 +406,12 @@ def test_land_turns_a_device_calls_files_into_verified_archives(
     zip_ = dest / "h200-x-part2-ran.zip"
     assert said[0] == ("ran: h200-x-part2-ran.zip verified; report written, datapoint "
                        "written; trials: 4 done, 0 failed, 0 missing"), said
-    assert said[1:] == ["split: command exited 0; copied split-c16.json, split.json",
+    assert said[1] == ("base: h200-x-part2-base.zip verified; report written, no datapoint "
+                       "(has no speculative cell paired with a baseline (fix: a datapoint "
+                       "compares a method with its baseline: run a matrix with `method: none` "
+                       "and a speculative arm)); trials: 1 done, 0 failed, 0 missing"), said
+    assert not (dest / "datapoint-base.md").exists()  # no empty file beside the archive
+    assert said[2:] == ["split: command exited 0; copied split-c16.json, split.json",
                         "lost: not run (no h200-cross-roundx/lost/state.json)",
                         f"device logs: {dest / 'device-logs-part2.tgz'}",
                         f"vLLM compile cache: 2 part(s) kept in {carried} for the next "

@@ -12,13 +12,16 @@ every K below N is there. Three steps and a check, each its own subcommand::
     python3 benchmarks/study/carry.py keep FILES_AT DIR    # here, per call: keep the parts
     python3 benchmarks/study/carry.py join DIR             # on the device: whole sets joined
     python3 benchmarks/study/carry.py waiting DIR          # exit 1 while a set lacks parts
+    python3 benchmarks/study/carry.py calls                # here: each call's carry list
 
 ``out`` cuts PACK once (``PACK.parts/``) and copies into OUT_DIR the next parts that the
 call's return limits leave room for beside what OUT_DIR holds already (run.tgz, logs.tgz);
 each later call returns the next ones, so a pack larger than one call's return comes back over
 several calls (on 2026-12-05 the fits round's cache was 65.7 MB: 6 parts, two calls). ``keep``
 gathers a lease's parts in ``DIR/incoming/`` call by call and puts a set in DIR once it is
-whole. Standard library only.
+whole. ``calls`` lists what each call of a vLLM lease carries (the pack's parts, then the
+compile cache's, as many a call as fit beside the working tree as it is now: 44 MB on
+2026-12-05, when two 12 MB cache parts no longer fit beside it). Standard library and git.
 """
 
 from __future__ import annotations
@@ -206,6 +209,58 @@ def keep(files_at: Path, dest: Path) -> list[Path]:
     return kept
 
 
+CARRY_BYTES = 64 * 2**20
+"""What one device call carries: the working tree (tracked files and untracked ones git does not
+ignore) and the ``carry`` paths together."""
+CARRY_MARGIN = 1_000_000
+"""Room kept under :data:`CARRY_BYTES` (the tree may grow by a file between planning and
+calling)."""
+
+
+def _size(path: Path) -> int:
+    """Bytes of a file, or of every file under a folder."""
+    return path.stat().st_size if path.is_file() else \
+        sum(f.stat().st_size for f in path.rglob("*") if f.is_file())
+
+
+def tree_bytes(repo: Path) -> int:
+    """Bytes of what a device call copies of the checkout besides its ``carry``: tracked files
+    and untracked files git does not ignore."""
+    import subprocess
+
+    names = subprocess.run(["git", "-C", str(repo), "ls-files", "-z", "--cached", "--others",
+                            "--exclude-standard"], capture_output=True, check=True).stdout
+    return sum((repo / n).stat().st_size for n in names.decode().split("\0")
+               if n and (repo / n).is_file())
+
+
+def calls(tree: int, first: list[Path], every: list[Path], parts: list[Path],
+          limit: int = CARRY_BYTES - CARRY_MARGIN) -> list[list[Path]]:
+    """The carry list of each call of a lease: the first call carries ``first`` and ``every``;
+    then ``parts`` (the vLLM pack's and the compile cache's, in order) as many per call as fit
+    beside the tree (``tree`` bytes) and ``every`` (pack.json, which each call's install step
+    reads), under ``limit``. ValueError naming the part when one alone does not fit."""
+    base = tree + sum(_size(p) for p in every)
+    head = base + sum(_size(p) for p in first)
+    if head > limit:
+        raise ValueError(f"the first call's carry ({head} bytes with the {tree}-byte tree) is "
+                         f"over {limit}")
+    out: list[list[Path]] = [[*first, *every]]
+    load = head
+    for part in parts:
+        size = _size(part)
+        if base + size > limit:
+            raise ValueError(f"{part} ({size} bytes) does not fit beside the {tree}-byte tree "
+                             f"and {', '.join(map(str, every))} under {limit} bytes: cut the "
+                             "pack smaller (`crossbench engines pack --part-mb`)")
+        if load + size > limit:
+            out.append([*every])
+            load = base
+        out[-1].append(part)
+        load += size
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     """The subcommands; each prints one line per file or set."""
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -220,7 +275,34 @@ def main(argv: list[str] | None = None) -> int:
     j.add_argument("folder", type=Path)
     w = sub.add_parser("waiting", help="exit 1 while a set in a folder lacks parts")
     w.add_argument("folder", type=Path)
+    c = sub.add_parser("calls", help="each call's carry list for a vLLM lease, from the tree's "
+                       "size now")
+    c.add_argument("--pack", type=Path, default=Path(".carry/vllm-0.26.0"),
+                   help="the vLLM pack's folder (pack.json and payload.tar.partNNN)")
+    c.add_argument("--cache", type=Path, default=Path(".carry/vllm-compile"),
+                   help="the compile cache's parts (none: a cold round)")
+    c.add_argument("--first", type=Path, action="append",
+                   help="what the first call carries besides pack.json (default: .whl and "
+                        "the llama.cpp source .carry/llama-cpp-python-*.src.tgz)")
     a = p.parse_args(argv)
+    if a.cmd == "calls":
+        source = sorted(Path(".carry").glob("llama-cpp-python-*.src.tgz"))
+        first = a.first or [Path(".whl"), *source]
+        cache = sorted((q for q in a.cache.glob("*") if _PART.match(q.name)), key=_rank) \
+            if a.cache.is_dir() else []
+        parts = sorted(a.pack.glob("payload.tar.part*")) + cache
+        tree = tree_bytes(Path.cwd())
+        try:
+            plan = calls(tree, first, [a.pack / "pack.json"], parts)
+        except ValueError as e:
+            print(f"carry.py calls: {e}", file=sys.stderr)
+            return 2
+        print(f"tree {tree} bytes; {len(plan)} calls, each under {CARRY_BYTES - CARRY_MARGIN} "
+              "bytes (BUDGET_S=40 for the first, 20 for the rest, 560 for the last):")
+        for i, carried in enumerate(plan, 1):
+            total = tree + sum(_size(q) for q in carried)
+            print(f"call {i} ({total} bytes): " + ", ".join(f'"{q}"' for q in carried))
+        return 0
     if a.cmd == "out":
         parts = cut(a.pack, a.out_dir)
         size, rest = a.pack.stat().st_size, left(a.pack)

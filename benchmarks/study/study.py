@@ -473,12 +473,17 @@ def land(r: Round, files_at: Path, dest: Path, work: Path, creator: str = CREATO
             shutil.copy2(report / "report.md", dest / f"report-{name}.md")
             if (report / "plots").is_dir():
                 shutil.copytree(report / "plots", dest / f"plots-{name}", dirs_exist_ok=True)
-        rc_dp, _ = _cb("datapoint", str(run_dir), out=dest / f"datapoint-{name}.md")
+        point = dest / f"datapoint-{name}.md"
+        rc_dp, said = _cb("datapoint", str(run_dir), out=point)
+        if rc_dp != 0:  # e.g. a baseline-only step has no pair to post: no empty file
+            point.unlink()
         _, status = _cb("status", str(run_dir))
         trials = next((ln for ln in status.splitlines() if ln.startswith("trials:")),
                       "no status")
+        why = _last(said).removeprefix("crossbench: error: ").replace(f"{run_dir} ", "", 1)
         print(f"{name}: {arch}.zip verified; report {'written' if rc == 0 else 'FAILED'}, "
-              f"datapoint {'written' if rc_dp == 0 else 'FAILED'}; {trials}")
+              + ("datapoint written" if rc_dp == 0 else f"no datapoint ({why})")
+              + f"; {trials}")
     logs = files_at / "logs.tgz"
     if logs.is_file():
         target = dest / ("device-logs" + (f"-part{r.part}" if r.part else "") + ".tgz")

@@ -137,6 +137,15 @@ def fit_across(sources: list[Source], arm: str, engine: str | None = None,
     UserError when a source lacks the arm (before anything is computed) or the points hold
     fewer than two distinct n."""
     members = [arm_pairs(src, arm, engine, concurrency) for src in sources]
+    unmeasured = [(i + 1, p) for i, pairs in enumerate(members) for p in pairs
+                  if not _measured(p)]
+    for src, pairs in zip(sources, members, strict=True):
+        if not any(_measured(p) for p in pairs):
+            raise UserError(f"{src.name}: no cell of arm {arm!r} at concurrency {concurrency} "
+                            "has a measured trial (a run cut short before them)",
+                            "leave the run out of the fit, or finish it (`crossbench matrix "
+                            "... --resume`)")
+    members = [[p for p in pairs if _measured(p)] for pairs in members]
     points: list[dict[str, Any]] = []
     columns: list[Any] = []
     out_sources = []
@@ -183,8 +192,24 @@ def fit_across(sources: list[Source], arm: str, engine: str | None = None,
     return {"schema_version": FIT_SCHEMA, "kind": FIT_KIND, "crossbench_version": __version__,
             "arm": arm, "engine": engine or out_sources[0]["setup"]["engine"],
             "concurrency": concurrency, "resamples": first.resamples, "fit": fit,
-            "points": points, "sources": out_sources, "notes": _notes(points, out_sources),
+            "points": points, "sources": out_sources,
+            "notes": _notes(points, out_sources) + _unmeasured_note(unmeasured),
             "warnings": _warnings(out_sources)}
+
+
+def _measured(pair: dict[str, Any]) -> bool:
+    """Whether a pair has paired samples: a cell of a run cut short before its trials has
+    none, and would leave the whole fit without an interval."""
+    return bool((pair.get("speedup") or {}).get("n_samples"))
+
+
+def _unmeasured_note(left: list[tuple[int, dict[str, Any]]]) -> list[str]:
+    """The note naming the arm's cells left out for want of a measured trial."""
+    if not left:
+        return []
+    which = ", ".join(f"source {i} n={p['n']}" for i, p in left)
+    return [f"left out {len(left)} cell(s) with no measured trial ({which}): their run was "
+            "cut short before them; the line and its interval rest on the other points"]
 
 
 def seed_ranks(sources: list[Source], members: list[list[dict[str, Any]]]) -> list[int]:

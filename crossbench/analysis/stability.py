@@ -235,6 +235,8 @@ def spec_n(cell: CellData) -> int | None:
 
 
 def _integrity(cell: CellData) -> list[Finding]:
+    if not cell.manifest.get("trials"):  # never ran (a run cut short): nothing to check,
+        return []  # and "nothing was drafted" would be a claim about trials that never were
     checks = acc_mod.integrity(cell.acceptance, cell.counters, spec_n(cell), cell.speculative)
     # an import whose source kept no draft counts at all cannot show drafting either way:
     # "nothing was drafted" would be a claim the data does not make
