@@ -256,3 +256,37 @@ def test_calls_cli_reads_the_tree_git_would_copy(tmp_path: Path) -> None:
     assert lines[2] == (f'call 2 ({tree + 35_001_000} bytes): ".carry/vllm-0.26.0/pack.json", '
                         '".carry/vllm-0.26.0/payload.tar.part001"')
     assert len(lines) == 3
+
+
+def test_run_sh_says_when_a_chained_round_is_not_in_the_returned_cache(tmp_path: Path) -> None:
+    """Step 7 packs the compile cache once, after the first round of a lease ends; a round
+    chained after it (another ROUND on the same machine) adds entries the pack lacks, and the
+    call says so; the first round's own end says nothing."""
+    import os
+    import re
+    import subprocess
+    import time
+
+    root = Path(__file__).resolve().parents[1]
+    text = (root / "benchmarks" / "study" / "run.sh").read_text()
+    m = re.search(r"^  # a round chained after.*?not in it\"\n", text, re.S | re.M)
+    assert m is not None
+    pack, log = tmp_path / "cc.tgz", tmp_path / "log"
+    log.mkdir()
+    script = 'say() { echo "$*"; }\n' + m.group(0).replace("/tmp/cc-out/vllm-compile.tgz",
+                                                          str(pack))
+
+    def said(round_: str) -> str:
+        return subprocess.run(["bash", "-c", script], capture_output=True, text=True,
+                              env={"PATH": os.environ["PATH"], "LOG": str(log),
+                                   "ROUND": round_}).stdout
+
+    (log / "matrix-rounda.exit").write_text("matrix_exit=0\n")
+    assert said("a") == ""  # no pack yet (or it failed): nothing claimed
+    time.sleep(0.05)
+    pack.write_bytes(b"pack")  # packed after round a ended
+    assert said("a") == ""
+    time.sleep(0.05)
+    (log / "matrix-roundb.exit").write_text("matrix_exit=0\n")  # b ended after the pack
+    assert said("b") == ("compile cache: packed after an earlier round; round b's new "
+                         "entries are not in it\n")

@@ -303,6 +303,12 @@ if [ "$need_vllm" = 1 ] && [ -n "$vprefix" ] && [ -f "$LOG/matrix-round${ROUND:-
       --out /tmp/cc-out/vllm-compile.tgz >>"$LOG/compile-cache.txt" 2>&1 \
       || say "compile cache not packed: $(tail -1 "$LOG/compile-cache.txt")"
   fi
+  # a round chained after the one whose end packed the cache (the same lease, another ROUND):
+  # its new entries are not in the pack, whose parts may have gone already
+  [ -f /tmp/cc-out/vllm-compile.tgz ] \
+    && [ /tmp/cc-out/vllm-compile.tgz -ot "$LOG/matrix-round${ROUND:-}.exit" ] \
+    && say "compile cache: packed after an earlier round; round ${ROUND:-}'s new entries are \
+not in it"
   [ -f /tmp/cc-out/vllm-compile.tgz ] && say "compile cache: $(python3 \
     benchmarks/study/carry.py out /tmp/cc-out/vllm-compile.tgz "$OUT")"
   tar -C /tmp -czf "$OUT/logs.tgz" cross-logs 2>/dev/null  # with these lines
