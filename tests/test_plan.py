@@ -507,3 +507,51 @@ def test_looks_inside_a_trial_cost_the_requests_a_settled_cell_sends(tmp_path: P
     assert (seq["trials"], seq["server_starts"]) == (9, 9)
     assert seq["gpu_s"] == pytest.approx(9 * (5 + 1) + 8 * 40 * 12 / 20 + 40)
     assert any("sends 60% of its first trial's requests" in a for a in plan["assumptions"])
+
+
+def test_a_configurations_later_starts_are_priced_warm(tmp_path: Path) -> None:
+    """vLLM's starts record cold or warm (its compile cache found); with both measured, a
+    server configuration's first start is priced cold and its later ones warm (a cell at
+    another concurrency shares its configuration), unless compile_cache: off."""
+    def trial(start: str, startup: float) -> dict[str, Any]:
+        return {**PHASES, "startup": startup, "total": startup + 8.0}  # other 2 s, as PHASES
+
+    d = tmp_path / "run"
+    d.mkdir()
+    trials = [{"trial": i, "status": "ok", "phase_s": trial(kind, s),
+               "server_props": {"startup_cut": {"start": kind}}}
+              for i, (kind, s) in enumerate([("cold", 100.0), ("warm", 40.0), ("warm", 40.0)])]
+    (d / "manifest.json").write_text(json.dumps({
+        "schema_version": 1, "kind": "crossbench.run",
+        "config": {"engine": "vllm", "load": LOAD, "trials": 3,
+                   "engine_config": {"model": "m", "spec": {"type": "none"}}},
+        "trials": trials}))
+    data = {**MATRIX, "engines": {"v": {"kind": "vllm"}},
+            "models": {"t": {"path": "fixture:qwen3-8b/target@hf", "quant": "F16",
+                             "role": "target"},
+                       "d": {"path": "fixture:qwen3-8b/draft@hf", "quant": "F16",
+                             "role": "draft"}},
+            "arms": [{"method": "none"},
+                     {"name": "dm", "method": "draft_model", "draft": "d", "n": [2, 4]}],
+            "axes": {"engine": ["v"], "target": ["t"], "concurrency": [1, 16]}}
+    plan = plan_json(str(write_matrix(tmp_path, data)), "--from", str(d),
+                     "--no-share-servers")
+    t = plan["timings"]["vllm"]
+    assert (t["startup_s"]["value"], t["startup_warm_s"]["value"]) == (100.0, 40.0)
+    assert "1 cold starts" in t["startup_s"]["source"]
+    assert "2 warm starts" in t["startup_warm_s"]["source"]
+    # 6 cells (3 configurations x c=1, 16), 3 trials; per start cold 103 s, warm 43 s
+    # (start-up + stop 1 + other 2); per trial 5 s (warm-up, scrapes, 200 tokens at 50 tok/s)
+    assert row(plan, "naive")["gpu_s"] == pytest.approx(3 * 103 + 15 * 43 + 18 * 5)
+    assert row(plan, "reuse")["gpu_s"] == pytest.approx(3 * 103 + 3 * 43 + 18 * 5)
+    shared = plan_json(str(write_matrix(tmp_path, data, "s.yaml")), "--from", str(d),
+                       "--share-servers")
+    assert row(shared, "reuse")["gpu_s"] == pytest.approx(3 * 103 + 18 * 5)
+    assert any("first start costs a cold start-up (100.0 s), its later starts a warm one "
+               "(40.0 s" in a for a in plan["assumptions"])
+    off = {**data, "engines": {"v": {"kind": "vllm", "server": {"compile_cache": "off"}}}}
+    cold = plan_json(str(write_matrix(tmp_path, off, "off.yaml")), "--from", str(d),
+                     "--no-share-servers")
+    assert row(cold, "naive")["gpu_s"] == pytest.approx(18 * 103 + 18 * 5)
+    text = CliRunner().invoke(cli, ["plan", str(tmp_path / "m.yaml"), "--from", str(d)]).output
+    assert "(a warm start: start-up 40.0 s M)" in text

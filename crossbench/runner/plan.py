@@ -84,6 +84,9 @@ class RecordedTrial:
     scrape_s: float
     measured_s: float
     total_s: float
+    start: str | None = None
+    """``cold`` or ``warm`` where the engine records whether its start found its compile cache
+    (vLLM's ``server_props.startup_cut.start``); None elsewhere."""
 
     @property
     def other_s(self) -> float:
@@ -115,6 +118,8 @@ class EngineTimings:
 
     kind: str
     startup: Figure
+    """A start's start-up; where the recorded starts say cold or warm, a cold start's (the
+    first of a configuration on a machine)."""
     stop: Figure
     other: Figure
     """Per start: the time of a trial outside its named phases (module docstring)."""
@@ -125,11 +130,21 @@ class EngineTimings:
     """Decode rate by concurrency: requested output tokens per second of the measured phase."""
     estimate: Figure | None = None
     """The matrix's ``estimate_tok_s`` (assumed): the rate when no run measured the engine."""
+    startup_warm: Figure | None = None
+    """A warm start's start-up (a later start of a configuration, its compile cache found),
+    where the recorded starts measured both kinds; None: every start costs ``startup``."""
 
     @property
     def start_s(self) -> float:
-        """Seconds per server start: start-up, stop and the rest of a start's share."""
+        """Seconds per server start: start-up, stop and the rest of a start's share (a cold
+        start where warm and cold differ)."""
         return self.startup.value + self.stop.value + self.other.value
+
+    @property
+    def warm_start_s(self) -> float:
+        """Seconds per later start of a configuration already started on the machine."""
+        warm = self.startup_warm or self.startup
+        return warm.value + self.stop.value + self.other.value
 
     @property
     def figures(self) -> dict[str, Figure]:
@@ -219,6 +234,8 @@ class Plan:
             "designs": [asdict(r) for r in self.rows],
             "timings": {k: {**{f"{name}_s": asdict(getattr(t, name))
                                for name in ("startup", "stop", "other", "warmup", "scrapes")},
+                            **({"startup_warm_s": asdict(t.startup_warm)}
+                               if t.startup_warm else {}),
                             "decode_tok_s": {str(c): asdict(f) for c, f in sorted(t.rates.items())},
                             "estimate_tok_s": asdict(t.estimate) if t.estimate else None}
                         for k, t in sorted(self.timings.items())},
@@ -243,9 +260,12 @@ def _trial(work: TrialWork, entry: Any) -> RecordedTrial | None:
     got = {k: _seconds(phases.get(k)) for k in PHASES}
     if any(got[k] is None for k in ("warmup", "measured", "total")) or not got["measured"]:
         return None
+    cut = (entry.get("server_props") or {}).get("startup_cut") or {}
+    start = cut.get("start") if isinstance(cut, dict) else None
     return RecordedTrial(work.concurrency, work.output_tokens, got["startup"],
                          got["stop"] or 0.0, got["warmup"] or 0.0, got["scrape_write"] or 0.0,
-                         got["measured"] or 0.0, got["total"] or 0.0)
+                         got["measured"] or 0.0, got["total"] or 0.0,
+                         start if start in ("cold", "warm") else None)
 
 
 def read_recorded(paths: Sequence[Path]) -> Recorded:
@@ -300,14 +320,21 @@ def _measured(kind: str, trials: list[RecordedTrial], rec: Recorded,
     """An engine kind's timings from its recorded trials."""
     where = ", ".join(rec.sources)
 
-    def fig(values: list[float]) -> Figure:
+    def fig(values: list[float], what: str = "trials") -> Figure:
         return Figure(statistics.fmean(values) if statistic == "mean"
                       else statistics.median(values), True,
-                      f"measured: {statistic} of {len(values)} trials in {where}")
+                      f"measured: {statistic} of {len(values)} {what} in {where}")
 
     started = [t for t in trials if t.startup_s is not None]
+    warm: Figure | None = None
     if started:
-        startup = fig([t.startup_s for t in started if t.startup_s is not None])
+        by = {kind: [t.startup_s for t in started if t.start == kind and t.startup_s is not None]
+              for kind in ("cold", "warm")}
+        if by["cold"] and by["warm"]:  # both kinds measured: a configuration's first start
+            startup = fig(by["cold"], "cold starts (a configuration's first on its machine)")
+            warm = fig(by["warm"], "warm starts (its compile cache found)")
+        else:
+            startup = fig([t.startup_s for t in started if t.startup_s is not None])
         stop = fig([t.stop_s for t in started])
         other = fig([t.other_s for t in started])
     else:  # every trial reused a server (fresh_server: false): no start-up measured
@@ -324,7 +351,7 @@ def _measured(kind: str, trials: list[RecordedTrial], rec: Recorded,
                              "second of the measured phase)")
     return EngineTimings(kind, startup, stop, other,
                          fig([t.warmup_s for t in trials]), fig([t.per_trial_s for t in trials]),
-                         rates)
+                         rates, startup_warm=warm)
 
 
 def _assumed_startup(kind: str, given: Mapping[str, float]) -> Figure:
@@ -364,7 +391,8 @@ def engine_timings(m: Matrix, cells: list[Cell], rec: Recorded | None,
             assert rec is not None
             t = _measured(kind, trials, rec, opts.statistic)
             if kind in opts.startup_s:  # given on the command line: it replaces the measured
-                t = replace(t, startup=_assumed_startup(kind, opts.startup_s))
+                t = replace(t, startup=_assumed_startup(kind, opts.startup_s),
+                            startup_warm=None)
             out[kind] = t
             continue
         mine = [c for c in cells if c.engine_kind == kind]
@@ -456,31 +484,40 @@ def make_plan(m: Matrix, cells: list[Cell], rec: Recorded | None,
         seq_starts = float(math.ceil(seq / block))
     share = within_share(opts, requests) if seq <= 1 else 1.0
     rate_notes: dict[str, None] = {}
-    # cell id -> (per start, per trial outside decode, decode per trial) seconds
-    costs: dict[str, tuple[float, float, float]] = {}
+    # cell id -> (per start, per trial outside decode, decode per trial, per warm start)
+    costs: dict[str, tuple[float, float, float, float]] = {}
     for c in cells:
         t = timings[c.engine_kind]
         rate, note = t.rate(work[c.id].concurrency)
         if note:
             rate_notes[note] = None
+        compiles = c.engine_config.get("compile_cache") == "off"  # every start compiles
         costs[c.id] = (t.start_s, t.warmup.value + t.scrapes.value,
-                       work[c.id].output_tokens / rate)
+                       work[c.id].output_tokens / rate, t.start_s if compiles else t.warm_start_s)
     # (trials, server starts, share of a trial's decode a speculative cell sends) per cell;
     # sequential in its unit, a start (module docstring); baselines send every request
     shape = {"naive": (float(trials), float(trials), 1.0),
              "reuse": (float(trials), float(math.ceil(trials / block)), 1.0),
              "sequential": (seq, seq_starts, share)}
     # who shares a start: with share_servers, a server group (naive never shares)
-    group = server_groups(cells) if opts.share else {c.id: i for i, c in enumerate(cells)}
+    config = server_groups(cells)  # one server configuration: one compile-cache entry
+    group = config if opts.share else {c.id: i for i, c in enumerate(cells)}
 
     def cost(design: str, mine: list[Cell]) -> tuple[float, float]:
-        """(GPU seconds, server starts) of ``mine`` under ``design``."""
+        """(GPU seconds, server starts) of ``mine`` under ``design``; a configuration's
+        first start is cold, its later ones warm (where the engine's timings differ)."""
         n_trials, starts, part = shape[design]
         # a start is paid once per group, by its first cell (a group is one engine kind)
         first: dict[str | int, Cell] = {}
         for c in mine:
             first.setdefault(c.id if design == "naive" else group[c.id], c)
-        return (sum(starts * costs[c.id][0] for c in first.values())
+        started: set[str | int] = set()
+        start_s = 0.0
+        for c in first.values():
+            cold = 0.0 if config[c.id] in started else min(1.0, starts)
+            started.add(config[c.id])
+            start_s += cold * costs[c.id][0] + (starts - cold) * costs[c.id][3]
+        return (start_s
                 + sum(n_trials * (costs[c.id][1] + costs[c.id][2]
                                   * (part if c.baseline is not None else 1.0))
                       for c in mine), starts * len(first))
@@ -547,6 +584,14 @@ def _assumptions(m: Matrix, cells: list[Cell], timings: dict[str, EngineTimings]
             assumed.append("decode rate")
         if assumed:
             out.append(f"{kind}: {', '.join(assumed)} assumed, not measured (see timings)")
+    for kind, t in sorted(timings.items()):
+        if t.startup_warm is not None:
+            out.append(f"{kind}: a server configuration's first start costs a cold start-up "
+                       f"({t.startup.value:.1f} s), its later starts a warm one "
+                       f"({t.startup_warm.value:.1f} s: its compile cache, kept on the machine, "
+                       "found; compile_cache: off makes every start cold); a cache carried from "
+                       "an earlier lease on the same GPU model makes first starts warm too, so "
+                       "this errs long")
     out.append(f"reuse: {block} trial(s) per server start; between trials on one server a "
                "cache reset, assumed 0 s (not measured), and the warm-up of every trial")
     if opts.share:
@@ -656,8 +701,13 @@ def format_plan(plan: Plan, source: str) -> str:
         if not t.rates and t.estimate is not None:
             rates = f"{t.estimate.value:g} tok/s {mark(t.estimate)} (estimate_tok_s)"
             shown.append(t.estimate)
+        warm = "" if t.startup_warm is None else \
+            f" (a warm start: start-up {t.startup_warm.value:.1f} s {mark(t.startup_warm)})"
+        if t.startup_warm is not None:
+            shown.append(t.startup_warm)
         lines.append(f"  {kind}: per server start: {part(t.figures, 'start-up', 'stop', 'other')}"
-                     f"; per trial: {part(t.figures, 'warm-up', 'scrapes')} + decode ({rates})")
+                     f"{warm}; per trial: {part(t.figures, 'warm-up', 'scrapes')} + decode "
+                     f"({rates})")
         lines += [f"    {src}" for src in dict.fromkeys(x.source for x in shown)]
     lines.append("assumptions:")
     lines += [f"  - {a}" for a in plan.assumptions]
