@@ -161,22 +161,29 @@ def test_waiting_names_the_sets_that_lack_parts(carry: ModuleType, tmp_path: Pat
     assert carry.waiting(tmp_path) == []
 
 
+def _run_sh_block(pattern: str) -> str:
+    """The lines of benchmarks/study/run.sh that ``pattern`` (multi-line regex) matches, to run
+    alone."""
+    import re
+
+    text = (Path(__file__).resolve().parents[1] / "benchmarks" / "study" / "run.sh").read_text()
+    m = re.search(pattern, text, re.S | re.M)
+    assert m is not None, pattern
+    return m.group(0)
+
+
 def test_run_sh_holds_the_round_while_the_carried_cache_lacks_parts(tmp_path: Path) -> None:
     """run.sh's cc_ready (step 5), run alone: a round does not start while some of the
     compile cache's parts have come and others not (it would run cold), unless CC_COLD=1 or
     the round has started already."""
     import os
-    import re
     import subprocess
 
     root = Path(__file__).resolve().parents[1]
-    text = (root / "benchmarks" / "study" / "run.sh").read_text()
-    m = re.search(r"^cc_ready\(\) \{\n.*?^\}\n", text, re.S | re.M)
-    assert m is not None
     cc_in, log = tmp_path / "cc-in", tmp_path / "log"
     cc_in.mkdir()
     log.mkdir()
-    script = m.group(0).replace("/tmp/cc-in", str(cc_in)) + \
+    script = _run_sh_block(r"^cc_ready\(\) \{\n.*?^\}\n").replace("/tmp/cc-in", str(cc_in)) + \
         'say() { echo "$*"; }\ncc_ready && echo READY\n'
 
     def ready(**env: str) -> str:
@@ -263,18 +270,13 @@ def test_run_sh_says_when_a_chained_round_is_not_in_the_returned_cache(tmp_path:
     chained after it (another ROUND on the same machine) adds entries the pack lacks, and the
     call says so; the first round's own end says nothing."""
     import os
-    import re
     import subprocess
     import time
 
-    root = Path(__file__).resolve().parents[1]
-    text = (root / "benchmarks" / "study" / "run.sh").read_text()
-    m = re.search(r"^  # a round chained after.*?not in it\"\n", text, re.S | re.M)
-    assert m is not None
     pack, log = tmp_path / "cc.tgz", tmp_path / "log"
     log.mkdir()
-    script = 'say() { echo "$*"; }\n' + m.group(0).replace("/tmp/cc-out/vllm-compile.tgz",
-                                                          str(pack))
+    block = _run_sh_block(r"^  # a round chained after.*?not in it\"\n")
+    script = 'say() { echo "$*"; }\n' + block.replace("/tmp/cc-out/vllm-compile.tgz", str(pack))
 
     def said(round_: str) -> str:
         return subprocess.run(["bash", "-c", script], capture_output=True, text=True,
