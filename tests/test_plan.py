@@ -555,3 +555,11 @@ def test_a_configurations_later_starts_are_priced_warm(tmp_path: Path) -> None:
     assert row(cold, "naive")["gpu_s"] == pytest.approx(18 * 103 + 18 * 5)
     text = CliRunner().invoke(cli, ["plan", str(tmp_path / "m.yaml"), "--from", str(d)]).output
     assert "(a warm start: start-up 40.0 s M)" in text
+    manifest = json.loads((d / "manifest.json").read_text())  # damaged labels: not counted
+    for entry, props in zip(manifest["trials"], (["cold"], {"startup_cut": "warm"},
+                                                 {"startup_cut": {"start": "tepid"}}),
+                            strict=True):
+        entry["server_props"] = props
+    (d / "manifest.json").write_text(json.dumps(manifest))
+    t = plan_json(str(tmp_path / "m.yaml"), "--from", str(d))["timings"]["vllm"]
+    assert "startup_warm_s" not in t and t["startup_s"]["value"] == pytest.approx(60.0)

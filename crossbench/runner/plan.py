@@ -260,7 +260,8 @@ def _trial(work: TrialWork, entry: Any) -> RecordedTrial | None:
     got = {k: _seconds(phases.get(k)) for k in PHASES}
     if any(got[k] is None for k in ("warmup", "measured", "total")) or not got["measured"]:
         return None
-    cut = (entry.get("server_props") or {}).get("startup_cut") or {}
+    props = entry.get("server_props")
+    cut = props.get("startup_cut") if isinstance(props, dict) else None
     start = cut.get("start") if isinstance(cut, dict) else None
     return RecordedTrial(work.concurrency, work.output_tokens, got["startup"],
                          got["stop"] or 0.0, got["warmup"] or 0.0, got["scrape_write"] or 0.0,
