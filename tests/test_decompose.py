@@ -502,3 +502,38 @@ def test_the_telemetry_split_re_derives_round_4s_figures() -> None:
     no_telemetry = {**analysis, "cells": [{k: v for k, v in c.items() if k != "host_time"}
                                           for c in analysis["cells"]]}
     assert dec.telemetry_split(no_telemetry, sweep) == {}
+
+
+H100_VLLM = ROUND1.parent.parent.parent / "h100-methods" / "verdicts-part2"
+
+
+def test_an_arm_at_one_n_is_split_against_its_measured_step(tmp_path: Path) -> None:
+    """vLLM's verdicts on an H100 ran EAGLE-3 at n = 4 alone: no line to fit, so the rest is
+    the pair's own C(4) = MAL / speedup minus the verification read from the same machine's
+    batch-shape run; n without a pair get no rest; the table says the C(n) is measured."""
+    verdicts = H100_VLLM / "h100-verdicts-part2-vllm-verdicts.zip"
+    with zipfile.ZipFile(verdicts) as z:
+        analysis = json.loads(z.read("h100-verdicts-part2-vllm-verdicts/data/analysis.json"))
+    (pair,) = [p for p in analysis["pairs"] if p["arm"] == "eagle3-a0.9"]
+    want = pair["acceptance"]["mean_acceptance_length"] / pair["speedup"]["geomean"]
+    assert dec.measured_costs(dec.arm_points(analysis, "eagle3-a0.9")) == {4: pytest.approx(want)}
+    out = tmp_path / "dec.json"
+    r = CliRunner().invoke(cli, ["decompose", "--verify-from",
+                                 str(H100_VLLM / "h100-verdicts-part2-vllm-shapes.zip"),
+                                 "--n", "1,4", "--from", str(verdicts), "--arm", "eagle3-a0.9",
+                                 "--out", str(out)])
+    assert r.exit_code == 0, r.output
+    assert "measured C(n)" in r.output and "no fit" in r.output
+    got = json.loads(out.read_text())
+    assert (got["d"], got["v"], got["method"]) == (None, None, "eagle3")
+    one, four = got["rows"]
+    assert "rest_steps" not in one and "measured_steps" not in one
+    assert four["measured_steps"] == pytest.approx(want)
+    assert four["rest_steps"] == pytest.approx(want - four["verify_steps"])
+    assert four["explained"] is (abs(four["rest_steps"]) <= dec.EXPLAINED * want)
+    assert four["gpu_ms_per_step"] > 0  # the run's own telemetry, per step of the pair
+    r = CliRunner().invoke(cli, ["decompose", "--verify-from",
+                                 str(H100_VLLM / "h100-verdicts-part2-vllm-shapes.zip"),
+                                 "--n", "4", "--from", str(verdicts), "--arm", "nope"])
+    assert r.exit_code != 0 and "no cell of arm 'nope'" in r.output
+    assert "eagle3-a0.9 (c=1)" in r.output

@@ -91,9 +91,12 @@ def from_bench(target_tests: list[dict[str, Any]],
 
 
 def decompose(m: Measured, n_values: list[int], d: float | None = None,
-              v: float | None = None, method: str = "draft-simple") -> list[dict[str, Any]]:
+              v: float | None = None, method: str = "draft-simple",
+              measured: dict[int, float] | None = None) -> list[dict[str, Any]]:
     """One row per n: verification and drafting in plain steps, their sum, the fitted C(n)
-    (when ``d`` and ``v`` are given) and the rest, with whether the parts explain C(n)."""
+    (when ``d`` and ``v`` are given) and the rest, with whether the parts explain C(n).
+    Without a fit, ``measured`` (n -> C(n) = MAL / speedup of the arm's own pair at that n,
+    :func:`measured_costs`) stands in for the n it holds, as ``measured_steps``."""
     head = method in HEADS
     rows = []
     for n in n_values:
@@ -111,12 +114,12 @@ def decompose(m: Measured, n_values: list[int], d: float | None = None,
                                "verify_steps": verify, "draft_steps": draft,
                                "parts_steps": parts, "plain_ms": m.plain_ms,
                                **m.verify_extra.get(k, {})}
-        if d is not None and v is not None:
-            fitted = d + v * n
-            rest = fitted - parts
-            row |= {"fitted_steps": fitted, "rest_steps": rest,
-                    "rest_share": rest / fitted if fitted else None,
-                    "explained": abs(rest) <= EXPLAINED * fitted}
+        cost = d + v * n if d is not None and v is not None else (measured or {}).get(n)
+        if cost is not None:
+            rest = cost - parts
+            row |= {"fitted_steps" if d is not None else "measured_steps": cost,
+                    "rest_steps": rest, "rest_share": rest / cost if cost else None,
+                    "explained": abs(rest) <= EXPLAINED * cost}
         row["draft_note"] = ("not measured: a head reads the target's hidden states, so "
                              "llama-bench cannot time it alone; its cost is in the rest"
                              if head else None if draft is not None else
@@ -171,6 +174,34 @@ def telemetry_split(analysis: dict[str, Any], sweep: dict[str, Any]) -> dict[int
     return out
 
 
+def arm_points(analysis: dict[str, Any], arm: str, concurrency: int = 1) -> dict[str, Any]:
+    """The analysed pairs of ``arm`` at ``concurrency``, shaped as a sweep (its baseline cell
+    and points) for an arm measured at fewer n than a fit needs (one n in a verdicts run):
+    each point's C(n) is measured (:func:`measured_costs`), none fitted. UserError naming the
+    arms there are when it has no pair with an n."""
+    from crossbench.analysis.sweep import sweep_point
+
+    pairs = [p for p in analysis.get("pairs", []) if p.get("arm") == arm
+             and p.get("concurrency") == concurrency and p.get("n") is not None]
+    if not pairs:
+        arms = sorted({f"{p.get('arm')} (c={p.get('concurrency')})"
+                       for p in analysis.get("pairs", []) if p.get("n") is not None})
+        raise UserError(f"no cell of arm {arm!r} with an n at concurrency {concurrency}",
+                        f"arms with an n: {', '.join(arms) or 'none'}")
+    pairs.sort(key=lambda p: int(p["n"]))
+    return {key: pairs[0].get(key) for key in ("arm", "engine", "model", "method",
+                                                "concurrency", "baseline_cell")} | {
+        "points": [sweep_point(p) for p in pairs]}
+
+
+def measured_costs(sweep: dict[str, Any]) -> dict[int, float]:
+    """n -> C(n) = MAL / speedup of each point of a sweep (or of :func:`arm_points`) that has
+    both: what one speculative step cost, in the baseline's plain steps, at that n."""
+    return {int(p["n"]): float(p["mean_acceptance_length"]) / float(p["speedup"])
+            for p in sweep.get("points", [])
+            if p.get("mean_acceptance_length") and p.get("speedup")}
+
+
 def sweep_cost_model(analysis: dict[str, Any], arm: str, concurrency: int = 1
                      ) -> tuple[float, float, str]:
     """(d, v, method) of the n-sweep of ``arm`` at ``concurrency`` in an analysis."""
@@ -212,14 +243,16 @@ def format_rows(rows: list[dict[str, Any]]) -> str:
     def f(x: Any) -> str:
         return "-" if x is None else f"{x:.2f}" if isinstance(x, float) else str(x)
 
-    head = ["n", "verify ms", "verify", "draft", "parts", "fitted C(n)", "rest", "explained"]
+    fitted = not any("measured_steps" in r for r in rows)
+    head = ["n", "verify ms", "verify", "draft", "parts",
+            "fitted C(n)" if fitted else "measured C(n)", "rest", "explained"]
     lines = ["  ".join(f"{h:>11}" for h in head)]
     for r in rows:
         share = r.get("rest_share")
         expl = ("-" if "explained" not in r else
                 ("yes" if r["explained"] else f"no ({share:+.0%})"))
         cells = [r["n"], r["verify_ms"], r["verify_steps"], r["draft_steps"], r["parts_steps"],
-                 r.get("fitted_steps"), r.get("rest_steps"), expl]
+                 r.get("fitted_steps", r.get("measured_steps")), r.get("rest_steps"), expl]
         lines.append("  ".join(f"{f(c):>11}" for c in cells))
     for r in rows:
         if "telemetry_steps" in r:
@@ -237,7 +270,9 @@ def format_rows(rows: list[dict[str, Any]]) -> str:
     verify = ([f"verify: the baseline's step at concurrency c (n + 1) over that at c (batch "
                f"shape); its k sequences' extra {what} reads are at most "
                f"{max(shares):.1%} of the weights' bytes"] if shares else [])
-    return "\n".join(lines + verify + [f"draft: {n}" for n in sorted(notes)])
+    cost = ([] if fitted else ["measured C(n): MAL / speedup of the arm's own pair at that n "
+                               "(no fit: the run has fewer n of the arm than a line needs)"])
+    return "\n".join(lines + verify + [f"draft: {n}" for n in sorted(notes)] + cost)
 
 
 def recorded_variant(cells: Iterable[Any]) -> str | None:

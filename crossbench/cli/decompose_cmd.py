@@ -50,7 +50,9 @@ Examples:
 @click.option("--reps", type=click.IntRange(1, 100), default=3, show_default=True,
               help="llama-bench repetitions per test.")
 @click.option("--from", "source", type=click.Path(path_type=Path),
-              help="A run directory or archive whose n-sweep of --arm gives the fitted d and v.")
+              help="A run directory or archive whose n-sweep of --arm gives the fitted d and v "
+                   "(an arm at fewer n than a line needs: each n's measured C(n) = MAL / "
+                   "speedup).")
 @click.option("--arm", help="With --from: the speculative arm whose cost model to compare.")
 @click.option("--concurrency", type=click.IntRange(1), default=1, show_default=True,
               help="With --from: the sweep's concurrency.")
@@ -106,11 +108,21 @@ def decompose(target: Path | None, verify_from: Path | None, engine_name: str | 
 
     d = v = None
     sweep: dict[str, object] = {}
+    measured: dict[int, float] = {}
     frames = None
     if source is not None and arm is not None:
         frames = open_run(source)
-        d, v, method = dec.sweep_cost_model(frames.analysis, arm, concurrency)
-        sweep = dec.find_sweep(frames.analysis, arm, concurrency)
+        try:
+            d, v, method = dec.sweep_cost_model(frames.analysis, arm, concurrency)
+            sweep = dec.find_sweep(frames.analysis, arm, concurrency)
+        except UserError as no_fit:  # fewer n than a line needs: each n's own C(n)
+            sweep = dec.arm_points(frames.analysis, arm, concurrency)
+            measured = dec.measured_costs(sweep)
+            if not measured:
+                raise no_fit from None
+            method = str(sweep.get("method"))
+            progress(f"{no_fit.message}: C(n) measured at n = "
+                     f"{', '.join(map(str, measured))} (MAL / speedup), no fit")
         variant = variant or dec.recorded_variant(frames.run.cells)
     shape = None
     if verify_from is not None:
@@ -139,7 +151,7 @@ def decompose(target: Path | None, verify_from: Path | None, engine_name: str | 
             progress(f"timing {draft.name}: its decode step")
             dt = dec.run_llama_bench(binary, draft, [], gen, depth, reps, list(bench_args))
         m = dec.from_bench(tt, dt)
-    rows = dec.decompose(m, n_values, d, v, method)
+    rows = dec.decompose(m, n_values, d, v, method, measured)
     if frames is not None:  # the run's own telemetry: GPU work and idle per step
         split = dec.telemetry_split(frames.analysis, dict(sweep))
         for row in rows:
@@ -162,7 +174,9 @@ def decompose(target: Path | None, verify_from: Path | None, engine_name: str | 
         click.echo("; ".join(x for x in said if x))
     click.echo(dec.format_rows(rows))
     if out is not None:
-        result = {"method": method, "d": d, "v": v, "depth": m.depth,
+        result = {"method": method, "d": d, "v": v,
+                  "measured_cost": {str(n): c for n, c in measured.items()} or None,
+                  "depth": m.depth,
                   "verify_source": "batch shape" if shape else "llama-bench", "rows": rows,
                   "raw": m.raw}
         if shape is not None:
