@@ -757,3 +757,38 @@ def test_target_accepts_the_legacy_manylinux_tags() -> None:
                  "manylinux2014_x86_64", "manylinux_2_39_x86_64"):
         assert Tag("py3", "none", plat) in tags
     assert Tag("py3", "none", "manylinux_2_40_x86_64") not in tags
+
+
+# -- recut ----------------------------------------------------------------------------------
+
+
+def test_recut_keeps_the_payload_and_installs_the_same(world: World, packed: ep.PackResult,
+                                                       installed: ep.InstallResult,
+                                                       tmp_path: Path) -> None:
+    """`engines recut`: the same payload bytes in parts of another size, pack.json's parts list
+    the only change, and an install from it records the same payload (so the same engine build
+    key); a damaged source part is refused before anything is written."""
+    out = tmp_path / "recut"
+    res = ep.recut(packed.out, out, PART // 3)
+    assert payload_bytes(res) == payload_bytes(packed)
+    assert {k for k in packed.manifest if packed.manifest[k] != res.manifest[k]} == {"parts"}
+    assert len(res.manifest["parts"]) > len(packed.manifest["parts"])
+    assert all(p["size"] <= PART // 3 for p in res.manifest["parts"])
+    assert json.loads((out / "pack.json").read_text()) == res.manifest
+    again = ep.install(out, tmp_path / "prefix")
+    assert again.record["payload_sha256"] == installed.record["payload_sha256"]
+    assert ep.install(out, world.root / "prefix").changed is False  # the same install
+    r = CliRunner().invoke(cli, ["engines", "recut", str(packed.out), "--out",
+                                 str(tmp_path / "cli"), "--part-mb", "0.02"])
+    assert r.exit_code == 0, r.output
+    assert r.stdout.strip() == str(tmp_path / "cli")
+    assert "payload sha256" in r.stderr and "unchanged" in r.stderr
+    with pytest.raises(UserError, match="is the pack being cut"):
+        ep.recut(out, out, PART)
+    bad = tmp_path / "bad"
+    shutil.copytree(packed.out, bad)
+    part = bad / "payload.tar.part001"
+    part.write_bytes(part.read_bytes()[:-1] + b"\0")
+    with pytest.raises(UserError, match="part payload.tar.part001 has sha256"):
+        ep.recut(bad, tmp_path / "never", PART)
+    assert not (tmp_path / "never").exists()

@@ -252,7 +252,8 @@ def calls(tree: int, first: list[Path], every: list[Path], parts: list[Path],
         if base + size > limit:
             raise ValueError(f"{part} ({size} bytes) does not fit beside the {tree}-byte tree "
                              f"and {', '.join(map(str, every))} under {limit} bytes: cut the "
-                             "pack smaller (`crossbench engines pack --part-mb`)")
+                             "pack's parts smaller, byte for byte (`crossbench engines recut "
+                             "PACK --out NEW --part-mb N`)")
         if load + size > limit:
             out.append([*every])
             load = base

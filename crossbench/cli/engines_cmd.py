@@ -151,6 +151,31 @@ def check(engine: str, binary: str | None, model: str, draft: str | None, n: int
         raise SystemExit(1)
 
 
+@engines.command("recut", epilog="""\b
+Examples:
+  crossbench engines recut .carry/vllm-0.26.0 --out /tmp/vllm-16 --part-mb 16
+  rm -r .carry/vllm-0.26.0 && mv /tmp/vllm-16 .carry/vllm-0.26.0
+""")
+@click.argument("src", type=click.Path(path_type=Path))
+@click.option("--out", type=click.Path(path_type=Path), required=True,
+              help="New folder for pack.json and the re-cut parts (not SRC).")
+@click.option("--part-mb", type=click.FloatRange(min=0, min_open=True), required=True,
+              help="Largest part, in MB (10^6 bytes).")
+@user_errors
+def recut(src: Path, out: Path, part_mb: float) -> None:
+    """Cut the payload of the pack in SRC into parts of another size, byte for byte.
+
+    No resolution and no network: the payload and its sha256 stay the same, so does the engine
+    build key an install derives from it (and the compile caches made under it); pack.json
+    changes only its parts list. For a device call whose carry limit the old parts no longer
+    fit beside the working tree (docs/h200-rounds.md). Prints the folder on stdout.
+    """
+    res = epack.recut(src, out, int(part_mb * epack.MB), progress=progress)
+    for part in res.manifest["parts"]:
+        progress(f"{part['name']}  {part['size']:>12,} bytes  sha256 {part['sha256']}")
+    click.echo(str(res.out))
+
+
 @engines.command("pack", epilog="""\b
 Examples:
   crossbench engines pack vllm==0.26.0 --python 3.12 \\

@@ -926,6 +926,39 @@ def pack(req: str, python: str, against: Path, out: Path, with_reqs: Iterable[st
     return PackResult(out, manifest)
 
 
+def recut(src: Path, out: Path, part_bytes: int, progress: _Progress = _quiet) -> PackResult:
+    """Cut the payload of the pack in ``src`` into parts of at most ``part_bytes`` in ``out``,
+    byte for byte: no resolution, no network, the same payload sha256 (so the same engine build
+    key, and the compile caches made with the first cut still match), a new ``parts`` list in
+    ``pack.json`` and nothing else changed. Every source part is checked first
+    (:func:`check_parts`); the joined bytes are checked against the recorded payload hash before
+    ``pack.json`` is written. ``out`` must not be ``src``."""
+    manifest = read_pack_manifest(src)
+    check_parts(src, manifest)
+    if out.resolve() == src.resolve():
+        raise UserError(f"--out {out} is the pack being cut", "give another folder; then "
+                        "replace the old one with it")
+    _prepare_out(out)
+    writer = _PartWriter(out, part_bytes)
+    for part in manifest["parts"]:
+        with (src / part["name"]).open("rb") as f:
+            while chunk := f.read(MB):
+                writer.write(chunk)
+    writer.close()
+    fsync_dir(out)
+    whole = writer.whole.hexdigest()
+    if whole != manifest["payload"]["sha256"]:  # the parts passed, so only an edited pack.json
+        for p in out.glob(f"{PART_PREFIX}*"):
+            p.unlink()
+        raise UserError(f"--from {src}: its parts join to sha256 {whole[:16]}..., pack.json's "
+                        f"payload says {manifest['payload']['sha256'][:16]}...", _UNEDITED)
+    new = {**manifest, "parts": writer.parts}
+    write_json_atomic(out / PACK_FILE, new)
+    progress(f"{len(manifest['parts'])} parts re-cut into {len(writer.parts)} of at most "
+             f"{part_bytes:,} bytes; payload sha256 {whole[:16]}... unchanged")
+    return PackResult(out, new)
+
+
 # -- install --------------------------------------------------------------------------------
 
 
