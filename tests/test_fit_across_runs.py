@@ -299,3 +299,22 @@ def test_a_cell_a_cut_run_never_ran_is_left_out_and_named(tmp_path):
     with pytest.raises(UserError, match="has a measured trial") as e:
         fit_across([_source(whole), _source(cut)], "dft")
     assert str(cut) in e.value.message
+
+
+def test_an_n_on_several_machines_says_how_far_apart_they_are(tmp_path):
+    """The size of the machine difference the interval leaves out, where the runs measured an
+    n on more than one machine: each machine's C(n) and their spread; an n on one machine, or
+    a run that records no machine, says nothing."""
+    a = _run(tmp_path / "a", [1, 4], 100.0)
+    b = _run(tmp_path / "b", [4, 8], 60.0)
+    c = _run(tmp_path / "c", [4], 80.0)  # no machine recorded: not counted
+    _on_machine(a, "GPU-aaaaaaaa-1111", "boot-a")
+    _on_machine(b, "GPU-bbbbbbbb-2222", "boot-b")
+    r = fit_across([_source(a), _source(b), _source(c)], "dft")
+    cost = {(p["source"], p["n"]): p["step_cost"] for p in r["points"]}
+    (note,) = [n for n in r["notes"] if n.startswith("n = ")]
+    assert note == (f"n = 4 ran on 2 machines: C(n) {cost[1, 4]:.3f} (source 1), "
+                    f"{cost[2, 4]:.3f} (source 2) plain steps, 0.0% apart: a machine "
+                    "difference of that size is in no interval")
+    same = fit_across([_source(a), _source(_run(tmp_path / "d", [2], 90.0))], "dft")
+    assert not [n for n in same["notes"] if n.startswith("n = ")]

@@ -193,8 +193,28 @@ def fit_across(sources: list[Source], arm: str, engine: str | None = None,
             "arm": arm, "engine": engine or out_sources[0]["setup"]["engine"],
             "concurrency": concurrency, "resamples": first.resamples, "fit": fit,
             "points": points, "sources": out_sources,
-            "notes": _notes(points, out_sources) + _unmeasured_note(unmeasured),
+            "notes": _notes(points, out_sources) + _same_n_notes(points, out_sources)
+            + _unmeasured_note(unmeasured),
             "warnings": _warnings(out_sources)}
+
+
+def _same_n_notes(points: list[dict[str, Any]], sources: list[dict[str, Any]]) -> list[str]:
+    """Per n measured on more than one machine: the step costs there and how far apart they
+    are, the size of the machine difference the interval leaves out."""
+    where = {s["source"]: " | ".join(machine_label(m) for m in s["machines"])
+             for s in sources if s["machines"]}
+    out = []
+    for n in sorted({p["n"] for p in points}):
+        at = [(where[p["source"]], p["source"], p["step_cost"]) for p in points
+              if p["n"] == n and p["source"] in where and p.get("step_cost")]
+        if len({m for m, _, _ in at}) < 2:
+            continue
+        costs = [c for _, _, c in at]
+        out.append(f"n = {n} ran on {len({m for m, _, _ in at})} machines: C(n) "
+                   + ", ".join(f"{c:.3f} (source {i})" for _, i, c in at)
+                   + f" plain steps, {max(costs) / min(costs) - 1:.1%} apart: a machine "
+                   "difference of that size is in no interval")
+    return out
 
 
 def _measured(pair: dict[str, Any]) -> bool:
