@@ -648,3 +648,70 @@ def test_land_names_archives_for_the_gpu_the_machine_had(study: ModuleType,
     assert study.machine_of(tmp_path / "missing") == "h200"
     r = study.get_round(study.load_rounds(study.ROUNDS), "verdicts", 1)
     assert study.archive_name(r, "llama-verdicts", "h100") == "h100-verdicts-part1-llama-verdicts"
+
+
+def test_calls_list_a_leases_carries_up_to_the_rounds_start(
+        study: ModuleType, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """`study.py calls ROUND`: the first call the wheels and the llama.cpp source; then the
+    vLLM pack's parts and the compile cache's, each call under the carry limit beside the
+    tree as git would copy it; the last of them starts the round. A llama.cpp round carries
+    nothing after its first call; a round whose engine has no pack is refused, naming it."""
+    import subprocess
+
+    def sized(path: Path, size: int) -> None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with path.open("wb") as f:
+            f.truncate(size)
+
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    subprocess.run(["git", "init", "-q", str(repo)], check=True)
+    (repo / ".gitignore").write_text(".carry/\n.whl/\n")
+    sized(repo / "examples" / "big.zip", 30_000_000)  # the tree: 30 MB and .gitignore
+    sized(repo / ".whl" / "a.whl", 3_000_000)
+    sized(repo / ".carry" / "llama-cpp-python-0.3.36.src.tgz", 12_000_000)
+    sized(repo / ".carry" / "vllm-0.26.0" / "pack.json", 50_000)
+    for k in range(3):
+        sized(repo / ".carry" / "vllm-0.26.0" / f"payload.tar.part00{k}", 20_000_000)
+    for k in range(2):
+        sized(repo / ".carry" / "vllm-compile" / f"vllm-compile.tgz.p{k}of2", 12_000_000)
+    rounds = tmp_path / "rounds.yaml"
+    rounds.write_text(yaml.safe_dump({"rounds": {
+        "v": {"purpose": "a vLLM round", "vllm": True, "build": False,
+              "parts": {2: {"purpose": "its second part",
+                            "steps": [{"name": "s", "command": "true"}]}}},
+        "l": {"purpose": "a llama.cpp round", "vllm": False,
+              "steps": [{"name": "s", "command": "true"}]},
+        "g": {"purpose": "an SGLang round", "vllm": False, "sglang": True, "build": False,
+              "steps": [{"name": "s", "command": "true"}]}}}))
+    calls = study.lease_calls(study.get_round(study.load_rounds(rounds), "v", 2), repo)
+    meta = Path(".carry/vllm-0.26.0/pack.json")
+    pack = [Path(f".carry/vllm-0.26.0/payload.tar.part00{k}") for k in range(3)]
+    cache = [Path(f".carry/vllm-compile/vllm-compile.tgz.p{k}of2") for k in range(2)]
+    # 30 MB of tree: 20 + 12 MB fit beside it (under 64 MiB less 1 MB), 20 + 20 do not
+    assert calls == [
+        ("BUDGET_S=40 ROUND=v PART=2", [Path(".whl"), Path(
+            ".carry/llama-cpp-python-0.3.36.src.tgz"), meta, pack[0]]),
+        ("BUDGET_S=20 ROUND=v PART=2", [meta, pack[1]]),
+        ("BUDGET_S=20 ROUND=v PART=2", [meta, pack[2], cache[0]]),
+        ("BUDGET_S=560 ROUND=v PART=2", [meta, cache[1]])]
+    llama = study.lease_calls(study.get_round(study.load_rounds(rounds), "l", None), repo)
+    assert llama == [("BUDGET_S=40 ROUND=l", [Path(".whl"), Path(
+        ".carry/llama-cpp-python-0.3.36.src.tgz")]), ("BUDGET_S=560 ROUND=l", [])]
+    with pytest.raises(ValueError, match="needs sglang and .carry/ holds no sglang pack"):
+        study.lease_calls(study.get_round(study.load_rounds(rounds), "g", None), repo)
+    import os
+
+    here = Path.cwd()
+    os.chdir(repo)
+    try:
+        assert study.main(["calls", "v", "--part", "2", "--rounds", str(rounds)]) == 0
+    finally:
+        os.chdir(here)
+    out = capsys.readouterr().out.splitlines()
+    assert out[0] == ("call 1: OUT=$OUT BUDGET_S=40 ROUND=v PART=2 bash "
+                      "benchmarks/study/run.sh 2>&1 | tail -30")
+    assert out[1] == ('  carry: [".whl", ".carry/llama-cpp-python-0.3.36.src.tgz", '
+                      '".carry/vllm-0.26.0/pack.json", ".carry/vllm-0.26.0/payload.tar.part000"]')
+    assert out[-1].startswith('then: BUDGET_S=560 calls carrying [".carry/vllm-0.26.0/'
+                              'pack.json"] until the round has ended; then BUDGET_S=20')

@@ -33,6 +33,7 @@ crossbench, installed).
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import shlex
 import subprocess
@@ -498,6 +499,35 @@ def land(r: Round, files_at: Path, dest: Path, work: Path, creator: str = CREATO
     return 1 if bad else 0
 
 
+def lease_calls(r: Round, repo: Path) -> list[tuple[str, list[Path]]]:
+    """A round's device calls until its start, each as (environment, carry list), from the
+    tree's size now (``carry.py calls``): the first call the wheels and the llama.cpp source,
+    then the engine packs' parts (vLLM, SGLang, as the round needs) and, for vLLM, the compile
+    cache's, as many a call as fit; the last of them starts the round (BUDGET_S=560). Paths
+    are relative to ``repo``. ValueError when a part cannot fit a call (the fix named)."""
+    carry = _carry_module()
+    root = repo / ".carry"
+    packs = [d for kind, need in (("vllm", r.vllm), ("sglang", r.sglang)) if need
+             for d in sorted(root.glob(f"{kind}-[0-9]*")) if (d / "pack.json").is_file()]
+    for kind, need in (("vllm", r.vllm), ("sglang", r.sglang)):
+        if need and not any(d.name.startswith(kind) for d in packs):
+            raise ValueError(f"round {r.name} needs {kind} and .carry/ holds no {kind} pack: "
+                             f"make it first (`crossbench engines pack {kind}==... --out "
+                             f".carry/{kind}-VERSION`)")
+    parts = [p for d in packs for p in sorted(d.glob("payload.tar.part*"))]
+    cache = root / "vllm-compile"
+    if r.vllm and cache.is_dir():
+        parts += sorted((q for q in cache.iterdir() if carry._PART.match(q.name)),
+                        key=carry._rank)
+    first = [repo / ".whl", *sorted(root.glob("llama-cpp-python-*.src.tgz"))]
+    plan = carry.calls(carry.tree_bytes(repo), first, [d / "pack.json" for d in packs], parts)
+    if len(plan) == 1:  # nothing to carry after the first call: the next one waits for it
+        plan.append([d / "pack.json" for d in packs])
+    env = f"ROUND={r.name}" + (f" PART={r.part}" if r.part else "")
+    return [(f"BUDGET_S={40 if i == 0 else 560 if i == len(plan) - 1 else 20} {env}",
+             [q.relative_to(repo) for q in carried]) for i, carried in enumerate(plan)]
+
+
 def _carry_module() -> Any:
     """benchmarks/study/carry.py, loaded by path (the scripts are not a package)."""
     import importlib.util
@@ -591,7 +621,7 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="study.py", description=__doc__.split("\n\n")[0])
     sub = p.add_subparsers(dest="cmd", required=True)
     sub.add_parser("list", help="each round (and part) with its purpose")
-    for cmd in ("env", "dry", "run", "land", "plan"):
+    for cmd in ("env", "dry", "run", "land", "plan", "calls"):
         sp = sub.add_parser(cmd)
         sp.add_argument("round")
         if cmd == "run":
@@ -658,6 +688,20 @@ def main(argv: list[str] | None = None) -> int:
 
         with tempfile.TemporaryDirectory(prefix="crossbench-plan-") as tmp:
             return plan(r, Path(tmp))
+    if a.cmd == "calls":
+        try:
+            calls = lease_calls(r, Path.cwd())
+        except ValueError as e:
+            print(f"study.py: {e}", file=sys.stderr)
+            return 2
+        for i, (env, carried) in enumerate(calls, 1):
+            print(f"call {i}: OUT=$OUT {env} bash benchmarks/study/run.sh 2>&1 | tail -30")
+            print(f"  carry: {json.dumps([str(q) for q in carried])}")
+        metas = json.dumps([str(q) for q in calls[-1][1] if q.name == "pack.json"])
+        print(f"then: BUDGET_S=560 calls carrying {metas} until the round has ended"
+              + ("; then BUDGET_S=20 calls until calls.txt says `every part returned` (the "
+                 "compile cache)" if r.vllm else ""))
+        return 0
     if a.cmd == "land":
         if r.kind != "cross":
             print(f"study.py: round {r.name} is of kind {r.kind}: land its files by hand "
