@@ -234,6 +234,18 @@ def tree_bytes(repo: Path) -> int:
                if n and (repo / n).is_file())
 
 
+def cache_parts(folder: Path) -> list[Path]:
+    """The compile cache's parts in ``folder``, in their order (none where it is no folder)."""
+    return sorted((q for q in folder.iterdir() if _PART.match(q.name) and q.is_file()),
+                  key=_rank) if folder.is_dir() else []
+
+
+def first_carry(carry_root: Path, wheels: Path) -> list[Path]:
+    """What a lease's first call carries besides pack.json: crossbench's wheels and the
+    llama.cpp source (``carry_root/llama-cpp-python-*.src.tgz``)."""
+    return [wheels, *sorted(carry_root.glob("llama-cpp-python-*.src.tgz"))]
+
+
 def calls(tree: int, first: list[Path], every: list[Path], parts: list[Path],
           limit: int = CARRY_BYTES - CARRY_MARGIN) -> list[list[Path]]:
     """The carry list of each call of a lease: the first call carries ``first`` and ``every``;
@@ -287,11 +299,8 @@ def main(argv: list[str] | None = None) -> int:
                         "the llama.cpp source .carry/llama-cpp-python-*.src.tgz)")
     a = p.parse_args(argv)
     if a.cmd == "calls":
-        source = sorted(Path(".carry").glob("llama-cpp-python-*.src.tgz"))
-        first = a.first or [Path(".whl"), *source]
-        cache = sorted((q for q in a.cache.glob("*") if _PART.match(q.name)), key=_rank) \
-            if a.cache.is_dir() else []
-        parts = sorted(a.pack.glob("payload.tar.part*")) + cache
+        first = a.first or first_carry(Path(".carry"), Path(".whl"))
+        parts = sorted(a.pack.glob("payload.tar.part*")) + cache_parts(a.cache)
         tree = tree_bytes(Path.cwd())
         try:
             plan = calls(tree, first, [a.pack / "pack.json"], parts)

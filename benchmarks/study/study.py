@@ -515,11 +515,9 @@ def lease_calls(r: Round, repo: Path) -> list[tuple[str, list[Path]]]:
                              f"make it first (`crossbench engines pack {kind}==... --out "
                              f".carry/{kind}-VERSION`)")
     parts = [p for d in packs for p in sorted(d.glob("payload.tar.part*"))]
-    cache = root / "vllm-compile"
-    if r.vllm and cache.is_dir():
-        parts += sorted((q for q in cache.iterdir() if carry._PART.match(q.name)),
-                        key=carry._rank)
-    first = [repo / ".whl", *sorted(root.glob("llama-cpp-python-*.src.tgz"))]
+    if r.vllm:
+        parts += carry.cache_parts(root / "vllm-compile")
+    first = carry.first_carry(root, repo / ".whl")
     plan = carry.calls(carry.tree_bytes(repo), first, [d / "pack.json" for d in packs], parts)
     if len(plan) == 1:  # nothing to carry after the first call: the next one waits for it
         plan.append([d / "pack.json" for d in packs])
