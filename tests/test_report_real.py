@@ -78,6 +78,11 @@ def test_report_of_a_real_run(real_run: Path) -> None:
     assert "No failed trial." in html
     assert "crossbench matrix matrix.yaml --out runs/repro" in html
     assert " ".join(shlex.quote(a) for a in manifest["trials"][0]["argv"]) in html
+    md = (real_run / "report" / "report.md").read_text()  # every start, by its trial
+    starts = md.split("## Server starts", 1)[1].split("\n## ", 1)[0]
+    up = manifest["trials"][0]["phase_s"]["startup"]
+    assert f"| draft-simple n=2 | 0 | {up:.1f} | n/a | n/a | n/a |" in starts
+    assert starts.count("| n/a | n/a | n/a |") == 6  # 3 cells x 2 fresh starts; no vLLM lines
 
 
 def _chromium() -> str:

@@ -159,6 +159,30 @@ def test_report_of_a_study_without_pairs(tmp_path: Path) -> None:
     assert "<h2>Verdicts</h2>" not in html and "<h2>Cells</h2>" in html
 
 
+def test_server_starts_of_a_recorded_vllm_run(tmp_path: Path) -> None:
+    """The report lists every server start with what vLLM's log said of it: vLLM's H100
+    verdicts (2026-12-05), each configuration's first start cold, its second warm."""
+    import zipfile
+
+    archive = (Path(__file__).resolve().parents[1] / "examples" / "h100-methods"
+               / "verdicts-part2" / "h100-verdicts-part2-vllm-verdicts.zip")
+    with zipfile.ZipFile(archive) as z:
+        z.extractall(tmp_path)
+    run = tmp_path / "h100-verdicts-part2-vllm-verdicts" / "data"
+    build_report(run, tmp_path / "out")
+    md = (tmp_path / "out" / "report.md").read_text()
+    starts = md.split("## Server starts", 1)[1].split("\n## ", 1)[0]
+    rows = [ln for ln in starts.splitlines() if ln.startswith("| ") and "---" not in ln][1:]
+    assert [r.split(" | ")[3] for r in rows] == ["cold", "warm"] * 3
+    manifest = json.loads((run / "cells" / "vllm__t8b-hf__eagle3-a0.9__n4__builtin-mixed__c1"
+                           / "manifest.json").read_text())
+    cold = manifest["trials"][0]
+    cut = cold["server_props"]["startup_cut"]
+    assert (f"| eagle3-a0.9 n=4 | 0 | {cold['phase_s']['startup']:.1f} | cold | "
+            f"{cut['engine_init_s']:.1f} | {cut['compile_s']:.1f} |") in rows
+    assert "<h2>Server starts</h2>" in (tmp_path / "out" / "report.html").read_text()
+
+
 def test_datapoint_length_and_content(sweep: Path) -> None:
     r = invoke("datapoint", str(sweep))
     assert r.exit_code == 0, r.output

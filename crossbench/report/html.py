@@ -157,6 +157,33 @@ def cell_table(study: Study) -> Table:
     return Table(header, rows)
 
 
+def _seconds(v: Any) -> float | None:
+    """A recorded duration, or None where it is not a number."""
+    return float(v) if isinstance(v, int | float) and not isinstance(v, bool) else None
+
+
+def start_table(study: Study) -> Table | None:
+    """Every server start, by the trial that made it: crossbench's time from launch to ready
+    and, where the engine logs them (vLLM), whether the start found its compile cache
+    (``cold``/``warm``), its engine init and its torch.compile; None without a start."""
+    rows = []
+    for c in study.cells:
+        for entry in c.manifest.get("trials") or []:
+            phases = entry.get("phase_s") if isinstance(entry, dict) else None
+            up = _seconds(phases.get("startup")) if isinstance(phases, dict) else None
+            if up is None:  # a trial on a running server
+                continue
+            props = entry.get("server_props")
+            cut = props.get("startup_cut") if isinstance(props, dict) else None
+            cut = cut if isinstance(cut, dict) else {}
+            rows.append([study.label(c.coords), str(entry.get("trial")), f"{up:.1f}",
+                         str(cut.get("start") or "n/a"),
+                         num(_seconds(cut.get("engine_init_s")), ".1f"),
+                         num(_seconds(cut.get("compile_s")), ".1f")])
+    return Table(["cell", "trial", "start-up s", "compile cache", "engine init s",
+                  "compile s"], rows) if rows else None
+
+
 def sweep_table(study: Study) -> Table | None:
     """Best n of every n-sweep, whether it is distinguishable, and the cost model."""
     sweeps = study.analysis.get("sweeps") or []
@@ -306,6 +333,10 @@ def render_html(study: Study, card: Card, images: list[Image], here: str = "") -
                   f"interval: bootstrap clustered by prompt, {study.options.resamples} "
                   f"resamples, seed {study.options.seed}. MAL: mean acceptance length.</p>"]
     parts += ["<h2>Cells</h2>", html_table(cell_table(study), numeric)]
+    starts = start_table(study)
+    if starts is not None:
+        parts += ["<h2>Server starts</h2>",
+                  html_table(starts, ("start-up s", "engine init s", "compile s"))]
     if images:
         parts += ["<h2>Figures</h2>", '<div class="figures">',
                   *(_figure(i) for i in images), "</div>"]
@@ -371,6 +402,9 @@ def render_markdown(study: Study, card: Card, images: list[Image],
         out += ["## Verdicts", "", md_table(t.header, t.rows)]
     t = cell_table(study)
     out += ["## Cells", "", md_table(t.header, t.rows)]
+    starts = start_table(study)
+    if starts is not None:
+        out += ["## Server starts", "", md_table(starts.header, starts.rows)]
     if images:
         out += ["## Figures", ""]
         for i in images:
