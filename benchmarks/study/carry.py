@@ -180,13 +180,19 @@ def waiting(folder: Path) -> list[str]:
             if n and set(parts) != set(range(n))]
 
 
+def cache_parts(folder: Path) -> list[Path]:
+    """The compile cache's parts in ``folder``, in their order (none where it is no folder)."""
+    return sorted((q for q in folder.iterdir() if _PART.match(q.name) and q.is_file()),
+                  key=_rank) if folder.is_dir() else []
+
+
 def keep(files_at: Path, dest: Path) -> list[Path]:
     """Keep the parts a call brought back (``files_at``) in ``dest/incoming/``, where the parts
     of one set gather over the calls of a lease; once a set is whole there, it replaces what
     ``dest`` held (a later pack holds every entry of the earlier one it was unpacked over).
     Returns the parts now in ``dest`` when this call completed a set, else none (``dest`` is
     left as it was)."""
-    brought = [p for p in sorted(files_at.iterdir()) if _PART.match(p.name) and p.is_file()]
+    brought = cache_parts(files_at)
     if not brought:
         return []
     incoming = dest / "incoming"
@@ -234,12 +240,6 @@ def tree_bytes(repo: Path) -> int:
                if n and (repo / n).is_file())
 
 
-def cache_parts(folder: Path) -> list[Path]:
-    """The compile cache's parts in ``folder``, in their order (none where it is no folder)."""
-    return sorted((q for q in folder.iterdir() if _PART.match(q.name) and q.is_file()),
-                  key=_rank) if folder.is_dir() else []
-
-
 def first_carry(carry_root: Path, wheels: Path) -> list[Path]:
     """What a lease's first call carries besides pack.json: crossbench's wheels and the
     llama.cpp source (``carry_root/llama-cpp-python-*.src.tgz``)."""
@@ -256,7 +256,8 @@ def calls(tree: int, first: list[Path], every: list[Path], parts: list[Path],
     head = base + sum(_size(p) for p in first)
     if head > limit:
         raise ValueError(f"the first call's carry ({head} bytes with the {tree}-byte tree) is "
-                         f"over {limit}")
+                         f"over {limit}: carry less in it (`carry.py calls --first .whl`, the "
+                         "llama.cpp source then in a call of its own) or shrink the tree")
     out: list[list[Path]] = [[*first, *every]]
     load = head
     for part in parts:

@@ -174,21 +174,22 @@ def telemetry_split(analysis: dict[str, Any], sweep: dict[str, Any]) -> dict[int
     return out
 
 
-def arm_points(analysis: dict[str, Any], arm: str, concurrency: int = 1) -> dict[str, Any]:
-    """The analysed pairs of ``arm`` at ``concurrency``, shaped as a sweep (its baseline cell
-    and points) for an arm measured at fewer n than a fit needs (one n in a verdicts run):
-    each point's C(n) is measured (:func:`measured_costs`), none fitted. UserError naming the
-    arms there are when it has no pair with an n."""
+def arm_points(analysis: dict[str, Any], arm: str, concurrency: int = 1,
+               engine: str | None = None, where: str = "--from") -> dict[str, Any]:
+    """The analysed pairs of ``arm`` at ``concurrency`` (of ``engine`` where given), shaped as a
+    sweep (its baseline cell and points) for an arm measured at fewer n than a fit needs (one n
+    in a verdicts run): each point's C(n) is measured (:func:`measured_costs`), none fitted.
+    UserError naming the arms there are when it has no pair with an n, and (as ``crossbench
+    fit``) when the arm ran on several engines or targets, whose n would mix."""
+    from crossbench.analysis.fit import pairs_of_arm
     from crossbench.analysis.sweep import sweep_point
 
-    pairs = [p for p in analysis.get("pairs", []) if p.get("arm") == arm
-             and p.get("concurrency") == concurrency and p.get("n") is not None]
+    pairs = pairs_of_arm(analysis, where, arm, engine, concurrency)
     if not pairs:
         arms = sorted({f"{p.get('arm')} (c={p.get('concurrency')})"
                        for p in analysis.get("pairs", []) if p.get("n") is not None})
         raise UserError(f"no cell of arm {arm!r} with an n at concurrency {concurrency}",
                         f"arms with an n: {', '.join(arms) or 'none'}")
-    pairs.sort(key=lambda p: int(p["n"]))
     return {key: pairs[0].get(key) for key in ("arm", "engine", "model", "method",
                                                 "concurrency", "baseline_cell")} | {
         "points": [sweep_point(p) for p in pairs]}

@@ -56,9 +56,7 @@ def arm_pairs(src: Source, arm: str, engine: str | None = None,
     """The analysed pairs of ``arm`` with an n at ``concurrency`` in one run (of ``engine``
     where given), by n; UserError naming the run when it has none, or several engines,
     targets or workloads."""
-    pairs = [p for p in src.analysis.get("pairs", []) if p.get("arm") == arm
-             and p.get("concurrency") == concurrency and p.get("n") is not None
-             and engine in (None, p.get("engine"))]
+    pairs = pairs_of_arm(src.analysis, src.name, arm, engine, concurrency)
     if not pairs:
         have = sorted({f"{p.get('engine')}/{p.get('arm')} (c={p.get('concurrency')})"
                        for p in src.analysis.get("pairs", []) if p.get("n") is not None})
@@ -67,14 +65,25 @@ def arm_pairs(src: Source, arm: str, engine: str | None = None,
                         f"{concurrency}{on}",
                         f"give a run that measured it, or another --arm, --engine or "
                         f"--concurrency (this run's arms: {', '.join(have) or 'none'})")
+    return pairs
+
+
+def pairs_of_arm(analysis: dict[str, Any], where: str, arm: str, engine: str | None = None,
+                 concurrency: int = 1) -> list[dict[str, Any]]:
+    """The analysed pairs of ``arm`` with an n at ``concurrency`` (of ``engine`` where given),
+    by n, possibly none; UserError naming ``where`` when they ran on several engines, targets
+    or workloads (their n would mix)."""
+    pairs = [p for p in analysis.get("pairs", []) if p.get("arm") == arm
+             and p.get("concurrency") == concurrency and p.get("n") is not None
+             and engine in (None, p.get("engine"))]
     engines = sorted({str(p.get("engine")) for p in pairs})
     if len(engines) > 1:
-        raise UserError(f"{src.name}: arm {arm!r} ran on {len(engines)} engines "
+        raise UserError(f"{where}: arm {arm!r} ran on {len(engines)} engines "
                         f"({', '.join(engines)})", "name one with --engine")
     groups = sorted({"/".join(str(p.get(k)) for k in ("model", "method", "workload"))
                      for p in pairs})
     if len(groups) > 1:
-        raise UserError(f"{src.name}: arm {arm!r} at concurrency {concurrency} ran with "
+        raise UserError(f"{where}: arm {arm!r} at concurrency {concurrency} ran with "
                         f"{len(groups)} target/method/workload ({'; '.join(groups)})",
                         "give a run in which the arm ran one target and workload")
     return sorted(pairs, key=lambda p: int(p["n"]))

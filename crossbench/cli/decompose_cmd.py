@@ -33,7 +33,8 @@ Examples:
                    "n + 1 tokens is its step at concurrency n + 1 over its step at 1 (any "
                    "engine; interpolated between measured concurrencies, never beyond).")
 @click.option("--engine", "engine_name", help="With --verify-from: the run's engine name "
-              "(default: the --arm sweep's, else the run's only baseline).")
+              "(default: the --arm sweep's, else the run's only baseline); for an --arm at "
+              "one n, also the engine whose cells of it to read.")
 @click.option("--model", "model_name", help="With --verify-from: the run's target name "
               "(default: the --arm sweep's, else the run's only baseline).")
 @click.option("--draft", type=click.Path(path_type=Path),
@@ -116,7 +117,7 @@ def decompose(target: Path | None, verify_from: Path | None, engine_name: str | 
             d, v, method = dec.sweep_cost_model(frames.analysis, arm, concurrency)
             sweep = dec.find_sweep(frames.analysis, arm, concurrency)
         except UserError as no_fit:  # fewer n than a line needs: each n's own C(n)
-            sweep = dec.arm_points(frames.analysis, arm, concurrency)
+            sweep = dec.arm_points(frames.analysis, arm, concurrency, engine_name)
             measured = dec.measured_costs(sweep)
             if not measured:
                 raise no_fit from None

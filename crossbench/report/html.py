@@ -19,6 +19,7 @@ from crossbench.report import commands
 from crossbench.report.card import Card
 from crossbench.report.plots import Plot, pair_label
 from crossbench.report.study import Study
+from crossbench.store import rundir
 
 CSP = ("default-src 'none'; img-src data:; style-src 'unsafe-inline'; "
        "base-uri 'none'; form-action 'none'")
@@ -157,11 +158,6 @@ def cell_table(study: Study) -> Table:
     return Table(header, rows)
 
 
-def _seconds(v: Any) -> float | None:
-    """A recorded duration, or None where it is not a number."""
-    return float(v) if isinstance(v, int | float) and not isinstance(v, bool) else None
-
-
 def start_table(study: Study) -> Table | None:
     """Every server start, by the trial that made it: crossbench's time from launch to ready
     and, where the engine logs them (vLLM), whether the start found its compile cache
@@ -169,17 +165,12 @@ def start_table(study: Study) -> Table | None:
     rows = []
     for c in study.cells:
         for entry in c.manifest.get("trials") or []:
-            phases = entry.get("phase_s") if isinstance(entry, dict) else None
-            up = _seconds(phases.get("startup")) if isinstance(phases, dict) else None
-            if up is None:  # a trial on a running server
+            start = rundir.trial_start(entry)
+            if start is None:  # a trial on a running server
                 continue
-            props = entry.get("server_props")
-            cut = props.get("startup_cut") if isinstance(props, dict) else None
-            cut = cut if isinstance(cut, dict) else {}
-            rows.append([study.label(c.coords), str(entry.get("trial")), f"{up:.1f}",
-                         str(cut.get("start") or "n/a"),
-                         num(_seconds(cut.get("engine_init_s")), ".1f"),
-                         num(_seconds(cut.get("compile_s")), ".1f")])
+            rows.append([study.label(c.coords), str(entry.get("trial")),
+                         f"{start.startup_s:.1f}", start.cache or "n/a",
+                         num(start.engine_init_s, ".1f"), num(start.compile_s, ".1f")])
     return Table(["cell", "trial", "start-up s", "compile cache", "engine init s",
                   "compile s"], rows) if rows else None
 

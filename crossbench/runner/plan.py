@@ -31,6 +31,7 @@ from crossbench.runner.matrix import (
     sweeps,
     trial_work,
 )
+from crossbench.store import rundir
 
 DESIGNS = ("naive", "reuse", "sequential", "probe-and-predict")
 """The designs, in the order each adds its saving to the one above it."""
@@ -85,8 +86,9 @@ class RecordedTrial:
     measured_s: float
     total_s: float
     start: str | None = None
-    """``cold`` or ``warm`` where the engine records whether its start found its compile cache
-    (vLLM's ``server_props.startup_cut.start``); None elsewhere."""
+    """``cold``, ``warm`` or ``partial`` where the engine records whether its start found its
+    compile cache (:func:`crossbench.store.rundir.trial_start`); None elsewhere. Only cold and
+    warm starts price the two kinds apart."""
 
     @property
     def other_s(self) -> float:
@@ -244,29 +246,19 @@ class Plan:
 
 # -- recorded timings -------------------------------------------------------------------------
 
-def _seconds(value: Any) -> float | None:
-    """A phase duration: a finite, non-negative number, else None."""
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        return None
-    v = float(value)
-    return v if math.isfinite(v) and v >= 0 else None
-
-
 def _trial(work: TrialWork, entry: Any) -> RecordedTrial | None:
     """A trial's phases, or None when it has none usable."""
     phases = entry.get("phase_s") if isinstance(entry, dict) else None
     if not isinstance(phases, dict):
         return None
-    got = {k: _seconds(phases.get(k)) for k in PHASES}
+    got = {k: rundir.duration_s(phases.get(k)) for k in PHASES}
     if any(got[k] is None for k in ("warmup", "measured", "total")) or not got["measured"]:
         return None
-    props = entry.get("server_props")
-    cut = props.get("startup_cut") if isinstance(props, dict) else None
-    start = cut.get("start") if isinstance(cut, dict) else None
+    start = rundir.trial_start(entry)
     return RecordedTrial(work.concurrency, work.output_tokens, got["startup"],
                          got["stop"] or 0.0, got["warmup"] or 0.0, got["scrape_write"] or 0.0,
                          got["measured"] or 0.0, got["total"] or 0.0,
-                         start if start in ("cold", "warm") else None)
+                         start.cache if start else None)
 
 
 def read_recorded(paths: Sequence[Path]) -> Recorded:

@@ -16,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import gc
 import json
+import math
 import os
 import re
 from collections.abc import Iterable, Iterator, Mapping
@@ -352,6 +353,45 @@ class TrialEntry(TypedDict, total=False):
     stop_report: dict[str, Any]
     vram_release: dict[str, Any]
     telemetry: dict[str, Any]
+
+
+def duration_s(value: Any) -> float | None:
+    """A recorded duration (a ``phase_s`` value, a start-up figure): a finite, non-negative
+    number, else None."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    v = float(value)
+    return v if math.isfinite(v) and v >= 0 else None
+
+
+@dataclass(frozen=True)
+class TrialStart:
+    """The server start a trial made, as its manifest entry records it: crossbench's time from
+    launch to ready (``phase_s.startup``) and, where the engine logs them (vLLM's
+    ``server_props.startup_cut``), whether it found its compile cache and its engine init and
+    torch.compile seconds."""
+
+    startup_s: float
+    cache: str | None
+    """``cold``, ``warm`` or ``partial`` (some of its compiled graphs found); None where the
+    engine does not say."""
+    engine_init_s: float | None
+    compile_s: float | None
+
+
+def trial_start(entry: Any) -> TrialStart | None:
+    """The server start a manifest trial entry made, or None for a trial on a running server
+    (or an entry of another shape)."""
+    phases = entry.get("phase_s") if isinstance(entry, dict) else None
+    up = duration_s(phases.get("startup")) if isinstance(phases, dict) else None
+    if up is None:
+        return None
+    props = entry.get("server_props")
+    cut = props.get("startup_cut") if isinstance(props, dict) else None
+    cut = cut if isinstance(cut, dict) else {}
+    kind = cut.get("start")
+    return TrialStart(up, kind if kind in ("cold", "warm", "partial") else None,
+                      duration_s(cut.get("engine_init_s")), duration_s(cut.get("compile_s")))
 
 
 class CellEntry(TypedDict):
