@@ -160,3 +160,76 @@ def test_the_eagle3_line_over_three_machines_is_a_crossbench_fit(tmp_path: Path)
     section = " ".join(h100_section().split())
     assert f"d {interval(fit['d'], fit['d_ci95'], 3)}, v {interval(fit['v'], fit['v_ci95'], 4)}" \
         in section, fit
+
+
+def h200_alpha_section() -> str:
+    """The page's section on `alpha` part 2 (vLLM's heads at alpha 0.7, one H200)."""
+    text = DOC.read_text()
+    start = text.index("## vLLM at the other alpha, the rest (one H200")
+    return text[start:text.index("\n## ", start + 3)]
+
+
+ALPHA_REST = METHODS / "round6/h200-alpha-part2-vllm-alpha-rest.zip"
+
+
+def _fit(tmp_path: Path, sources: list[Path], arm: str) -> dict[str, Any]:
+    import json
+
+    from click.testing import CliRunner
+
+    from crossbench.cli.main import cli
+
+    out = tmp_path / f"fit-{arm}-{len(sources)}.json"
+    r = CliRunner().invoke(cli, ["fit", *map(str, sources), "--arm", arm, "--engine", "vllm",
+                                 "--json", str(out)])
+    assert r.exit_code == 0, r.output
+    return json.loads(out.read_text())
+
+
+def test_vllms_alpha_rest_rows_are_the_archive_and_carry_no_verdict(tmp_path: Path) -> None:
+    """Each c=1 row: speedup, interval, MAL and C(n) from the archive; the predicted C(n) from
+    the alpha 0.9 lines that hold none of its points; one start per arm, so no verdict word;
+    the c=16 ratios from the trial windows' output rates."""
+    section = h200_alpha_section()
+    with open_run(ALPHA_REST) as frames:
+        pairs = {(p["arm"], p["concurrency"]): p for p in frames.analysis["pairs"]}
+        wall = {(c["arm"], c["concurrency"]): c["throughput"]["wall_output_tok_s"]
+                for c in frames.analysis["cells"]}
+    before = [METHODS / "round4/h200-methods-round4-vllm.zip",
+              METHODS / "round5/h200-fits2-vllm-fits2.zip",
+              METHODS / "round5/h200-fits2-vllm-warm.zip",
+              H100 / "verdicts-part2/h100-verdicts-part2-vllm-verdicts.zip"]
+    lines = {"eagle3": _fit(tmp_path, [*before, H100 / "alpha-part1/h100-alpha-part1-vllm-alpha.zip"],
+                            "eagle3-a0.9")["fit"],
+             "dflash": _fit(tmp_path, before, "dflash-a0.9")["fit"]}
+    for arm, name, n in (("eagle3-a0.7", "EAGLE-3, alpha 0.7", 4),
+                         ("dflash-a0.7", "DFlash, alpha 0.7", 4),
+                         ("dflash-a0.9", "DFlash, alpha 0.9", 1)):
+        p = pairs[(arm, 1)]
+        sp = p["speedup"]
+        assert sp["start_ci95"] is None  # one start per arm: no starts-as-samples interval
+        (row,) = [ln for ln in section.splitlines() if ln.startswith(f"| {name} | {n} |")]
+        assert interval(sp["geomean"], sp["ci95"], 3) in row, row
+        mal = p["acceptance"]["mean_acceptance_length"]
+        assert f"| {mal:.3f} | {mal / sp['geomean']:.3f} |" in row, row
+        line = lines[arm.split("-")[0]]
+        c_pred = line["d"] + line["v"] * n
+        assert f"| {c_pred:.3f}, {mal / c_pred:.3f} |" in row, row
+        assert "faster" not in row and "slower" not in row
+    base16 = wall[("none", 16)]
+    assert f"baseline's {base16:,.1f} tok/s" in " ".join(section.split())
+    for arm in ("eagle3-a0.7", "dflash-a0.7", "dflash-a0.9"):
+        ratio = wall[(arm, 16)] / base16
+        assert f"{wall[(arm, 16)]:,.1f} ({ratio:.2f})" in section, (arm, ratio)
+
+
+def test_the_dflash_line_over_four_machines_is_a_crossbench_fit(tmp_path: Path) -> None:
+    result = _fit(tmp_path, [METHODS / "round4/h200-methods-round4-vllm.zip",
+                             METHODS / "round5/h200-fits2-vllm-fits2.zip",
+                             METHODS / "round5/h200-fits2-vllm-warm.zip",
+                             H100 / "verdicts-part2/h100-verdicts-part2-vllm-verdicts.zip",
+                             ALPHA_REST], "dflash-a0.9")
+    fit = result["fit"]
+    assert sorted({p["n"] for p in result["points"]}) == [1, 4, 8, 15]
+    said = f"d {interval(fit['d'], fit['d_ci95'], 3)}, v {interval(fit['v'], fit['v_ci95'], 4)}"
+    assert said in " ".join(h200_alpha_section().split()).replace("**", ""), said
