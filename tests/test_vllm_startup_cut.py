@@ -245,6 +245,43 @@ def test_pack_unpack_makes_the_next_machine_warm(tmp_path: Path, cache: Path,
     assert "0 entries added, 1 already there" in res.output
 
 
+def test_a_pack_lists_its_starts_with_entry_module_and_gpu(
+        tmp_path: Path, cache: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`compile-cache list --pack` reads a pack's start index without unpacking: each start
+    with the entry and module it used, cold or warm, and the GPU it ran on (an entry serves
+    only the GPU model that made it), so a lease can tell what it carries warm."""
+    from crossbench import host
+
+    monkeypatch.setattr(host, "gpu_names", lambda: ["NVIDIA H200"])
+    binary = write_launcher(tmp_path / "vllm", *FAST)
+    first = _start(_server(tmp_path, binary=str(binary), max_num_seqs=2))["startup_cut"]
+    _start(_server(tmp_path, binary=str(binary), max_num_seqs=2))
+    out = tmp_path / "cc.tar.gz"
+    runner = CliRunner()
+    res = runner.invoke(cli, ["engines", "compile-cache", "pack", "--binary", str(binary),
+                              "--out", str(out)])
+    assert res.exit_code == 0, res.output
+    res = runner.invoke(cli, ["engines", "compile-cache", "list", "--pack", str(out)])
+    assert res.exit_code == 0, res.output
+    listed = json.loads(res.stdout)
+    entries = startup_cut.cache_entries(Path(first["cache_root"]))
+    assert listed["build_key"] == first["build_key"] and listed["entries"] == entries
+    assert [(s["start"], s["gpus"]) for s in listed["starts"]] == [
+        ("cold", ["NVIDIA H200"]), ("warm", ["NVIDIA H200"])]
+    (entry,) = {s["entry"] for s in listed["starts"]}
+    assert entry in entries and {s["module"] for s in listed["starts"]} == {"backbone"}
+    assert startup_cut.read_pack_manifest(out)["gpus"] == ["NVIDIA H200"]
+    # a pack cut into parts must be joined first, and the error says how
+    (tmp_path / "cc.tar.gz.p0of2").write_bytes(b"x")
+    res = runner.invoke(cli, ["engines", "compile-cache", "list", "--pack",
+                              str(tmp_path / "cc.tar.gz.x")])
+    assert res.exit_code != 0 and "does not exist" in res.output
+    assert "give a file made by" in res.output
+    out.rename(tmp_path / "cc.tar.gz.p1of2")
+    res = runner.invoke(cli, ["engines", "compile-cache", "list", "--pack", str(out)])
+    assert f"join its parts first: cat {out}.p*of* > {out}" in res.output
+
+
 def test_unpack_refuses_what_is_not_a_pack(tmp_path: Path, cache: Path) -> None:
     bad = tmp_path / "bad.tar.gz"
     with tarfile.open(bad, "w:gz") as tar:

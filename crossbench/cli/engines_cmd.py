@@ -314,12 +314,29 @@ def _build_key(binary: Path | None, build: str | None) -> str:
 
 
 @compile_cache.command("list")
+@click.option("--pack", "pack_file", type=click.Path(path_type=Path), default=None,
+              help="List a pack file instead (made by `compile-cache pack`; join a cut pack's "
+                   "parts first): its build key, entries, and each start that filled them "
+                   "with the entry, module, GPU and cold or warm.")
 @user_errors
-def compile_cache_list() -> None:
+def compile_cache_list(pack_file: Path | None) -> None:
     """One JSON object per engine build: key, folder, vLLM's entries and the models whose
-    starts filled them."""
+    starts filled them. With --pack, one object for that pack, its starts included, so the
+    next lease can tell which configurations it carries warm for which GPU (an entry serves
+    only the GPU model that made it, docs/vllm.md)."""
     from crossbench.engines.vllm import startup_cut
 
+    if pack_file is not None:
+        if not pack_file.is_file():
+            hint = (f"join its parts first: cat {pack_file}.p*of* > {pack_file}"
+                    if list(pack_file.parent.glob(pack_file.name + ".p*of*"))
+                    else "give a file made by `crossbench engines compile-cache pack`")
+            raise UserError(f"--pack {pack_file} does not exist", hint)
+        man, starts = startup_cut.pack_starts(pack_file)
+        click.echo(json.dumps({"build_key": man["build_key"], "pack": str(pack_file),
+                               "created": man.get("created"), "entries": man["entries"],
+                               "models": man.get("models", []), "starts": starts}))
+        return
     base = startup_cut.cache_root("x").parent
     for d in sorted(base.iterdir()) if base.is_dir() else []:
         starts = startup_cut.read_index(d)

@@ -17,6 +17,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from crossbench import host
 from crossbench.engines.base import EngineIdentity, MetricsSnapshot
 from crossbench.engines.pack import INSTALL_FILE, install_record
 from crossbench.engines.process import (
@@ -449,6 +450,7 @@ class VllmServer(LocalServer):
             with contextlib.suppress(OSError):
                 startup_cut.note_start(root, {
                     "model": self.config.model_ref().name, "config_hash": config_hash,
+                    "gpus": host.gpu_names(),
                     "cache_dir": startup_log.cache_dir_of(facts.lines.get("compile_cache_dir")),
                     "start": cut["start"],
                     "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())})

@@ -187,7 +187,8 @@ def pack(root: Path, out: Path, key: str) -> dict[str, Any]:
                 "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
                 "models": sorted({str(s.get("model")) for s in starts if s.get("model")}),
                 "config_hashes": sorted({str(s.get("config_hash")) for s in starts
-                                         if s.get("config_hash")})}
+                                         if s.get("config_hash")}),
+                "gpus": sorted({str(g) for s in starts for g in s.get("gpus") or []})}
     out.parent.mkdir(parents=True, exist_ok=True)
     with tarfile.open(out, "w:gz") as tar:
         data = json.dumps(manifest, indent=2, sort_keys=True).encode()
@@ -223,6 +224,33 @@ def read_pack_manifest(path: Path) -> dict[str, Any]:
         raise UserError(f"compile-cache: {path} names build key {key!r}",
                         "make the pack again with `crossbench engines compile-cache pack`")
     return data
+
+
+def pack_starts(path: Path) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """A pack's manifest and the starts its index notes, each with the ``entry`` it used
+    (``torch_compile_cache/<hash>``, None where the start logged no folder) and the
+    ``module`` (backbone, eagle_head, draft_model); read without unpacking. Starts noted
+    before crossbench recorded GPU names carry ``gpus`` None: which machine made such an
+    entry is not in the pack."""
+    manifest = read_pack_manifest(path)
+    with tarfile.open(path, "r:gz") as tar:
+        index = tar.extractfile(_INDEX) if _INDEX in tar.getnames() else None
+        lines = index.read().decode().splitlines() if index is not None else []
+    starts = []
+    for line in lines:
+        try:
+            item = json.loads(line)
+        except json.JSONDecodeError:
+            continue
+        if not isinstance(item, dict):
+            continue
+        cache_dir = str(item.get("cache_dir") or "")
+        at = cache_dir.find("/torch_compile_cache/")
+        rel = cache_dir[at + 1:].split("/") if at >= 0 else []
+        starts.append({**item, "gpus": item.get("gpus"),
+                       "entry": "/".join(rel[:2]) if len(rel) >= 2 else None,
+                       "module": rel[-1] if len(rel) >= 4 else None})
+    return manifest, starts
 
 
 def unpack(path: Path, base: Path | None = None) -> tuple[dict[str, Any], Path, list[str]]:
