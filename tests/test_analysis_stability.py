@@ -123,6 +123,10 @@ def test_a_verdict_from_one_trial_says_its_interval_leaves_out_restarts(tmp_path
     w = _warning(r, "single_trial")
     assert "resamples prompts only" in w["message"] and "3 or more trials" in w["action"]
     assert [x["kind"] for x in pair["warnings"]] == ["single_trial"]
+    # the verdict's own caveat says it, where a datapoint prints caveats beside the verdict
+    assert pair["verdict_caveats"] == [
+        "one trial per cell, so one server start per side: the interval leaves out "
+        "start-to-start variation: see warnings"]
 
 
 def test_a_verdict_from_one_server_start_per_side_says_so(tmp_path):

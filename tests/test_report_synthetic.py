@@ -169,6 +169,7 @@ def test_server_starts_of_a_recorded_vllm_run(tmp_path: Path) -> None:
     with zipfile.ZipFile(archive) as z:
         z.extractall(tmp_path)
     run = tmp_path / "h100-verdicts-part2-vllm-verdicts" / "data"
+    (run / "analysis.json").unlink()  # an older format: the report analyses in memory
     build_report(run, tmp_path / "out")
     md = (tmp_path / "out" / "report.md").read_text()
     starts = md.split("## Server starts", 1)[1].split("\n## ", 1)[0]
@@ -261,6 +262,20 @@ def test_datapoint_says_when_its_verdicts_rest_on_one_server_start(tmp_path: Pat
           trials=2)
     assert invoke("analyze", str(fresh), "--resamples", "500").exit_code == 0
     assert "single start" not in datapoint(load_study(fresh))
+    assert "single trial" not in datapoint(load_study(fresh))
+
+
+def test_datapoint_says_when_its_verdicts_rest_on_one_trial(tmp_path: Path) -> None:
+    """One trial per cell (each a fresh start, as a one-start-per-arm round): the verdict
+    rests on one server start per side, and the datapoint says so beside it."""
+    out = tmp_path / "one-trial"
+    study(out, PROMPTS, [Arm("none"), Arm("dft", "draft-simple", 2, acceptance=ACC)], rate,
+          trials=1, occurrences=4)
+    assert invoke("analyze", str(out), "--resamples", "500").exit_code == 0
+    text = datapoint(load_study(out))
+    assert ("single trial: one trial per cell, so one server start per side, and the "
+            "intervals leave out start-to-start variation") in text
+    assert "| faster |" in text  # the verdict stays, marked
 
 
 def test_datapoint_says_when_its_server_starts_disagree(tmp_path: Path) -> None:

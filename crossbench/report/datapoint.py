@@ -148,6 +148,8 @@ def _table(study: Study, pairs: list[dict[str, Any]]) -> list[str]:
 
 
 _WARNING_CAVEATS = (
+    (WarningKind.SINGLE_TRIAL, "single trial: one trial per cell, so one server start per "
+     "side, and the intervals leave out start-to-start variation"),
     (WarningKind.SINGLE_START, "single start: every trial ran on one server start per side, "
      "so the intervals leave out start-to-start variation"),
     (WarningKind.STARTS_DISAGREE, "starts disagree: with each server start as one sample the "

@@ -216,7 +216,7 @@ FORMATS: dict[str, Format] = {
            "histograms); adds server_rate_source, client_vs_server, engine_reported_tok_s, "
            "engine_rate_definition and acceptance.mean_acceptance_length_estimate / mal_note"},
         {2: ("throughput.server_pooled_tok_s", "per_trial.*.throughput.server_pooled_tok_s")}),
-    "analysis": Format(ANALYSIS, ANALYSIS_KIND, 9, {
+    "analysis": Format(ANALYSIS, ANALYSIS_KIND, 10, {
         1: "first version (cells, pairs, sweeps, stability)",
         2: "options.strata and each interval's design; cost-model intervals (d_ci95, v_ci95) "
            "and tau estimated from per-request counts where no counter exists; server rates "
@@ -254,7 +254,10 @@ FORMATS: dict[str, Format] = {
            "pair whose arms ran on different CPUs reads confounded)",
         9: "cells.*.host_time.decode: GPU work and host time per token over the decode alone "
            "(prefill and the gaps between requests left out; needs the trials' clock "
-           "anchor)"},
+           "anchor)",
+        10: "the single_trial warning's verdict caveat: a pair of one trial per cell rests on "
+            "one server start per side, which a datapoint's caveats now say beside its "
+            "verdict"},
         {2: ("cells.*.throughput.server_pooled_tok_s", "cells.*.latency_ms.chunk_gap",
              "cells.*.latency_ms.token_itl", "cells.*.throughput.wall_output_tok_s",
              "pairs.*.warnings", "pairs.*.confounds", "pairs.*.verdict", "stability",
@@ -270,7 +273,8 @@ FORMATS: dict[str, Format] = {
              "sweeps.*.points.*.speedup_e2e", "pairs.*.parity", "pairs.*.warnings",
              "stability"),
          8: ("pairs.*.warnings", "pairs.*.confounds", "pairs.*.verdict",
-             "pairs.*.verdict_caveats", "stability")}),
+             "pairs.*.verdict_caveats", "stability"),
+         10: ("pairs.*.verdict_caveats",)}),
 }
 """Every versioned file of a run directory, with its format history: the one place a format
 version changes (bump ``version``, add a line to ``history``, list redefined fields)."""
