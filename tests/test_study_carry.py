@@ -265,30 +265,78 @@ def test_calls_cli_reads_the_tree_git_would_copy(tmp_path: Path) -> None:
     assert len(lines) == 3
 
 
-def test_run_sh_says_when_a_chained_round_is_not_in_the_returned_cache(tmp_path: Path) -> None:
-    """Step 7 packs the compile cache once, after the first round of a lease ends; a round
-    chained after it (another ROUND on the same machine) adds entries the pack lacks, and the
-    call says so; the first round's own end says nothing."""
+def test_run_sh_packs_again_after_a_chained_round(tmp_path: Path) -> None:
+    """Step 7's cc_pack, run alone with a stand-in `cb`: the compile cache is packed once
+    after the lease's first round ends; a round chained after that pack (another ROUND on the
+    same machine) packs again under the next name, every entry so far, and says so; a failed
+    pack leaves the last good one to return."""
     import os
     import subprocess
     import time
 
-    pack, log = tmp_path / "cc.tgz", tmp_path / "log"
+    out, log = tmp_path / "cc-out", tmp_path / "log"
     log.mkdir()
-    block = _run_sh_block(r"^  # a round chained after.*?not in it\"\n")
-    script = 'say() { echo "$*"; }\n' + block.replace("/tmp/cc-out/vllm-compile.tgz", str(pack))
+    block = _run_sh_block(r"^cc_pack\(\) \{.*?^\}\n").replace("/tmp/cc-out", str(out))
+    script = ('say() { echo "$*"; }\n'
+              'cb() { [ -n "${FAIL:-}" ] && { echo "pack failed" >&2; return 1; }; '
+              'echo "round $ROUND" > "${@: -1}"; }\n'
+              + block + 'cc_pack\necho "CC_PACK=$CC_PACK"\n')
 
-    def said(round_: str) -> str:
+    def call(round_: str, **env: str) -> list[str]:
         return subprocess.run(["bash", "-c", script], capture_output=True, text=True,
                               env={"PATH": os.environ["PATH"], "LOG": str(log),
-                                   "ROUND": round_}).stdout
+                                   "ROUND": round_, "vprefix": "/x/", **env}
+                              ).stdout.splitlines()
 
     (log / "matrix-rounda.exit").write_text("matrix_exit=0\n")
-    assert said("a") == ""  # no pack yet (or it failed): nothing claimed
-    time.sleep(0.05)
-    pack.write_bytes(b"pack")  # packed after round a ended
-    assert said("a") == ""
+    assert call("a") == [f"CC_PACK={out}/vllm-compile.tgz"]  # the first pack, said nothing
+    assert call("a") == [f"CC_PACK={out}/vllm-compile.tgz"]  # packed once
     time.sleep(0.05)
     (log / "matrix-roundb.exit").write_text("matrix_exit=0\n")  # b ended after the pack
-    assert said("b") == ("compile cache: packed after an earlier round; round b's new "
-                         "entries are not in it\n")
+    assert call("b", FAIL="1") == ["compile cache not packed: pack failed",
+                                   f"CC_PACK={out}/vllm-compile.tgz"]
+    said = call("b")
+    assert said == ["compile cache: round b ended after vllm-compile.tgz was packed: packed "
+                    "again as vllm-compile-2.tgz (every entry); vllm-compile.tgz's unsent "
+                    "parts are dropped", f"CC_PACK={out}/vllm-compile-2.tgz"]
+    assert (out / "vllm-compile-2.tgz").read_text() == "round b\n"
+    assert call("b") == [f"CC_PACK={out}/vllm-compile-2.tgz"]
+
+
+def _made(path: Path, stamp: str, payload: bytes) -> Path:
+    """A compile-cache pack as `compile-cache pack` writes it: its manifest, then an entry."""
+    import json
+
+    with tarfile.open(path, "w:gz") as tar:
+        data = json.dumps({"format": 1, "build_key": "k", "created": stamp}).encode()
+        info = tarfile.TarInfo("crossbench-compile-cache.json")
+        info.size = len(data)
+        tar.addfile(info, io.BytesIO(data))
+        info = tarfile.TarInfo("torch_compile_cache/abc/artifact")
+        info.size = len(payload)
+        tar.addfile(info, io.BytesIO(payload))
+    return path
+
+
+def test_keep_keeps_only_the_newest_pack_in_any_call_order(carry: ModuleType,
+                                                           tmp_path: Path) -> None:
+    """A chained round's second pack supersedes the first: whichever call order `land` reads
+    the lease's folders in, the carried cache ends as the newest whole pack, and a pack older
+    than what is carried never replaces it."""
+    first = _made(tmp_path / "vllm-compile.tgz", "2026-12-05T22:53:21Z", _noise(30_000))
+    second = _made(tmp_path / "vllm-compile-2.tgz", "2026-12-05T23:10:00Z", _noise(40_000))
+    calls = []
+    for pack in (first, second):
+        stage = tmp_path / f"call-{pack.name}"
+        stage.mkdir()
+        carry.cut(pack, stage, part_bytes=12_000)
+        calls.append(stage)
+    for order in (calls, calls[::-1]):
+        dest = tmp_path / f"dest-{order[0].name}"
+        for folder in order:
+            carry.keep(folder, dest)
+        assert sorted(p.name for p in carry.cache_parts(dest)) == \
+            [f"vllm-compile-2.tgz.p{k}of4" for k in range(4)], order
+        joined, _ = carry.join(dest)
+        assert [j.read_bytes() for j in joined] == [second.read_bytes()]
+    assert carry.created(carry.cache_parts(dest)) == "2026-12-05T23:10:00Z"

@@ -19,7 +19,8 @@ call's return limits leave room for beside what OUT_DIR holds already (run.tgz, 
 each later call returns the next ones, so a pack larger than one call's return comes back over
 several calls (on 2026-12-05 the fits round's cache was 65.7 MB: 6 parts, two calls). ``keep``
 gathers a lease's parts in ``DIR/incoming/`` call by call and puts a set in DIR once it is
-whole. ``calls`` lists what each call of a vLLM lease carries (the pack's parts, then the
+whole, the newest pack only (after a chained round ``run.sh`` packs again under the next
+name). ``calls`` lists what each call of a vLLM lease carries (the pack's parts, then the
 compile cache's, as many a call as fit beside the working tree as it is now: 44 MB on
 2026-12-05, when two 12 MB cache parts no longer fit beside it). Standard library and git.
 """
@@ -186,12 +187,44 @@ def cache_parts(folder: Path) -> list[Path]:
                   key=_rank) if folder.is_dir() else []
 
 
+MANIFEST = "crossbench-compile-cache.json"
+"""The member of a pack that names it (``crossbench engines compile-cache pack``)."""
+
+
+def created(parts: list[Path]) -> str:
+    """When the pack whose whole set ``parts`` is (in order) was made: its manifest's
+    ``created`` stamp (ISO 8601, UTC, so strings order as times); "" where the joined parts
+    hold no readable manifest."""
+    import json
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as tmp:
+        whole = Path(tmp) / "pack.tgz"
+        with whole.open("wb") as out:
+            for part in parts:
+                with part.open("rb") as f:
+                    shutil.copyfileobj(f, out)
+        try:
+            with tarfile.open(whole, "r:gz") as tar:
+                member = tar.extractfile(MANIFEST)
+                data = json.loads(member.read()) if member is not None else {}
+        except (KeyError, OSError, EOFError, zlib.error, tarfile.TarError, ValueError):
+            return ""
+    stamp = data.get("created") if isinstance(data, dict) else None
+    return stamp if isinstance(stamp, str) else ""
+
+
 def keep(files_at: Path, dest: Path) -> list[Path]:
     """Keep the parts a call brought back (``files_at``) in ``dest/incoming/``, where the parts
     of one set gather over the calls of a lease; once a set is whole there, it replaces what
     ``dest`` held (a later pack holds every entry of the earlier one it was unpacked over).
-    Returns the parts now in ``dest`` when this call completed a set, else none (``dest`` is
-    left as it was)."""
+
+    Only the newest pack is kept (its manifest's ``created``): after a round chained on the
+    same machine, ``run.sh`` packs again under the next name (``vllm-compile-2.tgz``, every
+    entry so far), and a set of the first pack that completes later, or in another call
+    order, never replaces it. A whole set older than what ``dest`` holds is dropped. Returns
+    the parts now in ``dest`` when this call put a set there, else none (``dest`` is left as
+    it was)."""
     brought = cache_parts(files_at)
     if not brought:
         return []
@@ -199,17 +232,25 @@ def keep(files_at: Path, dest: Path) -> list[Path]:
     incoming.mkdir(parents=True, exist_ok=True)
     for p in brought:
         shutil.copy2(p, incoming / p.name)
-    whole = [parts for n, parts in sets(incoming).values() if set(parts) == set(range(n))]
+    whole = [[parts[k] for k in sorted(parts)] for n, parts in sets(incoming).values()
+             if set(parts) == set(range(n))]
     if not whole:
         return []
-    for old in dest.iterdir():
-        if old.is_file():
-            old.unlink()
+    newest = max(whole, key=lambda parts: (created(parts), parts[0].name))
+    held = cache_parts(dest)
+    superseded = bool(held) and created(held) > created(newest)
+    for parts in whole:  # the older whole sets (and this one, if dest holds a newer pack)
+        if parts is not newest or superseded:
+            for part in parts:
+                part.unlink()
     kept = []
-    for parts in whole:
-        for k in sorted(parts):
-            parts[k].replace(dest / parts[k].name)
-            kept.append(dest / parts[k].name)
+    if not superseded:
+        for old in dest.iterdir():
+            if old.is_file():
+                old.unlink()
+        for part in newest:
+            part.replace(dest / part.name)
+            kept.append(dest / part.name)
     if not any(incoming.iterdir()):
         incoming.rmdir()
     return kept

@@ -295,22 +295,34 @@ tar -C /tmp -czf "$OUT/logs.tgz" cross-logs 2>/dev/null
 #    included), packed and cut once; each later call returns the next parts its return has
 #    room for beside run.tgz and logs.tgz, and says how many are left (benchmarks/study/
 #    carry.py out: call again until every part is returned); `land` and `carry.py keep`
-#    keep the parts
-if [ "$need_vllm" = 1 ] && [ -n "$vprefix" ] && [ -f "$LOG/matrix-round${ROUND:-}.exit" ]; then
-  if [ ! -f /tmp/cc-out/vllm-compile.tgz ]; then
-    mkdir -p /tmp/cc-out
-    cb engines compile-cache pack --binary "${vprefix%/}/bin/vllm" \
-      --out /tmp/cc-out/vllm-compile.tgz >>"$LOG/compile-cache.txt" 2>&1 \
-      || say "compile cache not packed: $(tail -1 "$LOG/compile-cache.txt")"
+#    keep the parts (the newest pack only)
+cc_pack() {  # sets CC_PACK, the pack whose parts this call returns: packed after the lease's
+  # first round ends; a round chained after that pack (another ROUND, the same machine) packs
+  # again under the next name (vllm-compile-2.tgz, ...), every entry so far, and the earlier
+  # pack's unsent parts are dropped (keep would keep only the newer pack anyway)
+  local d=/tmp/cc-out k next
+  mkdir -p "$d"
+  CC_PACK=$(ls -t "$d"/vllm-compile*.tgz 2>/dev/null | head -1)
+  if [ -n "$CC_PACK" ] && [ ! "$CC_PACK" -ot "$LOG/matrix-round${ROUND:-}.exit" ]; then
+    return 0
   fi
-  # a round chained after the one whose end packed the cache (the same lease, another ROUND):
-  # its new entries are not in the pack, whose parts may have gone already
-  [ -f /tmp/cc-out/vllm-compile.tgz ] \
-    && [ /tmp/cc-out/vllm-compile.tgz -ot "$LOG/matrix-round${ROUND:-}.exit" ] \
-    && say "compile cache: packed after an earlier round; round ${ROUND:-}'s new entries are \
-not in it"
-  [ -f /tmp/cc-out/vllm-compile.tgz ] && say "compile cache: $(python3 \
-    benchmarks/study/carry.py out /tmp/cc-out/vllm-compile.tgz "$OUT")"
+  k=$(ls "$d"/vllm-compile*.tgz 2>/dev/null | wc -l)
+  if [ "$k" -eq 0 ]; then next=$d/vllm-compile.tgz; else next=$d/vllm-compile-$((k + 1)).tgz; fi
+  if cb engines compile-cache pack --binary "${vprefix%/}/bin/vllm" --out "$next" \
+      >>"$LOG/compile-cache.txt" 2>&1; then
+    [ -n "$CC_PACK" ] && say "compile cache: round ${ROUND:-} ended after $(basename "$CC_PACK") \
+was packed: packed again as $(basename "$next") (every entry); $(basename "$CC_PACK")'s \
+unsent parts are dropped"
+    CC_PACK=$next
+  else
+    rm -f "$next"
+    say "compile cache not packed: $(tail -1 "$LOG/compile-cache.txt")"
+  fi
+}
+if [ "$need_vllm" = 1 ] && [ -n "$vprefix" ] && [ -f "$LOG/matrix-round${ROUND:-}.exit" ]; then
+  cc_pack
+  [ -n "$CC_PACK" ] && say "compile cache: $(python3 benchmarks/study/carry.py out "$CC_PACK" \
+    "$OUT")"
   tar -C /tmp -czf "$OUT/logs.tgz" cross-logs 2>/dev/null  # with these lines
 fi
 ls -la "$OUT"; cat "$LOG/calls.txt" 2>/dev/null | tail -20; cat "$LOG/timing.txt" 2>/dev/null
