@@ -29,10 +29,12 @@ from __future__ import annotations
 
 import argparse
 import gzip
+import json
 import re
 import shutil
 import sys
 import tarfile
+import tempfile
 import zlib
 from pathlib import Path
 
@@ -195,9 +197,6 @@ def created(parts: list[Path]) -> str:
     """When the pack whose whole set ``parts`` is (in order) was made: its manifest's
     ``created`` stamp (ISO 8601, UTC, so strings order as times); "" where the joined parts
     hold no readable manifest."""
-    import json
-    import tempfile
-
     with tempfile.TemporaryDirectory() as tmp:
         whole = Path(tmp) / "pack.tgz"
         with whole.open("wb") as out:
@@ -236,9 +235,10 @@ def keep(files_at: Path, dest: Path) -> list[Path]:
              if set(parts) == set(range(n))]
     if not whole:
         return []
-    newest = max(whole, key=lambda parts: (created(parts), parts[0].name))
+    stamps = [created(parts) for parts in whole]
+    stamp, _, newest = max(zip(stamps, (p[0].name for p in whole), whole, strict=True))
     held = cache_parts(dest)
-    superseded = bool(held) and created(held) > created(newest)
+    superseded = bool(held) and created(held) > stamp
     for parts in whole:  # the older whole sets (and this one, if dest holds a newer pack)
         if parts is not newest or superseded:
             for part in parts:
