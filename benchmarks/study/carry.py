@@ -29,14 +29,15 @@ from __future__ import annotations
 
 import argparse
 import gzip
+import io
 import json
 import re
 import shutil
 import sys
 import tarfile
-import tempfile
 import zlib
 from pathlib import Path
+from typing import Any, BinaryIO
 
 PART_BYTES = 12_000_000
 """Largest part (a returned file may be 16 MB)."""
@@ -193,22 +194,48 @@ MANIFEST = "crossbench-compile-cache.json"
 """The member of a pack that names it (``crossbench engines compile-cache pack``)."""
 
 
+class _Joined(io.RawIOBase):
+    """The parts of a set read in order as one stream, without joining them on disk."""
+
+    def __init__(self, parts: list[Path]) -> None:
+        self._parts = iter(parts)
+        self._f: BinaryIO | None = None
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buf: Any) -> int:
+        while True:
+            if self._f is None:
+                nxt = next(self._parts, None)
+                if nxt is None:
+                    return 0
+                self._f = nxt.open("rb")
+            n = self._f.readinto(buf)
+            if n:
+                return n
+            self._f.close()
+            self._f = None
+
+    def close(self) -> None:
+        if self._f is not None:
+            self._f.close()
+        super().close()
+
+
 def created(parts: list[Path]) -> str:
     """When the pack whose whole set ``parts`` is (in order) was made: its manifest's
-    ``created`` stamp (ISO 8601, UTC, so strings order as times); "" where the joined parts
-    hold no readable manifest."""
-    with tempfile.TemporaryDirectory() as tmp:
-        whole = Path(tmp) / "pack.tgz"
-        with whole.open("wb") as out:
-            for part in parts:
-                with part.open("rb") as f:
-                    shutil.copyfileobj(f, out)
-        try:
-            with tarfile.open(whole, "r:gz") as tar:
-                member = tar.extractfile(MANIFEST)
-                data = json.loads(member.read()) if member is not None else {}
-        except (KeyError, OSError, EOFError, zlib.error, tarfile.TarError, ValueError):
-            return ""
+    ``created`` stamp (ISO 8601, UTC, so strings order as times); "" where the parts hold no
+    readable manifest. The manifest is the pack's first member, so only the stream's head is
+    read."""
+    try:
+        with _Joined(parts) as raw, tarfile.open(fileobj=raw, mode="r|gz") as tar:
+            member = next(iter(tar), None)
+            f = tar.extractfile(member) if member is not None and member.name == MANIFEST \
+                else None
+            data = json.loads(f.read()) if f is not None else {}
+    except (OSError, EOFError, zlib.error, tarfile.TarError, ValueError):
+        return ""
     stamp = data.get("created") if isinstance(data, dict) else None
     return stamp if isinstance(stamp, str) else ""
 

@@ -161,10 +161,13 @@ def note_start(root: Path, facts: dict[str, Any]) -> None:
 def read_index(root: Path) -> list[dict[str, Any]]:
     """The starts noted under ``root`` (malformed lines skipped)."""
     path = root / _INDEX
-    if not path.is_file():
-        return []
+    return _index_items(path.read_text().splitlines()) if path.is_file() else []
+
+
+def _index_items(lines: list[str]) -> list[dict[str, Any]]:
+    """The starts of an index's lines (malformed lines skipped)."""
     out = []
-    for line in path.read_text().splitlines():
+    for line in lines:
         try:
             item = json.loads(line)
         except json.JSONDecodeError:
@@ -202,17 +205,32 @@ def pack(root: Path, out: Path, key: str) -> dict[str, Any]:
     return manifest
 
 
-def read_pack_manifest(path: Path) -> dict[str, Any]:
-    """The manifest of a pack; UserError for anything that is not one."""
+def _pack_head(path: Path) -> tuple[dict[str, Any], list[str]]:
+    """A pack's manifest and its start index's lines, read in one pass over the stream's head
+    (``pack`` writes both before the entries, so a pack of 100 MB is not decompressed whole);
+    UserError for anything that is not a pack."""
+    manifest: bytes | None = None
+    index: bytes | None = None
     try:
-        with tarfile.open(path, "r:gz") as tar:
-            member = tar.extractfile(_PACK_MANIFEST)
-            data = json.loads(member.read()) if member is not None else None
-    except KeyError as e:
-        raise UserError(f"compile-cache: {path} is not a compile-cache pack (no "
-                        f"{_PACK_MANIFEST})",
-                        "pass a file made by `crossbench engines compile-cache pack`") from e
-    except (OSError, tarfile.TarError, json.JSONDecodeError) as e:
+        with tarfile.open(path, "r|gz") as tar:
+            for member in tar:
+                if member.name in (_PACK_MANIFEST, _INDEX):
+                    f = tar.extractfile(member)
+                    body = f.read() if f is not None else b""
+                    if member.name == _PACK_MANIFEST:
+                        manifest = body
+                    else:
+                        index = body
+                elif manifest is not None:  # the entries have begun: the head is read
+                    break
+                if manifest is not None and index is not None:
+                    break
+        if manifest is None:
+            raise UserError(f"compile-cache: {path} is not a compile-cache pack (no "
+                            f"{_PACK_MANIFEST})",
+                            "pass a file made by `crossbench engines compile-cache pack`")
+        data = json.loads(manifest)
+    except (OSError, EOFError, tarfile.TarError, json.JSONDecodeError) as e:
         raise UserError(f"compile-cache: {path} is not a compile-cache pack ({e})",
                         "pass a file made by `crossbench engines compile-cache pack`") from e
     if not isinstance(data, dict) or data.get("format") != PACK_FORMAT \
@@ -223,7 +241,12 @@ def read_pack_manifest(path: Path) -> dict[str, Any]:
     if "/" in key or key.startswith(".") or not key:
         raise UserError(f"compile-cache: {path} names build key {key!r}",
                         "make the pack again with `crossbench engines compile-cache pack`")
-    return data
+    return data, (index or b"").decode(errors="replace").splitlines()
+
+
+def read_pack_manifest(path: Path) -> dict[str, Any]:
+    """The manifest of a pack; UserError for anything that is not one."""
+    return _pack_head(path)[0]
 
 
 def pack_starts(path: Path) -> tuple[dict[str, Any], list[dict[str, Any]]]:
@@ -232,18 +255,9 @@ def pack_starts(path: Path) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     ``module`` (backbone, eagle_head, draft_model); read without unpacking. Starts noted
     before crossbench recorded GPU names carry ``gpus`` None: which machine made such an
     entry is not in the pack."""
-    manifest = read_pack_manifest(path)
-    with tarfile.open(path, "r:gz") as tar:
-        index = tar.extractfile(_INDEX) if _INDEX in tar.getnames() else None
-        lines = index.read().decode().splitlines() if index is not None else []
+    manifest, lines = _pack_head(path)
     starts = []
-    for line in lines:
-        try:
-            item = json.loads(line)
-        except json.JSONDecodeError:
-            continue
-        if not isinstance(item, dict):
-            continue
+    for item in _index_items(lines):
         cache_dir = str(item.get("cache_dir") or "")
         at = cache_dir.find("/torch_compile_cache/")
         rel = cache_dir[at + 1:].split("/") if at >= 0 else []
