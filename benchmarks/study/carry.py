@@ -37,7 +37,7 @@ import sys
 import tarfile
 import zlib
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import Any
 
 PART_BYTES = 12_000_000
 """Largest part (a returned file may be 16 MB)."""
@@ -199,7 +199,7 @@ class _Joined(io.RawIOBase):
 
     def __init__(self, parts: list[Path]) -> None:
         self._parts = iter(parts)
-        self._f: BinaryIO | None = None
+        self._f: io.BufferedReader | None = None
 
     def readable(self) -> bool:
         return True
@@ -213,7 +213,7 @@ class _Joined(io.RawIOBase):
                 self._f = nxt.open("rb")
             n = self._f.readinto(buf)
             if n:
-                return n
+                return int(n)
             self._f.close()
             self._f = None
 
