@@ -178,6 +178,13 @@ def test_every_round_matrix_validates_and_every_selection_picks_cells(
                                 ("dflash-a0.7", 4)}, arms
                 assert {int(c.coords["concurrency"]) for c in chosen} == {1, 16}
                 assert "/none/" in next(iter(run_order(m, chosen)))[0]
+                if (r.name, step.name) == ("methods", "llama-methods-rest"):
+                    arms = {(str(c.coords.get("arm")), c.coords.get("n")) for c in chosen}
+                    at07 = {(f"{h}-a0.7", n) for h in ("draft", "eagle3", "dflash")
+                            for n in (1, 2, 4, 8)} | {("dflash-a0.7", 15)}
+                    at09 = {(f"{h}-a0.9", 1) for h in ("draft", "eagle3", "dflash")}
+                    same_machine = {("eagle3-a0.9", 4), ("dflash-a0.9", 4)}
+                    assert arms == {("none", None)} | at07 | at09 | same_machine, arms
     assert checked == 48
 
 
