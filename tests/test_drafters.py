@@ -159,3 +159,20 @@ def test_synthetic_acceptance_holds_per_draft_type(llama_server, fixture_models,
     assert s["integrity"]["passed"], s["integrity"]
     log = (tmp_path / kind / "server.log").read_text(errors="replace")
     assert f"draft-{kind}" in log  # the server ran the type asked for, not a fallback
+
+
+def test_hf_fixture_path_names_the_folder_the_ensure_functions_make(drafters) -> None:
+    """``hf_fixture_path`` computes without making: the same folders the makers return (the
+    compile-cache pick of ``benchmarks/study/study.py`` matches rounds to packs by them)."""
+    from crossbench.errors import UserError
+    from crossbench.fixtures.resolve import ensure_hf_fixture, ensure_mtp_target, hf_fixture_path
+
+    for kind, (hf_dir, _gguf) in drafters.items():
+        assert hf_fixture_path("tiny", kind) == hf_dir
+    for role in ("target", "draft"):
+        assert hf_fixture_path("tiny", role) == ensure_hf_fixture("tiny", role)
+    assert hf_fixture_path("tiny", "mtp-target") == ensure_mtp_target("tiny", 0, "mtp-target")[0]
+    assert hf_fixture_path("qwen3-8b", "target", cache_root=Path("/c")) == \
+        Path("/c/fixtures/qwen3-8b-seed0-v1/hf-target")
+    with pytest.raises(UserError, match="unknown fixture role 'eagle4'"):
+        hf_fixture_path("tiny", "eagle4")

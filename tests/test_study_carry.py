@@ -47,7 +47,11 @@ def test_cut_keep_join_round_trip(carry: ModuleType, tmp_path: Path) -> None:
     (kept_dir / "old.tgz.p0of1").write_bytes(b"an earlier lease's pack")
     kept = carry.keep(out, kept_dir)
     assert sorted(p.name for p in kept) == sorted(p.name for p in parts)
-    assert sorted(p.name for p in kept_dir.iterdir()) == sorted(p.name for p in parts)
+    # a pack whose manifest names no model is kept in `unnamed/`; the earlier lease's part,
+    # kept in the folder itself as before model folders, went there first and was replaced
+    assert [p.name for p in kept_dir.iterdir()] == ["unnamed"]
+    assert sorted(p.name for p in (kept_dir / "unnamed").iterdir()) == \
+        sorted(p.name for p in parts)
     device = tmp_path / "cc-in"
     device.mkdir()
     for p in kept[:2]:  # the first call carried two parts
@@ -80,9 +84,9 @@ def test_a_pack_larger_than_a_return_comes_back_over_several_calls(
             assert kept == [] and (kept_dir / "old.tgz.p0of1").is_file()
     assert calls == [["cc.tgz.p0of3", "cc.tgz.p1of3"], ["cc.tgz.p2of3"], [], []]
     assert carry.left(pack) == 0
-    assert sorted(p.name for p in kept_dir.iterdir() if p.is_file()) == \
+    assert sorted(p.name for p in (kept_dir / "unnamed").iterdir()) == \
         ["cc.tgz.p0of3", "cc.tgz.p1of3", "cc.tgz.p2of3"]
-    joined, waiting = carry.join(kept_dir)
+    joined, waiting = carry.join(kept_dir / "unnamed")
     assert waiting == [] and joined[0].read_bytes() == pack.read_bytes()
 
 
@@ -134,9 +138,9 @@ def test_cli_says_what_it_did(carry: ModuleType, tmp_path: Path,
                     "returned")
     assert carry.main(["keep", str(out), str(tmp_path / "kept")]) == 0
     assert capsys.readouterr().out.strip() == \
-        f"kept 1 compile-cache part(s) in {tmp_path / 'kept'}"
-    assert carry.main(["join", str(tmp_path / "kept")]) == 0
-    assert capsys.readouterr().out.strip() == f"joined {tmp_path / 'kept' / 'cc.tgz'}"
+        f"kept 1 compile-cache part(s) in {tmp_path / 'kept' / 'unnamed'}"
+    assert carry.main(["join", str(tmp_path / "kept" / "unnamed")]) == 0
+    assert capsys.readouterr().out.strip() == f"joined {tmp_path / 'kept' / 'unnamed' / 'cc.tgz'}"
 
 
 def test_parts_of_two_cuts_are_never_joined(carry: ModuleType, tmp_path: Path) -> None:
@@ -303,12 +307,18 @@ def test_run_sh_packs_again_after_a_chained_round(tmp_path: Path) -> None:
     assert call("b") == [f"CC_PACK={out}/vllm-compile-2.tgz"]
 
 
-def _made(path: Path, stamp: str, payload: bytes) -> Path:
+QWEN3 = "/work/main/.cbcache/fixtures/qwen3-8b-seed0-v1/hf-target"
+"""A served model as a device pack's manifest names it (its machine's cache root)."""
+MOE = "/root/.cache/crossbench/fixtures/qwen3-8b-seed0-v1/moe-target/hf"
+
+
+def _made(path: Path, stamp: str, payload: bytes, models: tuple[str, ...] = (QWEN3,)) -> Path:
     """A compile-cache pack as `compile-cache pack` writes it: its manifest, then an entry."""
     import json
 
     with tarfile.open(path, "w:gz") as tar:
-        data = json.dumps({"format": 1, "build_key": "k", "created": stamp}).encode()
+        data = json.dumps({"format": 1, "build_key": "k", "created": stamp,
+                           "models": list(models)}).encode()
         info = tarfile.TarInfo("crossbench-compile-cache.json")
         info.size = len(data)
         tar.addfile(info, io.BytesIO(data))
@@ -335,8 +345,89 @@ def test_keep_keeps_only_the_newest_pack_in_any_call_order(carry: ModuleType,
         dest = tmp_path / f"dest-{order[0].name}"
         for folder in order:
             carry.keep(folder, dest)
-        assert sorted(p.name for p in carry.cache_parts(dest)) == \
+        home = dest / "qwen3-8b-seed0-v1-hf-target"  # the folder of the pack's models
+        assert [p.name for p in dest.iterdir()] == [home.name]
+        assert sorted(p.name for p in carry.cache_parts(home)) == \
             [f"vllm-compile-2.tgz.p{k}of4" for k in range(4)], order
-        joined, _ = carry.join(dest)
+        joined, _ = carry.join(home)
         assert [j.read_bytes() for j in joined] == [second.read_bytes()]
-    assert carry.created(carry.cache_parts(dest)) == "2026-12-05T23:10:00Z"
+    assert carry.created(carry.cache_parts(home)) == "2026-12-05T23:10:00Z"
+
+
+def _lease(carry: ModuleType, tmp_path: Path, pack: Path, dest: Path) -> list[Path]:
+    """One lease's pack brought back over its calls and kept."""
+    stage = tmp_path / f"call-{pack.name}"
+    stage.mkdir()
+    carry.cut(pack, stage, part_bytes=12_000)
+    return carry.keep(stage, dest)
+
+
+def test_keep_holds_each_model_sets_pack_beside_the_others(carry: ModuleType,
+                                                           tmp_path: Path) -> None:
+    """A MoE round carries no pack (none holds its models) and returns one of the MoE target
+    only: it is kept beside the Qwen3-8B pack, not over it. A later pack whose models include
+    an older pack's replaces it; one of fewer models does not."""
+    dest = tmp_path / "kept"
+    dest.mkdir()
+    for sub in ("legacy", "moe"):
+        (tmp_path / sub).mkdir()
+    legacy = _made(tmp_path / "legacy" / "vllm-compile.tgz", "2026-12-05T22:53:21Z",
+                   _noise(20_000))
+    carry.cut(legacy, dest, part_bytes=12_000)  # kept flat, as before model folders
+    assert sorted(p.name for p in dest.iterdir()) == ["vllm-compile.tgz.p0of2",
+                                                      "vllm-compile.tgz.p1of2"]
+    moe = _made(tmp_path / "moe" / "vllm-compile.tgz", "2026-12-06T10:00:00Z", _noise(15_000),
+                (MOE,))
+    kept = _lease(carry, tmp_path / "moe", moe, dest)
+    q3, mo = dest / "qwen3-8b-seed0-v1-hf-target", dest / "qwen3-8b-seed0-v1-moe-target-hf"
+    assert {p.parent for p in kept} == {mo}
+    assert sorted(p.name for p in dest.iterdir()) == sorted([q3.name, mo.name])
+    assert carry.created(carry.cache_parts(q3)) == "2026-12-05T22:53:21Z"  # moved, kept
+    assert carry.models(carry.cache_parts(mo)) == {"qwen3-8b-seed0-v1/moe-target/hf"}
+    held = carry.held(dest)
+    assert sorted(held) == [q3, mo] and held[mo] == carry.cache_parts(mo)
+    # a pack of the MoE target alone, older than the one kept: dropped
+    older = _made(tmp_path / "older.tgz", "2026-12-06T09:00:00Z", _noise(9_000), (MOE,))
+    assert _lease(carry, tmp_path, older, dest) == []
+    assert carry.created(carry.cache_parts(mo)) == "2026-12-06T10:00:00Z"
+    # a round that carried the Qwen3-8B pack and also served the MoE target: both included
+    both = _made(tmp_path / "both.tgz", "2026-12-06T11:00:00Z", _noise(9_000), (QWEN3, MOE))
+    kept = _lease(carry, tmp_path, both, dest)
+    key = "qwen3-8b-seed0-v1-hf-target+qwen3-8b-seed0-v1-moe-target-hf"
+    assert {p.parent.name for p in kept} == {key}
+    assert [p.name for p in dest.iterdir()] == [key]
+    # a newer pack of the Qwen3-8B target alone leaves the pack of both (it holds more)
+    q3_only = _made(tmp_path / "q3.tgz", "2026-12-06T12:00:00Z", _noise(9_000))
+    _lease(carry, tmp_path, q3_only, dest)
+    assert sorted(p.name for p in dest.iterdir()) == sorted([key, q3.name])
+
+
+def test_model_tail_and_set_key(carry: ModuleType) -> None:
+    assert carry.model_tail(QWEN3) == "qwen3-8b-seed0-v1/hf-target"
+    assert carry.model_tail("/models/Qwen/Qwen3-8B") == "Qwen/Qwen3-8B"  # not a fixture
+    assert carry.set_key(set()) == carry.UNNAMED
+    many = {f"shape{i}-seed0-v1/hf-target" for i in range(9)}
+    assert carry.set_key(many).startswith("models-") and len(carry.set_key(many)) == 19
+
+
+def test_run_sh_takes_the_carried_parts_from_a_models_folder(tmp_path: Path) -> None:
+    """run.sh step 4c, run alone in a checkout: the parts a call carried, kept flat (before
+    2026-12-06) or in their models' folder, are gathered in the device's cc-in folder."""
+    import os
+    import subprocess
+
+    cc_in = tmp_path / "cc-in"
+    block = _run_sh_block(r"^mkdir -p /tmp/cc-in\nfor f in .*?^done\n")
+    script = 'say() { echo "$*"; }\n' + block.replace("/tmp/cc-in", str(cc_in))
+    repo = tmp_path / "repo"
+    (repo / ".carry" / "vllm-compile" / "qwen3-8b-seed0-v1-hf-target").mkdir(parents=True)
+    (repo / ".carry" / "vllm-compile" / "qwen3-8b-seed0-v1-hf-target" /
+     "vllm-compile.tgz.p1of2").write_bytes(b"second")
+    (repo / ".carry" / "vllm-compile" / "old.tgz.p0of1").write_bytes(b"flat")
+    r = subprocess.run(["bash", "-c", script], cwd=repo, capture_output=True, text=True,
+                       env={"PATH": os.environ["PATH"]}, check=True)
+    assert sorted(p.name for p in cc_in.iterdir()) == ["old.tgz.p0of1",
+                                                        "vllm-compile.tgz.p1of2"]
+    assert (cc_in / "vllm-compile.tgz.p1of2").read_bytes() == b"second"
+    assert r.stdout.splitlines() == ["kept old.tgz.p0of1 (4 bytes)",
+                                     "kept vllm-compile.tgz.p1of2 (6 bytes)"]

@@ -432,9 +432,10 @@ def test_land_turns_a_device_calls_files_into_verified_archives(
     assert said[2:] == ["split: command exited 0; copied split-c16.json, split.json",
                         "lost: not run (no h200-cross-roundx/lost/state.json)",
                         f"device logs: {dest / 'device-logs-part2.tgz'}",
-                        f"vLLM compile cache: 2 part(s) kept in {carried} for the next "
+                        f"vLLM compile cache: 2 part(s) kept in {carried / 'unnamed'} for the next "
                         "lease's calls (docs/h200-rounds.md)"]
-    assert b"".join((carried / f"vllm-compile.tgz.p{k}of2").read_bytes() for k in (0, 1)) == \
+    assert b"".join((carried / "unnamed" / f"vllm-compile.tgz.p{k}of2").read_bytes()
+                    for k in (0, 1)) == \
         b"a compile cache's first part"
     assert (dest / "report-ran.md").read_text().strip()
     assert "| " in (dest / "datapoint-ran.md").read_text()
@@ -691,13 +692,35 @@ def test_calls_list_a_leases_carries_up_to_the_rounds_start(
     sized(repo / ".carry" / "vllm-0.26.0" / "pack.json", 50_000)
     for k in range(3):
         sized(repo / ".carry" / "vllm-0.26.0" / f"payload.tar.part00{k}", 20_000_000)
-    for k in range(2):
-        sized(repo / ".carry" / "vllm-compile" / f"vllm-compile.tgz.p{k}of2", 12_000_000)
+    # a compile-cache pack of the Qwen3-8B target, kept in its models' folder: 2 parts, the
+    # first 12 MB (a manifest, then 23.9 MB that do not compress)
+    import io
+    import random
+    import tarfile
+
+    pack = tmp_path / "vllm-compile.tgz"
+    with tarfile.open(pack, "w:gz") as tar:
+        for name, data in (("crossbench-compile-cache.json", json.dumps(
+                {"created": "2026-12-05T22:53:21Z", "models": [
+                    "/work/main/.cbcache/fixtures/qwen3-8b-seed0-v1/hf-target"]}).encode()),
+                           ("torch_compile_cache/x/a", random.Random(0).randbytes(23_900_000))):
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+    kept = repo / ".carry" / "vllm-compile" / "qwen3-8b-seed0-v1-hf-target"
+    kept.mkdir(parents=True)
+    study._carry_module().cut(pack, kept, part_bytes=12_000_000, room_bytes=10**9)
+    methods, moe = str(ROOT / "matrices" / "h200-methods.yaml"), str(ROOT / "matrices" /
+                                                                     "h200-moe.yaml")
     rounds = tmp_path / "rounds.yaml"
     rounds.write_text(yaml.safe_dump({"rounds": {
         "v": {"purpose": "a vLLM round", "vllm": True, "build": False,
               "parts": {2: {"purpose": "its second part",
-                            "steps": [{"name": "s", "command": "true"}]}}},
+                            "steps": [{"name": "m", "matrix": methods,
+                                       "only": ["engine=vllm,arm=none"]},
+                                      {"name": "s", "command": "true"}]}}},
+        "moe": {"purpose": "a vLLM round of the MoE target", "vllm": True, "build": False,
+                "steps": [{"name": "m", "matrix": moe, "only": ["engine=vllm-q35,arm=none"]}]},
         "l": {"purpose": "a llama.cpp round", "vllm": False,
               "steps": [{"name": "s", "command": "true"}]},
         "g": {"purpose": "an SGLang round", "vllm": False, "sglang": True, "build": False,
@@ -705,7 +728,8 @@ def test_calls_list_a_leases_carries_up_to_the_rounds_start(
     calls = study.lease_calls(study.get_round(study.load_rounds(rounds), "v", 2), repo)
     meta = Path(".carry/vllm-0.26.0/pack.json")
     pack = [Path(f".carry/vllm-0.26.0/payload.tar.part00{k}") for k in range(3)]
-    cache = [Path(f".carry/vllm-compile/vllm-compile.tgz.p{k}of2") for k in range(2)]
+    cache = [Path(f".carry/vllm-compile/qwen3-8b-seed0-v1-hf-target/vllm-compile.tgz.p{k}of2")
+             for k in range(2)]
     # 30 MB of tree: 20 + 12 MB fit beside it (under 64 MiB less 1 MB), 20 + 20 do not
     assert calls == [
         ("BUDGET_S=40 ROUND=v PART=2", [Path(".whl"), Path(
@@ -713,6 +737,19 @@ def test_calls_list_a_leases_carries_up_to_the_rounds_start(
         ("BUDGET_S=20 ROUND=v PART=2", [meta, pack[1]]),
         ("BUDGET_S=20 ROUND=v PART=2", [meta, pack[2], cache[0]]),
         ("BUDGET_S=560 ROUND=v PART=2", [meta, cache[1]])]
+    assert study.cache_pick(study.get_round(study.load_rounds(rounds), "v", 2), repo)[1] == (
+        "compile cache .carry/vllm-compile/qwen3-8b-seed0-v1-hf-target (the pack holding 1 of "
+        "its 1 vLLM target(s))")
+    # the MoE round: no kept pack holds its target, so its calls carry none
+    moe_round = study.get_round(study.load_rounds(rounds), "moe", None)
+    assert study.round_models(moe_round, repo) == {"qwen3-8b-seed0-v1/moe-target/hf",
+                                                   "qwen3-8b-seed0-v1/dense-twin/hf"}
+    assert study.cache_pick(moe_round, repo) == ([], (
+        "no kept compile cache holds this round's vLLM targets (qwen3-8b-seed0-v1/dense-twin/"
+        "hf, qwen3-8b-seed0-v1/moe-target/hf): none carried, the round compiles cold and "
+        "returns a pack of its own, kept beside the others"))
+    assert not any("vllm-compile" in str(q) for _, c in study.lease_calls(moe_round, repo)
+                   for q in c)
     llama = study.lease_calls(study.get_round(study.load_rounds(rounds), "l", None), repo)
     assert llama == [("BUDGET_S=40 ROUND=l", [Path(".whl"), Path(
         ".carry/llama-cpp-python-0.3.36.src.tgz")]), ("BUDGET_S=560 ROUND=l", [])]
@@ -727,6 +764,7 @@ def test_calls_list_a_leases_carries_up_to_the_rounds_start(
     finally:
         os.chdir(here)
     out = capsys.readouterr().out.splitlines()
+    assert out.pop(0).startswith("compile cache .carry/vllm-compile/qwen3-8b-seed0-v1-hf-target")
     assert out[0] == ("call 1: OUT=$OUT BUDGET_S=40 ROUND=v PART=2 bash "
                       "benchmarks/study/run.sh 2>&1 | tail -30")
     assert out[1] == ('  carry: [".whl", ".carry/llama-cpp-python-0.3.36.src.tgz", '

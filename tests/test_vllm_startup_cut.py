@@ -432,6 +432,8 @@ def test_a_cache_cut_into_parts_makes_the_next_lease_warm(tmp_path: Path, cache:
     parts = carry.cut(pack, out, part_bytes=part_bytes)
     assert len(parts) == 3
     kept = carry.keep(out, tmp_path / "repo" / ".carry" / "vllm-compile")
+    # kept in the folder of the model the stand-in served (the next lease's pick reads it)
+    assert carry.models(kept) and kept[0].parent.name == carry.set_key(carry.models(kept))
     device = tmp_path / "cc-in"
     device.mkdir()
     for p in kept:

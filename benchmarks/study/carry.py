@@ -223,11 +223,10 @@ class _Joined(io.RawIOBase):
         super().close()
 
 
-def created(parts: list[Path]) -> str:
-    """When the pack whose whole set ``parts`` is (in order) was made: its manifest's
-    ``created`` stamp (ISO 8601, UTC, so strings order as times); "" where the parts hold no
-    readable manifest. The manifest is the pack's first member, so only the stream's head is
-    read."""
+def manifest(parts: list[Path]) -> dict[str, Any]:
+    """The manifest of the pack whose whole set ``parts`` is (in order); {} where the parts
+    hold no readable one. The manifest is the pack's first member, so only the stream's head
+    is read."""
     try:
         with _Joined(parts) as raw, tarfile.open(fileobj=raw, mode="r|gz") as tar:
             member = next(iter(tar), None)
@@ -235,22 +234,79 @@ def created(parts: list[Path]) -> str:
                 else None
             data = json.loads(f.read()) if f is not None else {}
     except (OSError, EOFError, zlib.error, tarfile.TarError, ValueError):
-        return ""
-    stamp = data.get("created") if isinstance(data, dict) else None
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def created(parts: list[Path]) -> str:
+    """When the pack whose whole set ``parts`` is was made: its manifest's ``created`` stamp
+    (ISO 8601, UTC, so strings order as times); "" where it has none."""
+    stamp = manifest(parts).get("created")
     return stamp if isinstance(stamp, str) else ""
+
+
+def model_tail(path: str) -> str:
+    """A served model's folder as machines share it: the part after the last ``fixtures``
+    folder for a crossbench fixture (``qwen3-8b-seed0-v1/hf-target``; each machine's cache
+    root differs), else the last two folders."""
+    names = [n for n in path.replace("\\", "/").split("/") if n]
+    cut = max((i for i, n in enumerate(names) if n == "fixtures"), default=-1)
+    return "/".join(names[cut + 1:] if cut >= 0 else names[-2:])
+
+
+def models(parts: list[Path]) -> set[str]:
+    """The models (:func:`model_tail`) a pack's entries were compiled for, by its manifest
+    (empty where it names none)."""
+    named = manifest(parts).get("models")
+    return {model_tail(m) for m in named if isinstance(m, str)} if isinstance(named, list) \
+        else set()
+
+
+UNNAMED = "unnamed"
+"""The folder of a pack whose manifest names no model."""
+
+
+def set_key(tails: set[str]) -> str:
+    """The folder a pack of these models (:func:`models`) is kept in: their tails joined, or
+    a digest of them where that is long."""
+    import hashlib
+
+    key = "+".join(sorted(tails)).replace("/", "-")
+    if not key:
+        return UNNAMED
+    return key if len(key) <= 80 else "models-" + hashlib.sha256(key.encode()).hexdigest()[:12]
+
+
+def held(dest: Path) -> dict[Path, list[Path]]:
+    """The whole sets kept in ``dest``: each folder (``dest`` itself, as before 2026-12-06,
+    and each model-set folder beside ``incoming/``) -> its parts in order."""
+    found = {}
+    for folder in [dest, *sorted(d for d in dest.iterdir() if d.is_dir()
+                                 and d.name != "incoming")] if dest.is_dir() else []:
+        whole = [[parts[k] for k in sorted(parts)] for n, parts in sets(folder).values()
+                 if n and set(parts) == set(range(n))]
+        if whole:
+            found[folder] = max(whole, key=created)
+    return found
 
 
 def keep(files_at: Path, dest: Path) -> list[Path]:
     """Keep the parts a call brought back (``files_at``) in ``dest/incoming/``, where the parts
-    of one set gather over the calls of a lease; once a set is whole there, it replaces what
-    ``dest`` held (a later pack holds every entry of the earlier one it was unpacked over).
+    of one set gather over the calls of a lease; once a set is whole there, it goes into the
+    folder of its models (:func:`set_key`: ``dest/qwen3-8b-seed0-v1-hf-target/``), replacing
+    the older pack there (a later pack holds every entry of one it was unpacked over).
 
-    Only the newest pack is kept (its manifest's ``created``): after a round chained on the
-    same machine, ``run.sh`` packs again under the next name (``vllm-compile-2.tgz``, every
-    entry so far), and a set of the first pack that completes later, or in another call
-    order, never replaces it. A whole set older than what ``dest`` holds is dropped. Returns
-    the parts now in ``dest`` when this call put a set there, else none (``dest`` is left as
-    it was)."""
+    Packs of other models are kept beside it, so a round that carried none of them (a
+    MoE round, whose models no kept pack holds) does not drop them; one the new pack's models
+    include and that is older is dropped (its entries were carried and packed again). Parts
+    kept in ``dest`` itself (before 2026-12-06) move to their models' folder.
+
+    Only the newest pack of a lease is kept (its manifest's ``created``): after a round
+    chained on the same machine, ``run.sh`` packs again under the next name
+    (``vllm-compile-2.tgz``, every entry so far), and a set of the first pack that completes
+    later, or in another call order, never replaces it. A whole set older than what its
+    folder holds is dropped. Returns the parts now kept when this call put a set there, else
+    none (``dest`` is left as it was)."""
     brought = cache_parts(files_at)
     if not brought:
         return []
@@ -264,20 +320,36 @@ def keep(files_at: Path, dest: Path) -> list[Path]:
         return []
     stamps = [created(parts) for parts in whole]
     stamp, _, newest = max(zip(stamps, (p[0].name for p in whole), whole, strict=True))
-    held = cache_parts(dest)
-    superseded = bool(held) and created(held) > stamp
-    for parts in whole:  # the older whole sets (and this one, if dest holds a newer pack)
+    tails = models(newest)
+    home = dest / set_key(tails)
+    kept_sets = held(dest)
+    if dest in kept_sets:  # the layout before model folders: move the set to its folder
+        legacy = kept_sets.pop(dest)
+        folder = dest / set_key(models(legacy))
+        folder.mkdir(exist_ok=True)
+        for old in folder.iterdir():
+            if old.is_file():
+                old.unlink()
+        for part in legacy:
+            part.replace(folder / part.name)
+        kept_sets = held(dest)
+    superseded = home in kept_sets and created(kept_sets[home]) > stamp
+    for parts in whole:  # the older whole sets (and this one, if its folder holds a newer pack)
         if parts is not newest or superseded:
             for part in parts:
                 part.unlink()
     kept = []
     if not superseded:
-        for old in dest.iterdir():
+        for folder, parts in kept_sets.items():  # packs this one's models include, older
+            if folder != home and models(parts) <= tails and created(parts) < stamp:
+                shutil.rmtree(folder)
+        home.mkdir(exist_ok=True)
+        for old in home.iterdir():
             if old.is_file():
                 old.unlink()
         for part in newest:
-            part.replace(dest / part.name)
-            kept.append(dest / part.name)
+            part.replace(home / part.name)
+            kept.append(home / part.name)
     if not any(incoming.iterdir()):
         incoming.rmdir()
     return kept
@@ -361,15 +433,20 @@ def main(argv: list[str] | None = None) -> int:
                        "size now")
     c.add_argument("--pack", type=Path, default=Path(".carry/vllm-0.26.0"),
                    help="the vLLM pack's folder (pack.json and payload.tar.partNNN)")
-    c.add_argument("--cache", type=Path, default=Path(".carry/vllm-compile"),
-                   help="the compile cache's parts (none: a cold round)")
+    c.add_argument("--cache", type=Path,
+                   help="the folder of the compile cache's parts (default: the newest pack "
+                        "kept in .carry/vllm-compile/; `study.py calls` picks by the round's "
+                        "models instead; an empty folder: a cold round)")
     c.add_argument("--first", type=Path, action="append",
                    help="what the first call carries besides pack.json (default: .whl and "
                         "the llama.cpp source .carry/llama-cpp-python-*.src.tgz)")
     a = p.parse_args(argv)
     if a.cmd == "calls":
         first = a.first or first_carry(Path(".carry"), Path(".whl"))
-        parts = sorted(a.pack.glob("payload.tar.part*")) + cache_parts(a.cache)
+        kept = held(Path(".carry/vllm-compile"))
+        cache = cache_parts(a.cache) if a.cache is not None else \
+            max(kept.values(), key=created) if kept else []
+        parts = sorted(a.pack.glob("payload.tar.part*")) + cache
         tree = tree_bytes(Path.cwd())
         try:
             plan = calls(tree, first, [a.pack / "pack.json"], parts)
@@ -393,7 +470,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if a.cmd == "keep":
         kept = keep(a.files_at, a.dest)
-        print(f"kept {len(kept)} compile-cache part(s) in {a.dest}" if kept else
+        print(f"kept {len(kept)} compile-cache part(s) in {kept[0].parent}" if kept else
               f"no set completed by {a.files_at} (parts so far in {a.dest / 'incoming'})")
         return 0
     if a.cmd == "waiting":

@@ -210,13 +210,14 @@ if [ -z "$vprefix" ] && [ -f /tmp/cb-pack/pack.json ]; then
 fi
 [ -n "$vprefix" ] && export PATH=${vprefix%/}/bin:$PATH
 
-# 4c. vLLM compile caches of earlier leases (`land` keeps them in .carry/vllm-compile/ as
-#     parts NAME.pKofN; each call carries what fits: docs/h200-rounds.md), joined once every
+# 4c. vLLM compile caches of earlier leases (`land` keeps them in .carry/vllm-compile/MODELS/
+#     as parts NAME.pKofN, one pack per model set; `study.py calls` picks the one holding the
+#     round's targets, and each call carries what fits: docs/h200-rounds.md), joined once every
 #     part has come (benchmarks/study/carry.py join) and unpacked before the round starts, so
 #     that a configuration an earlier machine started starts warm here (each start records
 #     hit or miss)
 mkdir -p /tmp/cc-in
-for f in .carry/vllm-compile/*.p[0-9]*of[0-9]*; do
+for f in .carry/vllm-compile/*.p[0-9]*of[0-9]* .carry/vllm-compile/*/*.p[0-9]*of[0-9]*; do
   [ -f "$f" ] || continue
   cp -n "$f" /tmp/cc-in/ && say "kept $(basename "$f") ($(stat -c %s "$f") bytes)"
 done

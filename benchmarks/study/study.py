@@ -494,7 +494,7 @@ def land(r: Round, files_at: Path, dest: Path, work: Path, creator: str = CREATO
     kept = [p for folder in (*carry_from, files_at)
             for p in carry.keep(folder, carry_dir or CARRY_COMPILE)]
     if kept:
-        print(f"vLLM compile cache: {len(kept)} part(s) kept in {carry_dir or CARRY_COMPILE} "
+        print(f"vLLM compile cache: {len(kept)} part(s) kept in {kept[-1].parent} "
               "for the next lease's calls (docs/h200-rounds.md)")
     return 1 if bad else 0
 
@@ -516,7 +516,7 @@ def lease_calls(r: Round, repo: Path) -> list[tuple[str, list[Path]]]:
                              f".carry/{kind}-VERSION`)")
     parts = [p for d in packs for p in sorted(d.glob("payload.tar.part*"))]
     if r.vllm:
-        parts += carry.cache_parts(root / "vllm-compile")
+        parts += cache_pick(r, repo)[0]
     first = carry.first_carry(root, repo / ".whl")
     plan = carry.calls(carry.tree_bytes(repo), first, [d / "pack.json" for d in packs], parts)
     if len(plan) == 1:  # nothing to carry after the first call: the next one waits for it
@@ -524,6 +524,59 @@ def lease_calls(r: Round, repo: Path) -> list[tuple[str, list[Path]]]:
     env = f"ROUND={r.name}" + (f" PART={r.part}" if r.part else "")
     return [(f"BUDGET_S={40 if i == 0 else 560 if i == len(plan) - 1 else 20} {env}",
              [q.relative_to(repo) for q in carried]) for i, carried in enumerate(plan)]
+
+
+def round_models(r: Round, repo: Path) -> set[str] | None:
+    """The targets the vLLM cells of round ``r``'s matrix steps serve, as a compile-cache
+    pack's manifest names them (``carry.py model_tail``: ``qwen3-8b-seed0-v1/hf-target``);
+    None where a step reads a matrix the round makes (``$dir``): not known before it runs.
+    Command steps are left out: those of vLLM rounds (``startup-next``) fill caches of their
+    own."""
+    from crossbench.fixtures.resolve import hf_fixture_path
+    from crossbench.runner.matrix import expand, load_matrix, parse_fixture_ref
+    from crossbench.runner.matrix_run import select
+
+    carry = _carry_module()
+    found: set[str] = set()
+    for step in r.steps:
+        if step.matrix is None:
+            continue
+        if "$dir" in step.matrix:
+            return None
+        path = Path(step.matrix) if Path(step.matrix).is_absolute() else repo / step.matrix
+        m = load_matrix(path)
+        for c in select(expand(m, path), step.only, step.skip):
+            ref = c.model_refs.get("model", "")
+            if c.engine_kind != "vllm" or not ref:
+                continue
+            if ref.startswith("fixture:"):
+                shape, role, _ = parse_fixture_ref(ref, "model")
+                ref = str(hf_fixture_path(shape, role, cache_root=Path("/")))
+            found.add(carry.model_tail(ref))
+    return found
+
+
+def cache_pick(r: Round, repo: Path) -> tuple[list[Path], str]:
+    """The compile-cache parts a lease of round ``r`` carries, and one line saying why: of the
+    packs kept in ``.carry/vllm-compile/`` (one per model set, ``carry.py keep``), the one
+    holding most of the round's vLLM targets (the newest on a tie); none where no pack holds
+    any (a MoE round: the Qwen3-8B entries would cost its calls and serve no start); the
+    newest where the round's targets are not known before it runs."""
+    carry = _carry_module()
+    held = carry.held(repo / ".carry" / "vllm-compile")
+    if not held:
+        return [], "no compile cache is kept (.carry/vllm-compile/): the round starts cold"
+    wanted = round_models(r, repo)
+    rank = {folder: (len(carry.models(parts) & wanted) if wanted is not None else 0,
+                     carry.created(parts)) for folder, parts in held.items()}
+    best = max(held, key=lambda f: rank[f])
+    if wanted is not None and rank[best][0] == 0:
+        return [], (f"no kept compile cache holds this round's vLLM targets "
+                    f"({', '.join(sorted(wanted)) or 'none'}): none carried, the round "
+                    "compiles cold and returns a pack of its own, kept beside the others")
+    why = ("its targets are not known before it runs: the newest pack" if wanted is None else
+           f"the pack holding {rank[best][0]} of its {len(wanted)} vLLM target(s)")
+    return held[best], f"compile cache {best.relative_to(repo)} ({why})"
 
 
 def _carry_module() -> Any:
@@ -692,6 +745,8 @@ def main(argv: list[str] | None = None) -> int:
         except ValueError as e:
             print(f"study.py: {e}", file=sys.stderr)
             return 2
+        if r.vllm:
+            print(cache_pick(r, Path.cwd())[1])
         for i, (env, carried) in enumerate(calls, 1):
             print(f"call {i}: OUT=$OUT {env} bash benchmarks/study/run.sh 2>&1 | tail -30")
             print(f"  carry: {json.dumps([str(q) for q in carried])}")
