@@ -719,6 +719,8 @@ def test_calls_list_a_leases_carries_up_to_the_rounds_start(
                             "steps": [{"name": "m", "matrix": methods,
                                        "only": ["engine=vllm,arm=none"]},
                                       {"name": "s", "command": "true"}]}}},
+        "c": {"purpose": "a vLLM round of commands", "vllm": True, "build": False,
+              "steps": [{"name": "s", "command": "true"}]},
         "moe": {"purpose": "a vLLM round of the MoE target", "vllm": True, "build": False,
                 "steps": [{"name": "m", "matrix": moe, "only": ["engine=vllm-q35,arm=none"]}]},
         "l": {"purpose": "a llama.cpp round", "vllm": False,
@@ -750,6 +752,9 @@ def test_calls_list_a_leases_carries_up_to_the_rounds_start(
         "returns a pack of its own, kept beside the others"))
     assert not any("vllm-compile" in str(q) for _, c in study.lease_calls(moe_round, repo)
                    for q in c)
+    assert study.cache_pick(study.get_round(study.load_rounds(rounds), "c", None), repo) == (
+        [], "the round's steps serve no vLLM cell of a matrix (a command step fills a cache of "
+        "its own): no compile cache carried")
     llama = study.lease_calls(study.get_round(study.load_rounds(rounds), "l", None), repo)
     assert llama == [("BUDGET_S=40 ROUND=l", [Path(".whl"), Path(
         ".carry/llama-cpp-python-0.3.36.src.tgz")]), ("BUDGET_S=560 ROUND=l", [])]

@@ -561,7 +561,8 @@ def cache_pick(r: Round, repo: Path) -> tuple[list[Path], str]:
     packs kept in ``.carry/vllm-compile/`` (one per model set, ``carry.py keep``), the one
     holding most of the round's vLLM targets (the newest on a tie); none where no pack holds
     any (a MoE round: the Qwen3-8B entries would cost its calls and serve no start); the
-    newest where the round's targets are not known before it runs."""
+    newest where the round's targets are not known before it runs; none for a round of
+    command steps only."""
     carry = _carry_module()
     held = carry.held(repo / ".carry" / "vllm-compile")
     if not held:
@@ -570,6 +571,9 @@ def cache_pick(r: Round, repo: Path) -> tuple[list[Path], str]:
     rank = {folder: (len(carry.models(parts) & wanted) if wanted is not None else 0,
                      carry.created(parts)) for folder, parts in held.items()}
     best = max(held, key=lambda f: rank[f])
+    if wanted == set():
+        return [], ("the round's steps serve no vLLM cell of a matrix (a command step fills a "
+                    "cache of its own): no compile cache carried")
     if wanted is not None and rank[best][0] == 0:
         return [], (f"no kept compile cache holds this round's vLLM targets "
                     f"({', '.join(sorted(wanted)) or 'none'}): none carried, the round "
