@@ -233,3 +233,65 @@ def test_the_dflash_line_over_four_machines_is_a_crossbench_fit(tmp_path: Path) 
     assert sorted({p["n"] for p in result["points"]}) == [1, 4, 8, 15]
     said = f"d {interval(fit['d'], fit['d_ci95'], 3)}, v {interval(fit['v'], fit['v_ci95'], 4)}"
     assert said in " ".join(h200_alpha_section().split()).replace("**", ""), said
+
+
+def llama_alpha_section() -> str:
+    """The page's section on `methods` part 2 (llama.cpp at alpha 0.7 and n = 1, one H100)."""
+    text = DOC.read_text()
+    start = text.index("## llama.cpp at the other alpha and n = 1 (one H100")
+    return text[start:text.index("\n## ", start + 3)]
+
+
+METHODS_REST = H100 / "methods-part2/h100-methods-part2-llama-methods-rest.zip"
+ARMS = {"draft": "draft model", "eagle3": "EAGLE-3", "dflash": "DFlash"}
+
+
+def test_llamas_alpha_rows_fits_and_same_machine_costs_are_the_archive() -> None:
+    """Each c=1 speedup with its interval, each fit over three or more n, the same-machine
+    C(n) at both alphas and its ratio, the c=16 output ratios: all from the archive's raw
+    records; one start per arm, so no starts-as-samples interval and no verdict word."""
+    section = llama_alpha_section()
+    flat = " ".join(section.split())
+    with open_run(METHODS_REST) as frames:
+        a = frames.analysis
+    pairs = {(p["arm"], p["n"], p["concurrency"]): p for p in a["pairs"]}
+    fits = {s["arm"]: s["cost_model"] for s in a["sweeps"] if s["concurrency"] == 1}
+    wall = {(c["arm"], c.get("n"), c["concurrency"]): c["throughput"]["wall_output_tok_s"]
+            for c in a["cells"]}
+    assert f"over a {pairs[('draft-a0.7', 1, 1)]['baseline_tok_s']:.1f} tok/s baseline" in flat
+    checked = 0
+    for key, name in ARMS.items():
+        for alpha in ("0.7", "0.9"):
+            arm = f"{key}-a{alpha}"
+            (row,) = [ln for ln in section.splitlines()
+                      if ln.startswith(f"| {name}, alpha {alpha} |")]
+            cells = row.split(" | ")[1:6]
+            for n, cell in zip((1, 2, 4, 8, 15), cells, strict=True):
+                p = pairs.get((arm, n, 1))
+                if p is None:
+                    assert cell == "-", (row, n)
+                    continue
+                sp = p["speedup"]
+                assert sp["start_ci95"] is None  # one start per arm
+                assert cell == interval(sp["geomean"], sp["ci95"], 3), (row, n)
+                checked += 1
+            cm = fits.get(arm)
+            if cm is not None and cm["points"] >= 3:
+                assert row.endswith(f"| {interval(cm['d'], cm['d_ci95'], 3)} | "
+                                    f"{interval(cm['v'], cm['v_ci95'], 3)} |"), row
+            else:  # one or two n: no line is given
+                assert row.endswith("| - | - |"), row
+            assert "faster" not in row and "slower" not in row
+    assert checked == 18  # every c=1 pair of the run
+    for key, n in (("draft", 1), ("eagle3", 1), ("dflash", 1), ("eagle3", 4), ("dflash", 4)):
+        c9, c7 = (pairs[(f"{key}-a{al}", n, 1)] for al in ("0.9", "0.7"))
+        cost = [p["acceptance"]["mean_acceptance_length"] / p["speedup"]["geomean"]
+                for p in (c9, c7)]
+        row = f"| {ARMS[key]} | {n} | {cost[0]:.3f} | {cost[1]:.3f} | " \
+              f"{100 * (cost[0] / cost[1] - 1):+.1f} % |"
+        assert row in section, row
+    base16 = wall[("none", None, 16)]
+    assert f"baseline's {base16:,.1f} tok/s" in flat
+    for (arm, n, c), tok_s in wall.items():
+        if c == 16 and arm != "none":
+            assert f"n = {n}: {tok_s:,.1f} ({tok_s / base16:.2f})" in flat, (arm, n)
