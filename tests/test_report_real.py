@@ -71,7 +71,8 @@ def test_report_of_a_real_run(real_run: Path) -> None:
     for p in analysis["pairs"]:
         assert f"draft-simple n={p['n']}" in html
         assert f"{p['speedup']['geomean']:.3f}" in html
-        assert f'<span class="badge {p["verdict"]}">{p["verdict"]}</span>' in html
+        marked = p["verdict"] + ("*" if p.get("verdict_caveats") else "")
+        assert f'<span class="badge {p["verdict"]}">{marked}</span>' in html
     assert prov["models"]["model"]["sha256"] in html  # models with their hashes
     assert f"build {prov['engine']['build_number']}" in html
     assert html.count('src="data:image/svg+xml;base64,') == 3  # CPU: no telemetry samples
@@ -163,7 +164,7 @@ def test_datapoint_of_a_real_run(real_run: Path) -> None:
         p = cells[SPEC.format(n)]
         assert row.startswith(f"| draft-simple n={n} | {p['speedup']['geomean']:.3f} "
                               f"[{p['speedup']['ci95'][0]:.3f}, {p['speedup']['ci95'][1]:.3f}]"
-                              f" | {p['verdict']} | "
+                              f" | {p['verdict']}{'*' if p.get('verdict_caveats') else ''} | "
                               f"{p['acceptance']['draft_acceptance_rate']:.3f} |")
     man = json.loads((real_run / "cells" / "llama__t__none__builtin-mixed__c1" /
                       "manifest.json").read_text())

@@ -72,7 +72,8 @@ def test_report_files_and_content(sweep: Path) -> None:
         row = f"{sp['geomean']:.3f}"
         ci = f"[{sp['ci95'][0]:.3f}, {sp['ci95'][1]:.3f}]"
         assert row in html and ci in html
-        assert f"| dft n={p['n']} | {row} | {ci} | {p['verdict']} |" in md
+        marked = p["verdict"] + ("*" if p.get("verdict_caveats") else "")
+        assert f"| dft n={p['n']} | {row} | {ci} | {marked} |" in md
     for section in ("Verdicts", "Figures", "n-sweeps", "Study card", "Confounds",
                     "Stability warnings", "Failed trials", "How to reproduce"):
         assert f"<h2>{section}</h2>" in html and f"## {section}" in md
@@ -275,7 +276,13 @@ def test_datapoint_says_when_its_verdicts_rest_on_one_trial(tmp_path: Path) -> N
     text = datapoint(load_study(out))
     assert ("single trial: one trial per cell, so one server start per side, and the "
             "intervals leave out start-to-start variation") in text
-    assert "| faster |" in text  # the verdict stays, marked
+    assert "| faster* |" in text  # the verdict stays, marked
+    build_report(out)  # the report marks it too, and says why under its verdict table
+    md = (out / "report" / "report.md").read_text()
+    html = (out / "report" / "report.html").read_text()
+    assert "| faster* |" in md and '<span class="badge faster">faster*</span>' in html
+    assert ("\\* carries a caveat: one trial per cell, so one server start per side: the "
+            "interval leaves out start-to-start variation: see warnings.") in md
 
 
 def test_datapoint_says_when_its_server_starts_disagree(tmp_path: Path) -> None:

@@ -113,11 +113,22 @@ def vram_text(study: Study, spec: str, base: str) -> str:
 
 
 def verdict_text(pair: dict[str, Any]) -> str:
-    """The verdict, with the statistical one when the pair is confounded."""
+    """The verdict, with the statistical one when the pair is confounded, and ``*`` when it
+    carries a caveat (``verdict_caveats``: one trial per cell, a runner warning, ...), as
+    ``crossbench analyze`` prints it; :func:`verdict_notes` says what each means."""
     v = str(pair["verdict"])
     if v == "confounded":
         return f"confounded (statistically {pair.get('statistical_verdict')})"
-    return v
+    return v + ("*" if pair.get("verdict_caveats") else "")
+
+
+def verdict_notes(study: Study) -> str | None:
+    """One sentence under the verdict table naming every distinct verdict caveat of the
+    run's pairs (None when no verdict has one)."""
+    seen = list(dict.fromkeys(c for p in study.analysis.get("pairs", [])
+                              if p.get("verdict") != "confounded"
+                              for c in p.get("verdict_caveats") or []))
+    return ("A verdict marked * carries a caveat: " + "; ".join(seen) + ".") if seen else None
 
 
 def verdict_table(study: Study) -> Table:
@@ -276,7 +287,8 @@ def html_table(t: Table, numeric: tuple[str, ...] = ()) -> str:
         tds = []
         for h, v in zip(t.header, r, strict=True):
             if h == "verdict":
-                tds.append(f'<td><span class="badge {_e(v.split(" ")[0])}">{_e(v)}</span></td>')
+                word = v.split(" ")[0].rstrip("*")  # the badge's colour: the verdict word
+                tds.append(f'<td><span class="badge {_e(word)}">{_e(v)}</span></td>')
             elif h in numeric:
                 tds.append(f'<td class="num">{_e(v)}</td>')
             else:
@@ -323,6 +335,9 @@ def render_html(study: Study, card: Card, images: list[Image], here: str = "") -
                   f"speedups (spec / baseline decode rate, same prompt, trial and occurrence); "
                   f"interval: bootstrap clustered by prompt, {study.options.resamples} "
                   f"resamples, seed {study.options.seed}. MAL: mean acceptance length.</p>"]
+        notes = verdict_notes(study)
+        if notes:
+            parts.append(f"<p>{_e(notes)}</p>")
     parts += ["<h2>Cells</h2>", html_table(cell_table(study), numeric)]
     starts = start_table(study)
     if starts is not None:
@@ -391,6 +406,9 @@ def render_markdown(study: Study, card: Card, images: list[Image],
     if a.get("pairs"):
         t = verdict_table(study)
         out += ["## Verdicts", "", md_table(t.header, t.rows)]
+        notes = verdict_notes(study)
+        if notes:
+            out += [notes.replace("*", "\\*", 1), ""]
     t = cell_table(study)
     out += ["## Cells", "", md_table(t.header, t.rows)]
     starts = start_table(study)
