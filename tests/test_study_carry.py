@@ -431,3 +431,23 @@ def test_run_sh_takes_the_carried_parts_from_a_models_folder(tmp_path: Path) -> 
     assert (cc_in / "vllm-compile.tgz.p1of2").read_bytes() == b"second"
     assert r.stdout.splitlines() == ["kept old.tgz.p0of1 (4 bytes)",
                                      "kept vllm-compile.tgz.p1of2 (6 bytes)"]
+
+
+def test_keep_drops_a_flat_pack_older_than_its_models_folder(carry: ModuleType,
+                                                            tmp_path: Path) -> None:
+    """Parts kept flat (before model folders) never overwrite a newer pack of the same models
+    already in its folder: the flat set is dropped when the next lease is kept."""
+    dest = tmp_path / "kept"
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    newer = _made(tmp_path / "a" / "vllm-compile.tgz", "2026-12-06T10:00:00Z", _noise(9_000))
+    home = dest / "qwen3-8b-seed0-v1-hf-target"
+    home.mkdir(parents=True)
+    carry.cut(newer, home, part_bytes=12_000)
+    older = _made(tmp_path / "b" / "old.tgz", "2026-12-05T10:00:00Z", _noise(8_000))
+    carry.cut(older, dest, part_bytes=12_000)  # flat, as before 2026-12-06
+    moe = _made(tmp_path / "moe.tgz", "2026-12-06T11:00:00Z", _noise(7_000), (MOE,))
+    _lease(carry, tmp_path, moe, dest)
+    assert sorted(p.name for p in dest.iterdir()) == [
+        "qwen3-8b-seed0-v1-hf-target", "qwen3-8b-seed0-v1-moe-target-hf"]
+    assert carry.created(carry.cache_parts(home)) == "2026-12-06T10:00:00Z"

@@ -326,33 +326,40 @@ def keep(files_at: Path, dest: Path) -> list[Path]:
     if dest in kept_sets:  # the layout before model folders: move the set to its folder
         legacy = kept_sets.pop(dest)
         folder = dest / set_key(models(legacy))
-        folder.mkdir(exist_ok=True)
-        for old in folder.iterdir():
-            if old.is_file():
-                old.unlink()
-        for part in legacy:
-            part.replace(folder / part.name)
+        if folder in kept_sets and created(kept_sets[folder]) >= created(legacy):
+            for part in legacy:  # its folder holds a pack as new already
+                part.unlink()
+        else:
+            _place(legacy, folder)
         kept_sets = held(dest)
     superseded = home in kept_sets and created(kept_sets[home]) > stamp
     for parts in whole:  # the older whole sets (and this one, if its folder holds a newer pack)
         if parts is not newest or superseded:
             for part in parts:
                 part.unlink()
-    kept = []
+    kept: list[Path] = []
     if not superseded:
         for folder, parts in kept_sets.items():  # packs this one's models include, older
             if folder != home and models(parts) <= tails and created(parts) < stamp:
                 shutil.rmtree(folder)
-        home.mkdir(exist_ok=True)
-        for old in home.iterdir():
-            if old.is_file():
-                old.unlink()
-        for part in newest:
-            part.replace(home / part.name)
-            kept.append(home / part.name)
+        kept = _place(newest, home)
     if not any(incoming.iterdir()):
         incoming.rmdir()
     return kept
+
+
+def _place(parts: list[Path], folder: Path) -> list[Path]:
+    """Move the whole set ``parts`` into ``folder`` in place of the files it held; returns
+    the parts' new paths."""
+    folder.mkdir(exist_ok=True)
+    for old in folder.iterdir():
+        if old.is_file():
+            old.unlink()
+    placed = []
+    for part in parts:
+        part.replace(folder / part.name)
+        placed.append(folder / part.name)
+    return placed
 
 
 CARRY_BYTES = 64 * 2**20
