@@ -732,6 +732,12 @@ def test_calls_list_a_leases_carries_up_to_the_rounds_start(
                                       {"name": "s", "command": "true"}]}}},
         "c": {"purpose": "a vLLM round of commands", "vllm": True, "build": False,
               "steps": [{"name": "s", "command": "true"}]},
+        "var": {"purpose": "a vLLM round of a variant", "vllm": True, "build": False,
+                "variants": [{"from": methods, "to": "x.yaml", "options": ["--trials", "2"]}],
+                "steps": [{"name": "m", "matrix": "$dir/x.yaml",
+                           "only": ["engine=vllm,arm=none"]}]},
+        "dir": {"purpose": "a vLLM round of a matrix it makes", "vllm": True, "build": False,
+                "steps": [{"name": "m", "matrix": "$dir/made.yaml"}]},
         "moe": {"purpose": "a vLLM round of the MoE target", "vllm": True, "build": False,
                 "steps": [{"name": "m", "matrix": moe, "only": ["engine=vllm-q35,arm=none"]}]},
         "l": {"purpose": "a llama.cpp round", "vllm": False,
@@ -753,6 +759,16 @@ def test_calls_list_a_leases_carries_up_to_the_rounds_start(
     assert study.cache_pick(study.get_round(study.load_rounds(rounds), "v", 2), repo)[1] == (
         "compile cache .carry/vllm-compile/qwen3-8b-seed0-v1-hf-target (the pack holding 1 of "
         "its 1 vLLM target(s))")
+    # a variant is read from its source matrix; another matrix of $dir is not known before
+    # the round runs, and the newest pack goes
+    assert study.round_models(study.get_round(study.load_rounds(rounds), "var", None),
+                              repo) == {"qwen3-8b-seed0-v1/hf-target"}
+    assert study.round_models(study.get_round(study.load_rounds(rounds), "dir", None),
+                              repo) is None
+    assert study.cache_pick(study.get_round(study.load_rounds(rounds), "dir", None), repo) == (
+        study._carry_module().held(repo / ".carry" / "vllm-compile")[kept],
+        "compile cache .carry/vllm-compile/qwen3-8b-seed0-v1-hf-target (its targets are not "
+        "known before it runs: the newest pack)")
     # the MoE round: no kept pack holds its target, so its calls carry none
     moe_round = study.get_round(study.load_rounds(rounds), "moe", None)
     assert study.round_models(moe_round, repo) == {"qwen3-8b-seed0-v1/moe-target/hf",

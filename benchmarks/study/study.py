@@ -529,9 +529,10 @@ def lease_calls(r: Round, repo: Path) -> list[tuple[str, list[Path]]]:
 def round_models(r: Round, repo: Path) -> set[str] | None:
     """The targets the vLLM cells of round ``r``'s matrix steps serve, as a compile-cache
     pack's manifest names them (``carry.py model_tail``: ``qwen3-8b-seed0-v1/hf-target``);
-    None where a step reads a matrix the round makes (``$dir``): not known before it runs.
-    Command steps are left out: those of vLLM rounds (``startup-next``) fill caches of their
-    own."""
+    A step reading a variant the round makes (``$dir/NAME``, :attr:`Round.variants`) is read
+    from the variant's source matrix (a variant changes trials and load, not models); None
+    where a step reads another matrix of ``$dir``: not known before it runs. Command steps
+    are left out: those of vLLM rounds (``startup-next``) fill caches of their own."""
     from crossbench.fixtures.resolve import hf_fixture_path
     from crossbench.runner.matrix import expand, load_matrix, parse_fixture_ref
     from crossbench.runner.matrix_run import select
@@ -541,9 +542,13 @@ def round_models(r: Round, repo: Path) -> set[str] | None:
     for step in r.steps:
         if step.matrix is None:
             continue
-        if "$dir" in step.matrix:
-            return None
-        path = Path(step.matrix) if Path(step.matrix).is_absolute() else repo / step.matrix
+        matrix = step.matrix
+        if "$dir" in matrix:
+            made = {f"$dir/{dst}": src for src, dst, _ in r.variants}
+            if matrix not in made:
+                return None
+            matrix = made[matrix]
+        path = Path(matrix) if Path(matrix).is_absolute() else repo / matrix
         m = load_matrix(path)
         for c in select(expand(m, path), step.only, step.skip):
             ref = c.model_refs.get("model", "")
