@@ -528,7 +528,7 @@ def lease_calls(r: Round, repo: Path) -> list[tuple[str, list[Path]]]:
 
 def round_models(r: Round, repo: Path) -> set[str] | None:
     """The targets the vLLM cells of round ``r``'s matrix steps serve, as a compile-cache
-    pack's manifest names them (``carry.py model_tail``: ``qwen3-8b-seed0-v1/hf-target``);
+    pack's manifest names them (``carry.py model_tail``: ``qwen3-8b-seed0-v1/hf-target``).
     A step reading a variant the round makes (``$dir/NAME``, :attr:`Round.variants`) is read
     from the variant's source matrix (a variant changes trials and load, not models); None
     where a step reads another matrix of ``$dir``: not known before it runs. Command steps
@@ -573,12 +573,12 @@ def cache_pick(r: Round, repo: Path) -> tuple[list[Path], str]:
     if not held:
         return [], "no compile cache is kept (.carry/vllm-compile/): the round starts cold"
     wanted = round_models(r, repo)
-    rank = {folder: (len(carry.models(parts) & wanted) if wanted is not None else 0,
-                     carry.created(parts)) for folder, parts in held.items()}
-    best = max(held, key=lambda f: rank[f])
     if wanted == set():
         return [], ("the round's steps serve no vLLM cell of a matrix (a command step fills a "
                     "cache of its own): no compile cache carried")
+    rank = {folder: (len(carry.models(parts) & wanted) if wanted is not None else 0,
+                     carry.created(parts)) for folder, parts in held.items()}
+    best = max(held, key=lambda f: rank[f])
     if wanted is not None and rank[best][0] == 0:
         return [], (f"no kept compile cache holds this round's vLLM targets "
                     f"({', '.join(sorted(wanted)) or 'none'}): none carried, the round "
