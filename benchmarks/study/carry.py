@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import argparse
 import gzip
+import hashlib
 import io
 import json
 import re
@@ -136,6 +137,12 @@ def sets(folder: Path) -> dict[str, tuple[int, dict[int, Path]]]:
             found[m["name"]] = (0, parts)
         parts[int(m["k"])] = p
     return found
+
+
+def whole_sets(folder: Path) -> list[list[Path]]:
+    """The sets in ``folder`` whose every part is there, each as its parts in order."""
+    return [[parts[k] for k in sorted(parts)] for n, parts in sets(folder).values()
+            if n and set(parts) == set(range(n))]
 
 
 def join(folder: Path) -> tuple[list[Path], list[str]]:
@@ -269,8 +276,6 @@ UNNAMED = "unnamed"
 def set_key(tails: set[str]) -> str:
     """The folder a pack of these models (:func:`models`) is kept in: their tails joined, or
     a digest of them where that is long."""
-    import hashlib
-
     key = "+".join(sorted(tails)).replace("/", "-")
     if not key:
         return UNNAMED
@@ -283,8 +288,7 @@ def held(dest: Path) -> dict[Path, list[Path]]:
     found = {}
     for folder in [dest, *sorted(d for d in dest.iterdir() if d.is_dir()
                                  and d.name != "incoming")] if dest.is_dir() else []:
-        whole = [[parts[k] for k in sorted(parts)] for n, parts in sets(folder).values()
-                 if n and set(parts) == set(range(n))]
+        whole = whole_sets(folder)
         if whole:
             found[folder] = max(whole, key=created)
     return found
@@ -314,8 +318,7 @@ def keep(files_at: Path, dest: Path) -> list[Path]:
     incoming.mkdir(parents=True, exist_ok=True)
     for p in brought:
         shutil.copy2(p, incoming / p.name)
-    whole = [[parts[k] for k in sorted(parts)] for n, parts in sets(incoming).values()
-             if set(parts) == set(range(n))]
+    whole = whole_sets(incoming)
     if not whole:
         return []
     stamps = [created(parts) for parts in whole]

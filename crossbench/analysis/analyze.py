@@ -391,6 +391,12 @@ def analyze_run(run: RunData, opts: StatsOptions) -> dict[str, Any]:
 
 # -- tables ------------------------------------------------------------------------------------
 
+def marked_verdict(pair: dict[str, Any]) -> str:
+    """A pair's verdict word, with ``*`` when it carries ``verdict_caveats`` (one trial per
+    cell, a runner warning, ...): the mark every table of verdicts prints."""
+    return str(pair["verdict"]) + ("*" if pair.get("verdict_caveats") else "")
+
+
 def _num(v: Any, spec: str = ".3f") -> str:
     if v is None:
         return "n/a"
@@ -448,7 +454,7 @@ def tables(result: dict[str, Any]) -> dict[str, tuple[list[str], list[list[str]]
           _num(p["baseline_tok_s"], ".2f"), _num(p["spec_tok_s"], ".2f"),
           _num(p.get("baseline_engine_tok_s"), ".2f"), _num(p.get("spec_engine_tok_s"), ".2f"),
           _num(p["speedup"]["geomean"]), _ci(p["speedup"]["ci95"]),
-          p["verdict"] + ("*" if p.get("verdict_caveats") else ""),
+          marked_verdict(p),
           _num(p["speedup_e2e"]["geomean"]), _ci(p["speedup_e2e"]["ci95"]),
           _lengths(p.get("lengths")),
           _num(p["speedup"]["net_loss_share"], ".2f"), str(p["speedup"]["n_samples"]),

@@ -15,6 +15,7 @@ from typing import Any
 
 from crossbench import __version__
 from crossbench.analysis.analyze import markdown as md_table
+from crossbench.analysis.analyze import marked_verdict
 from crossbench.report import commands
 from crossbench.report.card import Card
 from crossbench.report.plots import Plot, pair_label
@@ -116,10 +117,9 @@ def verdict_text(pair: dict[str, Any]) -> str:
     """The verdict, with the statistical one when the pair is confounded, and ``*`` when it
     carries a caveat (``verdict_caveats``: one trial per cell, a runner warning, ...), as
     ``crossbench analyze`` prints it; :func:`verdict_notes` says what each means."""
-    v = str(pair["verdict"])
-    if v == "confounded":
+    if pair["verdict"] == "confounded":
         return f"confounded (statistically {pair.get('statistical_verdict')})"
-    return v + ("*" if pair.get("verdict_caveats") else "")
+    return marked_verdict(pair)
 
 
 def verdict_notes(study: Study) -> str | None:
