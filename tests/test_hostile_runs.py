@@ -36,7 +36,7 @@ from crossbench.store.atomic import (
     scan_jsonl,
     torn_tail,
 )
-from crossbench.store.rundir import check_new_out
+from crossbench.store.rundir import SUMMARY_SCHEMA, check_new_out
 
 FAST = ("--standin-step-ms", "0", "--standin-prefill-ms", "0")
 CELL = "v/m/none/builtin-code/c1"
@@ -469,9 +469,9 @@ def test_a_cell_summary_from_the_future_is_refused_an_older_one_read(
     stored = json.loads(summary.read_text())
     _set(summary, "schema_version")
     r = invoke("status", out)
-    assert (r.exit_code, r.stderr) == (2, newer(summary, 999, "run summary", 2))
+    assert (r.exit_code, r.stderr) == (2, newer(summary, 999, "run summary", SUMMARY_SCHEMA))
     r = invoke("summarize", out / CELL_DIR, "--check")
-    assert (r.exit_code, r.stderr) == (2, newer(summary, 999, "run summary", 2))
+    assert (r.exit_code, r.stderr) == (2, newer(summary, 999, "run summary", SUMMARY_SCHEMA))
     # schema 1 (before server_pooled_tok_s was redefined and client_vs_server added): read,
     # and --check compares it on what it defines as this crossbench does
     old = dict(stored, schema_version=1)

@@ -70,6 +70,46 @@ def test_synthetic_ground_truth(llama_server, fixture_models, tmp_path):
     assert "does not match its raw files" in bad.stderr
 
 
+def test_short_requests_follow_the_clipped_expectation(llama_server, fixture_models, tmp_path):
+    """400 requests of 24 tokens: llama-server clips the last drafts of each to the tokens left,
+    so its per-position counters follow the clip-aware expectation (0.900, 0.670, 0.457, 0.174;
+    crossbench/analysis/synthetic.py), not the configured rates.
+
+    Tolerance: z binomial standard errors of each expected figure e over the measured drafts D,
+    z * sqrt(e (1 - e) / D), with z = 3.02 for a joint 99 % over the four positions
+    (Bonferroni). At about 2840 drafts that is 0.022 at the last position, where the configured
+    0.2 lies 0.026 from the expectation: outside the band, so without the clipping model the
+    test fails. The draws are seeded per request, so the outcome is the same on every run.
+    About 40 s on 2 CPU cores.
+    """
+    from statistics import NormalDist
+
+    from crossbench.analysis.synthetic import expected_figures
+
+    target, draft = fixture_models
+    s = run(cfg(llama_server, target, {"type": "draft-simple", "n": 4, "draft_model": str(draft),
+                                       "synth_rates": RATES},
+                requests=400, max_tokens=24, trials=1), tmp_path / "short")
+    acc = s["acceptance"]
+    assert acc["source"] == "metrics" and s["integrity"]["passed"], s["integrity"]
+    drafts = acc["drafts"]
+    assert drafts >= 2500, "too few drafts to tell the clipped figures from the rates"
+    want = expected_figures([24] * 400, RATES)
+    assert want is not None
+    assert acc["expected_per_position"] == want.per_position
+    z = NormalDist().inv_cdf(1 - 0.01 / (2 * len(RATES)))
+    bands = [z * (e * (1 - e) / drafts) ** 0.5 for e in want.per_position]
+    for k, (got, e, band) in enumerate(zip(acc["per_position"], want.per_position, bands,
+                                           strict=True)):
+        assert abs(got - e) <= band, (k, acc["per_position"], want.per_position, band)
+    assert abs(RATES[-1] - want.per_position[-1]) > bands[-1]  # the rates alone would fail
+    # MAL: the accepted count of a step has variance at most sum (2k - 1) p_k - (sum p_k)^2
+    spread = sum((2 * k + 1) * p for k, p in enumerate(RATES)) - sum(RATES) ** 2
+    assert abs(acc["mean_acceptance_length"] - want.mean_acceptance_length) <= \
+        z * (spread / drafts) ** 0.5
+    assert abs(1 + sum(RATES) - want.mean_acceptance_length) > z * (spread / drafts) ** 0.5
+
+
 def _check_records(run_dir: Path, n_requests: int, max_tokens: int) -> list[dict]:
     recs = read_jsonl(run_dir / "requests.jsonl")
     measured = [r for r in recs if not r["warmup"]]

@@ -240,6 +240,8 @@ def summarize_run_dir(run_dir: Any, chunk_gaps: bool = True) -> dict[str, Any]:
     ``store.rundir``: a newer manifest, a damaged record line or a request recorded twice is
     a one-line error naming the file."""
     from crossbench.analysis import acceptance as acc_mod
+    from crossbench.analysis.synthetic import expected_acceptance
+    from crossbench.engines import registry
 
     root = Path(run_dir)
     manifest = rundir.read_manifest(root)
@@ -272,6 +274,10 @@ def summarize_run_dir(run_dir: Any, chunk_gaps: bool = True) -> dict[str, Any]:
         per_trial.append({"trial": t, **trial_sum, "acceptance": trial_acc.to_dict()})
     acc = acc_mod.compute(total, [r for r in records if not r.get("warmup")])
     checks = acc_mod.integrity(acc, total, n, enabled)
+    config = manifest.get("config") or {}
+    spec = (config.get("engine_config") or {}).get("spec") or {}
+    expected = expected_acceptance(registry.synthetic_draws(str(config.get("engine")), spec),
+                                   records)
     base = summarize_records(records, chunk_gaps)
     if server_s > 0 and histograms is not None:
         base["throughput"].update(server_pooled_tok_s=server_tok / server_s,
@@ -284,7 +290,7 @@ def summarize_run_dir(run_dir: Any, chunk_gaps: bool = True) -> dict[str, Any]:
         "kind": rundir.SUMMARY_KIND,
         "run_status": manifest.get("status"),
         **base,
-        "acceptance": {"enabled": enabled, "n": n, **acc.to_dict()},
+        "acceptance": {"enabled": enabled, "n": n, **acc.to_dict(), **expected},
         "integrity": {"passed": all(c.passed for c in checks),
                       "checks": [{"name": c.name, "passed": c.passed, "detail": c.detail}
                                  for c in checks]},

@@ -93,6 +93,12 @@ def format_table(summary: dict[str, Any], engine: str | None = None) -> str:
              f(acc["mean_acceptance_length"], ".3f")),
             ("per-position acceptance (position 0 first)",
              ", ".join(f"{p:.3f}" for p in per_pos) if per_pos else "n/a"),
+        ]
+        expected = acc.get("expected_per_position")
+        if expected:  # llama-server's synthetic acceptance, its drafts clipped near the end
+            rows.append(("expected per position (synthetic, clipped drafts)",
+                         ", ".join(f"{p:.3f}" for p in expected)))
+        rows += [
             ("drafts / drafted / accepted", f"{f(acc['drafts'], '.0f')} / "
              + (f"{acc['draft_tokens']:.0f}" if counted or acc["source"] != "metrics"
                 else "n/a (not counted by the engine)")

@@ -73,6 +73,23 @@ class SpecCounters:
 
 
 @dataclass(frozen=True)
+class SyntheticDraws:
+    """How an engine draws synthetic acceptance for one recorded spec config, as far as the
+    analysis needs it to predict the counters (:mod:`crossbench.analysis.synthetic`).
+
+    ``rates`` are the unconditional per-position rates the engine draws with (a draft reaches
+    position k with probability ``rates[k]``, stopping at the first rejection). The engine
+    limits each draft to the tokens the request has left, as llama-server does. ``unpredictable``
+    says why the counters cannot be predicted for this config, e.g. a drafter that may draft
+    fewer tokens than the limit. Then ``rates`` stay for reference only.
+    Example (llama-server, ``synth_rates: [0.9, 0.7]``): ``SyntheticDraws((0.9, 0.7))``.
+    """
+
+    rates: tuple[float, ...]
+    unpredictable: str | None = None
+
+
+@dataclass(frozen=True)
 class EngineIdentity:
     """What exactly ran: version string, build number and commit, hashes of binary and libraries."""
 

@@ -17,7 +17,7 @@ from typing import Any, get_args
 
 from pydantic import BaseModel, ValidationError
 
-from crossbench.engines.base import EngineServer, SpecCounters
+from crossbench.engines.base import EngineServer, SpecCounters, SyntheticDraws
 from crossbench.errors import UserError, first_validation_error
 
 #: ``crossbench run`` options that map to an engine config field of the same meaning: option
@@ -44,6 +44,7 @@ class Registration:
     rules: str | None
     run_options: Mapping[str, str] = field(default_factory=dict)
     install: str | None = None
+    synthetic: str | None = None
 
 
 _ENGINES: dict[str, Registration] = {}
@@ -57,7 +58,8 @@ def register(name: str, server: str, config: str,
              process_names: tuple[str, ...] = (),
              rules: str | None = None,
              run_options: Mapping[str, str] | None = None,
-             install: str | None = None) -> None:
+             install: str | None = None,
+             synthetic: str | None = None) -> None:
     """Register an engine: ``server`` and ``config`` are ``"module:Class"`` paths; what shared
     code reads from each other argument is docs/engines.md "The registration".
 
@@ -68,12 +70,17 @@ def register(name: str, server: str, config: str,
     ``rules`` is ``"module:attr"`` of its own :class:`crossbench.engines.confound_rule.Rule` s;
     ``run_options`` are ``crossbench run`` options beyond :data:`RUN_OPTION_FIELDS`;
     ``install`` is ``"module:function"`` giving the argv that installs the build a recorded
-    engine config names (:func:`install_argv`).
+    engine config names (:func:`install_argv`); ``synthetic`` is ``"module:function"`` giving,
+    for a recorded spec config, how the engine draws synthetic acceptance
+    (:class:`SyntheticDraws`, None where the config sets none), for an engine that limits
+    every draft to the tokens a request has left as llama-server does
+    (:func:`synthetic_draws`).
     """
     _ENGINES[name] = Registration(
         server, config, spec_metric_prefix,
         spec_counters or SpecCounters.standard(spec_metric_prefix), decode_histograms,
-        planning_startup_s, tuple(process_names), rules, dict(run_options or {}), install)
+        planning_startup_s, tuple(process_names), rules, dict(run_options or {}), install,
+        synthetic)
 
 
 # planning_startup_s: the H200 cross-engine round 1 (examples/h200-cross/round1, 8B F16
@@ -83,7 +90,8 @@ register("llama-server", "crossbench.engines.llamacpp.server:LlamaServer",
          "crossbench.engines.llamacpp.config:LlamaServerConfig", planning_startup_s=5.0,
          process_names=("llama-server", "llama-cli", "llama-bench"),
          rules="crossbench.engines.llamacpp.rules:RULES",
-         install="crossbench.engines.llamacpp.pins:install_argv")
+         install="crossbench.engines.llamacpp.pins:install_argv",
+         synthetic="crossbench.engines.llamacpp.synthetic:synthetic_draws")
 register("vllm", "crossbench.engines.vllm.server:VllmServer",
          "crossbench.engines.vllm.config:VllmServerConfig", spec_metric_prefix="vllm:spec_decode_",
          decode_histograms=("vllm:request_generation_tokens", "vllm:request_decode_time_seconds"),
@@ -177,6 +185,17 @@ def install_argv(name: str, config: Mapping[str, Any]) -> list[str] | None:
         return None
     argv: list[str] | None = _load(entry.install)(config)
     return argv
+
+
+def synthetic_draws(name: str, spec: Mapping[str, Any]) -> SyntheticDraws | None:
+    """How an engine draws synthetic acceptance for a recorded spec config, where it
+    registered its rule (``synthetic``); None for a config without synthetic acceptance, an
+    engine that registered no rule, or an unknown engine (an import's label)."""
+    entry = _ENGINES.get(name)
+    if entry is None or entry.synthetic is None:
+        return None
+    draws: SyntheticDraws | None = _load(entry.synthetic)(spec)
+    return draws
 
 
 def names() -> list[str]:

@@ -209,12 +209,16 @@ FORMATS: dict[str, Format] = {
            "state_sha256, cells, first_started_utc)"}, {}),
     "import": Format(STATE, IMPORT_KIND, 1, {
         1: "first version (cells with coords, baseline and dir; source; not_imported)"}, {}),
-    "summary": Format(SUMMARY, SUMMARY_KIND, 2, {
+    "summary": Format(SUMMARY, SUMMARY_KIND, 3, {
         1: "first version (throughput, latency_ms, acceptance, integrity, requests, "
            "per_trial)",
         2: "server_pooled_tok_s over the client's window (predicted_n - 1, or vLLM's request "
            "histograms); adds server_rate_source, client_vs_server, engine_reported_tok_s, "
-           "engine_rate_definition and acceptance.mean_acceptance_length_estimate / mal_note"},
+           "engine_rate_definition and acceptance.mean_acceptance_length_estimate / mal_note",
+        3: "acceptance.expected_per_position, expected_mean_acceptance_length, "
+           "expected_draft_acceptance_rate and expected_note: under llama-server's synthetic "
+           "acceptance, the figures its counters should give with every draft clipped to the "
+           "tokens a request has left (analysis/synthetic.py); None elsewhere"},
         {2: ("throughput.server_pooled_tok_s", "per_trial.*.throughput.server_pooled_tok_s")}),
     "analysis": Format(ANALYSIS, ANALYSIS_KIND, 10, {
         1: "first version (cells, pairs, sweeps, stability)",
