@@ -407,6 +407,8 @@ def test_land_turns_a_device_calls_files_into_verified_archives(
     (root / "split.json").write_text('{"rows": []}\n')
     (root / "split-c16.json").write_text('{"rows": [1]}\n')
     (root / "split.done").touch()
+    (root / "split" / "starts").mkdir(parents=True)  # the step's own output folder
+    (root / "split" / "starts" / "a.json").write_text('{"ready_s": 31.4}\n')
     files_at = tmp_path / "files"
     files_at.mkdir()
     with tarfile.open(files_at / "run.tgz", "w:gz") as tar:
@@ -440,7 +442,7 @@ def test_land_turns_a_device_calls_files_into_verified_archives(
                        "compares a method with its baseline: run a matrix with `method: none` "
                        "and a speculative arm)); trials: 1 done, 0 failed, 0 missing"), said
     assert not (dest / "datapoint-base.md").exists()  # no empty file beside the archive
-    assert said[2:] == ["split: command exited 0; copied split-c16.json, split.json",
+    assert said[2:] == ["split: command exited 0; copied split-c16.json, split.json, split.tgz",
                         "lost: not run (no h200-cross-roundx/lost/state.json)",
                         f"device logs: {dest / 'device-logs-part2.tgz'}",
                         f"vLLM compile cache: 2 part(s) kept in {carried / 'unnamed'} for the next "
@@ -451,9 +453,14 @@ def test_land_turns_a_device_calls_files_into_verified_archives(
     assert (dest / "report-ran.md").read_text().strip()
     assert "| " in (dest / "datapoint-ran.md").read_text()
     assert (dest / "split.json").read_text() == '{"rows": []}\n'
-    first = zip_.read_bytes()
+    with tarfile.open(dest / "split.tgz") as tar:
+        assert tar.getnames() == ["split", "split/starts", "split/starts/a.json"]
+        member = tar.extractfile("split/starts/a.json")
+        assert member is not None and member.read() == b'{"ready_s": 31.4}\n'
+    first, packed = zip_.read_bytes(), (dest / "split.tgz").read_bytes()
     assert study.main(argv) == 0
     assert zip_.read_bytes() == first
+    assert (dest / "split.tgz").read_bytes() == packed
     assert study.main(["land", "x", str(tmp_path), str(dest), "--part", "2", "--rounds",
                        str(rounds)]) == 2
     assert "no run.tgz" in capsys.readouterr().err

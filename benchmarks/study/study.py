@@ -386,6 +386,27 @@ def _last(text: str) -> str:
     return (text.strip().splitlines() or ["no output"])[-1]
 
 
+def _pack_folder(folder: Path, out: Path) -> Path:
+    """Pack ``folder`` into the gzipped tar ``out`` (members under ``folder.name``, sorted,
+    owner and mode normalized, the files' own times kept): the same folder gives the same
+    bytes, so landing again changes nothing."""
+    import gzip
+    import tarfile
+
+    def norm(info: tarfile.TarInfo) -> tarfile.TarInfo:
+        info.uid = info.gid = 0
+        info.uname = info.gname = ""
+        info.mode = 0o755 if info.isdir() else 0o644
+        return info
+
+    with out.open("wb") as raw, gzip.GzipFile(fileobj=raw, mode="wb", mtime=0) as gz, \
+            tarfile.open(fileobj=gz, mode="w", format=tarfile.PAX_FORMAT) as tar:
+        for path in [folder, *sorted(folder.rglob("*"))]:
+            tar.add(path, arcname=str(Path(folder.name) / path.relative_to(folder)),
+                    recursive=False, filter=norm)
+    return out
+
+
 def land(r: Round, files_at: Path, dest: Path, work: Path, creator: str = CREATOR,
          carry_dir: Path | None = None, carry_from: Sequence[Path] = ()) -> int:
     """Land what a device call brought back for round ``r`` (``files_at``: its ``run.tgz`` and
@@ -395,11 +416,12 @@ def land(r: Round, files_at: Path, dest: Path, work: Path, creator: str = CREATO
     reads), copy the zip into ``dest`` and
     verify the copy, write its report (``report-STEP.md``, ``plots-STEP/``) and PR datapoint
     (``datapoint-STEP.md``); a command step's ``STEP.json``, ``STEP-*.json`` and ``STEP.log``
-    are copied; the device logs become ``device-logs[-partN].tgz``; the vLLM compile cache's
-    parts, gathered from the lease's calls (``carry_from``, then ``files_at``), replace those
-    in ``carry_dir`` (default :data:`CARRY_COMPILE`) once a set is whole, for the next lease
-    (benchmarks/study/carry.py). Prints one line
-    per step; returns 1 when a step that ran could not be landed or its archive fails to
+    are copied, and its output folder ``STEP/``, where it wrote one, is packed as ``STEP.tgz``
+    (:func:`_pack_folder`); the device logs become ``device-logs[-partN].tgz``; the vLLM
+    compile cache's parts, gathered from the lease's calls (``carry_from``, then
+    ``files_at``), replace those in ``carry_dir`` (default :data:`CARRY_COMPILE`) once a set
+    is whole, for the next lease (benchmarks/study/carry.py). Prints one line per step;
+    returns 1 when a step that ran could not be landed or its archive fails to
     verify, else 0."""
     import shutil
     import tarfile
@@ -437,9 +459,12 @@ def land(r: Round, files_at: Path, dest: Path, work: Path, creator: str = CREATO
                             for f in root.glob(pattern) if f.is_file())
             for f in copied:
                 shutil.copy2(f, dest / f.name)
+            names = [f.name for f in copied]
+            if (root / name).is_dir():  # the step's own output folder (its raw records)
+                names.append(_pack_folder(root / name, dest / f"{name}.tgz").name)
             done = (root / f"{name}.done").is_file()
             print(f"{name}: command {'exited 0' if done else 'did not finish'}; copied "
-                  f"{', '.join(f.name for f in copied) or 'nothing'}")
+                  f"{', '.join(names) or 'nothing'}")
             continue
         run_dir = root if r.into_run else root / name
         if not (run_dir / "state.json").is_file():
