@@ -295,3 +295,30 @@ def test_llamas_alpha_rows_fits_and_same_machine_costs_are_the_archive() -> None
     for (arm, n, c), tok_s in wall.items():
         if c == 16 and arm != "none":
             assert f"n = {n}: {tok_s:,.1f} ({tok_s / base16:.2f})" in flat, (arm, n)
+
+
+def test_llamas_48_token_acceptance_is_the_clipped_expectation() -> None:
+    """The section's 48-token acceptance figures: the measured ones and the exact expectation
+    under the configured rates with llama-server's clipped drafts (analysis format 11), both
+    from the archive; every measured position lies within 3.02 binomial standard errors of
+    the expectation over the cell's drafts (a joint 99 % band over four positions). One cell's
+    drafts (about 370-550) cannot tell the expectation from the configured rates at 48 tokens;
+    the CPU test of tests/test_server_llama.py, with 2,800 drafts, does."""
+    flat = " ".join(llama_alpha_section().split())
+    with open_run(METHODS_REST) as frames:
+        a = frames.analysis
+    cells = {c["cell"]: c for c in a["cells"]}
+    for alpha in ("0.7", "0.9"):
+        (pair,) = [p for p in a["pairs"] if p["arm"] == f"eagle3-a{alpha}" and p["n"] == 4
+                   and p["concurrency"] == 1]
+        acc = pair["acceptance"]
+        measured, expected = acc["per_position"], acc["expected_per_position"]
+        assert acc["expected_note"].startswith("expected as llama-server counts it")
+        assert ", ".join(f"{x:.3f}" for x in measured) in flat, measured
+        assert ", ".join(f"{x:.3f}" for x in expected) in flat, expected
+        drafts = cells[pair["cell"]]["acceptance"]["drafts"]
+        configured = [float(alpha) ** k for k in range(1, 5)]
+        for got, want in zip(measured, expected, strict=True):
+            band = 3.02 * (want * (1 - want) / drafts) ** 0.5
+            assert abs(got - want) <= band, (alpha, measured, expected, drafts)
+        assert expected[3] < configured[3] - 0.01  # the clipping, not the draws, moves it

@@ -70,7 +70,7 @@ def cell_figures(cell: CellData) -> dict[str, Any]:
         "per_trial_pooled_tok_s": {str(t): r for t, r in rates.items()},
         "trial_cv": cv(list(rates.values())),
         "acceptance": {"enabled": cell.speculative, "n": stability.spec_n(cell),
-                       **acc.to_dict()},
+                       **acc.to_dict(), **cell.expected_acceptance},
         "synthetic_acceptance": cell.synthetic,
         "imported": cell.imported.get("source") if cell.imported else None,
         "host_time": host_time.cell_host_time(cell),
@@ -143,6 +143,9 @@ def analyze_pair(spec: CellData, base: CellData, figs: dict[str, dict[str, Any]]
                        "mal_note": acc.mal_note,
                        "per_position": acc.per_position, "source": source,
                        "synthetic": spec.synthetic,
+                       "expected_per_position":
+                           spec.expected_acceptance["expected_per_position"],
+                       "expected_note": spec.expected_acceptance["expected_note"],
                        "counter_suspect": stability.counter_suspect(spec)},
         "per_category": result["per_category"],
         "parity": parity.parity(spec, base),

@@ -65,7 +65,7 @@ class CellData:
         """Free the records' chunk arrivals once everything chunk-level is computed, so a large
         run is held in memory one cell at a time; per-request figures, trial rates and
         acceptance are kept."""
-        _ = self.figures, self.trial_rates, self.acceptance
+        _ = self.figures, self.trial_rates, self.acceptance, self.expected_acceptance
         for r in self.records:
             r["chunks"] = None
 
@@ -153,6 +153,17 @@ class CellData:
         """Acceptance figures of the measured requests (``acceptance.compute``)."""
         measured = [r for r in self.records if not r.get("warmup")]
         return acc_mod.compute(self.counters, measured)
+
+    @cached_property
+    def expected_acceptance(self) -> dict[str, Any]:
+        """What the engine's counters should read under its synthetic acceptance for these
+        requests (``analysis.synthetic.expected_acceptance``: llama-server's clipped drafts);
+        every key None for a cell without synthetic acceptance or an engine with no rule."""
+        from crossbench.analysis.synthetic import expected_acceptance
+        from crossbench.engines import registry
+
+        return expected_acceptance(
+            registry.synthetic_draws(str(self.config.get("engine")), self.spec), self.records)
 
 
 @dataclass

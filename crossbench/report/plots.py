@@ -126,7 +126,11 @@ def acceptance_curves(study: Study) -> Plot | None:
         ax = fig.subplots()
         for p in pairs:
             curve = [float(x) for x in p["acceptance"]["per_position"]]
-            ax.plot(range(len(curve)), curve, marker="o", label=pair_label(study, p))
+            line, = ax.plot(range(len(curve)), curve, marker="o", label=pair_label(study, p))
+            expected = p["acceptance"].get("expected_per_position")
+            if expected:  # what the counters should read under the configured synthetic rates
+                ax.plot(range(len(expected)), [float(x) for x in expected], linestyle="--",
+                        color=line.get_color(), linewidth=1)
         ax.set_ylim(0, 1.05)
         ax.set_xlabel("draft position k (0 = first drafted token)")
         ax.set_ylabel("acceptance p_k (share of drafts)")
@@ -134,7 +138,9 @@ def acceptance_curves(study: Study) -> Plot | None:
         ax.legend(fontsize=8)
     return Plot("acceptance_curves", "Per-position acceptance",
                 "Share of drafts whose accepted prefix reaches position k (unconditional, so "
-                "each curve falls); mean acceptance length = 1 + the sum of the curve.", fig)
+                "each curve falls); mean acceptance length = 1 + the sum of the curve. Dashed: "
+                "what the counters should read under the configured synthetic rates "
+                "(llama-server, its drafts clipped to the tokens a request has left).", fig)
 
 
 def acceptance_vs_speedup(study: Study) -> Plot | None:

@@ -220,7 +220,7 @@ FORMATS: dict[str, Format] = {
            "acceptance, the figures its counters should give with every draft clipped to the "
            "tokens a request has left (analysis/synthetic.py); None elsewhere"},
         {2: ("throughput.server_pooled_tok_s", "per_trial.*.throughput.server_pooled_tok_s")}),
-    "analysis": Format(ANALYSIS, ANALYSIS_KIND, 10, {
+    "analysis": Format(ANALYSIS, ANALYSIS_KIND, 11, {
         1: "first version (cells, pairs, sweeps, stability)",
         2: "options.strata and each interval's design; cost-model intervals (d_ci95, v_ci95) "
            "and tau estimated from per-request counts where no counter exists; server rates "
@@ -261,7 +261,12 @@ FORMATS: dict[str, Format] = {
            "anchor)",
         10: "the single_trial warning's verdict caveat: a pair of one trial per cell rests on "
             "one server start per side, which a datapoint's caveats now say beside its "
-            "verdict"},
+            "verdict",
+        11: "cells.*.acceptance.expected_per_position, expected_mean_acceptance_length, "
+            "expected_draft_acceptance_rate and expected_note, and pairs.*.acceptance."
+            "expected_per_position and expected_note: under llama-server's synthetic "
+            "acceptance, what its counters should read with every draft clipped to the tokens "
+            "a request has left (analysis/synthetic.py; summary.json version 3 has them too)"},
         {2: ("cells.*.throughput.server_pooled_tok_s", "cells.*.latency_ms.chunk_gap",
              "cells.*.latency_ms.token_itl", "cells.*.throughput.wall_output_tok_s",
              "pairs.*.warnings", "pairs.*.confounds", "pairs.*.verdict", "stability",
