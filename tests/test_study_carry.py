@@ -451,3 +451,71 @@ def test_keep_drops_a_flat_pack_older_than_its_models_folder(carry: ModuleType,
     assert sorted(p.name for p in dest.iterdir()) == [
         "qwen3-8b-seed0-v1-hf-target", "qwen3-8b-seed0-v1-moe-target-hf"]
     assert carry.created(carry.cache_parts(home)) == "2026-12-06T10:00:00Z"
+
+
+def _late_setup(tmp_path: Path, timing: str, fail: str = "", **needs: str
+                ) -> tuple[Path, str]:
+    """run.sh's step 3b and wait_setup, run alone in a folder with a stand-in ``python3`` (it
+    logs its arguments and fails where they hold ``fail``): a round chained on a machine whose
+    setup wrote ``timing``. Returns the log folder and what the script printed."""
+    import os
+    import subprocess
+
+    log, bin_ = tmp_path / "log", tmp_path / "bin"
+    log.mkdir(parents=True)
+    bin_.mkdir()
+    (log / "timing.txt").write_text(timing)
+    (log / "setup.done").touch()
+    fake = bin_ / "python3"
+    fake.write_text(f'#!/bin/bash\necho "$*" >>{tmp_path}/calls.txt\n'
+                    f'[[ -n "{fail}" && "$*" == *"{fail}"* ]] && exit 3\nexit 0\n')
+    fake.chmod(0o755)
+    script = ('say() { echo "$*"; }\nt0=$(date +%s)\n'
+              'left() { echo $(( 90 - ($(date +%s) - t0) )); }\n'
+              + _run_sh_block(r"^late_needs\(\) \{.*?\n^fi\n")
+              + _run_sh_block(r"^wait_setup\(\) \{.*?^\}\n")
+              + 'wait_setup && echo READY || echo HELD\n')
+    env = {"PATH": f"{bin_}:{os.environ['PATH']}", "LOG": str(log), "ROUND": "x",
+           "need_build": needs.get("build", "0"), "need_drafters": needs.get("drafters", "0")}
+    out = subprocess.run(["bash", "-c", script],
+                         cwd=tmp_path, capture_output=True, text=True, env=env, timeout=60)
+    return log, out.stdout
+
+
+def test_run_sh_makes_what_a_chained_round_needs_and_the_first_setup_did_not(
+        tmp_path: Path) -> None:
+    """A llama.cpp round chained after a vLLM-only round (the setup wrote build_exit=skipped and
+    made no drafters): the build and the drafters are made in the background, and the round
+    waits for both; their exits go to timing.txt as late_*."""
+    first = "fixtures_exit=0\nbuild_exit=skipped build_s=79\nsetup_exit=0 setup_s=79\n"
+    log, said = _late_setup(tmp_path, first, build="1", drafters="1")
+    assert said.splitlines()[0] == ("round x needs what this machine's setup did not make "
+                                    "(build drafters): made now")
+    assert said.splitlines()[-1] == "READY"
+    calls = (tmp_path / "calls.txt").read_text().splitlines()
+    assert len(calls) == 2 and all(c.startswith("-m crossbench ") for c in calls)
+    assert any("engines install llama.cpp --cuda" in c for c in calls)
+    assert any("fixtures make --shape qwen3-8b --drafter eagle3 --drafter dflash" in c
+               for c in calls)
+    timing = (log / "timing.txt").read_text()
+    assert "late_build_exit=0" in timing and "late_drafters_exit=0" in timing
+    assert (log / "late-setup.done").is_file()
+
+
+def test_run_sh_holds_a_chained_round_whose_late_build_failed(tmp_path: Path) -> None:
+    first = "build_exit=skipped build_s=79\nsetup_exit=0 setup_s=79\n"
+    log, said = _late_setup(tmp_path, first, fail="engines install", build="1")
+    assert said.splitlines()[-1] == "HELD"
+    assert "round x: not started, its late setup failed (late_build_exit=3" in said
+    assert (log / "late-setup.failed").is_file() and not (log / "late-setup.done").exists()
+
+
+def test_run_sh_starts_no_late_setup_where_the_machine_has_what_the_round_needs(
+        tmp_path: Path) -> None:
+    first = "build_exit=0 build_s=242\ndrafters_exit=0 drafters_s=150\nsetup_exit=0\n"
+    log, said = _late_setup(tmp_path, first, build="1", drafters="1")
+    assert said == "READY\n"
+    assert not (tmp_path / "calls.txt").exists() and not (log / "late-setup.started").exists()
+    vllm_first = first.replace("build_exit=0", "build_exit=skipped")
+    _, said = _late_setup(tmp_path / "vllm", vllm_first)  # a vLLM round needs no build
+    assert said == "READY\n"

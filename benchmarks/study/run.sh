@@ -16,6 +16,8 @@
 #      checksums (`fixtures verify-hf`, unless the round says verify_hf: false) while nvcc
 #      builds, the EAGLE-3 and DFlash drafters (drafters: true), then the build is waited for
 #      (build: true) and the Q4_K_M target made (q4: true);
+#  3b. a round chained after another on the same machine: the build and the drafters where it
+#      needs them and the machine's setup did not make them, made then (other fixtures not);
 #   4. once every part is there: `crossbench engines install vllm --from /tmp/cb-pack` (rounds
 #      with sglang: true likewise SGLang's pack, .carry/sglang-*/, via /tmp/sg-pack), then
 #      the vLLM compile caches of earlier leases (.carry/vllm-compile/, parts joined by
@@ -198,6 +200,43 @@ if [ ! -f "$LOG/setup.started" ]; then
   say "background setup started"
 fi
 
+# 3b. a round chained after another on this machine (docs/h200-rounds.md "Two rounds in one
+#     lease") that needs what the machine's setup did not make: the CUDA build (a llama.cpp
+#     round after a vLLM-only one) and the drafters, made in the background once the first
+#     setup is done; `late-setup.done` when both succeeded, `late-setup.failed` otherwise
+#     (wait_setup holds the round until the first, and never starts it after the second)
+late_needs() {  # the words "build" and "drafters" this round needs and the setup did not make
+  local t="$LOG/timing.txt" needs=""
+  [ "$need_build" = 1 ] && grep -q "build_exit=skipped" "$t" 2>/dev/null && needs+=" build"
+  [ "$need_drafters" = 1 ] && ! grep -q "drafters_exit=0" "$t" 2>/dev/null \
+    && needs+=" drafters"
+  echo "${needs# }"
+}
+if [ -n "${ROUND:-}" ] && [ -f "$LOG/setup.done" ] && [ ! -f "$LOG/late-setup.started" ]; then
+  late=$(late_needs)
+  if [ -n "$late" ]; then
+    touch "$LOG/late-setup.started"
+    say "round $ROUND needs what this machine's setup did not make ($late): made now"
+    LOG=$LOG setsid bash -c '
+      s=$(date +%s) ok=1 b=""
+      mark() { echo "late_$1_exit=$2 late_$1_s=$(( $(date +%s) - s ))" >>"$LOG"/timing.txt
+        [ "$2" = 0 ] || ok=0; }
+      if [[ " $0 " == *" build "* ]]; then
+        setsid python3 -m crossbench engines install llama.cpp --cuda --cuda-arch 90 \
+          --source-archive .carry/llama-cpp-python-0.3.36.src.tgz >"$LOG"/build.log 2>&1 &
+        b=$!
+      fi
+      if [[ " $0 " == *" drafters "* ]]; then
+        python3 -m crossbench fixtures make --shape qwen3-8b --drafter eagle3 \
+          --drafter dflash >"$LOG"/drafters.txt 2>&1
+        mark drafters $?
+      fi
+      if [ -n "$b" ]; then wait $b; mark build $?; fi
+      if [ "$ok" = 1 ]; then touch "$LOG"/late-setup.done; else touch "$LOG"/late-setup.failed; fi
+    ' "$late" </dev/null >"$LOG/late-setup.out" 2>&1 &
+  fi
+fi
+
 # 4. vLLM from the pack, once every part has arrived
 vprefix=$(ls -d "$CROSSBENCH_CACHE"/engines/vllm-*/ 2>/dev/null | head -1)
 if [ -z "$vprefix" ] && [ -f /tmp/cb-pack/pack.json ]; then
@@ -245,10 +284,16 @@ sprefix=""
 wait_setup() {  # until the build and the F16/HF fixtures are done, or the budget nearly spent
   # (the Q4_K_M target, made last, is waited for only by rounds that use it). vLLM-only rounds
   # (build: false) wait until the build is stopped: a vLLM start timed beside nvcc or the
-  # checksums would read slow
+  # checksums would read slow. A chained round's late setup (3b) is waited for too
   local mark="build_exit=(0|skipped)"; [ "${1:-}" = all ] && mark="setup_exit=0"
-  until grep -qE "$mark" "$LOG/timing.txt" 2>/dev/null || [ "$(left)" -le 60 ]; do sleep 5; done
-  grep -qE "$mark" "$LOG/timing.txt" 2>/dev/null
+  setup_ready() {
+    grep -qE "$mark" "$LOG/timing.txt" 2>/dev/null \
+      && { [ ! -f "$LOG/late-setup.started" ] || [ -f "$LOG/late-setup.done" ]; }
+  }
+  until setup_ready || [ -f "$LOG/late-setup.failed" ] || [ "$(left)" -le 60 ]; do sleep 5; done
+  [ -f "$LOG/late-setup.failed" ] && say "round ${ROUND:-}: not started, its late setup \
+failed ($(tail -1 "$LOG/timing.txt")): see build.log, drafters.txt in logs.tgz"
+  setup_ready
 }
 
 RUN=$CROSSBENCH_CACHE/h200-cross-round${ROUND:-1}
