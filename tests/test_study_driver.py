@@ -47,8 +47,9 @@ def test_the_rounds_file_lists_every_round_of_the_former_scripts(study: ModuleTy
     rounds = study.load_rounds()
     assert list(rounds) == ["1", "verdict", "shared", "gate", "naive", "twostart", "hoststart",
                             "spread", "known", "all", "methods", "mtp", "fits", "fits2",
-                            "verdicts", "alpha", "alpha-same", "startup-next", "sglang-methods", "sglang-mtp", "moe",
-                            "synthetic", "sglang-check", "smoke"]
+                            "verdicts", "alpha", "alpha-same", "startup-next", "startup-spec",
+                            "sglang-methods", "sglang-mtp", "moe", "synthetic", "sglang-check",
+                            "smoke"]
     assert study.parts(rounds, "methods") == [1, 2, 3, 4]
     assert study.parts(rounds, "moe") == list(range(1, 12))
     assert study.parts(rounds, "verdicts") == [1, 2]  # whole, it outgrew one lease
@@ -68,17 +69,18 @@ def test_the_rounds_file_lists_every_round_of_the_former_scripts(study: ModuleTy
         ("naive", None), ("twostart", None), ("hoststart", None), ("methods", 3), ("methods", 4),
         ("moe", 2), ("moe", 3), ("moe", 5), ("moe", 7), ("fits2", None),
         ("sglang-methods", 1), ("sglang-methods", 2), ("sglang-mtp", None),
-        ("startup-next", None), ("verdicts", 2), ("alpha-same", 2), ("moe", 10), ("moe", 11), ("alpha", 1), ("alpha", 2)}
+        ("startup-next", None), ("startup-spec", None), ("verdicts", 2), ("alpha-same", 2),
+        ("moe", 10), ("moe", 11), ("alpha", 1), ("alpha", 2)}
     assert {k for k, r in by.items() if r.drafters} == {("methods", p) for p in (1, 2, 3, 4)} | {
         ("fits", None), ("fits2", None), ("verdicts", 1), ("verdicts", 2),
         ("sglang-methods", 1), ("sglang-methods", 2), ("alpha", 1), ("alpha", 2),
-        ("alpha-same", 1), ("alpha-same", 2)}
+        ("alpha-same", 1), ("alpha-same", 2), ("startup-spec", None)}
     assert {k for k, r in by.items() if not r.verify_hf} == {
         ("methods", 3), ("methods", 4), ("mtp", None), ("fits", None), ("fits2", None),
         ("verdicts", 1), ("verdicts", 2), ("sglang-methods", 1), ("sglang-methods", 2),
         ("sglang-mtp", None),
-        ("startup-next", None), ("alpha", 1), ("alpha", 2), ("alpha-same", 1),
-        ("alpha-same", 2)} | {("moe", p) for p in range(1, 12)}
+        ("startup-next", None), ("startup-spec", None), ("alpha", 1), ("alpha", 2),
+        ("alpha-same", 1), ("alpha-same", 2)} | {("moe", p) for p in range(1, 12)}
     # the MTP round makes the Qwen3.5 target first, then the qwen3-8b pair only where it fits
     assert by[("mtp", None)].fixtures == (("path mtp-target --shape qwen3-8b", 0),
                                           ("make --shape qwen3-8b", 26))

@@ -374,3 +374,48 @@ def test_the_h100_round_met_the_target_and_the_docs_say_what_its_records_do(
             (x["engine_init_s"], x["torch_compile_s"], x["kv_cache_tokens"]), log.name
         if x["engine_process"] == "fork":
             assert startup_log.spawn_forced(log.read_text(errors="replace")) is None
+
+
+def test_the_spec_round_measures_the_matrix_eagle3_arm_on_the_cut_engine(
+        tmp_path: Path) -> None:
+    """ROUND=startup-spec writes, by its own shell line, the vllm-cut engine's settings with the
+    study's EAGLE-3 arm at alpha 0.9 and n = 4 (the cell the fork must not change), a config
+    crossbench's vLLM adapter accepts, and compares only cut and fork."""
+    import subprocess
+
+    study = load_benchmark("study/study.py", "study_for_spec")
+    r = study.get_round(study.load_rounds(), "startup-spec")
+    (step,) = r.steps
+    cmd = step.command
+    printf = cmd[:cmd.index(" >$dir/cell-spec.yaml")]
+    for role in ("target", "eagle3"):
+        printf = printf.replace(
+            f"$(python3 -m crossbench fixtures path {role} --shape qwen3-8b --format hf)",
+            f"/m/{role}")
+    assert "$(" not in printf
+    cell = yaml.safe_load(subprocess.run(["bash", "-c", printf], capture_output=True,
+                                         text=True, check=True).stdout)
+    root = Path(__file__).resolve().parents[1]
+    matrix = yaml.safe_load((root / "matrices/h200-methods.yaml").read_text())
+    server = dict(matrix["engines"]["vllm-cut"]["server"])
+    assert server.pop("cudagraph_sizes") == "decode"  # the benchmark's variants set it
+    assert cell.pop("ready_timeout_s") == 300 < server.pop("ready_timeout_s")
+    spec = cell.pop("spec")
+    assert cell == {**server, "model": "/m/target"}
+    (arm,) = [a for a in matrix["arms"] if a.get("name") == "eagle3-a0.9" and
+              a.get("engines") == ["vllm"]]
+    assert (spec["type"], spec["draft_model"]) == (arm["method"], "/m/eagle3")
+    assert spec["n"] == 4 and 4 in [int(x) for x in str(arm["n"]).split(",")]
+    assert spec["synth_rates"] == pytest.approx([arm["synth_alpha"] ** k for k in range(1, 5)],
+                                                abs=1e-4)
+    srv = _server(tmp_path, **{k: v for k, v in cell.items() if k != "version"},
+                  spec=spec, engine_process="fork", cudagraph_sizes="decode")
+    argv = srv.argv(srv.profile, "vllm")
+    config = json.loads(argv[argv.index("--speculative-config") + 1])
+    assert config["method"] == "eagle3" and config["num_speculative_tokens"] == 4
+    assert srv.base_environment()["VLLM_WORKER_MULTIPROC_METHOD"] == "fork"
+    args = shlex.split(cmd[cmd.index("python3 benchmarks/vllm_startup_cut.py"):])
+    assert args[args.index("--variants") + 1] == "cut,fork"
+    assert args[args.index("--out") + 1] == "$dir/startup-spec"  # land packs startup-spec/
+    assert not args[args.index("--cache") + 1].startswith("$dir")
+    assert (r.vllm, r.drafters, r.build) == (True, True, False)
