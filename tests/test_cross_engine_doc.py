@@ -307,6 +307,7 @@ def test_llamas_48_token_acceptance_is_the_clipped_expectation() -> None:
     flat = " ".join(llama_alpha_section().split())
     with open_run(METHODS_REST) as frames:
         a = frames.analysis
+        table = frames.cells.set_index("cell")["expected_mean_acceptance_length"]
     cells = {c["cell"]: c for c in a["cells"]}
     for alpha in ("0.7", "0.9"):
         (pair,) = [p for p in a["pairs"] if p["arm"] == f"eagle3-a{alpha}" and p["n"] == 4
@@ -322,3 +323,5 @@ def test_llamas_48_token_acceptance_is_the_clipped_expectation() -> None:
             band = 3.02 * (want * (1 - want) / drafts) ** 0.5
             assert abs(got - want) <= band, (alpha, measured, expected, drafts)
         assert expected[3] < configured[3] - 0.01  # the clipping, not the draws, moves it
+        assert table[pair["cell"]] == pytest.approx(1 + sum(expected))  # the pandas column
+    assert table.isna().sum() == sum(1 for c in a["cells"] if not c["synthetic_acceptance"])

@@ -186,7 +186,8 @@ class RunFrames:
                 "decode_host_ms_per_token": (dw.get("host_ms_per_token") or {}).get("mean"),
                 "draft_acceptance_rate": acc.get("draft_acceptance_rate"),
                 "mean_acceptance_length": acc.get("mean_acceptance_length"),
-                "synthetic_acceptance": bool(c.get("synthetic_acceptance"))})
+                "synthetic_acceptance": bool(c.get("synthetic_acceptance")),
+                "expected_mean_acceptance_length": acc.get("expected_mean_acceptance_length")})
         return _frame("cells", rows)
 
     @cached_property

@@ -141,6 +141,9 @@ FRAMES: dict[str, list[Column]] = {
         Column("draft_acceptance_rate", "fraction", "accepted / drafted tokens (0-1)"),
         Column("mean_acceptance_length", "tokens/step", "1 + accepted / drafts"),
         Column("synthetic_acceptance", "", "acceptance set by synth_rates / synth_len"),
+        Column("expected_mean_acceptance_length", "tokens/step",
+               "what the counters should read under the synthetic rates (llama-server: each "
+               "draft clipped to the tokens a request has left; NA elsewhere)"),
     ],
     "pairs": [
         *_COORDS,
