@@ -157,13 +157,11 @@ class CellData:
     @cached_property
     def expected_acceptance(self) -> dict[str, Any]:
         """What the engine's counters should read under its synthetic acceptance for these
-        requests (``analysis.synthetic.expected_acceptance``: llama-server's clipped drafts);
+        requests (``analysis.synthetic.expected_for_run``: llama-server's clipped drafts);
         every key None for a cell without synthetic acceptance or an engine with no rule."""
-        from crossbench.analysis.synthetic import expected_acceptance
-        from crossbench.engines import registry
+        from crossbench.analysis.synthetic import expected_for_run
 
-        return expected_acceptance(
-            registry.synthetic_draws(str(self.config.get("engine")), self.spec), self.records)
+        return expected_for_run(self.config, self.records)
 
 
 @dataclass

@@ -240,8 +240,7 @@ def summarize_run_dir(run_dir: Any, chunk_gaps: bool = True) -> dict[str, Any]:
     ``store.rundir``: a newer manifest, a damaged record line or a request recorded twice is
     a one-line error naming the file."""
     from crossbench.analysis import acceptance as acc_mod
-    from crossbench.analysis.synthetic import expected_acceptance
-    from crossbench.engines import registry
+    from crossbench.analysis.synthetic import expected_for_run
 
     root = Path(run_dir)
     manifest = rundir.read_manifest(root)
@@ -274,10 +273,7 @@ def summarize_run_dir(run_dir: Any, chunk_gaps: bool = True) -> dict[str, Any]:
         per_trial.append({"trial": t, **trial_sum, "acceptance": trial_acc.to_dict()})
     acc = acc_mod.compute(total, [r for r in records if not r.get("warmup")])
     checks = acc_mod.integrity(acc, total, n, enabled)
-    config = manifest.get("config") or {}
-    spec = (config.get("engine_config") or {}).get("spec") or {}
-    expected = expected_acceptance(registry.synthetic_draws(str(config.get("engine")), spec),
-                                   records)
+    expected = expected_for_run(manifest.get("config") or {}, records)
     base = summarize_records(records, chunk_gaps)
     if server_s > 0 and histograms is not None:
         base["throughput"].update(server_pooled_tok_s=server_tok / server_s,

@@ -187,3 +187,15 @@ def expected_acceptance(draws: SyntheticDraws | None,
                expected_draft_acceptance_rate=figures.draft_acceptance_rate,
                expected_note=f"{CLIP_NOTE}; over {len(known)} requests of {span} tokens")
     return out
+
+
+def expected_for_run(config: Mapping[str, Any],
+                     records: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
+    """:func:`expected_acceptance` for a recorded run config (a manifest's ``config``: its
+    ``engine`` and ``engine_config.spec``), the one place the summary and the analysis read
+    an engine's synthetic draws (``registry.synthetic_draws``)."""
+    from crossbench.engines import registry
+
+    spec = (config.get("engine_config") or {}).get("spec") or {}
+    return expected_acceptance(registry.synthetic_draws(str(config.get("engine")), spec),
+                               records)
