@@ -90,13 +90,21 @@ def test_sglang_speculative_server_info_is_the_intended_difference() -> None:
     spec = json.loads(json.dumps(m))
     spec["trials"][0]["server_props"] = {"startup": {
         "speculative_algorithm": "EAGLE3", "speculative_num_steps": 4,
-        "speculative_eagle_topk": 1, "speculative_num_draft_tokens": 5}}
-    m["trials"][0]["server_props"] = {"startup": {"tp_size": 1}}
+        "speculative_eagle_topk": 1, "speculative_num_draft_tokens": 5,
+        "max_total_num_tokens": 199358}}  # the drafter's memory shrinks the KV pool
+    m["trials"][0]["server_props"] = {"startup": {"tp_size": 1, "max_total_num_tokens": 362905}}
     spec["trials"][0]["server_props"]["startup"]["tp_size"] = 1
     d = diff(normalize_trial(m), normalize_trial(spec), AXES["spec"])
     assert {x.field: str(x.kind) for x in d.differences} == {
-        f"server_props.startup.speculative.{k}": "intended"
-        for k in ("algorithm", "num_steps", "eagle_topk", "num_draft_tokens")}
+        **{f"server_props.startup.speculative.{k}": "intended"
+           for k in ("algorithm", "num_steps", "eagle_topk", "num_draft_tokens")},
+        "engine.startup.max_total_num_tokens": "intended"}
+    # two runs of one configuration: a KV pool of another size is a confound there
+    spec_again = json.loads(json.dumps(spec))
+    spec_again["trials"][0]["server_props"]["startup"]["max_total_num_tokens"] = 150000
+    d = diff(normalize_trial(spec), normalize_trial(spec_again), AXES["none"])
+    assert {x.field: str(x.kind) for x in d.differences} == {
+        "engine.startup.max_total_num_tokens": "confounding"}
 
 
 def test_provenance_in_the_trial_entry_is_merged() -> None:

@@ -37,11 +37,13 @@ AXES: dict[str, tuple[str, ...]] = {
     # a speculative cell vs its baseline: the speculative settings and the draft model, and
     # what the engine derives from them at start-up (vLLM's speculative_config line; SGLang's
     # speculative_* server info is normalized to server_props.startup.speculative.*; the
-    # draft's memory shrinks the KV cache; vLLM sizes graphs and its token budget by the
-    # speculative settings). Any other cause of those start-up facts (gpu_memory_utilization,
-    # max_num_batched_tokens...) is compared in its own field.
+    # draft's memory shrinks the KV cache: vLLM's kv_cache_*, SGLang's KV pool
+    # max_total_num_tokens; vLLM sizes graphs and its token budget by the speculative
+    # settings). Any other cause of those start-up facts (gpu_memory_utilization,
+    # mem_fraction_static, max_num_batched_tokens...) is compared in its own field.
     "spec": ("spec.*", "draft.*", "server_props.*.speculative.*",
              "engine.startup.speculative_config", "engine.startup.kv_cache_*",
+             "engine.startup.max_total_num_tokens",
              "engine.startup.max_concurrency", "engine.startup.max_num_scheduled_tokens",
              "engine.startup.cudagraph_capture_sizes", "engine.startup.graph_capture_gib"),
     # the same configuration on two engine builds or engines (a multi-variable comparison)

@@ -220,7 +220,7 @@ FORMATS: dict[str, Format] = {
            "acceptance, the figures its counters should give with every draft clipped to the "
            "tokens a request has left (analysis/synthetic.py); None elsewhere"},
         {2: ("throughput.server_pooled_tok_s", "per_trial.*.throughput.server_pooled_tok_s")}),
-    "analysis": Format(ANALYSIS, ANALYSIS_KIND, 11, {
+    "analysis": Format(ANALYSIS, ANALYSIS_KIND, 12, {
         1: "first version (cells, pairs, sweeps, stability)",
         2: "options.strata and each interval's design; cost-model intervals (d_ci95, v_ci95) "
            "and tau estimated from per-request counts where no counter exists; server rates "
@@ -266,7 +266,11 @@ FORMATS: dict[str, Format] = {
             "expected_draft_acceptance_rate and expected_note, and pairs.*.acceptance."
             "expected_per_position and expected_note: under llama-server's synthetic "
             "acceptance, what its counters should read with every draft clipped to the tokens "
-            "a request has left (analysis/synthetic.py; summary.json version 3 has them too)"},
+            "a request has left (analysis/synthetic.py; summary.json version 3 has them too)",
+        12: "the speculative axis of a pair's confound check holds SGLang's KV pool "
+            "(engine.startup.max_total_num_tokens), which the drafter's memory shrinks as it "
+            "shrinks vLLM's KV cache: an SGLang pair differing only there no longer reads "
+            "confounded"},
         {2: ("cells.*.throughput.server_pooled_tok_s", "cells.*.latency_ms.chunk_gap",
              "cells.*.latency_ms.token_itl", "cells.*.throughput.wall_output_tok_s",
              "pairs.*.warnings", "pairs.*.confounds", "pairs.*.verdict", "stability",
@@ -283,7 +287,9 @@ FORMATS: dict[str, Format] = {
              "stability"),
          8: ("pairs.*.warnings", "pairs.*.confounds", "pairs.*.verdict",
              "pairs.*.verdict_caveats", "stability"),
-         10: ("pairs.*.verdict_caveats",)}),
+         10: ("pairs.*.verdict_caveats",),
+         12: ("pairs.*.warnings", "pairs.*.confounds", "pairs.*.verdict",
+              "pairs.*.verdict_caveats")}),
 }
 """Every versioned file of a run directory, with its format history: the one place a format
 version changes (bump ``version``, add a line to ``history``, list redefined fields)."""
