@@ -519,3 +519,73 @@ def test_run_sh_starts_no_late_setup_where_the_machine_has_what_the_round_needs(
     vllm_first = first.replace("build_exit=0", "build_exit=skipped")
     _, said = _late_setup(tmp_path / "vllm", vllm_first)  # a vLLM round needs no build
     assert said == "READY\n"
+
+
+def test_run_sh_setup_waits_for_the_llama_cpp_source(tmp_path: Path) -> None:
+    """run.sh's step 3, run alone with a stand-in ``python3``: a call that carries no llama.cpp
+    source starts no setup and says what to carry (on 2026-12-06 such a call started a setup
+    that failed, and the next call's ran beside it); the call that carries it keeps it outside
+    the checkout and starts the setup once, which the next call does not start again."""
+    import os
+    import subprocess
+    import time
+
+    work, log, bin_, cache = (tmp_path / d for d in ("work", "log", "bin", "cache"))
+    for d in (work, log, bin_, cache):
+        d.mkdir()
+    fake = bin_ / "python3"
+    fake.write_text(f'#!/bin/bash\necho "$*" >>{tmp_path}/calls.txt\nexit 0\n')
+    fake.chmod(0o755)
+    kept = tmp_path / "cb-src"
+    block = _run_sh_block(r"^# 3\. background setup.*?^  say \"background setup started\"\nfi\n")
+    script = ('say() { echo "$*"; }\nfixtures_args=("make --shape qwen3-8b --hf")\n'
+              'fixtures_min_gb=(1)\n'
+              'unpack_llama_source() { echo "unpack $1" >>"$LOG/unpacked.txt"; '
+              'mkdir -p "$CROSSBENCH_CACHE/sources/x" && '
+              'touch "$CROSSBENCH_CACHE/sources/x/.unpacked"; }\n'
+              + block.replace("/tmp/cb-src", str(kept)))
+    env = {"PATH": f"{bin_}:{os.environ['PATH']}", "LOG": str(log), "CROSSBENCH_CACHE":
+           str(cache), "need_build": "0", "need_drafters": "0", "need_verify_hf": "0",
+           "need_q4": "0"}
+
+    def call() -> str:
+        return subprocess.run(["bash", "-c", script], cwd=work, capture_output=True,
+                              text=True, env=env, timeout=60).stdout
+
+    said = call()
+    assert "setup waits: no llama.cpp source has come" in said
+    assert not (log / "setup.started").exists() and not kept.exists()
+    source = work / ".carry" / "llama-cpp-python-0.3.36.src.tgz"
+    source.parent.mkdir()
+    source.write_bytes(b"source")
+    said = call()
+    assert "kept the llama.cpp source (6 bytes)" in said
+    assert said.splitlines()[-1] == "background setup started"
+    assert (kept / source.name).read_bytes() == b"source"
+    source.unlink()  # a later call need not carry it again
+    deadline = time.monotonic() + 30
+    while not (log / "setup.done").exists() and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert (log / "setup.done").exists()
+    assert call() == ""  # started once: nothing to say, nothing started again
+    assert (log / "unpacked.txt").read_text() == f"unpack {kept / source.name}\n"
+    assert "-m crossbench fixtures make --shape qwen3-8b --hf" in (
+        tmp_path / "calls.txt").read_text()
+
+
+def test_calls_move_the_source_to_the_next_call_when_the_tree_grew(carry: ModuleType,
+                                                                   tmp_path: Path) -> None:
+    """A tree grown by new examples (53 MB on 2026-12-06) leaves no room for the wheels and
+    the source in one call: the source rides in the second call (run.sh's setup waits for it)
+    instead of the whole lease being refused; every call stays under the limit."""
+    mb = 1_000_000
+    whl = _sized(tmp_path / ".whl" / "a.whl", 3 * mb)
+    src = _sized(tmp_path / "src.tgz", 12 * mb)
+    meta = _sized(tmp_path / "pack" / "pack.json", 40_000)
+    pack = [_sized(tmp_path / "pack" / f"payload.tar.part00{k}", 12 * mb) for k in range(2)]
+    limit = 66 * mb
+    plan = carry.calls(53 * mb, [whl, src], [meta], pack, limit)
+    assert plan == [[whl, meta], [src, meta], [meta, pack[0]], [meta, pack[1]]]
+    assert all(53 * mb + sum(carry._size(q) for q in c) <= limit for c in plan)
+    with pytest.raises(ValueError, match="src.tgz.*does not fit.*shrink the tree"):
+        carry.calls(56 * mb, [whl, src], [meta], pack, limit)

@@ -812,3 +812,48 @@ def test_calls_list_a_leases_carries_up_to_the_rounds_start(
                       '".carry/vllm-0.26.0/pack.json", ".carry/vllm-0.26.0/payload.tar.part000"]')
     assert out[-1].startswith('then: BUDGET_S=560 calls carrying [".carry/vllm-0.26.0/'
                               'pack.json"] until the round has ended; then BUDGET_S=20')
+
+
+def test_calls_refuse_a_lease_without_the_wheels_or_the_source(study: ModuleType,
+                                                                tmp_path: Path) -> None:
+    """A cross round's setup unpacks the llama.cpp source and its first call installs the
+    wheels: without either `study.py calls` refuses the lease, naming the command that makes
+    it, before any device time is spent (2026-12-06: a first call without the source started
+    a setup that failed)."""
+    import subprocess
+
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    subprocess.run(["git", "init", "-q", str(repo)], check=True)
+    (repo / ".gitignore").write_text(".carry/\n.whl/\n")
+    r = study.get_round(study.load_rounds(study.ROUNDS), "verdicts", 1)  # llama.cpp only
+    with pytest.raises(ValueError, match=r"\.whl/ holds none: `python3 benchmarks/study/"
+                                         r"study.py wheels`"):
+        study.lease_calls(r, repo)
+    (repo / ".whl").mkdir()
+    (repo / ".whl" / "a.whl").write_bytes(b"w")
+    with pytest.raises(ValueError, match=r"round verdicts's setup unpacks the llama.cpp source"
+                                         r".*crossbench engines pack-source --out \.carry/"):
+        study.lease_calls(r, repo)
+    (repo / ".carry").mkdir()
+    (repo / ".carry" / "llama-cpp-python-0.3.36.src.tgz").write_bytes(b"s")
+    assert study.lease_calls(r, repo)[0][1] == [
+        Path(".whl"), Path(".carry/llama-cpp-python-0.3.36.src.tgz")]
+
+
+def test_wheels_pins_what_the_gpu_image_lacks_from_the_constraints(study: ModuleType) -> None:
+    """`study.py wheels`: one `pip download` of the packages the image lacks at the versions
+    constraints.txt pins, as CPython 3.12 x86-64 wheels without dependencies; a package the
+    constraints do not pin is named."""
+    text = (ROOT / "constraints.txt").read_text()
+    argv = study.wheels_argv(text, Path(".whl"))
+    assert argv[1:6] == ["-m", "pip", "download", "--no-deps", "--only-binary=:all:"]
+    assert argv[argv.index("--python-version") + 1] == "3.12"
+    assert argv[argv.index("-d") + 1] == ".whl"
+    pins = [a for a in argv if "==" in a]
+    assert [p.split("==")[0] for p in pins] == list(study.HOST_LACKS)
+    for p in pins:
+        assert f"\n{p}\n" in f"\n{text}\n"
+    with pytest.raises(ValueError, match="pins no version of gguf"):
+        study.wheels_argv("\n".join(ln for ln in text.splitlines()
+                                    if not ln.startswith("gguf==")), Path(".whl"))

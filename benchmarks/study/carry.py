@@ -398,31 +398,32 @@ def first_carry(carry_root: Path, wheels: Path) -> list[Path]:
 
 def calls(tree: int, first: list[Path], every: list[Path], parts: list[Path],
           limit: int = CARRY_BYTES - CARRY_MARGIN) -> list[list[Path]]:
-    """The carry list of each call of a lease: the first call carries ``first`` and ``every``;
-    then ``parts`` (the vLLM pack's and the compile cache's, in order) as many per call as fit
-    beside the tree (``tree`` bytes) and ``every`` (pack.json, which each call's install step
-    reads), under ``limit``. ValueError naming the part when one alone does not fit."""
+    """The carry list of each call of a lease: ``first`` (the wheels, the llama.cpp source),
+    then ``parts`` (the engine packs' and the compile cache's), in order, as many per call as
+    fit beside the tree (``tree`` bytes) and ``every`` (pack.json, which each call's install
+    step reads), under ``limit``; a ``first`` item that no longer fits in the first call goes
+    to the next (run.sh's setup waits for the source). ValueError naming the item when one
+    alone does not fit."""
     base = tree + sum(_size(p) for p in every)
-    head = base + sum(_size(p) for p in first)
-    if head > limit:
-        raise ValueError(f"the first call's carry ({head} bytes with the {tree}-byte tree) is "
-                         f"over {limit}: carry less in it (`carry.py calls --first .whl`, the "
-                         "llama.cpp source then in a call of its own) or shrink the tree")
-    out: list[list[Path]] = [[*first, *every]]
-    load = head
-    for part in parts:
-        size = _size(part)
+    heads: list[list[Path]] = [[]]
+    tails: list[list[Path]] = [[]]
+    load = base
+    for item, is_first in [*((p, True) for p in first), *((p, False) for p in parts)]:
+        size = _size(item)
         if base + size > limit:
-            raise ValueError(f"{part} ({size} bytes) does not fit beside the {tree}-byte tree "
-                             f"and {', '.join(map(str, every))} under {limit} bytes: cut the "
-                             "pack's parts smaller, byte for byte (`crossbench engines recut "
-                             "PACK --out NEW --part-mb N`)")
+            fix = ("shrink the tree or carry the item alone" if is_first else
+                   "cut the pack's parts smaller, byte for byte (`crossbench engines recut "
+                   "PACK --out NEW --part-mb N`)")
+            raise ValueError(f"{item} ({size} bytes) does not fit beside the {tree}-byte tree "
+                             f"and {', '.join(map(str, every)) or 'nothing'} under {limit} "
+                             f"bytes: {fix}")
         if load + size > limit:
-            out.append([*every])
+            heads.append([])
+            tails.append([])
             load = base
-        out[-1].append(part)
+        (heads if is_first else tails)[-1].append(item)
         load += size
-    return out
+    return [[*h, *every, *t] for h, t in zip(heads, tails, strict=True)]
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -135,8 +135,20 @@ for h in /tmp/cb-pack/*.h0; do
     && say "joined $(basename "$part")"
 done
 
-# 3. background setup: CUDA build, fixtures (F16 + HF while nvcc runs), drafters, Q4_K_M
-if [ ! -f "$LOG/setup.started" ]; then
+# 3. background setup: CUDA build, fixtures (F16 + HF while nvcc runs), drafters, Q4_K_M.
+#    It needs the llama.cpp source (the fixtures' tokenizer, the drafters' converter, the
+#    build), kept outside the checkout from the call that carries it; without it the setup
+#    waits for a later call. On 2026-12-06 a first call without the source started a setup
+#    that failed, and the next call's setup ran beside the first's fixtures and drafters
+SRC=/tmp/cb-src/llama-cpp-python-0.3.36.src.tgz
+if [ ! -f "$SRC" ] && [ -f .carry/llama-cpp-python-0.3.36.src.tgz ]; then
+  mkdir -p /tmp/cb-src && cp .carry/llama-cpp-python-0.3.36.src.tgz "$SRC.tmp" \
+    && mv "$SRC.tmp" "$SRC" && say "kept the llama.cpp source ($(stat -c %s "$SRC") bytes)"
+fi
+if [ ! -f "$LOG/setup.started" ] && [ ! -f "$SRC" ]; then
+  say "setup waits: no llama.cpp source has come (carry .carry/llama-cpp-python-0.3.36.src.tgz \
+as \`study.py calls\` lists it)"
+elif [ ! -f "$LOG/setup.started" ]; then
   touch "$LOG/setup.started"
   nvidia-smi --query-gpu=index,name,uuid,driver_version,memory.total --format=csv,noheader \
     >"$LOG/gpu.txt" 2>&1
@@ -151,14 +163,14 @@ if [ ! -f "$LOG/setup.started" ]; then
     # vLLM-only rounds: the llama.cpp source only (the fixtures' tokenizer and the drafters'
     # converter), no CUDA build: 16 nvcc jobs beside the fixtures slowed them (round 4: the
     # fixtures 149 s and the drafters 153 s beside the build, where the round waited for both)
-    unpack_llama_source .carry/llama-cpp-python-0.3.36.src.tgz
+    unpack_llama_source "$SRC"
   fi
   setsid bash -c '
     s=$(date +%s)
     b=""
     if [ '"$need_build"' = 1 ]; then
       setsid python3 -m crossbench engines install llama.cpp --cuda --cuda-arch 90 \
-        --source-archive .carry/llama-cpp-python-0.3.36.src.tgz >'"$LOG"'/build.log 2>&1 &
+        --source-archive '"$SRC"' >'"$LOG"'/build.log 2>&1 &
       b=$!
     fi
     until ls "$CROSSBENCH_CACHE"/sources/*/.unpacked >/dev/null 2>&1; do sleep 2; done
@@ -217,13 +229,13 @@ if [ -n "${ROUND:-}" ] && [ -f "$LOG/setup.done" ] && [ ! -f "$LOG/late-setup.st
   if [ -n "$late" ]; then
     touch "$LOG/late-setup.started"
     say "round $ROUND needs what this machine's setup did not make ($late): made now"
-    LOG=$LOG setsid bash -c '
+    LOG=$LOG SRC=$SRC setsid bash -c '
       s=$(date +%s) ok=1 b=""
       mark() { echo "late_$1_exit=$2 late_$1_s=$(( $(date +%s) - s ))" >>"$LOG"/timing.txt
         [ "$2" = 0 ] || ok=0; }
       if [[ " $0 " == *" build "* ]]; then
         setsid python3 -m crossbench engines install llama.cpp --cuda --cuda-arch 90 \
-          --source-archive .carry/llama-cpp-python-0.3.36.src.tgz >"$LOG"/build.log 2>&1 &
+          --source-archive "$SRC" >"$LOG"/build.log 2>&1 &
         b=$!
       fi
       if [[ " $0 " == *" drafters "* ]]; then

@@ -11,6 +11,8 @@ Usage (from the repository root)::
     python3 benchmarks/study/study.py land ROUND FILES_AT DEST [--part N] [--work DIR]
         [--carry-dir DIR]
     python3 benchmarks/study/study.py plan ROUND [--part N]
+    python3 benchmarks/study/study.py calls ROUND [--part N]
+    python3 benchmarks/study/study.py wheels [--dest .whl]
 
 ``run`` makes the round's variants, starts its sampler, then runs each step as
 ``python3 -m crossbench matrix MATRIX --out DIR/NAME [--resume] --progress plain
@@ -23,6 +25,9 @@ straight into DIR.
 ``plan`` prints what a round costs by ``crossbench plan`` (:func:`plan`); ``land`` turns what
 a device call brought back (``run.tgz``, ``logs.tgz``) into verified
 archives, reports and datapoints in DEST (:func:`land`); it runs crossbench itself.
+``calls`` prints a lease's device calls up to the round's start (:func:`lease_calls`);
+``wheels`` downloads the wheels of crossbench's dependencies the GPU image lacks into
+``.whl/`` (:data:`HOST_LACKS`, pinned by constraints.txt; needs PyPI).
 PART defaults to the environment's PART, else 1. ``--steps A,B`` (default: the environment's
 STEPS) keeps only the named steps of the round, in the round's order, for a lease too short
 for all of them (``env``, ``dry``, ``run`` and ``plan`` alike); an unknown name is refused
@@ -48,7 +53,9 @@ import yaml
 
 ROUNDS = Path(__file__).with_name("rounds.yaml")
 """The rounds file the driver reads."""
-CARRY_COMPILE = Path(__file__).resolve().parents[2] / ".carry" / "vllm-compile"
+REPO = Path(__file__).resolve().parents[2]
+"""The checkout the driver belongs to (its constraints.txt pins the wheels)."""
+CARRY_COMPILE = REPO / ".carry" / "vllm-compile"
 """Where ``land`` keeps the vLLM compile cache a lease brought back (ignored by git: the
 next lease's calls carry it; benchmarks/study/carry.py)."""
 
@@ -524,12 +531,42 @@ def land(r: Round, files_at: Path, dest: Path, work: Path, creator: str = CREATO
     return 1 if bad else 0
 
 
+#: crossbench's dependencies the GPU image lacks (its package list, /work/.library's
+#: KINDS.md, 2026-11-17): what the first call of a lease carries as wheels in ``.whl/``
+HOST_LACKS = ("annotated-types", "gguf", "orjson", "pydantic", "pydantic-core",
+              "typing-inspection")
+#: the platform of those wheels: CPython 3.12 on x86-64 Linux (the image's interpreter)
+WHEEL_PLATFORM = ("--python-version", "3.12", "--implementation", "cp", "--platform",
+                  "manylinux_2_28_x86_64", "--platform", "manylinux_2_17_x86_64",
+                  "--platform", "manylinux2014_x86_64")
+
+
+def wheels_argv(constraints: str, dest: Path) -> list[str]:
+    """The ``pip download`` of :data:`HOST_LACKS` at the versions ``constraints`` (the text of
+    constraints.txt) pins, binary wheels only, no dependencies. ValueError naming a package
+    the constraints do not pin."""
+    pins = {}
+    for line in constraints.splitlines():
+        name, sep, version = line.split("#")[0].strip().partition("==")
+        if sep:
+            pins[name.strip().lower().replace("_", "-")] = version.strip()
+    missing = [n for n in HOST_LACKS if n not in pins]
+    if missing:
+        raise ValueError(f"constraints.txt pins no version of {', '.join(missing)}: add "
+                         "`NAME==VERSION` lines (pip freeze of the dev environment)")
+    return [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:",
+            *WHEEL_PLATFORM, "-d", str(dest), *(f"{n}=={pins[n]}" for n in HOST_LACKS)]
+
+
 def lease_calls(r: Round, repo: Path) -> list[tuple[str, list[Path]]]:
     """A round's device calls until its start, each as (environment, carry list), from the
     tree's size now (``carry.py calls``): the first call the wheels and the llama.cpp source,
     then the engine packs' parts (vLLM, SGLang, as the round needs) and, for vLLM, the compile
     cache's, as many a call as fit; the last of them starts the round (BUDGET_S=560). Paths
-    are relative to ``repo``. ValueError when a part cannot fit a call (the fix named)."""
+    are relative to ``repo``. ValueError when a part cannot fit a call, or when the wheels or
+    (for a cross round, whose setup unpacks it) the llama.cpp source are missing (the fix
+    named): a first call without the source once started a setup that failed, and the
+    setup of the next call ran beside the first's fixtures (2026-12-06)."""
     carry = _carry_module()
     root = repo / ".carry"
     packs = [d for kind, need in (("vllm", r.vllm), ("sglang", r.sglang)) if need
@@ -542,6 +579,15 @@ def lease_calls(r: Round, repo: Path) -> list[tuple[str, list[Path]]]:
     parts = [p for d in packs for p in sorted(d.glob("payload.tar.part*"))]
     if r.vllm:
         parts += cache_pick(r, repo)[0]
+    if not any((repo / ".whl").glob("*.whl")):
+        raise ValueError("the first call carries crossbench's wheels for the GPU image and "
+                         ".whl/ holds none: `python3 benchmarks/study/study.py wheels` "
+                         "(needs PyPI)")
+    if r.kind == "cross" and not any(root.glob("llama-cpp-python-*.src.tgz")):
+        raise ValueError(f"round {r.name}'s setup unpacks the llama.cpp source (the fixtures' "
+                         "tokenizer, the drafters' converter, the CUDA build) and .carry/ "
+                         "holds none: make it first (`crossbench engines pack-source --out "
+                         ".carry/llama-cpp-python-0.3.36.src.tgz`, about 12 MB)")
     first = carry.first_carry(root, repo / ".whl")
     plan = carry.calls(carry.tree_bytes(repo), first, [d / "pack.json" for d in packs], parts)
     if len(plan) == 1:  # nothing to carry after the first call: the next one waits for it
@@ -706,6 +752,9 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="study.py", description=__doc__.split("\n\n")[0])
     sub = p.add_subparsers(dest="cmd", required=True)
     sub.add_parser("list", help="each round (and part) with its purpose")
+    wp = sub.add_parser("wheels", help="download the wheels the GPU image lacks into .whl/")
+    wp.add_argument("--dest", type=Path, default=Path(".whl"))
+    wp.add_argument("--constraints", type=Path, default=REPO / "constraints.txt")
     for cmd in ("env", "dry", "run", "land", "plan", "calls"):
         sp = sub.add_parser(cmd)
         sp.add_argument("round")
@@ -731,6 +780,14 @@ def main(argv: list[str] | None = None) -> int:
                             "(default: the environment's STEPS, else every step)")
         sp.add_argument("--rounds", type=Path, default=ROUNDS)
     a = p.parse_args(argv)
+    if a.cmd == "wheels":
+        try:
+            cmd = wheels_argv(a.constraints.read_text(), a.dest)
+        except (OSError, ValueError) as e:
+            print(f"study.py: {e}", file=sys.stderr)
+            return 2
+        print(" ".join(shlex.quote(c) for c in cmd), flush=True)
+        return subprocess.run(cmd, check=False).returncode
     try:
         rounds = load_rounds(getattr(a, "rounds", ROUNDS))
         if a.cmd == "list":
