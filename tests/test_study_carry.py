@@ -589,3 +589,41 @@ def test_calls_move_the_source_to_the_next_call_when_the_tree_grew(carry: Module
     assert all(53 * mb + sum(carry._size(q) for q in c) <= limit for c in plan)
     with pytest.raises(ValueError, match="src.tgz.*does not fit.*shrink the tree"):
         carry.calls(56 * mb, [whl, src], [meta], pack, limit)
+
+
+def test_run_sh_keys_a_rounds_markers_by_its_part(tmp_path: Path) -> None:
+    """A round's markers carry its part (`matrix-roundR-partN.exit`), so PART=2 chained after
+    PART=1 on one machine is a round of its own (on 2026-12-06 both parts shared one marker
+    and the second would not start): step 5's key, and cc_pack packing again once the second
+    part has ended after the first part's pack."""
+    import os
+    import re
+    import subprocess
+    import time
+
+    text = (Path(__file__).resolve().parents[1] / "benchmarks" / "study" / "run.sh").read_text()
+    key = re.search(r"^RKEY=(.*)$", text, re.M)
+    assert key is not None
+    for env, want in (({"ROUND": "r", "PART": "2"}, "r-part2"), ({"ROUND": "r"}, "r")):
+        got = subprocess.run(["bash", "-c", f"RKEY={key.group(1)}; echo $RKEY"],
+                             capture_output=True, text=True, check=True,
+                             env={"PATH": os.environ["PATH"], **env}).stdout.strip()
+        assert got == want
+    assert "matrix-round$ROUND" not in text and "status-round${ROUND}" not in text
+    out, log = tmp_path / "cc-out", tmp_path / "log"
+    log.mkdir()
+    block = _run_sh_block(r"^cc_pack\(\) \{.*?^\}\n").replace("/tmp/cc-out", str(out))
+    script = ('say() { echo "$*"; }\ncb() { echo "part $PART" > "${@: -1}"; }\n'
+              + block + 'cc_pack\necho "CC_PACK=$CC_PACK"\n')
+
+    def call(part: str) -> list[str]:
+        return subprocess.run(["bash", "-c", script], capture_output=True, text=True,
+                              env={"PATH": os.environ["PATH"], "LOG": str(log), "ROUND": "r",
+                                   "PART": part, "vprefix": "/x/"}).stdout.splitlines()
+
+    (log / "matrix-roundr-part1.exit").write_text("matrix_exit=0\n")
+    assert call("1") == [f"CC_PACK={out}/vllm-compile.tgz"]
+    time.sleep(0.05)
+    (log / "matrix-roundr-part2.exit").write_text("matrix_exit=0\n")
+    assert call("2")[-1] == f"CC_PACK={out}/vllm-compile-2.tgz"
+    assert (out / "vllm-compile-2.tgz").read_text() == "part 2\n"

@@ -309,6 +309,10 @@ failed ($(tail -1 "$LOG/timing.txt")): see build.log, drafters.txt in logs.tgz"
 }
 
 RUN=$CROSSBENCH_CACHE/h200-cross-round${ROUND:-1}
+# a round's markers (matrix-roundKEY.log, .exit, status-roundKEY.txt) by round and part, so a
+# second part chained on the machine starts (2026-12-06: keyed by ROUND alone, PART=2 after
+# PART=1 found the first part's .exit and would not start)
+RKEY=${ROUND:-}${PART:+-part$PART}
 # 5. a round: `study.py run` in its own process session. It outlives this call, so no trial
 #    is cut at a call's end (a vLLM start alone takes minutes). Each call waits while it runs
 #    and then packs what has finished; the last call packs what finished before the lease ended.
@@ -325,19 +329,19 @@ if [ -n "${ROUND:-}" ] && { [ -n "$vprefix" ] || [ "$need_vllm" = 0 ]; } \
     && { [ -n "$sprefix" ] || [ "$need_sglang" = 0 ]; } && cc_ready && wait_setup; then
   if ! pgrep -f "crossbench matrix" >/dev/null \
       && ! pgrep -f "benchmarks/study/study.py run" >/dev/null \
-      && [ ! -f "$LOG/matrix-round$ROUND.exit" ]; then
+      && [ ! -f "$LOG/matrix-round$RKEY.exit" ]; then
     say "round $ROUND: started in the background"
     touch "$LOG/round.started"
     setsid bash -c 'python3 benchmarks/study/study.py run "$0" "$1" \
-        >>'"$LOG"'/matrix-round'"$ROUND"'.log 2>&1
-      echo "matrix_exit=$?" >'"$LOG"'/matrix-round'"$ROUND"'.exit' \
+        >>'"$LOG"'/matrix-round'"$RKEY"'.log 2>&1
+      echo "matrix_exit=$?" >'"$LOG"'/matrix-round'"$RKEY"'.exit' \
       "$ROUND" "$RUN" </dev/null >/dev/null 2>&1 &
   fi
-  until [ -f "$LOG/matrix-round$ROUND.exit" ] || [ "$(left)" -le "${PACK_S:-25}" ]; do
+  until [ -f "$LOG/matrix-round$RKEY.exit" ] || [ "$(left)" -le "${PACK_S:-25}" ]; do
     sleep 5; done
-  say "round $ROUND: $(cat "$LOG/matrix-round$ROUND.exit" 2>/dev/null || echo running)"
+  say "round $ROUND: $(cat "$LOG/matrix-round$RKEY.exit" 2>/dev/null || echo running)"
   for d in "$RUN" "$RUN"/*/; do [ -f "$d/state.json" ] && cb status "$d"; done \
-    >"$LOG/status-round${ROUND}.txt" 2>&1
+    >"$LOG/status-round${RKEY}.txt" 2>&1
 fi
 
 # 6. finish: the tensor checksums of both weight files (also made by the background setup
@@ -361,7 +365,8 @@ cc_pack() {  # sets CC_PACK, the pack whose parts this call returns: packed afte
   local d=/tmp/cc-out k next
   mkdir -p "$d"
   CC_PACK=$(ls -t "$d"/vllm-compile*.tgz 2>/dev/null | head -1)
-  if [ -n "$CC_PACK" ] && [ ! "$CC_PACK" -ot "$LOG/matrix-round${ROUND:-}.exit" ]; then
+  local ended="$LOG/matrix-round${ROUND:-}${PART:+-part$PART}.exit"
+  if [ -n "$CC_PACK" ] && [ ! "$CC_PACK" -ot "$ended" ]; then
     return 0
   fi
   k=$(ls "$d"/vllm-compile*.tgz 2>/dev/null | wc -l)
@@ -377,7 +382,7 @@ unsent parts are dropped"
     say "compile cache not packed: $(tail -1 "$LOG/compile-cache.txt")"
   fi
 }
-if [ "$need_vllm" = 1 ] && [ -n "$vprefix" ] && [ -f "$LOG/matrix-round${ROUND:-}.exit" ]; then
+if [ "$need_vllm" = 1 ] && [ -n "$vprefix" ] && [ -f "$LOG/matrix-round${ROUND:-}${PART:+-part$PART}.exit" ]; then
   cc_pack
   [ -n "$CC_PACK" ] && say "compile cache: $(python3 benchmarks/study/carry.py out "$CC_PACK" \
     "$OUT")"
