@@ -172,7 +172,8 @@ def h200_alpha_section() -> str:
 ALPHA_REST = METHODS / "round6/h200-alpha-part2-vllm-alpha-rest.zip"
 
 
-def _fit(tmp_path: Path, sources: list[Path], arm: str) -> dict[str, Any]:
+def _fit(tmp_path: Path, sources: list[Path], arm: str, engine: str = "vllm"
+         ) -> dict[str, Any]:
     import json
 
     from click.testing import CliRunner
@@ -180,7 +181,7 @@ def _fit(tmp_path: Path, sources: list[Path], arm: str) -> dict[str, Any]:
     from crossbench.cli.main import cli
 
     out = tmp_path / f"fit-{arm}-{len(sources)}.json"
-    r = CliRunner().invoke(cli, ["fit", *map(str, sources), "--arm", arm, "--engine", "vllm",
+    r = CliRunner().invoke(cli, ["fit", *map(str, sources), "--arm", arm, "--engine", engine,
                                  "--json", str(out)])
     assert r.exit_code == 0, r.output
     return json.loads(out.read_text())
@@ -325,3 +326,56 @@ def test_llamas_48_token_acceptance_is_the_clipped_expectation() -> None:
         assert expected[3] < configured[3] - 0.01  # the clipping, not the draws, moves it
         assert table[pair["cell"]] == pytest.approx(1 + sum(expected))  # the pandas column
     assert table.isna().sum() == sum(1 for c in a["cells"] if not c["synthetic_acceptance"])
+
+
+SGLANG = [H100 / "sglang-methods-part1/h100-sglang-methods-part1-sglang-methods.zip",
+          H100 / "sglang-methods-part2/h100-sglang-methods-part2-sglang-methods-b.zip"]
+SGLANG_ROWS = {"draft-a0.9": "STANDALONE (the 0.6B draft model)", "eagle3-a0.9": "EAGLE3",
+               "dflash-a0.9": "DFLASH", "eagle3-real": "EAGLE3, real acceptance"}
+
+
+def sglang_section() -> str:
+    """The page's section on SGLang's first live cells (`sglang-methods`, one H100)."""
+    text = DOC.read_text()
+    start = text.index("## SGLang joins: EAGLE3, DFLASH and STANDALONE live")
+    return text[start:text.index("\n## ", start + 3)]
+
+
+def test_sglangs_rows_line_and_c16_output_are_the_archives(tmp_path: Path) -> None:
+    """SGLang's section: every c=1 row (speedup and interval, MAL, C(n) = MAL / speedup, the
+    decode rate) and every c=16 row (the trial window's output rate, its ratio to its own
+    part's baseline, the per-request speedup) from the two archives; EAGLE3's line is
+    `crossbench fit` over both; one start per arm, so no verdict word in any row."""
+    section = sglang_section()
+    rows = 0
+    for archive in SGLANG:
+        with open_run(archive) as frames:
+            pairs = {(p["arm"], p["n"], p["concurrency"]): p for p in frames.analysis["pairs"]}
+            wall = {(c["arm"], c["n"], c["concurrency"]): c["throughput"]["wall_output_tok_s"]
+                    for c in frames.analysis["cells"]}
+        for (arm, n, conc), p in pairs.items():
+            sp = p["speedup"]
+            assert sp["start_ci95"] is None  # one start per arm
+            assert p["verdict"] in ("faster", "slower")  # no confound left: the KV pool
+            name = SGLANG_ROWS[arm]
+            if conc == 1:
+                c1 = section[:section.index("**c=16**")]
+                (row,) = [ln for ln in c1.splitlines() if ln.startswith(f"| {name} | {n} |")]
+                mal = p["acceptance"]["mean_acceptance_length"]
+                assert (f"| {mal:.3f} | {interval(sp['geomean'], sp['ci95'], 3)} | "
+                        f"{mal / sp['geomean']:.3f} | {p['spec_tok_s']:.1f} |") in row, row
+            else:
+                c16 = section[section.index("**c=16**"):]
+                (row,) = [ln for ln in c16.splitlines()
+                          if ln.startswith(f"| {name.split(' (')[0]} | {n} | ")]
+                ratio = wall[(arm, n, 16)] / wall[("none", None, 16)]
+                assert (f"| {wall[(arm, n, 16)]:,.1f} | {ratio:.2f} | {sp['geomean']:.3f} |"
+                        in row), row
+            assert "faster" not in row and "slower" not in row
+            rows += 1
+    assert rows == 14
+    fit = _fit(tmp_path, SGLANG, "eagle3-a0.9", "sglang")
+    assert sorted(q["n"] for q in fit["points"]) == [2, 4, 8]
+    line = fit["fit"]
+    said = f"d {interval(line['d'], line['d_ci95'], 3)}, v {interval(line['v'], line['v_ci95'], 4)}"
+    assert said in " ".join(section.split()).replace("**", ""), said
