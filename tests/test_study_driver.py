@@ -53,32 +53,33 @@ def test_the_rounds_file_lists_every_round_of_the_former_scripts(study: ModuleTy
     assert study.parts(rounds, "methods") == [1, 2, 3, 4]
     assert study.parts(rounds, "moe") == list(range(1, 12))
     assert study.parts(rounds, "verdicts") == [1, 2]  # whole, it outgrew one lease
-    assert study.parts(rounds, "sglang-methods") == [1, 2]  # the same
+    assert study.parts(rounds, "sglang-methods") == [1, 2, 3]  # the same
     assert study.parts(rounds, "alpha-same") == [1, 2]  # one engine a part
     # the needs the former driver encoded in its case statements
     by = {(r.name, r.part): r for r in _every_round(study) if r.kind == "cross"}
     assert {k for k, r in by.items() if not r.vllm} == {
         ("gate", None), ("spread", None), ("known", None), ("all", None), ("methods", 1),
         ("methods", 2), ("moe", 1), ("moe", 4), ("moe", 6), ("moe", 8), ("moe", 9),
-        ("sglang-methods", 1), ("sglang-methods", 2), ("alpha-same", 1),
+        ("sglang-methods", 1), ("sglang-methods", 2), ("sglang-methods", 3), ("alpha-same", 1),
         ("sglang-mtp", None), ("verdicts", 1)}
     assert {k for k, r in by.items() if r.sglang} == {("sglang-methods", 1),
                                                       ("sglang-methods", 2),
+                                                      ("sglang-methods", 3),
                                                       ("sglang-mtp", None)}
     assert {k for k, r in by.items() if not r.build} == {
         ("naive", None), ("twostart", None), ("hoststart", None), ("methods", 3), ("methods", 4),
         ("moe", 2), ("moe", 3), ("moe", 5), ("moe", 7), ("fits2", None),
-        ("sglang-methods", 1), ("sglang-methods", 2), ("sglang-mtp", None),
-        ("startup-next", None), ("startup-spec", None), ("verdicts", 2), ("alpha-same", 2),
+        ("sglang-methods", 1), ("sglang-methods", 2), ("sglang-methods", 3),
+        ("sglang-mtp", None), ("startup-next", None), ("startup-spec", None), ("verdicts", 2), ("alpha-same", 2),
         ("moe", 10), ("moe", 11), ("alpha", 1), ("alpha", 2)}
     assert {k for k, r in by.items() if r.drafters} == {("methods", p) for p in (1, 2, 3, 4)} | {
         ("fits", None), ("fits2", None), ("verdicts", 1), ("verdicts", 2),
-        ("sglang-methods", 1), ("sglang-methods", 2), ("alpha", 1), ("alpha", 2),
-        ("alpha-same", 1), ("alpha-same", 2), ("startup-spec", None)}
+        ("sglang-methods", 1), ("sglang-methods", 2), ("sglang-methods", 3), ("alpha", 1),
+        ("alpha", 2), ("alpha-same", 1), ("alpha-same", 2), ("startup-spec", None)}
     assert {k for k, r in by.items() if not r.verify_hf} == {
         ("methods", 3), ("methods", 4), ("mtp", None), ("fits", None), ("fits2", None),
         ("verdicts", 1), ("verdicts", 2), ("sglang-methods", 1), ("sglang-methods", 2),
-        ("sglang-mtp", None),
+        ("sglang-methods", 3), ("sglang-mtp", None),
         ("startup-next", None), ("startup-spec", None), ("alpha", 1), ("alpha", 2),
         ("alpha-same", 1), ("alpha-same", 2)} | {("moe", p) for p in range(1, 12)}
     # the MTP round makes the Qwen3.5 target first, then the qwen3-8b pair only where it fits
@@ -193,12 +194,15 @@ def test_every_round_matrix_validates_and_every_selection_picks_cells(
                     at09 = {(f"{h}-a0.9", 1) for h in ("draft", "eagle3", "dflash")}
                     same_machine = {("eagle3-a0.9", 4), ("dflash-a0.9", 4)}
                     assert arms == {("none", None)} | at07 | at09 | same_machine, arms
-                if r.name == "sglang-methods":  # two parts, each with its own baseline
+                if r.name == "sglang-methods":  # three parts, each with its own baseline
                     arms = {(str(c.coords.get("arm")), c.coords.get("n")) for c in chosen}
-                    assert arms == ({("none", None), ("eagle3-a0.9", 4), ("dflash-a0.9", 4),
-                                     ("draft-a0.9", 4)} if r.part == 1 else
-                                    {("none", None), ("eagle3-a0.9", 2), ("eagle3-a0.9", 8),
-                                     ("dflash-a0.9", 15), ("eagle3-real", 4)}), arms
+                    assert arms == {1: {("none", None), ("eagle3-a0.9", 4), ("dflash-a0.9", 4),
+                                        ("draft-a0.9", 4)},
+                                    2: {("none", None), ("eagle3-a0.9", 2), ("eagle3-a0.9", 8),
+                                        ("dflash-a0.9", 15), ("eagle3-real", 4)},
+                                    3: {("none", None), ("ngram", 2), ("ngram", 4), ("ngram", 8),
+                                        ("dflash-a0.9", 2), ("dflash-a0.9", 8),
+                                        ("draft-a0.9", 2), ("draft-a0.9", 8)}}[r.part], arms
                     assert {int(c.coords["concurrency"]) for c in chosen} == {1, 16}
                     assert "/none/" in next(iter(run_order(m, chosen)))[0]
                 if r.name == "alpha-same":  # both alphas at n = 4, fresh starts per arm
@@ -209,7 +213,7 @@ def test_every_round_matrix_validates_and_every_selection_picks_cells(
                     assert {int(c.coords["concurrency"]) for c in chosen} == {1}
                     assert m.trials == (3 if r.part == 1 else 2)
                     assert "/none/" in next(iter(run_order(m, chosen)))[0]
-    assert checked == 51
+    assert checked == 52
 
 
 def test_a_selector_with_an_unknown_key_is_refused(study: ModuleType) -> None:
