@@ -213,7 +213,7 @@ def test_every_round_matrix_validates_and_every_selection_picks_cells(
                     assert {int(c.coords["concurrency"]) for c in chosen} == {1}
                     assert m.trials == (3 if r.part == 1 else 2)
                     assert "/none/" in next(iter(run_order(m, chosen)))[0]
-    assert checked == 52
+    assert checked == 53
 
 
 def test_a_selector_with_an_unknown_key_is_refused(study: ModuleType) -> None:
