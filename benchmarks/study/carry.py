@@ -480,8 +480,8 @@ def main(argv: list[str] | None = None) -> int:
               (f"{rest} part(s) left for the next calls" if rest else "every part returned"))
         return 0
     if a.cmd == "keep":
-        kept = keep(a.files_at, a.dest)
-        print(f"kept {len(kept)} compile-cache part(s) in {kept[0].parent}" if kept else
+        got = keep(a.files_at, a.dest)
+        print(f"kept {len(got)} compile-cache part(s) in {got[0].parent}" if got else
               f"no set completed by {a.files_at} (parts so far in {a.dest / 'incoming'})")
         return 0
     if a.cmd == "waiting":

@@ -382,7 +382,7 @@ unsent parts are dropped"
     say "compile cache not packed: $(tail -1 "$LOG/compile-cache.txt")"
   fi
 }
-if [ "$need_vllm" = 1 ] && [ -n "$vprefix" ] && [ -f "$LOG/matrix-round${ROUND:-}${PART:+-part$PART}.exit" ]; then
+if [ "$need_vllm" = 1 ] && [ -n "$vprefix" ] && [ -f "$LOG/matrix-round$RKEY.exit" ]; then
   cc_pack
   [ -n "$CC_PACK" ] && say "compile cache: $(python3 benchmarks/study/carry.py out "$CC_PACK" \
     "$OUT")"

@@ -545,7 +545,7 @@ def wheels_argv(constraints: str, dest: Path) -> list[str]:
     """The ``pip download`` of :data:`HOST_LACKS` at the versions ``constraints`` (the text of
     constraints.txt) pins, binary wheels only, no dependencies. ValueError naming a package
     the constraints do not pin."""
-    pins = {}
+    pins: dict[str, str] = {}
     for line in constraints.splitlines():
         name, sep, version = line.split("#")[0].strip().partition("==")
         if sep:
@@ -782,12 +782,12 @@ def main(argv: list[str] | None = None) -> int:
     a = p.parse_args(argv)
     if a.cmd == "wheels":
         try:
-            cmd = wheels_argv(a.constraints.read_text(), a.dest)
+            download = wheels_argv(a.constraints.read_text(), a.dest)
         except (OSError, ValueError) as e:
             print(f"study.py: {e}", file=sys.stderr)
             return 2
-        print(" ".join(shlex.quote(c) for c in cmd), flush=True)
-        return subprocess.run(cmd, check=False).returncode
+        print(" ".join(shlex.quote(c) for c in download), flush=True)
+        return subprocess.run(download, check=False).returncode
     try:
         rounds = load_rounds(getattr(a, "rounds", ROUNDS))
         if a.cmd == "list":
