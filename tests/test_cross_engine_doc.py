@@ -379,3 +379,56 @@ def test_sglangs_rows_line_and_c16_output_are_the_archives(tmp_path: Path) -> No
     line = fit["fit"]
     said = f"d {interval(line['d'], line['d_ci95'], 3)}, v {interval(line['v'], line['v_ci95'], 4)}"
     assert said in " ".join(section.split()).replace("**", ""), said
+
+
+def _steps_distribution(tokens: int, mean: float, longest: int) -> dict[int, float]:
+    """P(a request of ``tokens`` tokens after its first takes k steps) under SGLang's draw
+    (the floor or the ceiling of ``mean``), by a dynamic program over the tokens left."""
+    lower = int(mean // 1)
+    upper = min(lower + 1, longest)
+    p_up = mean - lower if upper > lower else 0.0
+    dist: dict[tuple[int, int], float] = {(tokens, 0): 1.0}
+    done: dict[int, float] = {}
+    while dist:
+        nxt: dict[tuple[int, int], float] = {}
+        for (left, k), p in dist.items():
+            for size, q in ((lower, 1.0 - p_up), (upper, p_up)):
+                if q == 0.0:
+                    continue
+                rest = left - size
+                if rest <= 0:
+                    done[k + 1] = done.get(k + 1, 0.0) + p * q
+                else:
+                    nxt[(rest, k + 1)] = nxt.get((rest, k + 1), 0.0) + p * q
+        dist = nxt
+    return done
+
+
+def test_sglangs_mean_length_is_the_step_draws_expectation() -> None:
+    """Every simulated SGLang cell's mean acceptance length against the expectation the
+    analysis records (a step commits the floor or the ceiling of the mean; a request's last
+    step stops at its 48th token): its verification steps within three standard deviations
+    of the expected, counting a c=16 batch of 16 requests as one draw (SGLang draws one
+    length per step for the whole batch)."""
+    import math
+
+    checked = 0
+    for archive in SGLANG:
+        with open_run(archive) as frames:
+            cells = [c for c in frames.analysis["cells"]
+                     if c["arm"].endswith("-a0.9")]
+        for c in cells:
+            acc = c["acceptance"]
+            n, requests = int(c["n"]), int(c["requests"]["ok"])
+            mean = sum(0.9 ** k for k in range(n + 1))
+            dist = _steps_distribution(47, mean, n + 1)
+            e = sum(k * p for k, p in dist.items())
+            var = sum((k - e) ** 2 * p for k, p in dist.items())
+            assert acc["expected_mean_acceptance_length"] == pytest.approx(47 / e, rel=1e-9)
+            draws = requests if c["concurrency"] == 1 else requests // 16
+            share = 1 if c["concurrency"] == 1 else 16
+            sd = share * math.sqrt(draws * var)
+            assert abs(acc["drafts"] - requests * e) <= 3 * sd + 1e-9, (c["cell"], acc["drafts"])
+            assert acc["accepted_tokens"] + acc["drafts"] == 47 * requests  # kept tokens only
+            checked += 1
+    assert checked == 12

@@ -24,6 +24,7 @@ from crossbench.analysis.synthetic import (
     expected_acceptance,
     expected_counts,
     expected_figures,
+    expected_steps,
 )
 from crossbench.cli.main import cli
 from crossbench.engines import registry
@@ -268,14 +269,14 @@ def _import(out: Path, engine: str, spec: dict[str, object], lengths: Sequence[i
 
 def test_summary_carries_the_expected_figures_and_older_summaries_still_check(
         tmp_path: Path) -> None:
-    """summary.json (version 3) holds the expected figures of a llama-server synthetic cell;
-    a version-2 summary without them still re-derives, a version-3 one without them does
+    """summary.json (version 4) holds the expected figures of a llama-server synthetic cell;
+    a version-2 summary without them still re-derives, a current one without them does
     not (``summarize --check``)."""
     spec = {"type": "draft-simple", "n": 4, "synth_rates": RATES}
     cell = _import(tmp_path / "imp", "llama-server", spec, [24] * 5)
     path = cell / "summary.json"
     stored = json.loads(path.read_text())
-    assert stored["schema_version"] == 3
+    assert stored["schema_version"] == 4
     acc = stored["acceptance"]
     want = expected_figures([24] * 5, RATES)
     assert want is not None and acc["expected_per_position"] == want.per_position
@@ -288,7 +289,7 @@ def test_summary_carries_the_expected_figures_and_older_summaries_still_check(
     path.write_text(json.dumps(old))
     check = CliRunner().invoke(cli, ["summarize", "--check", str(cell)])
     assert check.exit_code == 0, check.output
-    old["schema_version"] = 3
+    old["schema_version"] = 4
     path.write_text(json.dumps(old))
     check = CliRunner().invoke(cli, ["summarize", "--check", str(cell)])
     assert check.exit_code == 1
@@ -300,3 +301,64 @@ def test_summary_carries_the_expected_figures_and_older_summaries_still_check(
                                                 "synth_rates": RATES}, [24] * 5)
     acc = json.loads((other / "summary.json").read_text())["acceptance"]
     assert {k: acc[k] for k in EXPECTED_KEYS} == dict.fromkeys(EXPECTED_KEYS)
+
+
+def _sglang_steps(tokens: int, mean: float, longest: int, rng: random.Random) -> int:
+    """One request under SGLang's match-expected draw (spec_utils.py, 0.5.17): each step the
+    floor or the ceiling of ``mean`` (clamped to [1, longest]), until ``tokens`` are out."""
+    m = max(1.0, min(longest, mean))
+    lower = int(m // 1)
+    upper = lower + 1 if lower < longest else lower
+    steps, left = 0, tokens
+    while left > 0:
+        left -= upper if upper != lower and rng.random() < m - lower else lower
+        steps += 1
+    return steps
+
+
+@pytest.mark.parametrize(("tokens", "mean", "longest"),
+                         [(47, 2.71, 3), (47, 4.0951, 5), (47, 6.12579511, 9), (47, 8.147, 16),
+                          (383, 4.0951, 5), (10, 1.0, 5), (10, 5.0, 5), (12, 7.5, 5)])
+def test_sglangs_expected_steps_agree_with_a_seeded_simulation(tokens: int, mean: float,
+                                                                longest: int) -> None:
+    """The dynamic program against 40,000 seeded requests of the draw it models: within four
+    standard errors of the simulated mean; whole means and means above the longest commit
+    are exact (no draw)."""
+    rng = random.Random(7)
+    runs = [_sglang_steps(tokens, mean, longest, rng) for _ in range(40_000)]
+    avg = sum(runs) / len(runs)
+    sd = math.sqrt(sum((x - avg) ** 2 for x in runs) / (len(runs) - 1))
+    want = expected_steps(tokens, mean, longest)
+    assert abs(want - avg) <= 4 * sd / math.sqrt(len(runs)) + 1e-12, (want, avg, sd)
+    if mean == int(mean) or mean >= longest:
+        k = min(longest, int(mean))
+        assert want == math.ceil(tokens / k)
+    assert expected_steps(0, mean, longest) == 0.0
+    with pytest.raises(ValueError, match="at least one token"):
+        expected_steps(tokens, mean, 0)
+
+
+def test_sglangs_rule_gives_the_mean_length_as_its_counters_read_it() -> None:
+    """SGLang's rule (registered with the engine): synth_len and n give the step draw; the
+    expected mean acceptance length of 48-token requests is 47 / E[steps], below the
+    configured mean (the last step stops at the limit), with no per-position or draft-rate
+    figure; NGRAM and a config without n are unpredictable, no synth_len is no draw."""
+    draws = registry.synthetic_draws("sglang", {"type": "EAGLE3", "n": 4, "synth_len": 4.0951})
+    assert draws == SyntheticDraws((), step_mean=4.0951, step_max=5)
+    exp = expected_acceptance(draws, _records([48] * 32))
+    assert exp["expected_mean_acceptance_length"] == pytest.approx(
+        47 / expected_steps(47, 4.0951, 5))
+    assert 3.94 < exp["expected_mean_acceptance_length"] < 3.95 < 4.0951
+    assert exp["expected_per_position"] is None and exp["expected_draft_acceptance_rate"] is None
+    assert exp["expected_note"].startswith("expected as SGLang counts it")
+    assert "over 32 requests of 48 tokens" in exp["expected_note"]
+    mixed = expected_acceptance(draws, _records([48, 24]))
+    assert mixed["expected_mean_acceptance_length"] == pytest.approx(
+        (47 + 23) / (expected_steps(47, 4.0951, 5) + expected_steps(23, 4.0951, 5)))
+    ngram = registry.synthetic_draws("sglang", {"type": "NGRAM", "n": 4, "synth_len": 3.0})
+    assert ngram is not None and ngram.unpredictable is not None
+    assert expected_acceptance(ngram, _records([48]))["expected_note"].startswith(
+        "no expected figures: NGRAM verifies a tree")
+    assert registry.synthetic_draws("sglang", {"type": "EAGLE3", "synth_len": 3.0}) \
+        .unpredictable is not None  # type: ignore[union-attr]
+    assert registry.synthetic_draws("sglang", {"type": "EAGLE3", "n": 4}) is None

@@ -1,4 +1,7 @@
-"""Expected synthetic acceptance as llama-server counts it: exact, for requests of known length.
+"""Expected synthetic acceptance as the engines count it: exact, for requests of known length.
+
+llama-server draws per-position rates (below); SGLang draws a whole step's length
+(:func:`expected_steps`, after this list).
 
 Under ``--spec-synth-rates p_1..p_n`` a full draft reaches position k with probability p_k, yet
 llama-server's per-position figures read lower, most at late positions, and the more so the
@@ -19,6 +22,13 @@ A request of N output tokens gets its first token from the prompt pass; :func:`e
 follows the generated count g = 1..N through every step as a dynamic program, with no sampling.
 Figures over several requests are ratios of summed expected counts, which is what counter
 deltas estimate (docs/metrics.md, "Acceptance").
+
+SGLang's simulated acceptance (``SGLANG_SIMULATE_ACC_LEN``, crossbench/engines/sglang/synthetic.py)
+commits the floor or the ceiling of a mean length m each verification step and counts the
+tokens a request keeps. A request of N output tokens takes its first from the prompt pass and
+T = N - 1 over its steps; the expected mean acceptance length is then T / E[steps] (pooled:
+the summed T over the summed expected steps), below m because the last step stops at the
+token limit. :func:`expected_steps` gives E[steps] by a dynamic program over the tokens left.
 
 Not modelled: a target whose memory cannot drop a rejected tail (recurrent or hybrid, such as
 Qwen3.5) restores a checkpoint after a partial rejection and replays the accepted tokens. That
@@ -41,6 +51,12 @@ CLIP_NOTE = ("expected as llama-server counts it: each draft is clipped to the t
              "request has left, less one (server_slot::get_n_draft_max, llama.cpp b11312), and "
              "clipped steps count as drafts, so late positions read below the configured rates")
 """The start of ``expected_note`` where the expected figures are given."""
+STEP_NOTE = ("expected as SGLang counts it: each verification step commits the floor or the "
+             "ceiling of the simulated mean length (SGLANG_SIMULATE_ACC_LEN, match-expected, "
+             "one draw per step; spec_utils.py, SGLang 0.5.17), and a request keeps only the "
+             "tokens up to its max_tokens, so its last step counts fewer; no per-position or "
+             "draft-rate figures (SGLang's counters have none)")
+"""The start of ``expected_note`` for an engine that draws a whole step's length."""
 
 
 @dataclass(frozen=True)
@@ -133,6 +149,35 @@ def expected_figures(lengths: Iterable[int], rates: Sequence[float]) -> Expected
                            total.accepted / total.draft_tokens, total)
 
 
+def _step_lengths(mean: float, longest: int) -> tuple[tuple[int, float], ...]:
+    """The lengths one step commits and their probabilities: the floor and the ceiling of
+    ``mean`` clamped to [1, ``longest``], weighted so that their mean is ``mean``."""
+    m = max(1.0, min(float(longest), float(mean)))
+    lower = int(m // 1)
+    upper = lower + 1 if lower < longest else lower
+    if upper == lower or m == lower:
+        return ((lower, 1.0),)
+    return ((lower, 1.0 - (m - lower)), (upper, m - lower))
+
+
+@lru_cache(maxsize=256)
+def _steps(tokens: int, mean: float, longest: int) -> float:
+    lengths = _step_lengths(mean, longest)
+    need = [0.0] * (tokens + 1)  # need[r]: expected steps to emit r tokens
+    for r in range(1, tokens + 1):
+        need[r] = 1.0 + sum(p * need[max(0, r - k)] for k, p in lengths)
+    return need[tokens]
+
+
+def expected_steps(tokens: int, mean: float, longest: int) -> float:
+    """Expected verification steps to emit ``tokens`` tokens when each step commits the floor
+    or the ceiling of ``mean`` (at most ``longest``; SGLang's match-expected draw) and the
+    last one stops at the limit. 0 for no tokens."""
+    if longest < 1:
+        raise ValueError(f"longest {longest} < 1: a step commits at least one token")
+    return _steps(max(0, int(tokens)), float(mean), int(longest))
+
+
 def budget_length(r: Mapping[str, Any]) -> int | None:
     """Output tokens of a completed request that ran to its ``max_tokens`` (finish reason
     ``length``, or as many tokens as asked for where no reason is recorded); None for any
@@ -175,13 +220,22 @@ def expected_acceptance(draws: SyntheticDraws | None,
                                 "so the draft limits of their last steps are unknown; run with "
                                 "ignore_eos")
         return out
-    figures = expected_figures([n for n in lengths if n is not None], draws.rates)
+    known = [n for n in lengths if n is not None]
+    span = f"{min(known)}" if min(known) == max(known) else f"{min(known)}-{max(known)}"
+    if draws.step_mean is not None and draws.step_max is not None:
+        steps = sum(expected_steps(n - 1, draws.step_mean, draws.step_max) for n in known)
+        if steps <= 0:
+            out["expected_note"] = ("no expected figures: no request was long enough to "
+                                    "verify (2 output tokens or more)")
+            return out
+        out.update(expected_mean_acceptance_length=sum(n - 1 for n in known) / steps,
+                   expected_note=f"{STEP_NOTE}; over {len(known)} requests of {span} tokens")
+        return out
+    figures = expected_figures(known, draws.rates)
     if figures is None:
         out["expected_note"] = ("no expected figures: no request was long enough to draft "
                                 "(3 output tokens or more)")
         return out
-    known = [n for n in lengths if n is not None]
-    span = f"{min(known)}" if min(known) == max(known) else f"{min(known)}-{max(known)}"
     out.update(expected_per_position=figures.per_position,
                expected_mean_acceptance_length=figures.mean_acceptance_length,
                expected_draft_acceptance_rate=figures.draft_acceptance_rate,

@@ -83,10 +83,19 @@ class SyntheticDraws:
     says why the counters cannot be predicted for this config, e.g. a drafter that may draft
     fewer tokens than the limit. Then ``rates`` stay for reference only.
     Example (llama-server, ``synth_rates: [0.9, 0.7]``): ``SyntheticDraws((0.9, 0.7))``.
+
+    An engine that draws a whole step's length instead gives ``step_mean`` and ``step_max``
+    (``rates`` empty): each verification step commits the floor or the ceiling of
+    ``step_mean`` tokens, the target's own included, with the weights that make the mean
+    ``step_mean``, at most ``step_max``, and the counters count the tokens a request keeps,
+    so its last step stops at its token limit. Example (SGLang, ``synth_len: 4.0951, n: 4``):
+    ``SyntheticDraws((), step_mean=4.0951, step_max=5)``.
     """
 
     rates: tuple[float, ...]
     unpredictable: str | None = None
+    step_mean: float | None = None
+    step_max: int | None = None
 
 
 @dataclass(frozen=True)

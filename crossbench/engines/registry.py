@@ -97,7 +97,7 @@ register("vllm", "crossbench.engines.vllm.server:VllmServer",
          decode_histograms=("vllm:request_generation_tokens", "vllm:request_decode_time_seconds"),
          planning_startup_s=120.0, process_names=("vllm",),
          rules="crossbench.engines.vllm.rules:RULES")
-register("sglang", "crossbench.engines.sglang.server:SglangServer", "crossbench.engines.sglang.config:SglangServerConfig", spec_metric_prefix="sglang:spec_", spec_counters=SpecCounters("sglang:spec_verify_calls_total", None, None, generated="sglang:generation_tokens_total", requests="sglang:num_requests_total"), planning_startup_s=120.0, process_names=("sglang::",))  # noqa: E501
+register("sglang", "crossbench.engines.sglang.server:SglangServer", "crossbench.engines.sglang.config:SglangServerConfig", spec_metric_prefix="sglang:spec_", spec_counters=SpecCounters("sglang:spec_verify_calls_total", None, None, generated="sglang:generation_tokens_total", requests="sglang:num_requests_total"), planning_startup_s=120.0, process_names=("sglang::",), synthetic="crossbench.engines.sglang.synthetic:synthetic_draws")  # noqa: E501
 
 
 def registration(name: str) -> Registration:

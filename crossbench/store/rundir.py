@@ -209,7 +209,7 @@ FORMATS: dict[str, Format] = {
            "state_sha256, cells, first_started_utc)"}, {}),
     "import": Format(STATE, IMPORT_KIND, 1, {
         1: "first version (cells with coords, baseline and dir; source; not_imported)"}, {}),
-    "summary": Format(SUMMARY, SUMMARY_KIND, 3, {
+    "summary": Format(SUMMARY, SUMMARY_KIND, 4, {
         1: "first version (throughput, latency_ms, acceptance, integrity, requests, "
            "per_trial)",
         2: "server_pooled_tok_s over the client's window (predicted_n - 1, or vLLM's request "
@@ -218,9 +218,13 @@ FORMATS: dict[str, Format] = {
         3: "acceptance.expected_per_position, expected_mean_acceptance_length, "
            "expected_draft_acceptance_rate and expected_note: under llama-server's synthetic "
            "acceptance, the figures its counters should give with every draft clipped to the "
-           "tokens a request has left (analysis/synthetic.py); None elsewhere"},
-        {2: ("throughput.server_pooled_tok_s", "per_trial.*.throughput.server_pooled_tok_s")}),
-    "analysis": Format(ANALYSIS, ANALYSIS_KIND, 12, {
+           "tokens a request has left (analysis/synthetic.py); None elsewhere",
+        4: "acceptance.expected_mean_acceptance_length and expected_note under SGLang's "
+           "simulated acceptance too: each step commits the floor or the ceiling of the mean "
+           "length and a request's last step stops at its token limit (None before)"},
+        {2: ("throughput.server_pooled_tok_s", "per_trial.*.throughput.server_pooled_tok_s"),
+         4: ("acceptance.expected_mean_acceptance_length", "acceptance.expected_note")}),
+    "analysis": Format(ANALYSIS, ANALYSIS_KIND, 13, {
         1: "first version (cells, pairs, sweeps, stability)",
         2: "options.strata and each interval's design; cost-model intervals (d_ci95, v_ci95) "
            "and tau estimated from per-request counts where no counter exists; server rates "
@@ -270,7 +274,10 @@ FORMATS: dict[str, Format] = {
         12: "the speculative axis of a pair's confound check holds SGLang's KV pool "
             "(engine.startup.max_total_num_tokens), which the drafter's memory shrinks as it "
             "shrinks vLLM's KV cache: an SGLang pair differing only there no longer reads "
-            "confounded"},
+            "confounded",
+        13: "cells.*.acceptance.expected_mean_acceptance_length and expected_note, and "
+            "pairs.*.acceptance.expected_note, under SGLang's simulated acceptance too "
+            "(summary.json version 4)"},
         {2: ("cells.*.throughput.server_pooled_tok_s", "cells.*.latency_ms.chunk_gap",
              "cells.*.latency_ms.token_itl", "cells.*.throughput.wall_output_tok_s",
              "pairs.*.warnings", "pairs.*.confounds", "pairs.*.verdict", "stability",
@@ -289,7 +296,9 @@ FORMATS: dict[str, Format] = {
              "pairs.*.verdict_caveats", "stability"),
          10: ("pairs.*.verdict_caveats",),
          12: ("pairs.*.warnings", "pairs.*.confounds", "pairs.*.verdict",
-              "pairs.*.verdict_caveats")}),
+              "pairs.*.verdict_caveats"),
+         13: ("cells.*.acceptance.expected_mean_acceptance_length",
+              "cells.*.acceptance.expected_note", "pairs.*.acceptance.expected_note")}),
 }
 """Every versioned file of a run directory, with its format history: the one place a format
 version changes (bump ``version``, add a line to ``history``, list redefined fields)."""
