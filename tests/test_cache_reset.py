@@ -1,5 +1,6 @@
 """What makes a trial on a reused server start as a fresh one would: each engine's cache reset,
-against the real llama-server and the vLLM stand-in (which serves vLLM's dev-mode route)."""
+against the real llama-server, the vLLM stand-in (which serves vLLM's dev-mode route) and the
+SGLang stand-in (which serves SGLang's /flush_cache)."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
+from standins.sglang import write_launcher as write_sglang
 from standins.vllm import write_launcher
 
 from crossbench.engines import registry
@@ -89,3 +91,23 @@ def test_reuse_settings_enable_each_engines_reset(tmp_path: Path) -> None:
     assert vllm["env"] == {"A": "1", "VLLM_SERVER_DEV_MODE": "1"}
     off = {"model": "m", "enable_prefix_caching": False}
     assert registry.reuse_settings("vllm", off, tmp_path) == off
+
+
+def test_sglang_flushes_its_radix_cache_or_needs_nothing(tmp_path: Path) -> None:
+    """SGLang: `/flush_cache` where the radix cache is on (the stand-in logs SGLang's line);
+    with `disable_radix_cache` nothing is kept, so nothing is flushed and the record says so
+    (the study's SGLang trials on a shared start warned before, 2026-12-06)."""
+    py = write_sglang(tmp_path / "python", "--standin-step-ms", "0")
+    srv = registry.create("sglang", {"binary": str(py), "model": "Qwen/Qwen3-8B"},
+                          tmp_path / "server.log")
+    with srv:
+        assert srv.reset_cache() == {"method": "flush_cache", "ok": True}
+    assert "Cache flushed successfully!" in (tmp_path / "server.log").read_text()
+    off = registry.create("sglang", {"binary": str(py), "model": "Qwen/Qwen3-8B",
+                                     "disable_radix_cache": True}, tmp_path / "off.log")
+    assert off.reset_cache() == {"method": "none-needed", "ok": True,
+                                 "reason": "the radix cache is off (disable_radix_cache)"}
+    down = registry.create("sglang", {"binary": str(py), "model": "Qwen/Qwen3-8B",
+                                      "port": 9}, tmp_path / "down.log")
+    failed = down.reset_cache()  # no server: the record says what went wrong
+    assert failed["method"] == "flush_cache" and not failed["ok"] and failed["error"]

@@ -19,6 +19,7 @@ crossbench looks, in SGLang's formats:
   ``spec_num_proposed_drafts`` (verification steps x n), ``spec_accept_length``
   (completion tokens / verification steps), ``spec_accept_rate``, the histogram of accepted
   drafts per step and the older aliases of these names;
+- ``/flush_cache`` (GET or POST), answering SGLang's text and logging its line;
 - ``/metrics`` (only with ``--enable-metrics``, as SGLang) with SGLang's family names, types
   and help texts from the profile, label ``model_name``, rendered by prometheus_client:
   ``sglang:spec_verify_calls_total``, ``sglang:generation_tokens_total``,
@@ -221,6 +222,7 @@ class StandinSglang:
         app.router.add_post("/v1/completions", self.completions)
         app.router.add_post("/v1/chat/completions", self.chat)
         app.router.add_post("/generate", self.generate)
+        app.router.add_route("*", "/flush_cache", self.flush_cache)
         self.app = app
 
     def _l(self) -> str:
@@ -229,6 +231,16 @@ class StandinSglang:
     async def health(self, _: web.Request) -> web.Response:
         """SGLang's ``/health``: 200 once serving."""
         return web.Response(status=200, headers={"X-Crossbench-Standin": "1"})
+
+    async def flush_cache(self, request: web.Request) -> web.Response:
+        """SGLang's ``/flush_cache`` (GET or POST): 200 with its text and its log line (the
+        stand-in keeps no cache to flush); other methods 405, as FastAPI's route."""
+        if request.method not in ("GET", "POST"):
+            return web.Response(status=405)
+        print("Cache flushed successfully!", flush=True)
+        return web.Response(text="Cache flushed.\nPlease check backend logs for more details. "
+                                 "(When there are running or waiting requests, the operation "
+                                 "will not be performed.)\n")
 
     async def models(self, _: web.Request) -> web.Response:
         """The served model, as SGLang lists it."""

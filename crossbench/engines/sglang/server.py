@@ -20,6 +20,7 @@ from crossbench.engines.process import (
     LocalServer,
     configured_binary,
     http_get,
+    http_post,
     on_path,
 )
 from crossbench.engines.sglang.config import BLOCK, CHAIN, SIMULATE_PREFIX, SglangServerConfig
@@ -262,6 +263,25 @@ class SglangServer(LocalServer):
                                     timeout=10.0, headers=self.auth_headers())
             if status == 200:
                 self._info = json.loads(body)
+
+    def reset_cache(self) -> dict[str, Any]:
+        """``POST /flush_cache``: SGLang 0.5.17 empties its radix cache, KV and draft pools and
+        the allocator's cache, and resets the scheduler's metrics, when no request runs
+        (``Scheduler.flush_cache``; it answers 400 otherwise). With ``disable_radix_cache``
+        nothing is kept between requests, so nothing is flushed (a flush would only empty
+        the allocator's cache for the next trial to refill) and the record says so."""
+        if self.config.disable_radix_cache:
+            return {"method": "none-needed", "ok": True,
+                    "reason": "the radix cache is off (disable_radix_cache)"}
+        try:
+            status, body = http_post(self.base_url + "/flush_cache", timeout=60.0,
+                                     headers=self.auth_headers())
+        except OSError as e:
+            return {"method": "flush_cache", "ok": False, "error": str(e)}
+        out: dict[str, Any] = {"method": "flush_cache", "ok": status == 200}
+        if status != 200:
+            out["error"] = f"HTTP {status} {body[:200]!r}"
+        return out
 
     def scrape(self) -> MetricsSnapshot:
         """GET ``/metrics`` (served with ``--enable-metrics``, which crossbench passes)."""
