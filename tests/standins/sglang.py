@@ -432,7 +432,17 @@ async def _serve(s: Settings) -> None:
     loop = asyncio.get_running_loop()
     loop.add_signal_handler(signal.SIGTERM, stop.set)
     loop.add_signal_handler(signal.SIGINT, stop.set)
-    print(f"The server is fired up and ready to roll! (stand-in, {s.host}:{s.port})",
+    stamp = time.strftime("[%Y-%m-%d %H:%M:%S]")
+    # SGLang 0.5.17's start-up lines in its format (startup_log.py reads them); the
+    # stand-in loads nothing: its figures are placeholders (a load of 0.01 s, no capture time)
+    for line in ("Load weight end. elapsed=0.01 s, type=StandIn, avail mem=0.00 GB, "
+                 "mem usage=0.00 GB.",
+                 "KV Cache is allocated. dtype: torch.float16, #tokens: 4096, K size: 0.00 GB, "
+                 "V size: 0.00 GB",
+                 "Capture target decode CUDA graph end. elapsed=0.00 s, mem usage=0.00 GB, "
+                 "avail mem=0.00 GB."):
+        print(f"{stamp} {line}", flush=True)
+    print(f"{stamp} The server is fired up and ready to roll! (stand-in, {s.host}:{s.port})",
           flush=True)
     await stop.wait()
     await runner.cleanup()

@@ -11,6 +11,7 @@ import json
 import os
 import re
 import subprocess
+import time
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +24,7 @@ from crossbench.engines.process import (
     http_post,
     on_path,
 )
+from crossbench.engines.sglang import startup_log
 from crossbench.engines.sglang.config import BLOCK, CHAIN, SIMULATE_PREFIX, SglangServerConfig
 from crossbench.engines.sglang.metrics import RUNNING
 from crossbench.engines.sglang.profile import SglangProfile, is_standin, profile_for
@@ -65,6 +67,9 @@ class SglangServer(LocalServer):
         self._info: dict[str, Any] = {}
         self._served: list[str] = []
         self.stop_report: dict[str, Any] = {}
+        self._log_offset = 0
+        self._t_spawn = 0.0
+        self._cut: dict[str, Any] = {}
 
     @property
     def profile(self) -> SglangProfile:
@@ -250,7 +255,9 @@ class SglangServer(LocalServer):
 
     def start(self) -> None:
         """Spawn ``launch_server`` in a new session; it dies if crossbench dies."""
-        self._info = {}
+        self._info, self._cut = {}, {}
+        self._log_offset = self._log_path.stat().st_size if self._log_path.exists() else 0
+        self._t_spawn = time.monotonic()
         self._spawn()
 
     def wait_ready(self, timeout_s: float | None = None) -> None:
@@ -263,6 +270,24 @@ class SglangServer(LocalServer):
                                     timeout=10.0, headers=self.auth_headers())
             if status == 200:
                 self._info = json.loads(body)
+        self._record_start()
+
+    def _record_start(self) -> None:
+        """This start's phases (``startup_cut`` of the manifest): seconds from spawn to ready
+        and what SGLang's log says of its weights, KV cache and CUDA graph captures
+        (:mod:`crossbench.engines.sglang.startup_log`)."""
+        try:
+            with self._log_path.open("rb") as f:
+                f.seek(self._log_offset)
+                text = f.read().decode(errors="replace")
+        except OSError:
+            text = ""
+        self._cut = {"ready_s": round(time.monotonic() - self._t_spawn, 3),
+                     **startup_log.parse(text).to_dict()}
+
+    def startup_cut_record(self) -> dict[str, Any]:
+        """The last start's phases (empty before :meth:`wait_ready`)."""
+        return dict(self._cut)
 
     def reset_cache(self) -> dict[str, Any]:
         """``POST /flush_cache``: SGLang 0.5.17 empties its radix cache, KV and draft pools and
@@ -306,6 +331,8 @@ class SglangServer(LocalServer):
                                                    simulated.items()) + ")")
         if info:
             out["startup"] = info
+        if self._cut:
+            out["startup_cut"] = dict(self._cut)
         return out
 
     def version_text(self) -> str:
