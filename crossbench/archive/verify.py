@@ -77,7 +77,7 @@ MAX_DEPTH = 32
 no run directory; a 2 000-deep one also outran Python's recursion in removing the temporary
 folder, which was left behind."""
 MAX_NAME_BYTES = 1024
-"""Longest member name in UTF-8 bytes (examples/: 121), well under the 4 096 of a path on
+"""Longest member name in UTF-8 bytes (examples/: 129), well under the 4 096 of a path on
 Linux with the temporary folder in front."""
 MAX_PART_BYTES = 255
 """Longest part of a member name (a file or folder name; Linux's NAME_MAX; examples/: 52)."""
