@@ -285,10 +285,6 @@ class SglangServer(LocalServer):
         self._cut = {"ready_s": round(time.monotonic() - self._t_spawn, 3),
                      **startup_log.parse(text).to_dict()}
 
-    def startup_cut_record(self) -> dict[str, Any]:
-        """The last start's phases (empty before :meth:`wait_ready`)."""
-        return dict(self._cut)
-
     def reset_cache(self) -> dict[str, Any]:
         """``POST /flush_cache``: SGLang 0.5.17 empties its radix cache, KV and draft pools and
         the allocator's cache, and resets the scheduler's metrics, when no request runs
