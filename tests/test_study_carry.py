@@ -524,8 +524,9 @@ def test_run_sh_starts_no_late_setup_where_the_machine_has_what_the_round_needs(
 def test_run_sh_setup_waits_for_the_llama_cpp_source(tmp_path: Path) -> None:
     """run.sh's step 3, run alone with a stand-in ``python3``: a call that carries no llama.cpp
     source starts no setup and says what to carry (on 2026-12-06 such a call started a setup
-    that failed, and the next call's ran beside it); the call that carries it keeps it outside
-    the checkout and starts the setup once, which the next call does not start again."""
+    that waited for one, and the next call's ran beside it); the call that carries it keeps
+    it outside the checkout and starts the setup once, which the next call does not start
+    again."""
     import os
     import subprocess
     import time

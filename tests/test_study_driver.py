@@ -70,7 +70,8 @@ def test_the_rounds_file_lists_every_round_of_the_former_scripts(study: ModuleTy
         ("naive", None), ("twostart", None), ("hoststart", None), ("methods", 3), ("methods", 4),
         ("moe", 2), ("moe", 3), ("moe", 5), ("moe", 7), ("fits2", None),
         ("sglang-methods", 1), ("sglang-methods", 2), ("sglang-methods", 3),
-        ("sglang-mtp", None), ("startup-next", None), ("startup-spec", None), ("verdicts", 2), ("alpha-same", 2),
+        ("sglang-mtp", None), ("startup-next", None), ("startup-spec", None), ("verdicts", 2),
+        ("alpha-same", 2),
         ("moe", 10), ("moe", 11), ("alpha", 1), ("alpha", 2)}
     assert {k for k, r in by.items() if r.drafters} == {("methods", p) for p in (1, 2, 3, 4)} | {
         ("fits", None), ("fits2", None), ("verdicts", 1), ("verdicts", 2),
@@ -823,7 +824,7 @@ def test_calls_refuse_a_lease_without_the_wheels_or_the_source(study: ModuleType
     """A cross round's setup unpacks the llama.cpp source and its first call installs the
     wheels: without either `study.py calls` refuses the lease, naming the command that makes
     it, before any device time is spent (2026-12-06: a first call without the source started
-    a setup that failed)."""
+    a setup that waited for one, and the next call's ran beside it)."""
     import subprocess
 
     repo = tmp_path / "repo"

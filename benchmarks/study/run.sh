@@ -139,7 +139,7 @@ done
 #    It needs the llama.cpp source (the fixtures' tokenizer, the drafters' converter, the
 #    build), kept outside the checkout from the call that carries it; without it the setup
 #    waits for a later call. On 2026-12-06 a first call without the source started a setup
-#    that failed, and the next call's setup ran beside the first's fixtures and drafters
+#    that waited for one, and the next call's setup ran beside it (fixtures and drafters twice)
 SRC=/tmp/cb-src/llama-cpp-python-0.3.36.src.tgz
 if [ ! -f "$SRC" ] && [ -f .carry/llama-cpp-python-0.3.36.src.tgz ]; then
   mkdir -p /tmp/cb-src && cp .carry/llama-cpp-python-0.3.36.src.tgz "$SRC.tmp" \

@@ -565,8 +565,8 @@ def lease_calls(r: Round, repo: Path) -> list[tuple[str, list[Path]]]:
     cache's, as many a call as fit; the last of them starts the round (BUDGET_S=560). Paths
     are relative to ``repo``. ValueError when a part cannot fit a call, or when the wheels or
     (for a cross round, whose setup unpacks it) the llama.cpp source are missing (the fix
-    named): a first call without the source once started a setup that failed, and the
-    setup of the next call ran beside the first's fixtures (2026-12-06)."""
+    named): a first call without the source once started a setup that waited for one, and
+    the next call, carrying it, started a second beside it (2026-12-06)."""
     carry = _carry_module()
     root = repo / ".carry"
     packs = [d for kind, need in (("vllm", r.vllm), ("sglang", r.sglang)) if need
