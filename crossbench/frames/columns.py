@@ -143,7 +143,9 @@ FRAMES: dict[str, list[Column]] = {
         Column("synthetic_acceptance", "", "acceptance set by synth_rates / synth_len"),
         Column("expected_mean_acceptance_length", "tokens/step",
                "what the counters should read under the synthetic rates (llama-server: each "
-               "draft clipped to the tokens a request has left; NA elsewhere)"),
+               "draft clipped to the tokens a request has left; SGLang: each step the floor "
+               "or the ceiling of the simulated mean, the last step stopping at the token "
+               "limit; NA elsewhere)"),
     ],
     "pairs": [
         *_COORDS,
