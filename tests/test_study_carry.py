@@ -280,7 +280,8 @@ def test_run_sh_packs_again_after_a_chained_round(tmp_path: Path) -> None:
 
     out, log = tmp_path / "cc-out", tmp_path / "log"
     log.mkdir()
-    block = _run_sh_block(r"^cc_pack\(\) \{.*?^\}\n").replace("/tmp/cc-out", str(out))
+    block = _run_sh_block(r"^RKEY=.*?\n") + \
+        _run_sh_block(r"^cc_pack\(\) \{.*?^\}\n").replace("/tmp/cc-out", str(out))
     script = ('say() { echo "$*"; }\n'
               'cb() { [ -n "${FAIL:-}" ] && { echo "pack failed" >&2; return 1; }; '
               'echo "round $ROUND" > "${@: -1}"; }\n'
@@ -613,7 +614,8 @@ def test_run_sh_keys_a_rounds_markers_by_its_part(tmp_path: Path) -> None:
     assert "matrix-round$ROUND" not in text and "status-round${ROUND}" not in text
     out, log = tmp_path / "cc-out", tmp_path / "log"
     log.mkdir()
-    block = _run_sh_block(r"^cc_pack\(\) \{.*?^\}\n").replace("/tmp/cc-out", str(out))
+    block = _run_sh_block(r"^RKEY=.*?\n") + \
+        _run_sh_block(r"^cc_pack\(\) \{.*?^\}\n").replace("/tmp/cc-out", str(out))
     script = ('say() { echo "$*"; }\ncb() { echo "part $PART" > "${@: -1}"; }\n'
               + block + 'cc_pack\necho "CC_PACK=$CC_PACK"\n')
 

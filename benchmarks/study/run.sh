@@ -365,8 +365,7 @@ cc_pack() {  # sets CC_PACK, the pack whose parts this call returns: packed afte
   local d=/tmp/cc-out k next
   mkdir -p "$d"
   CC_PACK=$(ls -t "$d"/vllm-compile*.tgz 2>/dev/null | head -1)
-  local ended="$LOG/matrix-round${ROUND:-}${PART:+-part$PART}.exit"
-  if [ -n "$CC_PACK" ] && [ ! "$CC_PACK" -ot "$ended" ]; then
+  if [ -n "$CC_PACK" ] && [ ! "$CC_PACK" -ot "$LOG/matrix-round$RKEY.exit" ]; then
     return 0
   fi
   k=$(ls "$d"/vllm-compile*.tgz 2>/dev/null | wc -l)
