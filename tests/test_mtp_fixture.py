@@ -129,6 +129,42 @@ def test_same_seed_same_bytes_other_seed_other_bytes(mtp_target, tmp_path):
     assert not np.array_equal(a, b)
 
 
+def test_the_hf_folder_alone_is_the_same_folder_and_a_later_conversion_reuses_it(
+        mtp_target, tmp_path):
+    """``convert=False`` (what SGLang's rounds ask for) writes the folder the converting path
+    writes, byte for byte, with its own manifest and no GGUF; converting later reuses it."""
+    from crossbench.engines.llamacpp.build import source_tree
+    from crossbench.engines.llamacpp.pins import DEFAULT_PIN, get_pin
+    from crossbench.fixtures.mtp import HF_MANIFEST_NAME, MANIFEST_NAME
+    from crossbench.fixtures.resolve import ensure_hf_fixture, vocab_path
+    from crossbench.fixtures.vocab import read_tokenizer
+
+    hf_dir, gguf = mtp_target
+    never = tuple(read_tokenizer(vocab_path()).never_predicted)
+    tree = source_tree(get_pin(DEFAULT_PIN))
+    tok = ensure_hf_fixture("tiny", "target")
+    out = tmp_path / "alone"
+    alone = make_mtp_target("tiny", tok, out, tree, never, seed=0, convert=False)
+    assert not alone.gguf.exists() and not (out / MANIFEST_NAME).exists()
+    names = sorted(p.name for p in hf_dir.iterdir())
+    assert sorted(p.name for p in alone.hf_dir.iterdir()) == names
+    for name in names:
+        assert (alone.hf_dir / name).read_bytes() == (hf_dir / name).read_bytes(), name
+    recorded = json.loads((out / HF_MANIFEST_NAME).read_text())["files"]
+    st = alone.hf_dir / "model.safetensors"
+    assert recorded["hf/model.safetensors"]["sha256"] == hashlib.sha256(
+        st.read_bytes()).hexdigest()
+    mtime = st.stat().st_mtime_ns
+    again = make_mtp_target("tiny", tok, out, tree, never, seed=0, convert=False)
+    assert again.manifest == alone.manifest and st.stat().st_mtime_ns == mtime
+    full = make_mtp_target("tiny", tok, out, tree, never, seed=0)
+    assert st.stat().st_mtime_ns == mtime  # the folder reused, not written again
+    assert full.gguf.read_bytes() == gguf.read_bytes()
+    st.write_bytes(st.read_bytes()[:-1])  # a folder cut short is written again
+    make_mtp_target("tiny", tok, tmp_path / "alone", tree, never, seed=0, convert=False)
+    assert st.read_bytes() == (hf_dir / "model.safetensors").read_bytes()
+
+
 def test_the_8b_class_shape_fits_the_h200_disk():
     """Qwen3.5-9B's text shape with the fixtures' vocabulary: 8.41 G parameters, 16.8 GB in
     each format, so HF + GGUF (33.6 GB) fit the H200 host's 64 GB disk."""

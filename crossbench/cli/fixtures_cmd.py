@@ -19,6 +19,7 @@ from crossbench.fixtures.resolve import (  # the library layer under the command
     ensure_fixtures,
     ensure_hf_fixture,
     ensure_mtp_target,
+    ensure_mtp_target_hf,
     quantize,
 )
 
@@ -101,10 +102,14 @@ Examples:
 @click.option("--shape", default="tiny", show_default=True)
 @click.option("--seed", default=0, show_default=True)
 @click.option("--format", "fmt", type=click.Choice(["gguf", "hf"]), default="gguf",
-              show_default=True, help="gguf: the GGUF file; hf: its Hugging Face folder.")
+              show_default=True, help="gguf: the GGUF file; hf: its Hugging Face folder (an MTP-"
+              "class target's made alone, not converted).")
 @user_errors
 def path(which: str, shape: str, seed: int, fmt: str) -> None:
     """Print the path of one fixture model (making it first if needed)."""
+    if which in MTP_ROLES and fmt == "hf":  # the HF folder alone, not converted
+        click.echo(str(ensure_mtp_target_hf(shape, seed, which)))
+        return
     if which in DRAFTER_ROLES or which in MTP_ROLES:
         hf_dir, gguf = (ensure_mtp_target(shape, seed, which) if which in MTP_ROLES
                         else ensure_drafter(shape, which, seed))

@@ -109,11 +109,14 @@ def _resolve(ref: str) -> str:
             ensure_fixtures,
             ensure_hf_fixture,
             ensure_mtp_target,
+            ensure_mtp_target_hf,
             quantize,
         )
         from crossbench.runner.matrix import parse_fixture_ref
 
         shape, role, quant = parse_fixture_ref(ref, "model")
+        if role in MTP_ROLES and quant == "hf":  # the HF folder alone: no conversion
+            return str(ensure_mtp_target_hf(shape, role=role))
         if role in DRAFTER_ROLES or role in MTP_ROLES:  # converted by llama.cpp's converter
             hf_dir, gguf = (ensure_mtp_target(shape, role=role) if role in MTP_ROLES
                             else ensure_drafter(shape, role))
