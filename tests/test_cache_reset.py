@@ -107,6 +107,16 @@ def test_sglang_flushes_its_radix_cache_or_needs_nothing(tmp_path: Path) -> None
                                      "disable_radix_cache": True}, tmp_path / "off.log")
     assert off.reset_cache() == {"method": "none-needed", "ok": True,
                                  "reason": "the radix cache is off (disable_radix_cache)"}
+    # NGRAM's corpus outlives the radix cache: flushed whatever disable_radix_cache says
+    ngram = registry.create("sglang", {"binary": str(py), "model": "Qwen/Qwen3-8B",
+                                       "disable_radix_cache": True,
+                                       "spec": {"type": "NGRAM", "n": 4}},
+                            tmp_path / "ngram.log")
+    with ngram:
+        assert ngram.reset_cache() == {
+            "method": "flush_cache", "ok": True,
+            "reason": "NGRAM's corpus keeps every served request's tokens"}
+    assert "Cache flushed successfully!" in (tmp_path / "ngram.log").read_text()
     down = registry.create("sglang", {"binary": str(py), "model": "Qwen/Qwen3-8B",
                                       "port": 9}, tmp_path / "down.log")
     failed = down.reset_cache()  # no server: the record says what went wrong

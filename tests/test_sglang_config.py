@@ -194,3 +194,41 @@ def test_binary_defaults_to_the_installed_release(tmp_path: Path,
     given.write_text("#!/bin/sh\n")
     assert SglangServer(SglangServerConfig(model="/models/t", binary=given),
                         log_path=tmp_path / "c.log").binary == given
+
+
+def test_a_float16_gated_delta_net_needs_its_conv_state_in_float16(tmp_path: Path) -> None:
+    """The Qwen3.5 fixture's config (as crossbench.fixtures.mtp writes it) in float16: SGLang
+    0.5.17 would keep the conv state in bfloat16 and fail its first CUDA graph capture
+    (sglang-rest, 2026-12-06), so the config is refused before a start, naming the variable;
+    with it, in bfloat16, or with a full-attention-only model it passes."""
+    from crossbench.fixtures.mtp import hf_config, mtp_spec
+
+    folder = tmp_path / "q35"
+    folder.mkdir()
+    config = hf_config(mtp_spec("tiny"), 151936, 151643, 151645)
+    (folder / "config.json").write_text(json.dumps(config))
+    assert "linear_attention" in config["text_config"]["layer_types"]
+    for dtype in ("float16", None):  # None: the folder's own torch_dtype, float16
+        with pytest.raises(UserError) as e:
+            _server(model=str(folder), dtype=dtype).check_conv_state_dtype()
+        assert e.value.message.startswith(f"env: {folder} has linear-attention layers")
+        assert "SGLANG_MAMBA_CONV_DTYPE is bfloat16" in e.value.message
+        assert "SGLANG_MAMBA_CONV_DTYPE: float16" in e.value.hint
+    _server(model=str(folder), dtype="float16",
+            env={"SGLANG_MAMBA_CONV_DTYPE": "float16"}).check_conv_state_dtype()
+    _server(model=str(folder), dtype="bfloat16").check_conv_state_dtype()
+    (folder / "config.json").write_text(json.dumps(
+        {**config, "text_config": {**config["text_config"],
+                                   "layer_types": ["full_attention"] * 4}}))
+    _server(model=str(folder), dtype="float16").check_conv_state_dtype()
+    _server(model="Qwen/Qwen3.5-9B", dtype="float16").check_conv_state_dtype()  # hub: skipped
+
+
+def test_the_study_matrix_serves_its_qwen35_cells_with_the_conv_state_in_float16() -> None:
+    from crossbench.runner.matrix import expand, load_matrix
+
+    path = Path(__file__).resolve().parents[1] / "matrices" / "h200-methods.yaml"
+    cells = [c for c in expand(load_matrix(path), path) if c.coords["target"] == "q35-hf"
+             and c.coords["engine"].startswith("sglang")]
+    assert cells and {c.coords["engine"] for c in cells} == {"sglang-q35"}
+    assert {c.engine_config["env"]["SGLANG_MAMBA_CONV_DTYPE"] for c in cells} == {"float16"}

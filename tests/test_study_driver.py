@@ -48,7 +48,7 @@ def test_the_rounds_file_lists_every_round_of_the_former_scripts(study: ModuleTy
     assert list(rounds) == ["1", "verdict", "shared", "gate", "naive", "twostart", "hoststart",
                             "spread", "known", "all", "methods", "mtp", "fits", "fits2",
                             "verdicts", "alpha", "alpha-same", "startup-next", "startup-spec",
-                            "sglang-methods", "sglang-rest", "moe", "synthetic", "sglang-check",
+                            "sglang-methods", "sglang-nextn", "moe", "synthetic", "sglang-check",
                             "smoke"]
     assert study.parts(rounds, "methods") == [1, 2, 3, 4]
     assert study.parts(rounds, "moe") == list(range(1, 12))
@@ -61,16 +61,16 @@ def test_the_rounds_file_lists_every_round_of_the_former_scripts(study: ModuleTy
         ("gate", None), ("spread", None), ("known", None), ("all", None), ("methods", 1),
         ("methods", 2), ("moe", 1), ("moe", 4), ("moe", 6), ("moe", 8), ("moe", 9),
         ("sglang-methods", 1), ("sglang-methods", 2), ("sglang-methods", 3), ("alpha-same", 1),
-        ("sglang-rest", None), ("verdicts", 1)}
+        ("sglang-nextn", None), ("verdicts", 1)}
     assert {k for k, r in by.items() if r.sglang} == {("sglang-methods", 1),
                                                       ("sglang-methods", 2),
                                                       ("sglang-methods", 3),
-                                                      ("sglang-rest", None)}
+                                                      ("sglang-nextn", None)}
     assert {k for k, r in by.items() if not r.build} == {
         ("naive", None), ("twostart", None), ("hoststart", None), ("methods", 3), ("methods", 4),
         ("moe", 2), ("moe", 3), ("moe", 5), ("moe", 7), ("fits2", None),
         ("sglang-methods", 1), ("sglang-methods", 2), ("sglang-methods", 3),
-        ("sglang-rest", None), ("startup-next", None), ("startup-spec", None), ("verdicts", 2),
+        ("sglang-nextn", None), ("startup-next", None), ("startup-spec", None), ("verdicts", 2),
         ("alpha-same", 2),
         ("moe", 10), ("moe", 11), ("alpha", 1), ("alpha", 2)}
     assert {k for k, r in by.items() if r.drafters} == {("methods", p) for p in (1, 2, 3, 4)} | {
@@ -80,18 +80,16 @@ def test_the_rounds_file_lists_every_round_of_the_former_scripts(study: ModuleTy
     assert {k for k, r in by.items() if not r.verify_hf} == {
         ("methods", 3), ("methods", 4), ("mtp", None), ("fits", None), ("fits2", None),
         ("verdicts", 1), ("verdicts", 2), ("sglang-methods", 1), ("sglang-methods", 2),
-        ("sglang-methods", 3), ("sglang-rest", None),
+        ("sglang-methods", 3), ("sglang-nextn", None),
         ("startup-next", None), ("startup-spec", None), ("alpha", 1), ("alpha", 2),
         ("alpha-same", 1), ("alpha-same", 2)} | {("moe", p) for p in range(1, 12)}
     # the MTP round makes the Qwen3.5 target first, then the qwen3-8b pair only where it fits
     assert by[("mtp", None)].fixtures == (("path mtp-target --shape qwen3-8b", 0),
                                           ("make --shape qwen3-8b", 26))
     assert by[("methods", 3)].fixtures == study.DEFAULT_FIXTURES
-    # SGLang's last round: the MTP target's HF folder alone, then the Qwen3-8B target's where
-    # its GGUF pair and folder fit beside it
-    assert by[("sglang-rest", None)].fixtures == (
-        ("path mtp-target --shape qwen3-8b --format hf", 0),
-        ("path target --shape qwen3-8b --format hf", 36))
+    # SGLang's NEXTN: the MTP target's HF folder alone (no GGUF: SGLang reads HF folders)
+    assert by[("sglang-nextn", None)].fixtures == (
+        ("path mtp-target --shape qwen3-8b --format hf", 0),)
     # the MoE round: its targets (the dense twin where 8 GB are free), the 0.6B draft (GGUF
     # pair, then its HF folder) where 24 GB are free; vLLM parts make one target, the
     # quantized parts no draft (their GGUFs take its room)
@@ -210,15 +208,14 @@ def test_every_round_matrix_validates_and_every_selection_picks_cells(
                                         ("draft-a0.9", 2), ("draft-a0.9", 8)}}[r.part], arms
                     assert {int(c.coords["concurrency"]) for c in chosen} == {1, 16}
                     assert "/none/" in next(iter(run_order(m, chosen)))[0]
-                if r.name == "sglang-rest":  # NEXTN on its target, NGRAM on the Qwen3-8B one
+                if r.name == "sglang-nextn":  # NEXTN on its target, the conv state in F16
                     arms = {(str(c.coords.get("arm")), c.coords.get("n")) for c in chosen}
-                    assert arms == {"sglang-mtp": {("none", None), ("mtp-a0.9", 1),
-                                                   ("mtp-a0.9", 2), ("mtp-a0.9", 4)},
-                                    "sglang-ngram": {("none", None), ("ngram", 2), ("ngram", 4),
-                                                     ("ngram", 8)}}[step.name], arms
-                    assert {c.coords["engine"] for c in chosen} == {"sglang"}
-                    assert {c.coords["target"] for c in chosen} == {
-                        "q35-hf" if step.name == "sglang-mtp" else "t8b-hf"}
+                    assert arms == {("none", None), ("mtp-a0.9", 1), ("mtp-a0.9", 2),
+                                    ("mtp-a0.9", 4)}, arms
+                    assert {c.coords["engine"] for c in chosen} == {"sglang-q35"}
+                    assert {c.coords["target"] for c in chosen} == {"q35-hf"}
+                    assert {c.engine_config["env"]["SGLANG_MAMBA_CONV_DTYPE"]
+                            for c in chosen} == {"float16"}
                     assert {int(c.coords["concurrency"]) for c in chosen} == {1, 16}
                     assert "/none/" in next(iter(run_order(m, chosen)))[0]
                 if r.name == "alpha-same":  # both alphas at n = 4, fresh starts per arm
@@ -229,7 +226,7 @@ def test_every_round_matrix_validates_and_every_selection_picks_cells(
                     assert {int(c.coords["concurrency"]) for c in chosen} == {1}
                     assert m.trials == (3 if r.part == 1 else 2)
                     assert "/none/" in next(iter(run_order(m, chosen)))[0]
-    assert checked == 54
+    assert checked == 53
 
 
 def test_a_selector_with_an_unknown_key_is_refused(study: ModuleType) -> None:

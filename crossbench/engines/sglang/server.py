@@ -133,8 +133,43 @@ class SglangServer(LocalServer):
             raise UserError(f"model: {path} does not exist",
                             "fix the path, or give OWNER/REPO or hf://OWNER/REPO@REVISION")
         self.check_block_drafter()
+        self.check_conv_state_dtype()
         _ = self.api_key
         self._check_port_free()
+
+    def check_conv_state_dtype(self) -> None:
+        """For a local model folder with linear-attention layers (Qwen3.5, Qwen3-Next: a gated
+        delta-net with a conv state) served in float16: SGLang 0.5.17 keeps the conv state in
+        ``SGLANG_MAMBA_CONV_DTYPE`` (default bfloat16), and its Triton ``causal_conv1d``
+        refuses the two dtypes together while the start captures the prefill CUDA graph
+        ("Mismatched type for col0 ... bf16 ... fp16"; every start of the study's
+        ``sglang-rest``, 2026-12-06). Refused here, before a start is spent."""
+        path, _ = self.config.model_path()
+        if not path.startswith(("/", "./", "../", "~")):
+            return  # OWNER/REPO: SGLang reads its config at start-up
+        try:
+            data = json.loads((Path(path).expanduser() / "config.json").read_text())
+        except (OSError, ValueError):
+            return
+        if not isinstance(data, dict):
+            return
+        text = data.get("text_config") if isinstance(data.get("text_config"), dict) else {}
+        layers = text.get("layer_types") or data.get("layer_types") or []
+        if "linear_attention" not in layers:
+            return
+        dtype = self.config.dtype
+        if dtype in (None, "auto"):
+            dtype = text.get("torch_dtype") or data.get("torch_dtype")
+        if dtype not in ("float16", "half"):
+            return
+        conv = self.base_environment().get("SGLANG_MAMBA_CONV_DTYPE", "bfloat16")
+        if conv != "float16":
+            raise UserError(
+                f"env: {path} has linear-attention layers and runs in float16, but "
+                f"SGLANG_MAMBA_CONV_DTYPE is {conv}: SGLang {self.config.version} keeps the "
+                "conv state in that dtype and its causal_conv1d kernel refuses the mix at "
+                "start-up", "add env: {SGLANG_MAMBA_CONV_DTYPE: float16} to the server "
+                "settings, or serve the model in bfloat16 (dtype: bfloat16)")
 
     def check_block_drafter(self) -> None:
         """For DFLASH with a local draft folder: the folder is a DFlash drafter and its
@@ -287,11 +322,17 @@ class SglangServer(LocalServer):
 
     def reset_cache(self) -> dict[str, Any]:
         """``POST /flush_cache``: SGLang 0.5.17 empties its radix cache, KV and draft pools and
-        the allocator's cache, and resets the scheduler's metrics, when no request runs
+        the allocator's cache, resets the scheduler's metrics and the speculative worker's own
+        state (``clear_cache_pool``: NGRAM's corpus), when no request runs
         (``Scheduler.flush_cache``; it answers 400 otherwise). With ``disable_radix_cache``
-        nothing is kept between requests, so nothing is flushed (a flush would only empty
-        the allocator's cache for the next trial to refill) and the record says so."""
-        if self.config.disable_radix_cache:
+        and no NGRAM nothing is kept between requests, so nothing is flushed (a flush would
+        only empty the allocator's cache for the next trial to refill) and the record says so.
+        NGRAM's corpus keeps the tokens of every request the start has served, whatever the
+        radix cache: a trial after another on the same start would draft from the earlier
+        trial's outputs (sglang-rest, 2026-12-06: c=16 after c=1 replayed them), so it is
+        always flushed."""
+        ngram = self.config.spec.type == "NGRAM"
+        if self.config.disable_radix_cache and not ngram:
             return {"method": "none-needed", "ok": True,
                     "reason": "the radix cache is off (disable_radix_cache)"}
         try:
@@ -300,6 +341,8 @@ class SglangServer(LocalServer):
         except OSError as e:
             return {"method": "flush_cache", "ok": False, "error": str(e)}
         out: dict[str, Any] = {"method": "flush_cache", "ok": status == 200}
+        if ngram:
+            out["reason"] = "NGRAM's corpus keeps every served request's tokens"
         if status != 200:
             out["error"] = f"HTTP {status} {body[:200]!r}"
         return out
