@@ -153,7 +153,8 @@ class SglangServer(LocalServer):
             return
         if not isinstance(data, dict):
             return
-        text = data.get("text_config") if isinstance(data.get("text_config"), dict) else {}
+        nested = data.get("text_config")
+        text: dict[str, Any] = nested if isinstance(nested, dict) else {}
         layers = text.get("layer_types") or data.get("layer_types") or []
         if "linear_attention" not in layers:
             return
