@@ -432,3 +432,55 @@ def test_sglangs_mean_length_is_the_step_draws_expectation() -> None:
             assert acc["accepted_tokens"] + acc["drafts"] == 47 * requests  # kept tokens only
             checked += 1
     assert checked == 12
+
+
+REST = H100 / "sglang-rest"
+
+
+def test_sglangs_ngram_rows_fit_replay_and_failed_nextn_are_the_archives(
+        tmp_path: Path) -> None:
+    """`sglang-rest`'s section: each NGRAM c=1 row (MAL, speedup and interval, C(n)), the
+    `crossbench fit` line, the c=16 output rates and ratios and their MAL (the replayed
+    corpus), no verdict word in any row; NEXTN's archive holds its 8 starts, every one
+    failed, each log with the conv-state error the page quotes."""
+    text = DOC.read_text()
+    start = text.index("## SGLang's NGRAM live, its NEXTN refused at start")
+    section = text[start:text.index("\n## ", start + 3)]
+    flat = " ".join(section.split()).replace("**", "")
+    with open_run(REST / "h100-sglang-rest-sglang-ngram.zip") as frames:
+        pairs = {(p["n"], p["concurrency"]): p for p in frames.analysis["pairs"]}
+        cells = {(c["n"], c["concurrency"]): c for c in frames.analysis["cells"]}
+    for n in (2, 4, 8):
+        p = pairs[(n, 1)]
+        sp, mal = p["speedup"], p["acceptance"]["mean_acceptance_length"]
+        assert sp["start_ci95"] is None  # one start per arm
+        (row,) = [ln for ln in section.splitlines() if ln.startswith(f"| {n} | ")]
+        assert row == (f"| {n} | {mal:.3f} | {interval(sp['geomean'], sp['ci95'], 3)} | "
+                       f"{mal / sp['geomean']:.3f} |")
+        assert 1.0 < mal < 1.03  # random weights: almost nothing accepted
+    base16 = cells[(None, 16)]["throughput"]["wall_output_tok_s"]
+    assert f"against the baseline's {base16:,.1f}" in flat
+    rates = [cells[(n, 16)]["throughput"]["wall_output_tok_s"] for n in (2, 4, 8)]
+    assert ", ".join(f"{r:,.1f}" for r in rates[:2]) + f" and {rates[2]:,.1f}" in flat
+    assert "(" + ", ".join(f"{r / base16:.2f}" for r in rates) + ")" in flat
+    mals = [pairs[(n, 16)]["acceptance"]["mean_acceptance_length"] for n in (2, 4, 8)]
+    assert f"MAL {mals[0]:.2f}, {mals[1]:.2f} and {mals[2]:.2f}" in flat
+    assert min(mals) > 2  # the replay: every c=16 cell accepted far more than at c=1
+    fit = _fit(tmp_path, [REST / "h100-sglang-rest-sglang-ngram.zip"], "ngram", "sglang")
+    line = fit["fit"]
+    said = f"d {interval(line['d'], line['d_ci95'], 3)}, v {interval(line['v'], line['v_ci95'], 4)}"
+    assert said in flat, said
+    for word in ("faster", "slower"):
+        assert word not in section
+    import json
+    import zipfile
+
+    with zipfile.ZipFile(REST / "h100-sglang-rest-sglang-mtp.zip") as z:
+        names = z.namelist()
+        logs = [z.read(m).decode() for m in names if m.endswith("/server.log")]
+        (summary,) = [m for m in names if m.endswith("/data/summary.json")]
+        cells = json.loads(z.read(summary))["cells"]
+    assert len(logs) == 8 and all(
+        "Mismatched type for col0 between then block (<['256'], bf16>) and else block "
+        "(<['256'], fp16>)" in log for log in logs)
+    assert len(cells) == 8 and {(c["done"], c["failed"]) for c in cells} == {(0, 1)}
