@@ -189,6 +189,10 @@ def analyze_pair(spec: CellData, base: CellData, figs: dict[str, dict[str, Any]]
             "else ran on it, and keep other load off the engine's cores; an engine option "
             "that overlaps host and GPU work (vLLM's async scheduling, where the method "
             "allows it) shrinks the host's share", spec.id))
+    if any(f.kind is WarningKind.DRAFT_REPLAY for f in checks[spec.id]):
+        out["verdict_caveats"].append(
+            "the speculative cell's drafts can replay outputs of earlier requests on its "
+            "start (draft_replay): see warnings")
     if any(f.kind is WarningKind.SINGLE_TRIAL for f in own):
         out["verdict_caveats"].append(
             f"one trial per cell, so {ONE_START}: the interval leaves out start-to-start "

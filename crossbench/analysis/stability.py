@@ -52,6 +52,7 @@ class WarningKind(StrEnum):
     LENGTH_MISMATCH = "length_mismatch"
     ACCEPTANCE_COUNTER = "acceptance_counter"
     UNRATED_REQUESTS = "unrated_requests"
+    DRAFT_REPLAY = "draft_replay"
 
 
 @dataclass(frozen=True)
@@ -186,6 +187,71 @@ def _cache(cell: CellData) -> list[Finding]:
                     "TTFT and end-to-end figures are too low for those requests: check that "
                     "the engine build honours cache_prompt: false (or disable its prompt cache "
                     "with a server flag) and rerun", cell.id)]
+
+
+REPLAY_SHARE = 0.05
+"""Share of a cell's measured requests repeating a prompt sent before them in their trial
+from which :func:`_draft_replay` warns (a workload's warm-up prompt sent again among 32 is
+3 %: too little to move a figure)."""
+
+
+def _draft_replay(cell: CellData) -> list[Finding]:
+    """A method that drafts from state every request of a start feeds (the engine registers
+    which: ``registry.shared_drafts``) replays a prompt served before on its start under
+    greedy decoding: a repeat inside a trial, or a trial after others on its start without a
+    reset that clears the state. Scripted acceptance decides nothing by the drafts: skipped."""
+    from crossbench.engines import registry
+
+    if not cell.speculative or cell.synthetic:
+        return []
+    kind = str(cell.spec.get("type"))
+    shared = registry.shared_drafts(str(cell.config.get("engine")), kind)
+    if shared is None:
+        return []
+    seen: dict[int, set[str]] = {}
+    repeats = measured = 0
+    order = sorted(cell.records, key=lambda r: (int(r.get("trial", 0)),
+                                                int(r.get("t_sent_ns") or 0),
+                                                int(r.get("request_index") or 0)))
+    for r in order:
+        pid = r.get("prompt_id")
+        if pid is None:
+            continue
+        sent = seen.setdefault(int(r.get("trial", 0)), set())
+        if not r.get("warmup"):
+            measured += 1
+            repeats += pid in sent
+        sent.add(str(pid))
+    carried = []
+    for t in cell.manifest.get("trials") or []:
+        reuse = t.get("reuse") or {}
+        if int(reuse.get("position") or 0) == 0:
+            continue
+        reset = reuse.get("cache_reset") or {}
+        if reset.get("ok") and reset.get("method") in shared.cleared_by:
+            continue
+        by = (reuse.get("started_by") or {}).get("cell")
+        carried.append(f"{t.get('trial')} (after {by}; reset: {reset.get('method', 'none')})")
+    many = measured and repeats >= REPLAY_SHARE * measured
+    if not carried and not many:
+        return []
+    seen_text = []
+    if many:
+        seen_text.append(f"{repeats} of {measured} measured requests repeat a prompt sent "
+                         "before them in their trial")
+    if carried:
+        seen_text.append(f"trial(s) {', '.join(carried)} followed other trials on their "
+                         "server start without a reset that clears it")
+    return [Finding(WarningKind.DRAFT_REPLAY,
+                    f"{kind} drafts from {shared.kept_in}; " + "; ".join(seen_text)
+                    + ": under greedy decoding such a request drafts an earlier copy's output, "
+                    "so its acceptance and speedup overstate the method's",
+                    "send each prompt once per server start (requests no more than the "
+                    "workload's prompts) and give each trial a fresh start"
+                    + (f" or a reset that clears it ({', '.join(shared.cleared_by)})"
+                       if shared.cleared_by else "")
+                    + "; read the method's acceptance from a trial that does both",
+                    cell.id)]
 
 
 def _thinking(cell: CellData) -> list[Finding]:
@@ -363,4 +429,4 @@ def cell_checks(cell: CellData, cooldown_s: float | None) -> list[Finding]:
     if not cell.speculative:
         out += _drift(cell, rates)
     return (out + _length(cell) + _cache(cell) + _thinking(cell) + _integrity(cell)
-            + _counter(cell) + _unrated(cell) + _trial_warnings(cell))
+            + _counter(cell) + _unrated(cell) + _trial_warnings(cell) + _draft_replay(cell))

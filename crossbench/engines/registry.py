@@ -45,6 +45,19 @@ class Registration:
     run_options: Mapping[str, str] = field(default_factory=dict)
     install: str | None = None
     synthetic: str | None = None
+    shared_drafts: Mapping[str, SharedDrafts] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class SharedDrafts:
+    """A speculative method that drafts from state every request of a server start feeds (an
+    n-gram table of all prompts and outputs): a request can draft from another's output, so
+    a prompt sent again replays its earlier output under greedy decoding."""
+
+    kept_in: str
+    """What keeps the state, where in the engine's source."""
+    cleared_by: tuple[str, ...] = ()
+    """The ``reset_cache`` methods that clear it (none: only a fresh start does)."""
 
 
 _ENGINES: dict[str, Registration] = {}
@@ -59,7 +72,8 @@ def register(name: str, server: str, config: str,
              rules: str | None = None,
              run_options: Mapping[str, str] | None = None,
              install: str | None = None,
-             synthetic: str | None = None) -> None:
+             synthetic: str | None = None,
+             shared_drafts: Mapping[str, SharedDrafts] | None = None) -> None:
     """Register an engine: ``server`` and ``config`` are ``"module:Class"`` paths; what shared
     code reads from each other argument is docs/engines.md "The registration".
 
@@ -74,13 +88,14 @@ def register(name: str, server: str, config: str,
     for a recorded spec config, how the engine draws synthetic acceptance
     (:class:`SyntheticDraws`, None where the config sets none), for an engine that limits
     every draft to the tokens a request has left as llama-server does
-    (:func:`synthetic_draws`).
+    (:func:`synthetic_draws`); ``shared_drafts`` names the ``spec.type`` values that draft
+    from state shared by every request of a start (:class:`SharedDrafts`).
     """
     _ENGINES[name] = Registration(
         server, config, spec_metric_prefix,
         spec_counters or SpecCounters.standard(spec_metric_prefix), decode_histograms,
         planning_startup_s, tuple(process_names), rules, dict(run_options or {}), install,
-        synthetic)
+        synthetic, dict(shared_drafts or {}))
 
 
 # planning_startup_s: the H200 cross-engine round 1 (examples/h200-cross/round1, 8B F16
@@ -91,13 +106,24 @@ register("llama-server", "crossbench.engines.llamacpp.server:LlamaServer",
          process_names=("llama-server", "llama-cli", "llama-bench"),
          rules="crossbench.engines.llamacpp.rules:RULES",
          install="crossbench.engines.llamacpp.pins:install_argv",
-         synthetic="crossbench.engines.llamacpp.synthetic:synthetic_draws")
+         synthetic="crossbench.engines.llamacpp.synthetic:synthetic_draws",
+         shared_drafts={"ngram-mod": SharedDrafts(
+             "one ngram-mod hash table per server, fed by every slot's prompt and output "
+             "(common_speculative_impl_ngram_mod in common/speculative.cpp of b11312; emptied "
+             "only when a quarter full)")})
 register("vllm", "crossbench.engines.vllm.server:VllmServer",
          "crossbench.engines.vllm.config:VllmServerConfig", spec_metric_prefix="vllm:spec_decode_",
          decode_histograms=("vllm:request_generation_tokens", "vllm:request_decode_time_seconds"),
          planning_startup_s=120.0, process_names=("vllm",),
          rules="crossbench.engines.vllm.rules:RULES")
-register("sglang", "crossbench.engines.sglang.server:SglangServer", "crossbench.engines.sglang.config:SglangServerConfig", spec_metric_prefix="sglang:spec_", spec_counters=SpecCounters("sglang:spec_verify_calls_total", None, None, generated="sglang:generation_tokens_total", requests="sglang:num_requests_total"), planning_startup_s=120.0, process_names=("sglang::",), synthetic="crossbench.engines.sglang.synthetic:synthetic_draws")  # noqa: E501
+register("sglang", "crossbench.engines.sglang.server:SglangServer", "crossbench.engines.sglang.config:SglangServerConfig", spec_metric_prefix="sglang:spec_", spec_counters=SpecCounters("sglang:spec_verify_calls_total", None, None, generated="sglang:generation_tokens_total", requests="sglang:num_requests_total"), planning_startup_s=120.0, process_names=("sglang::",), synthetic="crossbench.engines.sglang.synthetic:synthetic_draws", shared_drafts={"NGRAM": SharedDrafts("one NgramCorpus per server, fed by every request's tokens (speculative/ngram_worker.py of 0.5.17)", ("flush_cache",))})  # noqa: E501
+
+
+def shared_drafts(name: str, spec_type: str) -> SharedDrafts | None:
+    """How ``spec_type`` of engine ``name`` shares its draft state across requests, or None
+    (an unknown engine: None)."""
+    reg = _ENGINES.get(name)
+    return reg.shared_drafts.get(spec_type) if reg is not None else None
 
 
 def registration(name: str) -> Registration:

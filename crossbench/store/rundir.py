@@ -224,7 +224,7 @@ FORMATS: dict[str, Format] = {
            "length and a request's last step stops at its token limit (None before)"},
         {2: ("throughput.server_pooled_tok_s", "per_trial.*.throughput.server_pooled_tok_s"),
          4: ("acceptance.expected_mean_acceptance_length", "acceptance.expected_note")}),
-    "analysis": Format(ANALYSIS, ANALYSIS_KIND, 13, {
+    "analysis": Format(ANALYSIS, ANALYSIS_KIND, 14, {
         1: "first version (cells, pairs, sweeps, stability)",
         2: "options.strata and each interval's design; cost-model intervals (d_ci95, v_ci95) "
            "and tau estimated from per-request counts where no counter exists; server rates "
@@ -277,7 +277,11 @@ FORMATS: dict[str, Format] = {
             "confounded",
         13: "cells.*.acceptance.expected_mean_acceptance_length and expected_note, and "
             "pairs.*.acceptance.expected_note, under SGLang's simulated acceptance too "
-            "(summary.json version 4)"},
+            "(summary.json version 4)",
+        14: "the draft_replay warning and its verdict caveat: a method that drafts from "
+            "state every request of a start feeds (SGLang's NGRAM, llama.cpp's ngram-mod) "
+            "with prompts repeated in a trial or a trial after others on its start without "
+            "a reset that clears the state"},
         {2: ("cells.*.throughput.server_pooled_tok_s", "cells.*.latency_ms.chunk_gap",
              "cells.*.latency_ms.token_itl", "cells.*.throughput.wall_output_tok_s",
              "pairs.*.warnings", "pairs.*.confounds", "pairs.*.verdict", "stability",
@@ -298,7 +302,8 @@ FORMATS: dict[str, Format] = {
          12: ("pairs.*.warnings", "pairs.*.confounds", "pairs.*.verdict",
               "pairs.*.verdict_caveats"),
          13: ("cells.*.acceptance.expected_mean_acceptance_length",
-              "cells.*.acceptance.expected_note", "pairs.*.acceptance.expected_note")}),
+              "cells.*.acceptance.expected_note", "pairs.*.acceptance.expected_note"),
+         14: ("pairs.*.warnings", "pairs.*.verdict_caveats", "stability")}),
 }
 """Every versioned file of a run directory, with its format history: the one place a format
 version changes (bump ``version``, add a line to ``history``, list redefined fields)."""
