@@ -420,8 +420,8 @@ def land(r: Round, files_at: Path, dest: Path, work: Path, creator: str = CREATO
     ``logs.tgz``): unpack the run directory into ``work`` (emptied first where an earlier
     ``land`` made it; any other non-empty folder is refused), then for each matrix step that ran
     analyse it, build its archive (:func:`archive_name`, named for the GPU :func:`machine_of`
-    reads), copy the zip into ``dest`` and
-    verify the copy, write its report (``report-STEP.md``, ``plots-STEP/``) and PR datapoint
+    reads), copy the zip into ``dest`` and verify the copy, write its report
+    (``report-STEP.md``, ``plots-STEP/`` with its PNGs) and PR datapoint
     (``datapoint-STEP.md``); a command step's ``STEP.json``, ``STEP-*.json`` and ``STEP.log``
     are copied, and its output folder ``STEP/``, where it wrote one, is packed as ``STEP.tgz``
     (:func:`_pack_folder`); the device logs become ``device-logs[-partN].tgz``; the vLLM
@@ -504,8 +504,10 @@ def land(r: Round, files_at: Path, dest: Path, work: Path, creator: str = CREATO
         rc, text = _cb("report", str(run_dir), "--out", str(report))
         if rc == 0:
             shutil.copy2(report / "report.md", dest / f"report-{name}.md")
-            if (report / "plots").is_dir():
-                shutil.copytree(report / "plots", dest / f"plots-{name}", dirs_exist_ok=True)
+            if (report / "plots").is_dir():  # the PNGs: the SVGs are in the archive (every
+                # call carries the tree, and the copies left the llama.cpp source no room)
+                shutil.copytree(report / "plots", dest / f"plots-{name}", dirs_exist_ok=True,
+                                ignore=shutil.ignore_patterns("*.svg"))
         point = dest / f"datapoint-{name}.md"
         rc_dp, said = _cb("datapoint", str(run_dir), out=point)
         if rc_dp != 0:  # e.g. a baseline-only step has no pair to post: no empty file
