@@ -575,6 +575,64 @@ def test_run_sh_setup_waits_for_the_llama_cpp_source(tmp_path: Path) -> None:
         tmp_path / "calls.txt").read_text()
 
 
+def test_run_sh_joins_the_source_from_parts_carried_over_two_calls(tmp_path: Path) -> None:
+    """run.sh's step 3 with the source in parts (carry.split): the first call keeps its part
+    and waits, the second keeps the other, joins them with carry.py (checked as a gzip tar)
+    and starts the setup on the joined source."""
+    import gzip
+    import io
+    import os
+    import subprocess
+    import sys
+    import tarfile
+
+    work, log, bin_, cache = (tmp_path / d for d in ("work", "log", "bin", "cache"))
+    for d in (work, log, bin_, cache):
+        d.mkdir()
+    fake = bin_ / "python3"  # the real interpreter for carry.py, a stand-in for the rest
+    fake.write_text(f'#!/bin/bash\nif [[ "$1" == *carry.py ]]; then exec {sys.executable} '
+                    f'"$@"; fi\necho "$*" >>{tmp_path}/calls.txt\nexit 0\n')
+    fake.chmod(0o755)
+    (work / "benchmarks" / "study").mkdir(parents=True)
+    (work / "benchmarks" / "study" / "carry.py").write_text(
+        (Path(__file__).resolve().parents[1] / "benchmarks" / "study" / "carry.py").read_text())
+    kept = tmp_path / "cb-src"
+    block = _run_sh_block(r"^# 3\. background setup.*?^  say \"background setup started\"\nfi\n")
+    script = ('say() { echo "$*"; }\nfixtures_args=("make --shape qwen3-8b --hf")\n'
+              'fixtures_min_gb=(1)\n'
+              'unpack_llama_source() { echo "unpack $1" >>"$LOG/unpacked.txt"; }\n'
+              + block.replace("/tmp/cb-src", str(kept)))
+    env = {"PATH": f"{bin_}:{os.environ['PATH']}", "LOG": str(log), "CROSSBENCH_CACHE":
+           str(cache), "need_build": "0", "need_drafters": "0", "need_verify_hf": "0",
+           "need_q4": "0"}
+    raw = io.BytesIO()
+    with tarfile.open(fileobj=raw, mode="w") as tar:
+        info = tarfile.TarInfo("llama.cpp/README.md")
+        info.size = 3000
+        tar.addfile(info, io.BytesIO(os.urandom(3000)))
+    whole = gzip.compress(raw.getvalue())
+    name = "llama-cpp-python-0.3.36.src.tgz"
+    parts = work / ".carry" / f"{name}.parts"
+    parts.mkdir(parents=True)
+    half = len(whole) // 2
+
+    def call(k: int, data: bytes) -> str:
+        for old in parts.iterdir():
+            old.unlink()  # a call carries only its own part
+        (parts / f"{name}.p{k}of2").write_bytes(data)
+        return subprocess.run(["bash", "-c", script], cwd=work, capture_output=True,
+                              text=True, env=env, timeout=60).stdout
+
+    said = call(0, whole[:half])
+    assert f"kept {name}.p0of2 ({half} bytes)" in said
+    assert "waiting for p1of2" in said and "setup waits" in said
+    assert not (log / "setup.started").exists()
+    said = call(1, whole[half:])
+    assert f"joined the llama.cpp source ({len(whole)} bytes)" in said
+    assert said.splitlines()[-1] == "background setup started"
+    assert (kept / name).read_bytes() == whole
+
+
 def test_calls_move_the_source_to_the_next_call_when_the_tree_grew(carry: ModuleType,
                                                                    tmp_path: Path) -> None:
     """A tree grown by new examples (53 MB on 2026-12-06) leaves no room for the wheels and
@@ -589,8 +647,52 @@ def test_calls_move_the_source_to_the_next_call_when_the_tree_grew(carry: Module
     plan = carry.calls(53 * mb, [whl, src], [meta], pack, limit)
     assert plan == [[whl, meta], [src, meta], [meta, pack[0]], [meta, pack[1]]]
     assert all(53 * mb + sum(carry._size(q) for q in c) <= limit for c in plan)
-    with pytest.raises(ValueError, match="src.tgz.*does not fit.*shrink the tree"):
+    with pytest.raises(ValueError, match="part000.*does not fit.*cut the pack's parts"):
         carry.calls(56 * mb, [whl, src], [meta], pack, limit)
+
+
+def test_a_source_that_fits_no_call_whole_travels_in_parts(carry: ModuleType,
+                                                            tmp_path: Path) -> None:
+    """A tree of 56 MB leaves 9 whole MB a call: the 12 MB source goes as two parts of the
+    compile cache's naming, each in its own call, that `join` puts back byte for byte (and
+    checks as a gzip tar); a later cut reuses the parts, a newer source is cut again."""
+    import gzip
+    import io
+    import os
+    import tarfile
+
+    mb = 1_000_000
+    whl = _sized(tmp_path / ".whl" / "a.whl", 3 * mb)
+    src = tmp_path / "llama-cpp-python-0.3.36.src.tgz"
+    raw = io.BytesIO()
+    with tarfile.open(fileobj=raw, mode="w") as tar:
+        data = os.urandom(12 * mb)  # incompressible: the gzip stays about 12 MB
+        info = tarfile.TarInfo("llama.cpp/blob")
+        info.size = len(data)
+        tar.addfile(info, io.BytesIO(data))
+    src.write_bytes(gzip.compress(raw.getvalue(), compresslevel=1))
+    meta = _sized(tmp_path / "pack" / "pack.json", 40_000)
+    limit = 66 * mb
+    plan = carry.calls(56 * mb, [whl, src], [meta], [], limit)
+    parts = [q for c in plan for q in c if q.name.startswith(src.name + ".p")]
+    assert [q.name for q in parts] == [f"{src.name}.p0of2", f"{src.name}.p1of2"]
+    assert [q.parent for q in parts] == [tmp_path / f"{src.name}.parts"] * 2
+    assert plan == [[whl, meta], [parts[0], meta], [parts[1], meta]]
+    assert all(56 * mb + sum(carry._size(q) for q in c) <= limit for c in plan)
+    assert max(q.stat().st_size for q in parts) == 9 * mb
+    device = tmp_path / "device"
+    device.mkdir()
+    for q in parts:
+        (device / q.name).write_bytes(q.read_bytes())
+    joined, waiting = carry.join(device)
+    assert waiting == [] and joined == [device / src.name]
+    assert joined[0].read_bytes() == src.read_bytes()
+    mtime = parts[0].stat().st_mtime_ns
+    assert carry.split(src, 9 * mb) == parts and parts[0].stat().st_mtime_ns == mtime
+    os.utime(src, (src.stat().st_atime + 10, src.stat().st_mtime + 10))  # a newer source
+    assert [q.stat().st_size for q in carry.split(src, 9 * mb)] == [
+        9 * mb, src.stat().st_size - 9 * mb]
+    assert parts[0].stat().st_mtime_ns != mtime
 
 
 def test_run_sh_keys_a_rounds_markers_by_its_part(tmp_path: Path) -> None:

@@ -396,19 +396,45 @@ def first_carry(carry_root: Path, wheels: Path) -> list[Path]:
     return [wheels, *sorted(carry_root.glob("llama-cpp-python-*.src.tgz"))]
 
 
+def split(item: Path, part_bytes: int) -> list[Path]:
+    """``item`` cut into parts of at most ``part_bytes`` (``ITEM.parts/ITEM.pKofN``, the
+    compile cache's naming, so the device's :func:`join` puts it together and checks it as a
+    gzip tar). A cut made before is reused unless its parts are larger or ``item`` is newer."""
+    stage = _stage_dir(item)
+    done = stage / "cut.done"
+    if done.is_file():
+        old = list(stage.glob(f"{item.name}.p*of*"))
+        if (not old or max(q.stat().st_size for q in old) > part_bytes
+                or item.stat().st_mtime > done.stat().st_mtime):
+            shutil.rmtree(stage)
+    return sorted(_stage(item, part_bytes).glob(f"{item.name}.p*of*"), key=_rank)
+
+
+SPLIT_ROUND = 1_000_000
+"""A split ``first`` item's parts are whole megabytes (below the room a call leaves)."""
+
+
 def calls(tree: int, first: list[Path], every: list[Path], parts: list[Path],
           limit: int = CARRY_BYTES - CARRY_MARGIN) -> list[list[Path]]:
     """The carry list of each call of a lease: ``first`` (the wheels, the llama.cpp source),
     then ``parts`` (the engine packs' and the compile cache's), in order, as many per call as
     fit beside the tree (``tree`` bytes) and ``every`` (pack.json, which each call's install
     step reads), under ``limit``; a ``first`` item that no longer fits in the first call goes
-    to the next (run.sh's setup waits for the source). ValueError naming the item when one
-    alone does not fit."""
+    to the next (run.sh's setup waits for the source), and a ``first`` file that fits no call
+    whole travels as its parts (:func:`split`; run.sh joins the source's). ValueError naming
+    the item when a pack's part alone does not fit, or a call leaves a split no whole MB."""
     base = tree + sum(_size(p) for p in every)
+    room = (limit - base) // SPLIT_ROUND * SPLIT_ROUND
+    items: list[tuple[Path, bool]] = []
+    for p in first:
+        if p.is_file() and base + _size(p) > limit and room > 0:
+            items += [(q, True) for q in split(p, room)]
+        else:
+            items.append((p, True))
     heads: list[list[Path]] = [[]]
     tails: list[list[Path]] = [[]]
     load = base
-    for item, is_first in [*((p, True) for p in first), *((p, False) for p in parts)]:
+    for item, is_first in [*items, *((p, False) for p in parts)]:
         size = _size(item)
         if base + size > limit:
             fix = ("shrink the tree or carry the item alone" if is_first else

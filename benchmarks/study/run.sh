@@ -145,6 +145,20 @@ if [ ! -f "$SRC" ] && [ -f .carry/llama-cpp-python-0.3.36.src.tgz ]; then
   mkdir -p /tmp/cb-src && cp .carry/llama-cpp-python-0.3.36.src.tgz "$SRC.tmp" \
     && mv "$SRC.tmp" "$SRC" && say "kept the llama.cpp source ($(stat -c %s "$SRC") bytes)"
 fi
+# the source in parts, where the tree left it no room whole (`study.py calls` cuts it:
+# carry.split): each call's parts kept beside it, joined and checked as a gzip tar once all came
+for f in .carry/llama-cpp-python-0.3.36.src.tgz.parts/llama-cpp-python-0.3.36.src.tgz.p*of*; do
+  [ -f "$f" ] && [ ! -f "$SRC" ] && [ ! -f "/tmp/cb-src/parts/${f##*/}" ] || continue
+  mkdir -p /tmp/cb-src/parts && cp "$f" "/tmp/cb-src/parts/${f##*/}.tmp" \
+    && mv "/tmp/cb-src/parts/${f##*/}.tmp" "/tmp/cb-src/parts/${f##*/}" \
+    && say "kept ${f##*/} ($(stat -c %s "$f") bytes)"
+done
+if [ ! -f "$SRC" ] && [ -d /tmp/cb-src/parts ]; then
+  python3 benchmarks/study/carry.py join /tmp/cb-src/parts | sed 's/^/  /'
+  [ -f /tmp/cb-src/parts/llama-cpp-python-0.3.36.src.tgz ] \
+    && mv /tmp/cb-src/parts/llama-cpp-python-0.3.36.src.tgz "$SRC" \
+    && say "joined the llama.cpp source ($(stat -c %s "$SRC") bytes)"
+fi
 if [ ! -f "$LOG/setup.started" ] && [ ! -f "$SRC" ]; then
   say "setup waits: no llama.cpp source has come (carry .carry/llama-cpp-python-0.3.36.src.tgz \
 as \`study.py calls\` lists it)"
