@@ -214,14 +214,14 @@ def _draft_replay(cell: CellData) -> list[Finding]:
                                                 int(r.get("t_sent_ns") or 0),
                                                 int(r.get("request_index") or 0)))
     for r in order:
-        pid = r.get("prompt_id")
-        if pid is None:
+        if r.get("prompt_id") is None:
             continue
+        pid = str(r["prompt_id"])
         sent = seen.setdefault(int(r.get("trial", 0)), set())
         if not r.get("warmup"):
             measured += 1
             repeats += pid in sent
-        sent.add(str(pid))
+        sent.add(pid)
     carried = []
     for t in cell.manifest.get("trials") or []:
         reuse = t.get("reuse") or {}
