@@ -522,23 +522,12 @@ def test_run_sh_starts_no_late_setup_where_the_machine_has_what_the_round_needs(
     assert said == "READY\n"
 
 
-def test_run_sh_setup_waits_for_the_llama_cpp_source(tmp_path: Path) -> None:
-    """run.sh's step 3, run alone with a stand-in ``python3``: a call that carries no llama.cpp
-    source starts no setup and says what to carry (on 2026-12-06 such a call started a setup
-    that waited for one, and the next call's ran beside it); the call that carries it keeps
-    it outside the checkout and starts the setup once, which the next call does not start
-    again."""
+def _setup_step(kept: Path, bin_: Path, log: Path, cache: Path) -> tuple[str, dict[str, str]]:
+    """run.sh's step 3 as a script to run alone (``/tmp/cb-src`` moved to ``kept``; the
+    source's unpack a stand-in that marks it unpacked) and its environment, ``bin_`` first on
+    PATH."""
     import os
-    import subprocess
-    import time
 
-    work, log, bin_, cache = (tmp_path / d for d in ("work", "log", "bin", "cache"))
-    for d in (work, log, bin_, cache):
-        d.mkdir()
-    fake = bin_ / "python3"
-    fake.write_text(f'#!/bin/bash\necho "$*" >>{tmp_path}/calls.txt\nexit 0\n')
-    fake.chmod(0o755)
-    kept = tmp_path / "cb-src"
     block = _run_sh_block(r"^# 3\. background setup.*?^  say \"background setup started\"\nfi\n")
     script = ('say() { echo "$*"; }\nfixtures_args=("make --shape qwen3-8b --hf")\n'
               'fixtures_min_gb=(1)\n'
@@ -549,6 +538,26 @@ def test_run_sh_setup_waits_for_the_llama_cpp_source(tmp_path: Path) -> None:
     env = {"PATH": f"{bin_}:{os.environ['PATH']}", "LOG": str(log), "CROSSBENCH_CACHE":
            str(cache), "need_build": "0", "need_drafters": "0", "need_verify_hf": "0",
            "need_q4": "0"}
+    return script, env
+
+
+def test_run_sh_setup_waits_for_the_llama_cpp_source(tmp_path: Path) -> None:
+    """run.sh's step 3, run alone with a stand-in ``python3``: a call that carries no llama.cpp
+    source starts no setup and says what to carry (on 2026-12-06 such a call started a setup
+    that waited for one, and the next call's ran beside it); the call that carries it keeps
+    it outside the checkout and starts the setup once, which the next call does not start
+    again."""
+    import subprocess
+    import time
+
+    work, log, bin_, cache = (tmp_path / d for d in ("work", "log", "bin", "cache"))
+    for d in (work, log, bin_, cache):
+        d.mkdir()
+    fake = bin_ / "python3"
+    fake.write_text(f'#!/bin/bash\necho "$*" >>{tmp_path}/calls.txt\nexit 0\n')
+    fake.chmod(0o755)
+    kept = tmp_path / "cb-src"
+    script, env = _setup_step(kept, bin_, log, cache)
 
     def call() -> str:
         return subprocess.run(["bash", "-c", script], cwd=work, capture_output=True,
@@ -597,14 +606,7 @@ def test_run_sh_joins_the_source_from_parts_carried_over_two_calls(tmp_path: Pat
     (work / "benchmarks" / "study" / "carry.py").write_text(
         (Path(__file__).resolve().parents[1] / "benchmarks" / "study" / "carry.py").read_text())
     kept = tmp_path / "cb-src"
-    block = _run_sh_block(r"^# 3\. background setup.*?^  say \"background setup started\"\nfi\n")
-    script = ('say() { echo "$*"; }\nfixtures_args=("make --shape qwen3-8b --hf")\n'
-              'fixtures_min_gb=(1)\n'
-              'unpack_llama_source() { echo "unpack $1" >>"$LOG/unpacked.txt"; }\n'
-              + block.replace("/tmp/cb-src", str(kept)))
-    env = {"PATH": f"{bin_}:{os.environ['PATH']}", "LOG": str(log), "CROSSBENCH_CACHE":
-           str(cache), "need_build": "0", "need_drafters": "0", "need_verify_hf": "0",
-           "need_q4": "0"}
+    script, env = _setup_step(kept, bin_, log, cache)
     raw = io.BytesIO()
     with tarfile.open(fileobj=raw, mode="w") as tar:
         info = tarfile.TarInfo("llama.cpp/README.md")
