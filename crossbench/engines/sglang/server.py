@@ -331,9 +331,12 @@ class SglangServer(LocalServer):
         NGRAM's corpus keeps the tokens of every request the start has served, whatever the
         radix cache: a trial after another on the same start would draft from the earlier
         trial's outputs (sglang-rest, 2026-12-06: c=16 after c=1 replayed them), so it is
-        always flushed."""
-        ngram = self.config.spec.type == "NGRAM"
-        if self.config.disable_radix_cache and not ngram:
+        always flushed: any method the registration lists in ``shared_drafts``."""
+        from crossbench.engines import registry
+
+        kind = self.config.spec.type  # a method whose drafts outlive the radix cache
+        shared = registry.shared_drafts("sglang", kind)
+        if self.config.disable_radix_cache and shared is None:
             return {"method": "none-needed", "ok": True,
                     "reason": "the radix cache is off (disable_radix_cache)"}
         try:
@@ -342,8 +345,8 @@ class SglangServer(LocalServer):
         except OSError as e:
             return {"method": "flush_cache", "ok": False, "error": str(e)}
         out: dict[str, Any] = {"method": "flush_cache", "ok": status == 200}
-        if ngram:
-            out["reason"] = "NGRAM's corpus keeps every served request's tokens"
+        if shared is not None:
+            out["reason"] = f"{kind}'s corpus keeps every served request's tokens"
         if status != 200:
             out["error"] = f"HTTP {status} {body[:200]!r}"
         return out
