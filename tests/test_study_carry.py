@@ -454,12 +454,14 @@ def test_keep_drops_a_flat_pack_older_than_its_models_folder(carry: ModuleType,
     assert carry.created(carry.cache_parts(home)) == "2026-12-06T10:00:00Z"
 
 
-def _late_setup(tmp_path: Path, timing: str, fail: str = "", **needs: str
-                ) -> tuple[Path, str]:
+def _late_setup(tmp_path: Path, timing: str, fail: str = "",
+                fixtures: tuple[str, ...] = (), **needs: str) -> tuple[Path, str]:
     """run.sh's step 3b and wait_setup, run alone in a folder with a stand-in ``python3`` (it
     logs its arguments and fails where they hold ``fail``): a round chained on a machine whose
-    setup wrote ``timing``. Returns the log folder and what the script printed."""
+    setup wrote ``timing``, the chained round's rounds.yaml ``fixtures`` given as ``fixtures``.
+    Returns the log folder and what the script printed."""
     import os
+    import shlex
     import subprocess
 
     log, bin_ = tmp_path / "log", tmp_path / "bin"
@@ -473,10 +475,14 @@ def _late_setup(tmp_path: Path, timing: str, fail: str = "", **needs: str
     fake.chmod(0o755)
     script = ('say() { echo "$*"; }\nt0=$(date +%s)\n'
               'left() { echo $(( 90 - ($(date +%s) - t0) )); }\n'
+              f'fixtures_args=({" ".join(map(shlex.quote, fixtures))}) '
+              f'fixtures_min_gb=({" ".join("0" for _ in fixtures)})\n'
+              + _run_sh_block(r"^fixture_step\(\) \{.*?^\}\n.*?^fixture_steps\(\) \{.*?^\}\n")
               + _run_sh_block(r"^late_needs\(\) \{.*?\n^fi\n")
               + _run_sh_block(r"^wait_setup\(\) \{.*?^\}\n")
               + 'wait_setup && echo READY || echo HELD\n')
     env = {"PATH": f"{bin_}:{os.environ['PATH']}", "LOG": str(log), "ROUND": "x",
+           "CROSSBENCH_CACHE": str(tmp_path),
            "need_build": needs.get("build", "0"), "need_drafters": needs.get("drafters", "0")}
     out = subprocess.run(["bash", "-c", script],
                          cwd=tmp_path, capture_output=True, text=True, env=env, timeout=60)
@@ -520,6 +526,39 @@ def test_run_sh_starts_no_late_setup_where_the_machine_has_what_the_round_needs(
     vllm_first = first.replace("build_exit=0", "build_exit=skipped")
     _, said = _late_setup(tmp_path / "vllm", vllm_first)  # a vLLM round needs no build
     assert said == "READY\n"
+
+
+def test_run_sh_makes_a_chained_rounds_fixtures_before_its_drafters(tmp_path: Path) -> None:
+    """An SGLang round on the Qwen3-8B pair chained after `sglang-nextn` (whose setup made the
+    MTP target's HF folder alone and no drafters): the pair is made late, only it, before the
+    drafters, and its exit goes to timing.txt as the setup's fixtures do."""
+    first = ('fixtures_exit=0 fixtures="path mtp-target --shape qwen3-8b --format hf" s=169\n'
+             "build_exit=skipped build_s=170\nsetup_exit=0 setup_s=170\n")
+    log, said = _late_setup(tmp_path, first, drafters="1", fixtures=(
+        "path mtp-target --shape qwen3-8b --format hf", "make --shape qwen3-8b --hf"))
+    assert said.splitlines() == ["round x needs what this machine's setup did not make "
+                                 "(fixtures drafters): made now", "READY"]
+    calls = (tmp_path / "calls.txt").read_text().splitlines()
+    assert calls == ["-m crossbench fixtures make --shape qwen3-8b --hf",
+                     "-m crossbench fixtures make --shape qwen3-8b --drafter eagle3 "
+                     "--drafter dflash"]
+    timing = (log / "timing.txt").read_text()
+    assert 'fixtures_exit=0 fixtures="make --shape qwen3-8b --hf"' in timing
+    assert "late_fixtures_exit=0" in timing and "late_drafters_exit=0" in timing
+
+
+def test_run_sh_holds_a_chained_round_whose_late_fixture_failed(tmp_path: Path) -> None:
+    """A late fixture that fails holds the round, though the drafters after it succeed; a
+    fixture the first setup made is not made again."""
+    first = ('fixtures_exit=0 fixtures="make --shape qwen3-8b --hf" s=77\n'
+             "build_exit=0 build_s=240\nsetup_exit=0 setup_s=240\n")
+    log, said = _late_setup(tmp_path, first, fail="mtp-target", fixtures=(
+        "make --shape qwen3-8b --hf", "path mtp-target --shape qwen3-8b --format hf"))
+    assert said.splitlines()[-1] == "HELD"
+    assert "round x: not started, its late setup failed (late_fixtures_exit=1" in said
+    calls = (tmp_path / "calls.txt").read_text().splitlines()
+    assert calls == ["-m crossbench fixtures path mtp-target --shape qwen3-8b --format hf"]
+    assert 'fixtures_exit=3 fixtures="path mtp-target' in (log / "timing.txt").read_text()
 
 
 def _setup_step(kept: Path, bin_: Path, log: Path, cache: Path) -> tuple[str, dict[str, str]]:

@@ -16,8 +16,8 @@
 #      checksums (`fixtures verify-hf`, unless the round says verify_hf: false) while nvcc
 #      builds, the EAGLE-3 and DFlash drafters (drafters: true), then the build is waited for
 #      (build: true) and the Q4_K_M target made (q4: true);
-#  3b. a round chained after another on the same machine: the build and the drafters where it
-#      needs them and the machine's setup did not make them, made then (other fixtures not);
+#  3b. a round chained after another on the same machine: the build, its fixtures and the
+#      drafters where it needs them and the machine's setup did not make them, made then;
 #   4. once every part is there: `crossbench engines install vllm --from /tmp/cb-pack` (rounds
 #      with sglang: true likewise SGLang's pack, .carry/sglang-*/, via /tmp/sg-pack), then
 #      the vLLM compile caches of earlier leases (.carry/vllm-compile/, parts joined by
@@ -140,6 +140,28 @@ done
 #    build), kept outside the checkout from the call that carries it; without it the setup
 #    waits for a later call. On 2026-12-06 a first call without the source started a setup
 #    that waited for one, and the next call's setup ran beside it (fixtures and drafters twice)
+fixture_step() {  # MIN_FREE_GB ARGS: `crossbench fixtures ARGS`, if the disk has room; its
+  # exit goes to timing.txt (seconds from the caller's `s`), which fixture_steps --missing reads
+  local free; free=$(df -BG --output=avail "$CROSSBENCH_CACHE" | tail -1 | tr -dc 0-9)
+  if [ "$free" -lt "$1" ]; then
+    echo "fixtures_skipped=\"$2\" free_gb=$free min_free_gb=$1" >>"$LOG/timing.txt"
+    return 0
+  fi
+  python3 -m crossbench fixtures $2 >>"$LOG/fixtures.log" 2>&1
+  local rc=$?
+  echo "fixtures_exit=$rc fixtures=\"$2\" s=$(( $(date +%s) - s ))" >>"$LOG/timing.txt"
+  return $rc
+}
+export -f fixture_step
+fixture_steps() {  # the round's fixtures (rounds.yaml), one `fixture_step MIN_FREE_GB ARGS`
+  # line each, in order; with --missing only those this machine has not made yet
+  local i
+  for i in "${!fixtures_args[@]}"; do
+    [ "${1:-}" = --missing ] && grep -qF "fixtures_exit=0 fixtures=\"${fixtures_args[$i]}\"" \
+      "$LOG/timing.txt" 2>/dev/null && continue
+    printf 'fixture_step %d %q\n' "${fixtures_min_gb[$i]}" "${fixtures_args[$i]}"
+  done
+}
 SRC=/tmp/cb-src/llama-cpp-python-0.3.36.src.tgz
 if [ ! -f "$SRC" ] && [ -f .carry/llama-cpp-python-0.3.36.src.tgz ]; then
   mkdir -p /tmp/cb-src && cp .carry/llama-cpp-python-0.3.36.src.tgz "$SRC.tmp" \
@@ -168,18 +190,14 @@ elif [ ! -f "$LOG/setup.started" ]; then
     >"$LOG/gpu.txt" 2>&1
   python3 -m pip list --format=freeze >"$LOG/host-pip-freeze.txt" 2>/dev/null
   mkdir -p "$CROSSBENCH_CACHE"; df -h "$CROSSBENCH_CACHE" >"$LOG/disk.txt" 2>&1
-  : >"$LOG/fixtures.sh"  # one `fixture_step MIN_FREE_GB ARGS` line per entry, in order
-  for i in "${!fixtures_args[@]}"; do
-    printf 'fixture_step %d %q\n' "${fixtures_min_gb[$i]}" "${fixtures_args[$i]}" \
-      >>"$LOG/fixtures.sh"
-  done
+  fixture_steps >"$LOG/fixtures.sh"
   if [ "$need_build" = 0 ]; then
     # vLLM-only rounds: the llama.cpp source only (the fixtures' tokenizer and the drafters'
     # converter), no CUDA build: 16 nvcc jobs beside the fixtures slowed them (round 4: the
     # fixtures 149 s and the drafters 153 s beside the build, where the round waited for both)
     unpack_llama_source "$SRC"
   fi
-  setsid bash -c '
+  LOG=$LOG setsid bash -c '
     s=$(date +%s)
     b=""
     if [ '"$need_build"' = 1 ]; then
@@ -188,15 +206,6 @@ elif [ ! -f "$LOG/setup.started" ]; then
       b=$!
     fi
     until ls "$CROSSBENCH_CACHE"/sources/*/.unpacked >/dev/null 2>&1; do sleep 2; done
-    fixture_step() {  # MIN_FREE_GB ARGS: `crossbench fixtures ARGS`, if the disk has room
-      local free; free=$(df -BG --output=avail "$CROSSBENCH_CACHE" | tail -1 | tr -dc 0-9)
-      if [ "$free" -lt "$1" ]; then
-        echo "fixtures_skipped=\"$2\" free_gb=$free min_free_gb=$1" >>'"$LOG"'/timing.txt
-        return 0
-      fi
-      python3 -m crossbench fixtures $2 >>'"$LOG"'/fixtures.log 2>&1
-      echo "fixtures_exit=$? fixtures=\"$2\" s=$(( $(date +%s) - s ))" >>'"$LOG"'/timing.txt
-    }
     . '"$LOG"'/fixtures.sh  # the fixtures the round entry names (default: make --shape qwen3-8b --hf)
     echo "fixtures_f16_hf_s=$(( $(date +%s) - s ))" >>'"$LOG"'/timing.txt
     df -h "$CROSSBENCH_CACHE" >>'"$LOG"'/disk.txt 2>&1
@@ -228,12 +237,15 @@ fi
 
 # 3b. a round chained after another on this machine (docs/h200-rounds.md "Two rounds in one
 #     lease") that needs what the machine's setup did not make: the CUDA build (a llama.cpp
-#     round after a vLLM-only one) and the drafters, made in the background once the first
-#     setup is done; `late-setup.done` when both succeeded, `late-setup.failed` otherwise
+#     round after a vLLM-only one), the round's fixtures (fixture_steps --missing: those no
+#     fixtures_exit=0 line names) and the drafters, made in the background once the first
+#     setup is done (the fixtures before the drafters, as there); `late-setup.done` when both succeeded, `late-setup.failed` otherwise
 #     (wait_setup holds the round until the first, and never starts it after the second)
-late_needs() {  # the words "build" and "drafters" this round needs and the setup did not make
+late_needs() {  # the words "build", "fixtures" and "drafters" this round needs and the
+  # setup did not make
   local t="$LOG/timing.txt" needs=""
   [ "$need_build" = 1 ] && grep -q "build_exit=skipped" "$t" 2>/dev/null && needs+=" build"
+  [ -n "$(fixture_steps --missing)" ] && needs+=" fixtures"
   [ "$need_drafters" = 1 ] && ! grep -q "drafters_exit=0" "$t" 2>/dev/null \
     && needs+=" drafters"
   echo "${needs# }"
@@ -243,6 +255,7 @@ if [ -n "${ROUND:-}" ] && [ -f "$LOG/setup.done" ] && [ ! -f "$LOG/late-setup.st
   if [ -n "$late" ]; then
     touch "$LOG/late-setup.started"
     say "round $ROUND needs what this machine's setup did not make ($late): made now"
+    fixture_steps --missing >"$LOG/late-fixtures.sh"
     LOG=$LOG SRC=$SRC setsid bash -c '
       s=$(date +%s) ok=1 b=""
       mark() { echo "late_$1_exit=$2 late_$1_s=$(( $(date +%s) - s ))" >>"$LOG"/timing.txt
@@ -251,6 +264,10 @@ if [ -n "${ROUND:-}" ] && [ -f "$LOG/setup.done" ] && [ ! -f "$LOG/late-setup.st
         setsid python3 -m crossbench engines install llama.cpp --cuda --cuda-arch 90 \
           --source-archive "$SRC" >"$LOG"/build.log 2>&1 &
         b=$!
+      fi
+      if [[ " $0 " == *" fixtures "* ]]; then  # before the drafters, as in the setup
+        f=0; while IFS= read -r step; do eval "$step" || f=1; done <"$LOG"/late-fixtures.sh
+        mark fixtures $f
       fi
       if [[ " $0 " == *" drafters "* ]]; then
         python3 -m crossbench fixtures make --shape qwen3-8b --drafter eagle3 \
