@@ -172,17 +172,17 @@ def h200_alpha_section() -> str:
 ALPHA_REST = METHODS / "round6/h200-alpha-part2-vllm-alpha-rest.zip"
 
 
-def _fit(tmp_path: Path, sources: list[Path], arm: str, engine: str = "vllm"
-         ) -> dict[str, Any]:
+def _fit(tmp_path: Path, sources: list[Path], arm: str, engine: str = "vllm",
+         concurrency: int = 1) -> dict[str, Any]:
     import json
 
     from click.testing import CliRunner
 
     from crossbench.cli.main import cli
 
-    out = tmp_path / f"fit-{arm}-{len(sources)}.json"
+    out = tmp_path / f"fit-{arm}-{len(sources)}-c{concurrency}.json"
     r = CliRunner().invoke(cli, ["fit", *map(str, sources), "--arm", arm, "--engine", engine,
-                                 "--json", str(out)])
+                                 "--concurrency", str(concurrency), "--json", str(out)])
     assert r.exit_code == 0, r.output
     return json.loads(out.read_text())
 
@@ -484,3 +484,103 @@ def test_sglangs_ngram_rows_fit_replay_and_failed_nextn_are_the_archives(
         "Mismatched type for col0 between then block (<['256'], bf16>) and else block "
         "(<['256'], fp16>)" in log for log in logs)
     assert len(cells) == 8 and {(c["done"], c["failed"]) for c in cells} == {(0, 1)}
+
+
+NEXTN = H100 / "sglang-nextn/h100-sglang-nextn-sglang-nextn.zip"
+ALPHA_SAME = H100 / "alpha-same-part1/h100-alpha-same-part1-llama-alpha-same.zip"
+
+
+def nextn_section() -> str:
+    """The page's section on `sglang-nextn` and `alpha-same PART=1` (one H100)."""
+    text = DOC.read_text()
+    start = text.index("## SGLang's NEXTN live, and llama.cpp's step at two alphas")
+    return text[start:text.index("\n## ", start + 3)]
+
+
+def test_sglangs_nextn_rows_fits_and_c16_output_are_the_archive(tmp_path: Path) -> None:
+    """NEXTN's c=1 rows (MAL, speedup and interval, C(n)), its measured and expected MAL, the
+    `crossbench fit` lines at c=1 and c=16, the c=16 output rates and ratios, and the KV pool
+    sizes the server logs give; one start per arm, so no verdict word before the llama.cpp
+    part."""
+    import re
+    import zipfile
+
+    section = nextn_section()
+    nextn = section[:section.index("**llama.cpp, does a step cost more")]
+    flat = " ".join(nextn.split()).replace("**", "")
+    with open_run(NEXTN) as frames:
+        pairs = {(p["n"], p["concurrency"]): p for p in frames.analysis["pairs"]}
+        cells = {(c["n"], c["concurrency"]): c for c in frames.analysis["cells"]}
+    assert len(pairs) == 6
+    for n in (1, 2, 4):
+        p = pairs[(n, 1)]
+        sp, mal = p["speedup"], p["acceptance"]["mean_acceptance_length"]
+        assert sp["start_ci95"] is None  # one start per arm
+        (row,) = [ln for ln in nextn.splitlines() if ln.startswith(f"| {n} | ")]
+        assert row == (f"| {n} | {mal:.3f} | {interval(sp['geomean'], sp['ci95'], 3)} | "
+                       f"{mal / sp['geomean']:.3f} |")
+    mals = [pairs[(n, 1)]["acceptance"]["mean_acceptance_length"] for n in (1, 2, 4)]
+    expected = [cells[(n, 1)]["acceptance"]["expected_mean_acceptance_length"]
+                for n in (1, 2, 4)]
+    assert "MAL " + ", ".join(f"{m:.3f}" for m in mals[:2]) + f" and {mals[2]:.3f}" in flat
+    assert ", ".join(f"{m:.3f}" for m in expected[:2]) + f" and {expected[2]:.3f}" in flat
+    base = cells[(None, 1)]["throughput"]["pooled_tok_s"]
+    assert f"baseline of {base:.1f} tok/s ({1000 / base:.2f} ms a token)" in flat
+    for conc in (1, 16):
+        line = _fit(tmp_path, [NEXTN], "mtp-a0.9", "sglang-q35", conc)["fit"]
+        d = interval(line["d"], line["d_ci95"], 3)
+        v = interval(line["v"], line["v_ci95"], 4)
+        assert (f"d {d}, v {v}" if conc == 1 else f"{d} + {v} n") in flat, (conc, d, v)
+    base16 = cells[(None, 16)]["throughput"]["wall_output_tok_s"]
+    rates = [cells[(n, 16)]["throughput"]["wall_output_tok_s"] for n in (1, 2, 4)]
+    assert (", ".join(f"{r:,.1f}" for r in rates[:2]) + f" and {rates[2]:,.1f} tok/s at n = 1, "
+            f"2, 4 against the baseline's {base16:,.1f} (" + ", ".join(
+                f"{r / base16:.2f}" for r in rates) + ")") in flat
+    per_request = [pairs[(n, 16)]["speedup"]["geomean"] for n in (1, 2, 4)]
+    assert ("per request " + ", ".join(f"{s:.3f}" for s in per_request[:2])
+            + f" and {per_request[2]:.3f}") in flat
+    with zipfile.ZipFile(NEXTN) as z:
+        pools = {m.split("/")[-2]: int(x) for m in z.namelist() if m.endswith("/server.log")
+                 for x in re.findall(r"KV Cache is allocated\. dtype: \S+, #tokens: (\d+),",
+                                     z.read(m).decode())[:1]}
+    base_pool = pools.pop("sglang-q35__q35-hf__none__builtin-mixed__c16")
+    assert f"{base_pool:,} tokens for the baseline" in flat
+    assert f"{min(pools.values()):,}-{max(pools.values()):,} with NEXTN" in flat
+    for word in ("faster", "slower"):
+        assert word not in nextn
+
+
+def test_llamas_step_cost_by_alpha_is_the_archive_on_fresh_starts() -> None:
+    """`alpha-same PART=1`: each row's MAL, speedup with its prompts' and starts' intervals
+    (the verdict word only where the starts-as-samples interval agrees), C(n) with its
+    interval, and both alpha ratios, as benchmarks/step_cost_by_acceptance.py gives them."""
+    from bench_loader import load_benchmark
+
+    mod = load_benchmark("step_cost_by_acceptance.py")
+    section = nextn_section()
+    llama = section[section.index("**llama.cpp, does a step cost more"):]
+    flat = " ".join(llama.split()).replace("**", "")
+    names = {"eagle3": "EAGLE-3", "dflash": "DFlash"}
+    with open_run(ALPHA_SAME) as frames:
+        analysis = frames.analysis
+    pairs = {p["arm"]: p for p in analysis["pairs"]}
+    assert len(pairs) == 4
+    for method, name in names.items():
+        out = mod.compare(analysis, f"{method}-a0.9", f"{method}-a0.7")
+        for alpha in ("0.9", "0.7"):
+            arm = f"{method}-a{alpha}"
+            p, cost = pairs[arm], out["arms"][arm]["cost"]
+            sp = p["speedup"]
+            assert cost["starts"] == 3 and sp["start_ci95"] is not None
+            word = "**faster** " if sp["start_ci95"][0] > 1 else ""
+            (row,) = [ln for ln in llama.splitlines() if ln.startswith(f"| {name}, alpha {alpha} |")]
+            assert row == (f"| {name}, alpha {alpha} | "
+                           f"{p['acceptance']['mean_acceptance_length']:.3f} | "
+                           f"{word}{interval(sp['geomean'], sp['ci95'], 3)} | "
+                           f"[{sp['start_ci95'][0]:.3f}, {sp['start_ci95'][1]:.3f}] | "
+                           f"{interval(cost['geomean'], cost['ci'], 3)} |"), row
+        r = out["ratio"]
+        assert f"{name}" in flat and interval(r["geomean"], r["ci"], 3) in flat
+        assert r["ci"][0] > 1  # the page's "costs more" rests on this
+    base = out["baseline_tok_s"]
+    assert f"the baseline {base:.1f} tok/s, {1000 / base:.2f} ms a token" in flat
