@@ -298,3 +298,24 @@ def test_datapoint_says_when_its_server_starts_disagree(tmp_path: Path) -> None:
               trials=4, extra=lambda arm, pid, t, occ: {"server_start": 2 * (t // 2)})
         assert invoke("analyze", str(out), "--resamples", "500").exit_code == 0
         assert (line in datapoint(load_study(out))) is said
+
+
+def test_report_shows_the_runs_hardware_warning_at_its_top(sweep: Path) -> None:
+    """A matrix run on other hardware than its `hardware` names (the H100 runs of the H200
+    matrices, whose notes say "on one H200") says so before the verdicts, in both twins."""
+    from crossbench.store import rundir
+
+    build_report(sweep)
+    assert "Run warning" not in (sweep / "report" / "report.md").read_text()
+    said = ("the matrix expects 1 x NVIDIA H200, this host has NVIDIA H100 80GB HBM3: its "
+            "results will not describe that hardware; run it there, or change `hardware` to "
+            "what you have")
+    state = rundir.read_state(sweep)
+    rundir.write_state(sweep, {**state, "warnings": [said]})
+    build_report(sweep)
+    md = (sweep / "report" / "report.md").read_text()
+    assert f"**Run warning:** {said}" in md
+    assert md.index("Run warning") < md.index("## Verdicts")
+    html = unescape((sweep / "report" / "report.html").read_text())
+    assert f'<p class="warn">Run warning: {said}</p>' in html
+    assert html.index("Run warning") < html.index("<h2>Verdicts</h2>")

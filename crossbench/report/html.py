@@ -326,6 +326,7 @@ def render_html(study: Study, card: Card, images: list[Image], here: str = "") -
     ]
     if study.notes:
         parts.append(f'<p class="muted">{_e(study.notes)}</p>')
+    parts += [f'<p class="warn">Run warning: {_e(w)}</p>' for w in study.run_warnings]
     parts.append(f'<p class="lead">{_e(headline(study))}</p>')
     numeric = ("speedup", "acceptance", "MAL", "pairs", "ok", "failed", "pooled tok/s",
                "TTFT p50 ms", "TPOT p50 ms")
@@ -402,6 +403,8 @@ def render_markdown(study: Study, card: Card, images: list[Image],
            f"{len(study.cells)} cells.", ""]
     if study.notes:
         out += [study.notes, ""]
+    for w in study.run_warnings:
+        out += [f"**Run warning:** {w}", ""]
     out += [f"**{headline(study)}**", ""]
     if a.get("pairs"):
         t = verdict_table(study)

@@ -100,6 +100,13 @@ class Study:
         return [(c, t, path) for c in self.cells for t, path in rundir.telemetry_traces(c.dir)]
 
     @property
+    def run_warnings(self) -> list[str]:
+        """What the matrix runner warned when the run began (``state.json``'s ``warnings``:
+        a host without the GPUs the matrix's ``hardware`` expects), shown at the report's
+        top, since the matrix's notes may name that hardware."""
+        return [str(w) for w in (self.state or {}).get("warnings") or []]
+
+    @property
     def options(self) -> StatsOptions:
         """The statistics options the analysis was made with."""
         return StatsOptions.from_record(self.analysis.get("options"))
