@@ -26,7 +26,8 @@ def validate(matrix_file: Path, as_json: bool) -> None:
 
     Checks: engines, models and arms exist and fit together; every speculative cell has a
     baseline; each method's draft and n limits; every flag exists in the expected engine build;
-    local model files exist. Nothing is started.
+    local model files exist. Notes (not errors) include cells whose n-gram drafts would
+    replay earlier outputs (the analysis's draft_replay). Nothing is started.
     """
     from crossbench.runner.matrix import (
         decode_estimate_s,

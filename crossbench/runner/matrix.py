@@ -16,13 +16,14 @@ Schema history (``schema_version``): 1 -- first version.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import math
 import random
 import re
 import unicodedata
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -860,6 +861,7 @@ def validate_cells(m: Matrix, cells: list[Cell], source: Path | None = None) -> 
             warning = exposure_warning(host, "host")
             if warning is not None:
                 notes.append(f"cells of engine {c.coords['engine']}: {warning}")
+    notes += _draft_replay_notes(m, cells)
     if m.trials < 2:
         notes.append("trials: 1 gives no spread; use trials >= 2 (3 is the default)")
     if len(cells) > NOTE_CELLS:
@@ -867,6 +869,51 @@ def validate_cells(m: Matrix, cells: list[Cell], source: Path | None = None) -> 
                      "each with its own server start: a long study (more than "
                      f"{NOTE_CELLS} cells); consider fewer n or concurrency values, or "
                      "`exclude`")
+    return notes
+
+
+def _draft_replay_notes(m: Matrix, cells: list[Cell]) -> list[str]:
+    """Before a run, what the analysis's ``draft_replay`` warning finds after it: a cell whose
+    method drafts from state every request of its start feeds (``registry.shared_drafts``)
+    with real acceptance, whose trial sends a prompt again (requests beyond the workload's
+    prompts, :data:`~crossbench.analysis.stability.REPLAY_SHARE` of them or more) or follows
+    other trials on its start (trials_per_start above 1, or a start shared with other cells)
+    where no reset clears that state."""
+    from crossbench.analysis.stability import REPLAY_SHARE
+    from crossbench.load.workloads import load_workload
+
+    groups = server_groups(cells) if m.share_servers else {}
+    sizes = Counter(groups.values())
+    notes = []
+    for c in cells:
+        spec = c.engine_config.get("spec") or {}
+        shared = registry.shared_drafts(c.engine_kind, str(spec.get("type")))
+        if shared is None or spec.get("synth_rates") or spec.get("synth_len"):
+            continue
+        why = []
+        work = trial_work(c.load)
+        spec_w = str(c.load.get("workload") or c.coords.get("workload") or "")
+        if not spec_w.startswith("random:"):
+            with contextlib.suppress(UserError):
+                prompts = len({p.id for p in load_workload(spec_w).prompts})
+                repeats = work.requests - prompts
+                if repeats > 0 and repeats >= REPLAY_SHARE * work.requests:
+                    why.append(f"its {work.requests} requests a trial cycle {prompts} prompts "
+                               f"({repeats} repeats)")
+        if not shared.cleared_by:
+            if m.block > 1:
+                why.append(f"trials_per_start {m.block} puts later trials on a start that "
+                           "earlier ones fed")
+            if sizes.get(groups.get(c.id, -1), 0) > 1:
+                why.append("it shares its server start with other cells (share_servers)")
+        if why:
+            notes.append(
+                f"cell {c.id}: {spec.get('type')} drafts from {shared.kept_in}, and "
+                + "; ".join(why) + ": such requests draft an earlier copy's output under "
+                "greedy decoding, so acceptance and speedup would overstate the method (the "
+                "analysis warns draft_replay); keep requests within the workload's prompts"
+                + ("" if shared.cleared_by else ", give each trial a fresh start "
+                   "(trials_per_start: 1) and this cell its own starts (share_servers: false)"))
     return notes
 
 
