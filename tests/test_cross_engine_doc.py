@@ -437,6 +437,23 @@ def test_sglangs_mean_length_is_the_step_draws_expectation() -> None:
 REST = H100 / "sglang-rest"
 
 
+def _one_start_c1_rows(section: str, archive: Path, ns: tuple[int, ...]
+                      ) -> tuple[dict[Any, dict[str, Any]], dict[Any, dict[str, Any]]]:
+    """Check each c=1 row ``| n | MAL | speedup [interval] | C(n) |`` of a one-start-per-arm
+    section against ``archive``; returns its pairs and cells keyed by (n, concurrency)."""
+    with open_run(archive) as frames:
+        pairs = {(p["n"], p["concurrency"]): p for p in frames.analysis["pairs"]}
+        cells = {(c["n"], c["concurrency"]): c for c in frames.analysis["cells"]}
+    for n in ns:
+        p = pairs[(n, 1)]
+        sp, mal = p["speedup"], p["acceptance"]["mean_acceptance_length"]
+        assert sp["start_ci95"] is None  # one start per arm
+        (row,) = [ln for ln in section.splitlines() if ln.startswith(f"| {n} | ")]
+        assert row == (f"| {n} | {mal:.3f} | {interval(sp['geomean'], sp['ci95'], 3)} | "
+                       f"{mal / sp['geomean']:.3f} |")
+    return pairs, cells
+
+
 def test_sglangs_ngram_rows_fit_replay_and_failed_nextn_are_the_archives(
         tmp_path: Path) -> None:
     """`sglang-rest`'s section: each NGRAM c=1 row (MAL, speedup and interval, C(n)), the
@@ -447,17 +464,10 @@ def test_sglangs_ngram_rows_fit_replay_and_failed_nextn_are_the_archives(
     start = text.index("## SGLang's NGRAM live, its NEXTN refused at start")
     section = text[start:text.index("\n## ", start + 3)]
     flat = " ".join(section.split()).replace("**", "")
-    with open_run(REST / "h100-sglang-rest-sglang-ngram.zip") as frames:
-        pairs = {(p["n"], p["concurrency"]): p for p in frames.analysis["pairs"]}
-        cells = {(c["n"], c["concurrency"]): c for c in frames.analysis["cells"]}
-    for n in (2, 4, 8):
-        p = pairs[(n, 1)]
-        sp, mal = p["speedup"], p["acceptance"]["mean_acceptance_length"]
-        assert sp["start_ci95"] is None  # one start per arm
-        (row,) = [ln for ln in section.splitlines() if ln.startswith(f"| {n} | ")]
-        assert row == (f"| {n} | {mal:.3f} | {interval(sp['geomean'], sp['ci95'], 3)} | "
-                       f"{mal / sp['geomean']:.3f} |")
-        assert 1.0 < mal < 1.03  # random weights: almost nothing accepted
+    pairs, cells = _one_start_c1_rows(section, REST / "h100-sglang-rest-sglang-ngram.zip",
+                                      (2, 4, 8))
+    for n in (2, 4, 8):  # random weights: almost nothing accepted
+        assert 1.0 < pairs[(n, 1)]["acceptance"]["mean_acceptance_length"] < 1.03
     base16 = cells[(None, 16)]["throughput"]["wall_output_tok_s"]
     assert f"against the baseline's {base16:,.1f}" in flat
     rates = [cells[(n, 16)]["throughput"]["wall_output_tok_s"] for n in (2, 4, 8)]
@@ -508,17 +518,8 @@ def test_sglangs_nextn_rows_fits_and_c16_output_are_the_archive(tmp_path: Path) 
     section = nextn_section()
     nextn = section[:section.index("**llama.cpp, does a step cost more")]
     flat = " ".join(nextn.split()).replace("**", "")
-    with open_run(NEXTN) as frames:
-        pairs = {(p["n"], p["concurrency"]): p for p in frames.analysis["pairs"]}
-        cells = {(c["n"], c["concurrency"]): c for c in frames.analysis["cells"]}
+    pairs, cells = _one_start_c1_rows(nextn, NEXTN, (1, 2, 4))
     assert len(pairs) == 6
-    for n in (1, 2, 4):
-        p = pairs[(n, 1)]
-        sp, mal = p["speedup"], p["acceptance"]["mean_acceptance_length"]
-        assert sp["start_ci95"] is None  # one start per arm
-        (row,) = [ln for ln in nextn.splitlines() if ln.startswith(f"| {n} | ")]
-        assert row == (f"| {n} | {mal:.3f} | {interval(sp['geomean'], sp['ci95'], 3)} | "
-                       f"{mal / sp['geomean']:.3f} |")
     mals = [pairs[(n, 1)]["acceptance"]["mean_acceptance_length"] for n in (1, 2, 4)]
     expected = [cells[(n, 1)]["acceptance"]["expected_mean_acceptance_length"]
                 for n in (1, 2, 4)]
