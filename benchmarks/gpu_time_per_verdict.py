@@ -129,7 +129,8 @@ the naive design's or more conservative (no flipped, lost or bolder verdict)."""
 def variant(src: Path, dst: Path, trials_per_start: int, probes: int | None,
             holdout: int, trials: int | None = None, requests: int | None = None,
             max_tokens: int | None = None, seed: int | None = None,
-            baselines_first: bool = False) -> None:
+            baselines_first: bool = False, requests_per_concurrency: int | None = None,
+            own_starts: bool = False) -> None:
     """Write the crossbench design of the naive matrix ``src``: server reuse and, with
     ``probes``, probe-and-predict; with ``trials``, that many trials per cell (so
     ``trials / trials_per_start`` starts per server group); with ``requests`` and
@@ -138,13 +139,20 @@ def variant(src: Path, dst: Path, trials_per_start: int, probes: int | None,
     baseline's start first keeps a round cut short by the lease analysable); with
     ``baselines_first``, every interleaved round runs its baseline cells first (the matrix's
     ``schedule.baselines_first``: a lease cut short keeps each finished trial's baseline in
-    every round, not only the first); every other line of the study stays as it was."""
+    every round, not only the first); with ``requests_per_concurrency``, the load's requests
+    per concurrent slot above c=1; with ``own_starts``, no two cells share a server start
+    (``share_servers: false``: a method whose drafts outlive a trial, such as llama-server's
+    ngram-mod, sees only its own cell's requests); every other line of the study stays as it
+    was."""
     doc = yaml.safe_load(src.read_text())
     doc["trials_per_start"] = trials_per_start
     if trials is not None:
         doc["trials"] = trials
-    load = {"requests": requests, "max_tokens": max_tokens}
+    load = {"requests": requests, "max_tokens": max_tokens,
+            "requests_per_concurrency": requests_per_concurrency}
     doc["load"] = {**doc.get("load", {}), **{k: v for k, v in load.items() if v is not None}}
+    if own_starts:
+        doc["share_servers"] = False
     if seed is not None:
         doc["schedule"] = {**doc.get("schedule", {}), "seed": seed}
     if baselines_first:
@@ -158,6 +166,7 @@ def variant(src: Path, dst: Path, trials_per_start: int, probes: int | None,
                              + "".join(f", {k} {v}" for k, v in load.items() if v is not None)
                              + (f", schedule seed {seed}" if seed is not None else "")
                              + (", baselines first" if baselines_first else "")
+                             + (", own starts per cell" if own_starts else "")
                              + (f", probe_predict probes {probes} holdout {holdout}"
                                 if probes is not None else "") + ".")
     dst.write_text(yaml.safe_dump(doc, sort_keys=False))
@@ -607,6 +616,11 @@ def main(argv: list[str] | None = None) -> int:
                    help="the schedule's shuffle seed (the order of the server starts)")
     v.add_argument("--baselines-first", action="store_true",
                    help="every interleaved round runs its baseline cells first")
+    v.add_argument("--requests-per-concurrency", type=int, default=None,
+                   help="measured requests per concurrent slot above c=1 (the load's "
+                   "requests_per_concurrency)")
+    v.add_argument("--own-starts", action="store_true",
+                   help="no two cells share a server start (share_servers: false)")
     c = sub.add_parser("compute", help="compare recorded runs")
     c.add_argument("--study", nargs=3, action="append", required=True,
                    metavar=("[NAME=]ENGINE_ID", "NAIVE_RUN[,NAIVE_RUN...]", "CROSSBENCH_RUN"),
@@ -637,7 +651,8 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     if args.cmd == "variant":
         variant(args.src, args.dst, args.trials_per_start, args.probes, args.holdout,
-                args.trials, args.requests, args.max_tokens, args.seed, args.baselines_first)
+                args.trials, args.requests, args.max_tokens, args.seed, args.baselines_first,
+                args.requests_per_concurrency, args.own_starts)
         return 0
     opts = StatsOptions(min_samples=args.min_samples)
     if args.cmd == "planned":

@@ -438,3 +438,27 @@ def test_a_variant_sets_trials_and_reuse_and_keeps_the_rest(tmp_path: Path) -> N
     assert long["load"] == {**orig["load"], "requests": 8, "max_tokens": 384}
     assert "requests 8, max_tokens 384" in long["study"]["notes"]
     assert keep["load"] == orig["load"]
+
+
+def test_a_variant_can_give_each_cell_its_own_starts_and_fewer_requests_per_slot(
+        tmp_path: Path) -> None:
+    """``--own-starts`` and ``--requests-per-concurrency`` (`ngram2`: no n-gram table fed by
+    another cell, no prompt sent twice at c=16): the matrix then expands to cells that start
+    their own servers and send each of the workload's 48 prompts once at c=16, and validate
+    leaves no draft_replay note."""
+    import yaml
+
+    from crossbench.runner.matrix import expand, load_matrix, trial_work, validate_cells
+
+    src = ROOT / "matrices" / "h200-methods.yaml"
+    dst = tmp_path / "own.yaml"
+    _bench().variant(src, dst, 1, None, 1, trials=1, max_tokens=192,
+                     requests_per_concurrency=3, own_starts=True)
+    doc = yaml.safe_load(dst.read_text())
+    assert doc["share_servers"] is False and doc["load"]["requests_per_concurrency"] == 3
+    assert "own starts per cell" in doc["study"]["notes"]
+    m = load_matrix(dst)
+    cells = expand(m, dst)
+    c16 = [c for c in cells if c.coords["concurrency"] == 16]
+    assert {trial_work(c.load).requests for c in c16} == {48}
+    assert not [n for n in validate_cells(m, cells, dst) if "draft_replay" in n]

@@ -19,7 +19,7 @@ import pytest
 import yaml
 from bench_loader import load_benchmark
 
-from crossbench.runner.matrix import expand, load_matrix, run_order, validate_cells
+from crossbench.runner.matrix import expand, load_matrix, run_order, trial_work, validate_cells
 from crossbench.runner.matrix_run import select
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -48,30 +48,31 @@ def test_the_rounds_file_lists_every_round_of_the_former_scripts(study: ModuleTy
     assert list(rounds) == ["1", "verdict", "shared", "gate", "naive", "twostart", "hoststart",
                             "spread", "known", "all", "methods", "mtp", "fits", "fits2",
                             "verdicts", "alpha", "alpha-same", "startup-next", "startup-spec",
-                            "sglang-methods", "sglang-nextn", "moe", "synthetic", "sglang-check",
-                            "smoke"]
+                            "sglang-methods", "mtp2", "ngram2", "sglang-nextn", "moe",
+                            "synthetic", "sglang-check", "smoke"]
     assert study.parts(rounds, "methods") == [1, 2, 3, 4]
     assert study.parts(rounds, "moe") == list(range(1, 12))
     assert study.parts(rounds, "verdicts") == [1, 2]  # whole, it outgrew one lease
     assert study.parts(rounds, "sglang-methods") == [1, 2, 3]  # the same
     assert study.parts(rounds, "alpha-same") == [1, 2]  # one engine a part
+    assert study.parts(rounds, "mtp2") == study.parts(rounds, "ngram2") == [1, 2, 3]
     # the needs the former driver encoded in its case statements
     by = {(r.name, r.part): r for r in _every_round(study) if r.kind == "cross"}
     assert {k for k, r in by.items() if not r.vllm} == {
         ("gate", None), ("spread", None), ("known", None), ("all", None), ("methods", 1),
         ("methods", 2), ("moe", 1), ("moe", 4), ("moe", 6), ("moe", 8), ("moe", 9),
         ("sglang-methods", 1), ("sglang-methods", 2), ("sglang-methods", 3), ("alpha-same", 1),
-        ("sglang-nextn", None), ("verdicts", 1)}
+        ("sglang-nextn", None), ("verdicts", 1), ("mtp2", 1), ("ngram2", 1), ("ngram2", 3)}
     assert {k for k, r in by.items() if r.sglang} == {("sglang-methods", 1),
                                                       ("sglang-methods", 2),
                                                       ("sglang-methods", 3),
-                                                      ("sglang-nextn", None)}
+                                                      ("sglang-nextn", None), ("ngram2", 3)}
     assert {k for k, r in by.items() if not r.build} == {
         ("naive", None), ("twostart", None), ("hoststart", None), ("methods", 3), ("methods", 4),
         ("moe", 2), ("moe", 3), ("moe", 5), ("moe", 7), ("fits2", None),
         ("sglang-methods", 1), ("sglang-methods", 2), ("sglang-methods", 3),
         ("sglang-nextn", None), ("startup-next", None), ("startup-spec", None), ("verdicts", 2),
-        ("alpha-same", 2),
+        ("alpha-same", 2), ("mtp2", 2), ("mtp2", 3), ("ngram2", 2), ("ngram2", 3),
         ("moe", 10), ("moe", 11), ("alpha", 1), ("alpha", 2)}
     assert {k for k, r in by.items() if r.drafters} == {("methods", p) for p in (1, 2, 3, 4)} | {
         ("fits", None), ("fits2", None), ("verdicts", 1), ("verdicts", 2),
@@ -82,7 +83,15 @@ def test_the_rounds_file_lists_every_round_of_the_former_scripts(study: ModuleTy
         ("verdicts", 1), ("verdicts", 2), ("sglang-methods", 1), ("sglang-methods", 2),
         ("sglang-methods", 3), ("sglang-nextn", None),
         ("startup-next", None), ("startup-spec", None), ("alpha", 1), ("alpha", 2),
-        ("alpha-same", 1), ("alpha-same", 2)} | {("moe", p) for p in range(1, 12)}
+        ("alpha-same", 1), ("alpha-same", 2)} | {("moe", p) for p in range(1, 12)} | {
+        (r, p) for r in ("mtp2", "ngram2") for p in (1, 2, 3)}
+    # mtp2 makes the MTP target in both formats for llama.cpp, its HF folder alone for vLLM;
+    # ngram2's SGLang part the Qwen3-8B target's HF folder
+    assert by[("mtp2", 1)].fixtures == (("path mtp-target --shape qwen3-8b", 0),)
+    assert by[("mtp2", 2)].fixtures == by[("mtp2", 3)].fixtures == (
+        ("path mtp-target --shape qwen3-8b --format hf", 0),)
+    assert by[("ngram2", 1)].fixtures == by[("ngram2", 2)].fixtures == study.DEFAULT_FIXTURES
+    assert by[("ngram2", 3)].fixtures == (("path target --shape qwen3-8b --format hf", 0),)
     # the MTP round makes the Qwen3.5 target first, then the qwen3-8b pair only where it fits
     assert by[("mtp", None)].fixtures == (("path mtp-target --shape qwen3-8b", 0),
                                           ("make --shape qwen3-8b", 26))
@@ -226,7 +235,25 @@ def test_every_round_matrix_validates_and_every_selection_picks_cells(
                     assert {int(c.coords["concurrency"]) for c in chosen} == {1}
                     assert m.trials == (3 if r.part == 1 else 2)
                     assert "/none/" in next(iter(run_order(m, chosen)))[0]
-    assert checked == 53
+                if r.name == "mtp2":  # MTP's alpha 0.7 and vLLM's n = 8, each part a baseline
+                    arms = {(str(c.coords.get("arm")), c.coords.get("n")) for c in chosen}
+                    assert arms == {1: {("none", None), ("mtp-a0.9", 4)} | {
+                                        ("mtp-a0.7", n) for n in (1, 2, 4, 8)},
+                                    2: {("none", None), ("mtp-a0.9", 8), ("mtp-a0.7", 4)},
+                                    3: {("none", None), ("mtp-a0.7", 1), ("mtp-a0.7", 2),
+                                        ("mtp-a0.7", 8)}}[r.part], arms
+                    assert {c.coords["target"] for c in chosen} == (
+                        {"q35-f16"} if r.part == 1 else {"q35-hf"})
+                    assert {int(c.coords["concurrency"]) for c in chosen} == {1, 16}
+                if r.name == "ngram2":  # no prompt twice to a start: own starts, 48 at c=16
+                    arms = {(str(c.coords.get("arm")), c.coords.get("n")) for c in chosen}
+                    assert arms == {("none", None), ("ngram", None if r.part == 1 else 4)}, arms
+                    assert not m.share_servers and m.trials == 2 and m.block == 1
+                    assert {trial_work(c.load).requests for c in chosen
+                            if c.coords["concurrency"] == 16} == {48}
+                    assert not [n for n in validate_cells(m, chosen, path)
+                                if "draft_replay" in n]
+    assert checked == 59
 
 
 def test_a_selector_with_an_unknown_key_is_refused(study: ModuleType) -> None:
