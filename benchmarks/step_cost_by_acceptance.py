@@ -96,9 +96,9 @@ def compare(analysis: dict[str, Any], arm: str, against: str, engine: str | None
         "engine": a["engine"], "n": a["n"], "concurrency": concurrency, "level": level,
         "baseline_tok_s": _interval(r0, level)["geomean"],
         "arms": {
-            arm: {"mal": ma, "tok_s": _interval(ra, level)["per_start"],
+            arm: {"mal": ma, "tok_s": [ra[k] for k in sorted(ra)],
                   "cost": _interval({k: ma * r0[k] / ra[k] for k in ra}, level)},
-            against: {"mal": mb, "tok_s": _interval(rb, level)["per_start"],
+            against: {"mal": mb, "tok_s": [rb[k] for k in sorted(rb)],
                       "cost": _interval({k: mb * r0[k] / rb[k] for k in rb}, level)},
         },
         "ratio": _interval({k: (ma / mb) * rb[k] / ra[k] for k in ra}, level),

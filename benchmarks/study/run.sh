@@ -239,8 +239,9 @@ fi
 #     lease") that needs what the machine's setup did not make: the CUDA build (a llama.cpp
 #     round after a vLLM-only one), the round's fixtures (fixture_steps --missing: those no
 #     fixtures_exit=0 line names) and the drafters, made in the background once the first
-#     setup is done (the fixtures before the drafters, as there); `late-setup.done` when both succeeded, `late-setup.failed` otherwise
-#     (wait_setup holds the round until the first, and never starts it after the second)
+#     setup is done (the fixtures before the drafters, as there); `late-setup.done` when all
+#     succeeded, `late-setup.failed` otherwise (wait_setup holds the round until the first,
+#     and never starts it after the second)
 late_needs() {  # the words "build", "fixtures" and "drafters" this round needs and the
   # setup did not make
   local t="$LOG/timing.txt" needs=""
