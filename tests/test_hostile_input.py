@@ -159,14 +159,24 @@ def test_draft_n_max_without_a_profile_bound_has_a_documented_cap(tmp_path):
 
 
 def test_a_large_study_gets_a_note_and_a_huge_one_is_refused(tmp_path):
-    p = with_arm(tmp_path, {"method": "ngram-mod", "n": "1-600"})
+    # ngram-simple: a method without a table shared across requests (ngram-mod's would add
+    # validate's draft_replay note, the workload's 8 prompts cycled to 20 requests)
+    p = with_arm(tmp_path, {"method": "ngram-simple", "n": "1-600"})
     r = validate(p)
     assert r.exit_code == 0, r.output
     assert r.stderr.splitlines() == [
         "crossbench: note: 601 cells x 3 trials = 1803 runs, each with its own server start: "
         "a long study (more than 500 cells); consider fewer n or concurrency values, or "
         "`exclude`"]
-    p = with_arm(tmp_path, {"method": "ngram-mod", "n": "1-1000"},
+    # 600 ngram-mod cells with the same reason for draft_replay: one note, not 600
+    said = validate(with_arm(tmp_path, {"method": "ngram-mod", "n": "1-600"})).stderr
+    replay = [ln for ln in said.splitlines() if "draft_replay" in ln]
+    assert len(replay) == 1 and replay[0].startswith(
+        "crossbench: note: cells llama/tgt/ngram-mod/n1/builtin-code/c1, "
+        "llama/tgt/ngram-mod/n2/builtin-code/c1, llama/tgt/ngram-mod/n3/builtin-code/c1 and "
+        "597 more: ngram-mod drafts from one ngram-mod hash table per server")
+    assert "its 20 requests a trial cycle 8 prompts (12 repeats)" in replay[0]
+    p = with_arm(tmp_path, {"method": "ngram-simple", "n": "1-1000"},
                  axes={**BASE["axes"], "concurrency": "1-20"})
     start = time.perf_counter()
     assert refused(validate(p)) == (

@@ -884,7 +884,7 @@ def _draft_replay_notes(m: Matrix, cells: list[Cell]) -> list[str]:
 
     groups = server_groups(cells) if m.share_servers else {}
     sizes = Counter(groups.values())
-    notes = []
+    found: dict[tuple[str, str, tuple[str, ...]], list[str]] = {}  # one note per reason
     for c in cells:
         spec = c.engine_config.get("spec") or {}
         shared = registry.shared_drafts(c.engine_kind, str(spec.get("type")))
@@ -907,13 +907,20 @@ def _draft_replay_notes(m: Matrix, cells: list[Cell]) -> list[str]:
             if sizes.get(groups.get(c.id, -1), 0) > 1:
                 why.append("it shares its server start with other cells (share_servers)")
         if why:
-            notes.append(
-                f"cell {c.id}: {spec.get('type')} drafts from {shared.kept_in}, and "
-                + "; ".join(why) + ": such requests draft an earlier copy's output under "
-                "greedy decoding, so acceptance and speedup would overstate the method (the "
-                "analysis warns draft_replay); keep requests within the workload's prompts"
-                + ("" if shared.cleared_by else ", give each trial a fresh start "
-                   "(trials_per_start: 1) and this cell its own starts (share_servers: false)"))
+            found.setdefault((c.engine_kind, str(spec.get("type")), tuple(why)), []).append(c.id)
+    notes = []
+    for (kind, method, reasons), ids in found.items():
+        shared = registry.shared_drafts(kind, method)
+        assert shared is not None
+        named = ", ".join(ids[:3]) + (f" and {len(ids) - 3} more" if len(ids) > 3 else "")
+        notes.append(
+            f"{'cell' if len(ids) == 1 else 'cells'} {named}: {method} drafts from "
+            f"{shared.kept_in}, and " + "; ".join(reasons) + ": such requests draft an earlier "
+            "copy's output under greedy decoding, so acceptance and speedup would overstate "
+            "the method (the analysis warns draft_replay); keep requests within the workload's "
+            "prompts" + ("" if shared.cleared_by else ", give each trial a fresh start "
+                         "(trials_per_start: 1) and such cells their own starts "
+                         "(share_servers: false)"))
     return notes
 
 
