@@ -47,6 +47,7 @@ from crossbench.textfile import MIB, decode_text, read_bytes
 
 if TYPE_CHECKING:
     from crossbench.analysis.start_spread import StartSpread
+    from crossbench.engines.registry import SharedDrafts
 
 MAX_MATRIX_BYTES = MIB
 """Largest matrix file read (1 MiB): the largest example matrix is a few KiB; a bigger file
@@ -884,7 +885,8 @@ def _draft_replay_notes(m: Matrix, cells: list[Cell]) -> list[str]:
 
     groups = server_groups(cells) if m.share_servers else {}
     sizes = Counter(groups.values())
-    found: dict[tuple[str, str, tuple[str, ...]], list[str]] = {}  # one note per reason
+    found: dict[tuple[str, SharedDrafts, tuple[str, ...]], list[str]] = {}  # a note a reason
+    prompts_of: dict[str, int | None] = {}  # distinct prompts by workload spec, read once
     for c in cells:
         spec = c.engine_config.get("spec") or {}
         shared = registry.shared_drafts(c.engine_kind, str(spec.get("type")))
@@ -893,13 +895,17 @@ def _draft_replay_notes(m: Matrix, cells: list[Cell]) -> list[str]:
         why = []
         work = trial_work(c.load)
         spec_w = str(c.load.get("workload") or c.coords.get("workload") or "")
-        if not spec_w.startswith("random:"):
-            with contextlib.suppress(UserError):
-                prompts = len({p.id for p in load_workload(spec_w).prompts})
-                repeats = work.requests - prompts
-                if repeats > 0 and repeats >= REPLAY_SHARE * work.requests:
-                    why.append(f"its {work.requests} requests a trial cycle {prompts} prompts "
-                               f"({repeats} repeats)")
+        if spec_w not in prompts_of:
+            prompts_of[spec_w] = None  # random: every request its own prompt; unreadable
+            if not spec_w.startswith("random:"):
+                with contextlib.suppress(UserError):
+                    prompts_of[spec_w] = len({p.id for p in load_workload(spec_w).prompts})
+        prompts = prompts_of[spec_w]
+        if prompts is not None:
+            repeats = work.requests - prompts
+            if repeats > 0 and repeats >= REPLAY_SHARE * work.requests:
+                why.append(f"its {work.requests} requests a trial cycle {prompts} prompts "
+                           f"({repeats} repeats)")
         if not shared.cleared_by:
             if m.block > 1:
                 why.append(f"trials_per_start {m.block} puts later trials on a start that "
@@ -907,11 +913,9 @@ def _draft_replay_notes(m: Matrix, cells: list[Cell]) -> list[str]:
             if sizes.get(groups.get(c.id, -1), 0) > 1:
                 why.append("it shares its server start with other cells (share_servers)")
         if why:
-            found.setdefault((c.engine_kind, str(spec.get("type")), tuple(why)), []).append(c.id)
+            found.setdefault((str(spec.get("type")), shared, tuple(why)), []).append(c.id)
     notes = []
-    for (kind, method, reasons), ids in found.items():
-        shared = registry.shared_drafts(kind, method)
-        assert shared is not None
+    for (method, shared, reasons), ids in found.items():
         named = ", ".join(ids[:3]) + (f" and {len(ids) - 3} more" if len(ids) > 3 else "")
         notes.append(
             f"{'cell' if len(ids) == 1 else 'cells'} {named}: {method} drafts from "
