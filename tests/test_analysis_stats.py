@@ -129,6 +129,25 @@ def test_unit_interval_hand_computed():
     assert stats.unit_interval([0.1, 0.2], ["a", "a"], 0.95) is None  # one unit: no spread
 
 
+@pytest.mark.parametrize(("b", "a", "expected"), [
+    # scipy.stats.ttest_ind(log b, log a, equal_var=False): df 2.92 and 3.95, floored to 2
+    # and 3, then t.ppf at those df (values computed with scipy 1.17 once, kept here)
+    ((20.0, 24.0), (10.0, 13.0, 9.0), (1.126923654573537, 3.8360963017918515)),
+    ((12.0, 12.3, 11.9, 12.2, 12.1), (10.0, 10.5, 9.8, 10.2),
+     (1.1366570984888014, 1.257112562023487)),
+])
+def test_welch_interval_matches_scipy_at_the_floored_df(b, a, expected):
+    lo, hi = stats.welch_interval([math.log(x) for x in b], [math.log(x) for x in a], 0.95)
+    assert (lo, hi) == pytest.approx(expected, rel=1e-9)
+
+
+def test_welch_interval_needs_two_samples_a_side_and_handles_no_spread():
+    assert stats.welch_interval([0.1], [0.2, 0.3], 0.95) is None
+    assert stats.welch_interval([0.1, 0.2], [0.3], 0.95) is None
+    assert stats.welch_interval([0.5, 0.5], [0.2, 0.2], 0.95) == pytest.approx(
+        (math.exp(0.3), math.exp(0.3)))
+
+
 def test_with_two_starts_per_side_the_bootstrap_over_starts_is_bold_and_the_t_is_not():
     """Known truth: speedup 1.0 exactly. Each of two trials (a server start per side) shifts
     its requests by a random factor (sd 15 %, as vLLM's draft_model starts were seen to

@@ -585,3 +585,63 @@ def test_llamas_step_cost_by_alpha_is_the_archive_on_fresh_starts() -> None:
         assert r["ci"][0] > 1  # the page's "costs more" rests on this
     base = out["baseline_tok_s"]
     assert f"the baseline {base:.1f} tok/s, {1000 / base:.2f} ms a token" in flat
+
+
+SAME_LLAMA = H100 / "verdicts-same-part1/h100-verdicts-part1-llama-verdicts.zip"
+SAME_VLLM = H100 / "verdicts-same-part2/h100-verdicts-part2-vllm-verdicts.zip"
+
+
+def same_machine_section() -> str:
+    """The page's section on `verdicts` parts 1 and 2 on one H100."""
+    text = DOC.read_text()
+    start = text.index("## Both engines' EAGLE-3 and DFlash on one machine")
+    return text[start:text.index("\n## ", start + 3)]
+
+
+def test_both_engines_on_one_machine_are_the_archives() -> None:
+    """Each engine's row (MAL, per-start rates, speedup with both intervals, the verdict word
+    only where the starts agree, C(4)) and each cross-engine ratio with its Welch interval,
+    as benchmarks/cross_engine_step.py gives them; both runs on one GPU and one boot."""
+    from bench_loader import load_benchmark
+
+    mod = load_benchmark("cross_engine_step.py")
+    section = same_machine_section()
+    flat = " ".join(section.split())
+    names = {"eagle3": "EAGLE-3", "dflash": "DFlash"}
+    with open_run(SAME_LLAMA) as fl, open_run(SAME_VLLM) as fv:
+        analyses = {"llama.cpp": fl.analysis, "vLLM": fv.analysis}
+        trials = {"llama.cpp": fl.trials, "vLLM": fv.trials}
+        machines = [mod.machines(fl.trials), mod.machines(fv.trials)]
+    assert machines[0] == machines[1] and len(machines[0][0]) == 1  # one GPU, one boot
+    assert "GPU-ee218442" in section and next(iter(machines[0][0])).startswith("GPU-ee218442")
+    for method, name in names.items():
+        out = mod.compare(analyses["llama.cpp"], analyses["vLLM"], f"{method}-a0.9", n=4)
+        for engine, side in (("llama.cpp", out["a"]), ("vLLM", out["b"])):
+            pairs = {p["arm"]: p for p in analyses[engine]["pairs"]}
+            pair = pairs[f"{method}-a0.9"]
+            sp = pair["speedup"]
+            word = "**faster** " if sp["start_ci95"][0] > 1 else ""
+            (row,) = [ln for ln in section.splitlines()
+                      if ln.startswith(f"| {engine} | {name} |")]
+            per = ", ".join(f"{v:.1f}" for v in side["tok_s"]["per_start"])
+            assert f"| {side['mal']:.3f} |" in row
+            assert f"| {pair['spec_tok_s']:.1f} ({per}) |" in row
+            assert f"| {pair['baseline_tok_s']:.1f}" in row
+            assert (f"| {word}{interval(sp['geomean'], sp['ci95'], 3)} | "
+                    f"[{sp['start_ci95'][0]:.3f}, {sp['start_ci95'][1]:.3f}] | "
+                    f"{interval(side['cost']['geomean'], side['cost']['ci'], 3)} |") in row
+            assert side["tok_s"]["starts"] == (3 if engine == "llama.cpp" else 2)
+            # where the step spends its time: the busy share's split, as the page gives it
+            for cell, ms in ((side["cell"], side["step_ms"]), (side["baseline_cell"],
+                                                             side["plain_ms"])):
+                split = mod.step_split(trials[engine], cell, ms["geomean"])
+                busy, host = f"{split['gpu_busy_ms']:.2f}", f"{split['host_ms']:.2f}"
+                assert (f"{busy} + {host} ms" in flat or f"{busy} ms of GPU work and {host} ms"
+                        in flat), (engine, cell)
+        (row,) = [ln for ln in section.splitlines() if ln.startswith(f"| {name} | ")]
+        for key in ("tok_s", "step_ms", "plain_ms", "cost"):
+            r = out["ratios"][key]
+            assert interval(r["ratio"], r["ci"], 3) in row, key
+            assert r["ci"][1] < 1 or r["ci"][0] > 1  # the page's words rest on these
+        steps = (out["b"]["step_ms"]["geomean"], out["a"]["step_ms"]["geomean"])
+        assert f"{steps[0]:.2f} against {steps[1]:.2f} ms" in row

@@ -297,6 +297,25 @@ def unit_interval(log_ratios: Sequence[float] | FloatArray, units: Sequence[obje
     return float(np.exp(m - half)), float(np.exp(m + half))
 
 
+def welch_interval(logs_b: Sequence[float] | FloatArray, logs_a: Sequence[float] | FloatArray,
+                   level: float) -> tuple[float, float] | None:
+    """Interval of exp(mean(logs_b) - mean(logs_a)), the ratio of two geometric means over
+    independent samples (two engines' server starts): Welch's t, its Welch-Satterthwaite df
+    floored (as the start-spread prior does), which errs wide. None with fewer than two
+    samples on a side."""
+    a, b = np.asarray(logs_a, dtype=float), np.asarray(logs_b, dtype=float)
+    if a.size < 2 or b.size < 2:
+        return None
+    va, vb = float(a.var(ddof=1)) / a.size, float(b.var(ddof=1)) / b.size
+    d = float(b.mean() - a.mean())
+    se2 = va + vb
+    if se2 == 0.0:
+        return math.exp(d), math.exp(d)
+    df = se2 ** 2 / (va ** 2 / (a.size - 1) + vb ** 2 / (b.size - 1))
+    half = t_quantile((1 + level) / 2, max(1, math.floor(df))) * math.sqrt(se2)
+    return math.exp(d - half), math.exp(d + half)
+
+
 def verdict(ci: tuple[float, float] | None, n_samples: int, n_clusters: int,
             min_samples: int, confounded: bool = False,
             equivalence: float | None = None) -> Verdict:

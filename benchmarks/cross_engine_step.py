@@ -1,0 +1,207 @@
+"""Which engine runs a method more cheaply, at the same acceptance, on one machine? Two runs
+(one per engine, each with its own baseline, each trial on its own server start:
+``--trials-per-start 1``) of the same method at the same n and concurrency.
+
+Per start k of each engine (trial k of the arm against trial k of its own baseline, as the
+analysis pairs them for its ``start_ci95``) this script takes
+
+    plain step ms  = 1000 / baseline rate_k
+    step ms        = 1000 x MAL / arm rate_k       (one speculative step: MAL tokens)
+    C_k            = step ms / plain step ms       (the step in the engine's own plain steps)
+
+and gives each engine's geometric means with Student's t over its starts
+(:func:`crossbench.analysis.stats.unit_interval`). Across the engines the starts are
+independent, so each ratio (B over A: the arm's decode rate, its step in ms, the plain step
+in ms, C) is the ratio of the two geometric means with Welch's interval on the logs
+(:func:`crossbench.analysis.stats.welch_interval`: each start one sample, the
+Welch-Satterthwaite df floored, which errs wide). Where the GPU telemetry covers the trials,
+the arm's mean GPU-busy share (NVML, over the measured window) splits each engine's step
+into GPU-busy and host milliseconds: where an engine's step spends its time.
+
+The two runs must come from one GPU (the trials' GPU UUIDs) unless ``--other-machines``: a
+machine difference is in no interval, so across machines the figures are not a comparison.
+
+    python benchmarks/cross_engine_step.py LLAMA_ARCHIVE VLLM_ARCHIVE --arm eagle3-a0.9 --n 4
+
+Reads run directories or archives; runs nothing. docs/cross-engine.md cites its output for
+``examples/h100-methods/verdicts-same-part1`` and ``-part2`` (tests/test_cross_engine_doc.py
+re-derives it).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+from crossbench.analysis.stats import unit_interval, welch_interval
+from crossbench.errors import UserError
+
+
+def _cell(analysis: dict[str, Any], arm: str, n: int | None, concurrency: int,
+          side: str) -> dict[str, Any]:
+    found = [c for c in analysis["cells"] if c["arm"] == arm
+             and c["concurrency"] == concurrency and (n is None or c["n"] == n)]
+    if len(found) != 1:
+        which = ", ".join(sorted(c["cell"] for c in analysis["cells"] if c["arm"] == arm))
+        raise UserError(f"run {side}: {len(found)} cells of arm {arm} at c={concurrency}"
+                        f"{'' if n is None else f', n={n}'} (cells of that arm: "
+                        f"{which or 'none'})", "name one cell with --arm, --n and --concurrency")
+    cell: dict[str, Any] = found[0]
+    return cell
+
+
+def _rates(cell: dict[str, Any], side: str) -> dict[str, float]:
+    rates = cell.get("per_trial_pooled_tok_s") or {}
+    if len(rates) < 2:
+        raise UserError(f"run {side}, cell {cell['cell']}: {len(rates)} trial(s) with a "
+                        "decode rate", "this comparison needs two or more trials per arm, each "
+                        "on its own start (--trials-per-start 1)")
+    return {str(k): float(v) for k, v in rates.items()}
+
+
+def _summary(values: dict[str, float], level: float) -> dict[str, Any]:
+    keys = sorted(values)
+    logs = [math.log(values[k]) for k in keys]
+    ci = unit_interval(logs, keys, level)
+    return {"geomean": math.exp(sum(logs) / len(logs)), "ci": list(ci) if ci else None,
+            "per_start": [values[k] for k in keys], "starts": len(keys)}
+
+
+def side(analysis: dict[str, Any], arm: str, n: int | None, concurrency: int,
+         level: float, name: str = "A") -> dict[str, Any]:
+    """One engine's figures for ``arm``: its MAL, and per start its plain step, its
+    speculative step (both in ms), C = their ratio and the arm's decode rate, each with its
+    starts-as-samples interval. The arm and its baseline must share trial indices."""
+    cell = _cell(analysis, arm, n, concurrency, name)
+    base = next((c for c in analysis["cells"] if c["cell"] == cell["baseline_cell"]), None)
+    if base is None:
+        raise UserError(f"run {name}: cell {cell['cell']} has no baseline cell in this run",
+                        "compare runs that hold each arm's baseline")
+    mal = (cell.get("acceptance") or {}).get("mean_acceptance_length")
+    if not mal:
+        raise UserError(f"run {name}, cell {cell['cell']}: no mean accepted length",
+                        "compare speculative arms whose engine reports acceptance counters")
+    ra, r0 = _rates(cell, name), _rates(base, name)
+    if set(ra) != set(r0):
+        raise UserError(f"run {name}: trial indices differ: {arm} {sorted(ra)}, baseline "
+                        f"{sorted(r0)}", "run the arm and its baseline with the same number of "
+                        "trials (crossbench status)")
+    mal = float(mal)
+    return {
+        "engine": cell["engine"], "cell": cell["cell"], "baseline_cell": base["cell"],
+        "n": cell["n"], "mal": mal,
+        "tok_s": _summary(ra, level), "baseline_tok_s": _summary(r0, level),
+        "plain_ms": _summary({k: 1000.0 / r0[k] for k in r0}, level),
+        "step_ms": _summary({k: 1000.0 * mal / ra[k] for k in ra}, level),
+        "cost": _summary({k: mal * r0[k] / ra[k] for k in ra}, level),
+    }
+
+
+def _ratio(a: dict[str, Any], b: dict[str, Any], level: float) -> dict[str, Any]:
+    la = [math.log(v) for v in a["per_start"]]
+    lb = [math.log(v) for v in b["per_start"]]
+    ci = welch_interval(lb, la, level)
+    return {"ratio": b["geomean"] / a["geomean"], "ci": list(ci) if ci else None}
+
+
+def compare(analysis_a: dict[str, Any], analysis_b: dict[str, Any], arm: str,
+            arm_b: str | None = None, n: int | None = None, concurrency: int = 1,
+            level: float = 0.95) -> dict[str, Any]:
+    """Both engines' figures for the method (``arm`` in run A, ``arm_b`` or the same name in
+    run B) and each ratio B / A with Welch's interval over the two runs' starts."""
+    a = side(analysis_a, arm, n, concurrency, level, "A")
+    b = side(analysis_b, arm_b or arm, a["n"] if n is None else n, concurrency, level, "B")
+    return {
+        "level": level, "concurrency": concurrency, "a": a, "b": b,
+        "mal_ratio": b["mal"] / a["mal"],
+        "ratios": {key: _ratio(a[key], b[key], level)
+                   for key in ("tok_s", "step_ms", "plain_ms", "cost")},
+    }
+
+
+def machines(trials: Any) -> tuple[set[str], set[str]]:
+    """The GPU UUID lists and host boot ids of a run's trials (a trials frame)."""
+    gpus = {str(g) for g in trials["gpus"].dropna()}
+    boots = {str(b) for b in trials["boot_id"].dropna()}
+    return gpus, boots
+
+
+def step_split(trials: Any, cell: str, step_ms: float) -> dict[str, float] | None:
+    """A speculative step of ``cell`` split by its trials' mean GPU-busy share (NVML, over the
+    measured window): GPU-busy and host (no kernel running) milliseconds of a ``step_ms``
+    step; None where the telemetry does not cover the trials."""
+    share = trials.loc[trials["cell"] == cell, "gpu_busy_share"].dropna()
+    if share.empty:
+        return None
+    busy = float(share.mean())
+    return {"gpu_busy_share": busy, "gpu_busy_ms": busy * step_ms,
+            "host_ms": (1.0 - busy) * step_ms}
+
+
+def _fmt(x: dict[str, Any], key: str = "geomean") -> str:
+    ci = x["ci"]
+    return f"{x[key]:.3f}" + (f" [{ci[0]:.3f}, {ci[1]:.3f}]" if ci else "")
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Print (and with --json write) one method's step in two engines."""
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("a", type=Path, help="engine A's run directory or archive")
+    p.add_argument("b", type=Path, help="engine B's run directory or archive")
+    p.add_argument("--arm", required=True, help="the method's arm in run A (and in B)")
+    p.add_argument("--arm-b", help="the arm's name in run B, where it differs")
+    p.add_argument("--n", type=int, help="the draft length, where the arm has several")
+    p.add_argument("--concurrency", type=int, default=1)
+    p.add_argument("--other-machines", action="store_true",
+                   help="compare runs from different GPUs (the figures are then no comparison)")
+    p.add_argument("--json", type=Path, help="also write the result as JSON to this file")
+    args = p.parse_args(argv)
+    from crossbench.frames import open_run
+
+    with open_run(args.a) as fa, open_run(args.b) as fb:
+        out = compare(fa.analysis, fb.analysis, args.arm, args.arm_b, args.n,
+                      args.concurrency)
+        ta, tb = fa.trials, fb.trials
+        (ga, boot_a), (gb, boot_b) = machines(ta), machines(tb)
+        out["same_gpu"] = bool(ga) and ga == gb
+        out["same_boot"] = bool(boot_a) and boot_a == boot_b
+        out["gpus"] = sorted(ga | gb)
+        for key, trials in (("a", ta), ("b", tb)):
+            s = out[key]
+            s["split"] = step_split(trials, s["cell"], s["step_ms"]["geomean"])
+            s["plain_split"] = step_split(trials, s["baseline_cell"], s["plain_ms"]["geomean"])
+    if not out["same_gpu"] and not args.other_machines:
+        gpus = ", ".join(out["gpus"]) or "none recorded"
+        raise UserError(f"the runs come from different GPUs ({gpus}): a machine difference "
+                        "is in no interval",
+                        "compare runs of one machine, or pass --other-machines to print the "
+                        "figures anyway (they are then no comparison)")
+    pct = int(out["level"] * 100)
+    a, b = out["a"], out["b"]
+    print(f"{a['engine']} (A) against {b['engine']} (B), n={a['n']}, c={out['concurrency']}, "
+          f"{'one GPU' if out['same_gpu'] else 'DIFFERENT GPUs'}"
+          f"{', one boot' if out['same_boot'] else ''}; {pct} % intervals, starts as samples")
+    for key in ("a", "b"):
+        s = out[key]
+        extra = "".join(
+            f"; {what} {sp['gpu_busy_ms']:.2f} ms GPU-busy + {sp['host_ms']:.2f} ms host "
+            f"(busy share {sp['gpu_busy_share']:.3f})"
+            for what, sp in (("plain step", s["plain_split"]), ("step", s["split"])) if sp)
+        print(f"  {s['engine']}: {s['tok_s']['starts']} starts, MAL {s['mal']:.3f}, "
+              f"{_fmt(s['tok_s'])} tok/s over {_fmt(s['baseline_tok_s'])}; plain step "
+              f"{_fmt(s['plain_ms'])} ms, step {_fmt(s['step_ms'])} ms, C {_fmt(s['cost'])}"
+              f"{extra}")
+    for key, what in (("tok_s", "decode rate"), ("step_ms", "step ms"),
+                      ("plain_ms", "plain step ms"), ("cost", "C(n)")):
+        print(f"  B / A {what}: {_fmt(out['ratios'][key], 'ratio')}")
+    print(f"  B / A MAL: {out['mal_ratio']:.3f}")
+    if args.json:
+        args.json.write_text(json.dumps(out, indent=1) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
