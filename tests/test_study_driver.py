@@ -617,6 +617,22 @@ def test_plan_adds_crossbench_plans_design_to_the_setup(
     assert "startup-next: a command step, not planned" in capsys.readouterr().out
 
 
+def test_plan_says_why_a_variant_could_not_be_made(
+        study: ModuleType, capsys: pytest.CaptureFixture[str],
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """A design variant that fails (here: its source matrix is missing; on 2026-12-06 the
+    editable install was being replaced beside it) stops the plan with the variant's own last
+    error line, not a traceback of study.py's subprocess call."""
+    r = study.get_round(study.load_rounds(), "verdicts", 1)
+    monkeypatch.setattr(study, "commands", lambda _r, _w: [
+        ["python3", "benchmarks/gpu_time_per_verdict.py", "variant", "/nonexistent.yaml",
+         "/tmp/unused.yaml"]])
+    assert study.plan(r, tmp_path) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("study.py: benchmarks/gpu_time_per_verdict.py variant "
+                          "/nonexistent.yaml failed: FileNotFoundError"), err
+
+
 def test_every_rounds_plan_names_files_that_exist(study: ModuleType) -> None:
     for r in _every_round(study):
         for f in r.timings_from:

@@ -689,7 +689,12 @@ def plan(r: Round, work: Path) -> int:
     work.mkdir(parents=True, exist_ok=True)
     for argv in commands(r, str(work)):
         if argv[1:3] == ["benchmarks/gpu_time_per_verdict.py", "variant"]:
-            subprocess.run([sys.executable, *argv[1:]], check=True, capture_output=True)
+            made = subprocess.run([sys.executable, *argv[1:]], capture_output=True, text=True,
+                                  check=False)
+            if made.returncode != 0:
+                print(f"study.py: {' '.join(argv[1:4])} failed: {_last(made.stderr)}",
+                      file=sys.stderr)
+                return 1
     sources = [a for src in r.timings_from for a in ("--from", src)]
     total, starts = 0.0, 0.0
     print(f"round {r.name}" + (f" part {r.part}" if r.part else "") + ": timings from "
