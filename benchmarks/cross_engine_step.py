@@ -22,10 +22,12 @@ The two runs must come from one GPU (the trials' GPU UUIDs) unless ``--other-mac
 machine difference is in no interval, so across machines the figures are not a comparison.
 
     python benchmarks/cross_engine_step.py LLAMA_ARCHIVE VLLM_ARCHIVE --arm eagle3-a0.9 --n 4
+    python benchmarks/cross_engine_step.py RUN RUN --arm synth-a0.9 --n 2 \
+        --engine-a llama --engine-b vllm          # one run of both engines
 
 Reads run directories or archives; runs nothing. docs/cross-engine.md cites its output for
-``examples/h100-methods/verdicts-same-part1`` and ``-part2`` (tests/test_cross_engine_doc.py
-re-derives it).
+``examples/h100-methods/verdicts-same-part1`` and ``-part2``, and for the draft-model study
+of ``examples/h200-cross/round1`` (tests/test_cross_engine_doc.py re-derives it).
 """
 
 from __future__ import annotations
@@ -41,14 +43,16 @@ from crossbench.errors import UserError
 
 
 def _cell(analysis: dict[str, Any], arm: str, n: int | None, concurrency: int,
-          side: str) -> dict[str, Any]:
+          side: str, engine: str | None = None) -> dict[str, Any]:
     found = [c for c in analysis["cells"] if c["arm"] == arm
-             and c["concurrency"] == concurrency and (n is None or c["n"] == n)]
+             and c["concurrency"] == concurrency and (n is None or c["n"] == n)
+             and (engine is None or c["engine"] == engine)]
     if len(found) != 1:
         which = ", ".join(sorted(c["cell"] for c in analysis["cells"] if c["arm"] == arm))
         raise UserError(f"run {side}: {len(found)} cells of arm {arm} at c={concurrency}"
                         f"{'' if n is None else f', n={n}'} (cells of that arm: "
-                        f"{which or 'none'})", "name one cell with --arm, --n and --concurrency")
+                        f"{which or 'none'})",
+                        "name one cell with --arm, --n, --concurrency and --engine-a/-b")
     cell: dict[str, Any] = found[0]
     return cell
 
@@ -71,11 +75,11 @@ def _summary(values: dict[str, float], level: float) -> dict[str, Any]:
 
 
 def side(analysis: dict[str, Any], arm: str, n: int | None, concurrency: int,
-         level: float, name: str = "A") -> dict[str, Any]:
+         level: float, name: str = "A", engine: str | None = None) -> dict[str, Any]:
     """One engine's figures for ``arm``: its MAL, and per start its plain step, its
     speculative step (both in ms), C = their ratio and the arm's decode rate, each with its
     starts-as-samples interval. The arm and its baseline must share trial indices."""
-    cell = _cell(analysis, arm, n, concurrency, name)
+    cell = _cell(analysis, arm, n, concurrency, name, engine)
     base = next((c for c in analysis["cells"] if c["cell"] == cell["baseline_cell"]), None)
     if base is None:
         raise UserError(f"run {name}: cell {cell['cell']} has no baseline cell in this run",
@@ -109,11 +113,14 @@ def _ratio(a: dict[str, Any], b: dict[str, Any], level: float) -> dict[str, Any]
 
 def compare(analysis_a: dict[str, Any], analysis_b: dict[str, Any], arm: str,
             arm_b: str | None = None, n: int | None = None, concurrency: int = 1,
-            level: float = 0.95) -> dict[str, Any]:
+            level: float = 0.95, engines: tuple[str | None, str | None] = (None, None)
+            ) -> dict[str, Any]:
     """Both engines' figures for the method (``arm`` in run A, ``arm_b`` or the same name in
-    run B) and each ratio B / A with Welch's interval over the two runs' starts."""
-    a = side(analysis_a, arm, n, concurrency, level, "A")
-    b = side(analysis_b, arm_b or arm, a["n"] if n is None else n, concurrency, level, "B")
+    run B; ``engines`` picks each run's engine where a run holds several) and each ratio
+    B / A with Welch's interval over the two runs' starts."""
+    a = side(analysis_a, arm, n, concurrency, level, "A", engines[0])
+    b = side(analysis_b, arm_b or arm, a["n"] if n is None else n, concurrency, level, "B",
+             engines[1])
     return {
         "level": level, "concurrency": concurrency, "a": a, "b": b,
         "mal_ratio": b["mal"] / a["mal"],
@@ -154,6 +161,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--arm", required=True, help="the method's arm in run A (and in B)")
     p.add_argument("--arm-b", help="the arm's name in run B, where it differs")
     p.add_argument("--n", type=int, help="the draft length, where the arm has several")
+    p.add_argument("--engine-a", help="run A's engine, where it holds several (a run of "
+                   "both engines may be A and B)")
+    p.add_argument("--engine-b", help="run B's engine, where it holds several")
     p.add_argument("--concurrency", type=int, default=1)
     p.add_argument("--other-machines", action="store_true",
                    help="compare runs from different GPUs (the figures are then no comparison)")
@@ -163,7 +173,7 @@ def main(argv: list[str] | None = None) -> int:
 
     with open_run(args.a) as fa, open_run(args.b) as fb:
         out = compare(fa.analysis, fb.analysis, args.arm, args.arm_b, args.n,
-                      args.concurrency)
+                      args.concurrency, engines=(args.engine_a, args.engine_b))
         ta, tb = fa.trials, fb.trials
         (ga, boot_a), (gb, boot_b) = machines(ta), machines(tb)
         out["same_gpu"] = bool(ga) and ga == gb

@@ -645,3 +645,27 @@ def test_both_engines_on_one_machine_are_the_archives() -> None:
             assert r["ci"][1] < 1 or r["ci"][0] > 1  # the page's words rest on these
         steps = (out["b"]["step_ms"]["geomean"], out["a"]["step_ms"]["geomean"])
         assert f"{steps[0]:.2f} against {steps[1]:.2f} ms" in row
+
+
+def test_the_draft_model_on_one_h200_has_no_ranking() -> None:
+    """The 2026-12-01 draft-model study (both engines in one archive, 3 starts per arm): the
+    page's step ratios at n = 2 and 4 and the plain-step ratio are the script's, the step
+    intervals span 1 (so the page ranks neither engine), the plain step's does not."""
+    from bench_loader import load_benchmark
+
+    mod = load_benchmark("cross_engine_step.py")
+    flat = " ".join(same_machine_section().split())
+    with open_run(ROOT / "examples/h200-cross/round1/h200-cross-round1.zip") as frames:
+        analysis = frames.analysis
+        rates = frames.trials
+    for n in (2, 4):
+        out = mod.compare(analysis, analysis, "synth-a0.9", n=n, engines=("llama", "vllm"))
+        r = out["ratios"]["step_ms"]
+        assert r["ci"][0] < 1 < r["ci"][1]
+        assert f"{interval(r['ratio'], r['ci'], 3)} at n = {n}" in flat.replace(
+            "of llama.cpp's time at n = 2", "at n = 2")
+        assert out["a"]["tok_s"]["starts"] == out["b"]["tok_s"]["starts"] == 3
+    p = out["ratios"]["plain_ms"]
+    assert p["ci"][0] > 1 and f"{interval(p['ratio'], p['ci'], 3)} of llama.cpp's" in flat
+    arm = rates[rates["cell"].str.startswith("vllm/t8b-hf/synth-a0.9")]["pooled_tok_s"]
+    assert f"from {arm.min():.0f} to {arm.max():.0f} tok/s" in flat

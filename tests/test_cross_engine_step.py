@@ -147,3 +147,15 @@ def test_main_refuses_two_machines_unless_asked(mod: ModuleType,
         mod.main(["A", "B", "--arm", "eagle3-a0.9"])
     assert mod.main(["A", "B", "--arm", "eagle3-a0.9", "--other-machines"]) == 0
     assert "DIFFERENT GPUs" in capsys.readouterr().out
+
+
+def test_one_run_of_both_engines_is_split_by_engine(mod: ModuleType) -> None:
+    """A run holding both engines (the same arm name in each) is A and B at once, each side
+    picked by its engine; without the engines the cell is ambiguous and the error says how."""
+    both = {"cells": _analysis("llama", **LLAMA)["cells"] + _analysis("vllm", **VLLM)["cells"]}
+    with pytest.raises(UserError, match="run A: 2 cells of arm eagle3-a0.9") as e:
+        mod.compare(both, both, "eagle3-a0.9")
+    assert "--engine-a/-b" in (e.value.hint or "")
+    out = mod.compare(both, both, "eagle3-a0.9", engines=("llama", "vllm"))
+    assert (out["a"]["engine"], out["b"]["engine"]) == ("llama", "vllm")
+    assert out["b"]["step_ms"]["per_start"] == pytest.approx(VLLM["step_ms"])
