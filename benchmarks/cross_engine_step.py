@@ -38,40 +38,16 @@ import math
 from pathlib import Path
 from typing import Any
 
-from crossbench.analysis.stats import unit_interval, welch_interval
+from crossbench.analysis.stats import welch_interval
+from crossbench.analysis.step_cost import (
+    baseline_of,
+    find_cell,
+    fmt,
+    mean_accepted_length,
+    over_starts,
+    trial_rates,
+)
 from crossbench.errors import UserError
-
-
-def _cell(analysis: dict[str, Any], arm: str, n: int | None, concurrency: int,
-          side: str, engine: str | None = None) -> dict[str, Any]:
-    found = [c for c in analysis["cells"] if c["arm"] == arm
-             and c["concurrency"] == concurrency and (n is None or c["n"] == n)
-             and (engine is None or c["engine"] == engine)]
-    if len(found) != 1:
-        which = ", ".join(sorted(c["cell"] for c in analysis["cells"] if c["arm"] == arm))
-        raise UserError(f"run {side}: {len(found)} cells of arm {arm} at c={concurrency}"
-                        f"{'' if n is None else f', n={n}'} (cells of that arm: "
-                        f"{which or 'none'})",
-                        "name one cell with --arm, --n, --concurrency and --engine-a/-b")
-    cell: dict[str, Any] = found[0]
-    return cell
-
-
-def _rates(cell: dict[str, Any], side: str) -> dict[str, float]:
-    rates = cell.get("per_trial_pooled_tok_s") or {}
-    if len(rates) < 2:
-        raise UserError(f"run {side}, cell {cell['cell']}: {len(rates)} trial(s) with a "
-                        "decode rate", "this comparison needs two or more trials per arm, each "
-                        "on its own start (--trials-per-start 1)")
-    return {str(k): float(v) for k, v in rates.items()}
-
-
-def _summary(values: dict[str, float], level: float) -> dict[str, Any]:
-    keys = sorted(values)
-    logs = [math.log(values[k]) for k in keys]
-    ci = unit_interval(logs, keys, level)
-    return {"geomean": math.exp(sum(logs) / len(logs)), "ci": list(ci) if ci else None,
-            "per_start": [values[k] for k in keys], "starts": len(keys)}
 
 
 def side(analysis: dict[str, Any], arm: str, n: int | None, concurrency: int,
@@ -79,28 +55,22 @@ def side(analysis: dict[str, Any], arm: str, n: int | None, concurrency: int,
     """One engine's figures for ``arm``: its MAL, and per start its plain step, its
     speculative step (both in ms), C = their ratio and the arm's decode rate, each with its
     starts-as-samples interval. The arm and its baseline must share trial indices."""
-    cell = _cell(analysis, arm, n, concurrency, name, engine)
-    base = next((c for c in analysis["cells"] if c["cell"] == cell["baseline_cell"]), None)
-    if base is None:
-        raise UserError(f"run {name}: cell {cell['cell']} has no baseline cell in this run",
-                        "compare runs that hold each arm's baseline")
-    mal = (cell.get("acceptance") or {}).get("mean_acceptance_length")
-    if not mal:
-        raise UserError(f"run {name}, cell {cell['cell']}: no mean accepted length",
-                        "compare speculative arms whose engine reports acceptance counters")
-    ra, r0 = _rates(cell, name), _rates(base, name)
+    where = f"run {name}: "
+    cell = find_cell(analysis, arm, engine=engine, n=n, concurrency=concurrency, where=where)
+    base = baseline_of(analysis, cell, where)
+    mal = mean_accepted_length(cell, where)
+    ra, r0 = trial_rates(cell, where), trial_rates(base, where)
     if set(ra) != set(r0):
-        raise UserError(f"run {name}: trial indices differ: {arm} {sorted(ra)}, baseline "
+        raise UserError(f"{where}trial indices differ: {arm} {sorted(ra)}, baseline "
                         f"{sorted(r0)}", "run the arm and its baseline with the same number of "
                         "trials (crossbench status)")
-    mal = float(mal)
     return {
         "engine": cell["engine"], "cell": cell["cell"], "baseline_cell": base["cell"],
         "n": cell["n"], "mal": mal,
-        "tok_s": _summary(ra, level), "baseline_tok_s": _summary(r0, level),
-        "plain_ms": _summary({k: 1000.0 / r0[k] for k in r0}, level),
-        "step_ms": _summary({k: 1000.0 * mal / ra[k] for k in ra}, level),
-        "cost": _summary({k: mal * r0[k] / ra[k] for k in ra}, level),
+        "tok_s": over_starts(ra, level), "baseline_tok_s": over_starts(r0, level),
+        "plain_ms": over_starts({k: 1000.0 / r0[k] for k in r0}, level),
+        "step_ms": over_starts({k: 1000.0 * mal / ra[k] for k in ra}, level),
+        "cost": over_starts({k: mal * r0[k] / ra[k] for k in ra}, level),
     }
 
 
@@ -146,11 +116,6 @@ def step_split(trials: Any, cell: str, step_ms: float) -> dict[str, float] | Non
     busy = float(share.mean())
     return {"gpu_busy_share": busy, "gpu_busy_ms": busy * step_ms,
             "host_ms": (1.0 - busy) * step_ms}
-
-
-def _fmt(x: dict[str, Any], key: str = "geomean") -> str:
-    ci = x["ci"]
-    return f"{x[key]:.3f}" + (f" [{ci[0]:.3f}, {ci[1]:.3f}]" if ci else "")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -201,12 +166,12 @@ def main(argv: list[str] | None = None) -> int:
             f"(busy share {sp['gpu_busy_share']:.3f})"
             for what, sp in (("plain step", s["plain_split"]), ("step", s["split"])) if sp)
         print(f"  {s['engine']}: {s['tok_s']['starts']} starts, MAL {s['mal']:.3f}, "
-              f"{_fmt(s['tok_s'])} tok/s over {_fmt(s['baseline_tok_s'])}; plain step "
-              f"{_fmt(s['plain_ms'])} ms, step {_fmt(s['step_ms'])} ms, C {_fmt(s['cost'])}"
+              f"{fmt(s['tok_s'])} tok/s over {fmt(s['baseline_tok_s'])}; plain step "
+              f"{fmt(s['plain_ms'])} ms, step {fmt(s['step_ms'])} ms, C {fmt(s['cost'])}"
               f"{extra}")
     for key, what in (("tok_s", "decode rate"), ("step_ms", "step ms"),
                       ("plain_ms", "plain step ms"), ("cost", "C(n)")):
-        print(f"  B / A {what}: {_fmt(out['ratios'][key], 'ratio')}")
+        print(f"  B / A {what}: {fmt(out['ratios'][key], 'ratio')}")
     print(f"  B / A MAL: {out['mal_ratio']:.3f}")
     if args.json:
         args.json.write_text(json.dumps(out, indent=1) + "\n")

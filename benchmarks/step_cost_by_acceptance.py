@@ -27,87 +27,47 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 from pathlib import Path
 from typing import Any
 
-from crossbench.analysis.stats import unit_interval
+from crossbench.analysis.step_cost import (
+    baseline_of,
+    find_cell,
+    fmt,
+    mean_accepted_length,
+    over_starts,
+    trial_rates,
+)
 from crossbench.errors import UserError
-
-
-def _cell(analysis: dict[str, Any], arm: str, engine: str | None, n: int | None,
-          concurrency: int) -> dict[str, Any]:
-    """The one analysed cell of ``arm`` (at ``n`` and ``concurrency``, on ``engine`` where
-    given); UserError naming what to pass where none or several match."""
-    found = [c for c in analysis["cells"]
-             if c["arm"] == arm and c["concurrency"] == concurrency
-             and (engine is None or c["engine"] == engine) and (n is None or c["n"] == n)]
-    if len(found) != 1:
-        which = ", ".join(sorted(c["cell"] for c in analysis["cells"] if c["arm"] == arm))
-        raise UserError(f"--arm {arm}: {len(found)} cells at c={concurrency} match "
-                        f"(cells of that arm: {which or 'none'})",
-                        "name one cell with --engine, --n and --concurrency")
-    cell: dict[str, Any] = found[0]
-    return cell
-
-
-def _rates(cell: dict[str, Any]) -> dict[str, float]:
-    rates = cell.get("per_trial_pooled_tok_s") or {}
-    if len(rates) < 2:
-        raise UserError(f"cell {cell['cell']}: {len(rates)} trial(s) with a decode rate",
-                        "this comparison needs two or more trials, each on its own start "
-                        "(--trials-per-start 1)")
-    return {str(k): float(v) for k, v in rates.items()}
-
-
-def _mal(cell: dict[str, Any]) -> float:
-    mal = (cell.get("acceptance") or {}).get("mean_acceptance_length")
-    if not mal:
-        raise UserError(f"cell {cell['cell']}: no mean accepted length",
-                        "compare speculative arms whose engine reports acceptance counters")
-    return float(mal)
-
-
-def _interval(values: dict[str, float], level: float) -> dict[str, Any]:
-    keys = sorted(values)
-    logs = [math.log(values[k]) for k in keys]
-    ci = unit_interval(logs, keys, level)
-    return {"geomean": math.exp(sum(logs) / len(logs)), "ci": list(ci) if ci else None,
-            "per_start": [values[k] for k in keys], "starts": len(keys)}
 
 
 def compare(analysis: dict[str, Any], arm: str, against: str, engine: str | None = None,
             n: int | None = None, concurrency: int = 1, level: float = 0.95) -> dict[str, Any]:
     """C(n) of ``arm`` and ``against`` (same run, n, concurrency) and their ratio, each with
     its starts-as-samples interval; the trial indices of the three cells must match."""
-    a = _cell(analysis, arm, engine, n, concurrency)
-    b = _cell(analysis, against, a["engine"], a["n"], concurrency)
-    base = next((c for c in analysis["cells"] if c["cell"] == a["baseline_cell"]), None)
-    if base is None or b["baseline_cell"] != a["baseline_cell"]:
+    a = find_cell(analysis, arm, engine=engine, n=n, concurrency=concurrency)
+    b = find_cell(analysis, against, engine=a["engine"], n=a["n"], concurrency=concurrency)
+    base = baseline_of(analysis, a)
+    if b["baseline_cell"] != a["baseline_cell"]:
         raise UserError(f"{arm} and {against} do not share one baseline cell in this run",
                         "compare two arms of one matrix run against the same baseline")
-    ra, rb, r0 = _rates(a), _rates(b), _rates(base)
+    ra, rb, r0 = trial_rates(a), trial_rates(b), trial_rates(base)
     if set(ra) != set(rb) or set(ra) != set(r0):
         raise UserError(f"trial indices differ: {arm} {sorted(ra)}, {against} {sorted(rb)}, "
                         f"baseline {sorted(r0)}",
                         "run the arms with the same number of trials (crossbench status)")
-    ma, mb = _mal(a), _mal(b)
+    ma, mb = mean_accepted_length(a), mean_accepted_length(b)
     return {
         "engine": a["engine"], "n": a["n"], "concurrency": concurrency, "level": level,
-        "baseline_tok_s": _interval(r0, level)["geomean"],
+        "baseline_tok_s": over_starts(r0, level)["geomean"],
         "arms": {
             arm: {"mal": ma, "tok_s": [ra[k] for k in sorted(ra)],
-                  "cost": _interval({k: ma * r0[k] / ra[k] for k in ra}, level)},
+                  "cost": over_starts({k: ma * r0[k] / ra[k] for k in ra}, level)},
             against: {"mal": mb, "tok_s": [rb[k] for k in sorted(rb)],
-                      "cost": _interval({k: mb * r0[k] / rb[k] for k in rb}, level)},
+                      "cost": over_starts({k: mb * r0[k] / rb[k] for k in rb}, level)},
         },
-        "ratio": _interval({k: (ma / mb) * rb[k] / ra[k] for k in ra}, level),
+        "ratio": over_starts({k: (ma / mb) * rb[k] / ra[k] for k in ra}, level),
     }
-
-
-def _fmt(x: dict[str, Any]) -> str:
-    ci = x["ci"]
-    return f"{x['geomean']:.3f}" + (f" [{ci[0]:.3f}, {ci[1]:.3f}]" if ci else "")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -131,8 +91,8 @@ def main(argv: list[str] | None = None) -> int:
           f"plain steps (baseline {out['baseline_tok_s']:.1f} tok/s), {pct} % intervals over "
           f"{out['ratio']['starts']} start pairs")
     for name, arm in out["arms"].items():
-        print(f"  {name}: MAL {arm['mal']:.3f}, C(n) {_fmt(arm['cost'])}")
-    print(f"  {args.arm} / {args.against}: {_fmt(out['ratio'])}")
+        print(f"  {name}: MAL {arm['mal']:.3f}, C(n) {fmt(arm['cost'])}")
+    print(f"  {args.arm} / {args.against}: {fmt(out['ratio'])}")
     if args.json:
         args.json.write_text(json.dumps(out, indent=1) + "\n")
     return 0

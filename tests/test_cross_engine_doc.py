@@ -40,6 +40,13 @@ def table_row(method: str) -> str:
     return line
 
 
+def doc_section(heading: str) -> str:
+    """The page's section whose heading starts with ``heading`` (up to the next one)."""
+    text = DOC.read_text()
+    start = text.index(heading)
+    return text[start:text.index("\n## ", start + 3)]
+
+
 def interval(x: float, ci: list[float], places: int) -> str:
     return f"{x:.{places}f} [{ci[0]:.{places}f}, {ci[1]:.{places}f}]"
 
@@ -95,9 +102,7 @@ H100 = ROOT / "examples" / "h100-methods"
 
 def h100_section() -> str:
     """The page's section on vLLM's H100 lease of 2026-12-05."""
-    text = DOC.read_text()
-    start = text.index("## vLLM's verdicts on fresh starts, its batch shapes and the other alpha")
-    return text[start:text.index("\n## ", start + 3)]
+    return doc_section("## vLLM's verdicts on fresh starts, its batch shapes and the other alpha")
 
 
 def test_vllms_h100_verdicts_are_the_archives() -> None:
@@ -164,9 +169,7 @@ def test_the_eagle3_line_over_three_machines_is_a_crossbench_fit(tmp_path: Path)
 
 def h200_alpha_section() -> str:
     """The page's section on `alpha` part 2 (vLLM's heads at alpha 0.7, one H200)."""
-    text = DOC.read_text()
-    start = text.index("## vLLM at the other alpha, the rest (one H200")
-    return text[start:text.index("\n## ", start + 3)]
+    return doc_section("## vLLM at the other alpha, the rest (one H200")
 
 
 ALPHA_REST = METHODS / "round6/h200-alpha-part2-vllm-alpha-rest.zip"
@@ -238,9 +241,7 @@ def test_the_dflash_line_over_four_machines_is_a_crossbench_fit(tmp_path: Path) 
 
 def llama_alpha_section() -> str:
     """The page's section on `methods` part 2 (llama.cpp at alpha 0.7 and n = 1, one H100)."""
-    text = DOC.read_text()
-    start = text.index("## llama.cpp at the other alpha and n = 1 (one H100")
-    return text[start:text.index("\n## ", start + 3)]
+    return doc_section("## llama.cpp at the other alpha and n = 1 (one H100")
 
 
 METHODS_REST = H100 / "methods-part2/h100-methods-part2-llama-methods-rest.zip"
@@ -336,9 +337,7 @@ SGLANG_ROWS = {"draft-a0.9": "STANDALONE (the 0.6B draft model)", "eagle3-a0.9":
 
 def sglang_section() -> str:
     """The page's section on SGLang's first live cells (`sglang-methods`, one H100)."""
-    text = DOC.read_text()
-    start = text.index("## SGLang joins: EAGLE3, DFLASH and STANDALONE live")
-    return text[start:text.index("\n## ", start + 3)]
+    return doc_section("## SGLang joins: EAGLE3, DFLASH and STANDALONE live")
 
 
 def test_sglangs_rows_line_and_c16_output_are_the_archives(tmp_path: Path) -> None:
@@ -460,9 +459,7 @@ def test_sglangs_ngram_rows_fit_replay_and_failed_nextn_are_the_archives(
     `crossbench fit` line, the c=16 output rates and ratios and their MAL (the replayed
     corpus), no verdict word in any row; NEXTN's archive holds its 8 starts, every one
     failed, each log with the conv-state error the page quotes."""
-    text = DOC.read_text()
-    start = text.index("## SGLang's NGRAM live, its NEXTN refused at start")
-    section = text[start:text.index("\n## ", start + 3)]
+    section = doc_section("## SGLang's NGRAM live, its NEXTN refused at start")
     flat = " ".join(section.split()).replace("**", "")
     pairs, cells = _one_start_c1_rows(section, REST / "h100-sglang-rest-sglang-ngram.zip",
                                       (2, 4, 8))
@@ -502,9 +499,7 @@ ALPHA_SAME = H100 / "alpha-same-part1/h100-alpha-same-part1-llama-alpha-same.zip
 
 def nextn_section() -> str:
     """The page's section on `sglang-nextn` and `alpha-same PART=1` (one H100)."""
-    text = DOC.read_text()
-    start = text.index("## SGLang's NEXTN live, and llama.cpp's step at two alphas")
-    return text[start:text.index("\n## ", start + 3)]
+    return doc_section("## SGLang's NEXTN live, and llama.cpp's step at two alphas")
 
 
 def test_sglangs_nextn_rows_fits_and_c16_output_are_the_archive(tmp_path: Path) -> None:
@@ -593,9 +588,7 @@ SAME_VLLM = H100 / "verdicts-same-part2/h100-verdicts-part2-vllm-verdicts.zip"
 
 def same_machine_section() -> str:
     """The page's section on `verdicts` parts 1 and 2 on one H100."""
-    text = DOC.read_text()
-    start = text.index("## Both engines' EAGLE-3 and DFlash on one machine")
-    return text[start:text.index("\n## ", start + 3)]
+    return doc_section("## Both engines' EAGLE-3 and DFlash on one machine")
 
 
 def test_both_engines_on_one_machine_are_the_archives() -> None:

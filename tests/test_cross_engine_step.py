@@ -78,10 +78,10 @@ def test_equal_engines_give_intervals_around_one(mod: ModuleType) -> None:
 
 
 @pytest.mark.parametrize(("change", "says"), [
-    ("one_trial", "run B, cell vllm/t/eagle3-a0.9/n4/w/c1: 1 trial(s)"),
+    ("one_trial", "run B: cell vllm/t/eagle3-a0.9/n4/w/c1: 1 trial(s)"),
     ("other_trials", "run B: trial indices differ"),
-    ("no_mal", "run B, cell vllm/t/eagle3-a0.9/n4/w/c1: no mean accepted length"),
-    ("no_arm", "run B: 0 cells of arm eagle3-a0.9"),
+    ("no_mal", "run B: cell vllm/t/eagle3-a0.9/n4/w/c1: no mean accepted length"),
+    ("no_arm", "run B: --arm eagle3-a0.9: 0 cells at c=1, n=4 match"),
 ])
 def test_refuses_what_it_cannot_compare(mod: ModuleType, change: str, says: str) -> None:
     b = _analysis("vllm", **VLLM)
@@ -153,7 +153,7 @@ def test_one_run_of_both_engines_is_split_by_engine(mod: ModuleType) -> None:
     """A run holding both engines (the same arm name in each) is A and B at once, each side
     picked by its engine; without the engines the cell is ambiguous and the error says how."""
     both = {"cells": _analysis("llama", **LLAMA)["cells"] + _analysis("vllm", **VLLM)["cells"]}
-    with pytest.raises(UserError, match="run A: 2 cells of arm eagle3-a0.9") as e:
+    with pytest.raises(UserError, match="run A: --arm eagle3-a0.9: 2 cells at c=1 match") as e:
         mod.compare(both, both, "eagle3-a0.9")
     assert "--engine-a/-b" in (e.value.hint or "")
     out = mod.compare(both, both, "eagle3-a0.9", engines=("llama", "vllm"))
