@@ -48,7 +48,7 @@ def test_the_rounds_file_lists_every_round_of_the_former_scripts(study: ModuleTy
     assert list(rounds) == ["1", "verdict", "shared", "gate", "naive", "twostart", "hoststart",
                             "spread", "known", "all", "methods", "mtp", "fits", "fits2",
                             "verdicts", "alpha", "alpha-same", "startup-next", "startup-spec",
-                            "sglang-methods", "mtp2", "ngram2", "sglang-nextn", "moe",
+                            "sglang-methods", "mtp2", "ngram2", "vllm-split", "sglang-nextn", "moe",
                             "synthetic", "sglang-check", "smoke"]
     assert study.parts(rounds, "methods") == [1, 2, 3, 4]
     assert study.parts(rounds, "moe") == list(range(1, 12))
@@ -73,17 +73,19 @@ def test_the_rounds_file_lists_every_round_of_the_former_scripts(study: ModuleTy
         ("sglang-methods", 1), ("sglang-methods", 2), ("sglang-methods", 3),
         ("sglang-nextn", None), ("startup-next", None), ("startup-spec", None), ("verdicts", 2),
         ("alpha-same", 2), ("mtp2", 2), ("mtp2", 3), ("ngram2", 2), ("ngram2", 3),
-        ("moe", 10), ("moe", 11), ("alpha", 1), ("alpha", 2)}
+        ("moe", 10), ("moe", 11), ("alpha", 1), ("alpha", 2), ("vllm-split", None)}
     assert {k for k, r in by.items() if r.drafters} == {("methods", p) for p in (1, 2, 3, 4)} | {
         ("fits", None), ("fits2", None), ("verdicts", 1), ("verdicts", 2),
         ("sglang-methods", 1), ("sglang-methods", 2), ("sglang-methods", 3), ("alpha", 1),
-        ("alpha", 2), ("alpha-same", 1), ("alpha-same", 2), ("startup-spec", None)}
+        ("alpha", 2), ("alpha-same", 1), ("alpha-same", 2), ("startup-spec", None),
+        ("vllm-split", None)}
     assert {k for k, r in by.items() if not r.verify_hf} == {
         ("methods", 3), ("methods", 4), ("mtp", None), ("fits", None), ("fits2", None),
         ("verdicts", 1), ("verdicts", 2), ("sglang-methods", 1), ("sglang-methods", 2),
         ("sglang-methods", 3), ("sglang-nextn", None),
         ("startup-next", None), ("startup-spec", None), ("alpha", 1), ("alpha", 2),
-        ("alpha-same", 1), ("alpha-same", 2)} | {("moe", p) for p in range(1, 12)} | {
+        ("alpha-same", 1), ("alpha-same", 2), ("vllm-split", None)} | {
+        ("moe", p) for p in range(1, 12)} | {
         (r, p) for r in ("mtp2", "ngram2") for p in (1, 2, 3)}
     # mtp2 makes the MTP target in both formats for llama.cpp, its HF folder alone for vLLM;
     # ngram2's SGLang part the Qwen3-8B target's HF folder
@@ -253,7 +255,16 @@ def test_every_round_matrix_validates_and_every_selection_picks_cells(
                             if c.coords["concurrency"] == 16} == {48}
                     assert not [n for n in validate_cells(m, chosen, path)
                                 if "draft_replay" in n]
-    assert checked == 59
+                if r.name == "vllm-split" and step.name == "vllm-split":  # decode-only room
+                    arms = {(str(c.coords.get("arm")), c.coords.get("n")) for c in chosen}
+                    assert arms == {("none", None), ("eagle3-a0.9", 4), ("dflash-a0.9", 4),
+                                    ("draft-a0.9", 4)}, arms
+                    assert {c.coords["engine"] for c in chosen} == {"vllm"}
+                    assert {int(c.coords["concurrency"]) for c in chosen} == {1}
+                    # 1,024 tokens a request: at 390 tok/s 2.6 s of decode, the 8 NVML
+                    # samples host_time.decode needs (0.8 s) many times over
+                    assert {trial_work(c.load).output_tokens for c in chosen} == {8 * 1024}
+    assert checked == 61
 
 
 def test_a_selector_with_an_unknown_key_is_refused(study: ModuleType) -> None:
