@@ -662,3 +662,27 @@ def test_the_draft_model_on_one_h200_has_no_ranking() -> None:
     assert p["ci"][0] > 1 and f"{interval(p['ratio'], p['ci'], 3)} of llama.cpp's" in flat
     arm = rates[rates["cell"].str.startswith("vllm/t8b-hf/synth-a0.9")]["pooled_tok_s"]
     assert f"from {arm.min():.0f} to {arm.max():.0f} tok/s" in flat
+
+
+def test_compare_of_the_one_machine_cells_is_the_pages(tmp_path: Path) -> None:
+    """`crossbench compare` of the two engines' EAGLE-3 cells (taken out of the archives):
+    labelled multi-variable across engines, and its per-request decode ratio is the page's."""
+    import json
+    import subprocess
+    import sys
+    import zipfile
+
+    cells = []
+    for archive, cell in ((SAME_LLAMA, "llama__t8b-f16__eagle3-a0.9__n4__builtin-mixed__c1"),
+                          (SAME_VLLM, "vllm__t8b-hf__eagle3-a0.9__n4__builtin-mixed__c1")):
+        with zipfile.ZipFile(archive) as z:
+            z.extractall(tmp_path)
+        cells.append(tmp_path / archive.stem / "data" / "cells" / cell)
+    done = subprocess.run([sys.executable, "-m", "crossbench", "compare", *map(str, cells),
+                           "--json"], capture_output=True, text=True, check=True, cwd=ROOT)
+    out = json.loads(done.stdout)
+    assert out["label"].startswith("multi-variable")
+    sp = out["speedup"]
+    flat = " ".join(same_machine_section().split())
+    assert (f"vLLM's decode {interval(sp['geomean'], sp['ci95'], 3)} times llama.cpp's "
+            f"({sp['n_samples']} pairs over {sp['n_prompts']} prompts)") in flat
