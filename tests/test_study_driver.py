@@ -928,3 +928,29 @@ def test_wheels_pins_what_the_gpu_image_lacks_from_the_constraints(study: Module
     with pytest.raises(ValueError, match="pins no version of gguf"):
         study.wheels_argv("\n".join(ln for ln in text.splitlines()
                                     if not ln.startswith("gguf==")), Path(".whl"))
+
+
+def test_land_tells_steps_the_call_left_out_from_steps_that_did_not_run(
+        study: ModuleType, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """`run` lists the steps its call selected (STEPS) in the run directory, one file per
+    part; `land` says "not selected" for the others instead of "not run" (on 2026-12-06
+    `verdicts PART=1 STEPS=llama-verdicts` landed with llama-split "not run")."""
+    import tarfile
+
+    r = study._resolve("x", {"purpose": "p", "steps": [{"name": "a", "command": "true"},
+                                                        {"name": "b", "command": "true"}]},
+                       None)
+    run_dir = tmp_path / "run" / "h200-cross-roundx"
+    assert study.run(study.only_steps(r, "a"), str(run_dir)) == 0
+    assert (run_dir / study.selected_name(r)).read_text() == "a\n"
+    assert (run_dir / "a.done").is_file() and not (run_dir / "b.log").exists()
+    files = tmp_path / "files"
+    files.mkdir()
+    with tarfile.open(files / "run.tgz", "w:gz") as tar:
+        tar.add(run_dir, arcname=run_dir.name)
+    assert study.land(r, files, tmp_path / "dest", tmp_path / "work") == 0
+    said = capsys.readouterr().out
+    assert "a: command exited 0" in said
+    assert "b: not selected (the call's STEPS kept a)" in said
+    v = study.get_round(study.load_rounds(), "verdicts", 1)
+    assert study.selected_name(v) == "steps-part1.txt"

@@ -312,10 +312,18 @@ def _say(text: str) -> None:
     print(f"[{time.strftime('%H:%M:%S', time.gmtime())}] {text}", flush=True)
 
 
+def selected_name(r: Round) -> str:
+    """The file in a round's run directory that lists the steps its call ran (all of the
+    part's, or those STEPS kept), one name a line; one file per part."""
+    return "steps" + (f"-part{r.part}" if r.part else "") + ".txt"
+
+
 def run(r: Round, run_dir: str) -> int:
     """Run round ``r`` into ``run_dir``: variants, sampler, then each step (module docstring).
     Returns round 1's matrix exit status, else 0 (the steps' statuses are in the log)."""
     Path(run_dir).mkdir(parents=True, exist_ok=True)
+    if not r.into_run:  # the steps this call selected (STEPS): `land` tells them from unrun
+        Path(run_dir, selected_name(r)).write_text("".join(f"{s.name}\n" for s in r.steps))
     sampler = None
     try:
         for argv in commands(r, run_dir):
@@ -459,8 +467,13 @@ def land(r: Round, files_at: Path, dest: Path, work: Path, creator: str = CREATO
         return 2
     root, bad = tops[0], 0
     dest.mkdir(parents=True, exist_ok=True)
+    listed = root / selected_name(r)
+    selected = set(listed.read_text().split()) if listed.is_file() else None
     for step in r.steps:
         name = str(step.name)
+        if selected is not None and name not in selected:
+            print(f"{name}: not selected (the call's STEPS kept {', '.join(sorted(selected))})")
+            continue
         if step.command is not None:
             copied = sorted(f for pattern in (f"{name}.json", f"{name}-*.json", f"{name}.log")
                             for f in root.glob(pattern) if f.is_file())
