@@ -35,6 +35,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -120,6 +121,14 @@ def step_split(trials: Any, cell: str, step_ms: float) -> dict[str, float] | Non
 
 def main(argv: list[str] | None = None) -> int:
     """Print (and with --json write) one method's step in two engines."""
+    try:
+        return _main(argv)
+    except UserError as e:
+        print(f"cross_engine_step: {e.one_line()}", file=sys.stderr)
+        return 2
+
+
+def _main(argv: list[str] | None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("a", type=Path, help="engine A's run directory or archive")
     p.add_argument("b", type=Path, help="engine B's run directory or archive")

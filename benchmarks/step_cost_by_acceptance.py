@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -72,6 +73,14 @@ def compare(analysis: dict[str, Any], arm: str, against: str, engine: str | None
 
 def main(argv: list[str] | None = None) -> int:
     """Print (and with --json write) the comparison of two arms' step costs."""
+    try:
+        return _main(argv)
+    except UserError as e:
+        print(f"step_cost_by_acceptance: {e.one_line()}", file=sys.stderr)
+        return 2
+
+
+def _main(argv: list[str] | None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("source", type=Path, help="a run directory or an archive")
     p.add_argument("--arm", required=True, help="the arm whose step cost is the numerator")

@@ -143,10 +143,14 @@ def test_main_refuses_two_machines_unless_asked(mod: ModuleType,
                                                 capsys: pytest.CaptureFixture[str],
                                                 monkeypatch: pytest.MonkeyPatch) -> None:
     _fake_runs(monkeypatch, "GPU-2")
-    with pytest.raises(UserError, match="different GPUs \\(GPU-1, GPU-2\\)"):
-        mod.main(["A", "B", "--arm", "eagle3-a0.9"])
+    assert mod.main(["A", "B", "--arm", "eagle3-a0.9"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("cross_engine_step: the runs come from different GPUs (GPU-1, "
+                          "GPU-2)") and "(fix: compare runs of one machine" in err
     assert mod.main(["A", "B", "--arm", "eagle3-a0.9", "--other-machines"]) == 0
     assert "DIFFERENT GPUs" in capsys.readouterr().out
+    assert mod.main(["A", "B", "--arm", "nope"]) == 2  # bad input: one line, no traceback
+    assert capsys.readouterr().err.startswith("cross_engine_step: run A: --arm nope: 0 cells")
 
 
 def test_one_run_of_both_engines_is_split_by_engine(mod: ModuleType) -> None:

@@ -131,3 +131,23 @@ def test_main_prints_and_writes_json(mod: ModuleType, tmp_path: Any,
     assert cost["geomean"] == pytest.approx((2.1 * 2.2 * 2.15) ** (1 / 3))
     assert said[1] == (f"  a: MAL 4.000, C(n) {cost['geomean']:.3f} [{cost['ci'][0]:.3f}, "
                        f"{cost['ci'][1]:.3f}]")
+
+
+def test_main_says_what_is_wrong_in_one_line(mod: ModuleType,
+                                             capsys: pytest.CaptureFixture[str],
+                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    import contextlib
+
+    import crossbench.frames
+
+    analysis = _analysis([2.1, 2.2], [2.0, 2.0], [150.0, 150.0])
+
+    @contextlib.contextmanager
+    def fake_open(_path: Any) -> Any:
+        yield type("F", (), {"analysis": analysis})()
+
+    monkeypatch.setattr(crossbench.frames, "open_run", fake_open)
+    assert mod.main(["run", "--arm", "c", "--against", "b"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("step_cost_by_acceptance: --arm c: 0 cells at c=1 match")
+    assert "(fix: name one cell" in err and "Traceback" not in err
