@@ -660,6 +660,8 @@ def test_the_draft_model_on_one_h200_has_no_ranking() -> None:
         assert out["a"]["tok_s"]["starts"] == out["b"]["tok_s"]["starts"] == 3
     p = out["ratios"]["plain_ms"]
     assert p["ci"][0] > 1 and f"{interval(p['ratio'], p['ci'], 3)} of llama.cpp's" in flat
+    plain = (out["b"]["plain_ms"]["geomean"], out["a"]["plain_ms"]["geomean"])
+    assert f"({plain[0]:.2f} against {plain[1]:.2f} ms)" in flat  # vLLM's, then llama.cpp's
     arm = rates[rates["cell"].str.startswith("vllm/t8b-hf/synth-a0.9")]["pooled_tok_s"]
     assert f"from {arm.min():.0f} to {arm.max():.0f} tok/s" in flat
 
