@@ -34,52 +34,21 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import sys
 from pathlib import Path
 from typing import Any
 
-from crossbench.analysis.stats import welch_interval
-from crossbench.analysis.step_cost import (
-    baseline_of,
-    find_cell,
-    fmt,
-    mean_accepted_length,
-    over_starts,
-    trial_rates,
-)
+from crossbench.analysis.step_cost import engine_ratio, engine_step, find_cell, fmt
 from crossbench.errors import UserError
 
 
 def side(analysis: dict[str, Any], arm: str, n: int | None, concurrency: int,
          level: float, name: str = "A", engine: str | None = None) -> dict[str, Any]:
-    """One engine's figures for ``arm``: its MAL, and per start its plain step, its
-    speculative step (both in ms), C = their ratio and the arm's decode rate, each with its
-    starts-as-samples interval. The arm and its baseline must share trial indices."""
+    """One engine's figures for ``arm`` (:func:`crossbench.analysis.step_cost.engine_step`),
+    its errors prefixed with the run's name."""
     where = f"run {name}: "
     cell = find_cell(analysis, arm, engine=engine, n=n, concurrency=concurrency, where=where)
-    base = baseline_of(analysis, cell, where)
-    mal = mean_accepted_length(cell, where)
-    ra, r0 = trial_rates(cell, where), trial_rates(base, where)
-    if set(ra) != set(r0):
-        raise UserError(f"{where}trial indices differ: {arm} {sorted(ra)}, baseline "
-                        f"{sorted(r0)}", "run the arm and its baseline with the same number of "
-                        "trials (crossbench status)")
-    return {
-        "engine": cell["engine"], "cell": cell["cell"], "baseline_cell": base["cell"],
-        "n": cell["n"], "mal": mal,
-        "tok_s": over_starts(ra, level), "baseline_tok_s": over_starts(r0, level),
-        "plain_ms": over_starts({k: 1000.0 / r0[k] for k in r0}, level),
-        "step_ms": over_starts({k: 1000.0 * mal / ra[k] for k in ra}, level),
-        "cost": over_starts({k: mal * r0[k] / ra[k] for k in ra}, level),
-    }
-
-
-def _ratio(a: dict[str, Any], b: dict[str, Any], level: float) -> dict[str, Any]:
-    la = [math.log(v) for v in a["per_start"]]
-    lb = [math.log(v) for v in b["per_start"]]
-    ci = welch_interval(lb, la, level)
-    return {"ratio": b["geomean"] / a["geomean"], "ci": list(ci) if ci else None}
+    return engine_step(analysis, cell, level, where)
 
 
 def compare(analysis_a: dict[str, Any], analysis_b: dict[str, Any], arm: str,
@@ -92,12 +61,8 @@ def compare(analysis_a: dict[str, Any], analysis_b: dict[str, Any], arm: str,
     a = side(analysis_a, arm, n, concurrency, level, "A", engines[0])
     b = side(analysis_b, arm_b or arm, a["n"] if n is None else n, concurrency, level, "B",
              engines[1])
-    return {
-        "level": level, "concurrency": concurrency, "a": a, "b": b,
-        "mal_ratio": b["mal"] / a["mal"],
-        "ratios": {key: _ratio(a[key], b[key], level)
-                   for key in ("tok_s", "step_ms", "plain_ms", "cost")},
-    }
+    return {"level": level, "concurrency": concurrency, "a": a, "b": b,
+            "mal_ratio": b["mal"] / a["mal"], "ratios": engine_ratio(a, b, level)}
 
 
 def machines(trials: Any) -> tuple[set[str], set[str]]:

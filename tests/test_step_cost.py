@@ -56,3 +56,70 @@ def test_over_starts_orders_by_trial_and_takes_each_start_as_a_sample() -> None:
     assert step_cost.over_starts({"0": 5.0}, 0.95)["ci"] is None
     assert step_cost.fmt({"geomean": 1.23456, "ci": [1.1, 1.4]}) == "1.235 [1.100, 1.400]"
     assert step_cost.fmt({"ratio": 0.5, "ci": None}, "ratio") == "0.500"
+
+
+def _two_engine_analysis(shared: bool = False, llama_trials: int = 3) -> dict:
+    """llama's plain step 6 ms and step 15 ms (MAL 4), vllm's 8 ms and 10 ms (MAL 4), a
+    little spread per start; plus an arm only llama ran (no group for it)."""
+    def cells(engine: str, plain: list[float], step: list[float], arm: str = "a") -> list:
+        base = f"{engine}/t/none/w/c1"
+        return [
+            {"cell": base, "arm": "none", "n": None, "concurrency": 1, "engine": engine,
+             "baseline_cell": None,
+             "per_trial_pooled_tok_s": {str(k): 1000 / v for k, v in enumerate(plain)}},
+            {"cell": f"{engine}/t/{arm}/n4/w/c1", "arm": arm, "n": 4, "concurrency": 1,
+             "engine": engine, "baseline_cell": base,
+             "acceptance": {"mean_acceptance_length": 4.0},
+             "per_trial_pooled_tok_s": {str(k): 4000 / v for k, v in enumerate(step)}}]
+
+    speedup = {"geomean": 1.5, "ci95": [1.4, 1.6]} | ({"n_server_starts": 1} if shared else {})
+    llama = cells("llama", [6.0, 6.1, 5.9][:llama_trials], [15.0, 15.3, 14.8][:llama_trials])
+    vllm = cells("vllm", [8.0, 8.1], [10.0, 10.2])
+    only = cells("llama", [6.0, 6.1, 5.9], [15.0, 15.3, 14.8], arm="b")[1:]
+    pairs = [{"arm": c["arm"], "n": 4, "concurrency": 1, "workload": "w", "engine": c["engine"],
+              "model": "t", "cell": c["cell"], "speedup": speedup}
+             for c in (llama[1], vllm[1], only[0])]
+    return {"cells": llama + vllm + only, "pairs": pairs}
+
+
+def test_across_engines_pairs_each_arm_two_engines_ran() -> None:
+    (g,) = step_cost.across_engines(_two_engine_analysis(), 0.95)  # arm b: llama only
+    assert g["arm"] == "a" and [s["engine"] for s in g["sides"]] == ["llama", "vllm"]
+    (r,) = g["ratios"]
+    assert (r["a"], r["b"]) == (0, 1)
+    step = r["figures"]["step_ms"]
+    gm = lambda xs: math.exp(sum(map(math.log, xs)) / len(xs))  # noqa: E731
+    assert step["ratio"] == pytest.approx(gm([10.0, 10.2]) / gm([15.0, 15.3, 14.8]))
+    assert step["ci"][1] < 1  # vllm's step is the cheaper, with room to say so
+    assert r["figures"]["plain_ms"]["ratio"] == pytest.approx(gm([8.0, 8.1]) / gm([6.0, 6.1, 5.9]))
+    assert g["sides"][1]["step"]["cost"]["per_start"] == pytest.approx([10 / 8, 10.2 / 8.1])
+
+
+def test_across_engines_gives_no_interval_without_independent_starts() -> None:
+    (g,) = step_cost.across_engines(_two_engine_analysis(shared=True), 0.95)
+    assert g["ratios"][0]["figures"]["step_ms"]["ci"] is None  # trials shared their starts
+    assert not g["sides"][0]["own_starts"]
+    (g,) = step_cost.across_engines(_two_engine_analysis(llama_trials=1), 0.95)
+    fig = g["ratios"][0]["figures"]["step_ms"]
+    assert fig["ci"] is None and fig["ratio"] == pytest.approx(
+        math.sqrt(10.0 * 10.2) / 15.0)  # one llama start: a figure, no interval
+
+
+def test_the_report_shows_the_engines_side_by_side() -> None:
+    from pathlib import Path
+
+    from crossbench.report.html import engine_tables
+    from crossbench.report.study import Study
+
+    study = Study(Path("."), "matrix", "x", None, _two_engine_analysis(shared=True) | {
+        "options": None}, [], varying=("engine", "arm"))
+    tables = engine_tables(study)
+    assert tables is not None
+    per, ratios = tables
+    assert [row[1] for row in per.rows] == ["llama (t)", "vllm (t)"]
+    assert per.rows[1][5].startswith("10.10 [")  # vllm's step, ms, with its starts' interval
+    (row,) = ratios.rows
+    assert row[1] == "vllm (t) / llama (t)" and row[-1] == "trials shared starts: no interval"
+    assert row[2].endswith("n/a")  # no interval printed
+    empty = Study(Path("."), "matrix", "x", None, {"pairs": [], "cells": []}, [])
+    assert engine_tables(empty) is None

@@ -1,6 +1,7 @@
 """A speculative step's cost per server start, from an analysis: the pieces the step-cost
 benchmarks share (``benchmarks/step_cost_by_acceptance.py``: two alphas in one run;
-``benchmarks/cross_engine_step.py``: one method in two engines).
+``benchmarks/cross_engine_step.py``: one method in two engines) and the report's "Across
+engines" section (:func:`across_engines`: every arm a run holds in several engines).
 
 Each trial of a ``--trials-per-start 1`` run is one server start, and the analysis keeps each
 trial's pooled decode rate (``per_trial_pooled_tok_s``), so a figure computed per trial is a
@@ -13,7 +14,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from crossbench.analysis.stats import unit_interval
+from crossbench.analysis.stats import unit_interval, welch_interval
 from crossbench.errors import UserError
 
 
@@ -47,10 +48,11 @@ def baseline_of(analysis: dict[str, Any], cell: dict[str, Any], where: str = "")
     return found
 
 
-def trial_rates(cell: dict[str, Any], where: str = "") -> dict[str, float]:
-    """Each trial's pooled decode rate (tok/s) by trial index; UserError below two trials."""
+def trial_rates(cell: dict[str, Any], where: str = "", need: int = 2) -> dict[str, float]:
+    """Each trial's pooled decode rate (tok/s) by trial index; UserError below ``need``
+    trials."""
     rates = cell.get("per_trial_pooled_tok_s") or {}
-    if len(rates) < 2:
+    if len(rates) < need:
         raise UserError(f"{where}cell {cell['cell']}: {len(rates)} trial(s) with a decode rate",
                         "this comparison needs two or more trials, each on its own start "
                         "(--trials-per-start 1)")
@@ -80,3 +82,87 @@ def fmt(x: dict[str, Any], key: str = "geomean") -> str:
     """``x[key]`` and its interval to three decimals, as the step-cost commands print them."""
     ci = x["ci"]
     return f"{x[key]:.3f}" + (f" [{ci[0]:.3f}, {ci[1]:.3f}]" if ci else "")
+
+
+def engine_step(analysis: dict[str, Any], cell: dict[str, Any], level: float,
+                where: str = "", need: int = 2) -> dict[str, Any]:
+    """One engine's step for a speculative ``cell``: its MAL, and per start (trial) the plain
+    step and the speculative step in ms, C = their ratio and the arm's decode rate, each over
+    the starts (:func:`over_starts`). The arm and its baseline must share trial indices;
+    UserError below ``need`` trials a cell."""
+    base = baseline_of(analysis, cell, where)
+    mal = mean_accepted_length(cell, where)
+    ra, r0 = trial_rates(cell, where, need), trial_rates(base, where, need)
+    if set(ra) != set(r0):
+        raise UserError(f"{where}trial indices differ: {cell['arm']} {sorted(ra)}, baseline "
+                        f"{sorted(r0)}", "run the arm and its baseline with the same number of "
+                        "trials (crossbench status)")
+    return {
+        "engine": cell["engine"], "cell": cell["cell"], "baseline_cell": base["cell"],
+        "n": cell["n"], "mal": mal,
+        "tok_s": over_starts(ra, level), "baseline_tok_s": over_starts(r0, level),
+        "plain_ms": over_starts({k: 1000.0 / r0[k] for k in r0}, level),
+        "step_ms": over_starts({k: 1000.0 * mal / ra[k] for k in ra}, level),
+        "cost": over_starts({k: mal * r0[k] / ra[k] for k in ra}, level),
+    }
+
+
+RATIO_KEYS = ("tok_s", "step_ms", "plain_ms", "cost")
+"""The figures of :func:`engine_step` two engines are compared by."""
+
+
+def engine_ratio(a: dict[str, Any], b: dict[str, Any], level: float,
+                 intervals: bool = True) -> dict[str, dict[str, Any]]:
+    """Each figure of :data:`RATIO_KEYS`, engine B's geometric mean over engine A's, with
+    Welch's interval over the two engines' starts (independent samples; None with fewer
+    than two a side, or without ``intervals``: trials that shared starts are no samples)."""
+    out = {}
+    for key in RATIO_KEYS:
+        la = [math.log(v) for v in a[key]["per_start"]]
+        lb = [math.log(v) for v in b[key]["per_start"]]
+        ci = welch_interval(lb, la, level) if intervals else None
+        out[key] = {"ratio": b[key]["geomean"] / a[key]["geomean"],
+                    "ci": list(ci) if ci else None}
+    return out
+
+
+def own_starts(pair: dict[str, Any]) -> bool:
+    """Whether each trial of a pair had its own server start (the analysis records
+    ``n_server_starts`` only where trials reused a start)."""
+    return "n_server_starts" not in (pair.get("speedup") or {})
+
+
+def across_engines(analysis: dict[str, Any], level: float) -> list[dict[str, Any]]:
+    """Every arm the analysis holds at one n, concurrency and workload in two or more
+    engines: per engine (and target) its pair's speedup and :func:`engine_step` (None where
+    the cell has no MAL), and for each two engines the ratios of :func:`engine_ratio`, with
+    intervals only where every trial on both sides had its own start. Engines in name order;
+    each ratio is the later engine over the earlier."""
+    cells = {c["cell"]: c for c in analysis.get("cells", [])}
+    groups: dict[tuple[str, str, str, str], list[dict[str, Any]]] = {}
+    for p in analysis.get("pairs", []):
+        key = (str(p.get("arm")), str(p.get("n")), str(p.get("concurrency")),
+               str(p.get("workload")))
+        groups.setdefault(key, []).append(p)
+    out = []
+    for (arm, _, _, _), pairs in sorted(groups.items()):
+        if len({p.get("engine") for p in pairs}) < 2:
+            continue
+        sides: list[dict[str, Any]] = []
+        for p in sorted(pairs, key=lambda p: (str(p.get("engine")), str(p.get("model")))):
+            try:
+                step = engine_step(analysis, cells[p["cell"]], level, need=1)
+            except (UserError, KeyError):
+                step = None
+            sides.append({"engine": p.get("engine"), "target": p.get("model"),
+                          "speedup": p.get("speedup") or {}, "own_starts": own_starts(p),
+                          "step": step})
+        ratios = [{"a": i, "b": j, "figures": engine_ratio(
+                       sides[i]["step"], sides[j]["step"], level,
+                       sides[i]["own_starts"] and sides[j]["own_starts"])}
+                  for i in range(len(sides)) for j in range(i + 1, len(sides))
+                  if sides[i]["engine"] != sides[j]["engine"]
+                  and sides[i]["step"] is not None and sides[j]["step"] is not None]
+        out.append({"arm": arm, "n": pairs[0].get("n"), "concurrency": pairs[0].get("concurrency"),
+                    "workload": pairs[0].get("workload"), "sides": sides, "ratios": ratios})
+    return out

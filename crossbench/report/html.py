@@ -205,6 +205,57 @@ def sweep_table(study: Study) -> Table | None:
                   "cost d", "cost v", "predicted best n", "net loss despite acceptance"], rows)
 
 
+ENGINES_NOTE = ("Across engines more than the engine differs (kernels, model formats, server "
+                "settings): every such comparison is multi-variable (see Confounds; "
+                "`crossbench compare A B` lists the settings). Step: one speculative step, "
+                "MAL tokens, in ms; plain step: the engine's own baseline, per token; C(n) = "
+                "step / plain step. A ratio is the later engine's figure over the earlier's, "
+                "with Welch's interval over the two engines' server starts, given only where "
+                "every trial of both had its own start and each side has two or more.")
+"""What the "Across engines" tables mean, printed under them."""
+
+
+def _ms_text(fig: dict[str, Any] | None) -> str:
+    return "n/a" if fig is None else (
+        f"{fig['geomean']:.2f}" + (f" [{fig['ci'][0]:.2f}, {fig['ci'][1]:.2f}]"
+                                   if fig.get("ci") else ""))
+
+
+def engine_tables(study: Study) -> tuple[Table, Table] | None:
+    """The "Across engines" section: every arm the run holds at one n, concurrency and
+    workload in two or more engines (:func:`crossbench.analysis.step_cost.across_engines`):
+    per engine its speedup and step, then each two engines' ratios. None when no arm ran in
+    two engines."""
+    from crossbench.analysis.step_cost import across_engines
+
+    groups = across_engines(study.analysis, study.options.level)
+    if not groups:
+        return None
+    per, ratios = [], []
+    for g in groups:
+        label = study.label({"arm": g["arm"], "n": g["n"], "concurrency": g["concurrency"],
+                             "workload": g["workload"]})
+        names = [f"{s['engine']} ({s['target']})" for s in g["sides"]]
+        for name, s in zip(names, g["sides"], strict=True):
+            step, sp = s["step"], s["speedup"]
+            per.append([label, name, str(step["tok_s"]["starts"]) if step else "n/a",
+                        f"{num(sp.get('geomean'))} {ci_text(sp.get('ci95'))}",
+                        _ms_text(step and step["plain_ms"]), _ms_text(step and step["step_ms"]),
+                        _ms_text(step and step["cost"])])
+        for r in g["ratios"]:
+            f = r["figures"]
+            shared = not (g["sides"][r["a"]]["own_starts"] and g["sides"][r["b"]]["own_starts"])
+            ratios.append([label, f"{names[r['b']]} / {names[r['a']]}",
+                           *(f"{num(f[k]['ratio'])} {ci_text(f[k]['ci'])}"
+                             for k in ("step_ms", "tok_s", "plain_ms", "cost")),
+                           "trials shared starts: no interval" if shared else
+                           "starts" if f["step_ms"]["ci"] else "one start a side: no interval"])
+    return (Table(["pair", "engine (target)", "starts", "speedup", "plain step ms",
+                   "step ms", "C(n)"], per),
+            Table(["pair", "B / A", "step ms", "decode rate", "plain step ms", "C(n)",
+                   "samples"], ratios))
+
+
 def confound_items(study: Study) -> list[tuple[str, str, list[str]]]:
     """Per pair: (label, status, lines): what besides the speculative settings differs."""
     out = []
@@ -344,6 +395,10 @@ def render_html(study: Study, card: Card, images: list[Image], here: str = "") -
     if starts is not None:
         parts += ["<h2>Server starts</h2>",
                   html_table(starts, ("start-up s", "engine init s", "compile s"))]
+    engines = engine_tables(study)
+    if engines is not None:
+        parts += ["<h2>Across engines</h2>", *(html_table(t) for t in engines),
+                  f'<p class="muted">{_e(ENGINES_NOTE)}</p>']
     if images:
         parts += ["<h2>Figures</h2>", '<div class="figures">',
                   *(_figure(i) for i in images), "</div>"]
@@ -417,6 +472,10 @@ def render_markdown(study: Study, card: Card, images: list[Image],
     starts = start_table(study)
     if starts is not None:
         out += ["## Server starts", "", md_table(starts.header, starts.rows)]
+    engines = engine_tables(study)
+    if engines is not None:
+        out += ["## Across engines", "", *(md_table(t.header, t.rows) for t in engines),
+                ENGINES_NOTE, ""]
     if images:
         out += ["## Figures", ""]
         for i in images:
