@@ -51,7 +51,8 @@ def test_frames_hold_the_documented_columns_and_the_analysis_numbers(sweep: Path
     for name, cols in FRAMES.items():
         df = getattr(frames, name)
         assert list(df.columns) == [c.name for c in cols], name
-        assert df.attrs["columns"]["cell" if name != "sweeps" else "engine"]["unit"] == ""
+        key = {"sweeps": "engine", "engines": "arm"}.get(name, "cell")
+        assert df.attrs["columns"][key]["unit"] == ""
     req = frames.requests
     assert len(req) == 3 * 10 * 2  # cells x prompts x trials, one send each
     speeds = req.groupby("n", dropna=False)["decode_tok_s"].mean()
@@ -72,6 +73,25 @@ def test_frames_hold_the_documented_columns_and_the_analysis_numbers(sweep: Path
     trials = frames.trials
     assert len(trials) == 3 * 2 and set(trials["status"]) == {"ok"}
     assert frames.cells.set_index("n").loc[2, "pooled_tok_s"] == pytest.approx(120.0)
+    assert frames.engines.empty  # one engine: nothing across engines
+
+
+def test_the_engines_frame_is_the_reports_across_engines_figures() -> None:
+    """A run of two engines (the 2026-12-01 draft-model study): one row per arm and n, each
+    ratio and its Welch interval as crossbench.analysis.step_cost gives them."""
+    from crossbench.analysis.step_cost import across_engines
+
+    with crossbench.open_run(EXAMPLES / "h200-cross" / "round1" / "h200-cross-round1.zip") as f:
+        df, groups = f.engines, across_engines(f.analysis, f.opts.level)
+    assert list(df["n"]) == [2, 4] and set(df["engine_b"]) == {"vllm"}
+    assert bool(df["own_starts"].all()) and list(df["starts_a"]) == [3, 3]
+    for (_, row), g in zip(df.iterrows(), groups, strict=True):
+        (r,) = g["ratios"]
+        fig = r["figures"]["step_ms"]
+        assert row["step_ms_ratio"] == pytest.approx(fig["ratio"])
+        assert [row["step_ms_ratio_ci_low"], row["step_ms_ratio_ci_high"]] == pytest.approx(
+            fig["ci"])
+        assert row["step_ms_b"] / row["step_ms_a"] == pytest.approx(fig["ratio"])
 
 
 def test_open_run_reads_a_published_archive_and_cleans_up() -> None:
@@ -106,8 +126,8 @@ def test_parquet_and_csv_exports_carry_units(sweep: Path, tmp_path: Path) -> Non
                                  str(tmp_path / "csv")])
     assert r.exit_code == 0, r.output
     names = sorted(p.name for p in (tmp_path / "csv").iterdir())
-    assert names == [".crossbench-output.json", "cells.csv", "columns.csv", "pairs.csv",
-                     "requests.csv", "sweeps.csv", "trials.csv"]
+    assert names == [".crossbench-output.json", "cells.csv", "columns.csv", "engines.csv",
+                     "pairs.csv", "requests.csv", "sweeps.csv", "trials.csv"]
     header = (tmp_path / "csv" / "columns.csv").read_text().splitlines()
     assert header[0] == "frame,column,unit,description"
     assert 'requests,ttft_ms,ms,"first chunk arrival - send time"' in header

@@ -7,6 +7,7 @@ Example::
     run.pairs[["cell", "speedup", "speedup_ci_low", "speedup_ci_high", "verdict"]]
     run.requests.groupby("cell")["decode_tok_s"].median()
     run.analysis["sweeps"][0]["cost_model"]           # the same dict as `analyze --json`
+    run.engines[["arm", "engine_b", "engine_a", "step_ms_ratio"]]  # a run of two engines
 
 Every frame is built from the run-directory reader (:mod:`crossbench.analysis.rundir`) and
 the analysis (:mod:`crossbench.analysis.analyze`), never from a parser of its own: a figure
@@ -71,8 +72,8 @@ def open_run(path: str | Path, opts: StatsOptions | None = None) -> RunFrames:
 
 
 class RunFrames:
-    """One run's requests, trials, cells, pairs and sweeps as DataFrames (see the module
-    docstring); each is built on first use and kept."""
+    """One run's requests, trials, cells, pairs, sweeps and engines as DataFrames (see the
+    module docstring); each is built on first use and kept."""
 
     def __init__(self, run: RunData, opts: StatsOptions,
                  tmp: tempfile.TemporaryDirectory[str] | None = None) -> None:
@@ -238,6 +239,35 @@ class RunFrames:
                     "cost_v": cm.get("v"), "cost_v_ci_low": vci[0], "cost_v_ci_high": vci[1],
                     "predicted_best_n": cm.get("predicted_best_n")})
         return _frame("sweeps", rows)
+
+    @cached_property
+    def engines(self) -> pd.DataFrame:
+        """One row per arm the run holds in two engines at one n, concurrency and workload
+        (and per two engines): each side's step and the ratios with their intervals
+        (:func:`crossbench.analysis.step_cost.across_engines`, the report's "Across
+        engines"); empty for a run of one engine."""
+        from crossbench.analysis.step_cost import across_engines
+
+        rows = []
+        for g in across_engines(self.analysis, self.opts.level):
+            for r in g["ratios"]:
+                a, b = g["sides"][r["a"]], g["sides"][r["b"]]
+                sa, sb = a["step"], b["step"]
+                row: dict[str, Any] = {
+                    "arm": g["arm"], "n": g["n"], "workload": g["workload"],
+                    "concurrency": g["concurrency"], "engine_a": a["engine"],
+                    "model_a": a["target"], "engine_b": b["engine"], "model_b": b["target"],
+                    "starts_a": sa["tok_s"]["starts"], "starts_b": sb["tok_s"]["starts"],
+                    "own_starts": a["own_starts"] and b["own_starts"],
+                    "mal_a": sa["mal"], "mal_b": sb["mal"]}
+                for key in ("plain_ms", "step_ms", "cost"):
+                    row[f"{key}_a"], row[f"{key}_b"] = sa[key]["geomean"], sb[key]["geomean"]
+                for key, fig in r["figures"].items():
+                    ci = fig["ci"] or [None, None]
+                    row[f"{key}_ratio"] = fig["ratio"]
+                    row[f"{key}_ratio_ci_low"], row[f"{key}_ratio_ci_high"] = ci
+                rows.append(row)
+        return _frame("engines", rows)
 
 
 def _request_rows(cell: CellData) -> list[dict[str, Any]]:

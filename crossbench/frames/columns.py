@@ -197,6 +197,42 @@ FRAMES: dict[str, list[Column]] = {
         Column("cost_v_ci_high", "baseline steps/token", "upper end of v's interval"),
         Column("predicted_best_n", "tokens", "the n the cost model predicts best"),
     ],
+    "engines": [
+        Column("arm", "", "arm label, the same in both engines"),
+        Column("n", "tokens", "drafted tokens per step"),
+        Column("workload", "", "workload spec"),
+        Column("concurrency", "requests", "requests in flight"),
+        Column("engine_a", "", "engine A (the earlier in name order)"),
+        Column("model_a", "", "engine A's target model id"),
+        Column("engine_b", "", "engine B"),
+        Column("model_b", "", "engine B's target model id"),
+        Column("starts_a", "starts", "engine A's trials of the arm (one start each where "
+               "own_starts)"),
+        Column("starts_b", "starts", "engine B's trials of the arm"),
+        Column("own_starts", "", "every trial of both had its own server start (the "
+               "intervals need it)"),
+        Column("mal_a", "tokens/step", "engine A's mean accepted length"),
+        Column("mal_b", "tokens/step", "engine B's mean accepted length"),
+        Column("plain_ms_a", "ms/token", "engine A's plain step (its baseline), geometric "
+               "mean over starts"),
+        Column("plain_ms_b", "ms/token", "engine B's plain step"),
+        Column("step_ms_a", "ms/step", "engine A's speculative step (MAL tokens)"),
+        Column("step_ms_b", "ms/step", "engine B's speculative step"),
+        Column("cost_a", "baseline steps", "engine A's C(n) = step / plain step"),
+        Column("cost_b", "baseline steps", "engine B's C(n)"),
+        Column("step_ms_ratio", "ratio", "B's step over A's"),
+        Column("step_ms_ratio_ci_low", "ratio", "lower end of Welch's interval over starts"),
+        Column("step_ms_ratio_ci_high", "ratio", "upper end of that interval"),
+        Column("tok_s_ratio", "ratio", "B's decode rate with the arm over A's"),
+        Column("tok_s_ratio_ci_low", "ratio", "lower end of its interval"),
+        Column("tok_s_ratio_ci_high", "ratio", "upper end of its interval"),
+        Column("plain_ms_ratio", "ratio", "B's plain step over A's"),
+        Column("plain_ms_ratio_ci_low", "ratio", "lower end of its interval"),
+        Column("plain_ms_ratio_ci_high", "ratio", "upper end of its interval"),
+        Column("cost_ratio", "ratio", "B's C(n) over A's"),
+        Column("cost_ratio_ci_low", "ratio", "lower end of its interval"),
+        Column("cost_ratio_ci_high", "ratio", "upper end of its interval"),
+    ],
 }
 """Columns of each frame, in order."""
 
