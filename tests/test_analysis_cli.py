@@ -167,3 +167,31 @@ def test_real_h200_runs_compare_and_analyze(h200):
         (h200 / "draft" / "summary.json").read_text())["acceptance"]
     for key in ("draft_acceptance_rate", "mean_acceptance_length", "per_position"):
         assert acc[key] == pytest.approx(stored[key])
+
+
+def test_analyze_prints_the_engines_side_by_side_for_a_run_of_two(tmp_path: Path) -> None:
+    """The 2026-12-01 draft-model study holds one arm in llama.cpp and vLLM at n = 2 and 4:
+    `analyze` ends its table with one line each, the step and plain-step ratios with
+    Welch's interval (crossbench.analysis.step_cost); a run of one engine prints no such
+    block."""
+    import zipfile
+
+    from crossbench.analysis.step_cost import across_engines
+
+    with zipfile.ZipFile(REPO / "examples/h200-cross/round1/h200-cross-round1.zip") as z:
+        z.extractall(tmp_path)
+    run = tmp_path / "h200-cross-round1" / "data"
+    r = invoke("analyze", str(run), "--resamples", "300")
+    assert r.exit_code == 0, r.output
+    block = r.output[r.output.index("across engines (multi-variable"):]
+    obj = json.loads((run / "analysis.json").read_text())
+    groups = across_engines(obj, 0.95)
+    assert len(groups) == 2
+    for g in groups:
+        (ratio,) = g["ratios"]
+        step = ratio["figures"]["step_ms"]
+        assert (f"  synth-a0.9 n={g['n']} c=1: vllm / llama step {step['ratio']:.3f} "
+                f"[{step['ci'][0]:.3f}, {step['ci'][1]:.3f}]") in block
+    one = tmp_path / "one"
+    study(one, PROMPTS, [Arm("none"), Arm("d", "draft-simple", 2, acceptance=ACC)], rate)
+    assert "across engines" not in invoke("analyze", str(one)).output

@@ -123,3 +123,18 @@ def test_the_report_shows_the_engines_side_by_side() -> None:
     assert row[2].endswith("n/a")  # no interval printed
     empty = Study(Path("."), "matrix", "x", None, {"pairs": [], "cells": []}, [])
     assert engine_tables(empty) is None
+
+
+def test_across_engines_leaves_out_a_side_it_cannot_time() -> None:
+    """A side without MAL or with a rate missing gives no step (and so no ratio), not an
+    error: the report and `analyze` read whatever a run holds."""
+    a = _two_engine_analysis()
+    for c in a["cells"]:
+        if c["cell"] == "vllm/t/a/n4/w/c1":
+            c["acceptance"] = {}
+    (g,) = step_cost.across_engines(a, 0.95)
+    assert g["sides"][1]["step"] is None and g["ratios"] == []
+    b = _two_engine_analysis()
+    b["cells"][0]["per_trial_pooled_tok_s"]["0"] = None  # llama's baseline, trial 0
+    (g,) = step_cost.across_engines(b, 0.95)
+    assert g["sides"][0]["step"] is None and g["ratios"] == []

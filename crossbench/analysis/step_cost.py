@@ -152,7 +152,7 @@ def across_engines(analysis: dict[str, Any], level: float) -> list[dict[str, Any
         for p in sorted(pairs, key=lambda p: (str(p.get("engine")), str(p.get("model")))):
             try:
                 step = engine_step(analysis, cells[p["cell"]], level, need=1)
-            except (UserError, KeyError):
+            except (UserError, KeyError, TypeError, ValueError):
                 step = None
             sides.append({"engine": p.get("engine"), "target": p.get("model"),
                           "speedup": p.get("speedup") or {}, "own_starts": own_starts(p),
