@@ -220,18 +220,12 @@ FRAMES: dict[str, list[Column]] = {
         Column("step_ms_b", "ms/step", "engine B's speculative step"),
         Column("cost_a", "baseline steps", "engine A's C(n) = step / plain step"),
         Column("cost_b", "baseline steps", "engine B's C(n)"),
-        Column("step_ms_ratio", "ratio", "B's step over A's"),
-        Column("step_ms_ratio_ci_low", "ratio", "lower end of Welch's interval over starts"),
-        Column("step_ms_ratio_ci_high", "ratio", "upper end of that interval"),
-        Column("tok_s_ratio", "ratio", "B's decode rate with the arm over A's"),
-        Column("tok_s_ratio_ci_low", "ratio", "lower end of its interval"),
-        Column("tok_s_ratio_ci_high", "ratio", "upper end of its interval"),
-        Column("plain_ms_ratio", "ratio", "B's plain step over A's"),
-        Column("plain_ms_ratio_ci_low", "ratio", "lower end of its interval"),
-        Column("plain_ms_ratio_ci_high", "ratio", "upper end of its interval"),
-        Column("cost_ratio", "ratio", "B's C(n) over A's"),
-        Column("cost_ratio_ci_low", "ratio", "lower end of its interval"),
-        Column("cost_ratio_ci_high", "ratio", "upper end of its interval"),
+        *(col for key, what in (("step_ms", "step"), ("tok_s", "decode rate with the arm"),
+                                ("plain_ms", "plain step"), ("cost", "C(n)"))
+          for col in (Column(f"{key}_ratio", "ratio", f"B's {what} over A's"),
+                      Column(f"{key}_ratio_ci_low", "ratio", "lower end of its interval "
+                             "(Welch's, over the two engines' starts)"),
+                      Column(f"{key}_ratio_ci_high", "ratio", "upper end of its interval"))),
     ],
 }
 """Columns of each frame, in order."""
