@@ -209,7 +209,8 @@ ENGINES_NOTE = ("Across engines more than the engine differs (kernels, model for
                 "settings): every such comparison is multi-variable (see Confounds; "
                 "`crossbench compare A B` lists the settings). Step: one speculative step, "
                 "MAL tokens, in ms; plain step: the engine's own baseline, per token; C(n) = "
-                "step / plain step. A ratio is the later engine's figure over the earlier's, "
+                "step / plain step. A ratio (B / A) is the figure of the engine later in name "
+                "order over the earlier's, "
                 "with Welch's interval over the two engines' server starts, given only where "
                 "every trial of both had its own start and each side has two or more.")
 """What the "Across engines" tables mean, printed under them."""
