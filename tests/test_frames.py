@@ -84,7 +84,7 @@ def test_the_engines_frame_is_the_reports_across_engines_figures() -> None:
     with crossbench.open_run(EXAMPLES / "h200-cross" / "round1" / "h200-cross-round1.zip") as f:
         df, groups = f.engines, across_engines(f.analysis, f.opts.level)
     assert list(df["n"]) == [2, 4] and set(df["engine_b"]) == {"vllm"}
-    assert bool(df["own_starts"].all()) and list(df["starts_a"]) == [3, 3]
+    assert bool(df["own_starts"].all()) and list(df["trials_a"]) == [3, 3]
     for (_, row), g in zip(df.iterrows(), groups, strict=True):
         (r,) = g["ratios"]
         fig = r["figures"]["step_ms"]

@@ -257,7 +257,7 @@ class RunFrames:
                     "arm": g["arm"], "n": g["n"], "workload": g["workload"],
                     "concurrency": g["concurrency"], "engine_a": a["engine"],
                     "model_a": a["target"], "engine_b": b["engine"], "model_b": b["target"],
-                    "starts_a": sa["tok_s"]["starts"], "starts_b": sb["tok_s"]["starts"],
+                    "trials_a": sa["tok_s"]["starts"], "trials_b": sb["tok_s"]["starts"],
                     "own_starts": a["own_starts"] and b["own_starts"],
                     "mal_a": sa["mal"], "mal_b": sb["mal"]}
                 for key in ("plain_ms", "step_ms", "cost"):

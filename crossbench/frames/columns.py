@@ -206,9 +206,9 @@ FRAMES: dict[str, list[Column]] = {
         Column("model_a", "", "engine A's target model id"),
         Column("engine_b", "", "engine B"),
         Column("model_b", "", "engine B's target model id"),
-        Column("starts_a", "starts", "engine A's trials of the arm (one start each where "
-               "own_starts)"),
-        Column("starts_b", "starts", "engine B's trials of the arm"),
+        Column("trials_a", "trials", "engine A's trials of the arm (one server start each "
+               "where own_starts)"),
+        Column("trials_b", "trials", "engine B's trials of the arm"),
         Column("own_starts", "", "every trial of both had its own server start (the "
                "intervals need it)"),
         Column("mal_a", "tokens/step", "engine A's mean accepted length"),

@@ -251,7 +251,7 @@ def engine_tables(study: Study) -> tuple[Table, Table] | None:
                              for k in ("step_ms", "tok_s", "plain_ms", "cost")),
                            "trials shared starts: no interval" if shared else
                            "starts" if f["step_ms"]["ci"] else "one start a side: no interval"])
-    return (Table(["pair", "engine (target)", "starts", "speedup", "plain step ms",
+    return (Table(["pair", "engine (target)", "trials", "speedup", "plain step ms",
                    "step ms", "C(n)"], per),
             Table(["pair", "B / A", "step ms", "decode rate", "plain step ms", "C(n)",
                    "samples"], ratios))
