@@ -629,19 +629,15 @@ def engines_text(result: dict[str, Any]) -> str:
     """One line per arm the run holds in two engines (``crossbench report``'s "Across
     engines"): the later engine's speculative and plain step over the earlier's, with
     Welch's interval over their starts where every trial had its own; empty otherwise."""
-    from crossbench.analysis.step_cost import across_engines
-
-    def ratio(fig: dict[str, Any]) -> str:
-        ci = fig["ci"]
-        return f"{fig['ratio']:.3f}" + (f" [{ci[0]:.3f}, {ci[1]:.3f}]" if ci else "")
+    from crossbench.analysis.step_cost import across_engines, fmt
 
     lines = []
     for g in across_engines(result, float(result["options"].get("level", 0.95))):
         for r in g["ratios"]:
             a, b, f = g["sides"][r["a"]], g["sides"][r["b"]], r["figures"]
             lines.append(f"  {g['arm']} n={g['n']} c={g['concurrency']}: {b['engine']} / "
-                         f"{a['engine']} step {ratio(f['step_ms'])}, plain step "
-                         f"{ratio(f['plain_ms'])}")
+                         f"{a['engine']} step {fmt(f['step_ms'], 'ratio')}, plain step "
+                         f"{fmt(f['plain_ms'], 'ratio')}")
     if not lines:
         return ""
     return ("\nacross engines (multi-variable: kernels, formats and settings differ; Welch "

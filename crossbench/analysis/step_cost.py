@@ -136,7 +136,8 @@ def across_engines(analysis: dict[str, Any], level: float) -> list[dict[str, Any
     """Every arm the analysis holds at one n, concurrency and workload in two or more
     engines: per engine (and target) its pair's speedup and :func:`engine_step` (None where
     the cell has no MAL), and for each two engines the ratios of :func:`engine_ratio`, with
-    intervals only where every trial on both sides had its own start. Engines in name order;
+    intervals only where every trial on both sides had its own start (the ratio's
+    ``own_starts``). Engines in name order;
     each ratio is the later engine over the earlier."""
     cells = {c["cell"]: c for c in analysis.get("cells", [])}
     groups: dict[tuple[str, str, str, str], list[dict[str, Any]]] = {}
@@ -157,12 +158,15 @@ def across_engines(analysis: dict[str, Any], level: float) -> list[dict[str, Any
             sides.append({"engine": p.get("engine"), "target": p.get("model"),
                           "speedup": p.get("speedup") or {}, "own_starts": own_starts(p),
                           "step": step})
-        ratios = [{"a": i, "b": j, "figures": engine_ratio(
-                       sides[i]["step"], sides[j]["step"], level,
-                       sides[i]["own_starts"] and sides[j]["own_starts"])}
-                  for i in range(len(sides)) for j in range(i + 1, len(sides))
-                  if sides[i]["engine"] != sides[j]["engine"]
-                  and sides[i]["step"] is not None and sides[j]["step"] is not None]
+        ratios = []
+        for i in range(len(sides)):
+            for j in range(i + 1, len(sides)):
+                a, b = sides[i], sides[j]
+                if a["engine"] == b["engine"] or a["step"] is None or b["step"] is None:
+                    continue
+                own = a["own_starts"] and b["own_starts"]
+                ratios.append({"a": i, "b": j, "own_starts": own,
+                               "figures": engine_ratio(a["step"], b["step"], level, own)})
         out.append({"arm": arm, "n": pairs[0].get("n"), "concurrency": pairs[0].get("concurrency"),
                     "workload": pairs[0].get("workload"), "sides": sides, "ratios": ratios})
     return out

@@ -258,7 +258,7 @@ class RunFrames:
                     "concurrency": g["concurrency"], "engine_a": a["engine"],
                     "model_a": a["target"], "engine_b": b["engine"], "model_b": b["target"],
                     "trials_a": sa["tok_s"]["starts"], "trials_b": sb["tok_s"]["starts"],
-                    "own_starts": a["own_starts"] and b["own_starts"],
+                    "own_starts": r["own_starts"],
                     "mal_a": sa["mal"], "mal_b": sb["mal"]}
                 for key in ("plain_ms", "step_ms", "cost"):
                     row[f"{key}_a"], row[f"{key}_b"] = sa[key]["geomean"], sb[key]["geomean"]

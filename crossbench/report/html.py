@@ -245,11 +245,10 @@ def engine_tables(study: Study) -> tuple[Table, Table] | None:
                         _ms_text(step and step["cost"])])
         for r in g["ratios"]:
             f = r["figures"]
-            shared = not (g["sides"][r["a"]]["own_starts"] and g["sides"][r["b"]]["own_starts"])
             ratios.append([label, f"{names[r['b']]} / {names[r['a']]}",
                            *(f"{num(f[k]['ratio'])} {ci_text(f[k]['ci'])}"
                              for k in ("step_ms", "tok_s", "plain_ms", "cost")),
-                           "trials shared starts: no interval" if shared else
+                           "trials shared starts: no interval" if not r["own_starts"] else
                            "starts" if f["step_ms"]["ci"] else "one start a side: no interval"])
     return (Table(["pair", "engine (target)", "trials", "speedup", "plain step ms",
                    "step ms", "C(n)"], per),
