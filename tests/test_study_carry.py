@@ -773,3 +773,46 @@ def test_run_sh_keys_a_rounds_markers_by_its_part(tmp_path: Path) -> None:
     (log / "matrix-roundr-part2.exit").write_text("matrix_exit=0\n")
     assert call("2")[-1] == f"CC_PACK={out}/vllm-compile-2.tgz"
     assert (out / "vllm-compile-2.tgz").read_text() == "part 2\n"
+
+
+def test_run_sh_returns_each_finished_trial_after_return_s(tmp_path: Path) -> None:
+    """run.sh's round_wait (step 5), run alone: a call waits while the round runs, and once
+    RETURN_S has passed it ends as soon as the journals hold a trial more than the last
+    return packed (2026-12-06: an H100 taken back mid-call lost the trials of its last
+    minutes); before RETURN_S a new trial does not end it, and the round's end or a spent
+    budget end it at once."""
+    import os
+    import subprocess
+    import time
+
+    log, run = tmp_path / "log", tmp_path / "run"
+    (run / "step-a").mkdir(parents=True)
+    log.mkdir()
+    journal = run / "step-a" / "journal.jsonl"
+    journal.write_text('{"trial":0}\n{"trial":1}\n')
+    (log / "returned-trials").write_text("2\n")
+    block = _run_sh_block(r"^finished_trials\(\) \{.*?^round_wait\(\) \{.*?^\}\n")
+    script = ('t0=$(date +%s); left() { echo $(( BUDGET - ($(date +%s) - t0) )); }\n' + block
+              + 'round_wait\necho "waited $(( $(date +%s) - t0 ))"\nfinished_trials\n')
+
+    def call(budget: int, return_s: int) -> tuple[float, list[str]]:
+        start = time.monotonic()
+        out = subprocess.run(["bash", "-c", script], capture_output=True, text=True,
+                             timeout=30, env={"PATH": os.environ["PATH"], "LOG": str(log),
+                                              "RUN": str(run), "RKEY": "r", "PACK_S": "0",
+                                              "BUDGET": str(budget), "RETURN_S": str(return_s),
+                                              "WAIT_POLL_S": "0.1"}).stdout.splitlines()
+        return time.monotonic() - start, out
+
+    # (the script's clock counts whole seconds: a wait of N of them lasts more than N - 1)
+    took, out = call(budget=3, return_s=0)  # nothing new: waits out the budget
+    assert took >= 1.9 and out[-1].strip() == "2"
+    journal.write_text(journal.read_text() + '{"trial":2}\n')
+    took, out = call(budget=20, return_s=0)  # a trial more than was returned: ends at once
+    assert took < 5 and out[-1].strip() == "3"
+    took, out = call(budget=20, return_s=3)  # ... but not before RETURN_S
+    assert 1.9 <= took < 8
+    (log / "returned-trials").write_text("3\n")
+    (log / "matrix-roundr.exit").write_text("matrix_exit=0\n")
+    took, _ = call(budget=20, return_s=100)  # the round has ended
+    assert took < 5

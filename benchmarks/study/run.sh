@@ -24,7 +24,8 @@
 #      benchmarks/study/carry.py) unpacked before the round starts;
 #   5. with ROUND set, the build done and vLLM installed (rounds with vllm: true): the round
 #      (`study.py run ROUND DIR`) in its own process session, so that no trial is cut at a
-#      call's end; each call waits until BUDGET_S is nearly spent, then packs what finished.
+#      call's end; each call waits until BUDGET_S is nearly spent, or past RETURN_S (240 s) until
+#      a trial has finished since the last return, then packs what finished.
 #      A later call on the same machine keeps waiting; on another machine the round resumes
 #      (`--resume`; docs/cross-engine.md: the engines are rebuilt, recorded as engine epochs,
 #      and trial pairs that straddle machines read `confounded`);
@@ -357,6 +358,20 @@ cc_ready() {
 the rest (.carry/vllm-compile/) in the next call, or call with CC_COLD=1 to start without it"
   return 1
 }
+# A call waits while the round runs, until it ends or BUDGET_S is nearly spent (PACK_S left
+# to pack), and returns early once RETURN_S (default 240) seconds have passed and a trial has
+# finished since the last return (a line more in the journals than $LOG/returned-trials says
+# came back): a machine taken back mid-round loses at most what finished after the last
+# return (2026-12-06: an H100 taken back 6 minutes into a 9-minute call lost the trials of
+# those minutes). Each return costs the call's transfers (a few seconds of lease).
+finished_trials() { cat "$RUN"/journal.jsonl "$RUN"/*/journal.jsonl 2>/dev/null | wc -l; }
+round_wait() {
+  local returned; returned=$(cat "$LOG/returned-trials" 2>/dev/null || echo 0)
+  until [ -f "$LOG/matrix-round$RKEY.exit" ] || [ "$(left)" -le "${PACK_S:-25}" ] \
+      || { [ $(( $(date +%s) - t0 )) -ge "${RETURN_S:-240}" ] \
+           && [ "$(finished_trials)" -gt "$returned" ]; }; do
+    sleep "${WAIT_POLL_S:-5}"; done
+}
 if [ -n "${ROUND:-}" ] && { [ -n "$vprefix" ] || [ "$need_vllm" = 0 ]; } \
     && { [ -n "$sprefix" ] || [ "$need_sglang" = 0 ]; } && cc_ready && wait_setup; then
   if ! pgrep -f "crossbench matrix" >/dev/null \
@@ -369,8 +384,7 @@ if [ -n "${ROUND:-}" ] && { [ -n "$vprefix" ] || [ "$need_vllm" = 0 ]; } \
       echo "matrix_exit=$?" >'"$LOG"'/matrix-round'"$RKEY"'.exit' \
       "$ROUND" "$RUN" </dev/null >/dev/null 2>&1 &
   fi
-  until [ -f "$LOG/matrix-round$RKEY.exit" ] || [ "$(left)" -le "${PACK_S:-25}" ]; do
-    sleep 5; done
+  round_wait
   say "round $ROUND: $(cat "$LOG/matrix-round$RKEY.exit" 2>/dev/null || echo running)"
   for d in "$RUN" "$RUN"/*/; do [ -f "$d/state.json" ] && cb status "$d"; done \
     >"$LOG/status-round${RKEY}.txt" 2>&1
@@ -384,7 +398,9 @@ if [ -n "${FINISH:-}" ] && wait_setup && [ ! -s "$LOG/verify-hf.txt" ]; then
   say "verify-hf exit $?"
 fi
 tar -C /tmp -czf "$OUT/logs.tgz" cross-logs 2>/dev/null
-[ -d "$RUN" ] && tar -C "$CROSSBENCH_CACHE" -czf "$OUT/run.tgz" "$(basename "$RUN")" 2>/dev/null
+# (the count first: what the tar holds is at least that many trials)
+[ -d "$RUN" ] && finished_trials >"$LOG/returned-trials" \
+  && tar -C "$CROSSBENCH_CACHE" -czf "$OUT/run.tgz" "$(basename "$RUN")" 2>/dev/null
 # 7. once the round has ended: the vLLM compile cache this machine filled (the carried one
 #    included), packed and cut once; each later call returns the next parts its return has
 #    room for beside run.tgz and logs.tgz, and says how many are left (benchmarks/study/
