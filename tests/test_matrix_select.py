@@ -64,3 +64,21 @@ def test_requests_scale_with_concurrency_where_the_load_says_so() -> None:
     # requests stays the floor; unset, every concurrency measures `requests`
     assert LoadSettings(requests=40, requests_per_concurrency=2, concurrency=4).requests == 40
     assert LoadSettings(requests=40, concurrency=16).requests == 40
+
+
+def test_the_studys_rounds_run_their_baselines_first(cells) -> None:  # type: ignore[no-untyped-def]
+    """h200-methods.yaml orders each round's baseline starts before its speculative ones, so
+    a round cut short keeps a baseline for what finished (sglang-methods PART=3 on 2026-12-06
+    lost its machine with three speculative trials back and no baseline): that round's
+    selection, in run order, starts with its baseline cells."""
+    from crossbench.runner.matrix import run_order
+
+    m = load_matrix(METHODS)
+    chosen = select(cells, ("engine=sglang,target=t8b-hf",),
+                    ("arm=draft-real", "arm=dflash-real", "arm=eagle3-real", "arm=eagle3-a0.9",
+                     "arm=ngram", "arm=draft-a0.9,n=4", "arm=dflash-a0.9,n=4",
+                     "arm=dflash-a0.9,n=15"))
+    by_id = {c.id: c for c in chosen}
+    methods = [str(by_id[cid].coords["method"]) for cid, _ in run_order(m, chosen)]
+    assert len(methods) == 10 and methods.count("none") == 2
+    assert methods[:2] == ["none", "none"]
