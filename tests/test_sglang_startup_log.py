@@ -80,3 +80,44 @@ def test_each_start_records_its_phases(tmp_path: Path) -> None:
         (0.01, 4096, 0.0)
     assert cut["graphs_s"] == {"target decode": 0.0} and "ready" in cut["marks_s"]
     assert (tmp_path / "server.log").read_text().count("fired up") == 2
+
+
+def test_each_start_says_whether_it_compiled_kernels(tmp_path: Path) -> None:
+    """The kernel caches' entries before and after each start, and its kind: the first start
+    of a configuration fills an empty SGLang JIT cache (cold: the stand-in makes a module
+    folder there, as SGLang's nvcc-built kernels do), the same configuration again finds it
+    (warm), another algorithm builds its own beside it (partial). ``trial_start`` reads the
+    kind, so ``crossbench plan`` prices cold and warm SGLang starts apart."""
+    from crossbench.store.rundir import trial_start
+
+    py = write_launcher(tmp_path / "python", "--standin-step-ms", "0")
+    jit, triton = tmp_path / "tvm-ffi", tmp_path / "triton"
+    env = {"TVM_FFI_CACHE_DIR": str(jit), "TRITON_CACHE_DIR": str(triton)}
+
+    def start(**spec: object) -> dict[str, object]:
+        srv = registry.create("sglang", {"binary": str(py), "model": "Qwen/Qwen3-8B",
+                                         "env": env, **spec}, tmp_path / "server.log")
+        with srv:
+            cut: dict[str, object] = srv.props()["startup_cut"]
+        return cut
+
+    first, again = start(), start()
+    assert first["start"] == "cold" and again["start"] == "warm"
+    assert first["kernel_caches"] == {
+        "tvm_ffi": {"root": str(jit), "before": 0, "after": 1},
+        "triton": {"root": str(triton), "before": 0, "after": 0}}
+    other = start(spec={"type": "NGRAM", "n": 4})
+    assert other["start"] == "partial"
+    assert other["kernel_caches"]["tvm_ffi"] == {"root": str(jit), "before": 1, "after": 2}
+    entry = {"phase_s": {"startup": 1.0}, "server_props": {"startup_cut": first}}
+    made = trial_start(entry)
+    assert made is not None and made.cache == "cold"
+
+
+def test_start_kind_reads_growth_not_presence() -> None:
+    assert startup_log.start_kind({"a": 0, "b": 0}, {"a": 0, "b": 0}) == "warm"
+    assert startup_log.start_kind({"a": 0, "b": 0}, {"a": 3, "b": 0}) == "cold"
+    assert startup_log.start_kind({"a": 2, "b": 0}, {"a": 2, "b": 5}) == "partial"
+    assert startup_log.start_kind({"a": 2, "b": 1}, {"a": 2, "b": 1}) == "warm"
+    roots = startup_log.kernel_cache_roots({"HOME": "/h"})
+    assert roots == {"tvm_ffi": Path("/h/.cache/tvm-ffi"), "triton": Path("/h/.triton/cache")}

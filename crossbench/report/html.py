@@ -172,7 +172,8 @@ def cell_table(study: Study) -> Table:
 def start_table(study: Study) -> Table | None:
     """Every server start, by the trial that made it: crossbench's time from launch to ready
     and, where the engine logs them (vLLM), whether the start found its compile cache
-    (``cold``/``warm``), its engine init and its torch.compile; None without a start."""
+    (``cold``/``warm``; SGLang's: whether it added to its kernel caches), its engine init
+    and its torch.compile; None without a start."""
     rows = []
     for c in study.cells:
         for entry in c.manifest.get("trials") or []:

@@ -401,8 +401,8 @@ def duration_s(value: Any) -> float | None:
 class TrialStart:
     """The server start a trial made, as its manifest entry records it: crossbench's time from
     launch to ready (``phase_s.startup``) and, where the engine logs them (vLLM's
-    ``server_props.startup_cut``), whether it found its compile cache and its engine init and
-    torch.compile seconds."""
+    ``server_props.startup_cut``), whether it found its compile cache (vLLM's; SGLang's kernel
+    caches) and its engine init and torch.compile seconds."""
 
     startup_s: float
     cache: str | None

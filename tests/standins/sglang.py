@@ -20,6 +20,9 @@ crossbench looks, in SGLang's formats:
   (completion tokens / verification steps), ``spec_accept_rate``, the histogram of accepted
   drafts per step and the older aliases of these names;
 - ``/flush_cache`` (GET or POST), answering SGLang's text and logging its line;
+- with ``TVM_FFI_CACHE_DIR`` in its environment, a module folder per speculative algorithm
+  made there at start where missing, as SGLang's JIT kernels fill that cache on a
+  configuration's first start (nothing is compiled);
 - ``/metrics`` (only with ``--enable-metrics``, as SGLang) with SGLang's family names, types
   and help texts from the profile, label ``model_name``, rendered by prometheus_client:
   ``sglang:spec_verify_calls_total``, ``sglang:generation_tokens_total``,
@@ -433,6 +436,10 @@ async def _serve(s: Settings) -> None:
     loop.add_signal_handler(signal.SIGTERM, stop.set)
     loop.add_signal_handler(signal.SIGINT, stop.set)
     stamp = time.strftime("[%Y-%m-%d %H:%M:%S]")
+    jit = os.environ.get("TVM_FFI_CACHE_DIR")
+    if jit:  # as SGLang's JIT kernels: a configuration's first start builds its module there
+        Path(jit, f"sgl_kernel_jit_standin_{s.algorithm or 'none'}").mkdir(parents=True,
+                                                                       exist_ok=True)
     # SGLang 0.5.17's start-up lines in its format (startup_log.py reads them); the
     # stand-in loads nothing: its figures are placeholders (a load of 0.01 s, no capture time)
     for line in ("Load weight end. elapsed=0.01 s, type=StandIn, avail mem=0.00 GB, "

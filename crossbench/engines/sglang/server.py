@@ -70,6 +70,8 @@ class SglangServer(LocalServer):
         self._log_offset = 0
         self._t_spawn = 0.0
         self._cut: dict[str, Any] = {}
+        self._caches: dict[str, Path] = {}
+        self._caches_before: dict[str, int] = {}
 
     @property
     def profile(self) -> SglangProfile:
@@ -293,6 +295,8 @@ class SglangServer(LocalServer):
         """Spawn ``launch_server`` in a new session; it dies if crossbench dies."""
         self._info, self._cut = {}, {}
         self._log_offset = self._log_path.stat().st_size if self._log_path.exists() else 0
+        self._caches = startup_log.kernel_cache_roots(self.base_environment())
+        self._caches_before = startup_log.cache_counts(self._caches)
         self._t_spawn = time.monotonic()
         self._spawn()
 
@@ -309,17 +313,25 @@ class SglangServer(LocalServer):
         self._record_start()
 
     def _record_start(self) -> None:
-        """This start's phases (``startup_cut`` of the manifest): seconds from spawn to ready
-        and what SGLang's log says of its weights, KV cache and CUDA graph captures
-        (:mod:`crossbench.engines.sglang.startup_log`)."""
+        """This start's phases (``startup_cut`` of the manifest): seconds from spawn to ready,
+        what SGLang's log says of its weights, KV cache and CUDA graph captures, and the
+        kernel caches' entries before and after it with the start's kind (``cold``, ``warm``
+        or ``partial``: :func:`crossbench.engines.sglang.startup_log.start_kind`), which
+        ``crossbench plan`` prices apart."""
         try:
             with self._log_path.open("rb") as f:
                 f.seek(self._log_offset)
                 text = f.read().decode(errors="replace")
         except OSError:
             text = ""
+        after = startup_log.cache_counts(self._caches)
         self._cut = {"ready_s": round(time.monotonic() - self._t_spawn, 3),
-                     **startup_log.parse(text).to_dict()}
+                     **startup_log.parse(text).to_dict(),
+                     "kernel_caches": {name: {"root": str(root),
+                                              "before": self._caches_before[name],
+                                              "after": after[name]}
+                                       for name, root in self._caches.items()},
+                     "start": startup_log.start_kind(self._caches_before, after)}
 
     def reset_cache(self) -> dict[str, Any]:
         """``POST /flush_cache``: SGLang 0.5.17 empties its radix cache, KV and draft pools and

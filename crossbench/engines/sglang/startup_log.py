@@ -23,6 +23,7 @@ from __future__ import annotations
 import datetime as dt
 import re
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 _STAMP = re.compile(r"^\[(\d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2})[^\]]*\] ")
@@ -88,3 +89,42 @@ def parse(text: str) -> StartupFacts:
     if loads:
         facts.load_weight_s = round(sum(loads), 3)
     return facts
+
+
+KERNEL_CACHES: dict[str, tuple[str, str]] = {
+    "tvm_ffi": ("TVM_FFI_CACHE_DIR", "~/.cache/tvm-ffi"),
+    "triton": ("TRITON_CACHE_DIR", "~/.triton/cache"),
+}
+"""The caches a start fills with what it compiles, by name: the variable that moves each and
+its default. SGLang 0.5.17's JIT kernels (``sglang/kernels/jit/utils/compile.py``) build one
+module folder each under ``TVM_FFI_CACHE_DIR`` with nvcc; Triton keeps its compiled kernels
+under ``TRITON_CACHE_DIR``."""
+
+
+def kernel_cache_roots(env: dict[str, str]) -> dict[str, Path]:
+    """Each kernel cache's folder for a server started with environment ``env`` (``~`` is
+    ``env``'s ``HOME``, else this process's)."""
+    home = env.get("HOME") or str(Path.home())
+    return {name: Path(env.get(var) or default.replace("~", home, 1))
+            for name, (var, default) in KERNEL_CACHES.items()}
+
+
+def cache_counts(roots: dict[str, Path]) -> dict[str, int]:
+    """The entries (top-level names) in each cache folder; 0 where it is missing."""
+    def count(root: Path) -> int:
+        try:
+            return sum(1 for _ in root.iterdir())
+        except OSError:
+            return 0
+    return {name: count(root) for name, root in roots.items()}
+
+
+def start_kind(before: dict[str, int], after: dict[str, int]) -> str:
+    """``warm`` where the start added nothing to any kernel cache (it found what it needed),
+    ``cold`` where it added entries to caches that were empty (the machine's first start),
+    ``partial`` where it added entries beside earlier ones (a configuration that compiles
+    kernels an earlier start did not)."""
+    grew = any(after.get(k, 0) > n for k, n in before.items())
+    if not grew:
+        return "warm"
+    return "partial" if any(before.values()) else "cold"
