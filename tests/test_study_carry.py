@@ -816,3 +816,27 @@ def test_run_sh_returns_each_finished_trial_after_return_s(tmp_path: Path) -> No
     (log / "matrix-roundr.exit").write_text("matrix_exit=0\n")
     took, _ = call(budget=20, return_s=100)  # the round has ended
     assert took < 5
+
+
+def test_run_sh_records_the_kernel_caches_each_call(tmp_path: Path) -> None:
+    """Every call writes kernel-caches.txt into logs.tgz: each kernel or compile cache the
+    machine holds (SGLang's JIT cache, Triton's, ...), its size and entries; missing ones
+    are left out."""
+    import os
+    import subprocess
+
+    home, log = tmp_path / "home", tmp_path / "log"
+    (home / ".cache" / "tvm-ffi" / "sgl_kernel_jit_a").mkdir(parents=True)
+    (home / ".cache" / "tvm-ffi" / "sgl_kernel_jit_a" / "a.so").write_bytes(b"x" * 5000)
+    log.mkdir()
+    block = _run_sh_block(r"^for d in \"\$\{TVM_FFI_CACHE_DIR.*?^done >\"\$LOG/kernel-caches"
+                          r"\.txt\" 2>/dev/null\n")
+    subprocess.run(["bash", "-c", block], check=True, timeout=30,
+                   env={"PATH": os.environ["PATH"], "HOME": str(home), "LOG": str(log)})
+    lines = (log / "kernel-caches.txt").read_text().splitlines()
+    assert not [ln for ln in lines if ".triton" in ln or "flashinfer" in ln]  # not there
+    (line,) = [ln for ln in lines if "tvm-ffi" in ln]
+    size, unit, entries, word, where = line.split()
+    assert (unit, entries, word, where) == ("KiB", "1", "entries",
+                                            str(home / ".cache" / "tvm-ffi"))
+    assert int(size) >= 5

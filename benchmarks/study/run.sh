@@ -397,6 +397,12 @@ if [ -n "${FINISH:-}" ] && wait_setup && [ ! -s "$LOG/verify-hf.txt" ]; then
   cb fixtures verify-hf --shape qwen3-8b >"$LOG/verify-hf.txt" 2>&1
   say "verify-hf exit $?"
 fi
+# the kernel and compile caches this machine holds, their size and entries (which one a
+# first SGLang start fills, and whether carrying it between leases as vLLM's would pay)
+for d in "${TVM_FFI_CACHE_DIR:-$HOME/.cache/tvm-ffi}" "${TRITON_CACHE_DIR:-$HOME/.triton/cache}" \
+    "$HOME/.cache/flashinfer" "/tmp/torchinductor_$(id -un)"; do
+  [ -d "$d" ] && echo "$(du -sk "$d" | cut -f1) KiB $(ls "$d" | wc -l) entries $d"
+done >"$LOG/kernel-caches.txt" 2>/dev/null
 tar -C /tmp -czf "$OUT/logs.tgz" cross-logs 2>/dev/null
 # (the count first: what the tar holds is at least that many trials)
 [ -d "$RUN" ] && finished_trials >"$LOG/returned-trials" \
