@@ -563,3 +563,44 @@ def test_a_configurations_later_starts_are_priced_warm(tmp_path: Path) -> None:
     (d / "manifest.json").write_text(json.dumps(manifest))
     t = plan_json(str(tmp_path / "m.yaml"), "--from", str(d))["timings"]["vllm"]
     assert "startup_warm_s" not in t and t["startup_s"]["value"] == pytest.approx(60.0)
+
+
+def test_sglangs_cold_start_is_the_machines_first(tmp_path: Path) -> None:
+    """SGLang's starts say whether they added to its kernel caches: cold (the machine's
+    first, caches empty), partial (a configuration's own kernels added) or warm. Its caches
+    serve every later configuration, so only the plan's first SGLang start is priced cold
+    and every other start warm, with partial starts among the warm figures (vLLM's cold is
+    each configuration's first, above)."""
+    def trial(startup: float) -> dict[str, Any]:
+        return {**PHASES, "startup": startup, "total": startup + 8.0}  # other 2 s, as PHASES
+
+    d = tmp_path / "run"
+    d.mkdir()
+    starts = [("cold", 180.0), ("partial", 60.0), ("warm", 50.0), ("partial", 70.0)]
+    (d / "manifest.json").write_text(json.dumps({
+        "schema_version": 1, "kind": "crossbench.run",
+        "config": {"engine": "sglang", "load": LOAD, "trials": 4,
+                   "engine_config": {"model": "m", "spec": {"type": "none"}}},
+        "trials": [{"trial": i, "status": "ok", "phase_s": trial(s),
+                    "server_props": {"startup_cut": {"start": kind}}}
+                   for i, (kind, s) in enumerate(starts)]}))
+    data = {**MATRIX, "engines": {"s": {"kind": "sglang"}},
+            "models": {"t": {"path": "fixture:qwen3-8b/target@hf", "quant": "F16",
+                             "role": "target"},
+                       "d": {"path": "fixture:qwen3-8b/draft@hf", "quant": "F16",
+                             "role": "draft"}},
+            "arms": [{"method": "none"},
+                     {"name": "dm", "method": "draft_model", "draft": "d", "n": [2, 4]}],
+            "axes": {"engine": ["s"], "target": ["t"], "concurrency": [1, 16]}}
+    plan = plan_json(str(write_matrix(tmp_path, data)), "--from", str(d),
+                     "--no-share-servers")
+    t = plan["timings"]["sglang"]
+    assert (t["startup_s"]["value"], t["startup_warm_s"]["value"]) == (180.0, 60.0)
+    assert t["cold_per"] == "machine"
+    assert "3 later starts" in t["startup_warm_s"]["source"]
+    # 6 cells (3 configurations x c=1, 16), 3 trials; one cold start 183 s, every other
+    # start warm 63 s (start-up + stop 1 + other 2); per trial 5 s, as above
+    assert row(plan, "naive")["gpu_s"] == pytest.approx(183 + 17 * 63 + 18 * 5)
+    assert row(plan, "reuse")["gpu_s"] == pytest.approx(183 + 5 * 63 + 18 * 5)
+    assert any("first start of the engine costs a cold start-up (180.0 s: its kernel" in a
+               for a in plan["assumptions"])

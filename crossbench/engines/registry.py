@@ -13,7 +13,7 @@ import importlib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, get_args
+from typing import Any, Literal, get_args
 
 from pydantic import BaseModel, ValidationError
 
@@ -46,6 +46,7 @@ class Registration:
     install: str | None = None
     synthetic: str | None = None
     shared_drafts: Mapping[str, SharedDrafts] = field(default_factory=dict)
+    cold_start: Literal["config", "machine"] = "config"
 
 
 @dataclass(frozen=True)
@@ -73,7 +74,8 @@ def register(name: str, server: str, config: str,
              run_options: Mapping[str, str] | None = None,
              install: str | None = None,
              synthetic: str | None = None,
-             shared_drafts: Mapping[str, SharedDrafts] | None = None) -> None:
+             shared_drafts: Mapping[str, SharedDrafts] | None = None,
+             cold_start: Literal["config", "machine"] = "config") -> None:
     """Register an engine: ``server`` and ``config`` are ``"module:Class"`` paths; what shared
     code reads from each other argument is docs/engines.md "The registration".
 
@@ -89,13 +91,17 @@ def register(name: str, server: str, config: str,
     (:class:`SyntheticDraws`, None where the config sets none), for an engine that limits
     every draft to the tokens a request has left as llama-server does
     (:func:`synthetic_draws`); ``shared_drafts`` names the ``spec.type`` values that draft
-    from state shared by every request of a start (:class:`SharedDrafts`).
+    from state shared by every request of a start (:class:`SharedDrafts`); ``cold_start``
+    says which start a recorded ``cold`` start stands for in a plan: a server
+    configuration's first (``config``: vLLM's compile cache is keyed by configuration) or the
+    machine's first of the engine (``machine``: SGLang's kernel caches serve every later
+    configuration, which adds to them at most).
     """
     _ENGINES[name] = Registration(
         server, config, spec_metric_prefix,
         spec_counters or SpecCounters.standard(spec_metric_prefix), decode_histograms,
         planning_startup_s, tuple(process_names), rules, dict(run_options or {}), install,
-        synthetic, dict(shared_drafts or {}))
+        synthetic, dict(shared_drafts or {}), cold_start)
 
 
 # planning_startup_s: the H200 cross-engine round 1 (examples/h200-cross/round1, 8B F16
@@ -116,7 +122,7 @@ register("vllm", "crossbench.engines.vllm.server:VllmServer",
          decode_histograms=("vllm:request_generation_tokens", "vllm:request_decode_time_seconds"),
          planning_startup_s=120.0, process_names=("vllm",),
          rules="crossbench.engines.vllm.rules:RULES")
-register("sglang", "crossbench.engines.sglang.server:SglangServer", "crossbench.engines.sglang.config:SglangServerConfig", spec_metric_prefix="sglang:spec_", spec_counters=SpecCounters("sglang:spec_verify_calls_total", None, None, generated="sglang:generation_tokens_total", requests="sglang:num_requests_total"), planning_startup_s=120.0, process_names=("sglang::",), synthetic="crossbench.engines.sglang.synthetic:synthetic_draws", shared_drafts={"NGRAM": SharedDrafts("one NgramCorpus per server, fed by every request's tokens (speculative/ngram_worker.py of 0.5.17)", ("flush_cache",))})  # noqa: E501
+register("sglang", "crossbench.engines.sglang.server:SglangServer", "crossbench.engines.sglang.config:SglangServerConfig", spec_metric_prefix="sglang:spec_", spec_counters=SpecCounters("sglang:spec_verify_calls_total", None, None, generated="sglang:generation_tokens_total", requests="sglang:num_requests_total"), planning_startup_s=120.0, process_names=("sglang::",), synthetic="crossbench.engines.sglang.synthetic:synthetic_draws", shared_drafts={"NGRAM": SharedDrafts("one NgramCorpus per server, fed by every request's tokens (speculative/ngram_worker.py of 0.5.17)", ("flush_cache",))}, cold_start="machine")  # noqa: E501
 
 
 def shared_drafts(name: str, spec_type: str) -> SharedDrafts | None:
@@ -163,6 +169,12 @@ def planning_startup_s(name: str) -> float | None:
     """Seconds of server start and stop that a plan assumes for an engine nothing measured
     (None: the engine registered no figure)."""
     return registration(name).planning_startup_s
+
+
+def cold_start(name: str) -> Literal["config", "machine"]:
+    """Which start a recorded ``cold`` start of engine ``name`` is: a server configuration's
+    first (``config``) or the machine's first of the engine (``machine``)."""
+    return registration(name).cold_start
 
 
 def process_names() -> tuple[str, ...]:

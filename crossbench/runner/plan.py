@@ -135,6 +135,9 @@ class EngineTimings:
     startup_warm: Figure | None = None
     """A warm start's start-up (a later start of a configuration, its compile cache found),
     where the recorded starts measured both kinds; None: every start costs ``startup``."""
+    cold_per: str = "config"
+    """What a cold start is the first of: a server ``config`` uration (vLLM) or the
+    ``machine``'s starts of the engine (SGLang: :func:`registry.cold_start`)."""
 
     @property
     def start_s(self) -> float:
@@ -236,8 +239,8 @@ class Plan:
             "designs": [asdict(r) for r in self.rows],
             "timings": {k: {**{f"{name}_s": asdict(getattr(t, name))
                                for name in ("startup", "stop", "other", "warmup", "scrapes")},
-                            **({"startup_warm_s": asdict(t.startup_warm)}
-                               if t.startup_warm else {}),
+                            **({"startup_warm_s": asdict(t.startup_warm),
+                                "cold_per": t.cold_per} if t.startup_warm else {}),
                             "decode_tok_s": {str(c): asdict(f) for c, f in sorted(t.rates.items())},
                             "estimate_tok_s": asdict(t.estimate) if t.estimate else None}
                         for k, t in sorted(self.timings.items())},
@@ -320,10 +323,20 @@ def _measured(kind: str, trials: list[RecordedTrial], rec: Recorded,
 
     started = [t for t in trials if t.startup_s is not None]
     warm: Figure | None = None
+    per_machine = registry.cold_start(kind) == "machine"
+    # a machine's later starts of such an engine are warm or partial (they add their own
+    # kernels to the caches the first start filled): both price a later start
+    later = ("warm", "partial") if per_machine else ("warm",)
     if started:
-        by = {kind: [t.startup_s for t in started if t.start == kind and t.startup_s is not None]
-              for kind in ("cold", "warm")}
-        if by["cold"] and by["warm"]:  # both kinds measured: a configuration's first start
+        by = {"cold": [t.startup_s for t in started
+                       if t.start == "cold" and t.startup_s is not None],
+              "warm": [t.startup_s for t in started
+                       if t.start in later and t.startup_s is not None]}
+        if by["cold"] and by["warm"] and per_machine:
+            startup = fig(by["cold"], "cold starts (the machine's first of the engine, its "
+                          "kernel caches empty)")
+            warm = fig(by["warm"], "later starts (warm or partial: the kernel caches found)")
+        elif by["cold"] and by["warm"]:  # both kinds measured: a configuration's first start
             startup = fig(by["cold"], "cold starts (a configuration's first on its machine)")
             warm = fig(by["warm"], "warm starts (its compile cache found)")
         else:
@@ -344,7 +357,8 @@ def _measured(kind: str, trials: list[RecordedTrial], rec: Recorded,
                              "second of the measured phase)")
     return EngineTimings(kind, startup, stop, other,
                          fig([t.warmup_s for t in trials]), fig([t.per_trial_s for t in trials]),
-                         rates, startup_warm=warm)
+                         rates, startup_warm=warm,
+                         cold_per="machine" if per_machine else "config")
 
 
 def _assumed_startup(kind: str, given: Mapping[str, float]) -> Figure:
@@ -506,9 +520,11 @@ def make_plan(m: Matrix, cells: list[Cell], rec: Recorded | None,
             first.setdefault(c.id if design == "naive" else group[c.id], c)
         started: set[str | int] = set()
         start_s = 0.0
-        for c in first.values():
-            cold = 0.0 if config[c.id] in started else min(1.0, starts)
-            started.add(config[c.id])
+        for c in first.values():  # cold: a configuration's first start, or the machine's
+            key = (c.engine_kind if timings[c.engine_kind].cold_per == "machine"
+                   else config[c.id])
+            cold = 0.0 if key in started else min(1.0, starts)
+            started.add(key)
             start_s += cold * costs[c.id][0] + (starts - cold) * costs[c.id][3]
         return (start_s
                 + sum(n_trials * (costs[c.id][1] + costs[c.id][2]
@@ -578,7 +594,14 @@ def _assumptions(m: Matrix, cells: list[Cell], timings: dict[str, EngineTimings]
         if assumed:
             out.append(f"{kind}: {', '.join(assumed)} assumed, not measured (see timings)")
     for kind, t in sorted(timings.items()):
-        if t.startup_warm is not None:
+        if t.startup_warm is not None and t.cold_per == "machine":
+            out.append(f"{kind}: the machine's first start of the engine costs a cold "
+                       f"start-up ({t.startup.value:.1f} s: its kernel caches empty), every "
+                       f"later start a warm one ({t.startup_warm.value:.1f} s: the caches "
+                       "found, a configuration's own kernels added); a machine that served the "
+                       "engine before (a chained round) makes its first start warm too, so "
+                       "this errs long")
+        elif t.startup_warm is not None:
             out.append(f"{kind}: a server configuration's first start costs a cold start-up "
                        f"({t.startup.value:.1f} s), its later starts a warm one "
                        f"({t.startup_warm.value:.1f} s: its compile cache, kept on the machine, "
