@@ -135,7 +135,7 @@ class EngineTimings:
     startup_warm: Figure | None = None
     """A warm start's start-up (a later start of a configuration, its compile cache found),
     where the recorded starts measured both kinds; None: every start costs ``startup``."""
-    cold_per: str = "config"
+    cold_per: Literal["config", "machine"] = "config"
     """What a cold start is the first of: a server ``config`` uration (vLLM) or the
     ``machine``'s starts of the engine (SGLang: :func:`registry.cold_start`)."""
 
@@ -323,7 +323,7 @@ def _measured(kind: str, trials: list[RecordedTrial], rec: Recorded,
 
     started = [t for t in trials if t.startup_s is not None]
     warm: Figure | None = None
-    per_machine = registry.cold_start(kind) == "machine"
+    per_machine = kind in registry.names() and registry.cold_start(kind) == "machine"
     # a machine's later starts of such an engine are warm or partial (they add their own
     # kernels to the caches the first start filled): both price a later start
     later = ("warm", "partial") if per_machine else ("warm",)
