@@ -688,7 +688,8 @@ def test_calls_move_the_source_to_the_next_call_when_the_tree_grew(carry: Module
     plan = carry.calls(53 * mb, [whl, src], [meta], pack, limit)
     assert plan == [[whl, meta], [src, meta], [meta, pack[0]], [meta, pack[1]]]
     assert all(53 * mb + sum(carry._size(q) for q in c) <= limit for c in plan)
-    with pytest.raises(ValueError, match="part000.*does not fit.*cut the pack's parts"):
+    with pytest.raises(ValueError, match="part000.*does not fit.*cut the pack's parts.*"
+                       "--part-mb 9`: 9 MB fit beside the tree"):
         carry.calls(56 * mb, [whl, src], [meta], pack, limit)
 
 

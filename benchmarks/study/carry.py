@@ -437,9 +437,11 @@ def calls(tree: int, first: list[Path], every: list[Path], parts: list[Path],
     for item, is_first in [*items, *((p, False) for p in parts)]:
         size = _size(item)
         if base + size > limit:
+            mb = room // SPLIT_ROUND
             fix = ("shrink the tree or carry the item alone" if is_first else
                    "cut the pack's parts smaller, byte for byte (`crossbench engines recut "
-                   "PACK --out NEW --part-mb N`)")
+                   f"PACK --out NEW --part-mb {mb}`: {mb} MB fit beside the tree)" if mb > 0
+                   else "the tree leaves no whole MB for a part: shrink the tree")
             raise ValueError(f"{item} ({size} bytes) does not fit beside the {tree}-byte tree "
                              f"and {', '.join(map(str, every)) or 'nothing'} under {limit} "
                              f"bytes: {fix}")
