@@ -841,3 +841,47 @@ def test_run_sh_records_the_kernel_caches_each_call(tmp_path: Path) -> None:
     assert (unit, entries, word, where) == ("KiB", "1", "entries",
                                             str(home / ".cache" / "tvm-ffi"))
     assert int(size) >= 5
+
+
+def _gz_tar(path: Path, size: int) -> Path:
+    """A gzip tar of one member of ``size`` incompressible bytes."""
+    import gzip
+    import io
+    import tarfile
+
+    raw = io.BytesIO()
+    with tarfile.open(fileobj=raw, mode="w") as tar:
+        info = tarfile.TarInfo("entry/blob")
+        info.size = size
+        tar.addfile(info, io.BytesIO(_noise(size)))
+    path.write_bytes(gzip.compress(raw.getvalue(), compresslevel=1))
+    return path
+
+
+def test_a_kept_compile_cache_is_cut_again_when_the_tree_outgrew_its_parts(
+        carry: ModuleType, tmp_path: Path) -> None:
+    """A kept compile cache cut into 12 MB parts stops fitting once the tree grows
+    (2026-12-06 night: 54.5 MB left 11 MB a call): `recut` cuts the whole set again in place,
+    byte for byte, the old parts gone once the new ones are written; a set that fits is left
+    as it is; parts that do not join are refused and kept."""
+    whole = _gz_tar(tmp_path / "vllm-compile.tgz", 30_000)
+    kept = tmp_path / "kept"
+    kept.mkdir()
+    for q in carry.split(whole, 12_000):
+        q.rename(kept / q.name)
+    old = carry.cache_parts(kept)
+    assert [q.name for q in old] == [f"vllm-compile.tgz.p{k}of3" for k in range(3)]
+    assert carry.recut(old, 12_000) == old  # fits: unchanged
+    new = carry.recut(old, 7_000)
+    assert [q.name for q in new] == [f"vllm-compile.tgz.p{k}of5" for k in range(5)]
+    assert carry.cache_parts(kept) == new and max(q.stat().st_size for q in new) <= 7_000
+    assert b"".join(q.read_bytes() for q in new) == whole.read_bytes()
+    assert sorted(p.name for p in kept.iterdir()) == [q.name for q in new]  # no work left
+    new[1].write_bytes(b"damaged")
+    with pytest.raises(ValueError, match="do not join into a gzip tar"):
+        carry.recut(new, 3_000)
+    assert carry.cache_parts(kept) == new
+    mb = 1_000_000
+    assert carry.part_room(53 * mb, [_sized(tmp_path / "pack.json", 40_000)], 66 * mb) \
+        == 12 * mb
+    assert carry.part_room(70 * mb, [], 66 * mb) == 0

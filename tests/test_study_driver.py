@@ -954,3 +954,32 @@ def test_land_tells_steps_the_call_left_out_from_steps_that_did_not_run(
     assert "b: not selected (the call's STEPS kept a)" in said
     v = study.get_round(study.load_rounds(), "verdicts", 1)
     assert study.selected_name(v) == "steps-part1.txt"
+
+
+def test_an_engine_pack_is_cut_again_when_the_tree_outgrew_its_parts(
+        study: ModuleType, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`lease_calls` cuts an engine pack again (`crossbench engines recut`, byte for byte)
+    where its parts no longer fit beside the tree, replacing the folder once the new cut is
+    made; a pack whose parts fit is left alone, as is every pack when no MB is left."""
+    from crossbench.engines import pack as epack
+
+    made: list[tuple[Path, int]] = []
+
+    def fake_recut(src: Path, out: Path, part_bytes: int) -> None:
+        made.append((src, part_bytes))
+        out.mkdir()
+        (out / "pack.json").write_text("{}")
+        (out / "payload.tar.part000").write_bytes(b"x" * part_bytes)
+
+    monkeypatch.setattr(epack, "recut", fake_recut)
+    pack = tmp_path / "vllm-0.26.0"
+    pack.mkdir()
+    (pack / "pack.json").write_text("{}")
+    (pack / "payload.tar.part000").write_bytes(b"x" * 3_000_000)
+    study.recut_pack(pack, 3_000_000)
+    study.recut_pack(pack, 0)
+    assert made == []
+    study.recut_pack(pack, 2_000_000)
+    assert made == [(pack, 2_000_000)]
+    assert (pack / "payload.tar.part000").stat().st_size == 2_000_000
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["vllm-0.26.0"]

@@ -396,6 +396,37 @@ def first_carry(carry_root: Path, wheels: Path) -> list[Path]:
     return [wheels, *sorted(carry_root.glob("llama-cpp-python-*.src.tgz"))]
 
 
+def recut(parts: list[Path], part_bytes: int) -> list[Path]:
+    """A whole set (``parts``, in order, one folder) cut again into parts of at most
+    ``part_bytes``, in place: joined and checked as :func:`join` does, cut under the same
+    name, the old parts removed only once the new ones are written. The set unchanged where
+    no part is larger; ValueError where the parts do not join into a gzip tar."""
+    if max(q.stat().st_size for q in parts) <= part_bytes:
+        return parts
+    folder = parts[0].parent
+    m = _PART.match(parts[0].name)
+    assert m is not None
+    work = folder / f".{m['name']}.recut"
+    if work.exists():
+        shutil.rmtree(work)
+    work.mkdir()
+    try:
+        for q in parts:
+            shutil.copy2(q, work / q.name)
+        joined, waiting = join(work)
+        if not joined:
+            raise ValueError(f"{folder}: {'; '.join(waiting)}")
+        new = sorted(_stage(joined[0], part_bytes).glob(f"{m['name']}.p*of*"), key=_rank)
+        for q in parts:
+            q.unlink()
+        out = [folder / q.name for q in new]
+        for q, dst in zip(new, out, strict=True):
+            q.replace(dst)
+        return out
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
 def split(item: Path, part_bytes: int) -> list[Path]:
     """``item`` cut into parts of at most ``part_bytes`` (``ITEM.parts/ITEM.pKofN``, the
     compile cache's naming, so the device's :func:`join` puts it together and checks it as a
@@ -412,6 +443,12 @@ def split(item: Path, part_bytes: int) -> list[Path]:
 
 SPLIT_ROUND = 1_000_000
 """A split ``first`` item's parts are whole megabytes (below the room a call leaves)."""
+
+
+def part_room(tree: int, every: list[Path], limit: int = CARRY_BYTES - CARRY_MARGIN) -> int:
+    """The bytes one part may have to travel in a call beside the tree and ``every`` (each
+    call's pack.json), in whole MB (0 where none is left)."""
+    return max(0, (limit - tree - sum(_size(p) for p in every)) // SPLIT_ROUND * SPLIT_ROUND)
 
 
 def calls(tree: int, first: list[Path], every: list[Path], parts: list[Path],

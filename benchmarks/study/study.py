@@ -41,6 +41,7 @@ import argparse
 import json
 import os
 import shlex
+import shutil
 import subprocess
 import sys
 import time
@@ -591,9 +592,19 @@ def lease_calls(r: Round, repo: Path) -> list[tuple[str, list[Path]]]:
             raise ValueError(f"round {r.name} needs {kind} and .carry/ holds no {kind} pack: "
                              f"make it first (`crossbench engines pack {kind}==... --out "
                              f".carry/{kind}-VERSION`)")
+    tree = carry.tree_bytes(repo)
+    room = carry.part_room(tree, [d / "pack.json" for d in packs])
+    for d in packs:
+        recut_pack(d, room)
     parts = [p for d in packs for p in sorted(d.glob("payload.tar.part*"))]
     if r.vllm:
-        parts += cache_pick(r, repo)[0]
+        cache = cache_pick(r, repo)[0]
+        if cache and room > 0 and max(q.stat().st_size for q in cache) > room:
+            cache = carry.recut(cache, room)
+            print(f"study.py: the compile cache in {cache[0].parent} cut again into "
+                  f"{len(cache)} parts of at most {room // 1_000_000} MB (the "
+                  f"{tree}-byte tree leaves no room for larger)", file=sys.stderr)
+        parts += cache
     if not any((repo / ".whl").glob("*.whl")):
         raise ValueError("the first call carries crossbench's wheels for the GPU image and "
                          ".whl/ holds none: `python3 benchmarks/study/study.py wheels` "
@@ -604,12 +615,34 @@ def lease_calls(r: Round, repo: Path) -> list[tuple[str, list[Path]]]:
                          "holds none: make it first (`crossbench engines pack-source --out "
                          ".carry/llama-cpp-python-0.3.36.src.tgz`, about 12 MB)")
     first = carry.first_carry(root, repo / ".whl")
-    plan = carry.calls(carry.tree_bytes(repo), first, [d / "pack.json" for d in packs], parts)
+    plan = carry.calls(tree, first, [d / "pack.json" for d in packs], parts)
     if len(plan) == 1:  # nothing to carry after the first call: the next one waits for it
         plan.append([d / "pack.json" for d in packs])
     env = f"ROUND={r.name}" + (f" PART={r.part}" if r.part else "")
     return [(f"BUDGET_S={40 if i == 0 else 560 if i == len(plan) - 1 else 20} {env}",
              [q.relative_to(repo) for q in carried]) for i, carried in enumerate(plan)]
+
+
+def recut_pack(pack: Path, room: int) -> None:
+    """An engine pack (``.carry/vllm-0.26.0``) whose payload parts no longer fit a call beside
+    the tree (``room`` bytes) cut again, byte for byte, into parts of ``room`` rounded down to
+    whole MB (``crossbench engines recut``: same payload, same build key), replacing the
+    folder; the old one is removed only once the new cut is checked."""
+    from crossbench.engines import pack as epack
+
+    parts = sorted(pack.glob("payload.tar.part*"))
+    if room <= 0 or not parts or max(q.stat().st_size for q in parts) <= room:
+        return
+    new = pack.with_name(pack.name + ".recut")
+    if new.exists():
+        shutil.rmtree(new)
+    epack.recut(pack, new, room // epack.MB * epack.MB)
+    old = pack.with_name(pack.name + ".old")
+    pack.rename(old)
+    new.rename(pack)
+    shutil.rmtree(old)
+    print(f"study.py: {pack} cut again into parts of at most {room // epack.MB} MB (the tree "
+          "leaves no room for larger)", file=sys.stderr)
 
 
 def round_models(r: Round, repo: Path) -> set[str] | None:
