@@ -509,31 +509,41 @@ def test_looks_inside_a_trial_cost_the_requests_a_settled_cell_sends(tmp_path: P
     assert any("sends 60% of its first trial's requests" in a for a in plan["assumptions"])
 
 
-def test_a_configurations_later_starts_are_priced_warm(tmp_path: Path) -> None:
-    """vLLM's starts record cold or warm (its compile cache found); with both measured, a
-    server configuration's first start is priced cold and its later ones warm (a cell at
-    another concurrency shares its configuration), unless compile_cache: off."""
-    def trial(start: str, startup: float) -> dict[str, Any]:
-        return {**PHASES, "startup": startup, "total": startup + 8.0}  # other 2 s, as PHASES
-
-    d = tmp_path / "run"
+def _recorded_starts(d: Path, engine: str, starts: list[tuple[str, float]]) -> Path:
+    """A recorded run of ``engine`` in ``d``, one trial per start: each start's kind
+    (``startup_cut.start``) and start-up seconds, the other phases as PHASES (other 2 s)."""
     d.mkdir()
-    trials = [{"trial": i, "status": "ok", "phase_s": trial(kind, s),
-               "server_props": {"startup_cut": {"start": kind}}}
-              for i, (kind, s) in enumerate([("cold", 100.0), ("warm", 40.0), ("warm", 40.0)])]
     (d / "manifest.json").write_text(json.dumps({
         "schema_version": 1, "kind": "crossbench.run",
-        "config": {"engine": "vllm", "load": LOAD, "trials": 3,
+        "config": {"engine": engine, "load": LOAD, "trials": len(starts),
                    "engine_config": {"model": "m", "spec": {"type": "none"}}},
-        "trials": trials}))
-    data = {**MATRIX, "engines": {"v": {"kind": "vllm"}},
+        "trials": [{"trial": i, "status": "ok",
+                    "phase_s": {**PHASES, "startup": s, "total": s + 8.0},
+                    "server_props": {"startup_cut": {"start": kind}}}
+                   for i, (kind, s) in enumerate(starts)]}))
+    return d
+
+
+def _draft_matrix(engine_id: str, kind: str) -> dict[str, Any]:
+    """A baseline and a draft model at n = 2, 4 on one engine, c=1 and 16: 6 cells of 3
+    server configurations."""
+    return {**MATRIX, "engines": {engine_id: {"kind": kind}},
             "models": {"t": {"path": "fixture:qwen3-8b/target@hf", "quant": "F16",
                              "role": "target"},
                        "d": {"path": "fixture:qwen3-8b/draft@hf", "quant": "F16",
                              "role": "draft"}},
             "arms": [{"method": "none"},
                      {"name": "dm", "method": "draft_model", "draft": "d", "n": [2, 4]}],
-            "axes": {"engine": ["v"], "target": ["t"], "concurrency": [1, 16]}}
+            "axes": {"engine": [engine_id], "target": ["t"], "concurrency": [1, 16]}}
+
+
+def test_a_configurations_later_starts_are_priced_warm(tmp_path: Path) -> None:
+    """vLLM's starts record cold or warm (its compile cache found); with both measured, a
+    server configuration's first start is priced cold and its later ones warm (a cell at
+    another concurrency shares its configuration), unless compile_cache: off."""
+    d = _recorded_starts(tmp_path / "run", "vllm",
+                         [("cold", 100.0), ("warm", 40.0), ("warm", 40.0)])
+    data = _draft_matrix("v", "vllm")
     plan = plan_json(str(write_matrix(tmp_path, data)), "--from", str(d),
                      "--no-share-servers")
     t = plan["timings"]["vllm"]
@@ -571,27 +581,9 @@ def test_sglangs_cold_start_is_the_machines_first(tmp_path: Path) -> None:
     serve every later configuration, so only the plan's first SGLang start is priced cold
     and every other start warm, with partial starts among the warm figures (vLLM's cold is
     each configuration's first, above)."""
-    def trial(startup: float) -> dict[str, Any]:
-        return {**PHASES, "startup": startup, "total": startup + 8.0}  # other 2 s, as PHASES
-
-    d = tmp_path / "run"
-    d.mkdir()
-    starts = [("cold", 180.0), ("partial", 60.0), ("warm", 50.0), ("partial", 70.0)]
-    (d / "manifest.json").write_text(json.dumps({
-        "schema_version": 1, "kind": "crossbench.run",
-        "config": {"engine": "sglang", "load": LOAD, "trials": 4,
-                   "engine_config": {"model": "m", "spec": {"type": "none"}}},
-        "trials": [{"trial": i, "status": "ok", "phase_s": trial(s),
-                    "server_props": {"startup_cut": {"start": kind}}}
-                   for i, (kind, s) in enumerate(starts)]}))
-    data = {**MATRIX, "engines": {"s": {"kind": "sglang"}},
-            "models": {"t": {"path": "fixture:qwen3-8b/target@hf", "quant": "F16",
-                             "role": "target"},
-                       "d": {"path": "fixture:qwen3-8b/draft@hf", "quant": "F16",
-                             "role": "draft"}},
-            "arms": [{"method": "none"},
-                     {"name": "dm", "method": "draft_model", "draft": "d", "n": [2, 4]}],
-            "axes": {"engine": ["s"], "target": ["t"], "concurrency": [1, 16]}}
+    d = _recorded_starts(tmp_path / "run", "sglang",
+                         [("cold", 180.0), ("partial", 60.0), ("warm", 50.0), ("partial", 70.0)])
+    data = _draft_matrix("s", "sglang")
     plan = plan_json(str(write_matrix(tmp_path, data)), "--from", str(d),
                      "--no-share-servers")
     t = plan["timings"]["sglang"]
