@@ -820,9 +820,9 @@ def test_run_sh_returns_each_finished_trial_after_return_s(tmp_path: Path) -> No
 
 
 def test_run_sh_records_the_kernel_caches_each_call(tmp_path: Path) -> None:
-    """Every call writes kernel-caches.txt into logs.tgz: each kernel or compile cache the
-    machine holds (SGLang's JIT cache, Triton's, ...), its size and entries; missing ones
-    are left out."""
+    """Every call from the one that starts a round writes kernel-caches.txt into logs.tgz:
+    each kernel or compile cache the machine holds (SGLang's JIT cache, Triton's, ...), its
+    size and entries; missing ones are left out."""
     import os
     import subprocess
 
@@ -830,8 +830,9 @@ def test_run_sh_records_the_kernel_caches_each_call(tmp_path: Path) -> None:
     (home / ".cache" / "tvm-ffi" / "sgl_kernel_jit_a").mkdir(parents=True)
     (home / ".cache" / "tvm-ffi" / "sgl_kernel_jit_a" / "a.so").write_bytes(b"x" * 5000)
     log.mkdir()
-    block = _run_sh_block(r"^for d in \"\$\{TVM_FFI_CACHE_DIR.*?^done >\"\$LOG/kernel-caches"
-                          r"\.txt\" 2>/dev/null\n")
+    (log / "round.started").touch()
+    block = _run_sh_block(r"^\[ -f \"\$LOG/round.started\" \] && for d in .*?"
+                          r"^done >\"\$LOG/kernel-caches\.txt\" 2>/dev/null\n")
     subprocess.run(["bash", "-c", block], check=True, timeout=30,
                    env={"PATH": os.environ["PATH"], "HOME": str(home), "LOG": str(log)})
     lines = (log / "kernel-caches.txt").read_text().splitlines()

@@ -411,8 +411,8 @@ def recut(parts: list[Path], part_bytes: int) -> list[Path]:
         shutil.rmtree(work)
     work.mkdir()
     try:
-        for q in parts:
-            shutil.copy2(q, work / q.name)
+        for q in parts:  # linked, not copied: join reads them once into the whole
+            (work / q.name).symlink_to(q.resolve())
         joined, waiting = join(work)
         if not joined:
             raise ValueError(f"{folder}: {'; '.join(waiting)}")

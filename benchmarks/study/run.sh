@@ -399,8 +399,10 @@ if [ -n "${FINISH:-}" ] && wait_setup && [ ! -s "$LOG/verify-hf.txt" ]; then
 fi
 # the kernel and compile caches this machine holds, their size and entries (which one a
 # first SGLang start fills, and whether carrying it between leases as vLLM's would pay)
-for d in "${TVM_FFI_CACHE_DIR:-$HOME/.cache/tvm-ffi}" "${TRITON_CACHE_DIR:-$HOME/.triton/cache}" \
-    "$HOME/.cache/flashinfer" "/tmp/torchinductor_$(id -un)"; do
+# (from the call that starts a round on: the calls before it only carry parts)
+[ -f "$LOG/round.started" ] && for d in "${TVM_FFI_CACHE_DIR:-$HOME/.cache/tvm-ffi}" \
+    "${TRITON_CACHE_DIR:-$HOME/.triton/cache}" "$HOME/.cache/flashinfer" \
+    "/tmp/torchinductor_$(id -un)"; do
   [ -d "$d" ] && echo "$(du -sk "$d" | cut -f1) KiB $(ls "$d" | wc -l) entries $d"
 done >"$LOG/kernel-caches.txt" 2>/dev/null
 tar -C /tmp -czf "$OUT/logs.tgz" cross-logs 2>/dev/null

@@ -600,7 +600,7 @@ def lease_calls(r: Round, repo: Path) -> list[tuple[str, list[Path]]]:
     if r.vllm:
         cache = cache_pick(r, repo)[0]
         if cache and room > 0 and max(q.stat().st_size for q in cache) > room:
-            cache = carry.recut(cache, room)
+            cache = carry.recut(cache, room)  # part names may stay (3 parts again): say so
             print(f"study.py: the compile cache in {cache[0].parent} cut again into "
                   f"{len(cache)} parts of at most {room // 1_000_000} MB (the "
                   f"{tree}-byte tree leaves no room for larger)", file=sys.stderr)

@@ -332,13 +332,13 @@ def _measured(kind: str, trials: list[RecordedTrial], rec: Recorded,
                        if t.start == "cold" and t.startup_s is not None],
               "warm": [t.startup_s for t in started
                        if t.start in later and t.startup_s is not None]}
-        if by["cold"] and by["warm"] and per_machine:
-            startup = fig(by["cold"], "cold starts (the machine's first of the engine, its "
-                          "kernel caches empty)")
-            warm = fig(by["warm"], "later starts (warm or partial: the kernel caches found)")
-        elif by["cold"] and by["warm"]:  # both kinds measured: a configuration's first start
-            startup = fig(by["cold"], "cold starts (a configuration's first on its machine)")
-            warm = fig(by["warm"], "warm starts (its compile cache found)")
+        if by["cold"] and by["warm"]:  # both kinds measured
+            cold_what, warm_what = (
+                ("cold starts (the machine's first of the engine, its kernel caches empty)",
+                 "later starts (warm or partial: the kernel caches found)") if per_machine
+                else ("cold starts (a configuration's first on its machine)",
+                      "warm starts (its compile cache found)"))
+            startup, warm = fig(by["cold"], cold_what), fig(by["warm"], warm_what)
         else:
             startup = fig([t.startup_s for t in started if t.startup_s is not None])
         stop = fig([t.stop_s for t in started])
