@@ -819,6 +819,35 @@ def test_run_sh_returns_each_finished_trial_after_return_s(tmp_path: Path) -> No
     assert took < 5
 
 
+def test_run_sh_packs_run_tgz_while_a_step_has_no_journal_yet(tmp_path: Path) -> None:
+    """run.sh's return of a running round (steps 5-6), under the script's own `set -uo
+    pipefail`: run.tgz is packed and returned-trials counts the finished trials although the
+    round's top folder has no journal and a later step's folder none yet (on 2026-12-07 the
+    missing journals made the count's pipeline fail and five calls came back without run.tgz
+    while the round ran)."""
+    import os
+    import subprocess
+    import tarfile
+
+    cache, log, out = tmp_path / "cache", tmp_path / "log", tmp_path / "out"
+    run = cache / "h200-cross-roundr"
+    (run / "step-a").mkdir(parents=True)
+    (run / "step-b").mkdir()
+    log.mkdir()
+    out.mkdir()
+    (run / "step-a" / "journal.jsonl").write_text('{"trial":0}\n{"trial":1}\n')
+    script = ("set -uo pipefail\nsay() { echo \"$*\"; }\n"
+              + _run_sh_block(r"^finished_trials\(\) \{.*?^\}\n")
+              + _run_sh_block(r'^if \[ -d "\$RUN" \]; then\n.*?^fi\n') + "echo done\n")
+    res = subprocess.run(["bash", "-c", script], capture_output=True, text=True, timeout=30,
+                         env={"PATH": os.environ["PATH"], "LOG": str(log), "RUN": str(run),
+                              "OUT": str(out), "CROSSBENCH_CACHE": str(cache)})
+    assert res.stdout.splitlines() == ["done"], res.stdout + res.stderr
+    assert (log / "returned-trials").read_text().strip() == "2"
+    with tarfile.open(out / "run.tgz") as tar:
+        assert "h200-cross-roundr/step-a/journal.jsonl" in tar.getnames()
+
+
 def test_run_sh_records_the_kernel_caches_each_call(tmp_path: Path) -> None:
     """Every call from the one that starts a round writes kernel-caches.txt into logs.tgz:
     each kernel or compile cache the machine holds (SGLang's JIT cache, Triton's, ...), its

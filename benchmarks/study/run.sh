@@ -364,7 +364,12 @@ the rest (.carry/vllm-compile/) in the next call, or call with CC_COLD=1 to star
 # came back): a machine taken back mid-round loses at most what finished after the last
 # return (2026-12-06: an H100 taken back 6 minutes into a 9-minute call lost the trials of
 # those minutes). Each return costs the call's transfers (a few seconds of lease).
-finished_trials() { cat "$RUN"/journal.jsonl "$RUN"/*/journal.jsonl 2>/dev/null | wc -l; }
+# (it never fails: under pipefail a missing journal, as the round's top folder has none and a
+# step's folder none before its first trial, made cat's exit its own and stopped the `&&`
+# that packs run.tgz: on 2026-12-07 five calls of a running round came back without it)
+finished_trials() {
+  cat "$RUN"/journal.jsonl "$RUN"/*/journal.jsonl 2>/dev/null | wc -l || true
+}
 round_wait() {
   local returned; returned=$(cat "$LOG/returned-trials" 2>/dev/null || echo 0)
   until [ -f "$LOG/matrix-round$RKEY.exit" ] || [ "$(left)" -le "${PACK_S:-25}" ] \
@@ -407,8 +412,11 @@ fi
 done >"$LOG/kernel-caches.txt" 2>/dev/null
 tar -C /tmp -czf "$OUT/logs.tgz" cross-logs 2>/dev/null
 # (the count first: what the tar holds is at least that many trials)
-[ -d "$RUN" ] && finished_trials >"$LOG/returned-trials" \
-  && tar -C "$CROSSBENCH_CACHE" -czf "$OUT/run.tgz" "$(basename "$RUN")" 2>/dev/null
+if [ -d "$RUN" ]; then
+  finished_trials >"$LOG/returned-trials"
+  tar -C "$CROSSBENCH_CACHE" -czf "$OUT/run.tgz" "$(basename "$RUN")" 2>"$LOG/run-tar.err" \
+    || say "run.tgz: tar exit $? ($(tail -1 "$LOG/run-tar.err"))"
+fi
 # 7. once the round has ended: the vLLM compile cache this machine filled (the carried one
 #    included), packed and cut once; each later call returns the next parts its return has
 #    room for beside run.tgz and logs.tgz, and says how many are left (benchmarks/study/
