@@ -455,11 +455,13 @@ def test_keep_drops_a_flat_pack_older_than_its_models_folder(carry: ModuleType,
 
 
 def _late_setup(tmp_path: Path, timing: str, fail: str = "",
-                fixtures: tuple[str, ...] = (), **needs: str) -> tuple[Path, str]:
+                fixtures: tuple[str, ...] = (), running: bool = False,
+                **needs: str) -> tuple[Path, str]:
     """run.sh's step 3b and wait_setup, run alone in a folder with a stand-in ``python3`` (it
     logs its arguments and fails where they hold ``fail``): a round chained on a machine whose
-    setup wrote ``timing``, the chained round's rounds.yaml ``fixtures`` given as ``fixtures``.
-    Returns the log folder and what the script printed."""
+    setup wrote ``timing``, the chained round's rounds.yaml ``fixtures`` given as ``fixtures``;
+    ``running``: a round runs (the stand-in ``pgrep`` finds one). Returns the log folder and
+    what the script printed."""
     import os
     import shlex
     import subprocess
@@ -475,14 +477,16 @@ def _late_setup(tmp_path: Path, timing: str, fail: str = "",
     fake.chmod(0o755)
     script = ('say() { echo "$*"; }\nt0=$(date +%s)\n'
               'left() { echo $(( 90 - ($(date +%s) - t0) )); }\n'
+              f'pgrep() {{ return {0 if running else 1}; }}\n'
               f'fixtures_args=({" ".join(map(shlex.quote, fixtures))}) '
               f'fixtures_min_gb=({" ".join("0" for _ in fixtures)})\n'
+              + _run_sh_block(r"^bg_code\(\) \{.*?^\}\nbg_job\(\) \{.*?^\}\n")
               + _run_sh_block(r"^fixture_step\(\) \{.*?^\}\n.*?^fixture_steps\(\) \{.*?^\}\n")
-              + _run_sh_block(r"^late_needs\(\) \{.*?\n^fi\n")
+              + _run_sh_block(r"^late_needs\(\) \{.*?\n^late_setup\n")
               + _run_sh_block(r"^wait_setup\(\) \{.*?^\}\n")
               + 'wait_setup && echo READY || echo HELD\n')
     env = {"PATH": f"{bin_}:{os.environ['PATH']}", "LOG": str(log), "ROUND": "x",
-           "CROSSBENCH_CACHE": str(tmp_path),
+           "CROSSBENCH_CACHE": str(tmp_path), "TMPDIR": str(tmp_path), "PYTHONPATH": "",
            "need_build": needs.get("build", "0"), "need_drafters": needs.get("drafters", "0")}
     out = subprocess.run(["bash", "-c", script],
                          cwd=tmp_path, capture_output=True, text=True, env=env, timeout=60)
@@ -573,11 +577,75 @@ def _setup_step(kept: Path, bin_: Path, log: Path, cache: Path) -> tuple[str, di
               'unpack_llama_source() { echo "unpack $1" >>"$LOG/unpacked.txt"; '
               'mkdir -p "$CROSSBENCH_CACHE/sources/x" && '
               'touch "$CROSSBENCH_CACHE/sources/x/.unpacked"; }\n'
+              + _run_sh_block(r"^bg_code\(\) \{.*?^\}\nbg_job\(\) \{.*?^\}\n")
               + block.replace("/tmp/cb-src", str(kept)))
     env = {"PATH": f"{bin_}:{os.environ['PATH']}", "LOG": str(log), "CROSSBENCH_CACHE":
            str(cache), "need_build": "0", "need_drafters": "0", "need_verify_hf": "0",
-           "need_q4": "0"}
+           "need_q4": "0", "TMPDIR": str(log.parent), "PYTHONPATH": ""}
     return script, env
+
+
+def test_run_sh_makes_again_what_the_first_setup_failed_before_the_round(
+        tmp_path: Path) -> None:
+    """A fixture the machine's first setup failed to make (2026-12-07: `fixtures make` died on
+    an import as a call's tree arrived) holds the round until the late setup has made it,
+    started by wait_setup itself once the first setup is done."""
+    first = ('fixtures_exit=1 fixtures="make --shape qwen3-8b --hf" s=55\n'
+             "drafters_exit=0 drafters_s=238\nbuild_exit=skipped build_s=238\n"
+             "setup_exit=0 setup_s=238\n")
+    log, said = _late_setup(tmp_path, first, drafters="1",
+                            fixtures=("make --shape qwen3-8b --hf",))
+    assert said.splitlines() == ["round x needs what this machine's setup did not make "
+                                 "(fixtures): made now", "READY"]
+    assert (tmp_path / "calls.txt").read_text().splitlines() == [
+        "-m crossbench fixtures make --shape qwen3-8b --hf"]
+    assert "late_fixtures_exit=0" in (log / "timing.txt").read_text()
+
+
+def test_run_sh_starts_no_late_setup_while_a_round_runs(tmp_path: Path) -> None:
+    """While a round runs, wait_setup lets the call go on to wait for its trials at once, and
+    no late setup starts beside it, though the machine lacks what it would make (on
+    2026-12-07 one rewrote the draft's folder under a running start)."""
+    first = ('fixtures_exit=1 fixtures="make --shape qwen3-8b --hf" s=55\n'
+             "build_exit=skipped build_s=238\nsetup_exit=0 setup_s=238\n")
+    log, said = _late_setup(tmp_path, first, running=True,
+                            fixtures=("make --shape qwen3-8b --hf",))
+    assert said == "READY\n"
+    assert not (log / "late-setup.started").exists() and not (tmp_path / "calls.txt").exists()
+
+
+def test_run_sh_background_jobs_run_from_a_copy_of_the_code(tmp_path: Path) -> None:
+    """`bg_job` runs a job from a copy of the code made as it starts: a module the checkout
+    loses while the job runs (a device call laying its tree over the checkout) still
+    imports, the other entries of the checkout resolve through links, and .git stays
+    behind."""
+    import os
+    import subprocess
+    import time
+
+    checkout, tmp = tmp_path / "checkout", tmp_path / "tmp"
+    (checkout / "crossbench").mkdir(parents=True)
+    (checkout / "crossbench" / "__init__.py").write_text("")
+    (checkout / "crossbench" / "late.py").write_text("WHERE = __file__\n")
+    (checkout / "examples").mkdir()
+    (checkout / "examples" / "x.txt").write_text("linked\n")
+    (checkout / ".git").mkdir()
+    tmp.mkdir()
+    job = ("sleep 1; python3 -c 'import crossbench.late as m; print(m.WHERE)'; "
+           "cat examples/x.txt; [ -e .git ] && echo has-git || echo no-git")
+    script = ('say() { echo "$*"; }\n'
+              + _run_sh_block(r"^bg_code\(\) \{.*?^\}\nbg_job\(\) \{.*?^\}\n")
+              + f'bg_job bash -c "{job}" >{tmp_path}/job.out 2>&1 &\nwait\n')
+    proc = subprocess.Popen(["bash", "-c", script], cwd=checkout,
+                            env={"PATH": os.environ["PATH"], "TMPDIR": str(tmp),
+                                 "PYTHONPATH": str(checkout)})
+    time.sleep(0.5)
+    (checkout / "crossbench" / "late.py").unlink()  # the tree being laid over the checkout
+    assert proc.wait(timeout=30) == 0
+    out = (tmp_path / "job.out").read_text().splitlines()
+    assert len(out) == 3, out
+    assert out[0].startswith(str(tmp / "cb-code.")) and out[0].endswith("crossbench/late.py")
+    assert out[1:] == ["linked", "no-git"]
 
 
 def test_run_sh_setup_waits_for_the_llama_cpp_source(tmp_path: Path) -> None:

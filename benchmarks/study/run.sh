@@ -72,6 +72,32 @@ left() { echo $(( budget - ($(date +%s) - t0) )); }
 cb() { python3 -m crossbench "$@"; }
 mkdir -p "$LOG" /tmp/cb-pack
 say() { echo "[$(date -u +%H:%M:%S)] $*" | tee -a "$LOG/calls.txt"; }
+# Background jobs (the setup, a late setup, the round, SGLang's check) outlive their call and
+# run on while later calls come, and each call lays its copy of the working tree over the
+# checkout: an import at that moment can find its file missing (2026-12-07: the setup's
+# `fixtures make` died with "No module named 'crossbench.fixtures.hf'" as a call arrived). So
+# `bg_job CMD...` runs CMD in its own process session (setsid) from bg_code's folder: a copy of
+# the code made as the job starts (the package, the engine profiles, benchmarks/, matrices/,
+# zenodo/), every other entry of the checkout linked so relative paths still resolve, and
+# .git left out (the archives name the code by its code_sha256; their commit is null).
+bg_code() {
+  local d e; d=$(mktemp -d -t cb-code.XXXXXX) || return 1  # (under $TMPDIR, else /tmp)
+  for e in "$PWD"/* "$PWD"/.[!.]*; do
+    [ -e "$e" ] || [ -L "$e" ] || continue
+    case ${e##*/} in
+      crossbench|engines|benchmarks|matrices|zenodo|pyproject.toml|setup.py)
+        cp -a "$e" "$d"/ || return 1 ;;
+      .git) ;;
+      *) ln -s "$e" "$d"/ ;;
+    esac
+  done
+  echo "$d"
+}
+bg_job() {
+  local here=$PWD code; code=$(bg_code) || { say "bg_job: no copy of the code; runs from the \
+checkout"; code=$PWD; }
+  ( cd "$code" && PYTHONPATH=${PYTHONPATH//$here/$code} exec setsid "$@" )
+}
 
 # 1. crossbench's dependencies from the carried wheels
 if ls .whl/*.whl >/dev/null 2>&1 && [ ! -f /tmp/site/.done ]; then
@@ -198,7 +224,7 @@ elif [ ! -f "$LOG/setup.started" ]; then
     # fixtures 149 s and the drafters 153 s beside the build, where the round waited for both)
     unpack_llama_source "$SRC"
   fi
-  LOG=$LOG setsid bash -c '
+  LOG=$LOG bg_job bash -c '
     s=$(date +%s)
     b=""
     if [ '"$need_build"' = 1 ]; then
@@ -242,7 +268,11 @@ fi
 #     fixtures_exit=0 line names) and the drafters, made in the background once the first
 #     setup is done (the fixtures before the drafters, as there); `late-setup.done` when all
 #     succeeded, `late-setup.failed` otherwise (wait_setup holds the round until the first,
-#     and never starts it after the second)
+#     and never starts it after the second). The same late setup makes again what the first
+#     setup failed to make (a fixture or the drafters without its exit-0 line), before the
+#     round starts (wait_setup), and it never starts while a round runs: on 2026-12-07 the
+#     first setup's fixtures failed, the round started anyway, and the next call's late setup
+#     rewrote the draft's folder under a running start
 late_needs() {  # the words "build", "fixtures" and "drafters" this round needs and the
   # setup did not make
   local t="$LOG/timing.txt" needs=""
@@ -252,13 +282,17 @@ late_needs() {  # the words "build", "fixtures" and "drafters" this round needs 
     && needs+=" drafters"
   echo "${needs# }"
 }
-if [ -n "${ROUND:-}" ] && [ -f "$LOG/setup.done" ] && [ ! -f "$LOG/late-setup.started" ]; then
-  late=$(late_needs)
+round_running() { pgrep -f "benchmarks/study/study.py run" >/dev/null \
+  || pgrep -f "crossbench matrix" >/dev/null; }
+late_setup() {  # starts the late setup where the round needs one (a no-op otherwise)
+  [ -n "${ROUND:-}" ] && [ -f "$LOG/setup.done" ] && [ ! -f "$LOG/late-setup.started" ] \
+    && ! round_running || return 0
+  local late; late=$(late_needs)
   if [ -n "$late" ]; then
     touch "$LOG/late-setup.started"
     say "round $ROUND needs what this machine's setup did not make ($late): made now"
     fixture_steps --missing >"$LOG/late-fixtures.sh"
-    LOG=$LOG SRC=$SRC setsid bash -c '
+    LOG=$LOG SRC=$SRC bg_job bash -c '
       s=$(date +%s) ok=1 b=""
       mark() { echo "late_$1_exit=$2 late_$1_s=$(( $(date +%s) - s ))" >>"$LOG"/timing.txt
         [ "$2" = 0 ] || ok=0; }
@@ -280,7 +314,8 @@ if [ -n "${ROUND:-}" ] && [ -f "$LOG/setup.done" ] && [ ! -f "$LOG/late-setup.st
       if [ "$ok" = 1 ]; then touch "$LOG"/late-setup.done; else touch "$LOG"/late-setup.failed; fi
     ' "$late" </dev/null >"$LOG/late-setup.out" 2>&1 &
   fi
-fi
+}
+late_setup
 
 # 4. vLLM from the pack, once every part has arrived
 vprefix=$(ls -d "$CROSSBENCH_CACHE"/engines/vllm-*/ 2>/dev/null | head -1)
@@ -331,9 +366,13 @@ wait_setup() {  # until the build and the F16/HF fixtures are done, or the budge
   # (build: false) wait until the build is stopped: a vLLM start timed beside nvcc or the
   # checksums would read slow. A chained round's late setup (3b) is waited for too
   local mark="build_exit=(0|skipped)"; [ "${1:-}" = all ] && mark="setup_exit=0"
-  setup_ready() {
-    grep -qE "$mark" "$LOG/timing.txt" 2>/dev/null \
-      && { [ ! -f "$LOG/late-setup.started" ] || [ -f "$LOG/late-setup.done" ]; }
+  round_running && return 0  # (a round that runs has had its setup)
+  setup_ready() {  # (a step the first setup failed holds the round until the late setup,
+    # started here once the first setup is done, has made it)
+    grep -qE "$mark" "$LOG/timing.txt" 2>/dev/null || return 1
+    late_setup
+    if [ -f "$LOG/late-setup.started" ]; then [ -f "$LOG/late-setup.done" ]
+    else [ -z "$(late_needs)" ]; fi
   }
   until setup_ready || [ -f "$LOG/late-setup.failed" ] || [ "$(left)" -le 60 ]; do sleep 5; done
   [ -f "$LOG/late-setup.failed" ] && say "round ${ROUND:-}: not started, its late setup \
@@ -384,7 +423,7 @@ if [ -n "${ROUND:-}" ] && { [ -n "$vprefix" ] || [ "$need_vllm" = 0 ]; } \
       && [ ! -f "$LOG/matrix-round$RKEY.exit" ]; then
     say "round $ROUND: started in the background"
     touch "$LOG/round.started"
-    setsid bash -c 'python3 benchmarks/study/study.py run "$0" "$1" \
+    bg_job bash -c 'python3 benchmarks/study/study.py run "$0" "$1" \
         >>'"$LOG"'/matrix-round'"$RKEY"'.log 2>&1
       echo "matrix_exit=$?" >'"$LOG"'/matrix-round'"$RKEY"'.exit' \
       "$ROUND" "$RUN" </dev/null >/dev/null 2>&1 &
@@ -509,7 +548,7 @@ for mod in ("sgl_kernel", "flashinfer.sampling", "sglang.srt.entrypoints.http_se
         print(f"import FAIL {mod}: {type(e).__name__}: {e}")
 EOF
   say "imports: $(grep -c 'import ok' "$LOG/imports.txt") ok, $(grep -c FAIL "$LOG/imports.txt") failed"
-  setsid bash -c 'python3 -m crossbench engines check sglang --binary "$0" --model "$1" \
+  bg_job bash -c 'python3 -m crossbench engines check sglang --binary "$0" --model "$1" \
       --out "$2" --set attention_backend=triton >"$3/check.txt" 2>&1
     echo "check_exit=$?" >"$3/check.exit"' "$PY" "$hf" "$LOG/sglang-check" "$LOG" \
     </dev/null >/dev/null 2>&1 &
