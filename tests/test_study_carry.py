@@ -176,6 +176,12 @@ def _run_sh_block(pattern: str) -> str:
     return m.group(0)
 
 
+def _bg_job_block() -> str:
+    """run.sh's bg_code and bg_job, which every background job of a test's script runs
+    through."""
+    return _run_sh_block(r"^bg_code\(\) \{.*?^\}\nbg_job\(\) \{.*?^\}\n")
+
+
 def test_run_sh_holds_the_round_while_the_carried_cache_lacks_parts(tmp_path: Path) -> None:
     """run.sh's cc_ready (step 5), run alone: a round does not start while some of the
     compile cache's parts have come and others not (it would run cold), unless CC_COLD=1 or
@@ -480,7 +486,7 @@ def _late_setup(tmp_path: Path, timing: str, fail: str = "",
               f'pgrep() {{ return {0 if running else 1}; }}\n'
               f'fixtures_args=({" ".join(map(shlex.quote, fixtures))}) '
               f'fixtures_min_gb=({" ".join("0" for _ in fixtures)})\n'
-              + _run_sh_block(r"^bg_code\(\) \{.*?^\}\nbg_job\(\) \{.*?^\}\n")
+              + _bg_job_block()
               + _run_sh_block(r"^fixture_step\(\) \{.*?^\}\n.*?^fixture_steps\(\) \{.*?^\}\n")
               + _run_sh_block(r"^late_needs\(\) \{.*?\n^late_setup\n")
               + _run_sh_block(r"^wait_setup\(\) \{.*?^\}\n")
@@ -577,7 +583,7 @@ def _setup_step(kept: Path, bin_: Path, log: Path, cache: Path) -> tuple[str, di
               'unpack_llama_source() { echo "unpack $1" >>"$LOG/unpacked.txt"; '
               'mkdir -p "$CROSSBENCH_CACHE/sources/x" && '
               'touch "$CROSSBENCH_CACHE/sources/x/.unpacked"; }\n'
-              + _run_sh_block(r"^bg_code\(\) \{.*?^\}\nbg_job\(\) \{.*?^\}\n")
+              + _bg_job_block()
               + block.replace("/tmp/cb-src", str(kept)))
     env = {"PATH": f"{bin_}:{os.environ['PATH']}", "LOG": str(log), "CROSSBENCH_CACHE":
            str(cache), "need_build": "0", "need_drafters": "0", "need_verify_hf": "0",
@@ -634,7 +640,7 @@ def test_run_sh_background_jobs_run_from_a_copy_of_the_code(tmp_path: Path) -> N
     job = ("sleep 1; python3 -c 'import crossbench.late as m; print(m.WHERE)'; "
            "cat examples/x.txt; [ -e .git ] && echo has-git || echo no-git")
     script = ('say() { echo "$*"; }\n'
-              + _run_sh_block(r"^bg_code\(\) \{.*?^\}\nbg_job\(\) \{.*?^\}\n")
+              + _bg_job_block()
               + f'bg_job bash -c "{job}" >{tmp_path}/job.out 2>&1 &\nwait\n')
     proc = subprocess.Popen(["bash", "-c", script], cwd=checkout,
                             env={"PATH": os.environ["PATH"], "TMPDIR": str(tmp),

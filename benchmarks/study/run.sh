@@ -418,9 +418,7 @@ round_wait() {
 }
 if [ -n "${ROUND:-}" ] && { [ -n "$vprefix" ] || [ "$need_vllm" = 0 ]; } \
     && { [ -n "$sprefix" ] || [ "$need_sglang" = 0 ]; } && cc_ready && wait_setup; then
-  if ! pgrep -f "crossbench matrix" >/dev/null \
-      && ! pgrep -f "benchmarks/study/study.py run" >/dev/null \
-      && [ ! -f "$LOG/matrix-round$RKEY.exit" ]; then
+  if ! round_running && [ ! -f "$LOG/matrix-round$RKEY.exit" ]; then
     say "round $ROUND: started in the background"
     touch "$LOG/round.started"
     bg_job bash -c 'python3 benchmarks/study/study.py run "$0" "$1" \
