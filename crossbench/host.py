@@ -40,16 +40,32 @@ def cpu_flags_digest() -> str:
     return hashlib.sha256(" ".join(sorted(flags.split())).encode()).hexdigest()[:16]
 
 
-def gpu_names() -> list[str]:
-    """Names of the NVIDIA GPUs ``nvidia-smi`` sees (empty without a driver or GPU)."""
+def _query_gpus(fields: str) -> list[list[str]]:
+    """``nvidia-smi --query-gpu=FIELDS``: one row of values per GPU (empty without a driver
+    or GPU, or where nvidia-smi refuses a field)."""
     if shutil.which("nvidia-smi") is None:
         return []
     try:
-        out = subprocess.run(["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"],
+        out = subprocess.run(["nvidia-smi", f"--query-gpu={fields}", "--format=csv,noheader"],
                              capture_output=True, text=True, timeout=30, check=False)
     except (OSError, subprocess.TimeoutExpired):
         return []
-    return [ln.strip() for ln in out.stdout.splitlines() if ln.strip()]
+    if out.returncode != 0:
+        return []
+    return [[v.strip() for v in ln.split(",")] for ln in out.stdout.splitlines() if ln.strip()]
+
+
+def gpu_names() -> list[str]:
+    """Names of the NVIDIA GPUs ``nvidia-smi`` sees (empty without a driver or GPU)."""
+    return [",".join(row) for row in _query_gpus("name")]
+
+
+def gpu_archs() -> list[tuple[str, str]]:
+    """Each NVIDIA GPU ``nvidia-smi`` sees as (name, CUDA compute capability such as
+    ``"9.0"``); empty without a driver or GPU. Compiled kernels serve only their capability:
+    the H100 and the H200 are both 9.0."""
+    return [(",".join(row[:-1]), row[-1]) for row in _query_gpus("name,compute_cap")
+            if len(row) >= 2]
 
 
 def hardware_mismatch(gpu: str | None, gpu_count: int | None) -> str | None:

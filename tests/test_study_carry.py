@@ -182,6 +182,16 @@ def _bg_job_block() -> str:
     return _run_sh_block(r"^bg_code\(\) \{.*?^\}\nbg_job\(\) \{.*?^\}\n")
 
 
+def _pack_block(cc_out: Path, kc_out: Path | None = None) -> str:
+    """run.sh's step-7 packing, run alone: RKEY, pack_cache, cc_pack and kc_pack, their
+    device folders moved to ``cc_out`` and ``kc_out``."""
+    block = (_run_sh_block(r"^RKEY=.*?\n") + _run_sh_block(r"^pack_cache\(\) \{.*?^\}\n")
+             + _run_sh_block(r"^cc_pack\(\) \{.*?^\}\n")
+             + _run_sh_block(r"^kc_pack\(\) \{.*?^\}\n"))
+    return block.replace("/tmp/cc-out", str(cc_out)).replace("/tmp/kc-out",
+                                                             str(kc_out or cc_out))
+
+
 def test_run_sh_holds_the_round_while_the_carried_cache_lacks_parts(tmp_path: Path) -> None:
     """run.sh's cc_ready (step 5), run alone: a round does not start while some of the
     compile cache's parts have come and others not (it would run cold), unless CC_COLD=1 or
@@ -190,10 +200,11 @@ def test_run_sh_holds_the_round_while_the_carried_cache_lacks_parts(tmp_path: Pa
     import subprocess
 
     root = Path(__file__).resolve().parents[1]
-    cc_in, log = tmp_path / "cc-in", tmp_path / "log"
+    cc_in, kc_in, log = tmp_path / "cc-in", tmp_path / "kc-in", tmp_path / "log"
     cc_in.mkdir()
     log.mkdir()
-    script = _run_sh_block(r"^cc_ready\(\) \{\n.*?^\}\n").replace("/tmp/cc-in", str(cc_in)) + \
+    script = _run_sh_block(r"^cc_ready\(\) \{\n.*?^\}\n").replace(
+        "/tmp/cc-in", str(cc_in)).replace("/tmp/kc-in", str(kc_in)) + \
         'say() { echo "$*"; }\ncc_ready && echo READY\n'
 
     def ready(**env: str) -> str:
@@ -205,6 +216,15 @@ def test_run_sh_holds_the_round_while_the_carried_cache_lacks_parts(tmp_path: Pa
     (cc_in / "cc.tgz.p0of2").write_bytes(b"a")
     said = ready()
     assert "READY" not in said and "(cc.tgz: 1 of 2 parts)" in said and "CC_COLD=1" in said
+    assert ready(CC_COLD="1") == "READY\n"
+    (cc_in / "cc.tgz.p1of2").write_bytes(b"b")
+    assert ready() == "READY\n"
+    # SGLang's kernel cache holds the start the same way (kc-in), and CC_COLD=1 starts it
+    kc_in.mkdir()
+    (kc_in / "sglang-kernels.tgz.p2of3").write_bytes(b"c")
+    said = ready()
+    assert "READY" not in said and "(sglang-kernels.tgz: 1 of 3 parts)" in said
+    assert ".carry/sglang-kernels/" in said and "CC_COLD=1" in said
     assert ready(CC_COLD="1") == "READY\n"
     (log / "round.started").touch()
     assert ready() == "READY\n"
@@ -286,12 +306,10 @@ def test_run_sh_packs_again_after_a_chained_round(tmp_path: Path) -> None:
 
     out, log = tmp_path / "cc-out", tmp_path / "log"
     log.mkdir()
-    block = _run_sh_block(r"^RKEY=.*?\n") + \
-        _run_sh_block(r"^cc_pack\(\) \{.*?^\}\n").replace("/tmp/cc-out", str(out))
     script = ('say() { echo "$*"; }\n'
               'cb() { [ -n "${FAIL:-}" ] && { echo "pack failed" >&2; return 1; }; '
               'echo "round $ROUND" > "${@: -1}"; }\n'
-              + block + 'cc_pack\necho "CC_PACK=$CC_PACK"\n')
+              + _pack_block(out) + 'cc_pack\necho "CC_PACK=$CC_PACK"\n')
 
     def call(round_: str, **env: str) -> list[str]:
         return subprocess.run(["bash", "-c", script], capture_output=True, text=True,
@@ -424,7 +442,8 @@ def test_run_sh_takes_the_carried_parts_from_a_models_folder(tmp_path: Path) -> 
     import subprocess
 
     cc_in = tmp_path / "cc-in"
-    block = _run_sh_block(r"^mkdir -p /tmp/cc-in\nfor f in .*?^done\n")
+    block = _run_sh_block(r"^carried_parts\(\) \{.*?^\}\n") + \
+        _run_sh_block(r"^carried_parts /tmp/cc-in .*?\n.*?\n")
     script = 'say() { echo "$*"; }\n' + block.replace("/tmp/cc-in", str(cc_in))
     repo = tmp_path / "repo"
     (repo / ".carry" / "vllm-compile" / "qwen3-8b-seed0-v1-hf-target").mkdir(parents=True)
@@ -832,10 +851,8 @@ def test_run_sh_keys_a_rounds_markers_by_its_part(tmp_path: Path) -> None:
     assert "matrix-round$ROUND" not in text and "status-round${ROUND}" not in text
     out, log = tmp_path / "cc-out", tmp_path / "log"
     log.mkdir()
-    block = _run_sh_block(r"^RKEY=.*?\n") + \
-        _run_sh_block(r"^cc_pack\(\) \{.*?^\}\n").replace("/tmp/cc-out", str(out))
     script = ('say() { echo "$*"; }\ncb() { echo "part $PART" > "${@: -1}"; }\n'
-              + block + 'cc_pack\necho "CC_PACK=$CC_PACK"\n')
+              + _pack_block(out) + 'cc_pack\necho "CC_PACK=$CC_PACK"\n')
 
     def call(part: str) -> list[str]:
         return subprocess.run(["bash", "-c", script], capture_output=True, text=True,
@@ -989,3 +1006,172 @@ def test_a_kept_compile_cache_is_cut_again_when_the_tree_outgrew_its_parts(
     assert carry.part_room(53 * mb, [_sized(tmp_path / "pack.json", 40_000)], 66 * mb) \
         == 12 * mb
     assert carry.part_room(70 * mb, [], 66 * mb) == 0
+
+
+def _kernels(path: Path, stamp: str, payload: bytes, build: str = "0.5.17-0123456789ab",
+             cap: str = "9.0") -> Path:
+    """An SGLang kernel-cache pack as `kernel-cache pack` writes it: its manifest, an entry."""
+    import json
+
+    with tarfile.open(path, "w:gz") as tar:
+        data = json.dumps({"format": 1, "kind": "sglang-kernel-cache", "build_key": build,
+                           "compute_cap": cap, "created": stamp, "payload_sha256": "ab" * 32,
+                           "caches": {"tvm_ffi": ["m"], "triton": []}}).encode()
+        info = tarfile.TarInfo("crossbench-kernel-cache.json")
+        info.size = len(data)
+        tar.addfile(info, io.BytesIO(data))
+        info = tarfile.TarInfo("tvm_ffi/m/m.so")
+        info.size = len(payload)
+        tar.addfile(info, io.BytesIO(payload))
+    return path
+
+
+def test_keep_holds_sglang_kernel_caches_by_build_and_compute_capability(
+        carry: ModuleType, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A call that returns both caches' parts: `keep` takes the vLLM compile cache's only,
+    `keep --kernels` SGLang's only, into the folder of its engine build and compute
+    capability; a newer pack of that build replaces it, an older one never does, and another
+    build's pack is kept beside it."""
+    call = tmp_path / "call"
+    call.mkdir()
+    first = _kernels(tmp_path / "sglang-kernels.tgz", "2026-12-08T10:00:00Z", _noise(30_000))
+    carry.cut(first, call, part_bytes=12_000)
+    carry.cut(_made(tmp_path / "vllm-compile.tgz", "2026-12-08T10:01:00Z", _noise(5_000)),
+              call, part_bytes=12_000)
+    vdest, kdest = tmp_path / "vllm-compile", tmp_path / "sglang-kernels"
+    kept = carry.keep(call, vdest)
+    assert [p.name for p in kept] == ["vllm-compile.tgz.p0of1"]
+    assert [p.name for p in vdest.iterdir()] == ["qwen3-8b-seed0-v1-hf-target"]
+    assert carry.main(["keep", "--kernels", str(call), str(kdest)]) == 0
+    home = kdest / "0.5.17-0123456789ab-sm90"
+    assert capsys.readouterr().out == f"kept 3 kernel-cache part(s) in {home}\n"
+    assert [p.name for p in kdest.iterdir()] == [home.name]
+    assert [p.name for p in carry.cache_parts(home)] == \
+        [f"sglang-kernels.tgz.p{k}of3" for k in range(3)]
+    assert carry.join(home)[0][0].read_bytes() == first.read_bytes()
+    (home / "sglang-kernels.tgz").unlink()
+    # a chained round's pack of the same build replaces it; an older one never does
+    newer = _kernels(tmp_path / "sglang-kernels-2.tgz", "2026-12-08T11:00:00Z", _noise(9_000))
+    (tmp_path / "older").mkdir()
+    older = _kernels(tmp_path / "older" / "sglang-kernels.tgz", "2026-12-07T09:00:00Z",
+                     _noise(8_000))
+    for pack in (newer, older):
+        stage = tmp_path / f"call-{pack.parent.name}-{pack.name}"
+        stage.mkdir()
+        carry.cut(pack, stage, part_bytes=12_000)
+        carry.keep(stage, kdest, kernels=True)
+    assert [p.name for p in carry.cache_parts(home)] == ["sglang-kernels-2.tgz.p0of1"]
+    # another build (another SGLang pack) and another capability: kept beside it
+    for build, cap, name in (("0.5.17-ffffffffffff", "9.0", "b"), ("0.5.17-0123456789ab",
+                                                                    "8.0", "c")):
+        other = _kernels(tmp_path / f"{name}.tgz", "2026-12-08T12:00:00Z", _noise(7_000),
+                         build, cap)
+        stage = tmp_path / f"call-{name}"
+        stage.mkdir()
+        (stage / "sglang-kernels.tgz.p0of1").write_bytes(other.read_bytes())
+        carry.keep(stage, kdest, kernels=True)
+    assert sorted(p.name for p in kdest.iterdir()) == [
+        "0.5.17-0123456789ab-sm80", home.name, "0.5.17-ffffffffffff-sm90"]
+    assert carry.created(carry.cache_parts(home)) == "2026-12-08T11:00:00Z"
+    assert carry.kernel_key(carry.cache_parts(home)) == home.name
+    assert [p.name for p in vdest.iterdir()] == ["qwen3-8b-seed0-v1-hf-target"]  # untouched
+
+
+def test_run_sh_carries_sglangs_kernel_caches_to_the_next_machine(
+        carry: ModuleType, tmp_path: Path) -> None:
+    """run.sh's steps 7 and 4d, each run alone with the real `crossbench engines kernel-cache`
+    and a stand-in nvidia-smi: an H100 that ran an SGLang round packs its kernel caches and
+    returns the parts, `carry.py keep --kernels` keeps them, and on the next machine (an
+    H200, compute capability 9.0 too) the carried parts are joined and unpacked beside its
+    own entries before the round; a machine of compute capability 8.0 refuses the pack and
+    starts cold, its caches untouched."""
+    import os
+    import subprocess
+    import sys
+
+    from standins.sglang import write_launcher
+
+    root = Path(__file__).resolve().parents[1]
+    script = root / "benchmarks" / "study" / "carry.py"
+    bin_ = tmp_path / "bin"
+    bin_.mkdir()
+    (bin_ / "python3").symlink_to(sys.executable)
+    prefix = tmp_path / "engines" / "sglang-0.5.17-py3.12"
+    (prefix / "bin").mkdir(parents=True)
+    write_launcher(prefix / "bin" / "python", "--standin-step-ms", "0")
+
+    def machine(name: str, gpu: str) -> dict[str, str]:
+        smi = tmp_path / name / "bin" / "nvidia-smi"
+        smi.parent.mkdir(parents=True)
+        smi.write_text(f'#!/bin/sh\necho "{gpu}"\n')
+        smi.chmod(0o755)
+        log = tmp_path / name / "log"
+        log.mkdir()
+        return {"PATH": f"{smi.parent}:{bin_}:{os.environ['PATH']}", "LOG": str(log),
+                "HOME": str(tmp_path / name / "home"), "PYTHONPATH": str(root),
+                "OUT": str(tmp_path / name / "out"), "ROUND": "ngram2", "PART": "3",
+                "need_vllm": "0", "need_sglang": "1", "sprefix": f"{prefix}/"}
+
+    head = 'say() { echo "$*"; }\ncb() { python3 -m crossbench "$@"; }\n'
+    # the H100: the round has ended; its caches hold one JIT module and one Triton kernel
+    a = machine("h100", "NVIDIA H100 80GB HBM3, 9.0")
+    home = Path(a["HOME"])
+    (home / ".cache" / "tvm-ffi" / "sgl_kernel_jit_x").mkdir(parents=True)
+    (home / ".cache" / "tvm-ffi" / "sgl_kernel_jit_x" / "x.so").write_bytes(_noise(3000))
+    (home / ".triton" / "cache" / "c0ffee").mkdir(parents=True)
+    (home / ".triton" / "cache" / "c0ffee" / "k.cubin").write_bytes(_noise(2000))
+    Path(a["OUT"]).mkdir()
+    (tmp_path / "cross-logs").mkdir()  # what logs.tgz packs ($LOG on the device)
+    Path(a["LOG"], "matrix-roundngram2-part3.exit").write_text("matrix_exit=0\n")
+    step7 = (_pack_block(tmp_path / "cc-out", tmp_path / "kc-out")
+             + _run_sh_block(r'^if \[ -f "\$LOG/matrix-round\$RKEY\.exit" \]; then\n.*?^fi\n'))
+    step7 = step7.replace("benchmarks/study/carry.py", str(script)).replace(
+        "tar -C /tmp", f"tar -C {tmp_path}")
+    res = subprocess.run(["bash", "-c", head + step7], capture_output=True, text=True,
+                         env=a, timeout=120)
+    size = (tmp_path / "kc-out" / "sglang-kernels.tgz").stat().st_size
+    assert res.stdout.splitlines() == [f"kernel cache: sglang-kernels.tgz: {size} bytes; "
+                                       "sglang-kernels.tgz.p0of1 returned; every part "
+                                       "returned"], res.stdout + res.stderr
+    assert sorted(p.name for p in Path(a["OUT"]).iterdir()) == ["logs.tgz",
+                                                                "sglang-kernels.tgz.p0of1"]
+    assert "compile cache" not in res.stdout  # an SGLang-only round packs no vLLM cache
+    made = Path(a["LOG"], "kernel-cache.txt").read_text()
+    assert "NVIDIA H100 80GB HBM3 (compute capability 9.0): tvm_ffi 1 entries, triton 1 " \
+        "entries" in made
+    # here: the part kept in the folder of its build and architecture
+    repo = tmp_path / "repo"
+    kept = carry.keep(Path(a["OUT"]), repo / ".carry" / "sglang-kernels", kernels=True)
+    assert len(kept) == 1 and kept[0].parent.name.endswith("-sm90")
+    assert kept[0].parent.name.startswith("0.5.17-")
+
+    step4d = (_run_sh_block(r"^carried_parts\(\) \{.*?^\}\n")
+              + _run_sh_block(r"^unpack_carried\(\) \{.*?^\}\n")
+              + _run_sh_block(r'^if \[ "\$need_sglang" = 1 \]; then\n  carried_parts .*?^fi\n'))
+    step4d = step4d.replace("benchmarks/study/carry.py", str(script))
+
+    def next_machine(name: str, gpu: str) -> tuple[dict[str, str], list[str]]:
+        env = machine(name, gpu)
+        own = Path(env["HOME"]) / ".triton" / "cache" / "beef00"
+        own.mkdir(parents=True)
+        (own / "k.cubin").write_bytes(b"its own")
+        kc_in = tmp_path / name / "kc-in"
+        done = subprocess.run(["bash", "-c", head + step4d.replace("/tmp/kc-in", str(kc_in))],
+                              cwd=repo, capture_output=True, text=True, env=env, timeout=120)
+        return env, done.stdout.splitlines()
+
+    b, said = next_machine("h200", "NVIDIA H200, 9.0")
+    assert said[0] == f"kept {kept[0].name} ({kept[0].stat().st_size} bytes)"
+    assert said[1].startswith("kernel cache sglang-kernels.tgz unpacked: ")
+    assert said[1].endswith("(sm90): 2 entries added (tvm_ffi 1, triton 1), 0 already there")
+    there = Path(b["HOME"])
+    for rel in (".cache/tvm-ffi/sgl_kernel_jit_x/x.so", ".triton/cache/c0ffee/k.cubin"):
+        assert (there / rel).read_bytes() == (home / rel).read_bytes()
+    assert (there / ".triton" / "cache" / "beef00" / "k.cubin").read_bytes() == b"its own"
+    c, said = next_machine("a100", "NVIDIA A100-SXM4-80GB, 8.0")
+    assert said[1].startswith("kernel cache sglang-kernels.tgz NOT unpacked: crossbench: "
+                              "error: kernel-cache: ")
+    assert "compute_cap differs" in said[1]
+    assert sorted(p.name for p in (Path(c["HOME"]) / ".triton" / "cache").iterdir()) == \
+        ["beef00"] and not (Path(c["HOME"]) / ".cache").exists()
+    assert (tmp_path / "a100" / "kc-in" / "sglang-kernels.tgz.unpacked").is_file()

@@ -983,3 +983,115 @@ def test_an_engine_pack_is_cut_again_when_the_tree_outgrew_its_parts(
     assert made == [(pack, 2_000_000)]
     assert (pack / "payload.tar.part000").stat().st_size == 2_000_000
     assert sorted(p.name for p in tmp_path.iterdir()) == ["vllm-0.26.0"]
+
+
+def _kernel_pack(path: Path, payload: str, size: int) -> Path:
+    """A pack of SGLang's kernel caches made by `engines kernel-cache pack`'s own code, of the
+    SGLang pack whose payload is ``payload``: one JIT module of ``size`` random bytes."""
+    import random
+
+    from crossbench.engines.sglang import kernel_cache
+
+    roots = {"tvm_ffi": path.parent / "tvm-ffi", "triton": path.parent / "triton"}
+    (roots["tvm_ffi"] / "m").mkdir(parents=True)
+    (roots["tvm_ffi"] / "m" / "m.so").write_bytes(random.Random(size).randbytes(size))
+    kernel_cache.pack(roots, path, {"build_key": "0.5.17-0123456789ab", "release": "0.5.17",
+                                    "payload_sha256": payload}, "NVIDIA H100", "9.0")
+    return path
+
+
+def test_an_sglang_lease_carries_the_kernel_cache_its_pack_built_and_lands_the_next(
+        study: ModuleType, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """`study.py calls` of an SGLang round: after the SGLang pack's parts, the kept kernel
+    cache built by that pack (its manifest's payload is the pack.json's), not a newer one of
+    another SGLang build; none where no kept cache was built by it. `land` keeps the kernel
+    cache's parts a lease returned in the folder of its build and compute capability, apart
+    from the vLLM compile cache's."""
+    import tarfile
+
+    carry = study._carry_module()
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    subprocess.run(["git", "init", "-q", str(repo)], check=True)
+    (repo / ".gitignore").write_text(".carry/\n.whl/\n")
+    (repo / ".whl").mkdir()
+    (repo / ".whl" / "a.whl").write_bytes(b"w" * 1000)
+    (repo / ".carry" / "sglang-0.5.17").mkdir(parents=True)
+    (repo / ".carry" / "llama-cpp-python-0.3.36.src.tgz").write_bytes(b"s" * 1000)
+    ours = "ab" * 32
+    (repo / ".carry" / "sglang-0.5.17" / "pack.json").write_text(json.dumps(
+        {"engine": "sglang", "release": "0.5.17", "payload": {"sha256": ours, "size": 2}}))
+    (repo / ".carry" / "sglang-0.5.17" / "payload.tar.part000").write_bytes(b"p0")
+    rounds = tmp_path / "rounds.yaml"
+    rounds.write_text(yaml.safe_dump({"rounds": {"g": {
+        "purpose": "an SGLang round", "sglang": True, "build": False,
+        "steps": [{"name": "s", "command": "true"}]}}}))
+    r = study.get_round(study.load_rounds(rounds), "g", None)
+    assert study.kernel_pick(r, repo) == ([], (
+        "no SGLang kernel cache is kept (.carry/sglang-kernels/): the round's first SGLang "
+        "start builds its kernels (cold)"))
+    kept = repo / ".carry" / "sglang-kernels"
+    home = kept / "0.5.17-0123456789ab-sm90"
+    home.mkdir(parents=True)
+    carry.cut(_kernel_pack(tmp_path / "ours" / "sglang-kernels.tgz", ours, 30_000), home,
+              part_bytes=12_000, room_bytes=10**9)
+    other = kept / "0.5.17-ffffffffffff-sm90"  # of another SGLang pack
+    other.mkdir()
+    carry.cut(_kernel_pack(tmp_path / "other" / "other.tgz", "cd" * 32, 5_000), other,
+              part_bytes=12_000, room_bytes=10**9)
+    parts = [Path(f".carry/sglang-kernels/{home.name}/sglang-kernels.tgz.p{k}of3")
+             for k in range(3)]
+    assert study.kernel_pick(r, repo) == ([repo / q for q in parts], (
+        f"SGLang kernel cache .carry/sglang-kernels/{home.name} (the newest built by this "
+        "lease's SGLang pack)"))
+    meta = Path(".carry/sglang-0.5.17/pack.json")
+    assert study.lease_calls(r, repo) == [
+        ("BUDGET_S=40 ROUND=g", [Path(".whl"), Path(".carry/llama-cpp-python-0.3.36.src.tgz"),
+                                 meta, Path(".carry/sglang-0.5.17/payload.tar.part000"),
+                                 *parts]),
+        ("BUDGET_S=560 ROUND=g", [meta])]
+    here = Path.cwd()
+    os.chdir(repo)
+    try:
+        assert study.main(["calls", "g", "--rounds", str(rounds)]) == 0
+    finally:
+        os.chdir(here)
+    out = capsys.readouterr().out.splitlines()
+    assert out[0].startswith(f"SGLang kernel cache .carry/sglang-kernels/{home.name}")
+    assert out[-1] == ('then: BUDGET_S=560 calls carrying [".carry/sglang-0.5.17/pack.json"] '
+                       "until the round has ended; then BUDGET_S=20 calls until calls.txt "
+                       "says `every part returned` (the kernel cache)")
+    (repo / ".carry" / "sglang-0.5.17" / "pack.json").write_text(json.dumps(
+        {"payload": {"sha256": "ee" * 32}}))  # another SGLang pack: no kept cache is its
+    assert study.kernel_pick(r, repo) == ([], (
+        "no kept SGLang kernel cache was built by this lease's SGLang pack (payload "
+        "eeeeeeeeeeee): none carried, the round's first SGLang start builds its kernels "
+        "(cold)"))
+
+    # land: the lease's two calls returned the kernel cache's parts and a compile cache's
+    run = tmp_path / "h200-cross-roundg"
+    run.mkdir()
+    (run / "s.done").touch()
+    calls = [tmp_path / "call1", tmp_path / "call2"]
+    for c in calls:
+        c.mkdir()
+    with tarfile.open(calls[1] / "run.tgz", "w:gz") as tar:
+        tar.add(run, arcname=run.name)
+    back = _kernel_pack(tmp_path / "back" / "sglang-kernels.tgz", ours, 20_000)
+    stage = carry.cut(back, calls[0], part_bytes=12_000, room_bytes=10**9)
+    stage[1].rename(calls[1] / stage[1].name)  # the second part came with the last call
+    (calls[1] / "vllm-compile.tgz.p0of1").write_bytes(b"not SGLang's")
+    dest, cdir = tmp_path / "landed", tmp_path / "cc"
+    assert study.main(["land", "g", str(calls[1]), str(dest), "--rounds", str(rounds),
+                       "--carry-from", str(calls[0]), "--kernel-dir", str(kept),
+                       "--carry-dir", str(cdir), "--work", str(tmp_path / "work")]) == 0
+    said = capsys.readouterr().out.splitlines()
+    assert said[-1] == (f"SGLang kernel cache: 2 part(s) kept in {home} for the next lease's "
+                        "calls (docs/h200-rounds.md)")
+    assert [q.name for q in carry.cache_parts(home)] == [f"sglang-kernels.tgz.p{k}of2"
+                                                          for k in range(2)]
+    joined, _ = carry.join(home)
+    assert [j.read_bytes() for j in joined] == [back.read_bytes()]  # the lease's new pack
+    assert said[-2] == (f"vLLM compile cache: 1 part(s) kept in {cdir / 'unnamed'} for the "
+                        "next lease's calls (docs/h200-rounds.md)")  # apart from SGLang's
+    assert [q.name for q in cdir.rglob("*")] == ["unnamed", "vllm-compile.tgz.p0of1"]

@@ -1,7 +1,7 @@
-"""vLLM compile caches between leases: what one device machine compiled comes back with the
-round's files and goes out with the next lease's calls, so that a configuration started on an
-earlier machine starts warm (issue 33 item 5; docs/h200-rounds.md "Compile caches between
-leases").
+"""vLLM compile caches and SGLang kernel caches between leases: what one device machine
+compiled comes back with the round's files and goes out with the next lease's calls, so that a
+configuration started on an earlier machine starts warm (issue 33 item 5; docs/h200-rounds.md
+"Compile caches between leases").
 
 A device call returns at most 8 files of 16 MB each, 64 MB together, and carries at most
 64 MiB with the working tree, so a pack (``crossbench engines compile-cache pack``) travels in
@@ -10,8 +10,9 @@ every K below N is there. Three steps and a check, each its own subcommand::
 
     python3 benchmarks/study/carry.py out PACK OUT_DIR     # on the device: the next parts
     python3 benchmarks/study/carry.py keep FILES_AT DIR    # here, per call: keep the parts
+    python3 benchmarks/study/carry.py keep --kernels FILES_AT DIR   # SGLang's kernel caches
     python3 benchmarks/study/carry.py join DIR             # on the device: whole sets joined
-    python3 benchmarks/study/carry.py waiting DIR          # exit 1 while a set lacks parts
+    python3 benchmarks/study/carry.py waiting DIR...       # exit 1 while a set lacks parts
     python3 benchmarks/study/carry.py calls                # here: each call's carry list
 
 ``out`` cuts PACK once (``PACK.parts/``) and copies into OUT_DIR the next parts that the
@@ -22,7 +23,11 @@ gathers a lease's parts in ``DIR/incoming/`` call by call and puts a set in DIR 
 whole, the newest pack only (after a chained round ``run.sh`` packs again under the next
 name). ``calls`` lists what each call of a vLLM lease carries (the pack's parts, then the
 compile cache's, as many a call as fit beside the working tree as it is now: 44 MB on
-2026-12-05, when two 12 MB cache parts no longer fit beside it). Standard library and git.
+2026-12-05, when two 12 MB cache parts no longer fit beside it). SGLang's kernel caches
+(``crossbench engines kernel-cache pack``, ``sglang-kernels.tgz`` on the device) travel the
+same way; ``keep --kernels`` keeps only their parts (``keep`` all others), each set in the
+folder of its engine build and compute capability (:func:`kernel_key`). Standard library and
+git.
 """
 
 from __future__ import annotations
@@ -199,6 +204,11 @@ def cache_parts(folder: Path) -> list[Path]:
 
 MANIFEST = "crossbench-compile-cache.json"
 """The member of a pack that names it (``crossbench engines compile-cache pack``)."""
+KERNEL_MANIFEST = "crossbench-kernel-cache.json"
+"""The member that names a pack of SGLang's kernel caches (``engines kernel-cache pack``)."""
+KERNELS = "sglang-kernels"
+"""The name ``run.sh`` gives SGLang's kernel-cache packs (``sglang-kernels.tgz``,
+``sglang-kernels-2.tgz`` after a chained round): their parts are told from vLLM's by it."""
 
 
 class _Joined(io.RawIOBase):
@@ -237,8 +247,8 @@ def manifest(parts: list[Path]) -> dict[str, Any]:
     try:
         with _Joined(parts) as raw, tarfile.open(fileobj=raw, mode="r|gz") as tar:
             member = next(iter(tar), None)
-            f = tar.extractfile(member) if member is not None and member.name == MANIFEST \
-                else None
+            f = tar.extractfile(member) if member is not None and \
+                member.name in (MANIFEST, KERNEL_MANIFEST) else None
             data = json.loads(f.read()) if f is not None else {}
     except (OSError, EOFError, zlib.error, tarfile.TarError, ValueError):
         return {}
@@ -282,6 +292,22 @@ def set_key(tails: set[str]) -> str:
     return key if len(key) <= 80 else "models-" + hashlib.sha256(key.encode()).hexdigest()[:12]
 
 
+def kernel_key(parts: list[Path]) -> str:
+    """The folder a kernel-cache pack is kept in: its engine build and the CUDA architecture
+    its kernels were built for, by its manifest (``0.5.17-0123456789ab-sm90``)."""
+    man = manifest(parts)
+    key, cap = man.get("build_key"), man.get("compute_cap")
+    if not isinstance(key, str) or not isinstance(cap, str) or not key:
+        return UNNAMED
+    return f"{key}-sm{cap.replace('.', '')}".replace("/", "_").lstrip(".") or UNNAMED
+
+
+def home_key(parts: list[Path], kernels: bool) -> str:
+    """The folder a whole set is kept in: :func:`kernel_key` for SGLang's kernel caches,
+    else the models of a vLLM compile cache (:func:`set_key`)."""
+    return kernel_key(parts) if kernels else set_key(models(parts))
+
+
 def held(dest: Path) -> dict[Path, list[Path]]:
     """The whole sets kept in ``dest``: each folder (``dest`` itself, as before 2026-12-06,
     and each model-set folder beside ``incoming/``) -> its parts in order."""
@@ -294,7 +320,7 @@ def held(dest: Path) -> dict[Path, list[Path]]:
     return found
 
 
-def keep(files_at: Path, dest: Path) -> list[Path]:
+def keep(files_at: Path, dest: Path, kernels: bool = False) -> list[Path]:
     """Keep the parts a call brought back (``files_at``) in ``dest/incoming/``, where the parts
     of one set gather over the calls of a lease; once a set is whole there, it goes into the
     folder of its models (:func:`set_key`: ``dest/qwen3-8b-seed0-v1-hf-target/``), replacing
@@ -310,8 +336,13 @@ def keep(files_at: Path, dest: Path) -> list[Path]:
     (``vllm-compile-2.tgz``, every entry so far), and a set of the first pack that completes
     later, or in another call order, never replaces it. A whole set older than what its
     folder holds is dropped. Returns the parts now kept when this call put a set there, else
-    none (``dest`` is left as it was)."""
-    brought = cache_parts(files_at)
+    none (``dest`` is left as it was).
+
+    ``kernels``: keep SGLang's kernel-cache parts (named :data:`KERNELS`) instead of the
+    compile cache's, each set in the folder of its engine build and compute capability
+    (:func:`kernel_key`: ``dest/0.5.17-0123456789ab-sm90/``), the newer pack replacing the
+    older there; packs of other builds or capabilities stay beside it."""
+    brought = [p for p in cache_parts(files_at) if p.name.startswith(KERNELS) == kernels]
     if not brought:
         return []
     incoming = dest / "incoming"
@@ -324,11 +355,11 @@ def keep(files_at: Path, dest: Path) -> list[Path]:
     stamps = [created(parts) for parts in whole]
     stamp, _, newest = max(zip(stamps, (p[0].name for p in whole), whole, strict=True))
     tails = models(newest)
-    home = dest / set_key(tails)
+    home = dest / home_key(newest, kernels)
     kept_sets = held(dest)
     if dest in kept_sets:  # the layout before model folders: move the set to its folder
         legacy = kept_sets.pop(dest)
-        folder = dest / set_key(models(legacy))
+        folder = dest / home_key(legacy, kernels)
         if folder in kept_sets and created(kept_sets[folder]) >= created(legacy):
             for part in legacy:  # its folder holds a pack as new already
                 part.unlink()
@@ -343,7 +374,8 @@ def keep(files_at: Path, dest: Path) -> list[Path]:
     kept: list[Path] = []
     if not superseded:
         for folder, parts in kept_sets.items():  # packs this one's models include, older
-            if folder != home and models(parts) <= tails and created(parts) < stamp:
+            if not kernels and folder != home and models(parts) <= tails \
+                    and created(parts) < stamp:
                 shutil.rmtree(folder)
         kept = _place(newest, home)
     if not any(incoming.iterdir()):
@@ -501,10 +533,12 @@ def main(argv: list[str] | None = None) -> int:
     k = sub.add_parser("keep", help="keep the part sets a call brought back")
     k.add_argument("files_at", type=Path)
     k.add_argument("dest", type=Path)
+    k.add_argument("--kernels", action="store_true", help="SGLang's kernel-cache parts "
+                   f"({KERNELS}*) instead of the vLLM compile cache's")
     j = sub.add_parser("join", help="join the whole part sets of a folder")
     j.add_argument("folder", type=Path)
-    w = sub.add_parser("waiting", help="exit 1 while a set in a folder lacks parts")
-    w.add_argument("folder", type=Path)
+    w = sub.add_parser("waiting", help="exit 1 while a set in the folders lacks parts")
+    w.add_argument("folder", type=Path, nargs="+")
     c = sub.add_parser("calls", help="each call's carry list for a vLLM lease, from the tree's "
                        "size now")
     c.add_argument("--pack", type=Path, default=Path(".carry/vllm-0.26.0"),
@@ -545,12 +579,13 @@ def main(argv: list[str] | None = None) -> int:
               (f"{rest} part(s) left for the next calls" if rest else "every part returned"))
         return 0
     if a.cmd == "keep":
-        got = keep(a.files_at, a.dest)
-        print(f"kept {len(got)} compile-cache part(s) in {got[0].parent}" if got else
+        got = keep(a.files_at, a.dest, a.kernels)
+        what = "kernel-cache" if a.kernels else "compile-cache"
+        print(f"kept {len(got)} {what} part(s) in {got[0].parent}" if got else
               f"no set completed by {a.files_at} (parts so far in {a.dest / 'incoming'})")
         return 0
     if a.cmd == "waiting":
-        lines = waiting(a.folder)
+        lines = [line for folder in a.folder for line in waiting(folder)]
         for line in lines:
             print(line)
         return 1 if lines else 0

@@ -21,7 +21,8 @@
 #   4. once every part is there: `crossbench engines install vllm --from /tmp/cb-pack` (rounds
 #      with sglang: true likewise SGLang's pack, .carry/sglang-*/, via /tmp/sg-pack), then
 #      the vLLM compile caches of earlier leases (.carry/vllm-compile/, parts joined by
-#      benchmarks/study/carry.py) unpacked before the round starts;
+#      benchmarks/study/carry.py) and, for SGLang, its kernel caches (.carry/sglang-kernels/)
+#      unpacked before the round starts;
 #   5. with ROUND set, the build done and vLLM installed (rounds with vllm: true): the round
 #      (`study.py run ROUND DIR`) in its own process session, so that no trial is cut at a
 #      call's end; each call waits until BUDGET_S is nearly spent, or past RETURN_S (240 s) until
@@ -30,11 +31,13 @@
 #      (`--resume`; docs/cross-engine.md: the engines are rebuilt, recorded as engine epochs,
 #      and trial pairs that straddle machines read `confounded`);
 #   6. with FINISH=1: the tensor checksums, if the setup did not make them;
-#   7. once a vLLM round has ended: its compile cache, packed, the next parts each call.
+#   7. once a vLLM round has ended: its compile cache, packed, the next parts each call; once
+#      an SGLang round has ended, SGLang's kernel caches likewise.
 # What comes back: run.tgz (the round's run directory, $CROSSBENCH_CACHE/h200-cross-round<ROUND>)
 # and logs.tgz (/tmp/cross-logs); analysis, parity, archives and reports are made from run.tgz
-# (docs/cross-engine.md has the commands); vllm-compile.tgz.pKofN (step 7), which `study.py
-# land` keeps in .carry/vllm-compile/ for the next lease.
+# (docs/cross-engine.md has the commands); vllm-compile.tgz.pKofN and sglang-kernels.tgz.pKofN
+# (step 7), which `study.py land` keeps in .carry/vllm-compile/ and .carry/sglang-kernels/ for
+# the next lease.
 #
 # Rounds of another kind (rounds.yaml `kind`) have their own flow, each a function below:
 # ROUND=synthetic (issue 8's study, one lane per GPU: lanes_round), ROUND=sglang-check
@@ -335,24 +338,38 @@ fi
 #     part has come (benchmarks/study/carry.py join) and unpacked before the round starts, so
 #     that a configuration an earlier machine started starts warm here (each start records
 #     hit or miss)
-mkdir -p /tmp/cc-in
-for f in .carry/vllm-compile/*.p[0-9]*of[0-9]* .carry/vllm-compile/*/*.p[0-9]*of[0-9]*; do
-  [ -f "$f" ] || continue
-  cp -n "$f" /tmp/cc-in/ && say "kept $(basename "$f") ($(stat -c %s "$f") bytes)"
-done
-if [ -n "$vprefix" ] && [ ! -f "$LOG/round.started" ]; then
-  python3 benchmarks/study/carry.py join /tmp/cc-in >>"$LOG/compile-cache.txt" 2>&1
-  for cc in /tmp/cc-in/*.tgz; do
-    { [ -f "$cc" ] && [ ! -f "$cc.unpacked" ]; } || continue
-    if cb engines compile-cache unpack "$cc" >>"$LOG/compile-cache.txt" 2>&1; then
-      say "compile cache $(basename "$cc") unpacked: $(grep -E 'entries added' \
-        "$LOG/compile-cache.txt" | tail -1)"
-    else
-      say "compile cache $(basename "$cc") NOT unpacked: $(tail -1 "$LOG/compile-cache.txt")"
-    fi
-    touch "$cc.unpacked"
-    cb engines compile-cache list >>"$LOG/compile-cache.txt" 2>&1
+carried_parts() {  # DEST GLOB...: the cache parts (NAME.pKofN) this call carried, kept in
+  # DEST until their set is whole
+  local dest=$1 f; shift
+  mkdir -p "$dest"
+  for f in "$@"; do
+    [ -f "$f" ] || continue
+    cp -n "$f" "$dest"/ && say "kept $(basename "$f") ($(stat -c %s "$f") bytes)"
   done
+}
+unpack_carried() {  # DIR LOG WHAT CMD...: DIR's whole part sets joined (carry.py join, each
+  # checked as a gzip tar), then `CMD PACK` for each joined pack not unpacked yet (once: a
+  # refused pack is not tried again, and the round starts cold), LOG the output; false where
+  # this call unpacked none
+  local dir=$1 log=$2 what=$3 p n=0; shift 3
+  python3 benchmarks/study/carry.py join "$dir" >>"$log" 2>&1
+  for p in "$dir"/*.tgz; do
+    { [ -f "$p" ] && [ ! -f "$p.unpacked" ]; } || continue
+    if "$@" "$p" >>"$log" 2>&1; then
+      say "$what $(basename "$p") unpacked: $(grep -E 'entries added' "$log" | tail -1)"
+    else
+      say "$what $(basename "$p") NOT unpacked: $(tail -1 "$log")"
+    fi
+    touch "$p.unpacked"; n=$((n + 1))
+  done
+  [ "$n" -gt 0 ]
+}
+carried_parts /tmp/cc-in .carry/vllm-compile/*.p[0-9]*of[0-9]* \
+  .carry/vllm-compile/*/*.p[0-9]*of[0-9]*
+if [ -n "$vprefix" ] && [ ! -f "$LOG/round.started" ]; then
+  unpack_carried /tmp/cc-in "$LOG/compile-cache.txt" "compile cache" \
+    cb engines compile-cache unpack \
+    && cb engines compile-cache list >>"$LOG/compile-cache.txt" 2>&1
 fi
 
 # 4b. SGLang from its pack (rounds with sglang: true): the parts carried so far, then the
@@ -360,6 +377,22 @@ fi
 #     itself (crossbench/engines/sglang: `binary` defaults to the installed release)
 sprefix=""
 [ "$need_sglang" = 1 ] && sglang_from_pack "$LOG/sglang-install.log"
+
+# 4d. SGLang's kernel caches of earlier leases (rounds with sglang: true): `land` keeps them
+#     in .carry/sglang-kernels/BUILD-smNN/ as parts NAME.pKofN, `study.py calls` carries the
+#     set this lease's SGLang pack built; joined once every part has come and unpacked into
+#     the tvm-ffi and Triton caches before the round starts, so that the first SGLang start
+#     finds the JIT modules and Triton kernels an earlier machine built (2026-12-07: 216.8 s
+#     cold against about 83 s warm). `engines kernel-cache unpack` refuses a pack of another
+#     compute capability or engine build: the round then starts cold
+if [ "$need_sglang" = 1 ]; then
+  carried_parts /tmp/kc-in .carry/sglang-kernels/*/*.p[0-9]*of[0-9]*
+  if [ -n "$sprefix" ] && [ ! -f "$LOG/round.started" ]; then
+    unpack_carried /tmp/kc-in "$LOG/kernel-cache.txt" "kernel cache" \
+      cb engines kernel-cache unpack --binary "${sprefix%/}/bin/python" \
+      && cb engines kernel-cache list >>"$LOG/kernel-cache.txt" 2>&1
+  fi
+fi
 
 wait_setup() {  # until the build and the F16/HF fixtures are done, or the budget nearly spent
   # (the Q4_K_M target, made last, is waited for only by rounds that use it). vLLM-only rounds
@@ -388,13 +421,15 @@ RKEY=${ROUND:-}${PART:+-part$PART}
 # 5. a round: `study.py run` in its own process session. It outlives this call, so no trial
 #    is cut at a call's end (a vLLM start alone takes minutes). Each call waits while it runs
 #    and then packs what has finished; the last call packs what finished before the lease ended.
-#    A compile cache whose parts have begun to come holds the round's start until the rest
-#    has come (a round started without it runs cold): call again with them, or CC_COLD=1.
+#    A compile or kernel cache whose parts have begun to come holds the round's start until
+#    the rest has come (a round started without it runs cold): call again with them, or
+#    CC_COLD=1 (for either).
 cc_ready() {
   [ -f "$LOG/round.started" ] || [ -n "${CC_COLD:-}" ] && return 0
-  local w; w=$(python3 benchmarks/study/carry.py waiting /tmp/cc-in) && return 0
-  say "round ${ROUND:-}: not started, the compile cache's parts are not all here ($w): carry \
-the rest (.carry/vllm-compile/) in the next call, or call with CC_COLD=1 to start without it"
+  local w; w=$(python3 benchmarks/study/carry.py waiting /tmp/cc-in /tmp/kc-in) && return 0
+  say "round ${ROUND:-}: not started, the carried caches' parts are not all here ($w): carry \
+the rest (.carry/vllm-compile/, .carry/sglang-kernels/) in the next call, or call with \
+CC_COLD=1 to start without them"
   return 1
 }
 # A call waits while the round runs, until it ends or BUDGET_S is nearly spent (PACK_S left
@@ -455,37 +490,55 @@ if [ -d "$RUN" ]; then
     || say "run.tgz: tar exit $? ($(tail -1 "$LOG/run-tar.err"))"
 fi
 # 7. once the round has ended: the vLLM compile cache this machine filled (the carried one
-#    included), packed and cut once; each later call returns the next parts its return has
-#    room for beside run.tgz and logs.tgz, and says how many are left (benchmarks/study/
-#    carry.py out: call again until every part is returned); `land` and `carry.py keep`
-#    keep the parts (the newest pack only)
-cc_pack() {  # sets CC_PACK, the pack whose parts this call returns: packed after the lease's
-  # first round ends; a round chained after that pack (another ROUND, the same machine) packs
-  # again under the next name (vllm-compile-2.tgz, ...), every entry so far, and the earlier
-  # pack's unsent parts are dropped (keep would keep only the newer pack anyway)
-  local d=/tmp/cc-out k next
+#    included), and for SGLang its kernel caches, each packed and cut once; each later call
+#    returns the next parts its return has room for beside run.tgz and logs.tgz, and says how
+#    many are left (benchmarks/study/carry.py out: call again until every part is returned);
+#    `land` and `carry.py keep` keep the parts (the newest pack only)
+pack_cache() {  # DIR NAME LOG WHAT CMD...: sets PACKED, the pack (DIR/NAME.tgz) whose parts
+  # this call returns: packed by `CMD --out PACK` after the lease's first round ends; a round
+  # chained after that pack (another ROUND, the same machine) packs again under the next name
+  # (NAME-2.tgz, ...), every entry so far, and the earlier pack's unsent parts are dropped
+  # (keep would keep only the newer pack anyway)
+  local d=$1 name=$2 log=$3 what=$4 k next
+  shift 4
   mkdir -p "$d"
-  CC_PACK=$(ls -t "$d"/vllm-compile*.tgz 2>/dev/null | head -1)
-  if [ -n "$CC_PACK" ] && [ ! "$CC_PACK" -ot "$LOG/matrix-round$RKEY.exit" ]; then
+  PACKED=$(ls -t "$d"/"$name"*.tgz 2>/dev/null | head -1)
+  if [ -n "$PACKED" ] && [ ! "$PACKED" -ot "$LOG/matrix-round$RKEY.exit" ]; then
     return 0
   fi
-  k=$(ls "$d"/vllm-compile*.tgz 2>/dev/null | wc -l)
-  if [ "$k" -eq 0 ]; then next=$d/vllm-compile.tgz; else next=$d/vllm-compile-$((k + 1)).tgz; fi
-  if cb engines compile-cache pack --binary "${vprefix%/}/bin/vllm" --out "$next" \
-      >>"$LOG/compile-cache.txt" 2>&1; then
-    [ -n "$CC_PACK" ] && say "compile cache: round ${ROUND:-} ended after $(basename "$CC_PACK") \
-was packed: packed again as $(basename "$next") (every entry); $(basename "$CC_PACK")'s \
+  k=$(ls "$d"/"$name"*.tgz 2>/dev/null | wc -l)
+  if [ "$k" -eq 0 ]; then next=$d/$name.tgz; else next=$d/$name-$((k + 1)).tgz; fi
+  if "$@" --out "$next" >>"$log" 2>&1; then
+    [ -n "$PACKED" ] && say "$what: round ${ROUND:-} ended after $(basename "$PACKED") \
+was packed: packed again as $(basename "$next") (every entry); $(basename "$PACKED")'s \
 unsent parts are dropped"
-    CC_PACK=$next
+    PACKED=$next
   else
     rm -f "$next"
-    say "compile cache not packed: $(tail -1 "$LOG/compile-cache.txt")"
+    say "$what not packed: $(tail -1 "$log")"
   fi
 }
-if [ "$need_vllm" = 1 ] && [ -n "$vprefix" ] && [ -f "$LOG/matrix-round$RKEY.exit" ]; then
-  cc_pack
-  [ -n "$CC_PACK" ] && say "compile cache: $(python3 benchmarks/study/carry.py out "$CC_PACK" \
-    "$OUT")"
+cc_pack() {  # sets CC_PACK: vLLM's compile cache (pack_cache)
+  pack_cache /tmp/cc-out vllm-compile "$LOG/compile-cache.txt" "compile cache" \
+    cb engines compile-cache pack --binary "${vprefix%/}/bin/vllm"
+  CC_PACK=$PACKED
+}
+kc_pack() {  # sets KC_PACK: SGLang's kernel caches (pack_cache)
+  pack_cache /tmp/kc-out sglang-kernels "$LOG/kernel-cache.txt" "kernel cache" \
+    cb engines kernel-cache pack --binary "${sprefix%/}/bin/python"
+  KC_PACK=$PACKED
+}
+if [ -f "$LOG/matrix-round$RKEY.exit" ]; then
+  if [ "$need_vllm" = 1 ] && [ -n "$vprefix" ]; then
+    cc_pack
+    [ -n "$CC_PACK" ] && say "compile cache: $(python3 benchmarks/study/carry.py out \
+      "$CC_PACK" "$OUT")"
+  fi
+  if [ "$need_sglang" = 1 ] && [ -n "$sprefix" ]; then
+    kc_pack
+    [ -n "$KC_PACK" ] && say "kernel cache: $(python3 benchmarks/study/carry.py out \
+      "$KC_PACK" "$OUT")"
+  fi
   tar -C /tmp -czf "$OUT/logs.tgz" cross-logs 2>/dev/null  # with these lines
 fi
 ls -la "$OUT"; cat "$LOG/calls.txt" 2>/dev/null | tail -20; cat "$LOG/timing.txt" 2>/dev/null

@@ -9,7 +9,7 @@ Usage (from the repository root)::
     python3 benchmarks/study/study.py dry ROUND [--part N] [--dir DIR]
     python3 benchmarks/study/study.py run ROUND DIR [--part N]
     python3 benchmarks/study/study.py land ROUND FILES_AT DEST [--part N] [--work DIR]
-        [--carry-dir DIR]
+        [--carry-dir DIR] [--kernel-dir DIR]
     python3 benchmarks/study/study.py plan ROUND [--part N]
     python3 benchmarks/study/study.py calls ROUND [--part N]
     python3 benchmarks/study/study.py wheels [--dest .whl]
@@ -59,6 +59,9 @@ REPO = Path(__file__).resolve().parents[2]
 CARRY_COMPILE = REPO / ".carry" / "vllm-compile"
 """Where ``land`` keeps the vLLM compile cache a lease brought back (ignored by git: the
 next lease's calls carry it; benchmarks/study/carry.py)."""
+CARRY_KERNELS = REPO / ".carry" / "sglang-kernels"
+"""Where ``land`` keeps SGLang's kernel caches a lease brought back, one folder per engine
+build and compute capability (``carry.py kernel_key``; ignored by git)."""
 
 ROUND_KEYS = {"purpose", "kind", "vllm", "sglang", "build", "q4", "drafters", "verify_hf",
               "into_run", "variants", "sampler", "steps", "parts", "matrix", "lanes", "solo",
@@ -424,7 +427,8 @@ def _pack_folder(folder: Path, out: Path) -> Path:
 
 
 def land(r: Round, files_at: Path, dest: Path, work: Path, creator: str = CREATOR,
-         carry_dir: Path | None = None, carry_from: Sequence[Path] = ()) -> int:
+         carry_dir: Path | None = None, carry_from: Sequence[Path] = (),
+         kernel_dir: Path | None = None) -> int:
     """Land what a device call brought back for round ``r`` (``files_at``: its ``run.tgz`` and
     ``logs.tgz``): unpack the run directory into ``work`` (emptied first where an earlier
     ``land`` made it; any other non-empty folder is refused), then for each matrix step that ran
@@ -436,7 +440,8 @@ def land(r: Round, files_at: Path, dest: Path, work: Path, creator: str = CREATO
     (:func:`_pack_folder`); the device logs become ``device-logs[-partN].tgz``; the vLLM
     compile cache's parts, gathered from the lease's calls (``carry_from``, then
     ``files_at``), replace those in ``carry_dir`` (default :data:`CARRY_COMPILE`) once a set
-    is whole, for the next lease (benchmarks/study/carry.py). Prints one line per step;
+    is whole, for the next lease (benchmarks/study/carry.py), and SGLang's kernel caches'
+    parts those in ``kernel_dir`` (default :data:`CARRY_KERNELS`). Prints one line per step;
     returns 1 when a step that ran could not be landed or its archive fails to
     verify, else 0."""
     import shutil
@@ -544,6 +549,11 @@ def land(r: Round, files_at: Path, dest: Path, work: Path, creator: str = CREATO
     if kept:
         print(f"vLLM compile cache: {len(kept)} part(s) kept in {kept[-1].parent} "
               "for the next lease's calls (docs/h200-rounds.md)")
+    kernels = [p for folder in (*carry_from, files_at)
+               for p in carry.keep(folder, kernel_dir or CARRY_KERNELS, kernels=True)]
+    if kernels:
+        print(f"SGLang kernel cache: {len(kernels)} part(s) kept in {kernels[-1].parent} "
+              "for the next lease's calls (docs/h200-rounds.md)")
     return 1 if bad else 0
 
 
@@ -577,8 +587,9 @@ def wheels_argv(constraints: str, dest: Path) -> list[str]:
 def lease_calls(r: Round, repo: Path) -> list[tuple[str, list[Path]]]:
     """A round's device calls until its start, each as (environment, carry list), from the
     tree's size now (``carry.py calls``): the first call the wheels and the llama.cpp source,
-    then the engine packs' parts (vLLM, SGLang, as the round needs) and, for vLLM, the compile
-    cache's, as many a call as fit; the last of them starts the round (BUDGET_S=560). Paths
+    then the engine packs' parts (vLLM, SGLang, as the round needs), for vLLM the compile
+    cache's (:func:`cache_pick`) and for SGLang the kernel cache's (:func:`kernel_pick`), as
+    many a call as fit; the last of them starts the round (BUDGET_S=560). Paths
     are relative to ``repo``. ValueError when a part cannot fit a call, or when the wheels or
     (for a cross round, whose setup unpacks it) the llama.cpp source are missing (the fix
     named): a first call without the source once started a setup that waited for one, and
@@ -597,11 +608,11 @@ def lease_calls(r: Round, repo: Path) -> list[tuple[str, list[Path]]]:
     for d in packs:
         recut_pack(d, room)
     parts = [p for d in packs for p in sorted(d.glob("payload.tar.part*"))]
-    if r.vllm:
-        cache = cache_pick(r, repo)[0]
+    for need, pick in ((r.vllm, cache_pick), (r.sglang, kernel_pick)):
+        cache = pick(r, repo)[0] if need else []
         if cache and room > 0 and max(q.stat().st_size for q in cache) > room:
             cache = carry.recut(cache, room)  # part names may stay (3 parts again): say so
-            print(f"study.py: the compile cache in {cache[0].parent} cut again into "
+            print(f"study.py: the cache in {cache[0].parent} cut again into "
                   f"{len(cache)} parts of at most {room // 1_000_000} MB (the "
                   f"{tree}-byte tree leaves no room for larger)", file=sys.stderr)
         parts += cache
@@ -705,6 +716,33 @@ def cache_pick(r: Round, repo: Path) -> tuple[list[Path], str]:
     why = ("its targets are not known before it runs: the newest pack" if wanted is None else
            f"the pack holding {rank[best][0]} of its {len(wanted)} vLLM target(s)")
     return held[best], f"compile cache {best.relative_to(repo)} ({why})"
+
+
+def kernel_pick(r: Round, repo: Path) -> tuple[list[Path], str]:
+    """The SGLang kernel-cache parts a lease of round ``r`` carries, and one line saying why:
+    of the packs kept in ``.carry/sglang-kernels/`` (one per engine build and compute
+    capability, ``carry.py keep --kernels``), the newest built by the SGLang pack this lease
+    installs (its manifest's ``payload_sha256`` is the pack.json's payload); none where no
+    kept pack was (``engines kernel-cache unpack`` would refuse it: another build)."""
+    carry = _carry_module()
+    held = carry.held(repo / ".carry" / "sglang-kernels")
+    if not held:
+        return [], ("no SGLang kernel cache is kept (.carry/sglang-kernels/): the round's "
+                    "first SGLang start builds its kernels (cold)")
+    payloads = set()
+    for d in sorted((repo / ".carry").glob("sglang-[0-9]*")):
+        try:
+            payloads.add(json.loads((d / "pack.json").read_text())["payload"]["sha256"])
+        except (OSError, ValueError, KeyError, TypeError):
+            continue
+    match = {f: p for f, p in held.items() if carry.manifest(p).get("payload_sha256") in payloads}
+    if not match:
+        return [], ("no kept SGLang kernel cache was built by this lease's SGLang pack "
+                    f"(payload {', '.join(sorted(x[:12] for x in payloads)) or 'none'}): none "
+                    "carried, the round's first SGLang start builds its kernels (cold)")
+    best = max(match, key=lambda f: carry.created(match[f]))
+    return match[best], (f"SGLang kernel cache {best.relative_to(repo)} (the newest built by "
+                         "this lease's SGLang pack)")
 
 
 def _carry_module() -> Any:
@@ -823,8 +861,11 @@ def main(argv: list[str] | None = None) -> int:
             sp.add_argument("--carry-dir", type=Path, default=None, help="where the vLLM "
                             "compile cache's parts go (default: .carry/vllm-compile)")
             sp.add_argument("--carry-from", type=Path, action="append", default=[],
-                            help="another call folder of the lease whose compile-cache parts "
-                            "to keep too (repeatable; the cache returns over several calls)")
+                            help="another call folder of the lease whose compile-cache and "
+                            "kernel-cache parts to keep too (repeatable; a cache returns "
+                            "over several calls)")
+            sp.add_argument("--kernel-dir", type=Path, default=None, help="where SGLang's "
+                            "kernel cache's parts go (default: .carry/sglang-kernels)")
         if cmd == "dry":
             sp.add_argument("--dir", default="DIR")
         sp.add_argument("--part", type=int, default=None)
@@ -891,13 +932,17 @@ def main(argv: list[str] | None = None) -> int:
             return 2
         if r.vllm:
             print(cache_pick(r, Path.cwd())[1])
+        if r.sglang:
+            print(kernel_pick(r, Path.cwd())[1])
         for i, (env, carried) in enumerate(calls, 1):
             print(f"call {i}: OUT=$OUT {env} bash benchmarks/study/run.sh 2>&1 | tail -30")
             print(f"  carry: {json.dumps([str(q) for q in carried])}")
         metas = json.dumps([str(q) for q in calls[-1][1] if q.name == "pack.json"])
+        back = " and ".join(w for need, w in ((r.vllm, "the compile cache"),
+                                              (r.sglang, "the kernel cache")) if need)
         print(f"then: BUDGET_S=560 calls carrying {metas} until the round has ended"
-              + ("; then BUDGET_S=20 calls until calls.txt says `every part returned` (the "
-                 "compile cache)" if r.vllm else ""))
+              + (f"; then BUDGET_S=20 calls until calls.txt says `every part returned` "
+                 f"({back})" if back else ""))
         return 0
     if a.cmd == "land":
         if r.kind != "cross":
@@ -905,7 +950,8 @@ def main(argv: list[str] | None = None) -> int:
                   "(docs/h200-rounds.md)", file=sys.stderr)
             return 2
         work = a.work or Path("/tmp") / f"crossbench-land-{r.name}-{r.part or 0}"
-        return land(r, a.files_at, a.dest, work, a.creator, a.carry_dir, a.carry_from)
+        return land(r, a.files_at, a.dest, work, a.creator, a.carry_dir, a.carry_from,
+                    a.kernel_dir)
     return run(r, a.dir)
 
 

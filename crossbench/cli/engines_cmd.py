@@ -288,6 +288,7 @@ def compile_cache() -> None:
 
 
 def _build_key(binary: Path | None, build: str | None) -> str:
+    from crossbench.engines import cache_pack
     from crossbench.engines.vllm import startup_cut
 
     if binary is not None and build is not None:
@@ -303,7 +304,7 @@ def _build_key(binary: Path | None, build: str | None) -> str:
             raise UserError(f"--binary {binary} does not exist", "give the vllm executable")
         text = version_text(str(binary))
         digest = hashlib.sha256(binary.resolve().read_bytes()).hexdigest()
-        return startup_cut.build_key(text, digest, epack.install_record(binary.resolve()))
+        return cache_pack.build_key(text, digest, epack.install_record(binary.resolve()))
     base = startup_cut.cache_root("x").parent
     keys = sorted(p.name for p in base.iterdir()) if base.is_dir() else []
     if len(keys) != 1:
@@ -311,6 +312,16 @@ def _build_key(binary: Path | None, build: str | None) -> str:
                         f"({', '.join(keys) or 'none'})", "name one with --build KEY or "
                         "--binary PATH")
     return keys[0]
+
+
+def _check_pack_file(pack_file: Path, group: str) -> None:
+    """UserError where ``--pack`` names no file: join a cut pack's parts first, where they are
+    beside it, else give a file ``engines GROUP pack`` made."""
+    if not pack_file.is_file():
+        hint = (f"join its parts first: cat {pack_file}.p*of* > {pack_file}"
+                if list(pack_file.parent.glob(pack_file.name + ".p*of*"))
+                else f"give a file made by `crossbench engines {group} pack`")
+        raise UserError(f"--pack {pack_file} does not exist", hint)
 
 
 @compile_cache.command("list")
@@ -327,11 +338,7 @@ def compile_cache_list(pack_file: Path | None) -> None:
     from crossbench.engines.vllm import startup_cut
 
     if pack_file is not None:
-        if not pack_file.is_file():
-            hint = (f"join its parts first: cat {pack_file}.p*of* > {pack_file}"
-                    if list(pack_file.parent.glob(pack_file.name + ".p*of*"))
-                    else "give a file made by `crossbench engines compile-cache pack`")
-            raise UserError(f"--pack {pack_file} does not exist", hint)
+        _check_pack_file(pack_file, "compile-cache")
         man, starts = startup_cut.pack_starts(pack_file)
         click.echo(json.dumps({"build_key": man["build_key"], "pack": str(pack_file),
                                "created": man.get("created"), "entries": man["entries"],
@@ -377,3 +384,134 @@ def compile_cache_unpack(archive: Path) -> None:
     progress(f"{man['build_key']}: {len(added)} entries added, "
              f"{len(man['entries']) - len(added)} already there")
     click.echo(str(root))
+
+
+@engines.group("kernel-cache", epilog="""\b
+Examples:
+  crossbench engines kernel-cache list
+  crossbench engines kernel-cache pack --binary PREFIX/bin/python --out kc.tgz
+  crossbench engines kernel-cache list --pack kc.tgz
+  crossbench engines kernel-cache unpack kc.tgz --binary PREFIX/bin/python
+""")
+def kernel_cache() -> None:
+    """SGLang's JIT kernel caches: tvm-ffi's (TVM_FFI_CACHE_DIR, default ~/.cache/tvm-ffi:
+    the modules SGLang builds with nvcc) and Triton's (TRITON_CACHE_DIR, default
+    ~/.triton/cache), carried to the next machine of the same compute capability so that its
+    first SGLang start finds what an earlier machine built (docs/sglang.md 'Where a start
+    goes'). vLLM's torch.compile cache travels with `compile-cache`."""
+
+
+_ENGINE = click.option("--engine", type=click.Choice(["sglang"]), default="sglang",
+                       show_default=True, help="The engine whose kernel caches (SGLang's "
+                       "only; vLLM's compile cache: `engines compile-cache`).")
+_BINARY = click.option("--binary", type=click.Path(path_type=Path), default=None,
+                       help="The interpreter with sglang (PREFIX/bin/python of `engines "
+                            "install sglang`) [default: the one such install in the cache].")
+_BUILD = click.option("--build", default=None,
+                      help="The engine build key instead of --binary (`kernel-cache list "
+                           "--pack` shows a pack's).")
+_GPU = click.option("--gpu", default=None,
+                    help="This machine's GPU name [default: nvidia-smi's].")
+_CAP = click.option("--compute-cap", default=None, metavar="X.Y",
+                    help="This machine's CUDA compute capability, e.g. 9.0 [default: "
+                         "nvidia-smi's].")
+
+
+def _sglang_build(binary: Path | None, build: str | None) -> dict[str, object]:
+    """The SGLang build named by --build, --binary, or else the one installed launcher."""
+    from crossbench.engines.sglang import kernel_cache as kc
+    from crossbench.paths import cache_dir
+
+    if binary is not None and build is not None:
+        raise UserError("--binary and --build name the build twice", "give one of them")
+    if build is not None:
+        return {"build_key": build, "release": None, "payload_sha256": None}
+    if binary is None:
+        found = sorted((cache_dir() / "engines").glob(
+            f"sglang-*/bin/{epack.binary_launcher('sglang')}"))
+        if len(found) != 1:
+            raise UserError(f"--binary: {len(found)} SGLang installs in "
+                            f"{cache_dir() / 'engines'} "
+                            f"({', '.join(map(str, found)) or 'none'})",
+                            "name the interpreter with --binary PREFIX/bin/python, or the "
+                            "build with --build KEY")
+        binary = found[0]
+    return kc.engine_build(binary)
+
+
+@kernel_cache.command("list")
+@_ENGINE
+@click.option("--pack", "pack_file", type=click.Path(path_type=Path), default=None,
+              help="List a pack file instead (made by `kernel-cache pack`; join a cut pack's "
+                   "parts first): its manifest.")
+@user_errors
+def kernel_cache_list(engine: str, pack_file: Path | None) -> None:
+    """One JSON object per kernel cache of this environment: its name, folder and entries.
+    With --pack, the pack's manifest: the engine build, GPU and compute capability it was
+    built on, when, and each cache's entries."""
+    from crossbench.engines.sglang import kernel_cache as kc
+
+    if pack_file is not None:
+        _check_pack_file(pack_file, "kernel-cache")
+        click.echo(json.dumps({"pack": str(pack_file), **kc.read_manifest(pack_file)}))
+        return
+    roots = kc.roots_here()
+    for name, entries in kc.cache_entries(roots).items():
+        click.echo(json.dumps({"cache": name, "path": str(roots[name]), "entries": entries}))
+
+
+@kernel_cache.command("pack")
+@_ENGINE
+@_BINARY
+@_BUILD
+@_GPU
+@_CAP
+@click.option("--out", type=click.Path(path_type=Path), required=True,
+              help="Archive to write (.tar.gz).")
+@user_errors
+def kernel_cache_pack(engine: str, binary: Path | None, build: str | None, gpu: str | None,
+                      compute_cap: str | None, out: Path) -> None:
+    """Tar every entry of the kernel caches with a manifest first: the engine build (key,
+    release, installed payload), the GPU and compute capability the kernels were built on,
+    when, and each cache's entries. Run it where the kernels were built, once the starts are
+    over."""
+    from crossbench.engines.sglang import kernel_cache as kc
+
+    built = _sglang_build(binary, build)
+    name, cap = kc.local_gpu(gpu, compute_cap)
+    man = kc.pack(kc.roots_here(), out, built, name, cap)
+    progress(f"{man['build_key']}, {name or 'GPU'} (compute capability {cap}): "
+             + ", ".join(f"{c} {len(e)} entries" for c, e in man["caches"].items()))
+    click.echo(str(out))
+
+
+@kernel_cache.command("unpack")
+@click.argument("archive", type=click.Path(path_type=Path))
+@_ENGINE
+@_BINARY
+@_BUILD
+@_GPU
+@_CAP
+@user_errors
+def kernel_cache_unpack(archive: Path, engine: str, binary: Path | None, build: str | None,
+                        gpu: str | None, compute_cap: str | None) -> None:
+    """Put a pack's entries into this environment's kernel caches (entries already there are
+    kept); prints each cache's folder. Refused for a pack built on another compute capability
+    or by another engine build than this one: start without it then, and the first start
+    builds its kernels."""
+    from crossbench.engines.sglang import kernel_cache as kc
+
+    if not archive.is_file():
+        raise UserError(f"{archive} does not exist",
+                        "give a file made by `crossbench engines kernel-cache pack`")
+    built = _sglang_build(binary, build)
+    name, cap = kc.local_gpu(gpu, compute_cap)
+    roots = kc.roots_here()
+    man, added = kc.unpack(archive, roots, str(built["build_key"]), name, cap)
+    total = sum(len(e) for e in man["caches"].values())
+    new = sum(len(e) for e in added.values())
+    progress(f"{man['build_key']} ({kc.sm(cap)}): {new} entries added ("
+             + ", ".join(f"{c} {len(e)}" for c, e in added.items())
+             + f"), {total - new} already there")
+    for path in roots.values():
+        click.echo(str(path))

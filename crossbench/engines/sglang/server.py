@@ -40,6 +40,23 @@ _MANAGED = ("--model-path", "--model", "--revision", "--host", "--port", "--enab
 _VERSION_CODE = "import sglang; print(sglang.__version__)"
 
 
+def version_text(binary: Path, release: str) -> str:
+    """``sglang.__version__`` of the interpreter ``binary`` (stand-in launchers answer theirs);
+    UserError where it cannot run or cannot import sglang (the fix names ``release``)."""
+    try:
+        out = subprocess.run([str(binary), "-c", _VERSION_CODE], capture_output=True,
+                             text=True, timeout=120, check=False)
+    except OSError as e:
+        raise UserError(f"cannot run {binary}: {e}", "set binary to the Python "
+                        "interpreter that has sglang installed") from e
+    lines = [ln for ln in out.stdout.splitlines() if ln.strip()]
+    if out.returncode != 0 or not lines:
+        raise UserError(f"binary: {binary} cannot import sglang",
+                        f"pip install sglang=={release} into it (needs a "
+                        "GPU machine), or set binary to an interpreter that has it")
+    return lines[-1].strip()
+
+
 class SglangServer(LocalServer):
     """SGLang's ``launch_server`` behind the common lifecycle.
 
@@ -393,18 +410,7 @@ class SglangServer(LocalServer):
     def version_text(self) -> str:
         """``sglang.__version__`` of the interpreter (stand-in launchers answer theirs)."""
         if self._version_text is None:
-            try:
-                out = subprocess.run([str(self.binary), "-c", _VERSION_CODE],
-                                     capture_output=True, text=True, timeout=120, check=False)
-            except OSError as e:
-                raise UserError(f"cannot run {self.binary}: {e}", "set binary to the Python "
-                                "interpreter that has sglang installed") from e
-            lines = [ln for ln in out.stdout.splitlines() if ln.strip()]
-            if out.returncode != 0 or not lines:
-                raise UserError(f"binary: {self.binary} cannot import sglang",
-                                f"pip install sglang=={self.config.version} into it (needs a "
-                                "GPU machine), or set binary to an interpreter that has it")
-            self._version_text = lines[-1].strip()
+            self._version_text = version_text(self.binary, self.config.version)
         return self._version_text
 
     def identity(self) -> EngineIdentity:

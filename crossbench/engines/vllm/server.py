@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from crossbench import host
+from crossbench.engines import cache_pack
 from crossbench.engines.base import EngineIdentity, MetricsSnapshot
 from crossbench.engines.pack import INSTALL_FILE, install_record
 from crossbench.engines.process import (
@@ -373,12 +374,12 @@ class VllmServer(LocalServer):
         self._spawn()
 
     def build_key(self) -> str:
-        """The engine build's compile-cache key (:func:`startup_cut.build_key`)."""
+        """The engine build's compile-cache key (:func:`cache_pack.build_key`)."""
         if self._build_key is None:
             binary = self.binary.resolve()
             digest = hashlib.sha256(binary.read_bytes()).hexdigest()
-            self._build_key = startup_cut.build_key(self.version_text(), digest,
-                                                    install_record(binary))
+            self._build_key = cache_pack.build_key(self.version_text(), digest,
+                                                   install_record(binary))
         return self._build_key
 
     def base_environment(self) -> dict[str, str]:

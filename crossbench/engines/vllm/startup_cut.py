@@ -23,15 +23,12 @@ yet measured on a GPU:
 
 from __future__ import annotations
 
-import hashlib
-import io
 import json
 import os
-import tarfile
-import time
 from pathlib import Path
 from typing import Any
 
+from crossbench.engines import cache_pack
 from crossbench.errors import UserError
 
 #: vLLM's default ``max_num_batched_tokens`` where crossbench leaves it unset (0.26.0 on a
@@ -101,20 +98,6 @@ def decode_capture_sizes(max_num_seqs: int, n: int,
     return full if top is None else [s for s in full if s <= top]
 
 
-def build_key(version_text: str, binary_sha256: str,
-              install: dict[str, Any] | None = None) -> str:
-    """Name of one engine build's cache folder: the release and 12 hex digits of a hash of
-    ``vllm --version``, the installed payload's sha256 (a ``crossbench engines install``
-    launcher) or else the executable's sha256."""
-    release = (version_text.split("+", 1)[0].strip() or "unknown").replace("/", "_")
-    payload = None
-    if install is not None:
-        pay = install.get("payload")
-        payload = pay.get("sha256") if isinstance(pay, dict) else None
-    ident = json.dumps([version_text, payload or binary_sha256])
-    return f"{release}-{hashlib.sha256(ident.encode()).hexdigest()[:12]}"
-
-
 def cache_root(key: str, base: Path | None = None) -> Path:
     """``VLLM_CACHE_ROOT`` of an engine build: ``BASE/vllm-compile/KEY`` with ``base`` given,
     else ``$CROSSBENCH_VLLM_COMPILE_CACHE/KEY`` where that is set, else
@@ -177,6 +160,9 @@ def _index_items(lines: list[str]) -> list[dict[str, Any]]:
     return out
 
 
+_MAKER = "crossbench engines compile-cache pack"
+
+
 def pack(root: Path, out: Path, key: str) -> dict[str, Any]:
     """Write ``out`` (a .tar.gz) holding ``root``'s compile artifacts and index, with a
     manifest naming the build key, the entries and the models and configs that filled them.
@@ -187,61 +173,24 @@ def pack(root: Path, out: Path, key: str) -> dict[str, Any]:
                         "start the configuration once on this machine (or check --build)")
     starts = read_index(root)
     manifest = {"format": PACK_FORMAT, "build_key": key, "entries": entries,
-                "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+                "created": cache_pack.utc_now(),
                 "models": sorted({str(s.get("model")) for s in starts if s.get("model")}),
                 "config_hashes": sorted({str(s.get("config_hash")) for s in starts
                                          if s.get("config_hash")}),
                 "gpus": sorted({str(g) for s in starts for g in s.get("gpus") or []})}
-    out.parent.mkdir(parents=True, exist_ok=True)
-    with tarfile.open(out, "w:gz") as tar:
-        data = json.dumps(manifest, indent=2, sort_keys=True).encode()
-        info = tarfile.TarInfo(_PACK_MANIFEST)
-        info.size, info.mtime = len(data), int(time.time())
-        tar.addfile(info, io.BytesIO(data))
-        if (root / _INDEX).is_file():
-            tar.add(root / _INDEX, arcname=_INDEX)
-        for entry in entries:
-            tar.add(root / entry, arcname=entry)
+    index = [(root / _INDEX, _INDEX)] if (root / _INDEX).is_file() else []
+    cache_pack.write(out, _PACK_MANIFEST, manifest,
+                     [*index, *((root / entry, entry) for entry in entries)])
     return manifest
 
 
-def _pack_head(path: Path) -> tuple[dict[str, Any], list[str]]:
-    """A pack's manifest and its start index's lines, read in one pass over the stream's head
-    (``pack`` writes both before the entries, so a pack of 100 MB is not decompressed whole);
-    UserError for anything that is not a pack."""
-    manifest: bytes | None = None
-    index: bytes | None = None
-    try:
-        with tarfile.open(path, "r|gz") as tar:
-            for member in tar:
-                if member.name in (_PACK_MANIFEST, _INDEX):
-                    f = tar.extractfile(member)
-                    body = f.read() if f is not None else b""
-                    if member.name == _PACK_MANIFEST:
-                        manifest = body
-                    else:
-                        index = body
-                elif manifest is not None:  # the entries have begun: the head is read
-                    break
-                if manifest is not None and index is not None:
-                    break
-        if manifest is None:
-            raise UserError(f"compile-cache: {path} is not a compile-cache pack (no "
-                            f"{_PACK_MANIFEST})",
-                            "pass a file made by `crossbench engines compile-cache pack`")
-        data = json.loads(manifest)
-    except (OSError, EOFError, tarfile.TarError, json.JSONDecodeError) as e:
-        raise UserError(f"compile-cache: {path} is not a compile-cache pack ({e})",
-                        "pass a file made by `crossbench engines compile-cache pack`") from e
-    if not isinstance(data, dict) or data.get("format") != PACK_FORMAT \
-            or not isinstance(data.get("build_key"), str):
-        raise UserError(f"compile-cache: {path} has no format-{PACK_FORMAT} manifest",
-                        "make it again with this crossbench's `engines compile-cache pack`")
-    key = data["build_key"]
-    if "/" in key or key.startswith(".") or not key:
-        raise UserError(f"compile-cache: {path} names build key {key!r}",
-                        "make the pack again with `crossbench engines compile-cache pack`")
-    return data, (index or b"").decode(errors="replace").splitlines()
+def _pack_head(path: Path) -> tuple[dict[str, Any], bytes]:
+    """A pack's manifest and its start index's bytes, read from the stream's head
+    (:func:`crossbench.engines.cache_pack.read_head`: ``pack`` writes both before the
+    entries); UserError for anything that is not a pack."""
+    data, extra = cache_pack.read_head(path, _PACK_MANIFEST, "compile-cache", _MAKER, (_INDEX,))
+    return (cache_pack.check_manifest(data, path, PACK_FORMAT, "compile-cache", _MAKER),
+            extra.get(_INDEX, b""))
 
 
 def read_pack_manifest(path: Path) -> dict[str, Any]:
@@ -255,9 +204,9 @@ def pack_starts(path: Path) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     ``module`` (backbone, eagle_head, draft_model); read without unpacking. Starts noted
     before crossbench recorded GPU names carry ``gpus`` None: which machine made such an
     entry is not in the pack."""
-    manifest, lines = _pack_head(path)
+    manifest, index = _pack_head(path)
     starts = []
-    for item in _index_items(lines):
+    for item in _index_items(index.decode(errors="replace").splitlines()):
         cache_dir = str(item.get("cache_dir") or "")
         at = cache_dir.find("/torch_compile_cache/")
         rel = cache_dir[at + 1:].split("/") if at >= 0 else []
@@ -273,23 +222,15 @@ def unpack(path: Path, base: Path | None = None) -> tuple[dict[str, Any], Path, 
     manifest, the root and the entries added. Only regular files and folders under the
     packed folders are extracted (tarfile's ``data`` filter refuses links out and absolute
     paths)."""
-    manifest = read_pack_manifest(path)
+    manifest, index = _pack_head(path)
     root = cache_root(manifest["build_key"], base)
     root.mkdir(parents=True, exist_ok=True)
     before = set(cache_entries(root))
-    with tarfile.open(path, "r:gz") as tar:
-        members = [m for m in tar.getmembers() if (m.isfile() or m.isdir())
-                   and m.name.split("/", 1)[0] in _PACKED and _entry_of(m.name) not in before]
-        try:
-            tar.extractall(root, members=members, filter="data")
-        except tarfile.FilterError as e:
-            raise UserError(f"compile-cache: {path} holds a member that would land outside "
-                            f"{root} ({e})", "use a pack made by `crossbench engines "
-                            "compile-cache pack`; this one was altered") from e
-        index = tar.extractfile(_INDEX) if _INDEX in tar.getnames() else None
-        if index is not None:
-            with (root / _INDEX).open("ab") as f:
-                f.write(index.read())
+    cache_pack.extract(path, lambda name: (root, name) if name.split("/", 1)[0] in _PACKED
+                       and _entry_of(name) not in before else None, "compile-cache", _MAKER)
+    if index:
+        with (root / _INDEX).open("ab") as f:
+            f.write(index)
     added = sorted(set(cache_entries(root)) - before)
     return manifest, root, added
 
