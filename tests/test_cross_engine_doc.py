@@ -546,30 +546,30 @@ def test_sglangs_nextn_rows_fits_and_c16_output_are_the_archive(tmp_path: Path) 
         assert word not in nextn
 
 
-def test_llamas_step_cost_by_alpha_is_the_archive_on_fresh_starts() -> None:
-    """`alpha-same PART=1`: each row's MAL, speedup with its prompts' and starts' intervals
-    (the verdict word only where the starts-as-samples interval agrees), C(n) with its
-    interval, and both alpha ratios, as benchmarks/step_cost_by_acceptance.py gives them."""
+def _step_cost_rows_are_the_archive(text: str, archive: Path, names: dict[str, str],
+                                    starts: int) -> dict[str, dict[str, Any]]:
+    """Each alpha's row of ``text`` (MAL, speedup with its prompts' and starts' intervals,
+    the verdict word only where the starts-as-samples interval agrees, C(n) with its
+    interval) and each method's ratio of the two alphas, as
+    benchmarks/step_cost_by_acceptance.py gives them; returns its output per method."""
     from bench_loader import load_benchmark
 
     mod = load_benchmark("step_cost_by_acceptance.py")
-    section = nextn_section()
-    llama = section[section.index("**llama.cpp, does a step cost more"):]
-    flat = " ".join(llama.split()).replace("**", "")
-    names = {"eagle3": "EAGLE-3", "dflash": "DFlash"}
-    with open_run(ALPHA_SAME) as frames:
+    flat = " ".join(text.split()).replace("**", "")
+    with open_run(archive) as frames:
         analysis = frames.analysis
     pairs = {p["arm"]: p for p in analysis["pairs"]}
-    assert len(pairs) == 4
+    assert len(pairs) == 2 * len(names)
+    outs = {}
     for method, name in names.items():
-        out = mod.compare(analysis, f"{method}-a0.9", f"{method}-a0.7")
+        out = outs[method] = mod.compare(analysis, f"{method}-a0.9", f"{method}-a0.7")
         for alpha in ("0.9", "0.7"):
             arm = f"{method}-a{alpha}"
             p, cost = pairs[arm], out["arms"][arm]["cost"]
             sp = p["speedup"]
-            assert cost["starts"] == 3 and sp["start_ci95"] is not None
+            assert cost["starts"] == starts and sp["start_ci95"] is not None
             word = "**faster** " if sp["start_ci95"][0] > 1 else ""
-            (row,) = [ln for ln in llama.splitlines() if ln.startswith(f"| {name}, alpha {alpha} |")]
+            (row,) = [ln for ln in text.splitlines() if ln.startswith(f"| {name}, alpha {alpha} |")]
             assert row == (f"| {name}, alpha {alpha} | "
                            f"{p['acceptance']['mean_acceptance_length']:.3f} | "
                            f"{word}{interval(sp['geomean'], sp['ci95'], 3)} | "
@@ -577,9 +577,46 @@ def test_llamas_step_cost_by_alpha_is_the_archive_on_fresh_starts() -> None:
                            f"{interval(cost['geomean'], cost['ci'], 3)} |"), row
         r = out["ratio"]
         assert f"{name}" in flat and interval(r["geomean"], r["ci"], 3) in flat
-        assert r["ci"][0] > 1  # the page's "costs more" rests on this
+    return outs
+
+
+def test_llamas_step_cost_by_alpha_is_the_archive_on_fresh_starts() -> None:
+    """`alpha-same PART=1`: each row and both alpha ratios are the archive's
+    (:func:`_step_cost_rows_are_the_archive`), on 3 starts per arm, and both ratios exclude 1
+    (the page's "costs more")."""
+    section = nextn_section()
+    llama = section[section.index("**llama.cpp, does a step cost more"):]
+    outs = _step_cost_rows_are_the_archive(llama, ALPHA_SAME,
+                                           {"eagle3": "EAGLE-3", "dflash": "DFlash"}, 3)
+    for out in outs.values():
+        assert out["ratio"]["ci"][0] > 1  # the page's "costs more" rests on this
     base = out["baseline_tok_s"]
+    flat = " ".join(llama.split())
     assert f"the baseline {base:.1f} tok/s, {1000 / base:.2f} ms a token" in flat
+
+
+ALPHA_SAME_VLLM = H100 / "alpha-same-part2/h100-alpha-same-part2-vllm-alpha-same.zip"
+
+
+def test_vllms_step_cost_by_alpha_is_the_archive_and_not_settled() -> None:
+    """`alpha-same PART=2`: vLLM's EAGLE-3 rows and ratio are the archive's on 2 starts per
+    arm; the ratio's interval holds 1 (so the page says "not settled", no "costs more"), and
+    the baseline's per-start rates are the archive's."""
+    section = doc_section("## vLLM's step at two alphas on fresh starts")
+    vllm = section[:section.index("**vLLM's forked engine core with a drafter**")]
+    (out,) = _step_cost_rows_are_the_archive(vllm, ALPHA_SAME_VLLM,
+                                             {"eagle3": "EAGLE-3"}, 2).values()
+    lo, hi = out["ratio"]["ci"]
+    assert lo < 1 < hi
+    flat = " ".join(vllm.split()).replace("**", "")
+    assert "not settled" in flat and "costs more" not in flat
+    with open_run(ALPHA_SAME_VLLM) as frames:
+        cells = {c["arm"]: c for c in frames.analysis["cells"]}
+    rates = cells["none"]["per_trial_pooled_tok_s"]
+    assert (f"The baseline gave {cells['none']['throughput']['pooled_tok_s']:.1f} tok/s "
+            f"({rates['0']:.2f} and {rates['1']:.2f} on its two starts") in flat
+    a07 = cells["eagle3-a0.7"]["per_trial_pooled_tok_s"]
+    assert f"decoded {a07['0']:.1f} and {a07['1']:.1f} tok/s" in flat
 
 
 SAME_LLAMA = H100 / "verdicts-same-part1/h100-verdicts-part1-llama-verdicts.zip"
