@@ -56,3 +56,24 @@ def test_every_relative_link_and_anchor_resolves() -> None:
                 bad.append(f"{f.relative_to(ROOT)}: {link}: no such heading")
     assert not bad, "\n".join(bad)
     assert checked > 100
+
+
+def test_every_relative_link_of_the_examples_resolves() -> None:
+    """The reports and datapoints landed beside the archives (examples/) link their figures
+    and files where they are (`study.py land` puts a step's PNGs in plots-STEP/)."""
+    import subprocess
+
+    listed = subprocess.run(["git", "ls-files", "examples/*.md"], cwd=ROOT, text=True,
+                            capture_output=True, check=True).stdout.split()
+    bad, checked = [], 0
+    for name in listed:
+        f = ROOT / name
+        for m in LINK.finditer(f.read_text()):
+            path = m[1].partition("#")[0]
+            if not path or m[1].startswith(("http://", "https://", "mailto:")):
+                continue
+            checked += 1
+            if not (f.parent / path).exists():
+                bad.append(f"{name}: {m[1]}: no such file")
+    assert not bad, "\n".join(bad)
+    assert checked > 100

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shlex
 import subprocess
 import sys
@@ -507,7 +508,10 @@ def test_land_turns_a_device_calls_files_into_verified_archives(
     assert b"".join((carried / "unnamed" / f"vllm-compile.tgz.p{k}of2").read_bytes()
                     for k in (0, 1)) == \
         b"a compile cache's first part"
-    assert (dest / "report-ran.md").read_text().strip()
+    report = (dest / "report-ran.md").read_text()
+    figures = re.findall(r"!\[[^]]*\]\(([^)]+)\)", report)
+    assert figures and all(f.startswith("plots-ran/") and (dest / f).is_file()
+                           for f in figures), figures  # the links follow the PNGs' folder
     assert "| " in (dest / "datapoint-ran.md").read_text()
     assert (dest / "split.json").read_text() == '{"rows": []}\n'
     with tarfile.open(dest / "split.tgz") as tar:

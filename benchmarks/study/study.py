@@ -522,7 +522,10 @@ def land(r: Round, files_at: Path, dest: Path, work: Path, creator: str = CREATO
         report = work / "reports" / name
         rc, text = _cb("report", str(run_dir), "--out", str(report))
         if rc == 0:
-            shutil.copy2(report / "report.md", dest / f"report-{name}.md")
+            # the report's figures sit beside it in plots-STEP/ (one folder per step), so its
+            # links follow them (they read plots/ as `crossbench report` writes them)
+            (dest / f"report-{name}.md").write_text(
+                (report / "report.md").read_text().replace("](plots/", f"](plots-{name}/"))
             if (report / "plots").is_dir():  # the PNGs: the SVGs are in the archive (every
                 # call carries the tree, and the copies left the llama.cpp source no room)
                 shutil.copytree(report / "plots", dest / f"plots-{name}", dirs_exist_ok=True,
