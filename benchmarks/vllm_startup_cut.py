@@ -102,8 +102,8 @@ REFERENCE = {"cut": "default", "fork": "cut", "kv": "cut", "next": "cut"}
 DEFAULT_VARIANTS = ("default", "cut")
 TARGET_WARM_S = 40.0
 PHASES = ("ready_s", "engine_init_s", "torch_compile_s", "compile_s", "graph_capture_s")
-MARKS = ("first_line", "engine_core", "model_load", "weights_loaded", "compiled", "kv_cache",
-         "init_done", "api_start")
+MARKS = ("first_line", "resolved", "engine_core", "model_load", "weights_loaded", "compiled",
+         "kv_cache", "init_done", "api_start")
 """vLLM's phase lines, in seconds after the spawn (``log_marks_s`` of the start record)."""
 
 

@@ -245,6 +245,37 @@ def test_pack_unpack_makes_the_next_machine_warm(tmp_path: Path, cache: Path,
     assert "0 entries added, 1 already there" in res.output
 
 
+def test_a_pack_carries_vllms_model_class_infos_beside_its_entries(
+        tmp_path: Path, cache: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """vLLM's model class infos (VLLM_CACHE_ROOT/modelinfos, one JSON per class) travel in
+    the pack, so the next machine's first start of an architecture skips vLLM's inspection
+    subprocess; they are not compile entries (a start's cold or warm stays its
+    compilation's), and one the next machine holds already is kept, not overwritten."""
+    binary = write_launcher(tmp_path / "vllm", *FAST)
+    first = _start(_server(tmp_path, binary=str(binary), max_num_seqs=2))["startup_cut"]
+    root = Path(first["cache_root"])
+    entries = startup_cut.cache_entries(root)
+    infos = root / startup_cut.MODELINFOS
+    infos.mkdir()
+    eagle = "vllm-model_executor-models-llama_eagle3-Eagle3LlamaForCausalLM.json"
+    qwen = "vllm-model_executor-models-qwen3-Qwen3ForCausalLM.json"
+    (infos / eagle).write_text('{"hash": "e1", "modelinfo": {}}')
+    (infos / qwen).write_text('{"hash": "q1", "modelinfo": {}}')
+    assert startup_cut.cache_entries(root) == entries  # not an entry
+    out = tmp_path / "cc.tar.gz"
+    manifest = startup_cut.pack(root, out, first["build_key"])
+    assert manifest["modelinfos"] == sorted([eagle, qwen])
+    assert manifest["entries"] == entries
+    base = tmp_path / "machine2"
+    held = startup_cut.cache_root(first["build_key"], base) / startup_cut.MODELINFOS
+    held.mkdir(parents=True)
+    (held / qwen).write_text('{"hash": "q2", "modelinfo": {}}')  # the next machine's own
+    _, got, added = startup_cut.unpack(out, base)
+    assert added == entries  # the compile entries, and only they, count as added
+    assert (got / startup_cut.MODELINFOS / eagle).read_text() == '{"hash": "e1", "modelinfo": {}}'
+    assert (got / startup_cut.MODELINFOS / qwen).read_text() == '{"hash": "q2", "modelinfo": {}}'
+
+
 def test_a_pack_lists_its_starts_with_entry_module_and_gpu(
         tmp_path: Path, cache: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """`compile-cache list --pack` reads a pack's start index without unpacking: each start

@@ -103,9 +103,9 @@ def test_marks_of_round_4s_warm_start() -> None:
     text = (DATA / "startup-0.26.0-h200-cut-warm.log").read_text()
     spawn = dt.datetime(2026, 12, 4, 20, 12, 9, 362000).timestamp()
     marks = startup_log.log_marks(text, spawn, 72.83)
-    assert marks == {"first_line": 18.6, "engine_core": 43.6, "model_load": 46.6,
-                     "weights_loaded": 50.6, "compiled": 56.6, "kv_cache": 66.6,
-                     "init_done": 68.6, "api_start": 71.6}
+    assert marks == {"first_line": 18.6, "resolved": 18.6, "engine_core": 43.6,
+                     "model_load": 46.6, "weights_loaded": 50.6, "compiled": 56.6,
+                     "kv_cache": 66.6, "init_done": 68.6, "api_start": 71.6}
     # where the 73 s go: 19 s to vLLM's first line, 25 s to the engine core's, 25 s of engine
     assert marks["engine_core"] - marks["first_line"] == pytest.approx(25.0)
     assert marks["init_done"] - marks["engine_core"] == pytest.approx(25.0)

@@ -50,6 +50,13 @@ _PACK_MANIFEST = "crossbench-compile-cache.json"
 _INDEX = "crossbench-starts.jsonl"
 #: what of VLLM_CACHE_ROOT a pack carries (torch.compile artifacts, not downloads or assets)
 _PACKED = ("torch_compile_cache", "torch_aot_compile")
+MODELINFOS = "modelinfos"
+"""The folder of VLLM_CACHE_ROOT where vLLM 0.26.0 keeps what it learnt of each model class
+(``_LazyRegisteredModel.inspect_model_cls``: one JSON per class, keyed by a hash of the class's
+source file). Where a class has none, vLLM imports it in a subprocess to inspect it: 19 s at
+the first start of each architecture on an H100 (2026-12-07, ``Resolved architecture``), which
+a pack spares the next machine. Carried beside the entries, not counted as one (a start's cold
+or warm is its compilation's)."""
 
 
 def default_capture_sizes(max_num_seqs: int, n: int,
@@ -178,9 +185,13 @@ def pack(root: Path, out: Path, key: str) -> dict[str, Any]:
                 "config_hashes": sorted({str(s.get("config_hash")) for s in starts
                                          if s.get("config_hash")}),
                 "gpus": sorted({str(g) for s in starts for g in s.get("gpus") or []})}
+    infos = sorted(p.name for p in (root / MODELINFOS).glob("*.json") if p.is_file())
+    if infos:
+        manifest["modelinfos"] = infos
     index = [(root / _INDEX, _INDEX)] if (root / _INDEX).is_file() else []
     cache_pack.write(out, _PACK_MANIFEST, manifest,
-                     [*index, *((root / entry, entry) for entry in entries)])
+                     [*index, *((root / entry, entry) for entry in entries),
+                      *((root / MODELINFOS / name, f"{MODELINFOS}/{name}") for name in infos)])
     return manifest
 
 
@@ -218,7 +229,9 @@ def pack_starts(path: Path) -> tuple[dict[str, Any], list[dict[str, Any]]]:
 
 def unpack(path: Path, base: Path | None = None) -> tuple[dict[str, Any], Path, list[str]]:
     """Extract a pack into its build's cache root, keeping entries already there (vLLM's
-    entries are content-keyed: one already present is the same compilation). Returns the
+    entries are content-keyed: one already present is the same compilation), and the model
+    class infos (:data:`MODELINFOS`) the root lacks (vLLM checks each against its class's
+    source hash and inspects the class again where it is stale). Returns the
     manifest, the root and the entries added. Only regular files and folders under the
     packed folders are extracted (tarfile's ``data`` filter refuses links out and absolute
     paths)."""
@@ -226,8 +239,15 @@ def unpack(path: Path, base: Path | None = None) -> tuple[dict[str, Any], Path, 
     root = cache_root(manifest["build_key"], base)
     root.mkdir(parents=True, exist_ok=True)
     before = set(cache_entries(root))
-    cache_pack.extract(path, lambda name: (root, name) if name.split("/", 1)[0] in _PACKED
-                       and _entry_of(name) not in before else None, "compile-cache", _MAKER)
+    def place(name: str) -> tuple[Path, str] | None:
+        top = name.split("/", 1)[0]
+        if top in _PACKED:
+            return (root, name) if _entry_of(name) not in before else None
+        if top == MODELINFOS and name != MODELINFOS:  # a model class's info: kept if present
+            return (root, name) if not (root / name).exists() else None
+        return None
+
+    cache_pack.extract(path, place, "compile-cache", _MAKER)
     if index:
         with (root / _INDEX).open("ab") as f:
             f.write(index)

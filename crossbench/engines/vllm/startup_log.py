@@ -167,6 +167,9 @@ _FORCED = re.compile(r"We must use the `spawn` multiprocessing start method\..*?
 _STAMP = re.compile(r"\b(\d\d)-(\d\d) (\d\d):(\d\d):(\d\d) \[")
 #: the phase lines of a vLLM 0.26.0 start (name, message, last occurrence or first)
 _MARKS = (
+    # the last model class resolved (the drafter's after the target's): where vLLM has no
+    # info of a class in VLLM_CACHE_ROOT/modelinfos it inspects it in a subprocess first
+    ("resolved", re.compile(r"Resolved architecture: "), True),  # model.py:623
     ("engine_core", re.compile(r"Initializing a V1 LLM engine"), False),  # core.py:116
     ("model_load", re.compile(r"Starting to load model"), False),  # gpu_model_runner.py:5250
     ("weights_loaded", re.compile(r"Model loading took"), False),  # gpu_model_runner.py:5347
