@@ -55,7 +55,7 @@ def test_the_rounds_file_lists_every_round_of_the_former_scripts(study: ModuleTy
     assert study.parts(rounds, "moe") == list(range(1, 12))
     assert study.parts(rounds, "verdicts") == [1, 2]  # whole, it outgrew one lease
     assert study.parts(rounds, "sglang-methods") == [1, 2, 3]  # the same
-    assert study.parts(rounds, "alpha-same") == [1, 2]  # one engine a part
+    assert study.parts(rounds, "alpha-same") == [1, 2, 3]  # one engine a part
     assert study.parts(rounds, "mtp2") == study.parts(rounds, "ngram2") == [1, 2, 3]
     # the needs the former driver encoded in its case statements
     by = {(r.name, r.part): r for r in _every_round(study) if r.kind == "cross"}
@@ -73,19 +73,20 @@ def test_the_rounds_file_lists_every_round_of_the_former_scripts(study: ModuleTy
         ("moe", 2), ("moe", 3), ("moe", 5), ("moe", 7), ("fits2", None),
         ("sglang-methods", 1), ("sglang-methods", 2), ("sglang-methods", 3),
         ("sglang-nextn", None), ("startup-next", None), ("startup-spec", None), ("verdicts", 2),
-        ("alpha-same", 2), ("mtp2", 2), ("mtp2", 3), ("ngram2", 2), ("ngram2", 3),
+        ("alpha-same", 2), ("alpha-same", 3), ("mtp2", 2), ("mtp2", 3), ("ngram2", 2),
+        ("ngram2", 3),
         ("moe", 10), ("moe", 11), ("alpha", 1), ("alpha", 2), ("vllm-split", None)}
     assert {k for k, r in by.items() if r.drafters} == {("methods", p) for p in (1, 2, 3, 4)} | {
         ("fits", None), ("fits2", None), ("verdicts", 1), ("verdicts", 2),
         ("sglang-methods", 1), ("sglang-methods", 2), ("sglang-methods", 3), ("alpha", 1),
-        ("alpha", 2), ("alpha-same", 1), ("alpha-same", 2), ("startup-spec", None),
-        ("vllm-split", None)}
+        ("alpha", 2), ("alpha-same", 1), ("alpha-same", 2), ("alpha-same", 3),
+        ("startup-spec", None), ("vllm-split", None)}
     assert {k for k, r in by.items() if not r.verify_hf} == {
         ("methods", 3), ("methods", 4), ("mtp", None), ("fits", None), ("fits2", None),
         ("verdicts", 1), ("verdicts", 2), ("sglang-methods", 1), ("sglang-methods", 2),
         ("sglang-methods", 3), ("sglang-nextn", None),
         ("startup-next", None), ("startup-spec", None), ("alpha", 1), ("alpha", 2),
-        ("alpha-same", 1), ("alpha-same", 2), ("vllm-split", None)} | {
+        ("alpha-same", 1), ("alpha-same", 2), ("alpha-same", 3), ("vllm-split", None)} | {
         ("moe", p) for p in range(1, 12)} | {
         (r, p) for r in ("mtp2", "ngram2") for p in (1, 2, 3)}
     # mtp2 makes the MTP target in both formats for llama.cpp, its HF folder alone for vLLM;
