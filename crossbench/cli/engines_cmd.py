@@ -304,7 +304,7 @@ def _build_key(binary: Path | None, build: str | None) -> str:
             raise UserError(f"--binary {binary} does not exist", "give the vllm executable")
         text = version_text(str(binary))
         digest = hashlib.sha256(binary.resolve().read_bytes()).hexdigest()
-        return cache_pack.build_key(text, digest, epack.install_record(binary.resolve()))
+        return cache_pack.build_key(text, digest)
     base = startup_cut.cache_root("x").parent
     keys = sorted(p.name for p in base.iterdir()) if base.is_dir() else []
     if len(keys) != 1:

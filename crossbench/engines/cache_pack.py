@@ -22,17 +22,14 @@ from typing import Any
 from crossbench.errors import UserError
 
 
-def build_key(version_text: str, binary_sha256: str,
-              install: dict[str, Any] | None = None) -> str:
+def build_key(version_text: str, binary_sha256: str) -> str:
     """Name of one engine build's cache: the release and 12 hex digits of a hash of the
-    version text and the installed payload's sha256 (``install["payload"]["sha256"]``) or
-    else ``binary_sha256``."""
+    version text and ``binary_sha256``. For a launcher that ``crossbench engines install``
+    wrote, that is the launcher script's sha256: it names the payload's sha256, the install
+    folder and the interpreter, so the same pack installed under another folder or over
+    another Python gets another key (the study's devices all install at one path)."""
     release = (version_text.split("+", 1)[0].strip() or "unknown").replace("/", "_")
-    payload = None
-    if install is not None:
-        pay = install.get("payload")
-        payload = pay.get("sha256") if isinstance(pay, dict) else None
-    ident = json.dumps([version_text, payload or binary_sha256])
+    ident = json.dumps([version_text, binary_sha256])
     return f"{release}-{hashlib.sha256(ident.encode()).hexdigest()[:12]}"
 
 

@@ -378,8 +378,7 @@ class VllmServer(LocalServer):
         if self._build_key is None:
             binary = self.binary.resolve()
             digest = hashlib.sha256(binary.read_bytes()).hexdigest()
-            self._build_key = cache_pack.build_key(self.version_text(), digest,
-                                                   install_record(binary))
+            self._build_key = cache_pack.build_key(self.version_text(), digest)
         return self._build_key
 
     def base_environment(self) -> dict[str, str]:
