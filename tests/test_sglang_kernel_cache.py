@@ -125,22 +125,21 @@ def test_unpack_refuses_another_compute_capability_or_build(
     pack = _pack_here(tmp_path, monkeypatch, py)
     key = kernel_cache.engine_build(py)["build_key"]
     _machine(tmp_path / "b", monkeypatch)
-    code, out, err = _cli("unpack", str(pack), "--binary", str(py), "--gpu", "NVIDIA A100",
-                          "--compute-cap", "8.0")
-    assert (code, out) == (2, "")
-    assert err == (f"crossbench: error: kernel-cache: {pack} holds kernels built for compute "
-                   "capability 9.0 (NVIDIA H100 80GB HBM3), this machine's GPU (NVIDIA A100) "
-                   "has 8.0: compute_cap differs and its kernels would not load (fix: carry a "
-                   "pack made on a GPU of compute capability 8.0 (H100 and H200 are both "
-                   "9.0), or start without it (cold))\n")
-    code, out, err = _cli("unpack", str(pack), "--build", "0.5.17-0123456789ab",
-                          "--compute-cap", "9.0")
-    assert (code, out) == (2, "")
-    assert err == (f"crossbench: error: kernel-cache: {pack} was packed by SGLang build {key} "
-                   "(release 0.5.17), this one is 0.5.17-0123456789ab: build_key differs and "
-                   "its kernels were built from other sources (fix: install the SGLang pack "
-                   "those kernels came from and give its PREFIX/bin/python as --binary, or "
-                   "start without it (cold))\n")
+    refused = {
+        ("--binary", str(py), "--gpu", "NVIDIA A100", "--compute-cap", "8.0"):
+            "holds kernels built for compute capability 9.0 (NVIDIA H100 80GB HBM3), this "
+            "machine's GPU (NVIDIA A100) has 8.0: compute_cap differs and its kernels would not "
+            "load (fix: carry a pack made on a GPU of compute capability 8.0 (H100 and H200 are "
+            "both 9.0), or start without it (cold))",
+        ("--build", "0.5.17-0123456789ab", "--compute-cap", "9.0"):
+            f"was packed by SGLang build {key} (release 0.5.17), this one is "
+            "0.5.17-0123456789ab: build_key differs and its kernels were built from other "
+            "sources (fix: install the SGLang pack those kernels came from and give its "
+            "PREFIX/bin/python as --binary, or start without it (cold))"}
+    for args, said in refused.items():
+        code, out, err = _cli("unpack", str(pack), *args)
+        assert (code, out) == (2, ""), args
+        assert err == f"crossbench: error: kernel-cache: {pack} {said}\n"
     assert not (tmp_path / "b" / "tvm-ffi").exists()  # nothing was extracted
     code, _, err = _cli("unpack", str(pack), "--binary", str(py), "--build", key,
                         "--compute-cap", "9.0")

@@ -8,6 +8,7 @@ import random
 import tarfile
 from pathlib import Path
 from types import ModuleType
+from typing import Any
 
 import pytest
 from bench_loader import load_benchmark
@@ -337,20 +338,25 @@ QWEN3 = "/work/main/.cbcache/fixtures/qwen3-8b-seed0-v1/hf-target"
 MOE = "/root/.cache/crossbench/fixtures/qwen3-8b-seed0-v1/moe-target/hf"
 
 
-def _made(path: Path, stamp: str, payload: bytes, models: tuple[str, ...] = (QWEN3,)) -> Path:
-    """A compile-cache pack as `compile-cache pack` writes it: its manifest, then an entry."""
+def _pack_of(path: Path, manifest_name: str, manifest: dict[str, Any], entry: str,
+             payload: bytes) -> Path:
+    """A cache pack as `crossbench engines compile-cache|kernel-cache pack` writes one: its
+    manifest first, then one entry's file."""
     import json
 
     with tarfile.open(path, "w:gz") as tar:
-        data = json.dumps({"format": 1, "build_key": "k", "created": stamp,
-                           "models": list(models)}).encode()
-        info = tarfile.TarInfo("crossbench-compile-cache.json")
-        info.size = len(data)
-        tar.addfile(info, io.BytesIO(data))
-        info = tarfile.TarInfo("torch_compile_cache/abc/artifact")
-        info.size = len(payload)
-        tar.addfile(info, io.BytesIO(payload))
+        for name, data in ((manifest_name, json.dumps(manifest).encode()), (entry, payload)):
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
     return path
+
+
+def _made(path: Path, stamp: str, payload: bytes, models: tuple[str, ...] = (QWEN3,)) -> Path:
+    """A compile-cache pack as `compile-cache pack` writes it: its manifest, then an entry."""
+    return _pack_of(path, "crossbench-compile-cache.json",
+                    {"format": 1, "build_key": "k", "created": stamp, "models": list(models)},
+                    "torch_compile_cache/abc/artifact", payload)
 
 
 def test_keep_keeps_only_the_newest_pack_in_any_call_order(carry: ModuleType,
@@ -1011,19 +1017,11 @@ def test_a_kept_compile_cache_is_cut_again_when_the_tree_outgrew_its_parts(
 def _kernels(path: Path, stamp: str, payload: bytes, build: str = "0.5.17-0123456789ab",
              cap: str = "9.0") -> Path:
     """An SGLang kernel-cache pack as `kernel-cache pack` writes it: its manifest, an entry."""
-    import json
-
-    with tarfile.open(path, "w:gz") as tar:
-        data = json.dumps({"format": 1, "kind": "sglang-kernel-cache", "build_key": build,
-                           "compute_cap": cap, "created": stamp, "payload_sha256": "ab" * 32,
-                           "caches": {"tvm_ffi": ["m"], "triton": []}}).encode()
-        info = tarfile.TarInfo("crossbench-kernel-cache.json")
-        info.size = len(data)
-        tar.addfile(info, io.BytesIO(data))
-        info = tarfile.TarInfo("tvm_ffi/m/m.so")
-        info.size = len(payload)
-        tar.addfile(info, io.BytesIO(payload))
-    return path
+    return _pack_of(path, "crossbench-kernel-cache.json",
+                    {"format": 1, "kind": "sglang-kernel-cache", "build_key": build,
+                     "compute_cap": cap, "created": stamp, "payload_sha256": "ab" * 32,
+                     "caches": {"tvm_ffi": ["m"], "triton": []}},
+                    "tvm_ffi/m/m.so", payload)
 
 
 def test_keep_holds_sglang_kernel_caches_by_build_and_compute_capability(
