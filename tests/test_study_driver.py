@@ -896,6 +896,35 @@ def test_calls_list_a_leases_carries_up_to_the_rounds_start(
                               'pack.json"] until the round has ended; then BUDGET_S=20')
 
 
+def test_uncommitted_code_names_what_a_call_would_carry_unlike_the_commit(
+        study: ModuleType, tmp_path: Path) -> None:
+    """`study.py calls` warns while code differs from the last commit (a device call carries
+    the tree as it is: on 2026-12-07 a change being written ran in a round): changed,
+    deleted and untracked files under the code folders count, docs and ignored files not."""
+    import subprocess
+
+    repo = tmp_path / "repo"
+    for rel in ("crossbench/a.py", "crossbench/gone.py", "benchmarks/b.py", "docs/d.md"):
+        (repo / rel).parent.mkdir(parents=True, exist_ok=True)
+        (repo / rel).write_text("x = 1\n")
+    (repo / ".gitignore").write_text("crossbench/__pycache__/\n")
+    git = ["git", "-C", str(repo), "-c", "user.name=t", "-c", "user.email=t@t"]
+    subprocess.run(["git", "init", "-q", str(repo)], check=True)
+    subprocess.run([*git, "add", "-A"], check=True)
+    subprocess.run([*git, "commit", "-q", "-m", "c"], check=True)
+    assert study.uncommitted_code(repo) == []
+    (repo / "crossbench" / "a.py").write_text("x = 2\n")
+    (repo / "crossbench" / "gone.py").unlink()
+    (repo / "engines" / "new.yaml").parent.mkdir()
+    (repo / "engines" / "new.yaml").write_text("a: 1\n")
+    (repo / "docs" / "d.md").write_text("changed\n")  # not code
+    (repo / "crossbench" / "__pycache__").mkdir()
+    (repo / "crossbench" / "__pycache__" / "a.pyc").write_text("")  # ignored
+    assert sorted(study.uncommitted_code(repo)) == ["crossbench/a.py", "crossbench/gone.py",
+                                                    "engines/"]
+    assert study.uncommitted_code(tmp_path / "not-a-repo") == []
+
+
 def test_calls_refuse_a_lease_without_the_wheels_or_the_source(study: ModuleType,
                                                                 tmp_path: Path) -> None:
     """A cross round's setup unpacks the llama.cpp source and its first call installs the

@@ -721,6 +721,26 @@ def cache_pick(r: Round, repo: Path) -> tuple[list[Path], str]:
     return held[best], f"compile cache {best.relative_to(repo)} ({why})"
 
 
+CODE_DIRS = ("crossbench", "benchmarks", "engines", "matrices")
+"""The folders whose files a device call's round runs (its code and its matrices)."""
+
+
+def uncommitted_code(repo: Path) -> list[str]:
+    """The files under :data:`CODE_DIRS` that ``git status`` says differ from the last commit
+    (modified, added, deleted or untracked and not ignored); empty outside a git checkout."""
+    import subprocess
+
+    try:
+        out = subprocess.run(["git", "-C", str(repo), "status", "--porcelain", "--",
+                              *CODE_DIRS], capture_output=True, text=True, timeout=30,
+                             check=False)
+    except (OSError, subprocess.TimeoutExpired):
+        return []
+    if out.returncode != 0:
+        return []
+    return [line[3:].strip() for line in out.stdout.splitlines() if len(line) > 3]
+
+
 def kernel_pick(r: Round, repo: Path) -> tuple[list[Path], str]:
     """The SGLang kernel-cache parts a lease of round ``r`` carries, and one line saying why:
     of the packs kept in ``.carry/sglang-kernels/`` (one per engine build and compute
@@ -937,6 +957,13 @@ def main(argv: list[str] | None = None) -> int:
             print(cache_pick(r, Path.cwd())[1])
         if r.sglang:
             print(kernel_pick(r, Path.cwd())[1])
+        changed = uncommitted_code(Path.cwd())
+        if changed:
+            print(f"study.py: {len(changed)} code file(s) differ from the last commit "
+                  f"({', '.join(changed[:3])}{', ...' if len(changed) > 3 else ''}): every "
+                  "call carries the tree as it is then, so a change written during the lease "
+                  "runs in its round (2026-12-07); commit or stash it before the first call",
+                  file=sys.stderr)
         for i, (env, carried) in enumerate(calls, 1):
             print(f"call {i}: OUT=$OUT {env} bash benchmarks/study/run.sh 2>&1 | tail -30")
             print(f"  carry: {json.dumps([str(q) for q in carried])}")
