@@ -296,15 +296,11 @@ def _build_key(binary: Path | None, build: str | None) -> str:
     if build is not None:
         return build
     if binary is not None:
-        import hashlib
-
         from crossbench.runner.vllm_check import version_text
 
         if not binary.is_file():
             raise UserError(f"--binary {binary} does not exist", "give the vllm executable")
-        text = version_text(str(binary))
-        digest = hashlib.sha256(binary.resolve().read_bytes()).hexdigest()
-        return cache_pack.build_key(text, digest)
+        return cache_pack.binary_build_key(version_text(str(binary)), binary)
     base = startup_cut.cache_root("x").parent
     keys = sorted(p.name for p in base.iterdir()) if base.is_dir() else []
     if len(keys) != 1:

@@ -33,6 +33,14 @@ def build_key(version_text: str, binary_sha256: str) -> str:
     return f"{release}-{hashlib.sha256(ident.encode()).hexdigest()[:12]}"
 
 
+def binary_build_key(version_text: str, binary: Path) -> str:
+    """:func:`build_key` of the executable ``binary`` (links resolved) that answers
+    ``version_text``: the key vLLM's compile cache and an SGLang interpreter outside an
+    install are filed under."""
+    digest = hashlib.sha256(binary.resolve().read_bytes()).hexdigest()
+    return build_key(version_text, digest)
+
+
 def utc_now() -> str:
     """This moment as a manifest's ``created`` stamp (ISO 8601, UTC, whole seconds: the
     strings order as the times do)."""

@@ -19,7 +19,6 @@ Triton itself, so one that no start asks for costs only its bytes.
 
 from __future__ import annotations
 
-import hashlib
 import os
 from pathlib import Path
 from typing import Any
@@ -61,8 +60,8 @@ def engine_build(binary: Path) -> dict[str, Any]:
         return {"build_key": cache_pack.build_key(release, payload), "release": release,
                 "payload_sha256": payload}
     text = version_text(binary, DEFAULT_VERSION)
-    digest = hashlib.sha256(binary.resolve().read_bytes()).hexdigest()
-    return {"build_key": cache_pack.build_key(text, digest), "release": text.partition("+")[0],
+    return {"build_key": cache_pack.binary_build_key(text, binary),
+            "release": text.partition("+")[0],
             "payload_sha256": None}
 
 

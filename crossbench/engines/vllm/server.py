@@ -376,9 +376,7 @@ class VllmServer(LocalServer):
     def build_key(self) -> str:
         """The engine build's compile-cache key (:func:`cache_pack.build_key`)."""
         if self._build_key is None:
-            binary = self.binary.resolve()
-            digest = hashlib.sha256(binary.read_bytes()).hexdigest()
-            self._build_key = cache_pack.build_key(self.version_text(), digest)
+            self._build_key = cache_pack.binary_build_key(self.version_text(), self.binary)
         return self._build_key
 
     def base_environment(self) -> dict[str, str]:
