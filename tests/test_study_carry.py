@@ -566,7 +566,8 @@ def test_run_sh_starts_no_late_setup_where_the_machine_has_what_the_round_needs(
 def test_run_sh_makes_a_chained_rounds_fixtures_before_its_drafters(tmp_path: Path) -> None:
     """An SGLang round on the Qwen3-8B pair chained after `sglang-nextn` (whose setup made the
     MTP target's HF folder alone and no drafters): the pair is made late, only it, before the
-    drafters, and its exit goes to timing.txt as the setup's fixtures do."""
+    drafters, and its exit goes to timing.txt as the setup's fixtures do; `study.py room`
+    (which frees the disk of target folders the round does not name) runs before it."""
     first = ('fixtures_exit=0 fixtures="path mtp-target --shape qwen3-8b --format hf" s=169\n'
              "build_exit=skipped build_s=170\nsetup_exit=0 setup_s=170\n")
     log, said = _late_setup(tmp_path, first, drafters="1", fixtures=(
@@ -574,7 +575,8 @@ def test_run_sh_makes_a_chained_rounds_fixtures_before_its_drafters(tmp_path: Pa
     assert said.splitlines() == ["round x needs what this machine's setup did not make "
                                  "(fixtures drafters): made now", "READY"]
     calls = (tmp_path / "calls.txt").read_text().splitlines()
-    assert calls == ["-m crossbench fixtures make --shape qwen3-8b --hf",
+    assert calls == [f"benchmarks/study/study.py room x --cache {tmp_path}",  # room first
+                     "-m crossbench fixtures make --shape qwen3-8b --hf",
                      "-m crossbench fixtures make --shape qwen3-8b --drafter eagle3 "
                      "--drafter dflash"]
     timing = (log / "timing.txt").read_text()
@@ -592,7 +594,8 @@ def test_run_sh_holds_a_chained_round_whose_late_fixture_failed(tmp_path: Path) 
     assert said.splitlines()[-1] == "HELD"
     assert "round x: not started, its late setup failed (late_fixtures_exit=1" in said
     calls = (tmp_path / "calls.txt").read_text().splitlines()
-    assert calls == ["-m crossbench fixtures path mtp-target --shape qwen3-8b --format hf"]
+    assert calls == [f"benchmarks/study/study.py room x --cache {tmp_path}",
+                     "-m crossbench fixtures path mtp-target --shape qwen3-8b --format hf"]
     assert 'fixtures_exit=3 fixtures="path mtp-target' in (log / "timing.txt").read_text()
 
 
@@ -629,6 +632,7 @@ def test_run_sh_makes_again_what_the_first_setup_failed_before_the_round(
     assert said.splitlines() == ["round x needs what this machine's setup did not make "
                                  "(fixtures): made now", "READY"]
     assert (tmp_path / "calls.txt").read_text().splitlines() == [
+        f"benchmarks/study/study.py room x --cache {tmp_path}",
         "-m crossbench fixtures make --shape qwen3-8b --hf"]
     assert "late_fixtures_exit=0" in (log / "timing.txt").read_text()
 

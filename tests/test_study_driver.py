@@ -1135,3 +1135,44 @@ def test_an_sglang_lease_carries_the_kernel_cache_its_pack_built_and_lands_the_n
     assert said[-2] == (f"vLLM compile cache: 1 part(s) kept in {cdir / 'unnamed'} for the "
                         "next lease's calls (docs/h200-rounds.md)")  # apart from SGLang's
     assert [q.name for q in cdir.rglob("*")] == ["unnamed", "vllm-compile.tgz.p0of1"]
+
+
+def test_room_removes_only_the_targets_a_chained_round_does_not_name(
+        study: ModuleType, tmp_path: Path) -> None:
+    """2026-12-07: `mtp2 PART=1` left its 33.6 GB MTP target on the machine and the chained
+    `ngram2 PART=1`'s Qwen3-8B pair met `No space left on device`. `room` (run by the late
+    setup) removes the MTP, MoE and dense-twin folders the round does not name, only while
+    the disk is short, and keeps every folder a round names (a DFlash-MoE drafter keeps its
+    dense twin); the pair's files are never touched."""
+    rounds = study.load_rounds()
+    fixtures = tmp_path / "fixtures"
+    made = {}
+    for shape, role in (("qwen3-8b", "mtp-target"), ("qwen3-8b", "moe-target"),
+                        ("qwen3-8b", "dense-twin"), ("qwen3-8b-l4", "moe-target")):
+        folder = fixtures / f"{shape}-seed0-v1" / role
+        (folder / "hf").mkdir(parents=True)
+        (folder / "hf" / "model.safetensors").write_bytes(b"\0" * 1000)
+        made[(shape, role)] = folder
+    pair = fixtures / "qwen3-8b-seed0-v1" / "target.gguf"
+    pair.write_bytes(b"\0" * 10)
+
+    def spare(name: str, part: int | None) -> set[tuple[str, str]]:
+        got = study.spare_targets(study.get_round(rounds, name, part), tmp_path)
+        return {k for k, v in made.items() if v in got}
+
+    assert spare("ngram2", 1) == set(made)                   # names none of them
+    assert spare("mtp2", 1) == set(made) - {("qwen3-8b", "mtp-target")}
+    assert spare("moe", 6) == {("qwen3-8b", "mtp-target"), ("qwen3-8b-l4", "moe-target")}
+    assert spare("moe", 8) == {("qwen3-8b", "mtp-target"), ("qwen3-8b", "dense-twin")}
+
+    ngram = study.get_round(rounds, "ngram2", 1)
+    assert study.make_room(ngram, tmp_path, min_free_gb=0) == []  # room enough: nothing goes
+    assert all(f.is_dir() for f in made.values())
+    lines = study.make_room(ngram, tmp_path, min_free_gb=1e12)   # never room: all four go
+    assert len(lines) == 4 and all(re.fullmatch(
+        r'late_freed="fixtures/[^"]+" gb=0\.0 free_gb_before=\S+ free_gb_after=\S+', ln)
+        for ln in lines), lines
+    assert not any(f.exists() for f in made.values()) and pair.is_file()
+    cli = subprocess.run([sys.executable, str(STUDY), "room", "mtp2", "--part", "1",
+                          "--cache", str(tmp_path)], cwd=ROOT, capture_output=True, text=True)
+    assert cli.returncode == 0 and cli.stdout == "", cli.stderr  # nothing left to remove

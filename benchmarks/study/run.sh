@@ -305,6 +305,10 @@ late_setup() {  # starts the late setup where the round needs one (a no-op other
         b=$!
       fi
       if [[ " $0 " == *" fixtures "* ]]; then  # before the drafters, as in the setup
+        # room first: an earlier round'"'"'s target folders this round does not name go when
+        # the disk is short (2026-12-07: mtp2'"'"'s 33.6 GB MTP target left ngram2 no room)
+        python3 benchmarks/study/study.py room "$ROUND" --cache "$CROSSBENCH_CACHE" \
+          >>"$LOG"/timing.txt 2>>"$LOG"/late-setup.out
         f=0; while IFS= read -r step; do eval "$step" || f=1; done <"$LOG"/late-fixtures.sh
         mark fixtures $f
       fi
@@ -480,7 +484,8 @@ fi
 [ -f "$LOG/round.started" ] && for d in "${TVM_FFI_CACHE_DIR:-$HOME/.cache/tvm-ffi}" \
     "${TRITON_CACHE_DIR:-$HOME/.triton/cache}" "$HOME/.cache/flashinfer" \
     "/tmp/torchinductor_$(id -un)"; do
-  [ -d "$d" ] && echo "$(du -sk "$d" | cut -f1) KiB $(ls "$d" | wc -l) entries $d"
+  [ -d "$d" ] || continue  # (a missing last one left the loop's status 1)
+  echo "$(du -sk "$d" | cut -f1) KiB $(ls "$d" | wc -l) entries $d"
 done >"$LOG/kernel-caches.txt" 2>/dev/null
 tar -C /tmp -czf "$OUT/logs.tgz" cross-logs 2>/dev/null
 # (the count first: what the tar holds is at least that many trials)

@@ -13,6 +13,7 @@ Usage (from the repository root)::
     python3 benchmarks/study/study.py plan ROUND [--part N]
     python3 benchmarks/study/study.py calls ROUND [--part N]
     python3 benchmarks/study/study.py wheels [--dest .whl]
+    python3 benchmarks/study/study.py room ROUND [--part N] --cache DIR [--min-free-gb G]
 
 ``run`` makes the round's variants, starts its sampler, then runs each step as
 ``python3 -m crossbench matrix MATRIX --out DIR/NAME [--resume] --progress plain
@@ -27,12 +28,14 @@ a device call brought back (``run.tgz``, ``logs.tgz``) into verified
 archives, reports and datapoints in DEST (:func:`land`); it runs crossbench itself.
 ``calls`` prints a lease's device calls up to the round's start (:func:`lease_calls`);
 ``wheels`` downloads the wheels of crossbench's dependencies the GPU image lacks into
-``.whl/`` (:data:`HOST_LACKS`, pinned by constraints.txt; needs PyPI).
+``.whl/`` (:data:`HOST_LACKS`, pinned by constraints.txt; needs PyPI). ``room`` removes the
+MTP, MoE and dense-twin target folders a round does not name from the machine's fixture cache
+when the disk is short (:func:`spare_targets`; a chained round's late setup runs it).
 PART defaults to the environment's PART, else 1. ``--steps A,B`` (default: the environment's
 STEPS) keeps only the named steps of the round, in the round's order, for a lease too short
 for all of them (``env``, ``dry``, ``run`` and ``plan`` alike); an unknown name is refused
-with the round's step names. Needs only the standard library and PyYAML (``land`` also
-crossbench, installed).
+with the round's step names. Needs only the standard library and PyYAML (``land`` and
+``room`` also crossbench, installed).
 """
 
 from __future__ import annotations
@@ -741,6 +744,61 @@ def uncommitted_code(repo: Path) -> list[str]:
     return [line[3:].strip() for line in out.stdout.splitlines() if len(line) > 3]
 
 
+ROOM_GB = 40
+"""Free disk (GB) below which a chained round's late setup removes the target folders it does
+not name: the largest fixture set a round makes is the Qwen3-8B pair with its HF folders
+(34 GB) or the MoE target in both formats (32.8 GB)."""
+
+
+def _option(words: list[str], name: str, default: str) -> str:
+    return words[words.index(name) + 1] if name in words[:-1] else default
+
+
+def spare_targets(r: Round, cache: Path) -> list[Path]:
+    """The MTP, MoE and dense-twin target folders in ``cache``'s fixtures that round ``r``'s
+    fixtures do not name (``path ROLE --shape S [--seed N]``; a ``dflash-moe`` drafter keeps
+    its shape's dense twin, which it is converted against). On 2026-12-07 the MTP target's
+    33.6 GB, left by ``mtp2 PART=1``, left ``ngram2 PART=1``'s chained Qwen3-8B pair no room
+    (``No space left on device``); these folders are the large ones a later round can lack."""
+    from crossbench.fixtures.make import fixture_dir
+    from crossbench.fixtures.resolve import MTP_ROLES
+
+    keep = set()
+    for args, _ in r.fixtures:
+        words = shlex.split(args)
+        if words[:1] != ["path"] or len(words) < 2:
+            continue
+        folder = fixture_dir(cache, _option(words, "--shape", "tiny"),
+                             int(_option(words, "--seed", "0")))
+        if words[1] in MTP_ROLES:
+            keep.add(folder / words[1])
+        elif words[1] == "dflash-moe":
+            keep.add(folder / "dense-twin")
+    found = sorted(p for role in MTP_ROLES for p in (cache / "fixtures").glob(f"*/{role}")
+                   if p.is_dir())
+    return [p for p in found if p not in keep]
+
+
+def _free_gb(path: Path) -> float:
+    return shutil.disk_usage(path).free / 1e9
+
+
+def make_room(r: Round, cache: Path, min_free_gb: float = ROOM_GB) -> list[str]:
+    """Remove :func:`spare_targets` while the cache's disk has less than ``min_free_gb`` GB
+    free; one ``late_freed=...`` line per folder removed (for timing.txt), none when the disk
+    has room."""
+    lines = []
+    for folder in spare_targets(r, cache):
+        free = _free_gb(cache)
+        if free >= min_free_gb:
+            break
+        size = sum(f.stat().st_size for f in folder.rglob("*") if f.is_file()) / 1e9
+        shutil.rmtree(folder)
+        lines.append(f'late_freed="{folder.relative_to(cache)}" gb={size:.1f} '
+                     f"free_gb_before={free:.1f} free_gb_after={_free_gb(cache):.1f}")
+    return lines
+
+
 def kernel_pick(r: Round, repo: Path) -> tuple[list[Path], str]:
     """The SGLang kernel-cache parts a lease of round ``r`` carries, and one line saying why:
     of the packs kept in ``.carry/sglang-kernels/`` (one per engine build and compute
@@ -869,11 +927,15 @@ def main(argv: list[str] | None = None) -> int:
     wp = sub.add_parser("wheels", help="download the wheels the GPU image lacks into .whl/")
     wp.add_argument("--dest", type=Path, default=Path(".whl"))
     wp.add_argument("--constraints", type=Path, default=REPO / "constraints.txt")
-    for cmd in ("env", "dry", "run", "land", "plan", "calls"):
+    for cmd in ("env", "dry", "run", "land", "plan", "calls", "room"):
         sp = sub.add_parser(cmd)
         sp.add_argument("round")
         if cmd == "run":
             sp.add_argument("dir")
+        if cmd == "room":
+            sp.add_argument("--cache", type=Path, required=True,
+                            help="the machine's crossbench cache ($CROSSBENCH_CACHE)")
+            sp.add_argument("--min-free-gb", type=float, default=ROOM_GB)
         if cmd == "land":
             sp.add_argument("files_at", type=Path, help="the folder with run.tgz, logs.tgz")
             sp.add_argument("dest", type=Path, help="where the archives and reports go, "
@@ -928,6 +990,10 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     if a.cmd == "env":
         print("\n".join(env_lines(r)))
+        return 0
+    if a.cmd == "room":
+        for line in make_room(r, a.cache, a.min_free_gb):
+            print(line, flush=True)
         return 0
     if a.cmd == "dry":
         if r.kind != "cross":
