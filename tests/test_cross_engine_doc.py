@@ -725,3 +725,117 @@ def test_compare_of_the_one_machine_cells_is_the_pages(tmp_path: Path) -> None:
     flat = " ".join(same_machine_section().split())
     assert (f"vLLM's decode {interval(sp['geomean'], sp['ci95'], 3)} times llama.cpp's "
             f"({sp['n_samples']} pairs over {sp['n_prompts']} prompts)") in flat
+
+
+MTP2 = H100 / "mtp2-part1"
+NGRAM2 = H100 / "ngram2-part1/h100-ngram2-part1-llama-ngram2.zip"
+
+
+def mtp2_section() -> str:
+    """The page's section on `mtp2 PART=1` and `ngram2 PART=1` (one H100, 2026-12-07)."""
+    return doc_section("## llama.cpp's MTP at the other alpha and its step split")
+
+
+def test_llamas_mtp_at_alpha_07_rows_line_and_c16_are_the_archive() -> None:
+    """`mtp2 PART=1`: each c=1 row (MAL, speedup and interval, C(n)), the alpha 0.7 line with
+    its intervals and R², the clipped expectation of each MAL, the alpha 0.9 step against the
+    line's C(4), the c=16 outputs and per-request range, and which pairs are host-bound: all
+    from the archive's raw records; one start per arm, so no verdict word in any row."""
+    section = mtp2_section()
+    flat = " ".join(section.split()).replace("**", "")
+    with open_run(MTP2 / "h100-mtp2-part1-llama-mtp2.zip") as frames:
+        a = frames.analysis
+    pairs = {(p["arm"], p["n"], p["concurrency"]): p for p in a["pairs"]}
+    cells = {(c["arm"], c["n"], c["concurrency"]): c for c in a["cells"]}
+    cost = {}
+    for (arm, n, c), p in pairs.items():
+        if c != 1:
+            continue
+        sp, mal = p["speedup"], p["acceptance"]["mean_acceptance_length"]
+        assert sp["start_ci95"] is None  # one start per arm
+        cost[(arm, n)] = mal / sp["geomean"]
+        row = (f"| MTP, alpha {arm[-3:]} | {n} | {mal:.3f} | "
+               f"{interval(sp['geomean'], sp['ci95'], 3)} | {cost[(arm, n)]:.3f} |")
+        assert row in section, row
+    assert len(cost) == 5
+    assert f"baseline {pairs[('mtp-a0.7', 1, 1)]['baseline_tok_s']:.1f} tok/s" in flat
+    (line,) = [s["cost_model"] for s in a["sweeps"]
+               if s["arm"] == "mtp-a0.7" and s["concurrency"] == 1]
+    assert (f"d {interval(line['d'], line['d_ci95'], 3)}, "
+            f"v {interval(line['v'], line['v_ci95'], 3)}") in flat
+    assert f"R² {line['r2']:.3f}" in flat
+    expected = [cells[("mtp-a0.7", n, 1)]["acceptance"]["expected_mean_acceptance_length"]
+                for n in (1, 2, 4, 8)]
+    assert "(" + ", ".join(f"{x:.3f}" for x in expected) in flat
+    c4 = line["d"] + 4 * line["v"]
+    mal09 = pairs[("mtp-a0.9", 4, 1)]["acceptance"]["mean_acceptance_length"]
+    assert f"C(4) = {c4:.3f}" in flat and f"measured {cost[('mtp-a0.9', 4)]:.3f}" in flat
+    assert f"predicted {mal09 / c4:.3f}x" in flat
+    assert f"cost {cost[('mtp-a0.9', 4)] / cost[('mtp-a0.7', 4)]:.3f} times" in flat
+    wall = {k: c["throughput"]["wall_output_tok_s"] for k, c in cells.items() if k[2] == 16}
+    base = wall.pop(("none", None, 16))
+    assert f"baseline's output {base:.1f} tok/s" in flat
+    for (arm, n, _), tok_s in wall.items():
+        assert f"n = {n}: {tok_s:.1f} ({tok_s / base:.2f})" in flat, (arm, n)
+    per_request = [p["speedup"]["geomean"] for k, p in pairs.items() if k[2] == 16]
+    assert f"{min(per_request):.2f}-{max(per_request):.2f} of the baseline's" in flat
+    bound = {k for k, p in pairs.items() if any(w["kind"] == "host_bound" for w in p["warnings"])}
+    assert bound == {("mtp-a0.7", 1, 16), ("mtp-a0.7", 2, 16), ("mtp-a0.7", 4, 16),
+                     ("mtp-a0.9", 4, 16)}
+    table = section[section.index("| arm | n | MAL |"):section.index("- **The alpha 0.7")]
+    assert "faster" not in table and "slower" not in table
+
+
+def test_llamas_mtp_step_split_is_decompose_and_not_settled() -> None:
+    """The MTP step split: the plain step, each pass in ms and in plain steps, the share each
+    n leaves unexplained, the repetitions' spread, all from decompose-mtp.json, whose line is
+    the archive's; the page says the split is not settled, as no n but one is within 10 %."""
+    import json
+
+    flat = " ".join(mtp2_section().split()).replace("**", "")
+    d = json.loads((MTP2 / "decompose-mtp.json").read_text())
+    rows = d["rows"]
+    assert f"a plain step costs {rows[0]['plain_ms']:.3f} ms" in flat
+    ms = [f"{r['verify_ms']:.2f}" for r in rows]
+    steps = [f"{r['verify_steps']:.2f}" for r in rows]
+    assert f"{', '.join(ms[:-1])} and {ms[-1]} ms" in flat
+    assert f"{', '.join(steps[:-1])} and {steps[-1]} plain steps" in flat
+    shares = [round(100 * r["rest_share"]) for r in rows]
+    assert f"over-explains n = 1 ({shares[0]} %), matches n = 2 (+{shares[1]} %)" in flat
+    assert f"leaves {shares[2]} % and {shares[3]} % unexplained" in flat
+    assert [r["explained"] for r in rows] == [False, True, False, False]
+    samples = [x / 1e6 for t in d["raw"]["target"] if t["n_gen"] == 0 for x in t["samples_ns"]]
+    assert f"spread {min(samples):.1f}-{max(samples):.1f} ms" in flat
+    assert "Not settled" in flat
+    with open_run(MTP2 / "h100-mtp2-part1-llama-mtp2.zip") as frames:
+        (line,) = [s["cost_model"] for s in frames.analysis["sweeps"]
+                   if s["arm"] == "mtp-a0.7" and s["concurrency"] == 1]
+    assert (d["d"], d["v"]) == pytest.approx((line["d"], line["v"]))
+
+
+def test_llamas_ngram_at_c16_free_of_replay_is_the_archive_and_not_settled() -> None:
+    """`ngram2 PART=1`: each row (the baseline and its starts, the ratio with both intervals,
+    the outputs) is the archive's; nothing drafted, no replay note; at c=16 the starts'
+    interval holds 1, so the page gives no verdict word for it."""
+    section = mtp2_section()
+    flat = " ".join(section.split()).replace("**", "")
+    with open_run(NGRAM2) as frames:
+        a = frames.analysis
+    cells = {(c["arm"], c["concurrency"]): c for c in a["cells"]}
+    for p in a["pairs"]:
+        c = p["concurrency"]
+        base, spec = cells[("none", c)], cells[("ngram", c)]
+        starts = base["per_trial_pooled_tok_s"]
+        sp = p["speedup"]
+        out_b, out_s = (x["throughput"]["wall_output_tok_s"] for x in (base, spec))
+        row = (f"| {c} | {base['throughput']['pooled_tok_s']:.1f} ({starts['0']:.1f}, "
+               f"{starts['1']:.1f}) | {interval(sp['geomean'], sp['ci95'], 3)} | "
+               f"[{sp['start_ci95'][0]:.3f}, {sp['start_ci95'][1]:.3f}] | "
+               f"{out_b:.1f} → {out_s:.1f}")
+        assert row in section, row
+        assert spec["acceptance"]["draft_tokens"] == 0
+        assert not [w for w in p["warnings"] if w["kind"] == "draft_replay"]
+        if c == 16:
+            lo, hi = sp["start_ci95"]
+            assert lo < 1 < hi and "the 6 % is not settled" in flat
+            assert f"in {round(96 * (1 - p['parity']['exact_match_rate']))} of 96 pairs" in flat
