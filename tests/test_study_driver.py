@@ -56,7 +56,7 @@ def test_the_rounds_file_lists_every_round_of_the_former_scripts(study: ModuleTy
     assert study.parts(rounds, "verdicts") == [1, 2]  # whole, it outgrew one lease
     assert study.parts(rounds, "sglang-methods") == [1, 2, 3]  # the same
     assert study.parts(rounds, "alpha-same") == [1, 2, 3]  # one engine a part
-    assert study.parts(rounds, "mtp2") == [1, 2, 3]
+    assert study.parts(rounds, "mtp2") == [1, 2, 3, 4]  # 4: PART=1's split, 10 repetitions
     assert study.parts(rounds, "ngram2") == [1, 2, 3, 4]  # SGLang's c=1 and c=16 apart
     # the needs the former driver encoded in its case statements
     by = {(r.name, r.part): r for r in _every_round(study) if r.kind == "cross"}
@@ -64,8 +64,8 @@ def test_the_rounds_file_lists_every_round_of_the_former_scripts(study: ModuleTy
         ("gate", None), ("spread", None), ("known", None), ("all", None), ("methods", 1),
         ("methods", 2), ("moe", 1), ("moe", 4), ("moe", 6), ("moe", 8), ("moe", 9),
         ("sglang-methods", 1), ("sglang-methods", 2), ("sglang-methods", 3), ("alpha-same", 1),
-        ("sglang-nextn", None), ("verdicts", 1), ("mtp2", 1), ("ngram2", 1), ("ngram2", 3),
-        ("ngram2", 4)}
+        ("sglang-nextn", None), ("verdicts", 1), ("mtp2", 1), ("mtp2", 4), ("ngram2", 1),
+        ("ngram2", 3), ("ngram2", 4)}
     assert {k for k, r in by.items() if r.sglang} == {("sglang-methods", 1),
                                                       ("sglang-methods", 2),
                                                       ("sglang-methods", 3),
@@ -91,10 +91,11 @@ def test_the_rounds_file_lists_every_round_of_the_former_scripts(study: ModuleTy
         ("startup-next", None), ("startup-spec", None), ("alpha", 1), ("alpha", 2),
         ("alpha-same", 1), ("alpha-same", 2), ("alpha-same", 3), ("vllm-split", None)} | {
         ("moe", p) for p in range(1, 12)} | {
-        ("mtp2", p) for p in (1, 2, 3)} | {("ngram2", p) for p in (1, 2, 3, 4)}
+        ("mtp2", p) for p in (1, 2, 3, 4)} | {("ngram2", p) for p in (1, 2, 3, 4)}
     # mtp2 makes the MTP target in both formats for llama.cpp, its HF folder alone for vLLM;
     # ngram2's SGLang part the Qwen3-8B target's HF folder
-    assert by[("mtp2", 1)].fixtures == (("path mtp-target --shape qwen3-8b", 0),)
+    assert by[("mtp2", 1)].fixtures == by[("mtp2", 4)].fixtures == (
+        ("path mtp-target --shape qwen3-8b", 0),)
     assert by[("mtp2", 2)].fixtures == by[("mtp2", 3)].fixtures == (
         ("path mtp-target --shape qwen3-8b --format hf", 0),)
     assert by[("ngram2", 1)].fixtures == by[("ngram2", 2)].fixtures == study.DEFAULT_FIXTURES
