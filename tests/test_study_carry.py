@@ -1177,3 +1177,47 @@ def test_run_sh_carries_sglangs_kernel_caches_to_the_next_machine(
     assert sorted(p.name for p in (Path(c["HOME"]) / ".triton" / "cache").iterdir()) == \
         ["beef00"] and not (Path(c["HOME"]) / ".cache").exists()
     assert (tmp_path / "a100" / "kc-in" / "sglang-kernels.tgz.unpacked").is_file()
+
+
+def test_lean_leaves_the_examples_behind_and_takes_them_along_again(
+        carry: ModuleType, tmp_path: Path) -> None:
+    """`carry.py lean on` makes examples/ a nested git repository, which the device carries
+    without its files (its README), so the tree a call copies loses the examples' bytes; the
+    outer repository's index and files are untouched, and `lean off` restores the tree. It is
+    refused while examples/ has uncommitted changes (git would not see new files there) and
+    where examples/.git is a repository crossbench did not make."""
+    import subprocess
+
+    def git(*args: str) -> str:
+        return subprocess.run(["git", "-C", str(repo), *args], capture_output=True,
+                              text=True, check=True).stdout
+
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    git("init", "-q")
+    git("config", "user.email", "t@example.org")
+    git("config", "user.name", "t")
+    _sized(repo / "examples" / "r1" / "a.zip", 3_000_000)
+    _sized(repo / "crossbench" / "code.py", 1_000)
+    git("add", "-A")
+    git("commit", "-q", "-m", "x")
+    whole = carry.tree_bytes(repo)
+    assert whole == 3_001_000 and carry.tree_bytes(repo, "examples") == 3_000_000
+    _sized(repo / "examples" / "r2" / "b.zip", 10)  # a landed round not yet committed
+    with pytest.raises(ValueError, match="uncommitted changes .*commit them first"):
+        carry.lean(repo, True)
+    (repo / "examples" / "r2" / "b.zip").unlink()
+    (repo / "examples" / "r2").rmdir()
+    assert carry.lean(repo, True) == "examples/ stays behind device calls (tree now 1000 bytes)"
+    assert carry.is_lean(repo) and carry.tree_bytes(repo) == 1_000
+    assert carry.tree_bytes(repo, "examples") == 3_000_000  # still there, still tracked
+    assert git("status", "--porcelain") == "" and "examples/r1/a.zip" in git("ls-files")
+    assert carry.lean(repo, True).endswith("(lean was on already)")
+    assert carry.lean(repo, False) == "examples/ travels with the tree again"
+    assert not carry.is_lean(repo) and carry.tree_bytes(repo) == whole
+    assert not (repo / "examples" / ".git").exists() and git("status", "--porcelain") == ""
+    subprocess.run(["git", "init", "-q", str(repo / "examples")], check=True)  # not ours
+    with pytest.raises(ValueError, match="a repository crossbench did not make"):
+        carry.lean(repo, True)
+    assert carry.lean(repo, False) == "examples/ travels with the tree (lean is off)"
+    assert (repo / "examples" / ".git").is_dir()  # left as found

@@ -1177,3 +1177,26 @@ def test_room_removes_only_the_targets_a_chained_round_does_not_name(
     cli = subprocess.run([sys.executable, str(STUDY), "room", "mtp2", "--part", "1",
                           "--cache", str(tmp_path)], cwd=ROOT, capture_output=True, text=True)
     assert cli.returncode == 0 and cli.stdout == "", cli.stderr  # nothing left to remove
+
+
+def test_while_lean_a_round_reading_examples_and_land_into_them_are_refused(
+        study: ModuleType, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """With `carry.py lean on` the examples stay behind device calls: a round whose command
+    reads examples/ on the device (mtp2 PART=4) is refused by `calls`, naming `lean off`,
+    and so is `land` into examples/ (git would not see what it writes there); a round that
+    does not read them is planned as usual."""
+    carry = study._carry_module()
+    monkeypatch.setattr(carry, "is_lean", lambda repo: True)
+    subprocess.run(["git", "init", "-q", str(tmp_path)], check=True)
+    rounds = study.load_rounds()
+    with pytest.raises(ValueError, match=r"decompose-mtp-reps read examples/ .*lean off"):
+        study.lease_calls(study.get_round(rounds, "mtp2", 4), tmp_path)
+    with pytest.raises(ValueError, match="wheels"):  # past the lean check: the next one
+        study.lease_calls(study.get_round(rounds, "mtp2", 1), tmp_path)
+    (tmp_path / "files").mkdir()
+    (tmp_path / "files" / "run.tgz").write_bytes(b"")
+    assert study.land(study.get_round(rounds, "mtp2", 1), tmp_path / "files",
+                      study.REPO / "examples" / "h100-methods" / "x", tmp_path / "w") == 2
+    assert "carry.py lean off` first" in capsys.readouterr().err
+    assert not (tmp_path / "w").exists()

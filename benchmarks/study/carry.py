@@ -14,6 +14,7 @@ every K below N is there. Three steps and a check, each its own subcommand::
     python3 benchmarks/study/carry.py join DIR             # on the device: whole sets joined
     python3 benchmarks/study/carry.py waiting DIR...       # exit 1 while a set lacks parts
     python3 benchmarks/study/carry.py calls                # here: each call's carry list
+    python3 benchmarks/study/carry.py lean on|off          # here: examples/ stays behind or not
 
 ``out`` cuts PACK once (``PACK.parts/``) and copies into OUT_DIR the next parts that the
 call's return limits leave room for beside what OUT_DIR holds already (run.tgz, logs.tgz);
@@ -411,15 +412,76 @@ def _size(path: Path) -> int:
         sum(f.stat().st_size for f in path.rglob("*") if f.is_file())
 
 
-def tree_bytes(repo: Path) -> int:
+def _nested(repo: Path, name: str, seen: dict[str, bool]) -> bool:
+    """Whether file ``name`` lies in a folder below ``repo`` that holds its own ``.git``."""
+    parts = name.split("/")[:-1]
+    for i in range(1, len(parts) + 1):
+        folder = "/".join(parts[:i])
+        if folder not in seen:
+            seen[folder] = (repo / folder / ".git").exists()
+        if seen[folder]:
+            return True
+    return False
+
+
+def tree_bytes(repo: Path, under: str | None = None) -> int:
     """Bytes of what a device call copies of the checkout besides its ``carry``: tracked files
-    and untracked files git does not ignore."""
+    and untracked files git does not ignore, less those of a nested git repository, which the
+    device's rules say travels without its files (:func:`lean`); ``under``: of that folder
+    alone, nested or not."""
     import subprocess
 
     names = subprocess.run(["git", "-C", str(repo), "ls-files", "-z", "--cached", "--others",
-                            "--exclude-standard"], capture_output=True, check=True).stdout
+                            "--exclude-standard", *([under] if under else [])],
+                           capture_output=True, check=True).stdout
+    seen: dict[str, bool] = {}
     return sum((repo / n).stat().st_size for n in names.decode().split("\0")
-               if n and (repo / n).is_file())
+               if n and (repo / n).is_file() and (under or not _nested(repo, n, seen)))
+
+
+LEAN = "examples"
+"""The folder ``lean on`` leaves behind a device call: the landed archives and reports, 44.7 MB
+of the 57.0 MB tree on 2026-12-07 (which left 9 MB a call for a pack's parts); no round reads
+it on the device but one whose command names it (``study.py calls`` refuses those while lean)."""
+LEAN_MARK = "crossbench-lean"
+
+
+def is_lean(repo: Path) -> bool:
+    """Whether ``lean on`` holds (its marker in ``repo/examples/.git``)."""
+    return (repo / LEAN / ".git" / LEAN_MARK).is_file()
+
+
+def lean(repo: Path, on: bool) -> str:
+    """Leave ``examples/`` behind device calls (``on``), or take it along again: the device
+    carries a nested git repository without its files, so ``on`` makes ``examples/`` one (an
+    empty ``git init`` with a marker; the outer repository's index and files are untouched) and
+    ``off`` removes that ``.git`` again, only where the marker is. While on, the outer git no
+    longer sees new files under ``examples/`` (``land`` would write them there unseen), so
+    ``on`` is refused while ``examples/`` has uncommitted changes, and ``study.py land``
+    refuses while lean. One line saying what was done; ValueError naming the fix otherwise."""
+    import subprocess
+
+    folder = repo / LEAN
+    if not on:
+        if not is_lean(repo):
+            return f"{LEAN}/ travels with the tree (lean is off)"
+        shutil.rmtree(folder / ".git")
+        return f"{LEAN}/ travels with the tree again"
+    if is_lean(repo):
+        return f"{LEAN}/ stays behind device calls (lean was on already)"
+    if (folder / ".git").exists():
+        raise ValueError(f"{folder}/.git is a repository crossbench did not make: move it "
+                         "away before `lean on`")
+    dirty = subprocess.run(["git", "-C", str(repo), "status", "--porcelain", "--", LEAN],
+                           capture_output=True, text=True, check=True).stdout
+    if dirty.strip():
+        raise ValueError(f"{LEAN}/ has uncommitted changes ({dirty.splitlines()[0].strip()}"
+                         f", ...): commit them first; while lean, git does not see new files "
+                         f"there")
+    subprocess.run(["git", "init", "-q", str(folder)], check=True)
+    (folder / ".git" / LEAN_MARK).write_text("made by benchmarks/study/carry.py lean on; "
+                                             "`carry.py lean off` removes this .git\n")
+    return f"{LEAN}/ stays behind device calls (tree now {tree_bytes(repo)} bytes)"
 
 
 def first_carry(carry_root: Path, wheels: Path) -> list[Path]:
@@ -550,7 +612,17 @@ def main(argv: list[str] | None = None) -> int:
     c.add_argument("--first", type=Path, action="append",
                    help="what the first call carries besides pack.json (default: .whl and "
                         "the llama.cpp source .carry/llama-cpp-python-*.src.tgz)")
+    ln = sub.add_parser("lean", help="leave examples/ behind device calls (on) or take it "
+                        "along again (off)")
+    ln.add_argument("state", choices=("on", "off"))
     a = p.parse_args(argv)
+    if a.cmd == "lean":
+        try:
+            print(lean(Path.cwd(), a.state == "on"))
+        except ValueError as e:
+            print(f"carry.py lean: {e}", file=sys.stderr)
+            return 2
+        return 0
     if a.cmd == "calls":
         first = a.first or first_carry(Path(".carry"), Path(".whl"))
         kept = held(Path(".carry/vllm-compile"))

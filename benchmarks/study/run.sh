@@ -216,6 +216,8 @@ if [ ! -f "$LOG/setup.started" ] && [ ! -f "$SRC" ]; then
 as \`study.py calls\` lists it)"
 elif [ ! -f "$LOG/setup.started" ]; then
   touch "$LOG/setup.started"
+  say "the tree brought $(find examples -type f 2>/dev/null | wc -l) files under examples/ \
+(none where \`carry.py lean on\` left it behind)"
   nvidia-smi --query-gpu=index,name,uuid,driver_version,memory.total --format=csv,noheader \
     >"$LOG/gpu.txt" 2>&1
   python3 -m pip list --format=freeze >"$LOG/host-pip-freeze.txt" 2>/dev/null

@@ -41,6 +41,7 @@ with the round's step names. Needs only the standard library and PyYAML (``land`
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import shlex
@@ -455,6 +456,13 @@ def land(r: Round, files_at: Path, dest: Path, work: Path, creator: str = CREATO
         print(f"study.py: {tgz}: no run.tgz (fix: give the folder a device call's files "
               "came back to)", file=sys.stderr)
         return 2
+    carry = _carry_module()
+    lean_root = REPO / carry.LEAN
+    if carry.is_lean(REPO) and dest.resolve().is_relative_to(lean_root.resolve()):
+        print(f"study.py: {lean_root} is left behind device calls (`carry.py lean on`), and git "
+              "does not see new files there: `python3 benchmarks/study/carry.py lean off` "
+              "first", file=sys.stderr)
+        return 2
     machine = machine_of(files_at)
     if machine != "h200":
         print(f"machine: {machine} (logs.tgz gpu.txt), in the archives' names and titles")
@@ -599,9 +607,15 @@ def lease_calls(r: Round, repo: Path) -> list[tuple[str, list[Path]]]:
     are relative to ``repo``. ValueError when a part cannot fit a call, or when the wheels or
     (for a cross round, whose setup unpacks it) the llama.cpp source are missing (the fix
     named): a first call without the source once started a setup that waited for one, and
-    the next call, carrying it, started a second beside it (2026-12-06)."""
+    the next call, carrying it, started a second beside it (2026-12-06); ValueError too
+    when a step's command reads ``examples/`` while ``carry.py lean on`` leaves it behind."""
     carry = _carry_module()
     root = repo / ".carry"
+    reads = [st.name for st in r.steps if st.command and f"{carry.LEAN}/" in st.command]
+    if reads and carry.is_lean(repo):
+        raise ValueError(f"round {r.name}'s step(s) {', '.join(map(str, reads))} read "
+                         f"{carry.LEAN}/ on the device, which `carry.py lean on` leaves "
+                         "behind: `python3 benchmarks/study/carry.py lean off` first")
     packs = [d for kind, need in (("vllm", r.vllm), ("sglang", r.sglang)) if need
              for d in sorted(root.glob(f"{kind}-[0-9]*")) if (d / "pack.json").is_file()]
     for kind, need in (("vllm", r.vllm), ("sglang", r.sglang)):
@@ -826,8 +840,9 @@ def kernel_pick(r: Round, repo: Path) -> tuple[list[Path], str]:
                          "this lease's SGLang pack)")
 
 
+@functools.cache
 def _carry_module() -> Any:
-    """benchmarks/study/carry.py, loaded by path (the scripts are not a package)."""
+    """benchmarks/study/carry.py, loaded by path once (the scripts are not a package)."""
     import importlib.util
 
     spec = importlib.util.spec_from_file_location("study_carry", Path(__file__).with_name(
@@ -1023,6 +1038,12 @@ def main(argv: list[str] | None = None) -> int:
             print(cache_pick(r, Path.cwd())[1])
         if r.sglang:
             print(kernel_pick(r, Path.cwd())[1])
+        carry = _carry_module()
+        if not carry.is_lean(Path.cwd()):
+            mb = [carry.tree_bytes(Path.cwd(), *u) / 1e6 for u in ((carry.LEAN,), ())]
+            print(f"study.py: {carry.LEAN}/ travels with every call ({mb[0]:.1f} MB of the "
+                  f"{mb[1]:.1f} MB tree); `python3 benchmarks/study/carry.py lean on` leaves "
+                  "it behind (docs/h200-rounds.md \"What a call carries\")", file=sys.stderr)
         changed = uncommitted_code(Path.cwd())
         if changed:
             print(f"study.py: {len(changed)} code file(s) differ from the last commit "
