@@ -775,6 +775,7 @@ def spare_targets(r: Round, cache: Path) -> list[Path]:
     33.6 GB, left by ``mtp2 PART=1``, left ``ngram2 PART=1``'s chained Qwen3-8B pair no room
     (``No space left on device``); these folders are the large ones a later round can lack."""
     from crossbench.fixtures.make import fixture_dir
+    from crossbench.fixtures.mtp import mtp_dir
     from crossbench.fixtures.resolve import MTP_ROLES
 
     keep = set()
@@ -785,12 +786,12 @@ def spare_targets(r: Round, cache: Path) -> list[Path]:
         folder = fixture_dir(cache, _option(words, "--shape", "tiny"),
                              int(_option(words, "--seed", "0")))
         if words[1] in MTP_ROLES:
-            keep.add(folder / words[1])
+            keep.add(mtp_dir(folder, words[1]))
         elif words[1] == "dflash-moe":
-            keep.add(folder / "dense-twin")
-    found = sorted(p for role in MTP_ROLES for p in (cache / "fixtures").glob(f"*/{role}")
-                   if p.is_dir())
-    return [p for p in found if p not in keep]
+            keep.add(mtp_dir(folder, "dense-twin"))
+    shapes = sorted((cache / "fixtures").glob("*")) if (cache / "fixtures").is_dir() else []
+    found = [mtp_dir(d, role) for d in shapes for role in MTP_ROLES]
+    return [p for p in found if p.is_dir() and p not in keep]
 
 
 def _free_gb(path: Path) -> float:
