@@ -839,3 +839,131 @@ def test_llamas_ngram_at_c16_free_of_replay_is_the_archive_and_not_settled() -> 
             lo, hi = sp["start_ci95"]
             assert lo < 1 < hi and "the 6 % is not settled" in flat
             assert f"in {round(96 * (1 - p['parity']['exact_match_rate']))} of 96 pairs" in flat
+
+
+MTP2_VLLM = H100 / "mtp2-part2/h100-mtp2-part2-vllm-mtp2.zip"
+MTP2_REPS = H100 / "mtp2-part4/decompose-mtp-reps.json"
+
+
+def mtp2_vllm_section() -> str:
+    """The page's section on `mtp2 PART=2` and `PART=4` (one H100, 2026-12-07)."""
+    return doc_section("## vLLM's MTP at n = 8 and at alpha 0.7")
+
+
+def test_vllms_mtp_at_n8_and_alpha_07_rows_and_c16_are_the_archive() -> None:
+    """`mtp2 PART=2`: each c=1 row (MAL beside the unclipped expectation of the scripted
+    rates, speedup with its interval, C(n)), the ratio to round 3's H200 line, the c=16
+    outputs, per-request ratios and host figures, which pairs are host-bound, the starts: all
+    from the archive's raw records; one start per arm, so no verdict word in the table."""
+    section = mtp2_vllm_section()
+    flat = " ".join(section.split()).replace("**", "")
+    with open_run(MTP2_VLLM) as frames:
+        a = frames.analysis
+        trials = frames.trials
+    pairs = {(p["arm"], p["n"], p["concurrency"]): p for p in a["pairs"]}
+    cells = {(c["arm"], c["n"], c["concurrency"]): c for c in a["cells"]}
+    assert set(pairs) == {("mtp-a0.9", 8, 1), ("mtp-a0.7", 4, 1), ("mtp-a0.9", 8, 16),
+                          ("mtp-a0.7", 4, 16)}
+    round3 = (1.225, 0.139)  # the page's round 3 line (tested against its archive above)
+    for arm, n in (("mtp-a0.9", 8), ("mtp-a0.7", 4)):
+        p = pairs[(arm, n, 1)]
+        sp, mal = p["speedup"], p["acceptance"]["mean_acceptance_length"]
+        assert sp["start_ci95"] is None  # one start per arm
+        alpha = float(arm[-3:])
+        expected = 1 + sum(alpha ** k for k in range(1, n + 1))
+        cost = mal / sp["geomean"]
+        row = (f"| MTP, alpha {alpha} | {n} | {mal:.3f} ({expected:.3f}) | "
+               f"{interval(sp['geomean'], sp['ci95'], 3)} | {cost:.3f} |")
+        assert row in section, row
+        line_c = round3[0] + round3[1] * n
+        assert f"C({n}) {line_c:.3f}" in flat
+        assert f"{cost / line_c:.3f}" in flat
+    base1 = pairs[("mtp-a0.7", 4, 1)]["baseline_tok_s"]
+    assert f"Baseline {base1:.1f} tok/s" in flat
+    table = section[section.index("| arm | n | MAL"):section.index("- **Against round 3")]
+    assert "faster" not in table and "slower" not in table
+    wall = {k[:2]: c["throughput"]["wall_output_tok_s"] for k, c in cells.items() if k[2] == 16}
+    base = wall.pop(("none", None))
+    assert f"baseline's output {base:,.1f} tok/s" in flat
+    assert (f"n = 8 {wall[('mtp-a0.9', 8)]:,.1f} ({wall[('mtp-a0.9', 8)] / base:.2f}), "
+            f"alpha 0.7 n = 4 {wall[('mtp-a0.7', 4)]:,.1f} "
+            f"({wall[('mtp-a0.7', 4)] / base:.2f})") in flat
+    c16 = [pairs[("mtp-a0.9", 8, 16)], pairs[("mtp-a0.7", 4, 16)]]
+    assert (f"{interval(c16[0]['speedup']['geomean'], c16[0]['speedup']['ci95'], 3)} and "
+            f"{interval(c16[1]['speedup']['geomean'], c16[1]['speedup']['ci95'], 3)} of the "
+            f"baseline's {c16[0]['baseline_tok_s']:.1f} tok/s") in flat
+    bound = {k for k, p in pairs.items() if any(w["kind"] == "host_bound" for w in p["warnings"])}
+    assert bound == {("mtp-a0.9", 8, 16), ("mtp-a0.7", 4, 16)}
+    host = {k[:2]: c["host_time"] for k, c in cells.items() if k[2] == 16}
+    busy = [host[k]["gpu_busy_share"] for k in (("mtp-a0.9", 8), ("mtp-a0.7", 4), ("none", None))]
+    assert (f"GPU busy {busy[0]:.2f} and {busy[1]:.2f} of the window against the baseline's "
+            f"{busy[2]:.2f}") in flat
+    ms = [host[k]["host_ms_per_token"]["mean"] for k in (("mtp-a0.9", 8), ("mtp-a0.7", 4),
+                                                           ("none", None))]
+    assert f"{ms[0]:.2f} and {ms[1]:.2f} ms of host a token against its {ms[2]:.2f}" in flat
+    gpu = [host[k]["busy_ms_per_token"]["mean"] for k in (("mtp-a0.9", 8), ("mtp-a0.7", 4),
+                                                           ("none", None))]
+    assert f"({gpu[0]:.2f} and {gpu[1]:.2f} ms against {gpu[2]:.2f})" in flat
+    windows = [c["host_time"]["per_trial"]["0"]["wall_s"] for k, c in cells.items()
+               if k[2] == 16]
+    assert f"windows of {min(windows):.1f}-{max(windows):.1f} s" in flat
+    c1 = {k[:2]: c["host_time"]["gpu_busy_share"] for k, c in cells.items() if k[2] == 1}
+    assert (f"GPU busy {c1[('none', None)]:.2f} of the baseline's window, "
+            f"{c1[('mtp-a0.9', 8)]:.2f} and {c1[('mtp-a0.7', 4)]:.2f}") in flat
+    ups = sorted(trials["startup_s"].dropna())  # each start once: c=1 and c=16 share it
+    assert len(ups) == 3
+    assert f"Starts: {ups[0]:.1f}, {ups[1]:.1f} and {ups[2]:.1f} s to ready, all cold" in flat
+    report = (MTP2_VLLM.parent / "report-vllm-mtp2.md").read_text()
+    starts_table = report[report.index("## Server starts"):report.index("## Figures")]
+    assert starts_table.count("| cold |") == 3 and "| warm |" not in starts_table
+
+
+def test_llamas_mtp_split_on_ten_repetitions_is_decompose() -> None:
+    """`mtp2 PART=4`: the plain step, each pass in ms and in plain steps, the warm-up
+    repetitions and the steady ones, the medians, the rest against the line and its slope
+    over n: all from decompose-mtp-reps.json, whose line is `PART=1`'s archive's."""
+    import json
+    import statistics
+
+    import numpy as np
+
+    flat = " ".join(mtp2_vllm_section().split()).replace("**", "")
+    d = json.loads(MTP2_REPS.read_text())
+    rows = d["rows"]
+    assert [r["n"] for r in rows] == [1, 2, 4, 8]
+    assert f"A plain step costs {rows[0]['plain_ms']:.3f} ms" in flat
+    ms = [f"{r['verify_ms']:.2f}" for r in rows]
+    steps = [f"{r['verify_steps']:.2f}" for r in rows]
+    assert f"{', '.join(ms[:-1])} and {ms[-1]} ms (means)" in flat
+    assert f"{', '.join(steps[:-1])} and {steps[-1]} plain steps" in flat
+    passes = [t for t in d["raw"]["target"] if t["n_gen"] == 0]
+    assert [len(t["samples_ns"]) for t in passes] == [10] * 4
+    first = [x / 1e6 for t in passes for x in t["samples_ns"][:2]]
+    steady = [[x / 1e6 for x in t["samples_ns"][2:]] for t in passes]
+    assert f"first two repetitions of every pass took {min(first):.1f}-{max(first):.1f} ms" in flat
+    lo, hi = min(map(min, steady)), max(map(max, steady))
+    assert f"the other eight lie within {lo:.2f}-{hi:.2f} ms" in flat
+    assert max(min(first) - hi, 0) > 0  # every warm-up repetition slower than every steady one
+    assert f"within {max(max(s) - min(s) for s in steady):.2f} ms" in flat
+    medians = [statistics.median(t["samples_ns"]) / 1e6 for t in passes]
+    assert f"medians {', '.join(f'{m:.2f}' for m in medians[:-1])} and {medians[-1]:.2f} ms" in flat
+    (plain,) = [t for t in d["raw"]["target"] if t["n_gen"]]
+    plain_med = statistics.median(plain["samples_ns"]) / 1e6 / plain["n_gen"]
+    assert f"{medians[0] / plain_med:.2f}-{medians[-1] / plain_med:.2f} plain steps" in flat
+    rest = [r["rest_steps"] for r in rows]
+    assert f"{', '.join(f'{x:.3f}' for x in rest[:-1])} and {rest[-1]:.3f} plain steps" in flat
+    shares = [round(100 * r["rest_share"]) for r in rows]
+    assert f"({shares[0]} %, {shares[1]} %, {shares[2]} % and {shares[3]} % of C(n))" in flat
+    ns = np.array([r["n"] for r in rows], dtype=float)
+    slope = np.polyfit(ns, rest, 1)[0]
+    pass_slope = np.polyfit(ns, [r["verify_steps"] for r in rows], 1)[0]
+    assert f"{slope:.3f} plain steps a drafted token" in flat
+    assert f"the pass's own slope {pass_slope:.3f}" in flat
+    assert slope + pass_slope == pytest.approx(d["v"])  # the line's v, split in two
+    assert [r["explained"] for r in rows] == [True, False, False, False]
+    assert "at n = 1 only" in flat
+    with open_run(MTP2 / "h100-mtp2-part1-llama-mtp2.zip") as frames:
+        (line,) = [s["cost_model"] for s in frames.analysis["sweeps"]
+                   if s["arm"] == "mtp-a0.7" and s["concurrency"] == 1]
+    assert (d["d"], d["v"]) == pytest.approx((line["d"], line["v"]))
+    assert f"({line['d']:.3f} + {line['v']:.3f} n)" in flat
