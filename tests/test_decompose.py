@@ -128,6 +128,9 @@ def test_the_real_llama_bench_times_every_part(llama_server: Path,
         assert row["verify_ms"] == pytest.approx(sum(pp["samples_ns"]) / len(pp["samples_ns"]) / 1e6)
         assert row["verify_steps"] == pytest.approx(row["verify_ms"] / row["plain_ms"])
         assert row["draft_steps"] > 0
+    # one repetition a test: nothing to judge, and the JSON says so as it says the rest
+    assert got["notes"] == dec.repetition_notes(tests, "target") == []
+    assert "warning:" not in r.output
 
 
 # -- the batch-shape source: the baseline's step at concurrency n + 1 ------------------------
@@ -537,3 +540,48 @@ def test_an_arm_at_one_n_is_split_against_its_measured_step(tmp_path: Path) -> N
                                  "--n", "4", "--from", str(verdicts), "--arm", "nope"])
     assert r.exit_code != 0 and "no cell of arm 'nope'" in r.output
     assert "eagle3-a0.9 (c=1)" in r.output
+
+
+REPS = (Path(__file__).parent.parent / "examples" / "h100-methods" / "mtp2-part4"
+        / "decompose-mtp-reps.json")
+
+
+def test_slow_first_repetitions_are_named_and_steady_ones_are_not() -> None:
+    """The H100's real llama-bench output (`mtp2 PART=4`, 10 repetitions a test): each of the
+    four passes has two slow first repetitions, pulling its mean 8-15 % above the median, so
+    each gets a note naming the fix; the 32-token generation (mean within 0.3 % of its
+    median) gets none, nor do steady or too-short tests."""
+    raw = json.loads(REPS.read_text())["raw"]["target"]
+    m = dec.from_bench(raw)
+    assert len(m.notes) == 4
+    for note, k in zip(m.notes, (2, 3, 5, 9), strict=True):
+        assert note.startswith(f"the target's pass over {k} tokens: the mean of 10 repetitions")
+        assert "warm-up" in note and "--reps 10" in note
+    assert "the target's pass over 2 tokens: the mean of 10 repetitions (9.30 ms) is 15 % " \
+           "above their median (8.11 ms), slowest 18.14 ms" in m.notes[0]
+    assert dec.repetition_notes(TARGET, "target") == []  # steady: mean = median
+    assert dec.repetition_notes([test(2, 0, [20.0, 8.0])], "target") == []  # 2: not judged
+    assert dec.repetition_notes([test(2, 0, [8.0, 8.0, 8.0, 9.0])], "draft") == []  # 3 %
+    (note,) = dec.repetition_notes([test(0, 32, [400.0, 200.0, 200.0])], "draft")
+    assert note.startswith("the draft's 32-token generation: the mean of 3 repetitions "
+                           "(266.67 ms) is 33 % above their median (200.00 ms)")
+
+
+def test_the_cli_prints_and_records_the_notes(tmp_path: Path,
+                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    """`crossbench decompose` given llama-bench output with slow first repetitions (the H100's
+    recorded output of `mtp2 PART=4` stands in for llama-bench here, named as such) prints
+    one warning per such pass and writes the same notes into --out's JSON."""
+    raw = json.loads(REPS.read_text())["raw"]["target"]
+    monkeypatch.setattr(dec, "run_llama_bench", lambda *a, **k: raw)
+    bench, target, out = tmp_path / "llama-bench", tmp_path / "t.gguf", tmp_path / "d.json"
+    bench.write_text("recorded output stands in\n")
+    target.write_bytes(b"GGUF")
+    r = CliRunner().invoke(cli, ["decompose", "--target", str(target), "--method", "draft-mtp",
+                                 "--n", "1,2,4,8", "--reps", "10", "--bench", str(bench),
+                                 "--out", str(out)])
+    assert r.exit_code == 0, r.output
+    warnings = [ln for ln in r.output.splitlines() if ln.startswith("warning: ")]
+    got = json.loads(out.read_text())
+    assert [w.removeprefix("warning: ") for w in warnings] == got["notes"]
+    assert len(got["notes"]) == 4 and "pass over 9 tokens" in got["notes"][3]

@@ -30,6 +30,11 @@ EXPLAINED = 0.10
 """Relative gap between the measured parts and the fitted C(n) within which the parts are
 said to explain the step (the issue's 10 %)."""
 
+WARMUP = 0.05
+"""How far a llama-bench test's mean may lie above the median of its repetitions before
+:func:`repetition_notes` says the first repetitions ran slow (on an H100, 2026-12-07, the
+first two of ten took 10-18 ms where the other eight took 8.1-9.4: the mean 15 % above)."""
+
 HEADS = ("draft-eagle3", "draft-dflash", "draft-mtp", "eagle3", "dflash", "mtp", "qwen3_5_mtp")
 """Methods whose drafter reads the target's hidden states: not timeable alone."""
 
@@ -48,6 +53,8 @@ class Measured:
     verification from a batch shape, the draft from llama-bench)."""
     verify_extra: dict[int, dict[str, Any]] = field(default_factory=dict)
     """Fields added to the row of each verification size (the batch shape's sources)."""
+    notes: list[str] = field(default_factory=list)
+    """What :func:`repetition_notes` found in the llama-bench tests the times come from."""
 
 
 def _mean_ms(test: dict[str, Any]) -> float:
@@ -58,6 +65,31 @@ def _mean_ms(test: dict[str, Any]) -> float:
         raise UserError("a llama-bench test has no positive samples_ns",
                         "run llama-bench again; check its output with -o json")
     return sum(values) / len(values) / 1e6
+
+
+def repetition_notes(tests: list[dict[str, Any]], who: str) -> list[str]:
+    """One note per llama-bench test of ``who`` whose mean (what decompose uses) lies more
+    than :data:`WARMUP` above the median of its repetitions: slow first repetitions (warm-up)
+    pull the mean up, and with few repetitions the median is no cure, so the note names the
+    fix. Tests of fewer than 3 repetitions are not judged."""
+    notes = []
+    for t in tests:
+        values = sorted(float(s) / 1e6 for s in t.get("samples_ns") or []
+                        if isinstance(s, int | float) and s > 0)
+        if len(values) < 3:
+            continue
+        mean = sum(values) / len(values)
+        mid = len(values) // 2
+        median = values[mid] if len(values) % 2 else (values[mid - 1] + values[mid]) / 2
+        if mean > (1 + WARMUP) * median:
+            what = (f"pass over {t.get('n_prompt')} tokens" if t.get("n_gen") == 0
+                    else f"{t.get('n_gen')}-token generation")
+            notes.append(f"the {who}'s {what}: the mean of {len(values)} repetitions "
+                         f"({mean:.2f} ms) is {100 * (mean / median - 1):.0f} % above their "
+                         f"median ({median:.2f} ms), slowest {values[-1]:.2f} ms: the first "
+                         "repetitions ran slow (warm-up); run it with more repetitions "
+                         "(`--reps 10`) and read the steady ones in `raw`")
+    return notes
 
 
 def bench_step_ms(tests: list[dict[str, Any]], who: str) -> float:
@@ -87,7 +119,9 @@ def from_bench(target_tests: list[dict[str, Any]],
     draft_ms = bench_step_ms(draft_tests, "draft") if draft_tests else None
     return Measured(plain_ms=plain_ms, verify_ms=verify,
                     draft_ms_per_token=draft_ms, depth=depths.pop(),
-                    raw={"target": target_tests, "draft": draft_tests or []})
+                    raw={"target": target_tests, "draft": draft_tests or []},
+                    notes=[*repetition_notes(target_tests, "target"),
+                           *repetition_notes(draft_tests or [], "draft")])
 
 
 def decompose(m: Measured, n_values: list[int], d: float | None = None,

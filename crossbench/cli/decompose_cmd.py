@@ -174,12 +174,14 @@ def decompose(target: Path | None, verify_from: Path | None, engine_name: str | 
     if any(said):
         click.echo("; ".join(x for x in said if x))
     click.echo(dec.format_rows(rows))
+    for note in m.notes:
+        click.echo(f"warning: {note}", err=True)
     if out is not None:
         result = {"method": method, "d": d, "v": v,
                   "measured_cost": {str(n): c for n, c in measured.items()} or None,
                   "depth": m.depth,
                   "verify_source": "batch shape" if shape else "llama-bench", "rows": rows,
-                  "raw": m.raw}
+                  "notes": m.notes, "raw": m.raw}
         if shape is not None:
             result["batch_shape"] = asdict(shape)
         out.write_text(json.dumps(result, indent=1) + "\n")
