@@ -1179,45 +1179,168 @@ def test_run_sh_carries_sglangs_kernel_caches_to_the_next_machine(
     assert (tmp_path / "a100" / "kc-in" / "sglang-kernels.tgz.unpacked").is_file()
 
 
-def test_lean_leaves_the_examples_behind_and_takes_them_along_again(
-        carry: ModuleType, tmp_path: Path) -> None:
-    """`carry.py lean on` makes examples/ a nested git repository, which the device carries
-    without its files (its README), so the tree a call copies loses the examples' bytes; the
-    outer repository's index and files are untouched, and `lean off` restores the tree. It is
-    refused while examples/ has uncommitted changes (git would not see new files there) and
-    where examples/.git is a repository crossbench did not make."""
+def _lean_repo(tmp_path: Path) -> tuple[Path, Any]:
+    """A git repository of 3 MB of examples and 1000 bytes of code, committed, and a git
+    runner for it (``check``: whether a failure raises)."""
     import subprocess
-
-    def git(*args: str) -> str:
-        return subprocess.run(["git", "-C", str(repo), *args], capture_output=True,
-                              text=True, check=True).stdout
 
     repo = tmp_path / "repo"
     repo.mkdir()
+
+    def git(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(["git", "-C", str(repo), "-c", "user.name=t", "-c",
+                               "user.email=t@t", *args], capture_output=True, text=True,
+                              check=check)
+
     git("init", "-q")
-    git("config", "user.email", "t@example.org")
-    git("config", "user.name", "t")
     _sized(repo / "examples" / "r1" / "a.zip", 3_000_000)
+    _sized(repo / "examples" / "r1" / "report.md", 500)
     _sized(repo / "crossbench" / "code.py", 1_000)
     git("add", "-A")
     git("commit", "-q", "-m", "x")
+    return repo, git
+
+
+def test_lean_leaves_the_examples_behind_and_takes_them_along_again(
+        carry: ModuleType, tmp_path: Path) -> None:
+    """`carry.py lean on` makes examples/ a nested git repository and takes its files out of
+    the outer index (they stay on disk), so the tree a device call copies loses the examples'
+    bytes (the device counts what the index tracks: on 2026-12-07 a nested repository still in
+    the index was refused); a pre-commit hook refuses commits meanwhile, which would delete the
+    examples. `lean off` restores the index, removes the nested .git and the hook, and commits
+    go through again. `on` is refused while examples/ has uncommitted changes (git would not
+    see new files there) and where examples/.git is a repository crossbench did not make."""
+    import os
+    import subprocess
+
+    repo, git = _lean_repo(tmp_path)
+    examples = ["examples/r1/a.zip", "examples/r1/report.md"]
     whole = carry.tree_bytes(repo)
-    assert whole == 3_001_000 and carry.tree_bytes(repo, "examples") == 3_000_000
+    assert whole == 3_001_500 and carry.tree_bytes(repo, "examples") == 3_000_500
     _sized(repo / "examples" / "r2" / "b.zip", 10)  # a landed round not yet committed
     with pytest.raises(ValueError, match="uncommitted changes .*commit them first"):
         carry.lean(repo, True)
+    assert not (repo / "examples" / ".git").exists()  # refused before anything was done
     (repo / "examples" / "r2" / "b.zip").unlink()
     (repo / "examples" / "r2").rmdir()
-    assert carry.lean(repo, True) == "examples/ stays behind device calls (tree now 1000 bytes)"
+    hook = repo / ".git" / "hooks" / "pre-commit"
+    hook.unlink(missing_ok=True)  # git init may have put samples there, not this one
+
+    assert carry.lean(repo, True) == (
+        "examples/ stays behind device calls (tree now 1000 bytes): its files are out of the "
+        "index until `lean off`; a pre-commit hook refuses commits meanwhile")
     assert carry.is_lean(repo) and carry.tree_bytes(repo) == 1_000
-    assert carry.tree_bytes(repo, "examples") == 3_000_000  # still there, still tracked
-    assert git("status", "--porcelain") == "" and "examples/r1/a.zip" in git("ls-files")
-    assert carry.lean(repo, True).endswith("(lean was on already)")
-    assert carry.lean(repo, False) == "examples/ travels with the tree again"
-    assert not carry.is_lean(repo) and carry.tree_bytes(repo) == whole
-    assert not (repo / "examples" / ".git").exists() and git("status", "--porcelain") == ""
+    assert carry.tree_bytes(repo, "examples") == 0  # untracked nested repository: nothing
+    assert git("ls-files", "examples").stdout == ""
+    assert [(repo / n).stat().st_size for n in examples] == [3_000_000, 500]  # on disk
+    assert git("ls-files", "-z", "--others", "--exclude-standard").stdout == "examples/\0"
+    assert sorted(git("status", "--porcelain").stdout.splitlines()) == \
+        ["?? examples/"] + [f"D  {n}" for n in examples]
+    assert hook.is_file() and os.access(hook, os.X_OK) and \
+        hook.read_text().startswith("#!/bin/sh\n" + carry.LEAN_HOOK + "\n")
+    (repo / "crossbench" / "code.py").write_text("changed")
+    git("add", "crossbench/code.py")
+    refused = git("commit", "-m", "x", check=False)
+    assert refused.returncode != 0
+    assert "examples/ is lean (benchmarks/study/carry.py lean on)" in refused.stderr
+    assert "`python3 benchmarks/study/carry.py lean off` before committing" in refused.stderr
+    assert git("rev-list", "--count", "HEAD").stdout.strip() == "1"  # nothing committed
+    assert git("ls-tree", "-r", "--name-only", "HEAD", "examples").stdout.split() == examples
+    assert carry.lean(repo, True).endswith(
+        "(tree now 7 bytes; lean was on already): its files are out of the index until "
+        "`lean off`; a pre-commit hook refuses commits meanwhile")
+    assert git("ls-files", "examples").stdout == ""
+
+    assert carry.lean(repo, False) == \
+        "examples/ travels with the tree again (index restored; pre-commit hook removed)"
+    assert not carry.is_lean(repo) and not (repo / "examples" / ".git").exists()
+    assert not hook.exists()
+    assert git("ls-files", "examples").stdout.split() == examples
+    assert git("status", "--porcelain").stdout == "M  crossbench/code.py\n"
+    assert carry.tree_bytes(repo) == whole - 1_000 + len("changed")
+    git("commit", "-q", "-m", "code only")  # goes through, and leaves the examples alone
+    assert git("status", "--porcelain").stdout == ""
+    assert git("ls-tree", "-r", "--name-only", "HEAD", "examples").stdout.split() == examples
+    assert carry.lean(repo, False) == "examples/ travels with the tree (lean is off)"
+
     subprocess.run(["git", "init", "-q", str(repo / "examples")], check=True)  # not ours
     with pytest.raises(ValueError, match="a repository crossbench did not make"):
         carry.lean(repo, True)
     assert carry.lean(repo, False) == "examples/ travels with the tree (lean is off)"
     assert (repo / "examples" / ".git").is_dir()  # left as found
+    assert git("ls-files", "examples").stdout.split() == examples and not hook.exists()
+
+
+def test_lean_completes_a_half_done_state(carry: ModuleType, tmp_path: Path) -> None:
+    """The marker there but the index restored by hand (`git reset -- examples`, or a `lean
+    on` of before 2026-12-07, which left the index alone): `lean on` again takes the files out
+    of the index, refusing while they have changes; `lean off` of a state whose index was
+    restored already, or never emptied, restores nothing wrongly and removes the rest."""
+    repo, git = _lean_repo(tmp_path)
+    hook = repo / ".git" / "hooks" / "pre-commit"
+    carry.lean(repo, True)
+    git("reset", "-q", "--", "examples")
+    assert carry.is_lean(repo) and git("status", "--porcelain").stdout == ""
+    assert carry.tree_bytes(repo) == 3_001_500  # what the device refused on 2026-12-07
+    (repo / "examples" / "r1" / "report.md").write_text("edited")
+    with pytest.raises(ValueError, match=r"uncommitted changes \(M examples/r1/report\.md, "
+                                         r"\.\.\.\): `lean off`, commit them, then `lean on`"):
+        carry.lean(repo, True)
+    git("checkout", "-q", "--", "examples")
+    assert carry.lean(repo, True).startswith(
+        "examples/ stays behind device calls (tree now 1000 bytes; lean was on already)")
+    assert git("ls-files", "examples").stdout == "" and hook.is_file()
+
+    git("reset", "-q", "--", "examples")  # restored by hand, then off
+    assert carry.lean(repo, False).startswith("examples/ travels with the tree again")
+    assert git("status", "--porcelain").stdout == "" and not hook.exists()
+    assert not (repo / "examples" / ".git").exists()
+
+    carry.lean(repo, True)
+    hook.unlink()  # a hook lost; off restores all the same
+    assert carry.lean(repo, False) == \
+        "examples/ travels with the tree again (index restored; no pre-commit hook was there)"
+    assert git("status", "--porcelain").stdout == "" and carry.tree_bytes(repo) == 3_001_500
+
+
+def test_lean_leaves_a_foreign_pre_commit_hook_in_place(
+        carry: ModuleType, tmp_path: Path) -> None:
+    """A pre-commit hook crossbench did not write stays as it is through `lean on` and `lean
+    off`; `on` still leaves the examples behind, and its line says no hook guards the
+    commits."""
+    import os
+
+    repo, git = _lean_repo(tmp_path)
+    hook = repo / ".git" / "hooks" / "pre-commit"
+    hook.parent.mkdir(parents=True, exist_ok=True)
+    foreign = "#!/bin/sh\n# someone's own checks\nexit 0\n"
+    hook.write_text(foreign)
+    hook.chmod(0o700)
+    said = carry.lean(repo, True)
+    assert said == (
+        "examples/ stays behind device calls (tree now 1000 bytes): its files are out of the "
+        f"index until `lean off`; NO pre-commit hook installed ({hook} is not crossbench's): "
+        "commit nothing before `lean off`")
+    assert carry.is_lean(repo) and git("ls-files", "examples").stdout == ""
+    assert hook.read_text() == foreign and os.stat(hook).st_mode & 0o777 == 0o700
+    assert carry.lean(repo, True).endswith("commit nothing before `lean off`")
+    assert hook.read_text() == foreign
+    assert carry.lean(repo, False) == ("examples/ travels with the tree again (index restored; "
+                                       f"{hook} is not crossbench's: left in place)")
+    assert hook.read_text() == foreign and os.stat(hook).st_mode & 0o777 == 0o700
+    assert git("status", "--porcelain").stdout == "" and not carry.is_lean(repo)
+
+
+def test_lean_hook_goes_where_core_hooks_path_says(carry: ModuleType, tmp_path: Path) -> None:
+    """With core.hooksPath set (relative to the working tree) the hook goes there, where git
+    runs it, and `lean off` removes it from there."""
+    repo, git = _lean_repo(tmp_path)
+    git("config", "core.hooksPath", ".githooks")
+    carry.lean(repo, True)
+    assert (repo / ".githooks" / "pre-commit").is_file()
+    assert not (repo / ".git" / "hooks" / "pre-commit").exists()
+    refused = git("commit", "--allow-empty", "-m", "x", check=False)
+    assert refused.returncode != 0 and "lean off" in refused.stderr
+    carry.lean(repo, False)
+    assert not (repo / ".githooks" / "pre-commit").exists()
+    assert git("commit", "-q", "--allow-empty", "-m", "x", check=False).returncode == 0

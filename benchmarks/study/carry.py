@@ -412,76 +412,143 @@ def _size(path: Path) -> int:
         sum(f.stat().st_size for f in path.rglob("*") if f.is_file())
 
 
-def _nested(repo: Path, name: str, seen: dict[str, bool]) -> bool:
-    """Whether file ``name`` lies in a folder below ``repo`` that holds its own ``.git``."""
-    parts = name.split("/")[:-1]
-    for i in range(1, len(parts) + 1):
-        folder = "/".join(parts[:i])
-        if folder not in seen:
-            seen[folder] = (repo / folder / ".git").exists()
-        if seen[folder]:
-            return True
-    return False
-
-
 def tree_bytes(repo: Path, under: str | None = None) -> int:
-    """Bytes of what a device call copies of the checkout besides its ``carry``: tracked files
-    and untracked files git does not ignore, less those of a nested git repository, which the
-    device's rules say travels without its files (:func:`lean`); ``under``: of that folder
-    alone, nested or not."""
+    """Bytes of what a device call counts of the checkout against :data:`CARRY_BYTES` besides
+    its ``carry``: the files the index tracks, nested git repository or not (on 2026-12-07 a
+    call was refused for tracked files under one; :data:`LEAN`), and the untracked files git
+    does not ignore, where an untracked nested repository travels without its files (git
+    lists it as one folder entry, ``examples/`` while lean, and none of its files counts);
+    ``under``: of that folder alone."""
     import subprocess
 
     names = subprocess.run(["git", "-C", str(repo), "ls-files", "-z", "--cached", "--others",
                             "--exclude-standard", *([under] if under else [])],
                            capture_output=True, check=True).stdout
-    seen: dict[str, bool] = {}
     return sum((repo / n).stat().st_size for n in names.decode().split("\0")
-               if n and (repo / n).is_file() and (under or not _nested(repo, n, seen)))
+               if n and (repo / n).is_file())
 
 
 LEAN = "examples"
 """The folder ``lean on`` leaves behind a device call: the landed archives and reports, 44.7 MB
 of the 57.0 MB tree on 2026-12-07 (which left 9 MB a call for a pack's parts); no round reads
-it on the device but one whose command names it (``study.py calls`` refuses those while lean)."""
+it on the device but one whose command names it (``study.py calls`` refuses those while lean).
+The device counts the files the outer repository's index tracks, nested repository or not:
+on 2026-12-07 a call with ``examples/`` a nested repository but still in the index was refused
+(tree over 64 MiB); with its files out of the index (``git rm -r --cached``) it was accepted,
+a 12.2 MB tree with no file under ``examples/``."""
 LEAN_MARK = "crossbench-lean"
+LEAN_HOOK = "# crossbench lean guard: written by benchmarks/study/carry.py lean on, removed by " \
+    "lean off"
+"""The line that marks a ``pre-commit`` hook as ``lean on``'s (:func:`lean`)."""
 
 
 def is_lean(repo: Path) -> bool:
-    """Whether ``lean on`` holds (its marker in ``repo/examples/.git``)."""
+    """Whether ``lean on`` holds: its marker in ``repo/examples/.git``, the nested repository
+    it makes (its files are then out of the outer index and a pre-commit hook refuses commits;
+    :func:`lean`)."""
     return (repo / LEAN / ".git" / LEAN_MARK).is_file()
 
 
+def _git(repo: Path, *args: str) -> str:
+    import subprocess
+
+    return subprocess.run(["git", "-C", str(repo), *args], capture_output=True, text=True,
+                          check=True).stdout
+
+
+def _hook(repo: Path) -> tuple[Path, bool | None]:
+    """The repository's ``pre-commit`` hook (``git rev-parse --git-path hooks``, which honours
+    ``core.hooksPath``) and whether ``lean on`` wrote it (None: there is none)."""
+    hooks = Path(_git(repo, "rev-parse", "--git-path", "hooks").strip())
+    path = (hooks if hooks.is_absolute() else repo / hooks) / "pre-commit"
+    if not path.is_file():
+        return path, None
+    return path, LEAN_HOOK in path.read_text(errors="replace").splitlines()
+
+
+HOOK_TEXT = f"""#!/bin/sh
+{LEAN_HOOK}
+# While examples/ is lean its files are out of the index (git rm -r --cached): a commit
+# would delete them from the repository. Git runs this at the top of the working tree.
+if [ -f {LEAN}/.git/{LEAN_MARK} ]; then
+    echo "{LEAN}/ is lean (benchmarks/study/carry.py lean on): run" \\
+        "\\`python3 benchmarks/study/carry.py lean off\\` before committing" >&2
+    exit 1
+fi
+exit 0
+"""
+"""The ``pre-commit`` hook ``lean on`` installs: it refuses every commit while the marker is
+there."""
+
+
+def _uncommitted(repo: Path, then: str) -> None:
+    """ValueError when ``git status`` shows changes under ``examples/``."""
+    dirty = _git(repo, "status", "--porcelain", "--", LEAN)
+    if dirty.strip():
+        raise ValueError(f"{LEAN}/ has uncommitted changes ({dirty.splitlines()[0].strip()}"
+                         f", ...): {then}; while lean, git does not see new files there")
+
+
 def lean(repo: Path, on: bool) -> str:
-    """Leave ``examples/`` behind device calls (``on``), or take it along again: the device
-    carries a nested git repository without its files, so ``on`` makes ``examples/`` one (an
-    empty ``git init`` with a marker; the outer repository's index and files are untouched) and
-    ``off`` removes that ``.git`` again, only where the marker is. While on, the outer git no
-    longer sees new files under ``examples/`` (``land`` would write them there unseen), so
-    ``on`` is refused while ``examples/`` has uncommitted changes, and ``study.py land``
-    refuses while lean. One line saying what was done; ValueError naming the fix otherwise."""
+    """Leave ``examples/`` behind device calls (``on``), or take it along again (``off``).
+
+    A device call counts the files the outer repository's index tracks and the untracked ones git
+    does not ignore, where an untracked nested git repository travels without its files. So ``on``
+    makes ``examples/`` one (an empty ``git init`` with the marker :data:`LEAN_MARK`) and takes its
+    files out of the outer index (``git rm -r --cached``: they stay on disk, and ``git status``
+    shows them as staged deletions); the nested repository alone is not enough, the device still
+    counts the files the index tracks (:data:`LEAN`, measured 2026-12-07). Committing that index
+    would delete the examples from the repository, so ``on`` installs a ``pre-commit`` hook
+    (:data:`HOOK_TEXT`) that refuses every commit while the marker is there; where a hook crossbench
+    did not write is in place it is left alone, and the line returned says that no hook guards the
+    commits. ``off`` restores the index (``git reset -- examples``), removes the nested ``.git``
+    (only where the marker is) and the hook (only ours). Either may be repeated, and each completes
+    a half-done state (the marker there, the index restored or not). While on, the outer git does
+    not see new files under ``examples/`` (``land`` would write them there unseen), so ``on`` is
+    refused while ``examples/`` has uncommitted changes, and ``study.py land`` refuses while lean.
+    One line saying what was done; ValueError naming the fix otherwise."""
     import subprocess
 
     folder = repo / LEAN
+    hook, ours = _hook(repo)
     if not on:
         if not is_lean(repo):
+            if ours:
+                hook.unlink()
             return f"{LEAN}/ travels with the tree (lean is off)"
+        if subprocess.run(["git", "-C", str(repo), "rev-parse", "-q", "--verify", "HEAD"],
+                          capture_output=True).returncode == 0:
+            _git(repo, "reset", "-q", "--", LEAN)
         shutil.rmtree(folder / ".git")
-        return f"{LEAN}/ travels with the tree again"
-    if is_lean(repo):
-        return f"{LEAN}/ stays behind device calls (lean was on already)"
-    if (folder / ".git").exists():
-        raise ValueError(f"{folder}/.git is a repository crossbench did not make: move it "
-                         "away before `lean on`")
-    dirty = subprocess.run(["git", "-C", str(repo), "status", "--porcelain", "--", LEAN],
-                           capture_output=True, text=True, check=True).stdout
-    if dirty.strip():
-        raise ValueError(f"{LEAN}/ has uncommitted changes ({dirty.splitlines()[0].strip()}"
-                         f", ...): commit them first; while lean, git does not see new files "
-                         f"there")
-    subprocess.run(["git", "init", "-q", str(folder)], check=True)
-    (folder / ".git" / LEAN_MARK).write_text("made by benchmarks/study/carry.py lean on; "
-                                             "`carry.py lean off` removes this .git\n")
-    return f"{LEAN}/ stays behind device calls (tree now {tree_bytes(repo)} bytes)"
+        if ours:
+            hook.unlink()
+        said = {True: "pre-commit hook removed", None: "no pre-commit hook was there",
+                False: f"{hook} is not crossbench's: left in place"}[ours]
+        return f"{LEAN}/ travels with the tree again (index restored; {said})"
+    was = is_lean(repo)
+    if not was:
+        if (folder / ".git").exists():
+            raise ValueError(f"{folder}/.git is a repository crossbench did not make: move it "
+                             "away before `lean on`")
+        _uncommitted(repo, "commit them first")
+        subprocess.run(["git", "init", "-q", str(folder)], check=True)
+        (folder / ".git" / LEAN_MARK).write_text("made by benchmarks/study/carry.py lean on; "
+                                                 "`carry.py lean off` removes this .git\n")
+    if _git(repo, "ls-files", "--", LEAN).strip():  # first time, or the index restored since
+        if was:
+            _uncommitted(repo, "`lean off`, commit them, then `lean on`")
+        _git(repo, "rm", "-r", "--cached", "-q", "--", LEAN)
+    if ours is not False:
+        hook.parent.mkdir(parents=True, exist_ok=True)
+        hook.write_text(HOOK_TEXT)
+        hook.chmod(0o755)
+        guard = "a pre-commit hook refuses commits meanwhile"
+    else:
+        guard = f"NO pre-commit hook installed ({hook} is not crossbench's): commit nothing " \
+            "before `lean off`"
+    again = "; lean was on already" if was else ""
+    return (f"{LEAN}/ stays behind device calls (tree now {tree_bytes(repo)} bytes{again}): "
+            f"its files are out of the index until `lean off`; {guard}")
 
 
 def first_carry(carry_root: Path, wheels: Path) -> list[Path]:
