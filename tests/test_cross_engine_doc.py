@@ -6,6 +6,8 @@ behind."""
 
 from __future__ import annotations
 
+import json
+import zipfile
 from pathlib import Path
 from typing import Any
 
@@ -967,3 +969,58 @@ def test_llamas_mtp_split_on_ten_repetitions_is_decompose() -> None:
                    if s["arm"] == "mtp-a0.7" and s["concurrency"] == 1]
     assert (d["d"], d["v"]) == pytest.approx((line["d"], line["v"]))
     assert f"({line['d']:.3f} + {line['v']:.3f} n)" in flat
+
+
+MTP2_WARM = H100 / "mtp2-part5/h100-mtp2-part5-vllm-mtp-warm.zip"
+
+
+def _find(data: Any, key: str) -> Any:
+    """The first value of ``key`` anywhere in nested dicts and lists (depth first)."""
+    if isinstance(data, dict):
+        if key in data:
+            return data[key]
+        data = list(data.values())
+    if isinstance(data, list):
+        for item in data:
+            found = _find(item, key)
+            if found is not None:
+                return found
+    return None
+
+
+def test_vllms_warm_start_of_the_hybrid_target_is_the_archives() -> None:
+    """`mtp2 PART=5`: the start's time to ready and its phases (warm, from the carried cache)
+    against `PART=2`'s cold baseline start, and both cells' rates beside `PART=2`'s: from the
+    two archives' raw records and reports; two machines, one start each."""
+    flat = " ".join(mtp2_vllm_section().split()).replace("**", "")
+    with open_run(MTP2_WARM) as frames:
+        warm_trials, warm_cells = frames.trials, frames.analysis["cells"]
+    with open_run(MTP2_VLLM) as frames:
+        cold_trials, cold_cells = frames.trials, frames.analysis["cells"]
+    (warm,) = warm_trials["startup_s"].dropna()
+    cold = cold_trials.loc[cold_trials["arm"] == "none", "startup_s"].dropna().iloc[0]
+    assert f"{warm:.1f} s to ready, `warm`" in flat and f"against {cold:.1f} s cold" in flat
+    assert warm < cold / 3  # what the carried cache saved, measured
+    report = (MTP2_WARM.parent / "report-vllm-mtp-warm.md").read_text()
+    (row,) = [ln for ln in report.splitlines() if ln.startswith("| c=1 | 0 |")]
+    _, _, _, cache, init, compiled = [x.strip() for x in row.strip("| ").split("|")]
+    assert cache == "warm"
+    assert f"(engine init {init} s, torch.compile {compiled} s)" in flat
+    profile = []
+    for archive in (MTP2_WARM, MTP2_VLLM):  # the baseline's start in each, from its manifest
+        with zipfile.ZipFile(archive) as z:
+            (name,) = [n for n in z.namelist()
+                       if n.endswith("__none__builtin-mixed__c1/manifest.json")]
+            manifest = json.loads(z.read(name))
+        profile.append(_find(manifest, "profile_run_s"))
+    assert f"took {profile[0]:.2f} s against {profile[1]:.2f} s" in flat
+    base = {c["concurrency"]: c for c in cold_cells if c["arm"] == "none"}
+    for c in warm_cells:
+        w = c["throughput"]["pooled_tok_s"]
+        b = base[c["concurrency"]]["throughput"]["pooled_tok_s"]
+        assert f"{w:.1f} tok/s" in flat and f"{b:.1f}" in flat
+        assert f"({100 * (w / b - 1):+.1f} %)" in flat
+        if c["concurrency"] == 16:
+            out_w = c["throughput"]["wall_output_tok_s"]
+            out_b = base[16]["throughput"]["wall_output_tok_s"]
+            assert f"output of {out_w:,.1f} tok/s against {out_b:,.1f}" in flat
