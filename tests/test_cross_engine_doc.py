@@ -6,14 +6,13 @@ behind."""
 
 from __future__ import annotations
 
-import json
-import zipfile
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from crossbench.frames import open_run
+from crossbench.store import rundir
 
 ROOT = Path(__file__).resolve().parents[1]
 METHODS = ROOT / "examples" / "h200-methods"
@@ -915,9 +914,7 @@ def test_vllms_mtp_at_n8_and_alpha_07_rows_and_c16_are_the_archive() -> None:
     ups = sorted(trials["startup_s"].dropna())  # each start once: c=1 and c=16 share it
     assert len(ups) == 3
     assert f"Starts: {ups[0]:.1f}, {ups[1]:.1f} and {ups[2]:.1f} s to ready, all cold" in flat
-    report = (MTP2_VLLM.parent / "report-vllm-mtp2.md").read_text()
-    starts_table = report[report.index("## Server starts"):report.index("## Figures")]
-    assert starts_table.count("| cold |") == 3 and "| warm |" not in starts_table
+    assert [s.cache for _, s, _ in _starts(MTP2_VLLM)] == ["cold"] * 3
 
 
 def test_llamas_mtp_split_on_ten_repetitions_is_decompose() -> None:
@@ -974,24 +971,21 @@ def test_llamas_mtp_split_on_ten_repetitions_is_decompose() -> None:
 MTP2_WARM = H100 / "mtp2-part5/h100-mtp2-part5-vllm-mtp-warm.zip"
 
 
-def _find(data: Any, key: str) -> Any:
-    """The first value of ``key`` anywhere in nested dicts and lists (depth first)."""
-    if isinstance(data, dict):
-        if key in data:
-            return data[key]
-        data = list(data.values())
-    if isinstance(data, list):
-        for item in data:
-            found = _find(item, key)
-            if found is not None:
-                return found
-    return None
+def _starts(archive: Path) -> list[tuple[str, Any, dict[str, Any]]]:
+    """Every server start of ``archive``: its cell's arm, :func:`rundir.trial_start` of each
+    trial entry that made one, and the start-up facts vLLM's log gave
+    (``server_props.startup``)."""
+    with open_run(archive) as frames:
+        return [(str(c.coords.get("arm")), start, entry["server_props"]["startup"])
+                for c in frames.run.cells
+                for entry in c.manifest.get("trials") or []
+                if (start := rundir.trial_start(entry)) is not None]
 
 
 def test_vllms_warm_start_of_the_hybrid_target_is_the_archives() -> None:
     """`mtp2 PART=5`: the start's time to ready and its phases (warm, from the carried cache)
     against `PART=2`'s cold baseline start, and both cells' rates beside `PART=2`'s: from the
-    two archives' raw records and reports; two machines, one start each."""
+    two archives' raw records and manifests; two machines, one start each."""
     flat = " ".join(mtp2_vllm_section().split()).replace("**", "")
     with open_run(MTP2_WARM) as frames:
         warm_trials, warm_cells = frames.trials, frames.analysis["cells"]
@@ -1001,18 +995,12 @@ def test_vllms_warm_start_of_the_hybrid_target_is_the_archives() -> None:
     cold = cold_trials.loc[cold_trials["arm"] == "none", "startup_s"].dropna().iloc[0]
     assert f"{warm:.1f} s to ready, `warm`" in flat and f"against {cold:.1f} s cold" in flat
     assert warm < cold / 3  # what the carried cache saved, measured
-    report = (MTP2_WARM.parent / "report-vllm-mtp-warm.md").read_text()
-    (row,) = [ln for ln in report.splitlines() if ln.startswith("| c=1 | 0 |")]
-    _, _, _, cache, init, compiled = [x.strip() for x in row.strip("| ").split("|")]
-    assert cache == "warm"
-    assert f"(engine init {init} s, torch.compile {compiled} s)" in flat
-    profile = []
-    for archive in (MTP2_WARM, MTP2_VLLM):  # the baseline's start in each, from its manifest
-        with zipfile.ZipFile(archive) as z:
-            (name,) = [n for n in z.namelist()
-                       if n.endswith("__none__builtin-mixed__c1/manifest.json")]
-            manifest = json.loads(z.read(name))
-        profile.append(_find(manifest, "profile_run_s"))
+    ((_, start, facts),) = _starts(MTP2_WARM)
+    assert start.cache == "warm"
+    assert (f"(engine init {start.engine_init_s:.1f} s, torch.compile {start.compile_s:.1f} s)"
+            in flat)
+    (cold_facts,) = [f for arm, _, f in _starts(MTP2_VLLM) if arm == "none"]
+    profile = [facts["profile_run_s"], cold_facts["profile_run_s"]]
     assert f"took {profile[0]:.2f} s against {profile[1]:.2f} s" in flat
     base = {c["concurrency"]: c for c in cold_cells if c["arm"] == "none"}
     for c in warm_cells:

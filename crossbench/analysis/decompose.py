@@ -13,6 +13,7 @@ goes".
 from __future__ import annotations
 
 import json
+import statistics
 import subprocess
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -57,14 +58,20 @@ class Measured:
     """What :func:`repetition_notes` found in the llama-bench tests the times come from."""
 
 
-def _mean_ms(test: dict[str, Any]) -> float:
-    """Mean time of one llama-bench test in ms (its ``samples_ns``, else ``avg_ns``)."""
+def _samples_ms(test: dict[str, Any]) -> list[float]:
+    """The positive repetitions of one llama-bench test in ms (its ``samples_ns``, else its
+    ``avg_ns`` as one)."""
     samples = test.get("samples_ns") or [test.get("avg_ns")]
-    values = [float(s) for s in samples if isinstance(s, int | float) and s > 0]
+    return [float(s) / 1e6 for s in samples if isinstance(s, int | float) and s > 0]
+
+
+def _mean_ms(test: dict[str, Any]) -> float:
+    """Mean time of one llama-bench test in ms (:func:`_samples_ms`)."""
+    values = _samples_ms(test)
     if not values:
         raise UserError("a llama-bench test has no positive samples_ns",
                         "run llama-bench again; check its output with -o json")
-    return sum(values) / len(values) / 1e6
+    return sum(values) / len(values)
 
 
 def repetition_notes(tests: list[dict[str, Any]], who: str) -> list[str]:
@@ -74,19 +81,16 @@ def repetition_notes(tests: list[dict[str, Any]], who: str) -> list[str]:
     fix. Tests of fewer than 3 repetitions are not judged."""
     notes = []
     for t in tests:
-        values = sorted(float(s) / 1e6 for s in t.get("samples_ns") or []
-                        if isinstance(s, int | float) and s > 0)
+        values = _samples_ms(t) if t.get("samples_ns") else []
         if len(values) < 3:
             continue
-        mean = sum(values) / len(values)
-        mid = len(values) // 2
-        median = values[mid] if len(values) % 2 else (values[mid - 1] + values[mid]) / 2
+        mean, median = sum(values) / len(values), statistics.median(values)
         if mean > (1 + WARMUP) * median:
             what = (f"pass over {t.get('n_prompt')} tokens" if t.get("n_gen") == 0
                     else f"{t.get('n_gen')}-token generation")
             notes.append(f"the {who}'s {what}: the mean of {len(values)} repetitions "
                          f"({mean:.2f} ms) is {100 * (mean / median - 1):.0f} % above their "
-                         f"median ({median:.2f} ms), slowest {values[-1]:.2f} ms: the first "
+                         f"median ({median:.2f} ms), slowest {max(values):.2f} ms: the first "
                          "repetitions ran slow (warm-up); run it with more repetitions "
                          "(`--reps 10`) and read the steady ones in `raw`")
     return notes
