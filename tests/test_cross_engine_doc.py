@@ -914,7 +914,7 @@ def test_vllms_mtp_at_n8_and_alpha_07_rows_and_c16_are_the_archive() -> None:
     ups = sorted(trials["startup_s"].dropna())  # each start once: c=1 and c=16 share it
     assert len(ups) == 3
     assert f"Starts: {ups[0]:.1f}, {ups[1]:.1f} and {ups[2]:.1f} s to ready, all cold" in flat
-    assert [s.cache for _, s, _ in _starts(MTP2_VLLM)] == ["cold"] * 3
+    assert [s.cache for _, s, _, _ in _starts(MTP2_VLLM)] == ["cold"] * 3
 
 
 def test_llamas_mtp_split_on_ten_repetitions_is_decompose() -> None:
@@ -971,12 +971,13 @@ def test_llamas_mtp_split_on_ten_repetitions_is_decompose() -> None:
 MTP2_WARM = H100 / "mtp2-part5/h100-mtp2-part5-vllm-mtp-warm.zip"
 
 
-def _starts(archive: Path) -> list[tuple[str, Any, dict[str, Any]]]:
+def _starts(archive: Path) -> list[tuple[str, Any, dict[str, Any], Any]]:
     """Every server start of ``archive``: its cell's arm, :func:`rundir.trial_start` of each
-    trial entry that made one, and the start-up facts vLLM's log gave
-    (``server_props.startup``)."""
+    trial entry that made one, the start-up facts vLLM's log gave (``server_props.startup``)
+    and the cell's n."""
     with open_run(archive) as frames:
-        return [(str(c.coords.get("arm")), start, entry["server_props"]["startup"])
+        return [(str(c.coords.get("arm")), start, entry["server_props"]["startup"],
+                 c.coords.get("n"))
                 for c in frames.run.cells
                 for entry in c.manifest.get("trials") or []
                 if (start := rundir.trial_start(entry)) is not None]
@@ -995,11 +996,11 @@ def test_vllms_warm_start_of_the_hybrid_target_is_the_archives() -> None:
     cold = cold_trials.loc[cold_trials["arm"] == "none", "startup_s"].dropna().iloc[0]
     assert f"{warm:.1f} s to ready, `warm`" in flat and f"against {cold:.1f} s cold" in flat
     assert warm < cold / 3  # what the carried cache saved, measured
-    ((_, start, facts),) = _starts(MTP2_WARM)
+    ((_, start, facts, _),) = _starts(MTP2_WARM)
     assert start.cache == "warm"
     assert (f"(engine init {start.engine_init_s:.1f} s, torch.compile {start.compile_s:.1f} s)"
             in flat)
-    (cold_facts,) = [f for arm, _, f in _starts(MTP2_VLLM) if arm == "none"]
+    (cold_facts,) = [f for arm, _, f, _ in _starts(MTP2_VLLM) if arm == "none"]
     profile = [facts["profile_run_s"], cold_facts["profile_run_s"]]
     assert f"took {profile[0]:.2f} s against {profile[1]:.2f} s" in flat
     base = {c["concurrency"]: c for c in cold_cells if c["arm"] == "none"}
@@ -1012,3 +1013,132 @@ def test_vllms_warm_start_of_the_hybrid_target_is_the_archives() -> None:
             out_w = c["throughput"]["wall_output_tok_s"]
             out_b = base[16]["throughput"]["wall_output_tok_s"]
             assert f"output of {out_w:,.1f} tok/s against {out_b:,.1f}" in flat
+
+
+MTP3_VLLM = H100 / "mtp2-part3/h100-mtp2-part3-vllm-mtp3.zip"
+MTP5_AGAIN = H100 / "mtp2-part5b/h100-mtp2-part5-vllm-mtp-warm.zip"
+
+
+def mtp3_vllm_section() -> str:
+    """The page's section on `mtp2 PART=3` and `PART=5` again (one H100, 2026-12-07)."""
+    return doc_section("## vLLM's MTP line at alpha 0.7")
+
+
+def test_vllms_mtp_line_at_alpha_07_is_the_archive() -> None:
+    """`mtp2 PART=3`: each c=1 row (MAL beside the unclipped expectation, speedup and
+    interval, C(n)), the line with its intervals and R², its C(4) against `PART=2`'s n = 4, the
+    line in milliseconds beside llama.cpp's (`mtp2 PART=1`), the c=16 outputs, per-request
+    ratios and host figures, which pairs are host-bound, and each start warm or cold with its
+    phases: all from the archives' raw records; one start per arm, so no verdict word."""
+    section = mtp3_vllm_section()
+    flat = " ".join(section.split()).replace("**", "")
+    with open_run(MTP3_VLLM) as frames:
+        a = frames.analysis
+    pairs = {(p["arm"], p["n"], p["concurrency"]): p for p in a["pairs"]}
+    cells = {(c["arm"], c["n"], c["concurrency"]): c for c in a["cells"]}
+    assert {k for k in pairs if k[2] == 1} == {("mtp-a0.7", n, 1) for n in (1, 2, 8)}
+    for n in (1, 2, 8):
+        p = pairs[("mtp-a0.7", n, 1)]
+        sp, mal = p["speedup"], p["acceptance"]["mean_acceptance_length"]
+        assert sp["start_ci95"] is None  # one start per arm
+        expected = 1 + sum(0.7 ** k for k in range(1, n + 1))
+        row = (f"| MTP, alpha 0.7 | {n} | {mal:.3f} ({expected:.3f}) | "
+               f"{interval(sp['geomean'], sp['ci95'], 3)} | {mal / sp['geomean']:.3f} |")
+        assert row in section, row
+    base = pairs[("mtp-a0.7", 1, 1)]["baseline_tok_s"]
+    assert f"Baseline {base:.1f} tok/s" in flat
+    table = section[section.index("| arm | n | MAL"):section.index("- **The line")]
+    assert "faster" not in table and "slower" not in table
+    (line,) = [s["cost_model"] for s in a["sweeps"] if s["concurrency"] == 1]
+    assert (f"d {interval(line['d'], line['d_ci95'], 3)} + "
+            f"v {interval(line['v'], line['v_ci95'], 3)} n (R² {line['r2']:.3f}") in flat
+    c4 = line["d"] + 4 * line["v"]
+    (best,) = [x for x in a["sweeps"] if x["concurrency"] == 1]
+    (at4,) = [x for x in best["cost_model"]["predicted"] if x["n"] == 4]
+    assert max(best["cost_model"]["predicted"], key=lambda x: x["speedup"])["n"] == 4
+    assert f"C(4) {c4:.3f} and {at4['speedup']:.3f}x at n = 4, the best n" in flat
+    with open_run(MTP2_VLLM) as frames:
+        (p4,) = [p for p in frames.analysis["pairs"]
+                 if p["arm"] == "mtp-a0.7" and p["concurrency"] == 1]
+    m4 = p4["acceptance"]["mean_acceptance_length"] / p4["speedup"]["geomean"]
+    assert (f"measured {m4:.3f} ({p4['speedup']['geomean']:.3f}x), "
+            f"{100 * (m4 / c4 - 1):.1f} % above the line") in flat
+    with open_run(MTP2 / "h100-mtp2-part1-llama-mtp2.zip") as frames:
+        (llama,) = [s["cost_model"] for s in frames.analysis["sweeps"]
+                    if s["arm"] == "mtp-a0.7" and s["concurrency"] == 1]
+        llama_base = next(p for p in frames.analysis["pairs"]
+                      if p["arm"] == "mtp-a0.7" and p["concurrency"] == 1)["baseline_tok_s"]
+    assert f"another H100, {llama['d']:.3f} + {llama['v']:.3f} n of its {1000 / llama_base:.2f} ms" in flat
+    assert (f"vLLM's d is {line['d'] * 1000 / base:.2f} ms and its v "
+            f"{line['v'] * 1000 / base:.2f} ms a drafted token ({1000 / base:.2f} ms plain "
+            f"step), llama.cpp's {llama['d'] * 1000 / llama_base:.2f} and "
+            f"{llama['v'] * 1000 / llama_base:.2f} ms") in flat
+    wall = {k[:2]: c["throughput"]["wall_output_tok_s"] for k, c in cells.items() if k[2] == 16}
+    out = wall.pop(("none", None))
+    assert f"baseline's output {out:,.1f} tok/s" in flat
+    assert ", ".join(f"n = {n} {wall[('mtp-a0.7', n)]:,.1f} ({wall[('mtp-a0.7', n)] / out:.2f})"
+                     for n in (1, 2, 8)) in flat
+    c16 = [pairs[("mtp-a0.7", n, 16)] for n in (1, 2, 8)]
+    ivs = [interval(p["speedup"]["geomean"], p["speedup"]["ci95"], 3) for p in c16]
+    assert (f"{ivs[0]}, {ivs[1]} and {ivs[2]} of the baseline's "
+            f"{c16[0]['baseline_tok_s']:.1f} tok/s") in flat
+    bound = {k for k, p in pairs.items() if any(w["kind"] == "host_bound" for w in p["warnings"])}
+    assert bound == {("mtp-a0.7", n, 16) for n in (1, 2, 8)}
+    host = {k[:2]: c["host_time"] for k, c in cells.items() if k[2] == 16}
+    order = [("mtp-a0.7", 1), ("mtp-a0.7", 2), ("mtp-a0.7", 8), ("none", None)]
+    busy = [host[k]["gpu_busy_share"] for k in order]
+    assert (f"GPU busy {busy[0]:.2f}, {busy[1]:.2f} and {busy[2]:.2f} of the window against the "
+            f"baseline's {busy[3]:.2f}") in flat
+    ms = [host[k]["host_ms_per_token"]["mean"] for k in order]
+    assert f"{ms[0]:.2f}, {ms[1]:.2f} and {ms[2]:.2f} ms of host a token against its {ms[3]:.2f}" \
+        in flat
+    starts = {(arm, n): (start, facts) for arm, start, facts, n in _starts(MTP3_VLLM)}
+    warm = [starts[("none", None)], starts[("mtp-a0.7", 8)]]
+    cold = [starts[("mtp-a0.7", 1)], starts[("mtp-a0.7", 2)]]
+    assert [s.cache for s, _ in warm] == ["warm", "warm"]
+    assert [s.cache for s, _ in cold] == ["cold", "cold"]
+    assert (f"the baseline's {warm[0][0].startup_s:.1f} s and n = 8's "
+            f"{warm[1][0].startup_s:.1f} s to ready, `warm`") in flat
+    assert (f"(engine init {warm[0][0].engine_init_s:.1f} and {warm[1][0].engine_init_s:.1f} s, "
+            f"profiling run {warm[0][1]['profile_run_s']:.2f} and "
+            f"{warm[1][1]['profile_run_s']:.2f} s)") in flat
+    assert (f"{cold[0][0].startup_s:.1f} and {cold[1][0].startup_s:.1f} s, `cold` (engine init "
+            f"{cold[0][0].engine_init_s:.1f} and {cold[1][0].engine_init_s:.1f} s, profiling "
+            f"run {cold[0][1]['profile_run_s']:.2f} and {cold[1][1]['profile_run_s']:.2f} s)"
+            ) in flat
+
+
+def test_two_warm_starts_of_the_hybrid_target_on_one_machine_are_the_archives() -> None:
+    """`mtp2 PART=5` chained after `PART=3`: the second warm start of the baseline against
+    `PART=3`'s, both cells' rates and the c=16 output against it, and `PART=5`'s earlier
+    cold-to-warm difference inside that spread: from the three archives' raw records."""
+    flat = " ".join(mtp3_vllm_section().split()).replace("**", "")
+    ((_, again, facts, _),) = _starts(MTP5_AGAIN)
+    (first,) = [s for arm, s, _, _ in _starts(MTP3_VLLM) if arm == "none"]
+    assert again.cache == first.cache == "warm"
+    assert f"{again.startup_s:.1f} s to ready (engine init {again.engine_init_s:.1f} s, " \
+        f"profiling run {facts['profile_run_s']:.2f} s) against `PART=3`'s " \
+        f"{first.startup_s:.1f} s" in flat
+    with open_run(MTP5_AGAIN) as frames:
+        cells_again = {c["concurrency"]: c["throughput"] for c in frames.analysis["cells"]}
+    with open_run(MTP3_VLLM) as frames:
+        cells_first = {c["concurrency"]: c["throughput"] for c in frames.analysis["cells"]
+                       if c["arm"] == "none"}
+    change = {}
+    for conc in (1, 16):
+        w, b = cells_again[conc]["pooled_tok_s"], cells_first[conc]["pooled_tok_s"]
+        change[conc] = 100 * (w / b - 1)
+        assert f"{w:.1f}" in flat and f"against {b:.1f}" in flat
+        assert f"({change[conc]:+.1f} %)" in flat.replace("−", "-")
+    o_again, o_first = (cells_again[16]["wall_output_tok_s"],
+                        cells_first[16]["wall_output_tok_s"])
+    assert f"output of {o_again:,.1f} against {o_first:,.1f} tok/s" in flat
+    with open_run(MTP2_WARM) as frames:
+        warm1 = next(c["throughput"]["pooled_tok_s"] for c in frames.analysis["cells"]
+                 if c["concurrency"] == 1)
+    with open_run(MTP2_VLLM) as frames:
+        cold1 = next(c["throughput"]["pooled_tok_s"] for c in frames.analysis["cells"]
+                 if c["concurrency"] == 1 and c["arm"] == "none")
+    earlier = 100 * (warm1 / cold1 - 1)
+    assert f"({earlier:+.1f} % at c=1, two machines) lies within it" in flat
+    assert abs(earlier) < abs(change[1])
