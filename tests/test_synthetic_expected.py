@@ -214,8 +214,8 @@ def test_llama_servers_rule_and_what_it_cannot_predict() -> None:
         got = registry.synthetic_draws("llama-server", {"type": "draft-simple", "n": 4,
                                                         "synth_rates": RATES, **spec})
         assert got is not None and got.unpredictable and why in got.unpredictable
-    # engines without a registered rule, and an import's label, get none
-    for engine in ("vllm", "sglang", "synthetic"):
+    # an engine without a per-position rule, and an import's label, get none
+    for engine in ("sglang", "synthetic"):
         assert registry.synthetic_draws(engine, {"type": "draft_model", "n": 4,
                                                  "synth_rates": RATES}) is None
 
@@ -269,14 +269,15 @@ def _import(out: Path, engine: str, spec: dict[str, object], lengths: Sequence[i
 
 def test_summary_carries_the_expected_figures_and_older_summaries_still_check(
         tmp_path: Path) -> None:
-    """summary.json (version 4) holds the expected figures of a llama-server synthetic cell;
+    """summary.json (version 5) holds the expected figures of a llama-server synthetic cell;
     a version-2 summary without them still re-derives, a current one without them does
-    not (``summarize --check``)."""
+    not (``summarize --check``). A vLLM cell's figures are the configured rates; a version-4
+    vLLM summary, written before they were, holds None and still re-derives."""
     spec = {"type": "draft-simple", "n": 4, "synth_rates": RATES}
     cell = _import(tmp_path / "imp", "llama-server", spec, [24] * 5)
     path = cell / "summary.json"
     stored = json.loads(path.read_text())
-    assert stored["schema_version"] == 4
+    assert stored["schema_version"] == 5
     acc = stored["acceptance"]
     want = expected_figures([24] * 5, RATES)
     assert want is not None and acc["expected_per_position"] == want.per_position
@@ -289,7 +290,7 @@ def test_summary_carries_the_expected_figures_and_older_summaries_still_check(
     path.write_text(json.dumps(old))
     check = CliRunner().invoke(cli, ["summarize", "--check", str(cell)])
     assert check.exit_code == 0, check.output
-    old["schema_version"] = 4
+    old["schema_version"] = 5
     path.write_text(json.dumps(old))
     check = CliRunner().invoke(cli, ["summarize", "--check", str(cell)])
     assert check.exit_code == 1
@@ -300,7 +301,22 @@ def test_summary_carries_the_expected_figures_and_older_summaries_still_check(
     other = _import(tmp_path / "vllm", "vllm", {"type": "draft_model", "n": 4,
                                                 "synth_rates": RATES}, [24] * 5)
     acc = json.loads((other / "summary.json").read_text())["acceptance"]
-    assert {k: acc[k] for k in EXPECTED_KEYS} == dict.fromkeys(EXPECTED_KEYS)
+    assert acc["expected_per_position"] == RATES  # vLLM clips nothing
+    assert acc["expected_note"].startswith("expected as vLLM counts it")
+    table = CliRunner().invoke(cli, ["summarize", str(other)])
+    rows = [re.split(r"\s{2,}", line) for line in table.output.splitlines()]
+    assert [[row[0], row[-1]] for row in rows if row[0].startswith("expected")] == \
+        [["expected per position (synthetic, as configured)", "0.900, 0.700, 0.500, 0.200"]]
+    path = other / "summary.json"
+    older = json.loads(path.read_text())
+    older["schema_version"] = 4
+    older["acceptance"].update(dict.fromkeys(EXPECTED_KEYS))
+    path.write_text(json.dumps(older))
+    check = CliRunner().invoke(cli, ["summarize", "--check", str(other)])
+    assert check.exit_code == 0, check.output
+    older["schema_version"] = 5
+    path.write_text(json.dumps(older))
+    assert CliRunner().invoke(cli, ["summarize", "--check", str(other)]).exit_code == 1
 
 
 def _sglang_steps(tokens: int, mean: float, longest: int, rng: random.Random) -> int:

@@ -157,7 +157,8 @@ class CellData:
     @cached_property
     def expected_acceptance(self) -> dict[str, Any]:
         """What the engine's counters should read under its synthetic acceptance for these
-        requests (``analysis.synthetic.expected_for_run``: llama-server's clipped drafts);
+        requests (``analysis.synthetic.expected_for_run``: llama-server's clipped drafts,
+        SGLang's step lengths, vLLM's configured rates);
         every key None for a cell without synthetic acceptance or an engine with no rule."""
         from crossbench.analysis.synthetic import expected_for_run
 

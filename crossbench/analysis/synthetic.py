@@ -1,7 +1,7 @@
 """Expected synthetic acceptance as the engines count it: exact, for requests of known length.
 
 llama-server draws per-position rates (below); SGLang draws a whole step's length
-(:func:`expected_steps`, after this list).
+(:func:`expected_steps`, after this list); vLLM draws per-position rates and clips nothing.
 
 Under ``--spec-synth-rates p_1..p_n`` a full draft reaches position k with probability p_k, yet
 llama-server's per-position figures read lower, most at late positions, and the more so the
@@ -30,6 +30,10 @@ T = N - 1 over its steps; the expected mean acceptance length is then T / E[step
 the summed T over the summed expected steps), below m because the last step stops at the
 token limit. :func:`expected_steps` gives E[steps] by a dynamic program over the tokens left.
 
+vLLM 0.26.0 (crossbench/engines/vllm/synthetic.py) drafts n tokens at every step and counts
+them all before it trims the output at ``max_tokens``: nothing is clipped, and its counters
+estimate the configured rates themselves (``SyntheticDraws.clipped`` False).
+
 Not modelled: a target whose memory cannot drop a rejected tail (recurrent or hybrid, such as
 Qwen3.5) restores a checkpoint after a partial rejection and replays the accepted tokens. That
 one counted step then emits one token more, which moves the clipping slightly (by about 0.001
@@ -57,6 +61,12 @@ STEP_NOTE = ("expected as SGLang counts it: each verification step commits the f
              "tokens up to its max_tokens, so its last step counts fewer; no per-position or "
              "draft-rate figures (SGLang's counters have none)")
 """The start of ``expected_note`` for an engine that draws a whole step's length."""
+UNCLIPPED_NOTE = ("expected as vLLM counts it: every step drafts n tokens whatever the request "
+                  "has left and counts them all before the output is trimmed at max_tokens "
+                  "(scheduler.py, vLLM 0.26.0), so the counters estimate the configured rates; "
+                  "the draws follow each request's seed and token positions, so trials that "
+                  "send the same requests draw the same counts")
+"""The start of ``expected_note`` for an engine that counts every drafted position."""
 
 
 @dataclass(frozen=True)
@@ -211,6 +221,16 @@ def expected_acceptance(draws: SyntheticDraws | None,
     measured = [r for r in records if not r.get("warmup")]
     if not measured:
         out["expected_note"] = "no expected figures: no measured requests"
+        return out
+    if not draws.clipped:
+        rates = list(draws.rates)
+        if not rates:
+            out["expected_note"] = "no expected figures: no drafted positions"
+            return out
+        out.update(expected_per_position=rates,
+                   expected_mean_acceptance_length=1.0 + sum(rates),
+                   expected_draft_acceptance_rate=sum(rates) / len(rates),
+                   expected_note=f"{UNCLIPPED_NOTE}; over {len(measured)} requests")
         return out
     lengths = [budget_length(r) for r in measured]
     short = sum(1 for n in lengths if n is None)

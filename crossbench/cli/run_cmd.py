@@ -95,8 +95,10 @@ def format_table(summary: dict[str, Any], engine: str | None = None) -> str:
              ", ".join(f"{p:.3f}" for p in per_pos) if per_pos else "n/a"),
         ]
         expected = acc.get("expected_per_position")
-        if expected:  # llama-server's synthetic acceptance, its drafts clipped near the end
-            rows.append(("expected per position (synthetic, clipped drafts)",
+        if expected:  # synthetic acceptance as the engine counts it (analysis/synthetic.py)
+            how = ("clipped drafts" if str(acc.get("expected_note") or "").startswith(
+                "expected as llama-server") else "as configured")
+            rows.append((f"expected per position (synthetic, {how})",
                          ", ".join(f"{p:.3f}" for p in expected)))
         rows += [
             ("drafts / drafted / accepted", f"{f(acc['drafts'], '.0f')} / "

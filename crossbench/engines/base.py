@@ -78,10 +78,10 @@ class SyntheticDraws:
     analysis needs it to predict the counters (:mod:`crossbench.analysis.synthetic`).
 
     ``rates`` are the unconditional per-position rates the engine draws with (a draft reaches
-    position k with probability ``rates[k]``, stopping at the first rejection). The engine
-    limits each draft to the tokens the request has left, as llama-server does. ``unpredictable``
-    says why the counters cannot be predicted for this config, e.g. a drafter that may draft
-    fewer tokens than the limit. Then ``rates`` stay for reference only.
+    position k with probability ``rates[k]``, stopping at the first rejection). By default the
+    engine limits each draft to the tokens the request has left, as llama-server does.
+    ``unpredictable`` says why the counters cannot be predicted for this config, e.g. a drafter
+    that may draft fewer tokens than the limit. Then ``rates`` stay for reference only.
     Example (llama-server, ``synth_rates: [0.9, 0.7]``): ``SyntheticDraws((0.9, 0.7))``.
 
     An engine that draws a whole step's length instead gives ``step_mean`` and ``step_max``
@@ -90,12 +90,18 @@ class SyntheticDraws:
     ``step_mean``, at most ``step_max``, and the counters count the tokens a request keeps,
     so its last step stops at its token limit. Example (SGLang, ``synth_len: 4.0951, n: 4``):
     ``SyntheticDraws((), step_mean=4.0951, step_max=5)``.
+
+    An engine that drafts n tokens at every step whatever the request has left, and counts
+    every drafted position, gives ``clipped=False``: its counters estimate ``rates`` themselves.
+    Example (vLLM 0.26.0, ``synth_rates: [0.9, 0.81]``): ``SyntheticDraws((0.9, 0.81),
+    clipped=False)``.
     """
 
     rates: tuple[float, ...]
     unpredictable: str | None = None
     step_mean: float | None = None
     step_max: int | None = None
+    clipped: bool = True
 
 
 @dataclass(frozen=True)

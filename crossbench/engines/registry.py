@@ -121,7 +121,8 @@ register("vllm", "crossbench.engines.vllm.server:VllmServer",
          "crossbench.engines.vllm.config:VllmServerConfig", spec_metric_prefix="vllm:spec_decode_",
          decode_histograms=("vllm:request_generation_tokens", "vllm:request_decode_time_seconds"),
          planning_startup_s=120.0, process_names=("vllm",),
-         rules="crossbench.engines.vllm.rules:RULES")
+         rules="crossbench.engines.vllm.rules:RULES",
+         synthetic="crossbench.engines.vllm.synthetic:synthetic_draws")
 register("sglang", "crossbench.engines.sglang.server:SglangServer", "crossbench.engines.sglang.config:SglangServerConfig", spec_metric_prefix="sglang:spec_", spec_counters=SpecCounters("sglang:spec_verify_calls_total", None, None, generated="sglang:generation_tokens_total", requests="sglang:num_requests_total"), planning_startup_s=120.0, process_names=("sglang::",), synthetic="crossbench.engines.sglang.synthetic:synthetic_draws", shared_drafts={"NGRAM": SharedDrafts("one NgramCorpus per server, fed by every request's tokens (speculative/ngram_worker.py of 0.5.17)", ("flush_cache",))}, cold_start="machine")  # noqa: E501
 
 

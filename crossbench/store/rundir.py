@@ -209,7 +209,7 @@ FORMATS: dict[str, Format] = {
            "state_sha256, cells, first_started_utc)"}, {}),
     "import": Format(STATE, IMPORT_KIND, 1, {
         1: "first version (cells with coords, baseline and dir; source; not_imported)"}, {}),
-    "summary": Format(SUMMARY, SUMMARY_KIND, 4, {
+    "summary": Format(SUMMARY, SUMMARY_KIND, 5, {
         1: "first version (throughput, latency_ms, acceptance, integrity, requests, "
            "per_trial)",
         2: "server_pooled_tok_s over the client's window (predicted_n - 1, or vLLM's request "
@@ -221,10 +221,16 @@ FORMATS: dict[str, Format] = {
            "tokens a request has left (analysis/synthetic.py); None elsewhere",
         4: "acceptance.expected_mean_acceptance_length and expected_note under SGLang's "
            "simulated acceptance too: each step commits the floor or the ceiling of the mean "
-           "length and a request's last step stops at its token limit (None before)"},
+           "length and a request's last step stops at its token limit (None before)",
+        5: "acceptance.expected_per_position, expected_mean_acceptance_length, "
+           "expected_draft_acceptance_rate and expected_note under vLLM's synthetic "
+           "acceptance too: the configured rates, since vLLM drafts n tokens at every step and "
+           "counts them all (None before)"},
         {2: ("throughput.server_pooled_tok_s", "per_trial.*.throughput.server_pooled_tok_s"),
-         4: ("acceptance.expected_mean_acceptance_length", "acceptance.expected_note")}),
-    "analysis": Format(ANALYSIS, ANALYSIS_KIND, 14, {
+         4: ("acceptance.expected_mean_acceptance_length", "acceptance.expected_note"),
+         5: ("acceptance.expected_per_position", "acceptance.expected_mean_acceptance_length",
+             "acceptance.expected_draft_acceptance_rate", "acceptance.expected_note")}),
+    "analysis": Format(ANALYSIS, ANALYSIS_KIND, 15, {
         1: "first version (cells, pairs, sweeps, stability)",
         2: "options.strata and each interval's design; cost-model intervals (d_ci95, v_ci95) "
            "and tau estimated from per-request counts where no counter exists; server rates "
@@ -281,7 +287,10 @@ FORMATS: dict[str, Format] = {
         14: "the draft_replay warning and its verdict caveat: a method that drafts from "
             "state every request of a start feeds (SGLang's NGRAM, llama.cpp's ngram-mod) "
             "with prompts repeated in a trial or a trial after others on its start without "
-            "a reset that clears the state"},
+            "a reset that clears the state",
+        15: "cells.*.acceptance.expected_* and pairs.*.acceptance.expected_per_position and "
+            "expected_note under vLLM's synthetic acceptance too: its configured rates "
+            "(summary.json version 5)"},
         {2: ("cells.*.throughput.server_pooled_tok_s", "cells.*.latency_ms.chunk_gap",
              "cells.*.latency_ms.token_itl", "cells.*.throughput.wall_output_tok_s",
              "pairs.*.warnings", "pairs.*.confounds", "pairs.*.verdict", "stability",
@@ -303,7 +312,12 @@ FORMATS: dict[str, Format] = {
               "pairs.*.verdict_caveats"),
          13: ("cells.*.acceptance.expected_mean_acceptance_length",
               "cells.*.acceptance.expected_note", "pairs.*.acceptance.expected_note"),
-         14: ("pairs.*.warnings", "pairs.*.verdict_caveats", "stability")}),
+         14: ("pairs.*.warnings", "pairs.*.verdict_caveats", "stability"),
+         15: ("cells.*.acceptance.expected_per_position",
+              "cells.*.acceptance.expected_mean_acceptance_length",
+              "cells.*.acceptance.expected_draft_acceptance_rate",
+              "cells.*.acceptance.expected_note", "pairs.*.acceptance.expected_per_position",
+              "pairs.*.acceptance.expected_note")}),
 }
 """Every versioned file of a run directory, with its format history: the one place a format
 version changes (bump ``version``, add a line to ``history``, list redefined fields)."""
