@@ -139,8 +139,9 @@ def acceptance_curves(study: Study) -> Plot | None:
     return Plot("acceptance_curves", "Per-position acceptance",
                 "Share of drafts whose accepted prefix reaches position k (unconditional, so "
                 "each curve falls); mean acceptance length = 1 + the sum of the curve. Dashed: "
-                "what the counters should read under the configured synthetic rates "
-                "(llama-server, its drafts clipped to the tokens a request has left).", fig)
+                "what the counters should read under the configured synthetic rates, as the "
+                "engine counts them (llama-server clips its drafts to the tokens a request has "
+                "left; vLLM clips none).", fig)
 
 
 def acceptance_vs_speedup(study: Study) -> Plot | None:
