@@ -16,7 +16,7 @@ Servers are context managers: ``with server: ...`` runs start/wait_ready and alw
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType, TracebackType
@@ -103,6 +103,20 @@ class SyntheticDraws:
     step_max: int | None = None
     clipped: bool = True
 
+
+
+def synthetic_rates(spec: Mapping[str, Any], from_length: Callable[[float, int], list[float]],
+                    ) -> tuple[float, ...] | str | None:
+    """The per-position rates a recorded spec config sets: its ``synth_rates``, or its
+    ``synth_len`` turned into rates by the engine's own rule ``from_length(length, n)``. None
+    without either; a string saying why where ``synth_len`` comes without a recorded n."""
+    if spec.get("synth_rates"):
+        return tuple(float(r) for r in spec["synth_rates"])
+    if spec.get("synth_len") is None:
+        return None
+    if not spec.get("n"):
+        return "synth_len without a recorded n: the rates are unknown"
+    return tuple(from_length(float(spec["synth_len"]), int(spec["n"])))
 
 @dataclass(frozen=True)
 class EngineIdentity:

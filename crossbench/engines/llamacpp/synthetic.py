@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from crossbench.engines.base import SyntheticDraws
+from crossbench.engines.base import SyntheticDraws, synthetic_rates
 
 
 def synth_len_rates(length: float, n: int) -> list[float]:
@@ -49,15 +49,11 @@ def synthetic_draws(spec: Mapping[str, Any]) -> SyntheticDraws | None:
     draft is as long as the limit allows. Two things break that, and are marked
     ``unpredictable``: an n-gram drafter, which drafts what it finds, and ``p_min`` or
     ``n_min``, which cut or drop drafts."""
-    rates: list[float]
-    if spec.get("synth_rates"):
-        rates = [float(r) for r in spec["synth_rates"]]
-    elif spec.get("synth_len") is None:
+    rates = synthetic_rates(spec, synth_len_rates)
+    if rates is None:
         return None
-    elif not spec.get("n"):
-        return SyntheticDraws((), "synth_len without a recorded n: the rates are unknown")
-    else:
-        rates = synth_len_rates(float(spec["synth_len"]), int(spec["n"]))
+    if isinstance(rates, str):
+        return SyntheticDraws((), rates)
     kind = str(spec.get("type", ""))
     why = None
     if not kind.startswith("draft-"):
@@ -67,4 +63,4 @@ def synthetic_draws(spec: Mapping[str, Any]) -> SyntheticDraws | None:
         why = f"p_min {spec['p_min']:g} ends drafts early"
     elif int(spec.get("n_min") or 0) > 1:
         why = f"n_min {spec['n_min']} drops drafts the limit shortens"
-    return SyntheticDraws(tuple(rates), why)
+    return SyntheticDraws(rates, why)

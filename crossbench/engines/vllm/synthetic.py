@@ -27,7 +27,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from crossbench.engines.base import SyntheticDraws
+from crossbench.engines.base import SyntheticDraws, synthetic_rates
 
 FINDS = ("ngram", "ngram_gpu", "suffix", "custom_class")
 """Methods whose steps may draft fewer than n real tokens: the n-gram and suffix proposers
@@ -51,19 +51,14 @@ def synthetic_draws(spec: Mapping[str, Any]) -> SyntheticDraws | None:
     """How vLLM draws synthetic acceptance for a recorded spec config (None without
     ``synth_rates`` or ``synth_len``). Unclipped: every step drafts n tokens and counts them
     all. An n-gram or suffix method drafts only what it finds and is marked ``unpredictable``."""
-    rates: list[float]
-    if spec.get("synth_rates"):
-        rates = [float(r) for r in spec["synth_rates"]]
-    elif spec.get("synth_len") is None:
+    rates = synthetic_rates(spec, synth_len_rates)
+    if rates is None:
         return None
-    elif not spec.get("n"):
-        return SyntheticDraws((), "synth_len without a recorded n: the rates are unknown",
-                              clipped=False)
-    else:
-        rates = synth_len_rates(float(spec["synth_len"]), int(spec["n"]))
+    if isinstance(rates, str):
+        return SyntheticDraws((), rates, clipped=False)
     kind = str(spec.get("type", ""))
     why = None
     if kind in FINDS:
         why = (f"method {kind} may draft fewer than n real tokens a step (n-gram and suffix "
                "methods draft only what they find)")
-    return SyntheticDraws(tuple(rates), why, clipped=False)
+    return SyntheticDraws(rates, why, clipped=False)
