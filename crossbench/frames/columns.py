@@ -145,7 +145,7 @@ FRAMES: dict[str, list[Column]] = {
                "what the counters should read under the synthetic rates (llama-server: each "
                "draft clipped to the tokens a request has left; SGLang: each step the floor "
                "or the ceiling of the simulated mean, the last step stopping at the token "
-               "limit; NA elsewhere)"),
+               "limit; vLLM: the configured rates, nothing clipped; NA elsewhere)"),
     ],
     "pairs": [
         *_COORDS,
