@@ -56,7 +56,7 @@ def test_the_rounds_file_lists_every_round_of_the_former_scripts(study: ModuleTy
     assert study.parts(rounds, "verdicts") == [1, 2]  # whole, it outgrew one lease
     assert study.parts(rounds, "sglang-methods") == [1, 2, 3]  # the same
     assert study.parts(rounds, "alpha-same") == [1, 2, 3]  # one engine a part
-    assert study.parts(rounds, "mtp2") == [1, 2, 3, 4, 5]  # 4: PART=1's split again; 5: warm
+    assert study.parts(rounds, "mtp2") == [1, 2, 3, 4, 5, 6]  # 4: the split again; 5: warm; 6: fork
     assert study.parts(rounds, "ngram2") == [1, 2, 3, 4]  # SGLang's c=1 and c=16 apart
     # the needs the former driver encoded in its case statements
     by = {(r.name, r.part): r for r in _every_round(study) if r.kind == "cross"}
@@ -76,7 +76,7 @@ def test_the_rounds_file_lists_every_round_of_the_former_scripts(study: ModuleTy
         ("moe", 2), ("moe", 3), ("moe", 5), ("moe", 7), ("fits2", None),
         ("sglang-methods", 1), ("sglang-methods", 2), ("sglang-methods", 3),
         ("sglang-nextn", None), ("startup-next", None), ("startup-spec", None), ("verdicts", 2),
-        ("alpha-same", 2), ("alpha-same", 3), ("mtp2", 2), ("mtp2", 3), ("mtp2", 5), ("ngram2", 2),
+        ("alpha-same", 2), ("alpha-same", 3), ("mtp2", 2), ("mtp2", 3), ("mtp2", 5), ("mtp2", 6), ("ngram2", 2),
         ("ngram2", 3), ("ngram2", 4),
         ("moe", 10), ("moe", 11), ("alpha", 1), ("alpha", 2), ("vllm-split", None)}
     assert {k for k, r in by.items() if r.drafters} == {("methods", p) for p in (1, 2, 3, 4)} | {
@@ -91,12 +91,13 @@ def test_the_rounds_file_lists_every_round_of_the_former_scripts(study: ModuleTy
         ("startup-next", None), ("startup-spec", None), ("alpha", 1), ("alpha", 2),
         ("alpha-same", 1), ("alpha-same", 2), ("alpha-same", 3), ("vllm-split", None)} | {
         ("moe", p) for p in range(1, 12)} | {
-        ("mtp2", p) for p in (1, 2, 3, 4, 5)} | {("ngram2", p) for p in (1, 2, 3, 4)}
+        ("mtp2", p) for p in (1, 2, 3, 4, 5, 6)} | {("ngram2", p) for p in (1, 2, 3, 4)}
     # mtp2 makes the MTP target in both formats for llama.cpp, its HF folder alone for vLLM;
     # ngram2's SGLang part the Qwen3-8B target's HF folder
     assert by[("mtp2", 1)].fixtures == by[("mtp2", 4)].fixtures == (
         ("path mtp-target --shape qwen3-8b", 0),)
-    assert by[("mtp2", 2)].fixtures == by[("mtp2", 3)].fixtures == by[("mtp2", 5)].fixtures == (
+    assert by[("mtp2", 2)].fixtures == by[("mtp2", 3)].fixtures == by[("mtp2", 5)].fixtures == \
+        by[("mtp2", 6)].fixtures == (
         ("path mtp-target --shape qwen3-8b --format hf", 0),)
     assert by[("ngram2", 1)].fixtures == by[("ngram2", 2)].fixtures == study.DEFAULT_FIXTURES
     assert by[("ngram2", 3)].fixtures == by[("ngram2", 4)].fixtures == (
@@ -187,6 +188,13 @@ def test_every_round_matrix_validates_and_every_selection_picks_cells(
                 family = "moe" if r.part == 8 else "dense"
                 assert {c.coords["target"].split("-")[0] for c in chosen} == {family}
                 assert len(chosen) == (10 if r.part == 8 else 20)
+            if (r.name, r.part) == ("mtp2", 6):  # the MTP target's baseline, spawned and forked
+                assert {(c.coords["engine"], c.coords.get("arm") or "none") for c in chosen} == {
+                    ("vllm-q35", "none"), ("vllm-q35-fork", "none")}
+                assert {c.coords["engine"]: c.engine_config.get("engine_process", "spawn")
+                        for c in chosen} == {"vllm-q35": "spawn", "vllm-q35-fork": "fork"}
+                assert {c.coords["target"] for c in chosen} == {"q35-hf"}
+                assert {int(c.coords["concurrency"]) for c in chosen} == {1, 16}
             if (r.name, step.name) == ("fits2", "vllm-fits2"):  # a short lease keeps a baseline
                 starts: list[tuple[str, object]] = []
                 by_id = {c.id: c for c in chosen}
@@ -273,7 +281,7 @@ def test_every_round_matrix_validates_and_every_selection_picks_cells(
                     # 1,024 tokens a request: at 390 tok/s 2.6 s of decode, the 8 NVML
                     # samples host_time.decode needs (0.8 s) many times over
                     assert {trial_work(c.load).output_tokens for c in chosen} == {8 * 1024}
-    assert checked == 64  # alpha-same PART=3, ngram2 PART=4 and mtp2 PART=5 added on 2026-12-07
+    assert checked == 65  # alpha-same PART=3, ngram2 PART=4, mtp2 PART=5 and 6 added on 2026-12-07
 
 
 def test_a_selector_with_an_unknown_key_is_refused(study: ModuleType) -> None:
