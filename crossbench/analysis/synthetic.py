@@ -64,8 +64,8 @@ STEP_NOTE = ("expected as SGLang counts it: each verification step commits the f
 UNCLIPPED_NOTE = ("expected as vLLM counts it: every step drafts n tokens whatever the request "
                   "has left and counts them all before the output is trimmed at max_tokens "
                   "(scheduler.py, vLLM 0.26.0), so the counters estimate the configured rates; "
-                  "the draws follow each request's seed and token positions, so trials that "
-                  "send the same requests draw the same counts")
+                  "the draws follow each request's seed, so trials that send the same seeded "
+                  "requests draw the same counts")
 """The start of ``expected_note`` for an engine that counts every drafted position."""
 
 
