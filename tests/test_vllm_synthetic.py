@@ -109,6 +109,7 @@ def test_recorded_vllm_cells_read_the_configured_rates_not_the_clipped_ones() ->
     from the configured one (the c=16 cells of 128 requests at n = 8 and 15), the cell reads
     closer to the configured figure, and 2.5 standard errors or more from the clipped one."""
     separating: list[tuple[float, float, float, float]] = []  # drafts, z configured, z clipped, MAL
+    c1_48: list[float] = []  # |z| against the configured figure of the 48-token c=1 cells
     cells = list(_recorded())
     assert len(cells) >= 40, len(cells)
     for cell, summary, lengths, rates in cells:
@@ -119,6 +120,8 @@ def test_recorded_vllm_cells_read_the_configured_rates_not_the_clipped_ones() ->
         se = _sd_of_mal(rates, drafts)
         configured = 1 + sum(rates)
         assert abs(mal - configured) < 3 * se, (cell, mal, configured, se)
+        if cell.endswith("__c1") and set(lengths) == {48}:
+            c1_48.append(abs(mal - configured) / se)
         clipped = expected_figures(lengths, rates)
         assert clipped is not None
         if configured - clipped.mean_acceptance_length >= 3 * se:
@@ -137,6 +140,8 @@ def test_recorded_vllm_cells_read_the_configured_rates_not_the_clipped_ones() ->
     assert f"within {near:.2f} standard errors" in flat
     assert f"{min(far):.2f}-{max(far):.2f} from the clipped one" in flat
     assert len(separating) == 5
+    assert f"within {math.ceil(10 * max(c1_48)) / 10:.1f} standard errors of the configured " \
+        "figure." in flat
 
 
 def test_the_c1_cells_repeat_one_draw() -> None:
