@@ -222,11 +222,8 @@ def expected_acceptance(draws: SyntheticDraws | None,
     if not measured:
         out["expected_note"] = "no expected figures: no measured requests"
         return out
-    if not draws.clipped:
+    if not draws.clipped:  # rates without ``unpredictable`` are one per drafted position
         rates = list(draws.rates)
-        if not rates:
-            out["expected_note"] = "no expected figures: no drafted positions"
-            return out
         out.update(expected_per_position=rates,
                    expected_mean_acceptance_length=1.0 + sum(rates),
                    expected_draft_acceptance_rate=sum(rates) / len(rates),

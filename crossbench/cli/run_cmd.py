@@ -96,8 +96,10 @@ def format_table(summary: dict[str, Any], engine: str | None = None) -> str:
         ]
         expected = acc.get("expected_per_position")
         if expected:  # synthetic acceptance as the engine counts it (analysis/synthetic.py)
-            how = ("clipped drafts" if str(acc.get("expected_note") or "").startswith(
-                "expected as llama-server") else "as configured")
+            from crossbench.analysis.synthetic import CLIP_NOTE
+
+            how = ("clipped drafts" if str(acc.get("expected_note") or "").startswith(CLIP_NOTE)
+                   else "as configured")
             rows.append((f"expected per position (synthetic, {how})",
                          ", ".join(f"{p:.3f}" for p in expected)))
         rows += [

@@ -104,7 +104,6 @@ class SyntheticDraws:
     clipped: bool = True
 
 
-
 def synthetic_rates(spec: Mapping[str, Any], from_length: Callable[[float, int], list[float]],
                     ) -> tuple[float, ...] | str | None:
     """The per-position rates a recorded spec config sets: its ``synth_rates``, or its
@@ -117,6 +116,7 @@ def synthetic_rates(spec: Mapping[str, Any], from_length: Callable[[float, int],
     if not spec.get("n"):
         return "synth_len without a recorded n: the rates are unknown"
     return tuple(from_length(float(spec["synth_len"]), int(spec["n"])))
+
 
 @dataclass(frozen=True)
 class EngineIdentity:
