@@ -191,6 +191,30 @@ def test_decompose_s_split_takes_the_decode_window_where_both_cells_have_it() ->
 
 
 
+def test_a_batch_shape_row_splits_its_telemetry_into_verification_drafting_and_idle() -> None:
+    """Known figures: the baseline 8 ms of GPU work and 2 ms idle a token; the arm 12 ms of
+    work and 4 ms idle a step; the batch shape's verification 1.1 whole steps. So the
+    verification's GPU work is 1.1 x 8 = 8.8 ms (0.88 of a 10 ms step), 3.2 ms beyond it
+    (0.32) and 4 ms idle (0.40, the baseline's 0.20): 1.60 in all, the telemetry's sum."""
+    row = {"n": 4, "verify_ms": 11.0, "verify_steps": 1.1, "draft_steps": None,
+           "parts_steps": 1.1, "plain_ms": 10.0, "verify_from": "batch shape",
+           "draft_note": "not measured", "gpu_ms_per_step": 12.0, "host_ms_per_step": 4.0,
+           "telemetry_base_ms": 10.0, "telemetry_base_busy_ms": 8.0,
+           "telemetry_steps": 1.6, "window": "decode", "window_note": None}
+    split = dec.shape_split(row)
+    assert split == pytest.approx({"verify_gpu_steps": 0.88, "beyond_gpu_steps": 0.32,
+                                   "idle_steps": 0.40, "base_idle_steps": 0.20})
+    assert sum(split[k] for k in ("verify_gpu_steps", "beyond_gpu_steps", "idle_steps")) == (
+        pytest.approx(row["telemetry_steps"]))
+    text = dec.format_rows([row | split])
+    assert ("verification's GPU work 0.88 (the batch shape's 1.10 x the baseline's GPU share "
+            "0.80), GPU work beyond it 0.32 (drafting, sampling), GPU idle 0.40 (host; the "
+            "baseline's 0.20) (decode window)") in text
+    # llama-bench's rows (timed passes in ms) and rows without telemetry get no such split
+    assert dec.shape_split({**row, "verify_from": None}) == {}
+    assert dec.shape_split({k: v for k, v in row.items() if k != "gpu_ms_per_step"}) == {}
+
+
 def test_decompose_s_table_names_the_window_and_why_not_the_decode() -> None:
     row = {"n": 2, "verify_ms": 9.0, "verify_steps": 1.8, "draft_steps": 0.5,
            "parts_steps": 2.3, "rest_steps": 0.7, "draft_note": None, "plain_ms": 5.0,

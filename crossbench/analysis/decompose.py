@@ -202,14 +202,36 @@ def telemetry_split(analysis: dict[str, Any], sweep: dict[str, Any]) -> dict[int
                    (ht.get("decode") or {}, base.get("decode") or {}) if not d.get("available")]
         if not missing:
             window, arm, ref = "decode", ht["decode"], base["decode"]
-        base_ms = ref["busy_ms_per_token"]["mean"] + ref["host_ms_per_token"]["mean"]
+        base_busy = ref["busy_ms_per_token"]["mean"]
+        base_ms = base_busy + ref["host_ms_per_token"]["mean"]
         gpu = arm["busy_ms_per_token"]["mean"] * mal
         host = arm["host_ms_per_token"]["mean"] * mal
         out[int(point["n"])] = {"gpu_ms_per_step": gpu, "host_ms_per_step": host,
-                                "telemetry_base_ms": base_ms, "window": window,
+                                "telemetry_base_ms": base_ms,
+                                "telemetry_base_busy_ms": base_busy, "window": window,
                                 "window_note": missing[0] if missing else None,
                                 "telemetry_steps": (gpu + host) / base_ms}
     return out
+
+
+def shape_split(row: dict[str, Any]) -> dict[str, float]:
+    """A step's telemetry in three parts, in the baseline's telemetry steps, for a row whose
+    verification comes from a batch shape (``verify_from``) and that carries
+    :func:`telemetry_split`'s figures: the verification's GPU work (the batch shape's ratio
+    times the baseline's own GPU work a step: the ratio is of whole steps, so it scales the
+    GPU work, not the step's idle), the GPU work beyond it (the drafter's forwards, sampling
+    and the acceptance kernels, together: NVML cannot tell kernels apart) and the GPU idle
+    (host work the GPU waits on). They add up to ``telemetry_steps``. Empty for any other row
+    (llama-bench's parts are timed passes already, in ms)."""
+    base_busy = row.get("telemetry_base_busy_ms")
+    if row.get("verify_from") != "batch shape" or not base_busy or "gpu_ms_per_step" not in row:
+        return {}
+    base_ms = float(row["telemetry_base_ms"])
+    verify_gpu = float(row["verify_steps"]) * float(base_busy)
+    return {"verify_gpu_steps": verify_gpu / base_ms,
+            "beyond_gpu_steps": (float(row["gpu_ms_per_step"]) - verify_gpu) / base_ms,
+            "idle_steps": float(row["host_ms_per_step"]) / base_ms,
+            "base_idle_steps": 1.0 - float(base_busy) / base_ms}
 
 
 def arm_points(analysis: dict[str, Any], arm: str, concurrency: int = 1,
@@ -294,7 +316,16 @@ def format_rows(rows: list[dict[str, Any]]) -> str:
                  r.get("fitted_steps", r.get("measured_steps")), r.get("rest_steps"), expl]
         lines.append("  ".join(f"{f(c):>11}" for c in cells))
     for r in rows:
-        if "telemetry_steps" in r:
+        if "verify_gpu_steps" in r:
+            lines.append(f"  n={r['n']}: by telemetry a step is {r['telemetry_steps']:.2f} of the "
+                         f"baseline's steps: the verification's GPU work "
+                         f"{r['verify_gpu_steps']:.2f} (the batch shape's "
+                         f"{r['verify_steps']:.2f} x the baseline's GPU share "
+                         f"{1 - r['base_idle_steps']:.2f}), GPU work beyond it "
+                         f"{r['beyond_gpu_steps']:.2f} (drafting, sampling), GPU idle "
+                         f"{r['idle_steps']:.2f} (host; the baseline's "
+                         f"{r['base_idle_steps']:.2f}) ({r['window']} window)")
+        elif "telemetry_steps" in r:
             lines.append(f"  n={r['n']}: telemetry GPU work {r['gpu_ms_per_step']:.2f} ms a step "
                          f"(timed parts {r['parts_steps'] * r['plain_ms']:.2f} ms), GPU idle "
                          f"{r['host_ms_per_step']:.2f} ms; work + idle "

@@ -157,6 +157,7 @@ def decompose(target: Path | None, verify_from: Path | None, engine_name: str | 
         split = dec.telemetry_split(frames.analysis, dict(sweep))
         for row in rows:
             row.update(split.get(row["n"], {}))
+            row.update(dec.shape_split(row))
     if shape is not None:
         kv = shape.kv
         click.echo(f"plain step {m.plain_ms:.3f} ms: {shape.engine}/{shape.target} baseline "
