@@ -1141,3 +1141,111 @@ def test_two_warm_starts_of_the_hybrid_target_on_one_machine_are_the_archives() 
     earlier = 100 * (warm1 / cold1 - 1)
     assert f"({earlier:+.1f} % at c=1, two machines) lies within it" in flat
     assert abs(earlier) < abs(change[1])
+
+
+SPLIT = H100 / "vllm-split"
+
+
+def vllm_split_section() -> str:
+    """The page's section on round `vllm-split` (one H100, 2026-12-07 afternoon)."""
+    return doc_section("## vLLM's step split, decode alone")
+
+
+def _cm(method: str) -> tuple[float, float]:
+    """The vLLM d and v the cost-model table prints for ``method``."""
+    cells = [c.strip() for c in table_row(method).strip("|").split("|")]
+    return float(cells[4].split()[0]), float(cells[5].split()[0])
+
+
+def test_vllms_step_split_decode_alone_is_decompose_on_the_archives(tmp_path: Path) -> None:
+    """`vllm-split`: each c=1 row (MAL, speedup and interval, C(n)), the baseline, the batch
+    shapes, the split of each step (`crossbench decompose --verify-from --from`, run here on
+    the two archives) in plain steps and ms, the extra host time, the parts against the cost
+    model's C(4), and each start: all from the archives' raw records; one start per arm, so
+    no verdict word."""
+    import json
+
+    from click.testing import CliRunner
+
+    from crossbench.cli.main import cli
+
+    flat = " ".join(vllm_split_section().split()).replace("**", "")
+    with open_run(SPLIT / "h100-vllm-split-vllm-split.zip") as frames:
+        a = frames.analysis
+    pairs = {p["arm"]: p for p in a["pairs"]}
+    assert set(pairs) == {"eagle3-a0.9", "dflash-a0.9"}
+    configured = 1 + sum(0.9 ** k for k in range(1, 5))
+    assert f"MAL (configured {configured:.3f})" in flat
+    table = vllm_split_section()[:vllm_split_section().index("**The split**")]
+    assert "faster" not in table and "slower" not in table
+    for arm, label in (("eagle3-a0.9", "EAGLE-3"), ("dflash-a0.9", "DFlash")):
+        p = pairs[arm]
+        sp, mal = p["speedup"], p["acceptance"]["mean_acceptance_length"]
+        assert sp["start_ci95"] is None  # one start per arm
+        row = (f"| {label}, alpha 0.9 | 4 | {mal:.3f} | {interval(sp['geomean'], sp['ci95'], 3)}"
+               f" | {mal / sp['geomean']:.3f} |")
+        assert row in flat, row
+    mals = {p["acceptance"]["mean_acceptance_length"] for p in pairs.values()}
+    assert len(mals) == 1 and f"MAL {mals.pop():.5f} each" in flat
+    base = next(c for c in a["cells"] if c["arm"] == "none")
+    assert (f"Baseline {base['throughput']['pooled_tok_s']:.1f} tok/s "
+            f"({base['latency_ms']['tpot']['p50']:.2f} ms TPOT p50)") in flat
+    rows = {}
+    for arm in pairs:
+        out = tmp_path / f"{arm}.json"
+        done = CliRunner().invoke(cli, [
+            "decompose", "--verify-from", str(SPLIT / "h100-vllm-split-vllm-shapes.zip"),
+            "--from", str(SPLIT / "h100-vllm-split-vllm-split.zip"), "--arm", arm,
+            "--n", "4", "--engine", "vllm", "--out", str(out)])
+        assert done.exit_code == 0, done.output
+        (rows[arm],) = json.loads(out.read_text())["rows"]
+        # the round's own decompose step wrote the same verification and measured C(n)
+        own = json.loads((SPLIT / f"decompose-vllm-{arm.split('-')[0]}.json").read_text())
+        assert own["rows"][0]["verify_steps"] == pytest.approx(rows[arm]["verify_steps"])
+        assert own["rows"][0]["measured_steps"] == pytest.approx(rows[arm]["measured_steps"])
+    e, f = rows["eagle3-a0.9"], rows["dflash-a0.9"]
+    assert e["window"] == f["window"] == "decode"
+    base_ms = e["telemetry_base_ms"]
+    assert (f"in the baseline's decode step by the same telemetry, {base_ms:.2f} ms: GPU work "
+            f"{e['telemetry_base_busy_ms']:.2f} ms and idle "
+            f"{base_ms - e['telemetry_base_busy_ms']:.2f} ms a token, so the plain step is "
+            f"{1 - e['base_idle_steps']:.2f} GPU work and {e['base_idle_steps']:.2f} idle") in flat
+    for r, label in ((e, "EAGLE-3"), (f, "DFlash")):
+        parts = (r["verify_gpu_steps"], r["beyond_gpu_steps"], r["idle_steps"])
+        assert sum(parts) == pytest.approx(r["telemetry_steps"])
+        ms = [x * base_ms for x in (r["telemetry_steps"], *parts)]
+        row = (f"| {label} | {r['telemetry_steps']:.3f} ({ms[0]:.2f} ms) | "
+               + " | ".join(f"{x:.3f} ({y:.2f} ms)" for x, y in zip(parts, ms[1:], strict=True))
+               + f" | {r['measured_steps']:.3f} |")
+        assert row in flat, row
+        assert abs(r["telemetry_steps"] / r["measured_steps"] - 1) < 0.002
+    assert f"is {e['verify_steps']:.3f} plain steps ({e['verify_ms']:.2f} against " \
+        f"{e['plain_ms']:.2f} ms" in flat
+    with open_run(SPLIT / "h100-vllm-split-vllm-shapes.zip") as frames:
+        step = {c["concurrency"]: 1000 / c["throughput"]["pooled_tok_s"]
+                for c in frames.analysis["cells"]}
+    assert (f"the other shapes {step[2] / step[1]:.3f} at c=2, {step[3] / step[1]:.3f} at c=3, "
+            f"{step[9] / step[1]:.3f} at c=9, {step[16] / step[1]:.3f} at c=16") in flat
+    assert step[3] > step[5]  # the spread the page names
+    assert f"{e['beyond_gpu_steps'] * base_ms / 4:.2f} ms a drafted token" in flat
+    extra = [(r["host_ms_per_step"] - base_ms * r["base_idle_steps"]) for r in (e, f)]
+    assert f"{extra[0]:.2f} ms and {extra[1]:.2f} ms of host work a step more" in flat
+    gaps = []
+    for r, method in ((e, "EAGLE-3"), (f, "DFlash")):
+        d, v = _cm(method)
+        gaps.append(100 * (1 - r["telemetry_steps"] / (d + 4 * v)))
+        assert f"{d + 4 * v:.3f} for {method}" in flat
+    assert f"the parts come within {gaps[0]:.1f} % and {gaps[1]:.1f} %" in flat
+    assert max(gaps) < 10
+    starts = {arm: start for arm, start, _, _ in _starts(SPLIT / "h100-vllm-split-vllm-split.zip")}
+    order = [starts["none"], starts["eagle3-a0.9"], starts["dflash-a0.9"]]
+    assert [s.cache for s in order] == ["cold"] * 3
+    assert (f"the baseline {order[0].startup_s:.1f} s, EAGLE-3 {order[1].startup_s:.1f} s, "
+            f"DFlash {order[2].startup_s:.1f} s to ready (engine init "
+            + ", ".join(f"{s.engine_init_s:.1f}" for s in order) + " s; compile "
+            + ", ".join(f"{s.compile_s:.1f}" for s in order) + " s)") in flat
+    ((_, shape, _, _),) = _starts(SPLIT / "h100-vllm-split-vllm-shapes.zip")
+    assert shape.cache == "warm"
+    assert (f"the shapes' baseline {shape.startup_s:.1f} s, `warm` from the round's own first "
+            f"start (engine init {shape.engine_init_s:.1f} s, compile {shape.compile_s:.1f} s)"
+            ) in flat

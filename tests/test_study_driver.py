@@ -49,7 +49,8 @@ def test_the_rounds_file_lists_every_round_of_the_former_scripts(study: ModuleTy
     assert list(rounds) == ["1", "verdict", "shared", "gate", "naive", "twostart", "hoststart",
                             "spread", "known", "all", "methods", "mtp", "fits", "fits2",
                             "verdicts", "alpha", "alpha-same", "startup-next", "startup-spec",
-                            "sglang-methods", "mtp2", "ngram2", "vllm-split", "sglang-nextn", "moe",
+                            "sglang-methods", "mtp2", "ngram2", "vllm-split", "vllm-split-draft",
+                            "sglang-nextn", "moe",
                             "synthetic", "sglang-check", "smoke"]
     assert study.parts(rounds, "methods") == [1, 2, 3, 4]
     assert study.parts(rounds, "moe") == list(range(1, 12))
@@ -78,18 +79,20 @@ def test_the_rounds_file_lists_every_round_of_the_former_scripts(study: ModuleTy
         ("sglang-nextn", None), ("startup-next", None), ("startup-spec", None), ("verdicts", 2),
         ("alpha-same", 2), ("alpha-same", 3), ("mtp2", 2), ("mtp2", 3), ("mtp2", 5), ("mtp2", 6), ("ngram2", 2),
         ("ngram2", 3), ("ngram2", 4),
-        ("moe", 10), ("moe", 11), ("alpha", 1), ("alpha", 2), ("vllm-split", None)}
+        ("moe", 10), ("moe", 11), ("alpha", 1), ("alpha", 2), ("vllm-split", None),
+        ("vllm-split-draft", None)}
     assert {k for k, r in by.items() if r.drafters} == {("methods", p) for p in (1, 2, 3, 4)} | {
         ("fits", None), ("fits2", None), ("verdicts", 1), ("verdicts", 2),
         ("sglang-methods", 1), ("sglang-methods", 2), ("sglang-methods", 3), ("alpha", 1),
         ("alpha", 2), ("alpha-same", 1), ("alpha-same", 2), ("alpha-same", 3),
-        ("startup-spec", None), ("vllm-split", None)}
+        ("startup-spec", None), ("vllm-split", None), ("vllm-split-draft", None)}
     assert {k for k, r in by.items() if not r.verify_hf} == {
         ("methods", 3), ("methods", 4), ("mtp", None), ("fits", None), ("fits2", None),
         ("verdicts", 1), ("verdicts", 2), ("sglang-methods", 1), ("sglang-methods", 2),
         ("sglang-methods", 3), ("sglang-nextn", None),
         ("startup-next", None), ("startup-spec", None), ("alpha", 1), ("alpha", 2),
-        ("alpha-same", 1), ("alpha-same", 2), ("alpha-same", 3), ("vllm-split", None)} | {
+        ("alpha-same", 1), ("alpha-same", 2), ("alpha-same", 3), ("vllm-split", None),
+        ("vllm-split-draft", None)} | {
         ("moe", p) for p in range(1, 12)} | {
         ("mtp2", p) for p in (1, 2, 3, 4, 5, 6)} | {("ngram2", p) for p in (1, 2, 3, 4)}
     # mtp2 makes the MTP target in both formats for llama.cpp, its HF folder alone for vLLM;
@@ -272,15 +275,20 @@ def test_every_round_matrix_validates_and_every_selection_picks_cells(
                             if c.coords["concurrency"] == 16} == ({48} if 16 in loads else set())
                     assert not [n for n in validate_cells(m, chosen, path)
                                 if "draft_replay" in n]
-                if r.name == "vllm-split" and step.name == "vllm-split":  # decode-only room
+                if r.name == "vllm-split" and step.name == "vllm-split":
                     arms = {(str(c.coords.get("arm")), c.coords.get("n")) for c in chosen}
                     assert arms == {("none", None), ("eagle3-a0.9", 4), ("dflash-a0.9", 4)}, arms
+                if r.name == "vllm-split-draft" and step.name == "vllm-split-draft":
+                    arms = {(str(c.coords.get("arm")), c.coords.get("n")) for c in chosen}
+                    assert arms == {("none", None), ("draft-a0.9", 4)}, arms
+                if r.name.startswith("vllm-split") and step.name == r.name:  # decode-only room
                     assert {c.coords["engine"] for c in chosen} == {"vllm"}
                     assert {int(c.coords["concurrency"]) for c in chosen} == {1}
                     # 1,024 tokens a request: at 390 tok/s 2.6 s of decode, the 8 NVML
                     # samples host_time.decode needs (0.8 s) many times over
                     assert {trial_work(c.load).output_tokens for c in chosen} == {8 * 1024}
-    assert checked == 65  # alpha-same PART=3, ngram2 PART=4, mtp2 PART=5 and 6 added on 2026-12-07
+    assert checked == 67  # alpha-same PART=3, ngram2 PART=4, mtp2 PART=5 and 6, vllm-split-draft
+    # added on 2026-12-07
 
 
 def test_a_selector_with_an_unknown_key_is_refused(study: ModuleType) -> None:
