@@ -1249,3 +1249,31 @@ def test_vllms_step_split_decode_alone_is_decompose_on_the_archives(tmp_path: Pa
     assert (f"the shapes' baseline {shape.startup_s:.1f} s, `warm` from the round's own first "
             f"start (engine init {shape.engine_init_s:.1f} s, compile {shape.compile_s:.1f} s)"
             ) in flat
+
+
+def test_the_cells_the_matrix_still_plans_are_what_the_status_names() -> None:
+    """The status's count of `h200-methods.yaml` cells no archive under examples/ holds, and
+    which they are: every archive's analysed cells against the matrix's expansion."""
+    from collections import Counter
+
+    from crossbench.runner.matrix import expand, load_matrix
+
+    seen = set()
+    for archive in sorted((ROOT / "examples").glob("h*-methods/**/*.zip")):
+        with open_run(archive) as frames:
+            seen |= {(c["engine"], str(c["arm"]), c["n"], c["concurrency"])
+                     for c in frames.analysis["cells"]}
+    path = ROOT / "matrices" / "h200-methods.yaml"
+    plan = {(c.coords["engine"], str(c.coords.get("arm")), c.coords.get("n"),
+             int(c.coords["concurrency"])) for c in expand(load_matrix(path), path)}
+    missing = plan - seen
+    flat = " ".join(DOC.read_text().split())
+    assert f"still plans {len(missing)} of its {len(plan)} cells that no archive" in flat
+    by = Counter((e, a) for e, a, _, _ in missing)
+    assert set(by) == {("vllm", "eagle3-a0.7"), ("vllm", "dflash-a0.7"), ("vllm", "draft-a0.7"),
+                       ("vllm", "dflash-a0.9"), ("sglang", "eagle3-real"),
+                       ("sglang", "dflash-real"), ("sglang", "draft-real"),
+                       ("vllm-q35-cut", "none"), ("vllm-q35-fork", "none")}
+    assert 4 not in {n for e, a, n, _ in missing if a.endswith("a0.7")}  # n = 4 ran
+    assert {n for e, a, n, _ in missing if a == "dflash-a0.9"} == {2}
+    assert 4 not in {n for e, a, n, _ in missing if a == "eagle3-real"}
