@@ -1237,6 +1237,10 @@ def test_vllms_step_split_decode_alone_is_decompose_on_the_archives(tmp_path: Pa
         assert f"{d + 4 * v:.3f} for {method}" in flat
     assert f"the parts come within {gaps[0]:.1f} % and {gaps[1]:.1f} %" in flat
     assert max(gaps) < 10
+    llama = [c.strip() for c in table_row("EAGLE-3").strip("|").split("|")]
+    ld, lv = float(llama[1].split()[0]), float(llama[2].split()[0])
+    assert (f"llama.cpp's EAGLE-3 step at n = 4 ({ld + 4 * lv:.2f} plain steps by its round-1 "
+            f"line, an H200) and vLLM's here ({e['measured_steps']:.2f})") in flat
     starts = {arm: start for arm, start, _, _ in _starts(SPLIT / "h100-vllm-split-vllm-split.zip")}
     order = [starts["none"], starts["eagle3-a0.9"], starts["dflash-a0.9"]]
     assert [s.cache for s in order] == ["cold"] * 3
