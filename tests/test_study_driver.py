@@ -655,6 +655,26 @@ def test_plan_adds_crossbench_plans_design_to_the_setup(
     assert "startup-next: a command step, not planned" in capsys.readouterr().out
 
 
+def test_plan_says_when_a_carried_compile_cache_will_make_starts_warm(
+        study: ModuleType, capsys: pytest.CaptureFixture[str],
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """`crossbench plan` prices each start as its timings were (cold or warm); where a kept
+    compile cache goes with a vLLM round's calls, `study.py plan` says so after the lease, and
+    says nothing where none goes or the round starts no vLLM server."""
+    r = study.get_round(study.load_rounds(), "vllm-split-draft", None)
+    monkeypatch.setattr(study, "cache_pick", lambda _r, _repo: (
+        [Path("p0")], "compile cache .carry/vllm-compile/x (the pack holding 1 of its 1)"))
+    assert study.plan(r, tmp_path / "a") == 0
+    last = capsys.readouterr().out.splitlines()[-1]
+    assert last.startswith("  starts are priced as timed; compile cache .carry/vllm-compile/x "
+                           "(the pack holding 1 of its 1) goes with the calls"), last
+    monkeypatch.setattr(study, "cache_pick", lambda _r, _repo: ([], "no compile cache"))
+    assert study.plan(r, tmp_path / "b") == 0
+    assert capsys.readouterr().out.splitlines()[-1].startswith("  lease: ")
+    monkeypatch.setattr(study, "cache_pick", lambda _r, _repo: pytest.fail("not a vLLM round"))
+    assert study.plan(study.get_round(study.load_rounds(), "moe", 8), tmp_path / "c") == 0
+
+
 def test_plan_says_why_a_variant_could_not_be_made(
         study: ModuleType, capsys: pytest.CaptureFixture[str],
         monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:

@@ -903,6 +903,12 @@ def plan(r: Round, work: Path) -> int:
     print(f"  cells {_hms(total)}, {starts:g} server starts; setup {setup}")
     if r.setup_s is not None:
         print(f"  lease: {_hms(total + r.setup_s)}")
+    if r.vllm and starts:
+        parts, why = cache_pick(r, REPO)
+        if parts:  # crossbench plan prices every start from the timings, cold or warm alike
+            print(f"  starts are priced as timed; {why} goes with the calls, so the starts of "
+                  "the configurations it holds come warm and the lease can be shorter "
+                  "(2026-12-07: `mtp2 PART=3`, priced at 14.4 min of cells, took 7.9)")
     return 0
 
 
