@@ -1151,10 +1151,11 @@ def vllm_split_section() -> str:
     return doc_section("## vLLM's step split, decode alone")
 
 
-def _cm(method: str) -> tuple[float, float]:
-    """The vLLM d and v the cost-model table prints for ``method``."""
+def _table_line(method: str, engine: str) -> tuple[float, float]:
+    """The d and v the cost-model table prints for ``method`` in ``engine`` (llama, vllm)."""
     cells = [c.strip() for c in table_row(method).strip("|").split("|")]
-    return float(cells[4].split()[0]), float(cells[5].split()[0])
+    at = {"llama": 1, "vllm": 4}[engine]
+    return float(cells[at].split()[0]), float(cells[at + 1].split()[0])
 
 
 def test_vllms_step_split_decode_alone_is_decompose_on_the_archives(tmp_path: Path) -> None:
@@ -1232,13 +1233,12 @@ def test_vllms_step_split_decode_alone_is_decompose_on_the_archives(tmp_path: Pa
     assert f"{extra[0]:.2f} ms and {extra[1]:.2f} ms of host work a step more" in flat
     gaps = []
     for r, method in ((e, "EAGLE-3"), (f, "DFlash")):
-        d, v = _cm(method)
+        d, v = _table_line(method, "vllm")
         gaps.append(100 * (1 - r["telemetry_steps"] / (d + 4 * v)))
         assert f"{d + 4 * v:.3f} for {method}" in flat
     assert f"the parts come within {gaps[0]:.1f} % and {gaps[1]:.1f} %" in flat
     assert max(gaps) < 10
-    llama = [c.strip() for c in table_row("EAGLE-3").strip("|").split("|")]
-    ld, lv = float(llama[1].split()[0]), float(llama[2].split()[0])
+    ld, lv = _table_line("EAGLE-3", "llama")
     assert (f"llama.cpp's EAGLE-3 step at n = 4 ({ld + 4 * lv:.2f} plain steps by its round-1 "
             f"line, an H200) and vLLM's here ({e['measured_steps']:.2f})") in flat
     starts = {arm: start for arm, start, _, _ in _starts(SPLIT / "h100-vllm-split-vllm-split.zip")}
