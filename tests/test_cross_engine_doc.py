@@ -1170,14 +1170,15 @@ def test_vllms_step_split_decode_alone_is_decompose_on_the_archives(tmp_path: Pa
 
     from crossbench.cli.main import cli
 
-    flat = " ".join(vllm_split_section().split()).replace("**", "")
+    section = vllm_split_section()
+    flat = " ".join(section.split()).replace("**", "")
     with open_run(SPLIT / "h100-vllm-split-vllm-split.zip") as frames:
         a = frames.analysis
     pairs = {p["arm"]: p for p in a["pairs"]}
     assert set(pairs) == {"eagle3-a0.9", "dflash-a0.9"}
     configured = 1 + sum(0.9 ** k for k in range(1, 5))
     assert f"MAL (configured {configured:.3f})" in flat
-    table = vllm_split_section()[:vllm_split_section().index("**The split**")]
+    table = section[:section.index("**The split**")]
     assert "faster" not in table and "slower" not in table
     for arm, label in (("eagle3-a0.9", "EAGLE-3"), ("dflash-a0.9", "DFlash")):
         p = pairs[arm]
