@@ -164,6 +164,11 @@ def test_each_moe_round_step_selects_the_baselines_of_its_cells(
             assert all(c.baseline in ids for c in chosen if c.baseline), step.name
             assert all(c.coords["engine"] == chosen[0].coords["engine"] for c in chosen)
             picked[step.name] = ids
+    # PART=12 is PART=1 for a short lease: its baselines and MTP cells, none of its own
+    short = picked.pop("llama-f16-mtp")
+    assert short < picked["llama-f16"]
+    arms = {c.coords["arm"] for c in cells if c.id in short}
+    assert len(short) == 20 and arms == {"none", "mtp-a0.9"}, arms
     counts = {k: len(v) for k, v in picked.items()}
     # DFlash runs in its own parts (6: llama.cpp F16, both targets, n = 1..15; 7: vLLM
     # float16, both targets, n = 4); the other parts skip it

@@ -53,7 +53,7 @@ def test_the_rounds_file_lists_every_round_of_the_former_scripts(study: ModuleTy
                             "sglang-nextn", "moe",
                             "synthetic", "sglang-check", "smoke"]
     assert study.parts(rounds, "methods") == [1, 2, 3, 4]
-    assert study.parts(rounds, "moe") == list(range(1, 12))
+    assert study.parts(rounds, "moe") == list(range(1, 13))  # 12: PART=1 for a short lease
     assert study.parts(rounds, "verdicts") == [1, 2]  # whole, it outgrew one lease
     assert study.parts(rounds, "sglang-methods") == [1, 2, 3]  # the same
     assert study.parts(rounds, "alpha-same") == [1, 2, 3]  # one engine a part
@@ -63,7 +63,7 @@ def test_the_rounds_file_lists_every_round_of_the_former_scripts(study: ModuleTy
     by = {(r.name, r.part): r for r in _every_round(study) if r.kind == "cross"}
     assert {k for k, r in by.items() if not r.vllm} == {
         ("gate", None), ("spread", None), ("known", None), ("all", None), ("methods", 1),
-        ("methods", 2), ("moe", 1), ("moe", 4), ("moe", 6), ("moe", 8), ("moe", 9),
+        ("methods", 2), ("moe", 1), ("moe", 4), ("moe", 6), ("moe", 8), ("moe", 9), ("moe", 12),
         ("sglang-methods", 1), ("sglang-methods", 2), ("sglang-methods", 3), ("alpha-same", 1),
         ("sglang-nextn", None), ("verdicts", 1), ("mtp2", 1), ("mtp2", 4), ("ngram2", 1),
         ("ngram2", 3), ("ngram2", 4)}
@@ -93,7 +93,7 @@ def test_the_rounds_file_lists_every_round_of_the_former_scripts(study: ModuleTy
         ("startup-next", None), ("startup-spec", None), ("alpha", 1), ("alpha", 2),
         ("alpha-same", 1), ("alpha-same", 2), ("alpha-same", 3), ("vllm-split", None),
         ("vllm-split-draft", None)} | {
-        ("moe", p) for p in range(1, 12)} | {
+        ("moe", p) for p in range(1, 13)} | {
         ("mtp2", p) for p in (1, 2, 3, 4, 5, 6)} | {("ngram2", p) for p in (1, 2, 3, 4)}
     # mtp2 makes the MTP target in both formats for llama.cpp, its HF folder alone for vLLM;
     # ngram2's SGLang part the Qwen3-8B target's HF folder
@@ -287,7 +287,7 @@ def test_every_round_matrix_validates_and_every_selection_picks_cells(
                     # 1,024 tokens a request: at 390 tok/s 2.6 s of decode, the 8 NVML
                     # samples host_time.decode needs (0.8 s) many times over
                     assert {trial_work(c.load).output_tokens for c in chosen} == {8 * 1024}
-    assert checked == 67  # alpha-same PART=3, ngram2 PART=4, mtp2 PART=5 and 6, vllm-split-draft
+    assert checked == 68  # alpha-same PART=3, ngram2 PART=4, mtp2 PART=5 and 6, vllm-split-draft, moe PART=12
     # added on 2026-12-07
 
 
