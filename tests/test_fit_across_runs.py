@@ -132,7 +132,7 @@ def test_an_arm_missing_from_a_source_is_refused_first(tmp_path):
     with pytest.raises(UserError) as e:
         fit_across([_source(a), _source(b)], "dft")
     assert str(b) in e.value.message and "arm 'dft' has no paired cell" in e.value.message
-    assert "synthetic/other (c=1)" in (e.value.hint or "")
+    assert "synthetic/synthetic-model/other (c=1)" in (e.value.hint or "")
     r = CliRunner().invoke(cli, ["fit", str(a), str(b), "--arm", "dft"])
     assert r.exit_code == 2 and r.stdout == ""
     assert f"error: {b}: arm 'dft' has no paired cell with an n at concurrency 1" in r.stderr
@@ -318,3 +318,45 @@ def test_an_n_on_several_machines_says_how_far_apart_they_are(tmp_path):
                     "difference of that size is in no interval")
     same = fit_across([_source(a), _source(_run(tmp_path / "d", [2], 90.0))], "dft")
     assert not [n for n in same["notes"] if n.startswith("n = ")]
+
+
+def test_a_run_of_two_targets_gives_each_its_own_line_by_target(tmp_path):
+    """One run holding the arm on two targets (a MoE target and its dense twin, each with its
+    own baseline, as matrices/h200-moe.yaml runs them), noiseless, of known lines: without
+    --target the fit is refused with the targets named; with it each target's points give
+    exactly its own d and v, paired with its own baseline."""
+    lines = {"moe": (1.6, 0.30), "dense": (D, V)}
+    base = {"moe": 70.0, "dense": 100.0}
+
+    def rate(a: Arm, pid: str, trial: int, occ: int) -> float:
+        assert a.model is not None
+        if a.n is None:
+            return base[a.model]
+        d, v = lines[a.model]
+        return base[a.model] * (1 + sum(CURVE[:a.n])) / (d + v * a.n)
+
+    arms = [Arm("none", model=m) for m in lines] + [
+        Arm("dft", "draft-simple", n, acceptance=_acceptance(n), model=m)
+        for m in lines for n in (1, 2, 4)]
+    root = tmp_path / "two"
+    study(root, PROMPTS, arms, rate)
+    src = _source(root)
+    with pytest.raises(UserError) as e:
+        fit_across([src], "dft")
+    assert "ran with 2 target/method/workload" in e.value.message
+    assert e.value.hint == "name one target with --target (dense, moe)"
+    for model, (d, v) in lines.items():
+        r = fit_across([src], "dft", target=model)
+        assert (r["fit"]["d"], r["fit"]["v"]) == pytest.approx((d, v), abs=1e-6)
+        assert r["target"] == model and {p["n"] for p in r["points"]} == {1, 2, 4}
+        assert r["sources"][0]["baseline_tok_s"] == pytest.approx(base[model], rel=1e-3)
+    with pytest.raises(UserError) as e:
+        fit_across([src], "dft", target="moe-f16")
+    assert "of target moe-f16" in e.value.message
+    assert "synthetic/moe/dft (c=1)" in (e.value.hint or "")
+    out = CliRunner().invoke(cli, ["fit", str(root), "--arm", "dft", "--target", "moe",
+                                   "--resamples", "200"])
+    assert out.exit_code == 0, out.stderr
+    assert out.stdout.startswith("cost model of dft (synthetic, target moe, c=1) over 1 "
+                                 "source(s), 3 points")
+    assert "d 1.600 [1.600, 1.600], v 0.3000 [0.3000, 0.3000]" in out.stdout

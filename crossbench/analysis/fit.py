@@ -52,30 +52,33 @@ class Source:
 
 
 def arm_pairs(src: Source, arm: str, engine: str | None = None,
-              concurrency: int = 1) -> list[dict[str, Any]]:
+              concurrency: int = 1, target: str | None = None) -> list[dict[str, Any]]:
     """The analysed pairs of ``arm`` with an n at ``concurrency`` in one run (of ``engine``
-    where given), by n; UserError naming the run when it has none, or several engines,
-    targets or workloads."""
-    pairs = pairs_of_arm(src.analysis, src.name, arm, engine, concurrency)
+    and ``target`` where given), by n; UserError naming the run when it has none, or several
+    engines, targets or workloads."""
+    pairs = pairs_of_arm(src.analysis, src.name, arm, engine, concurrency, target)
     if not pairs:
-        have = sorted({f"{p.get('engine')}/{p.get('arm')} (c={p.get('concurrency')})"
+        have = sorted({f"{p.get('engine')}/{p.get('model')}/{p.get('arm')} "
+                       f"(c={p.get('concurrency')})"
                        for p in src.analysis.get("pairs", []) if p.get("n") is not None})
-        on = f" on engine {engine}" if engine else ""
+        on = (f" on engine {engine}" if engine else "") + (f" of target {target}"
+                                                            if target else "")
         raise UserError(f"{src.name}: arm {arm!r} has no paired cell with an n at concurrency "
                         f"{concurrency}{on}",
-                        f"give a run that measured it, or another --arm, --engine or "
-                        f"--concurrency (this run's arms: {', '.join(have) or 'none'})")
+                        f"give a run that measured it, or another --arm, --engine, --target "
+                        f"or --concurrency (this run's engine/target/arm: "
+                        f"{', '.join(have) or 'none'})")
     return pairs
 
 
 def pairs_of_arm(analysis: dict[str, Any], where: str, arm: str, engine: str | None = None,
-                 concurrency: int = 1) -> list[dict[str, Any]]:
-    """The analysed pairs of ``arm`` with an n at ``concurrency`` (of ``engine`` where given),
-    by n, possibly none; UserError naming ``where`` when they ran on several engines, targets
-    or workloads (their n would mix)."""
+                 concurrency: int = 1, target: str | None = None) -> list[dict[str, Any]]:
+    """The analysed pairs of ``arm`` with an n at ``concurrency`` (of ``engine`` and
+    ``target``, the matrix's model name, where given), by n, possibly none; UserError naming
+    ``where`` when they ran on several engines, targets or workloads (their n would mix)."""
     pairs = [p for p in analysis.get("pairs", []) if p.get("arm") == arm
              and p.get("concurrency") == concurrency and p.get("n") is not None
-             and engine in (None, p.get("engine"))]
+             and engine in (None, p.get("engine")) and target in (None, p.get("model"))]
     engines = sorted({str(p.get("engine")) for p in pairs})
     if len(engines) > 1:
         raise UserError(f"{where}: arm {arm!r} ran on {len(engines)} engines "
@@ -83,9 +86,12 @@ def pairs_of_arm(analysis: dict[str, Any], where: str, arm: str, engine: str | N
     groups = sorted({"/".join(str(p.get(k)) for k in ("model", "method", "workload"))
                      for p in pairs})
     if len(groups) > 1:
+        models = sorted({str(p.get("model")) for p in pairs})
         raise UserError(f"{where}: arm {arm!r} at concurrency {concurrency} ran with "
                         f"{len(groups)} target/method/workload ({'; '.join(groups)})",
-                        "give a run in which the arm ran one target and workload")
+                        f"name one target with --target ({', '.join(models)})"
+                        if len(models) > 1 else
+                        "give a run in which the arm ran one method and workload")
     return sorted(pairs, key=lambda p: int(p["n"]))
 
 
@@ -141,11 +147,11 @@ def _one_start(pair: dict[str, Any]) -> bool:
 
 
 def fit_across(sources: list[Source], arm: str, engine: str | None = None,
-               concurrency: int = 1) -> dict[str, Any]:
+               concurrency: int = 1, target: str | None = None) -> dict[str, Any]:
     """The cost model of ``arm`` over the sweep points of every source (module docstring);
     UserError when a source lacks the arm (before anything is computed) or the points hold
     fewer than two distinct n."""
-    members = [arm_pairs(src, arm, engine, concurrency) for src in sources]
+    members = [arm_pairs(src, arm, engine, concurrency, target) for src in sources]
     unmeasured = [(i + 1, p) for i, pairs in enumerate(members) for p in pairs
                   if not _measured(p)]
     for src, pairs in zip(sources, members, strict=True):
@@ -200,7 +206,7 @@ def fit_across(sources: list[Source], arm: str, engine: str | None = None,
                         if model["d_ci95"] else None}
     return {"schema_version": FIT_SCHEMA, "kind": FIT_KIND, "crossbench_version": __version__,
             "arm": arm, "engine": engine or out_sources[0]["setup"]["engine"],
-            "concurrency": concurrency, "resamples": first.resamples, "fit": fit,
+            "target": target, "concurrency": concurrency, "resamples": first.resamples, "fit": fit,
             "points": points, "sources": out_sources,
             "notes": _notes(points, out_sources) + _same_n_notes(points, out_sources)
             + _unmeasured_note(unmeasured),
@@ -312,7 +318,8 @@ def format_fit(result: dict[str, Any]) -> str:
         return f" [{num(c[0], spec)}, {num(c[1], spec)}]" if c else " (no interval)"
 
     f = result["fit"]
-    lines = [f"cost model of {result['arm']} ({result['engine']}, c={result['concurrency']}) "
+    on = result["engine"] + (f", target {result['target']}" if result.get("target") else "")
+    lines = [f"cost model of {result['arm']} ({on}, c={result['concurrency']}) "
              f"over {len(result['sources'])} source(s), {f['points']} points, "
              f"n = {', '.join(map(str, sorted({p['n'] for p in result['points']})))}",
              f"C(n) = d + v n: d {num(f['d'])}{ci(f['d_ci95'], '.3f')}, v {num(f['v'], '.4f')}"

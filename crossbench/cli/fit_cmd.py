@@ -21,12 +21,16 @@ Examples:
   crossbench fit runs/round4.zip runs/fits2 --arm eagle3-a0.9 --engine vllm --json fit.json
   crossbench fit runs/a runs/b runs/c --arm draft-a0.9 --concurrency 16
   crossbench fit runs/a runs/b --arm draft-a0.9 --start-spread spread.json --seed 1
+  crossbench fit runs/moe-part1 --arm mtp-a0.9 --engine llama --target moe-f16
 """)
 @click.argument("sources", nargs=-1, required=True, type=click.Path(path_type=Path))
 @click.option("--arm", required=True, help="The speculative arm whose cells (one n or "
               "several per run) the line goes through.")
 @click.option("--engine", "engine", help="The engine name of the arm's cells, where a run "
               "holds the arm on several engines.")
+@click.option("--target", "target", help="The target (the matrix's model name) of the arm's "
+              "cells, where a run holds the arm on several targets (a MoE target and its "
+              "dense twin, or one target at several quantizations).")
 @click.option("--concurrency", type=click.IntRange(1), default=1, show_default=True,
               help="The concurrency of the arm's cells.")
 @click.option("--json", "out", type=click.Path(path_type=Path), metavar="FILE",
@@ -38,7 +42,8 @@ Examples:
               "start-spread.json, if any (docs/analysis.md \"Known start spread\").")
 @stats_options
 @user_errors
-def fit(sources: tuple[Path, ...], arm: str, engine: str | None, concurrency: int,
+def fit(sources: tuple[Path, ...], arm: str, engine: str | None, target: str | None,
+        concurrency: int,
         out: Path | None, spread_file: Path | None, resamples: int, seed: int, level: float,
         min_samples: int, strata: str, equivalence: float) -> None:
     """Fit one method's cost model C(n) = tau / speedup = d + v n over the cells of ARM in
@@ -76,7 +81,7 @@ def fit(sources: tuple[Path, ...], arm: str, engine: str | None, concurrency: in
             frames = stack.enter_context(open_run(path, opts))  # or the run's start spread
             runs.append(Source(str(path), frames.analysis,
                                {c.id: c for c in frames.run.cells}, frames.opts))
-        result = fit_across(runs, arm, engine, concurrency)
+        result = fit_across(runs, arm, engine, concurrency, target)
     click.echo(format_fit(result))
     if out is not None:
         out.write_text(json.dumps(result, indent=1) + "\n")

@@ -52,6 +52,9 @@ class Arm:
     acceptance: dict[str, Any] | None = None
     """Counters over all trials: drafts, draft_tokens, accepted, per_position (counts);
     spread over the records' ``timings`` too."""
+    model: str | None = None
+    """The arm's target where it is not the study's ``model`` (a run of several targets, each
+    with its own baseline arm)."""
 
 
 Rate = Callable[[Arm, str, int, int], float]
@@ -86,12 +89,13 @@ def study(out: Path, prompts: list[tuple[str, str]], arms: list[Arm], rate: Rate
         cell_load = {"workload": "synthetic", "max_tokens": tokens, "temperature": 0.0,
                      "ignore_eos": True, "cache_prompt": False, "concurrency": 1,
                      **(load or {})}
-        coords = {"engine": "synthetic", "target": model, "arm": arm.name,
+        target = arm.model or model
+        coords = {"engine": "synthetic", "target": target, "arm": arm.name,
                   "method": arm.method, "n": arm.n, "workload": "synthetic", "concurrency": 1}
         imported: dict[str, Any] = {"trials": list(range(trials))}
         if arm.acceptance is not None:
             imported["acceptance"] = arm.acceptance
-        cells.append(ImportedCell(coords, run_config(engine="synthetic", model=model,
+        cells.append(ImportedCell(coords, run_config(engine="synthetic", model=target,
                                                      spec=spec, load=cell_load,
                                                      trials=trials),
                                   {"kind": "synthetic", "version": None, "sha256": None},
