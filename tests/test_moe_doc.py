@@ -101,9 +101,11 @@ def test_the_batch_one_curve_re_derives_from_the_raw_tests(section: str) -> None
     assert f"within {min(up_to_13):.2f}-{max(up_to_13):.2f} of its one-token pass" in _flat(section)
     lo, hi = sorted((dense[14]["x_k1"], dense[15]["x_k1"]))
     assert f"({lo:.2f}-{hi:.2f} at 14 and 15, {dense[16]['x_k1']:.2f} at 16)" in _flat(section)
-    assert f"costs {moe[16]['verify_ms'] / dense[16]['verify_ms']:.2f} times the dense" in _flat(section)
+    ratio = moe[16]["verify_ms"] / dense[16]["verify_ms"]
+    assert f"costs {ratio:.2f} times the dense" in _flat(section)
     fixed, tb_s, r2 = _bytes_line(t["moe-target"]["split"], t["moe-target"]["rows"])
-    assert f"**{fixed:.2f} ms + bytes / {tb_s:.2f} TB/s, R² {r2:.3f}** over the 16" in _flat(section)
+    line = f"**{fixed:.2f} ms + bytes / {tb_s:.2f} TB/s, R² {r2:.3f}** over the 16"
+    assert line in _flat(section)
     for name, label in (("moe-target", "1.80 (MoE)"), ("dense-twin", "2.26 (dense)")):
         steps = t[name]["rows"][0]["plain_steps"]
         assert label.startswith(f"{steps:.2f}")
@@ -135,7 +137,8 @@ def test_the_sixteen_sequence_curve_re_derives_from_the_raw_results(section: str
     assert (f"| 1 | 16 | 1.000 ({moe[1]['verify_ms']:.3f} ms) | 1.000 | 1.000 "
             f"({dense[1]['verify_ms']:.3f} ms) |") in _flat(section)
     fixed, tb_s, r2 = _bytes_line(t["moe-target"]["split"], [moe[k] for k in range(1, 9)])
-    assert f"({fixed:.2f} ms + bytes / {tb_s:.2f} TB/s, R² {r2:.3f} over k = 1..8)" in _flat(section)
+    line = f"({fixed:.2f} ms + bytes / {tb_s:.2f} TB/s, R² {r2:.3f} over k = 1..8)"
+    assert line in _flat(section)
     above = [moe[k] for k in range(9, 17)]
     assert (f"jumps to {min(r['verify_ms'] for r in above):.0f}-"
             f"{max(r['verify_ms'] for r in above):.0f} ms, "

@@ -206,8 +206,8 @@ def fit_across(sources: list[Source], arm: str, engine: str | None = None,
                         if model["d_ci95"] else None}
     return {"schema_version": FIT_SCHEMA, "kind": FIT_KIND, "crossbench_version": __version__,
             "arm": arm, "engine": engine or out_sources[0]["setup"]["engine"],
-            "target": target, "concurrency": concurrency, "resamples": first.resamples, "fit": fit,
-            "points": points, "sources": out_sources,
+            "target": target, "concurrency": concurrency, "resamples": first.resamples,
+            "fit": fit, "points": points, "sources": out_sources,
             "notes": _notes(points, out_sources) + _same_n_notes(points, out_sources)
             + _unmeasured_note(unmeasured),
             "warnings": _warnings(out_sources)}

@@ -43,9 +43,8 @@ Examples:
 @stats_options
 @user_errors
 def fit(sources: tuple[Path, ...], arm: str, engine: str | None, target: str | None,
-        concurrency: int,
-        out: Path | None, spread_file: Path | None, resamples: int, seed: int, level: float,
-        min_samples: int, strata: str, equivalence: float) -> None:
+        concurrency: int, out: Path | None, spread_file: Path | None, resamples: int,
+        seed: int, level: float, min_samples: int, strata: str, equivalence: float) -> None:
     """Fit one method's cost model C(n) = tau / speedup = d + v n over the cells of ARM in
     several runs (SOURCES: run directories or archives), each cell paired with its own run's
     baseline, so a run may give a single n. The intervals (95 %) of d and v resample each run on
