@@ -54,15 +54,10 @@ def _table_row(section: str, head: str, first: str) -> list[str]:
 
 
 def _bytes_line(split: dict[str, Any], rows: list[dict[str, Any]]) -> tuple[float, float, float]:
-    """Least squares of the pass time on the bytes the prediction says it reads: (fixed ms,
-    TB/s, R^2)."""
-    gb = np.array([split["dense_bytes"] + r["distinct_experts"] * split["bytes_per_expert"]
-                   for r in rows]) / 1e9
-    ms = np.array([r["verify_ms"] for r in rows])
-    a = np.column_stack([np.ones_like(gb), gb])
-    coef = np.linalg.lstsq(a, ms, rcond=None)[0]
-    r2 = 1 - float(((ms - a @ coef) ** 2).sum() / ((ms - ms.mean()) ** 2).sum())
-    return float(coef[0]), 1 / float(coef[1]), r2
+    """`verify-curve`'s line of the pass time in the predicted bytes: (fixed ms, TB/s, R^2)."""
+    line = vc.bytes_line(vc.WeightSplit(**split), rows)
+    assert line is not None and line["k"] == [r["k"] for r in rows]
+    return line["fixed_ms"], line["tb_per_s"], line["r2"]
 
 
 def test_the_batch_one_curve_re_derives_from_the_raw_tests(section: str) -> None:

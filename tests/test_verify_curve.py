@@ -51,6 +51,37 @@ def test_the_prediction_with_parallel_sequences_by_hand() -> None:
     assert vc.predicted_ratio(SPLIT, 3, 1) == vc.predicted_ratio(SPLIT, 3)
 
 
+def test_the_bytes_line_recovers_a_known_fixed_part_and_rate() -> None:
+    """Passes timed as exactly 1.5 ms plus the predicted bytes at 2e-6 GB a ms, i.e. 2e-6
+    TB/s (SPLIT's bytes are tiny): the line gives back the fixed part and the rate with R^2 1; noise lowers R^2 but keeps both near; a dense target, or fewer than three
+    passes, has no line."""
+    def rows(ks: list[int], parallel: int = 1, noise: list[float] | None = None
+             ) -> list[dict[str, Any]]:
+        out = []
+        for i, k in enumerate(ks):
+            gb = vc.pass_bytes(SPLIT, parallel * k) / 1e9
+            out.append({"k": k, "tokens": parallel * k,
+                        "verify_ms": 1.5 + gb / 2e-6 + (noise[i] if noise else 0.0)})
+        return out
+
+    assert vc.pass_bytes(SPLIT, 2) == pytest.approx(1000 + 3.5 * 100)  # D(2) = 3.5
+    line = vc.bytes_line(SPLIT, rows([1, 2, 4, 8]))
+    assert line is not None
+    assert line["fixed_ms"] == pytest.approx(1.5) and line["r2"] == pytest.approx(1.0)
+    assert line["tb_per_s"] == pytest.approx(2e-6)  # a GB a ms is a TB a second
+    assert line["k"] == [1, 2, 4, 8]
+    noisy = vc.bytes_line(SPLIT, rows([1, 2, 3, 4, 6, 8], noise=[0.02, -0.01, 0.0, 0.015,
+                                                                 -0.02, 0.01]))
+    assert noisy is not None and 0.9 < noisy["r2"] < 1.0
+    assert noisy["fixed_ms"] == pytest.approx(1.5, abs=0.05)
+    par = vc.bytes_line(SPLIT, rows([1, 2, 3], parallel=4))
+    assert par is not None and par["fixed_ms"] == pytest.approx(1.5)
+    assert vc.bytes_line(None, rows([1, 2, 4])) is None
+    assert vc.bytes_line(SPLIT, rows([1, 2])) is None
+    text = vc.format_bytes_line(line)
+    assert "1.50 ms + bytes / 0.00 TB/s, R² 1.000 over k = 1..8 (4 passes" in text
+
+
 def batched(pp: int, t_pp: float, t_tg: float, pl: int = 4, tg: int = 8) -> dict[str, Any]:
     """One result line of `llama-batched-bench --output-format jsonl` (the fields read)."""
     return {"pp": pp, "tg": tg, "pl": pl, "t_pp": t_pp, "t_tg": t_tg}
@@ -332,9 +363,11 @@ def test_the_curve_from_a_runs_batch_shapes(tmp_path: Path) -> None:
                                  "--out", str(out)])
     assert r.exit_code == 0, r.output
     assert "vllm/t8b-hf: plain step 5.000 ms (its baseline at concurrency 1" in r.output
+    assert "measured against the predicted bytes: " in r.output
     got = json.loads(out.read_text())
     assert got["source"] == "batch shape" and got["parallel"] == 1
     (t,) = got["targets"]
+    assert t["bytes_line"]["k"] == [1, 2, 3, 4] and t["bytes_line"]["fixed_ms"] > 0
     assert t["split_from"] == "its fixture shape" and t["split"]["n_experts"] == 256
     from crossbench.fixtures.mtp import mtp_spec
 

@@ -66,13 +66,18 @@ def predicted_ratio(split: WeightSplit, k: int, parallel: int = 1) -> float:
     (:data:`ASSUMPTION`): ``(dense + D(parallel * k) * per_expert) / (dense + D(parallel) *
     per_expert)``, D(1) being top_k. Routing is per token, so P sequences of k tokens route
     like one block of P k tokens."""
-    one = split.dense_bytes + expected_distinct_experts(
-        split.n_experts, split.top_k, parallel) * split.bytes_per_expert
+    one = pass_bytes(split, parallel)
     if one <= 0:
         raise UserError("the GGUF's forward pass reads no bytes",
                         "pass a GGUF with weights (a real model file)")
-    d_k = expected_distinct_experts(split.n_experts, split.top_k, parallel * k)
-    return (split.dense_bytes + d_k * split.bytes_per_expert) / one
+    return pass_bytes(split, parallel * k) / one
+
+
+def pass_bytes(split: WeightSplit, tokens: int) -> float:
+    """Bytes a pass of ``tokens`` tokens reads under :data:`ASSUMPTION`: the dense part once
+    and each expected distinct expert once."""
+    d = expected_distinct_experts(split.n_experts, split.top_k, tokens)
+    return split.dense_bytes + d * split.bytes_per_expert
 
 
 def _int_field(fields: dict[str, Any], key: str) -> int | None:
@@ -289,6 +294,39 @@ def from_batched(tests: list[dict[str, Any]]) -> Measured:
               for k in sorted({int(t["pp"]) for t in timed})}
     plain = 1e3 * float(np.median([float(t["t_tg"]) / int(t["tg"]) for t in timed]))
     return Measured(plain_ms=plain, verify_ms=verify, depth=0, raw={"target": tests})
+
+
+def bytes_line(split: WeightSplit | None, rows: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """The measured pass time as a line in the bytes the prediction says each pass reads
+    (least squares over ``rows``): ``fixed_ms`` (the part no byte explains: launches, host,
+    compute that does not grow with the experts), ``tb_per_s`` (the rate the extra bytes
+    were read at, 1e12 bytes a second), ``r2`` and the ``k`` it went through. None for a
+    dense target or fewer than three rows: the memory-bound assumption's check on the
+    measurement, where :func:`predicted_ratio` is the assumption alone."""
+    if split is None or len(rows) < 3:
+        return None
+    gb = np.array([pass_bytes(split, r["tokens"]) for r in rows]) / 1e9
+    ms = np.array([r["verify_ms"] for r in rows], dtype=float)
+    if np.ptp(gb) == 0:
+        return None
+    design = np.column_stack([np.ones_like(gb), gb])
+    (fixed, per_gb), *_ = np.linalg.lstsq(design, ms, rcond=None)
+    resid = float(((ms - design @ np.array([fixed, per_gb])) ** 2).sum())
+    total = float(((ms - ms.mean()) ** 2).sum())
+    return {"fixed_ms": float(fixed), "ms_per_gb": float(per_gb),
+            "tb_per_s": 1 / float(per_gb) if per_gb > 0 else None,
+            "r2": 1 - resid / total if total > 0 else None, "k": [r["k"] for r in rows]}
+
+
+def format_bytes_line(line: dict[str, Any]) -> str:
+    """:func:`bytes_line` in one line, as the command prints it."""
+    rate = (f"bytes / {line['tb_per_s']:.2f} TB/s" if line["tb_per_s"] is not None
+            else f"{line['ms_per_gb']:.3f} ms a GB (no positive rate)")
+    r2 = "-" if line["r2"] is None else f"{line['r2']:.3f}"
+    ks = line["k"]
+    return (f"  measured against the predicted bytes: {line['fixed_ms']:.2f} ms + {rate}, "
+            f"R² {r2} over k = {ks[0]}..{ks[-1]} ({len(ks)} passes; the fixed part is what "
+            "no byte explains)")
 
 
 def split_dict(split: WeightSplit | None) -> dict[str, Any] | None:

@@ -81,8 +81,10 @@ def verify_curve(ctx: click.Context, targets: tuple[Path, ...], verify_from: Pat
     its unit the plain step of one token per sequence, its prediction that of P k tokens
     against P. With --verify-from, the passes are a run's baseline steps at concurrency P k
     (any engine; vLLM's curve), the prediction from the recorded target (a fixture's shape,
-    a local GGUF or Hugging Face folder). On a CPU the figures measure nothing about a GPU
-    (docs/moe-vs-dense.md "Measuring the verification curve")."""
+    a local GGUF or Hugging Face folder). For an MoE target it also fits the measured times
+    as a line in the bytes the prediction says each pass reads (a fixed part plus a read
+    rate, with R²): how much of the growth the expert bytes explain. On a CPU the figures
+    measure nothing about a GPU (docs/moe-vs-dense.md "Measuring the verification curve")."""
     from crossbench.analysis import verify_curve as vc
     from crossbench.runner.axes import parse_int_axis
 
@@ -172,9 +174,12 @@ def _from_gguf(targets: tuple[Path, ...], ks: list[int], parallel: int, depth: i
                  if batched else f"at depth {m.depth}")
         click.echo(f"{path.name}: plain step {m.plain_ms:.3f} ms ({where}); {_kind(split)}")
         click.echo(vc.format_rows(path.name, rows))
+        line = vc.bytes_line(split, rows)
+        if line is not None:
+            click.echo(vc.format_bytes_line(line))
         results.append({"target": str(path), "name": path.name, "depth": m.depth,
                         "plain_ms": m.plain_ms, "split": vc.split_dict(split), "rows": rows,
-                        "raw": m.raw["target"]})
+                        "bytes_line": line, "raw": m.raw["target"]})
     return {"source": tool, "depth": depth, "reps": reps, "gen": gen, "tool": tool,
             "bench": str(binary), "bench_args": list(bench_args), "targets": results}
 
@@ -222,8 +227,11 @@ def _from_shapes(source: Path, engine_name: str | None, model_names: tuple[str, 
             click.echo(f"  the extra sequences' KV{state} reads: at most {share:.1%} of the "
                        f"bytes a step reads ({shape.kv['shape']})")
             click.echo(vc.format_rows(name, rows))
+            line = vc.bytes_line(split, rows)
+            if line is not None:
+                click.echo(vc.format_bytes_line(line))
             results.append({"name": name, "engine": engine, "target": target, "model": ref,
                             "plain_ms": m.plain_ms, "split": vc.split_dict(split),
-                            "split_from": split_from, "rows": rows, "cells": shape.cells,
-                            "kv": shape.kv})
+                            "split_from": split_from, "rows": rows, "bytes_line": line,
+                            "cells": shape.cells, "kv": shape.kv})
     return {"source": "batch shape", "verify_from": str(source), "targets": results}
