@@ -51,6 +51,24 @@ def test_the_prediction_with_parallel_sequences_by_hand() -> None:
     assert vc.predicted_ratio(SPLIT, 3, 1) == vc.predicted_ratio(SPLIT, 3)
 
 
+def test_the_graph_warm_up_repetitions_are_left_out() -> None:
+    """llama-bench's first two repetitions of a test (the CUDA graph's direct run and its
+    capture) are dropped, the test's other fields kept; the rows then read the replayed
+    passes alone (the H200's MoE target at k = 1 on 2026-12-07: 2.367, 3.125, 1.266 ms)."""
+    tests = [{"n_prompt": 1, "n_gen": 0, "n_depth": 300,
+              "samples_ns": [2_367_000, 3_125_000, 1_266_000]},
+             {"n_prompt": 0, "n_gen": 32, "n_depth": 300,
+              "samples_ns": [42_123_000, 39_074_000, 39_236_000]}]
+    steady = vc.steady_tests(tests)
+    assert [t["samples_ns"] for t in steady] == [[1_266_000], [39_236_000]]
+    assert steady[0]["n_depth"] == 300 and tests[0]["samples_ns"][0] == 2_367_000  # a copy
+    m = dec.from_bench(steady)
+    assert m.verify_ms[1] == pytest.approx(1.266)
+    assert m.plain_ms == pytest.approx(39.236 / 32)
+    with pytest.raises(UserError, match="not more than the 2 warm-up ones"):
+        vc.steady_tests([{"n_prompt": 1, "n_gen": 0, "samples_ns": [1, 2]}])
+
+
 def test_the_bytes_line_recovers_a_known_fixed_part_and_rate() -> None:
     """Passes timed as exactly 1.5 ms plus the predicted bytes at 2e-6 GB a ms, i.e. 2e-6
     TB/s (SPLIT's bytes are tiny): the line gives back the fixed part and the rate with R^2 1; noise lowers R^2 but keeps both near; a dense target, or fewer than three
@@ -258,16 +276,20 @@ def test_the_real_llama_bench_times_both_targets(llama_server: Path,
         assert sorted(x["n_prompt"] for x in tests if x["n_gen"] == 0) == [1, 2, 4, 8]
         assert {x["n_depth"] for x in tests} == {16}
         (gen,) = [x for x in tests if x["n_prompt"] == 0]
-        plain = sum(gen["samples_ns"]) / len(gen["samples_ns"]) / 1e6 / gen["n_gen"]
+        # --reps 1: llama-bench ran 3, the first two (the CUDA graph's warm-up on a GPU) kept
+        # in raw and left out of the rows
+        assert got["warmup_reps"] == 2 and len(gen["samples_ns"]) == 3
+        plain = gen["samples_ns"][2] / 1e6 / gen["n_gen"]
         assert t["plain_ms"] == pytest.approx(plain)
         assert [row["k"] for row in t["rows"]] == [1, 2, 4, 8]
         (one,) = [x for x in tests if x["n_prompt"] == 1 and x["n_gen"] == 0]
         for row in t["rows"]:  # every row re-derives from the raw tests
             (pp,) = [x for x in tests if x["n_prompt"] == row["k"] and x["n_gen"] == 0]
-            ms = sum(pp["samples_ns"]) / len(pp["samples_ns"]) / 1e6
+            assert len(pp["samples_ns"]) == 3
+            ms = pp["samples_ns"][2] / 1e6
             assert row["verify_ms"] == pytest.approx(ms)
             assert row["plain_steps"] == pytest.approx(ms / plain)
-            assert row["x_k1"] == pytest.approx(ms / (sum(one["samples_ns"]) / 1e6))
+            assert row["x_k1"] == pytest.approx(ms / (one["samples_ns"][2] / 1e6))
             if name == "moe-target.gguf":
                 assert row["distinct_experts"] == pytest.approx(8 * (1 - 0.75 ** row["k"]))
                 assert row["predicted_x_k1"] >= 1.0

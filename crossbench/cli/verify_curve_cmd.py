@@ -51,8 +51,10 @@ mechanism.
 @click.option("--gen", type=click.IntRange(4, 4096), default=32, show_default=True,
               help="Tokens of the plain-step (generation) test, the unit of `plain steps`.")
 @click.option("--reps", type=click.IntRange(1, 100), default=3, show_default=True,
-              help="Repetitions per test (with --parallel above 1: passes per k, the "
-                   "median taken, after one untimed warm-up pass).")
+              help="Timed repetitions per test, their mean taken (at batch 1 after two "
+                   "more left out: the CUDA graph's direct run and capture; with --parallel "
+                   "above 1: passes per k, the median taken, after one untimed warm-up "
+                   "pass).")
 @click.option("--bench", type=click.Path(path_type=Path),
               help="llama-bench binary, or with --parallel above 1 llama-batched-bench "
                    "(default: the one `crossbench engines install llama.cpp` built, of "
@@ -165,10 +167,11 @@ def _from_gguf(targets: tuple[Path, ...], ks: list[int], parallel: int, depth: i
             tests = vc.run_batched_bench(binary, path, prompts, parallel, gen, reps,
                                          list(bench_args))
             m = vc.from_batched(tests)
-        else:
-            tests = dec.run_llama_bench(binary, path, prompts, gen, depth, reps,
-                                        list(bench_args))
-            m = dec.from_bench(tests)
+        else:  # two more repetitions, left out of the rows: the CUDA graph's warm-up
+            tests = dec.run_llama_bench(binary, path, prompts, gen, depth,
+                                        reps + vc.GRAPH_WARMUP_REPS, list(bench_args))
+            m = dec.from_bench(vc.steady_tests(tests))
+            m.raw["target"] = tests
         rows = vc.curve(m, ks, split, parallel)
         where = (f"one token for each of {parallel} sequences, passes on a cleared context"
                  if batched else f"at depth {m.depth}")
@@ -180,7 +183,8 @@ def _from_gguf(targets: tuple[Path, ...], ks: list[int], parallel: int, depth: i
         results.append({"target": str(path), "name": path.name, "depth": m.depth,
                         "plain_ms": m.plain_ms, "split": vc.split_dict(split), "rows": rows,
                         "bytes_line": line, "raw": m.raw["target"]})
-    return {"source": tool, "depth": depth, "reps": reps, "gen": gen, "tool": tool,
+    return {"source": tool, "depth": depth, "reps": reps,
+            "warmup_reps": 0 if batched else vc.GRAPH_WARMUP_REPS, "gen": gen, "tool": tool,
             "bench": str(binary), "bench_args": list(bench_args), "targets": results}
 
 
