@@ -125,11 +125,14 @@ def test_the_real_llama_bench_times_every_part(llama_server: Path,
     for row in got["rows"]:  # every part re-derives from the raw tests
         k = row["n"] + 1
         (pp,) = [t for t in tests if t["n_prompt"] == k]
-        assert row["verify_ms"] == pytest.approx(sum(pp["samples_ns"]) / len(pp["samples_ns"]) / 1e6)
+        # --reps 1: llama-bench ran 3, the first two (the CUDA graph's warm-up on a GPU) kept
+        # in raw and left out of the rows
+        assert len(pp["samples_ns"]) == 3 and got["warmup_reps"] == 2
+        assert row["verify_ms"] == pytest.approx(pp["samples_ns"][2] / 1e6)
         assert row["verify_steps"] == pytest.approx(row["verify_ms"] / row["plain_ms"])
         assert row["draft_steps"] > 0
-    # one repetition a test: nothing to judge, and the JSON says so as it says the rest
-    assert got["notes"] == dec.repetition_notes(tests, "target") == []
+    # one timed repetition a test: nothing to judge, and the JSON says so as it says the rest
+    assert got["notes"] == dec.repetition_notes(dec.steady_tests(tests), "target") == []
     assert "warning:" not in r.output
 
 
@@ -567,18 +570,43 @@ def test_slow_first_repetitions_are_named_and_steady_ones_are_not() -> None:
                            "(266.67 ms) is 33 % above their median (200.00 ms)")
 
 
-def test_the_cli_prints_and_records_the_notes(tmp_path: Path,
-                                              monkeypatch: pytest.MonkeyPatch) -> None:
-    """`crossbench decompose` given llama-bench output with slow first repetitions (the H100's
-    recorded output of `mtp2 PART=4` stands in for llama-bench here, named as such) prints
-    one warning per such pass and writes the same notes into --out's JSON."""
+def test_the_cli_leaves_out_the_graph_warm_up_and_says_what_is_left(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`crossbench decompose` given llama-bench output with two slow first repetitions (the
+    H100's recorded output of `mtp2 PART=4`, 10 repetitions a test, stands in for llama-bench
+    here, named as such: the CUDA graph's direct run and capture) asks llama-bench for two
+    more repetitions than --reps, leaves the first two out of its rows (each pass the mean of
+    its other eight) and so prints no warm-up warning; given a slow third repetition as well,
+    it warns, and writes the same notes into --out's JSON."""
     raw = json.loads(REPS.read_text())["raw"]["target"]
-    monkeypatch.setattr(dec, "run_llama_bench", lambda *a, **k: raw)
-    bench, target, out = tmp_path / "llama-bench", tmp_path / "t.gguf", tmp_path / "d.json"
-    bench.write_text("recorded output stands in\n")
+    asked: list[int] = []
+
+    def bench(binary: Path, model: Path, prompts: list[int], n_gen: int, depth: int,
+              reps: int, extra: list[str]) -> list[dict[str, Any]]:
+        asked.append(reps)
+        return raw
+
+    monkeypatch.setattr(dec, "run_llama_bench", bench)
+    bench_bin, target = tmp_path / "llama-bench", tmp_path / "t.gguf"
+    bench_bin.write_text("recorded output stands in\n")
     target.write_bytes(b"GGUF")
+    out = tmp_path / "steady.json"
     r = CliRunner().invoke(cli, ["decompose", "--target", str(target), "--method", "draft-mtp",
-                                 "--n", "1,2,4,8", "--reps", "10", "--bench", str(bench),
+                                 "--n", "1,2,4,8", "--reps", "8", "--bench", str(bench_bin),
+                                 "--out", str(out)])
+    assert r.exit_code == 0, r.output
+    assert asked == [10] and "warning: " not in r.output
+    got = json.loads(out.read_text())
+    assert got["notes"] == [] and got["warmup_reps"] == 2 and got["raw"]["target"] == raw
+    (pp,) = [t for t in raw if t["n_prompt"] == 2 and t["n_gen"] == 0]
+    assert got["rows"][0]["verify_ms"] == pytest.approx(sum(pp["samples_ns"][2:]) / 8 / 1e6)
+    # a slow third repetition is no graph warm-up: it is named
+    raw = [dict(t, samples_ns=[*t["samples_ns"][:2], 3 * t["samples_ns"][2],
+                               *t["samples_ns"][3:]]) if t["n_gen"] == 0 else t for t in raw]
+    monkeypatch.setattr(dec, "run_llama_bench", lambda *a, **k: raw)
+    out = tmp_path / "d.json"
+    r = CliRunner().invoke(cli, ["decompose", "--target", str(target), "--method", "draft-mtp",
+                                 "--n", "1,2,4,8", "--reps", "8", "--bench", str(bench_bin),
                                  "--out", str(out)])
     assert r.exit_code == 0, r.output
     warnings = [ln for ln in r.output.splitlines() if ln.startswith("warning: ")]

@@ -100,7 +100,7 @@ def test_the_batch_one_curve_re_derives_from_the_raw_tests(section: str) -> None
     assert "(the MoE target at k = 1: {:.3f}, {:.3f}, {:.3f} ms)".format(
         *(v / 1e6 for v in one["samples_ns"])) in flat
     # the table: the replayed pass, as verify-curve now reads it (two repetitions left out)
-    steady = {name: dec.from_bench(vc.steady_tests(target["raw"])) for name, target in t.items()}
+    steady = {name: dec.from_bench(dec.steady_tests(target["raw"])) for name, target in t.items()}
     rows = {name: {r["k"]: r for r in vc.curve(m, list(range(1, 17)),
                                                split if name == "moe-target" else None)}
             for name, m in steady.items()}

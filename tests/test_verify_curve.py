@@ -59,14 +59,14 @@ def test_the_graph_warm_up_repetitions_are_left_out() -> None:
               "samples_ns": [2_367_000, 3_125_000, 1_266_000]},
              {"n_prompt": 0, "n_gen": 32, "n_depth": 300,
               "samples_ns": [42_123_000, 39_074_000, 39_236_000]}]
-    steady = vc.steady_tests(tests)
+    steady = dec.steady_tests(tests)
     assert [t["samples_ns"] for t in steady] == [[1_266_000], [39_236_000]]
     assert steady[0]["n_depth"] == 300 and tests[0]["samples_ns"][0] == 2_367_000  # a copy
     m = dec.from_bench(steady)
     assert m.verify_ms[1] == pytest.approx(1.266)
     assert m.plain_ms == pytest.approx(39.236 / 32)
     with pytest.raises(UserError, match="not more than the 2 warm-up ones"):
-        vc.steady_tests([{"n_prompt": 1, "n_gen": 0, "samples_ns": [1, 2]}])
+        dec.steady_tests([{"n_prompt": 1, "n_gen": 0, "samples_ns": [1, 2]}])
 
 
 def test_the_bytes_line_recovers_a_known_fixed_part_and_rate() -> None:

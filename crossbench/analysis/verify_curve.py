@@ -212,30 +212,6 @@ def model_weight_split(ref: str) -> tuple[WeightSplit | None, str]:
     return None, f"no prediction: the model's weights are not on this machine ({ref})"
 
 
-GRAPH_WARMUP_REPS = 2
-"""llama-bench repetitions of each test that ``verify-curve`` runs before the timed ones and
-leaves out of its rows. The pinned build's CUDA backend runs a graph of new shape directly
-once, captures it into a CUDA graph on the second call with the same properties, and only
-replays it from the third (``ggml/src/ggml-cuda/ggml-cuda.cu:4455-4476``); llama-bench's
-prompt test runs one pass a repetition, so its first two repetitions time the direct run and
-the capture (on 2026-12-07's H200 run, 1.9-2.5 times the replayed pass at k = 1), and the
-mean of three mixed all three regimes. On a CPU build the two are simply more samples."""
-
-
-def steady_tests(tests: list[dict[str, Any]], drop: int = GRAPH_WARMUP_REPS
-                 ) -> list[dict[str, Any]]:
-    """Copies of llama-bench's tests without the first ``drop`` repetitions' samples (see
-    :data:`GRAPH_WARMUP_REPS`); a test with no sample left is refused."""
-    out = []
-    for t in tests:
-        samples = list(t.get("samples_ns") or [])
-        if len(samples) <= drop:
-            raise UserError(f"a llama-bench test has {len(samples)} repetitions, not more than "
-                            f"the {drop} warm-up ones", "give --reps 1 or more")
-        out.append({**t, "samples_ns": samples[drop:]})
-    return out
-
-
 def check_k(ks: list[int]) -> None:
     """UserError naming ``--k`` unless every block size is in 1..:data:`MAX_K`."""
     if not ks:

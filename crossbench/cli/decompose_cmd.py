@@ -49,7 +49,8 @@ Examples:
 @click.option("--gen", type=click.IntRange(4, 4096), default=32, show_default=True,
               help="Tokens of the plain-step (generation) test.")
 @click.option("--reps", type=click.IntRange(1, 100), default=3, show_default=True,
-              help="llama-bench repetitions per test.")
+              help="Timed llama-bench repetitions per test, their mean taken, after two "
+                   "more left out (the CUDA graph's direct run and capture).")
 @click.option("--from", "source", type=click.Path(path_type=Path),
               help="A run directory or archive whose n-sweep of --arm gives the fitted d and v "
                    "(an arm at fewer n than a line needs: each n's measured C(n) = MAL / "
@@ -125,6 +126,7 @@ def decompose(target: Path | None, verify_from: Path | None, engine_name: str | 
             progress(f"{no_fit.message}: C(n) measured at n = "
                      f"{', '.join(map(str, measured))} (MAL / speedup), no fit")
         variant = variant or dec.recorded_variant(frames.run.cells)
+    runs = reps + dec.GRAPH_WARMUP_REPS  # the first two left out: the CUDA graph's warm-up
     shape = None
     if verify_from is not None:
         vframes = frames if frames is not None and verify_from == source else \
@@ -136,22 +138,24 @@ def decompose(target: Path | None, verify_from: Path | None, engine_name: str | 
         if target is not None and draft is not None and method not in dec.HEADS:
             binary = llama_bench_binary(bench, variant)
             progress(f"timing {target.name} and {draft.name}: their decode steps")
-            tt, dt = (dec.run_llama_bench(binary, p, [], gen, depth, reps, list(bench_args))
+            tt, dt = (dec.run_llama_bench(binary, p, [], gen, depth, runs, list(bench_args))
                       for p in (target, draft))
-            m.draft_plain_ms, m.draft_ms_per_token = (dec.bench_step_ms(tt, "target"),
-                                                      dec.bench_step_ms(dt, "draft"))
+            m.draft_plain_ms, m.draft_ms_per_token = (
+                dec.bench_step_ms(dec.steady_tests(tt), "target"),
+                dec.bench_step_ms(dec.steady_tests(dt), "draft"))
             m.raw = {"target": tt, "draft": dt}
     else:
         assert target is not None  # checked above
         binary = llama_bench_binary(bench, variant)
         progress(f"timing {target.name}: plain step and verification of {n_values} + 1 tokens")
-        tt = dec.run_llama_bench(binary, target, [n + 1 for n in n_values], gen, depth, reps,
+        tt = dec.run_llama_bench(binary, target, [n + 1 for n in n_values], gen, depth, runs,
                                  list(bench_args))
         dt = None
         if draft is not None and method not in dec.HEADS:
             progress(f"timing {draft.name}: its decode step")
-            dt = dec.run_llama_bench(binary, draft, [], gen, depth, reps, list(bench_args))
-        m = dec.from_bench(tt, dt)
+            dt = dec.run_llama_bench(binary, draft, [], gen, depth, runs, list(bench_args))
+        m = dec.from_bench(dec.steady_tests(tt), dec.steady_tests(dt) if dt else None)
+        m.raw = {"target": tt, "draft": dt or []}
     rows = dec.decompose(m, n_values, d, v, method, measured)
     if frames is not None:  # the run's own telemetry: GPU work and idle per step
         split = dec.telemetry_split(frames.analysis, dict(sweep))
@@ -182,6 +186,7 @@ def decompose(target: Path | None, verify_from: Path | None, engine_name: str | 
                   "measured_cost": {str(n): c for n, c in measured.items()} or None,
                   "depth": m.depth,
                   "verify_source": "batch shape" if shape else "llama-bench", "rows": rows,
+                  "warmup_reps": dec.GRAPH_WARMUP_REPS if m.raw.get("target") else 0,
                   "notes": m.notes, "raw": m.raw}
         if shape is not None:
             result["batch_shape"] = asdict(shape)

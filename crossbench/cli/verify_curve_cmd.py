@@ -169,8 +169,8 @@ def _from_gguf(targets: tuple[Path, ...], ks: list[int], parallel: int, depth: i
             m = vc.from_batched(tests)
         else:  # two more repetitions, left out of the rows: the CUDA graph's warm-up
             tests = dec.run_llama_bench(binary, path, prompts, gen, depth,
-                                        reps + vc.GRAPH_WARMUP_REPS, list(bench_args))
-            m = dec.from_bench(vc.steady_tests(tests))
+                                        reps + dec.GRAPH_WARMUP_REPS, list(bench_args))
+            m = dec.from_bench(dec.steady_tests(tests))
             m.raw["target"] = tests
         rows = vc.curve(m, ks, split, parallel)
         where = (f"one token for each of {parallel} sequences, passes on a cleared context"
@@ -184,7 +184,7 @@ def _from_gguf(targets: tuple[Path, ...], ks: list[int], parallel: int, depth: i
                         "plain_ms": m.plain_ms, "split": vc.split_dict(split), "rows": rows,
                         "bytes_line": line, "raw": m.raw["target"]})
     return {"source": tool, "depth": depth, "reps": reps,
-            "warmup_reps": 0 if batched else vc.GRAPH_WARMUP_REPS, "gen": gen, "tool": tool,
+            "warmup_reps": 0 if batched else dec.GRAPH_WARMUP_REPS, "gen": gen, "tool": tool,
             "bench": str(binary), "bench_args": list(bench_args), "targets": results}
 
 
