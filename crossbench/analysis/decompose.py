@@ -134,10 +134,16 @@ def bench_step_ms(tests: list[dict[str, Any]], who: str) -> float:
 
 
 def from_bench(target_tests: list[dict[str, Any]],
-               draft_tests: list[dict[str, Any]] | None = None) -> Measured:
+               draft_tests: list[dict[str, Any]] | None = None, warmup: int = 0) -> Measured:
     """The parts' times from ``llama-bench -o json`` tests: the target's generation test
     (``n_prompt`` 0) gives the plain step per token, its prompt tests (``n_gen`` 0) the
-    verification forward of ``n_prompt`` tokens; a draft model's generation test its step."""
+    verification forward of ``n_prompt`` tokens; a draft model's generation test its step.
+    The first ``warmup`` repetitions of every test are left out of the times and notes
+    (:data:`GRAPH_WARMUP_REPS`), and kept in ``raw``."""
+    raw = {"target": target_tests, "draft": draft_tests or []}
+    if warmup:
+        target_tests = steady_tests(target_tests, warmup)
+        draft_tests = steady_tests(draft_tests, warmup) if draft_tests else None
     plain_ms = bench_step_ms(target_tests, "target")
     verify = {int(t["n_prompt"]): _mean_ms(t) for t in target_tests
               if t.get("n_gen") == 0 and t.get("n_prompt")}
@@ -150,8 +156,7 @@ def from_bench(target_tests: list[dict[str, Any]],
                         "run every test at one `-d DEPTH`")
     draft_ms = bench_step_ms(draft_tests, "draft") if draft_tests else None
     return Measured(plain_ms=plain_ms, verify_ms=verify,
-                    draft_ms_per_token=draft_ms, depth=depths.pop(),
-                    raw={"target": target_tests, "draft": draft_tests or []},
+                    draft_ms_per_token=draft_ms, depth=depths.pop(), raw=raw,
                     notes=[*repetition_notes(target_tests, "target"),
                            *repetition_notes(draft_tests or [], "draft")])
 

@@ -154,8 +154,7 @@ def decompose(target: Path | None, verify_from: Path | None, engine_name: str | 
         if draft is not None and method not in dec.HEADS:
             progress(f"timing {draft.name}: its decode step")
             dt = dec.run_llama_bench(binary, draft, [], gen, depth, runs, list(bench_args))
-        m = dec.from_bench(dec.steady_tests(tt), dec.steady_tests(dt) if dt else None)
-        m.raw = {"target": tt, "draft": dt or []}
+        m = dec.from_bench(tt, dt, warmup=dec.GRAPH_WARMUP_REPS)
     rows = dec.decompose(m, n_values, d, v, method, measured)
     if frames is not None:  # the run's own telemetry: GPU work and idle per step
         split = dec.telemetry_split(frames.analysis, dict(sweep))

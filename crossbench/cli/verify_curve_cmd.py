@@ -170,8 +170,7 @@ def _from_gguf(targets: tuple[Path, ...], ks: list[int], parallel: int, depth: i
         else:  # two more repetitions, left out of the rows: the CUDA graph's warm-up
             tests = dec.run_llama_bench(binary, path, prompts, gen, depth,
                                         reps + dec.GRAPH_WARMUP_REPS, list(bench_args))
-            m = dec.from_bench(dec.steady_tests(tests))
-            m.raw["target"] = tests
+            m = dec.from_bench(tests, warmup=dec.GRAPH_WARMUP_REPS)
         rows = vc.curve(m, ks, split, parallel)
         where = (f"one token for each of {parallel} sequences, passes on a cleared context"
                  if batched else f"at depth {m.depth}")
