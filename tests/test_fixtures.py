@@ -26,23 +26,18 @@ from crossbench.fixtures import (
 from crossbench.fixtures import make as make_mod
 from crossbench.fixtures.vocab import read_tokenizer
 
-_DEFAULT_VOCAB = Path(
-    "/tmp/sd/llama_cpp_python-0.3.36/vendor/llama.cpp/models/ggml-vocab-qwen35.gguf"
-)
 N_VOCAB = 151936
 
 
 @pytest.fixture(scope="session")
 def vocab() -> Path:
-    """llama.cpp's ggml-vocab-qwen35.gguf: $CROSSBENCH_TEST_VOCAB, else the development copy."""
+    """llama.cpp's ggml-vocab-qwen35.gguf: $CROSSBENCH_TEST_VOCAB, else the pinned llama.cpp
+    tree's copy (unpacked into crossbench's cache from the sdist, as ``crossbench fixtures
+    make`` does; tests/run.sh has made it before the tests start)."""
+    from crossbench.fixtures.resolve import vocab_path
+
     env = os.environ.get("CROSSBENCH_TEST_VOCAB")
-    for cand in ([Path(env)] if env else []) + [_DEFAULT_VOCAB]:
-        if cand.is_file():
-            return cand
-    pytest.skip(
-        "no ggml-vocab-qwen35.gguf: set CROSSBENCH_TEST_VOCAB to llama.cpp's "
-        "models/ggml-vocab-qwen35.gguf"
-    )
+    return Path(env) if env else vocab_path()
 
 
 @pytest.fixture(scope="session")
