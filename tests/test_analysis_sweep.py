@@ -185,3 +185,81 @@ def test_with_a_known_start_spread_one_start_per_cell_still_covers_d_and_v(tmp_p
                            and cm["v_ci95"][0] <= V <= cm["v_ci95"][1])
     print(f"studies whose d and v intervals both hold the truth, of {SPREAD_STUDIES}:", hits)
     assert hits["spread"] >= 0.75 * SPREAD_STUDIES and hits["bootstrap"] <= 4, hits
+
+
+V_STEEP = 0.5  # with D and CURVE: speedup 1.118, 1.227, 1.222, 1.109, 0.986, 0.881 at n = 1..6
+
+
+def steep_speedup(n: int) -> float:
+    return predicted_tau(CURVE, n) / (D + V_STEEP * n)
+
+
+def test_negative_from_is_where_the_sweep_turns_negative_and_stays():
+    from crossbench.analysis.sweep import loses_from, negative_from
+
+    assert [round(steep_speedup(n), 3) for n in range(1, 7)] == [
+        1.118, 1.227, 1.222, 1.109, 0.986, 0.881]
+    assert negative_from([1, 2, 3, 4, 5, 6], [steep_speedup(n) for n in range(1, 7)]) == 5
+    assert negative_from([1, 2, 4], [0.9, 1.1, 0.8]) == 4       # a dip below 1 that recovers
+    assert negative_from([1, 2, 4], [0.9, 0.95, 0.8]) == 1      # negative everywhere
+    assert negative_from([1, 2], [0.9, 1.0]) is None            # 1.0 is not a loss
+    assert negative_from([1, 2], [0.9, None]) is None           # an unbounded speedup
+    verdicts = [{"n": n, "verdict": v} for n, v in
+                zip((1, 2, 4, 8), ("slower", "faster", "slower", "slower"), strict=True)]
+    assert loses_from(verdicts) == 4
+    assert loses_from(verdicts[:2]) is None
+    assert loses_from([{"n": 1, "verdict": "slower"}]) == 1
+
+
+def test_a_study_that_turns_negative_is_found_measured_and_predicted(tmp_path):
+    """A noiseless study whose true speedup drops below 1 from n = 5 (and a measured sweep at
+    n = 1, 2, 3, 6): the measured sweep loses from n = 6 (5 was not measured), the cost line
+    predicts negative from 5, and its interval collapses onto 5."""
+    ns = [1, 2, 3, 6]
+    arms = [Arm("none")] + [Arm("dft", "draft-simple", n, acceptance=_acceptance(n)) for n in ns]
+    prompts = [(f"p{i}", "code") for i in range(6)]
+    study(tmp_path / "s", prompts, arms,
+          lambda arm, pid, trial, occ: 100.0 if arm.n is None else 100.0 * steep_speedup(arm.n),
+          trials=2)
+    (sw,) = analyze(tmp_path / "s", StatsOptions(resamples=300))["sweeps"]
+    assert [p["verdict"] for p in sw["points"]] == ["faster", "faster", "faster", "slower"]
+    assert sw["loses_from"] == 6
+    cm = sw["cost_model"]
+    assert (cm["d"], cm["v"]) == pytest.approx((D, V_STEEP), abs=1e-6)
+    assert cm["predicted_negative_from"] == 5
+    assert cm["predicted_negative_from_ci95"] == [5, 5]
+    from crossbench.analysis.analyze import negative_text
+
+    assert negative_text(cm) == "5 [5, 5]"
+    assert negative_text({**cm, "predicted_negative_from": None,
+                          "predicted_negative_from_ci95": [None, None]}) == "none [>6, >6]"
+
+
+def test_negative_from_intervals_cover_the_truth(tmp_path):
+    """Noisy studies of the steep line: the interval of the predicted negative-from n holds
+    the true 5 in most of 12 studies, and is not the whole range."""
+    import numpy as np
+
+    ns = [1, 2, 4, 6]
+    arms = [Arm("none")] + [Arm("dft", "draft-simple", n, acceptance=_acceptance(n)) for n in ns]
+    prompts = [(f"p{i}", "code") for i in range(8)]
+    hits = narrow = 0
+    for seed in range(12):
+        rng = np.random.default_rng(100 + seed)
+        prompt_effect = {p: rng.normal(0, 0.03) for p, _ in prompts}
+        noise = {}
+
+        def rate(arm, pid, trial, occ, prompt_effect=prompt_effect, rng=rng, noise=noise):
+            key = (arm.n, pid, trial, occ)
+            noise.setdefault(key, rng.normal(0, 0.02))
+            s = 1.0 if arm.n is None else steep_speedup(arm.n)
+            return 100.0 * s * float(np.exp(prompt_effect[pid] + noise[key]))
+
+        study(tmp_path / f"s{seed}", prompts, arms, rate, trials=3)
+        cm = analyze(tmp_path / f"s{seed}", StatsOptions(resamples=400))["sweeps"][0][
+            "cost_model"]
+        lo, hi = cm["predicted_negative_from_ci95"]
+        hits += (lo is not None and lo <= 5) and (hi is None or hi >= 5)
+        narrow += lo is not None and hi is not None and hi - lo <= 2
+    print("negative-from intervals holding 5:", hits, "of 12; narrow:", narrow)
+    assert hits >= 10 and narrow >= 6, (hits, narrow)

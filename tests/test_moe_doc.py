@@ -194,3 +194,19 @@ def test_the_mtp_cells_and_the_dense_line_re_derive_from_the_archive(section: st
             f"plain steps against the dense twin's "
             f"**{dense2['mean_acceptance_length'] / dense2['speedup']:.2f}**") in \
         _flat(section)
+
+
+def test_where_the_dense_sweeps_turn_negative_re_derives(section: str) -> None:
+    from crossbench.analysis.analyze import negative_text
+
+    with open_run(ARCHIVE) as frames:
+        sweeps = frames.analysis["sweeps"]
+    dense = [s for s in sweeps if s["model"] == "dense-f16"]
+    assert sorted(s["concurrency"] for s in dense) == [1, 16]
+    assert {s["loses_from"] for s in dense} == {1}
+    assert {negative_text(s["cost_model"]) for s in dense} == {"1 [1, 1]"}
+    assert max(p["n"] for p in dense[0]["cost_model"]["predicted"]) == 8
+    assert not [s for s in sweeps if s["model"] == "moe-f16" and s["cost_model"]["fitted"]]
+    assert ("the dense twin **loses from n = 1** at both concurrencies (every measured n reads "
+            "slower), and its line predicts a loss from n = 1 [1, 1] up to n = 8") in \
+        _flat(section)

@@ -509,10 +509,12 @@ def tables(result: dict[str, Any]) -> dict[str, tuple[list[str], list[list[str]]
                 _num(cm.get("d")), _ci(cm.get("d_ci95")), _num(cm.get("v")),
                 _ci(cm.get("v_ci95")), _num(cm.get("r2")),
                 _num(cm.get("predicted_best_n"), "d"),
+                _num(s.get("loses_from"), "d"), negative_text(cm),
                 cm.get("reason") or cm.get("tau_note") or ""])
     out["sweeps"] = (["sweep", "n", "speedup", "ci", "verdict", "acceptance", "MAL", "best",
                       "best distinguishable", "cost d", "d ci", "cost v", "v ci", "R^2",
-                      "predicted best n", "cost model note"], sweep_rows)
+                      "predicted best n", "loses from", "predicted negative from",
+                      "cost model note"], sweep_rows)
     if result.get("predictions"):
         def ci_open(ci: list[Any] | None) -> str:
             if not ci:
@@ -534,6 +536,22 @@ def tables(result: dict[str, Any]) -> dict[str, tuple[list[str], list[list[str]]
                        [[w["kind"], str(w["cell"]), w["message"], w["action"]]
                         for w in result["stability"]])
     return out
+
+
+def negative_text(cm: dict[str, Any]) -> str:
+    """A cost model's predicted negative-from n with its interval, e.g. ``5 [4, >6]`` (``>N``:
+    the line does not turn negative up to N, the largest n it predicts; ``none``: not within
+    the predicted n)."""
+    predicted = [p["n"] for p in cm.get("predicted") or []]
+    if not cm.get("fitted") or not predicted:
+        return "n/a"
+    top = f">{max(predicted)}"
+    point = cm.get("predicted_negative_from")
+    text = "none" if point is None else str(point)
+    ci = cm.get("predicted_negative_from_ci95")
+    if ci:
+        text += f" [{top if ci[0] is None else ci[0]}, {top if ci[1] is None else ci[1]}]"
+    return text
 
 
 def markdown(header: list[str], rows: list[list[str]]) -> str:

@@ -78,16 +78,53 @@ def cost_model(points: list[dict[str, Any]], curve: list[float] | None,
     best = max(valid, key=lambda p: float(p["speedup"]))["n"] if valid else None
     refits = line_draws(usable, _columns(draws, usable, at)) if draws is not None else None
     out_ci: dict[str, Any] = {"d_ci95": None, "v_ci95": None}
+    ns_pred = sorted(taus)
+    negative_ci = None
     if refits is not None:
         out_ci = {"d_ci95": list(stats.interval(refits[0], level)),
                   "v_ci95": list(stats.interval(refits[1], level)),
                   "ci_method": "joint two-way (prompt x trial) bootstrap of every point's "
                                "speedup, line refitted per draw"}
+        negative_ci = negative_from_interval(ns_pred, [taus[n] for n in ns_pred], refits,
+                                             level)
     return {"fitted": True, "d": line.intercept, "v": line.slope, "r2": line.r2, **out_ci,
             "tau_note": note,
             "points": len(usable), "acceptance_curve": "measured per-position acceptance"
             if curve else "measured mean acceptance length at each n",
-            "predicted": predicted, "predicted_best_n": best}
+            "predicted": predicted, "predicted_best_n": best,
+            "predicted_negative_from": negative_from(
+                ns_pred, [p["speedup"] for p in predicted]),
+            "predicted_negative_from_ci95": negative_ci}
+
+
+def negative_from(ns: list[int], speedups: list[float | None]) -> int | None:
+    """The smallest n of ``ns`` (ascending) from which every speedup is below 1: where the
+    sweep turns negative and stays so; None when the last is not below 1. A None speedup (a
+    cost that is not positive: unbounded) is not below 1."""
+    out = None
+    for n, s in zip(reversed(ns), reversed(speedups), strict=True):
+        if s is None or s >= 1.0:
+            break
+        out = n
+    return out
+
+
+def negative_from_interval(ns: list[int], taus: list[float],
+                           refits: tuple[FloatArray, FloatArray], level: float
+                           ) -> list[int | None]:
+    """Percentile interval of :func:`negative_from` over the refitted lines (one per
+    bootstrap draw), tau held as measured: a draw that does not turn negative within ``ns``
+    counts as beyond them, and an interval end beyond them is None."""
+    x = np.asarray(ns, dtype=float)
+    cost = refits[0][:, None] + refits[1][:, None] * x[None, :]
+    below = (cost > 0) & (np.asarray(taus)[None, :] < cost)  # speedup tau / cost < 1
+    # a draw turns negative at the first n of the trailing run of True: count that run
+    trailing = np.cumprod(below[:, ::-1], axis=1).sum(axis=1)
+    beyond = len(ns)  # index meaning "not within ns"
+    idx = np.where(trailing > 0, len(ns) - trailing, beyond)
+    tail = (1.0 - level) / 2.0
+    lo, hi = (int(i) for i in np.quantile(idx, [tail, 1.0 - tail], method="inverted_cdf"))
+    return [ns[lo] if lo < beyond else None, ns[hi] if hi < beyond else None]
 
 
 def _columns(draws: Draws, points: list[dict[str, Any]], at: list[int] | None = None
@@ -294,11 +331,24 @@ def sweeps(pairs: list[dict[str, Any]], cells: dict[str, CellData],
         out.append({**dict(zip(SWEEP_KEY, key, strict=True)),
                     "baseline_cell": members[0]["baseline_cell"], "points": points,
                     "best": _best(points, cells, opts),
+                    "loses_from": loses_from(points),
                     "cost_model": cost_model(points, acceptance_curve(points),
                                              joint_log_speedups(members, cells, opts),
                                              opts.level),
                     "net_loss_despite_high_acceptance": [
                         p["n"] for p in members if net_loss_finding(p) is not None]})
+    return out
+
+
+def loses_from(points: list[dict[str, Any]]) -> int | None:
+    """The smallest measured n from which every measured n of the sweep (points in ascending
+    n) reads ``slower``: its interval wholly below 1 and outside the equivalence band. None
+    when the largest n does not read ``slower``."""
+    out = None
+    for p in reversed(points):
+        if p.get("verdict") != "slower":
+            break
+        out = p["n"]
     return out
 
 

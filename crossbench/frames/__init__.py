@@ -224,6 +224,7 @@ class RunFrames:
         for s in self.analysis["sweeps"]:
             cm, best = s["cost_model"], s.get("best") or {}
             dci, vci = cm.get("d_ci95") or [None, None], cm.get("v_ci95") or [None, None]
+            nci = cm.get("predicted_negative_from_ci95") or [None, None]
             for pt in s["points"]:
                 ci = pt.get("ci95") or [None, None]
                 rows.append({
@@ -237,7 +238,11 @@ class RunFrames:
                     "best": best.get("n") == pt["n"], "cost_d": cm.get("d"),
                     "cost_d_ci_low": dci[0], "cost_d_ci_high": dci[1],
                     "cost_v": cm.get("v"), "cost_v_ci_low": vci[0], "cost_v_ci_high": vci[1],
-                    "predicted_best_n": cm.get("predicted_best_n")})
+                    "predicted_best_n": cm.get("predicted_best_n"),
+                    "loses_from": s.get("loses_from"),
+                    "predicted_negative_from": cm.get("predicted_negative_from"),
+                    "predicted_negative_from_ci_low": nci[0],
+                    "predicted_negative_from_ci_high": nci[1]})
         return _frame("sweeps", rows)
 
     @cached_property
@@ -315,7 +320,9 @@ def _coords(cell: CellData) -> dict[str, Any]:
 _INT_COLUMNS = {"n", "trial", "request_index", "t_sent_ns", "t_first_chunk_ns",
                 "t_done_ns", "output_tokens", "prompt_tokens", "chunks", "draft_tokens",
                 "accepted_tokens", "requests_ok", "requests_failed", "n_samples", "n_prompts",
-                "n_trials", "warnings", "predicted_best_n", "retries",
+                "n_trials", "warnings", "predicted_best_n", "loses_from",
+                "predicted_negative_from", "predicted_negative_from_ci_low",
+                "predicted_negative_from_ci_high", "retries",
                 "failed_attempts", "cpus", "cpus_usable", "runnable_before",
                 "runnable_after"}
 

@@ -196,6 +196,14 @@ FRAMES: dict[str, list[Column]] = {
         Column("cost_v_ci_low", "baseline steps/token", "lower end of v's interval"),
         Column("cost_v_ci_high", "baseline steps/token", "upper end of v's interval"),
         Column("predicted_best_n", "tokens", "the n the cost model predicts best"),
+        Column("loses_from", "tokens", "smallest measured n from which every measured n "
+               "reads slower (empty: the largest does not)"),
+        Column("predicted_negative_from", "tokens", "smallest n from which the cost model "
+               "predicts every speedup below 1 (empty: none up to its largest n)"),
+        Column("predicted_negative_from_ci_low", "tokens", "lower end of its interval "
+               "(empty: beyond the largest n predicted, or no interval)"),
+        Column("predicted_negative_from_ci_high", "tokens", "upper end of its interval "
+               "(empty: beyond the largest n predicted, or no interval)"),
     ],
     "engines": [
         Column("arm", "", "arm label, the same in both engines"),

@@ -15,7 +15,7 @@ from typing import Any
 
 from crossbench import __version__
 from crossbench.analysis.analyze import markdown as md_table
-from crossbench.analysis.analyze import marked_verdict
+from crossbench.analysis.analyze import marked_verdict, negative_text
 from crossbench.report import commands
 from crossbench.report.card import Card
 from crossbench.report.plots import Plot, pair_label
@@ -201,9 +201,11 @@ def sweep_table(study: Study) -> Table | None:
             num(best.get("n"), "d"), num(best.get("speedup")), ci_text(best.get("ci95")),
             "yes" if best.get("distinguishable") else "no",
             num(cm.get("d")), num(cm.get("v")), num(cm.get("predicted_best_n"), "d"),
+            num(s.get("loses_from"), "d"), negative_text(cm),
             ", ".join(str(n) for n in s.get("net_loss_despite_high_acceptance") or []) or "-"])
     return Table(["sweep", "n", "best n", "speedup", "CI", "best distinguishable",
-                  "cost d", "cost v", "predicted best n", "net loss despite acceptance"], rows)
+                  "cost d", "cost v", "predicted best n", "loses from",
+                  "predicted negative from", "net loss despite acceptance"], rows)
 
 
 ENGINES_NOTE = ("Across engines more than the engine differs (kernels, model formats, server "
