@@ -210,3 +210,31 @@ def test_where_the_dense_sweeps_turn_negative_re_derives(section: str) -> None:
     assert ("the dense twin **loses from n = 1** at both concurrencies (every measured n reads "
             "slower), and its line predicts a loss from n = 1 [1, 1] up to n = 8") in \
         _flat(section)
+
+
+def test_the_measured_routing_table_re_derives_from_its_json() -> None:
+    from crossbench.analysis.moe import expected_distinct_experts
+
+    doc = DOC.read_text()
+    start = doc.index("**Measured on the fixture's routers**")
+    text = doc[start:doc.index("\n## ", start)]
+    r = json.loads((ROOT / "benchmarks" / "results" / "moe-routing.json").read_text())
+    assert (r["shape"], r["experts"], r["top_k"], r["tokens"], r["layers"]) == (
+        "qwen3-8b", 256, 8, 512, 8)
+    ks = r["k"]
+    by_layer = r["measured_by_layer"].values()
+    for k in ks:
+        assert r["uniform"][str(k)] == pytest.approx(expected_distinct_experts(256, 8, k))
+        assert r["measured_mean"][str(k)] == pytest.approx(
+            np.mean([layer[str(k)] for layer in by_layer]))
+    uniform = _table_row(text, "| k tokens |", "uniform prediction")
+    measured = _table_row(text, "| k tokens |", "measured, mean of the 8 layers")
+    assert uniform[1:] == [f"{r['uniform'][str(k)]:.2f}" for k in ks]
+    assert measured[1:] == [f"{r['measured_mean'][str(k)]:.2f}" for k in ks]
+    at16 = [layer["16"] for layer in by_layer]
+    top = r["expert_use_top"].values()
+    flat = _flat(text)
+    assert f"{100 * r['measured_mean']['16'] / r['uniform']['16']:.1f} % of the uniform" in flat
+    assert f"({min(at16):.1f} to {max(at16):.1f} of them by layer)" in flat
+    assert f"takes {100 * min(top):.2f}-{100 * max(top):.2f} % of its routed slots" in flat
+    assert f"(uniform: {100 / 256:.2f} %)" in flat

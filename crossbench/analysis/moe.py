@@ -13,6 +13,7 @@ checkpoint's bytes into those a pass reads whole and the routed experts'.
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 
 from crossbench.errors import UserError
 
@@ -44,6 +45,21 @@ def expert_union_ratio(n_experts: int, top_k: int, k: int) -> float:
     many times the expert weights of a one-token step the verification of ``k`` tokens reads
     under uniform random routing (k = 0 gives 0)."""
     return expected_distinct_experts(n_experts, top_k, k) / top_k
+
+
+def distinct_experts_in_windows(routes: Sequence[Sequence[int]], k: int) -> float:
+    """Mean number of distinct experts over every window of ``k`` consecutive tokens of one
+    layer's routing (``routes[t]``: the experts token ``t`` routes to, in token order): the
+    measured counterpart of :func:`expected_distinct_experts` for a verification block of k
+    consecutive tokens. Needs at least k tokens."""
+    if k < 1:
+        raise UserError(f"k (tokens verified) must be >= 1, got {k}",
+                        "pass the block size n+1 of the verification step")
+    if len(routes) < k:
+        raise UserError(f"{len(routes)} routed tokens hold no window of {k}",
+                        "route a longer text")
+    counts = [len(set().union(*routes[t:t + k])) for t in range(len(routes) - k + 1)]
+    return sum(counts) / len(counts)
 
 
 def hf_bytes(tensors: dict[str, tuple[tuple[int, ...], int]]) -> tuple[int, int, int, int]:
