@@ -89,29 +89,35 @@ def test_net_loss_despite_high_acceptance():
     assert net_loss_finding(_pair(None, "slower")) is None
 
 
-def test_cost_model_intervals_cover_the_true_d_and_v(tmp_path):
-    """Noisy studies with known d and v: the joint-bootstrap intervals of d and v hold the
-    truth in most of 20 studies (nominal 95 %), and collapse onto it without noise."""
+def _noisy_cost_models(tmp_path, speedup, seeds, prompt_sd, noise_sd):
+    """The cost model of one noisy study per seed: 8 prompts (a lognormal effect each),
+    n = 1, 2, 4, 6 at the true ``speedup(n)``, 3 trials with lognormal noise per request."""
     import numpy as np
 
     ns = [1, 2, 4, 6]
     arms = [Arm("none")] + [Arm("dft", "draft-simple", n, acceptance=_acceptance(n)) for n in ns]
     prompts = [(f"p{i}", "code") for i in range(8)]
-    hits_d = hits_v = 0
-    for seed in range(20):
+    for seed in seeds:
         rng = np.random.default_rng(seed)
-        prompt_effect = {p: rng.normal(0, 0.05) for p, _ in prompts}
+        prompt_effect = {p: rng.normal(0, prompt_sd) for p, _ in prompts}
         noise = {}
 
         def rate(arm, pid, trial, occ, prompt_effect=prompt_effect, rng=rng, noise=noise):
             key = (arm.n, pid, trial, occ)
-            noise.setdefault(key, rng.normal(0, 0.03))
-            s = 1.0 if arm.n is None else true_speedup(arm.n)
+            noise.setdefault(key, rng.normal(0, noise_sd))
+            s = 1.0 if arm.n is None else speedup(arm.n)
             return 100.0 * s * float(np.exp(prompt_effect[pid] + noise[key]))
 
         study(tmp_path / f"s{seed}", prompts, arms, rate, trials=3)
-        cm = analyze(tmp_path / f"s{seed}", StatsOptions(resamples=400))["sweeps"][0][
+        yield analyze(tmp_path / f"s{seed}", StatsOptions(resamples=400))["sweeps"][0][
             "cost_model"]
+
+
+def test_cost_model_intervals_cover_the_true_d_and_v(tmp_path):
+    """Noisy studies with known d and v: the joint-bootstrap intervals of d and v hold the
+    truth in most of 20 studies (nominal 95 %), and collapse onto it without noise."""
+    hits_d = hits_v = 0
+    for cm in _noisy_cost_models(tmp_path, true_speedup, range(20), 0.05, 0.03):
         hits_d += cm["d_ci95"][0] <= D <= cm["d_ci95"][1]
         hits_v += cm["v_ci95"][0] <= V <= cm["v_ci95"][1]
     print("coverage of d, v over 20 studies:", hits_d, hits_v)
@@ -238,26 +244,8 @@ def test_a_study_that_turns_negative_is_found_measured_and_predicted(tmp_path):
 def test_negative_from_intervals_cover_the_truth(tmp_path):
     """Noisy studies of the steep line: the interval of the predicted negative-from n holds
     the true 5 in most of 12 studies, and is not the whole range."""
-    import numpy as np
-
-    ns = [1, 2, 4, 6]
-    arms = [Arm("none")] + [Arm("dft", "draft-simple", n, acceptance=_acceptance(n)) for n in ns]
-    prompts = [(f"p{i}", "code") for i in range(8)]
     hits = narrow = 0
-    for seed in range(12):
-        rng = np.random.default_rng(100 + seed)
-        prompt_effect = {p: rng.normal(0, 0.03) for p, _ in prompts}
-        noise = {}
-
-        def rate(arm, pid, trial, occ, prompt_effect=prompt_effect, rng=rng, noise=noise):
-            key = (arm.n, pid, trial, occ)
-            noise.setdefault(key, rng.normal(0, 0.02))
-            s = 1.0 if arm.n is None else steep_speedup(arm.n)
-            return 100.0 * s * float(np.exp(prompt_effect[pid] + noise[key]))
-
-        study(tmp_path / f"s{seed}", prompts, arms, rate, trials=3)
-        cm = analyze(tmp_path / f"s{seed}", StatsOptions(resamples=400))["sweeps"][0][
-            "cost_model"]
+    for cm in _noisy_cost_models(tmp_path, steep_speedup, range(100, 112), 0.03, 0.02):
         lo, hi = cm["predicted_negative_from_ci95"]
         hits += (lo is not None and lo <= 5) and (hi is None or hi >= 5)
         narrow += lo is not None and hi is not None and hi - lo <= 2
