@@ -238,3 +238,25 @@ def test_the_measured_routing_table_re_derives_from_its_json() -> None:
     assert f"({min(at16):.1f} to {max(at16):.1f} of them by layer)" in flat
     assert f"takes {100 * min(top):.2f}-{100 * max(top):.2f} % of its routed slots" in flat
     assert f"(uniform: {100 / 256:.2f} %)" in flat
+
+
+def test_the_quoted_fixture_digests_are_the_recorded_ones() -> None:
+    """The routing section's digests: this machine's GGUFs from their landed manifests, the
+    H200's from the verified archive's cell manifests."""
+    import zipfile
+
+    doc = _flat(DOC.read_text())
+    kept = ROOT / "benchmarks" / "results" / "fixture-manifests-cpu"
+    here = {role: json.loads((kept / f"qwen3-8b-{role}.json").read_text())["files"][
+        f"{role}.gguf"]["sha256"] for role in ("moe-target", "dense-twin")}
+    there: dict[str, str] = {}
+    with zipfile.ZipFile(ARCHIVE) as z:
+        for name in z.namelist():
+            if name.endswith("/manifest.json") and "/cells/" in name:
+                model = json.loads(z.read(name))["models"]["model"]
+                there[model["ref"].split("/")[-1]] = model["sha256"]
+    assert set(there) == {"moe-target", "dense-twin"}
+    for role in there:
+        assert here[role] != there[role]
+    assert (f"MoE target `{here['moe-target'][:8]}` here, `{there['moe-target'][:8]}` there; "
+            f"dense twin `{here['dense-twin'][:8]}`, `{there['dense-twin'][:8]}`") in doc

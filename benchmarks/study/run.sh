@@ -180,9 +180,21 @@ fixture_step() {  # MIN_FREE_GB ARGS: `crossbench fixtures ARGS`, if the disk ha
   python3 -m crossbench fixtures $2 >>"$LOG/fixtures.log" 2>&1
   local rc=$?
   echo "fixtures_exit=$rc fixtures=\"$2\" s=$(( $(date +%s) - s ))" >>"$LOG/timing.txt"
+  keep_manifests
   return $rc
 }
-export -f fixture_step
+keep_manifests() {  # every Qwen3.5 target's manifests (each file's and each tensor's sha256)
+  # into the logs, so a fixture can be compared tensor by tensor across hosts: on 2026-12-07
+  # the H200's MoE target and dense twin GGUFs and the ones made on the CPU machine had other
+  # sha256 at the same size (transformers' version ruled out; not located)
+  local m d
+  for m in "$CROSSBENCH_CACHE"/fixtures/*/*/crossbench-mtp*.json; do
+    [ -f "$m" ] || continue
+    d=$(dirname "$m")
+    cp "$m" "$LOG/manifest-$(basename "$(dirname "$d")")-$(basename "$d")-$(basename "$m")"
+  done
+}
+export -f fixture_step keep_manifests
 fixture_steps() {  # the round's fixtures (rounds.yaml), one `fixture_step MIN_FREE_GB ARGS`
   # line each, in order; with --missing only those this machine has not made yet
   local i
