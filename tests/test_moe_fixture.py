@@ -253,3 +253,46 @@ def test_a_layer_cut_shape_is_made_checked_and_served(llama_server: Path,
         assert "creating MTP draft context against the target model" in log
     finally:
         shutil.rmtree(gguf.parent.parent, ignore_errors=True)  # the test's own shape only
+
+
+@pytest.mark.server
+def test_the_quantized_targets_keep_their_mtp_layer_and_serve(llama_server: Path,
+                                                               tmp_path: Path) -> None:
+    """Issue 34 item 4's llama.cpp axis on the CPU: ``fixture:tiny/ROLE@Q8_0`` and ``@Q4_K_M``
+    resolve through the matrix runner to the pinned llama-quantize's output; the experts are
+    quantized, the router and the MTP (nextn) layer are kept, and the Q8_0 MoE target serves
+    ``draft-mtp`` with its synthetic acceptance recovered (the quantized parts' arm)."""
+    from gguf import GGMLQuantizationType, GGUFReader
+
+    from crossbench.runner.config import RunConfig
+    from crossbench.runner.matrix_run import _resolve
+    from crossbench.runner.single import run
+
+    f16 = {role: Path(_resolve(f"fixture:tiny/{role}")) for role in ("moe-target", "dense-twin")}
+    for role in f16:
+        types = {}
+        for quant in ("Q8_0", "Q4_K_M"):
+            path = Path(_resolve(f"fixture:tiny/{role}@{quant}"))
+            assert path != f16[role] and path.stat().st_size < f16[role].stat().st_size
+            types[quant] = {t.name: t.tensor_type for t in GGUFReader(str(path)).tensors}
+        f16_names = {t.name for t in GGUFReader(str(f16[role])).tensors}
+        for quant, by_name in types.items():
+            assert set(by_name) == f16_names, quant  # nothing dropped: the MTP layer stays
+            assert any(n.startswith("blk.4.nextn.") for n in by_name), quant
+        if role == "moe-target":
+            q8 = types["Q8_0"]
+            assert q8["blk.0.ffn_down_exps.weight"] == GGMLQuantizationType.Q8_0
+            assert q8["blk.0.ffn_gate_inp.weight"] == GGMLQuantizationType.F32  # the router
+    cfg = RunConfig.model_validate({
+        "engine_config": {"binary": str(llama_server),
+                          "model": _resolve("fixture:tiny/moe-target@Q8_0"), "ctx_size": 2048,
+                          "spec": {"type": "draft-mtp", "n": 4, "synth_rates": RATES}},
+        "trials": 1, "load": {"requests": 8, "warmup": 1, "max_tokens": 320}})
+    s = run(cfg, tmp_path / "q8")
+    acc = s["acceptance"]
+    assert acc["drafts"] >= 500, "too few drafts for a tight check"
+    for got, want in zip(acc["per_position"], RATES, strict=True):
+        assert abs(got - want) <= 0.05, acc["per_position"]
+    assert s["integrity"]["passed"], s["integrity"]
+    assert "creating MTP draft context against the target model" in \
+        (tmp_path / "q8" / "server.log").read_text(errors="replace")
