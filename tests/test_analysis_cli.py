@@ -41,7 +41,7 @@ def test_analyze_json_contract(sweep_dir):
     assert r.exit_code == 0, r.output
     obj = json.loads(r.stdout)
     assert obj == json.loads((sweep_dir / "analysis.json").read_text())
-    assert obj["schema_version"] == 15
+    assert obj["schema_version"] == 16
     assert {"pairs", "sweeps", "stability", "cells"} <= set(obj)
     assert len(obj["pairs"]) == 2
     pair = obj["pairs"][0]

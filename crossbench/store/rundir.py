@@ -230,7 +230,7 @@ FORMATS: dict[str, Format] = {
          4: ("acceptance.expected_mean_acceptance_length", "acceptance.expected_note"),
          5: ("acceptance.expected_per_position", "acceptance.expected_mean_acceptance_length",
              "acceptance.expected_draft_acceptance_rate", "acceptance.expected_note")}),
-    "analysis": Format(ANALYSIS, ANALYSIS_KIND, 15, {
+    "analysis": Format(ANALYSIS, ANALYSIS_KIND, 16, {
         1: "first version (cells, pairs, sweeps, stability)",
         2: "options.strata and each interval's design; cost-model intervals (d_ci95, v_ci95) "
            "and tau estimated from per-request counts where no counter exists; server rates "
@@ -290,7 +290,10 @@ FORMATS: dict[str, Format] = {
             "a reset that clears the state",
         15: "cells.*.acceptance.expected_* and pairs.*.acceptance.expected_per_position and "
             "expected_note under vLLM's synthetic acceptance too: its configured rates "
-            "(summary.json version 5)"},
+            "(summary.json version 5)",
+        16: "where a sweep turns negative: sweeps.*.loses_from (the smallest measured n from "
+            "which every measured n reads slower) and sweeps.*.cost_model."
+            "predicted_negative_from with predicted_negative_from_ci95"},
         {2: ("cells.*.throughput.server_pooled_tok_s", "cells.*.latency_ms.chunk_gap",
              "cells.*.latency_ms.token_itl", "cells.*.throughput.wall_output_tok_s",
              "pairs.*.warnings", "pairs.*.confounds", "pairs.*.verdict", "stability",
