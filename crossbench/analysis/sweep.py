@@ -101,9 +101,14 @@ def negative_from(ns: list[int], speedups: list[float | None]) -> int | None:
     """The smallest n of ``ns`` (ascending) from which every speedup is below 1: where the
     sweep turns negative and stays so; None when the last is not below 1. A None speedup (a
     cost that is not positive: unbounded) is not below 1."""
+    return _trailing_from(ns, [s is not None and s < 1.0 for s in speedups])
+
+
+def _trailing_from(ns: list[int], flags: list[bool]) -> int | None:
+    """The first n of the trailing run of true ``flags`` (ns ascending); None without one."""
     out = None
-    for n, s in zip(reversed(ns), reversed(speedups), strict=True):
-        if s is None or s >= 1.0:
+    for n, flag in zip(reversed(ns), reversed(flags), strict=True):
+        if not flag:
             break
         out = n
     return out
@@ -344,12 +349,8 @@ def loses_from(points: list[dict[str, Any]]) -> int | None:
     """The smallest measured n from which every measured n of the sweep (points in ascending
     n) reads ``slower``: its interval wholly below 1 and outside the equivalence band. None
     when the largest n does not read ``slower``."""
-    out = None
-    for p in reversed(points):
-        if p.get("verdict") != "slower":
-            break
-        out = p["n"]
-    return out
+    return _trailing_from([p["n"] for p in points],
+                          [p.get("verdict") == "slower" for p in points])
 
 
 def absent_reason(pairs: list[dict[str, Any]]) -> str:

@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from crossbench.analysis import stats
 from crossbench.analysis.decompose import Measured
 from crossbench.analysis.moe import expected_distinct_experts, hf_bytes
 from crossbench.errors import UserError
@@ -306,16 +307,12 @@ def bytes_line(split: WeightSplit | None, rows: list[dict[str, Any]]) -> dict[st
     if split is None or len(rows) < 3:
         return None
     gb = np.array([pass_bytes(split, r["tokens"]) for r in rows]) / 1e9
-    ms = np.array([r["verify_ms"] for r in rows], dtype=float)
     if np.ptp(gb) == 0:
         return None
-    design = np.column_stack([np.ones_like(gb), gb])
-    (fixed, per_gb), *_ = np.linalg.lstsq(design, ms, rcond=None)
-    resid = float(((ms - design @ np.array([fixed, per_gb])) ** 2).sum())
-    total = float(((ms - ms.mean()) ** 2).sum())
-    return {"fixed_ms": float(fixed), "ms_per_gb": float(per_gb),
-            "tb_per_s": 1 / float(per_gb) if per_gb > 0 else None,
-            "r2": 1 - resid / total if total > 0 else None, "k": [r["k"] for r in rows]}
+    line = stats.fit_line(gb, [r["verify_ms"] for r in rows])
+    return {"fixed_ms": line.intercept, "ms_per_gb": line.slope,
+            "tb_per_s": 1 / line.slope if line.slope > 0 else None,
+            "r2": line.r2, "k": [r["k"] for r in rows]}
 
 
 def format_bytes_line(line: dict[str, Any]) -> str:
